@@ -1,0 +1,29 @@
+"""catbp_jit: run CatBP belief-propagation programs, compiled.
+
+The IR names and enum values are CatBP's; `catbp_jit.reference` is the numpy interpreter
+of the CatBP VM specification, the oracle every fast path is checked against.
+"""
+
+from . import errors, reference
+from .errors import (AlignmentError, CatbpError, DoubleDefinitionError, MissingArgumentError,
+                     ProgramKeyError, ProgramValueError, SpecError, UnknownInputError,
+                     UnknownOpcodeError, UnknownRegisterFreeError, UnwrittenSlotError,
+                     UseBeforeDefinitionError)
+from .ir import Axis, AxisKey, AxisType, Instruction, OpCode, Program, TensorSpec
+from .ir.adapt import adapt_program, adapt_programs
+from .ir.validate import validate_programs
+from .semiring import (VMSemiringRuntime, adapt_semiring, logsumexp, make_semiring,
+                       vm_counting_semiring, vm_logprob_semiring, vm_prob_semiring,
+                       vm_sat_semiring)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AlignmentError", "Axis", "AxisKey", "AxisType", "CatbpError", "DoubleDefinitionError",
+    "Instruction", "MissingArgumentError", "OpCode", "Program", "ProgramKeyError",
+    "ProgramValueError", "SpecError", "TensorSpec", "UnknownInputError", "UnknownOpcodeError",
+    "UnknownRegisterFreeError", "UnwrittenSlotError", "UseBeforeDefinitionError",
+    "VMSemiringRuntime", "adapt_program", "adapt_programs", "adapt_semiring", "errors",
+    "logsumexp", "make_semiring", "reference", "validate_programs", "vm_counting_semiring",
+    "vm_logprob_semiring", "vm_prob_semiring", "vm_sat_semiring",
+]

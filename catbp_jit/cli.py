@@ -1,0 +1,214 @@
+"""`catbp-jit`: run and list catbp-bundles from the command line.
+
+    catbp-jit run BUNDLE_DIR [--engine reference] [--repeat N] [--quiet]
+    catbp-jit list BUNDLE_DIR
+
+Exit status: 0 on success (and every expected slot matching), 1 when some expected slot
+does not match, 2 on a usage or input error (the message goes to stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+import warnings
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .bundle import Bundle, load_bundle
+from .errors import CatbpError
+
+EXIT_OK, EXIT_MISMATCH, EXIT_ERROR = 0, 1, 2
+MAX_LISTED_MISMATCHES = 5
+
+Slots = Dict[tuple, Tuple[np.ndarray, object]]
+
+
+class CliError(Exception):
+    """An input problem to report on stderr with exit status 2 (no traceback)."""
+
+
+# ---------------------------------------------------------------------------------------
+# Engines: each turns a bundle into a function that runs all its programs and returns the
+# final slots. Setup (compilation, for a JIT) happens here, outside the timed runs.
+
+
+def _reference_engine(bundle: Bundle) -> Callable[[], Slots]:
+    from .reference import run_program  # imported lazily: the CLI must start without it
+
+    sr = bundle.semiring_runtime()
+
+    def run() -> Slots:
+        slots = None
+        for p in bundle.programs:
+            slots = run_program(p, sr, bundle.factor_provider, bundle.selector_provider,
+                                slots=slots)
+        return slots if slots is not None else {}
+
+    return run
+
+
+ENGINES: Dict[str, Callable[[Bundle], Callable[[], Slots]]] = {
+    "reference": _reference_engine,
+}
+
+
+# ---------------------------------------------------------------------------------------
+# Comparison with the bundle's expected slots
+
+
+def _rtol_for(*dtypes: np.dtype) -> float:
+    return 1e-5 if any(np.dtype(d) == np.float32 for d in dtypes) else 1e-9
+
+
+def compare_slot(got: np.ndarray, want: np.ndarray, bundle_dtype: np.dtype) -> Optional[str]:
+    """None when `got` matches `want`, else a short reason."""
+    got, want = np.asarray(got), np.asarray(want)
+    if got.shape != want.shape:
+        return f"shape {got.shape} != expected {want.shape}"
+    if want.dtype.kind in "fc" or got.dtype.kind in "fc":
+        rtol = _rtol_for(got.dtype, want.dtype, bundle_dtype)
+        if np.allclose(got, want, rtol=rtol, atol=0, equal_nan=True):
+            return None
+        # inf - inf and NaN differences are NaN: ignore them when reporting the size.
+        with np.errstate(invalid="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
+            err = np.nanmax(diff) if diff.size else 0.0
+        return f"values differ (max abs diff {err:.3g}, rtol {rtol:g})"
+    # bool and int semirings are exact (COUNT wraps around exactly like numpy's int64)
+    if np.array_equal(got, want):
+        return None
+    return f"values differ ({int(np.count_nonzero(got != want))} of {want.size} entries)"
+
+
+def compare_slots(got: Slots, bundle: Bundle) -> List[Tuple[tuple, str]]:
+    """(key, reason) for every expected slot that is missing or differs."""
+    bad = []
+    for key, (want, _) in (bundle.expected_slots or {}).items():
+        if key not in got:
+            bad.append((key, "missing"))
+            continue
+        reason = compare_slot(got[key][0], want, bundle.dtype)
+        if reason is not None:
+            bad.append((key, reason))
+    return bad
+
+
+# ---------------------------------------------------------------------------------------
+# Subcommands
+
+
+def _format_value(arr) -> str:
+    a = np.asarray(arr)
+    return repr(a.item()) if a.size == 1 else np.array2string(a, threshold=8)
+
+
+def _load(path: str) -> Bundle:
+    try:
+        return load_bundle(path)
+    except (OSError, ValueError, KeyError) as e:
+        raise CliError(str(e)) from None
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    bundle = _load(args.bundle)
+    if args.repeat < 1:
+        raise CliError(f"--repeat must be at least 1, got {args.repeat}")
+    out = (lambda *a: None) if args.quiet else print
+
+    try:
+        run = ENGINES[args.engine](bundle)
+        times, slots = [], {}
+        for _ in range(args.repeat):
+            t0 = time.perf_counter()
+            slots = run()
+            times.append(time.perf_counter() - t0)
+    except CatbpError as e:  # a malformed program or input: the bundle's fault, not ours
+        raise CliError(f"bundle {bundle.name!r}: {e}") from None
+
+    counts = ", ".join(f"{p.name} {len(p)}" for p in bundle.programs)
+    out(f"bundle:    {bundle.name}")
+    out(f"semiring:  {bundle.semiring} ({bundle.dtype.name})"
+        + (", normalized messages" if bundle.normalized_messages else ""))
+    out(f"programs:  {len(bundle.programs)} ({counts}); "
+        f"{bundle.num_instructions()} instructions")
+    z = slots.get(("Z",))
+    out(f"Z:         {_format_value(z[0]) if z is not None else '(no Z slot)'}")
+    if bundle.Z_bruteforce is not None:
+        out(f"Z (exact): {bundle.Z_bruteforce!r}")
+    out(f"slots:     {len(slots)}")
+    ms = [t * 1e3 for t in times]
+    out(f"time:      best {min(ms):.3f} ms, median {statistics.median(ms):.3f} ms "
+        f"over {len(ms)} run{'s' if len(ms) != 1 else ''} ({args.engine} engine)")
+
+    if bundle.expected_slots is None:
+        return EXIT_OK
+    bad = compare_slots(slots, bundle)
+    total = len(bundle.expected_slots)
+    if not bad:
+        out(f"expected slots: {total}/{total} match")
+        return EXIT_OK
+    # Mismatches are printed even with --quiet: they are the result.
+    print(f"expected slots: {total - len(bad)}/{total} match, {len(bad)} MISMATCH")
+    for key, reason in bad[:MAX_LISTED_MISMATCHES]:
+        print(f"  {key!r}: {reason}")
+    if len(bad) > MAX_LISTED_MISMATCHES:
+        print(f"  ... and {len(bad) - MAX_LISTED_MISMATCHES} more")
+    return EXIT_MISMATCH
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    bundle = _load(args.bundle)
+    try:
+        from .ir.text import format_programs  # lazily: the listing module is optional here
+    except ImportError as e:
+        raise CliError(f"program listing is unavailable: {e}") from None
+    print(format_programs(bundle.programs))
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="catbp-jit",
+                                     description="Run and inspect CatBP program bundles.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("run", help="run a bundle's programs and check the expected slots")
+    p.add_argument("bundle", metavar="BUNDLE_DIR", help="bundle directory (or its bundle.json)")
+    p.add_argument("--engine", choices=sorted(ENGINES), default="reference",
+                   help="executor to run the programs with (default: reference)")
+    p.add_argument("--repeat", type=int, default=3,
+                   help="number of timed runs; best and median are reported (default: 3)")
+    p.add_argument("--quiet", "-q", action="store_true",
+                   help="print nothing unless some expected slot does not match")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("list", help="print a bundle's programs")
+    p.add_argument("bundle", metavar="BUNDLE_DIR", help="bundle directory (or its bundle.json)")
+    p.set_defaults(func=cmd_list)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # argparse exits on --help (0) and on usage errors (2)
+        return e.code if isinstance(e.code, int) else EXIT_ERROR
+    try:
+        return args.func(args)
+    except CliError as e:
+        print(f"catbp-jit: error: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    except BrokenPipeError:  # output piped into `head`: stop quietly, as Unix tools do
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""Errors that say where a program went wrong: program, instruction index, operand, reason.
+
+Each keeps the exception type the CatBP reference raises for the same fault (ValueError
+for an illegal alignment or a malformed instruction, KeyError for a missing slot or
+register), so code written against CatBP catches them unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+
+class CatbpError(Exception):
+    """Base of every catbp_jit error about a program or its inputs."""
+
+    def __init__(self, reason: str, *, program: Any = None, index: Optional[int] = None,
+                 op: Optional[str] = None, operand: Optional[str] = None):
+        self.reason = reason
+        self.program = program
+        self.index = index
+        self.op = op
+        self.operand = operand
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        where = []
+        if self.program is not None:
+            where.append(f"program {self.program!r}")
+        if self.index is not None:
+            where.append(f"instruction [{self.index}]" + (f" {self.op}" if self.op else ""))
+        if self.operand:
+            where.append(f"operand {self.operand}")
+        return (", ".join(where) + ": " if where else "") + self.reason
+
+    def __str__(self) -> str:  # KeyError would otherwise print the repr of the message
+        return self._message()
+
+
+class ProgramValueError(CatbpError, ValueError):
+    """A malformed program (the reference would raise ValueError or fail later)."""
+
+
+class ProgramKeyError(CatbpError, KeyError):
+    """A read of something that does not exist (register, slot, factor, selector)."""
+
+
+class UnknownOpcodeError(ProgramValueError):
+    pass
+
+
+class MissingArgumentError(ProgramValueError):
+    pass
+
+
+class AlignmentError(ProgramValueError):
+    """An input cannot be aligned to an output spec (extra non-singleton axis, size mismatch)."""
+
+
+class SpecError(ProgramValueError):
+    """A TensorSpec that cannot describe a tensor (non-positive size, repeated axis, too big)."""
+
+
+class UseBeforeDefinitionError(ProgramKeyError):
+    pass
+
+
+class DoubleDefinitionError(ProgramValueError):
+    pass
+
+
+class UnwrittenSlotError(ProgramKeyError):
+    pass
+
+
+class UnknownRegisterFreeError(ProgramKeyError):
+    pass
+
+
+class UnknownInputError(ProgramKeyError):
+    """LOAD_FACTOR / LOAD_SELECTOR of an id with no spec or array."""
+
+
+class InputMismatchError(ProgramValueError):
+    """An input array whose shape or dtype does not match its declared spec."""

@@ -1,0 +1,153 @@
+"""Semiring runtimes: the numpy operations the reference VM applies, one per semiring.
+
+The factory names and behaviour are CatBP's (VM spec, seeds/000 §5): PROB normalizes by
+dividing by the total unless it is 0, LOGPROB subtracts the logsumexp, SAT and COUNT do
+not normalize. ⊕-reductions over an empty axis tuple return the input unchanged, as in
+CatBP. Every float reduction here uses numpy's own summation so that the reference
+reproduces CatBP's results bit for bit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Tuple
+
+import numpy as np
+
+SEMIRING_NAMES = ("SAT", "PROB", "LOGPROB", "COUNT")
+
+
+def logsumexp(x: np.ndarray, axis: Optional[Tuple[int, ...]] = None) -> np.ndarray:
+    """Max-shifted logsumexp; an all -inf (or empty) reduction gives -inf, never NaN."""
+    x = np.asarray(x)
+    with np.errstate(divide="ignore", invalid="ignore"):  # log(0) = -inf is intended
+        return _logsumexp(x, axis)
+
+
+def _logsumexp(x: np.ndarray, axis: Optional[Tuple[int, ...]]) -> np.ndarray:
+    if x.size == 0:
+        return np.array(-np.inf)
+    if axis is None:
+        m = np.max(x)
+        if np.isneginf(m):
+            return np.array(-np.inf)
+        return m + np.log(np.sum(np.exp(x - m)))
+    m = np.max(x, axis=axis, keepdims=True)
+    shift = np.where(np.isneginf(m), 0.0, m)  # exp(-inf - 0) = 0 keeps empty sums at 0
+    y = np.log(np.sum(np.exp(x - shift), axis=axis, keepdims=True)) + shift
+    y = np.where(np.isneginf(m), -np.inf, y)
+    return np.squeeze(y, axis=axis)
+
+
+@dataclass(frozen=True)
+class VMSemiringRuntime:
+    name: str
+    dtype: np.dtype
+    mul: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    add_reduce: Callable[[np.ndarray, Tuple[int, ...]], np.ndarray]
+    one: Callable[[Tuple[int, ...]], np.ndarray]
+    zero: Callable[[Tuple[int, ...]], np.ndarray]
+    normalize: Optional[Callable[..., np.ndarray]] = None
+
+    def supports_normalize(self) -> bool:
+        return self.normalize is not None
+
+
+def vm_sat_semiring() -> VMSemiringRuntime:
+    return VMSemiringRuntime(
+        name="SAT",
+        dtype=np.dtype(np.bool_),
+        mul=np.logical_and,
+        add_reduce=lambda x, axis: np.any(x, axis=axis) if axis else x,
+        one=lambda shape: np.ones(shape, dtype=np.bool_),
+        zero=lambda shape: np.zeros(shape, dtype=np.bool_),
+        normalize=None,
+    )
+
+
+def vm_prob_semiring(dtype=np.float64) -> VMSemiringRuntime:
+    dt = np.dtype(dtype)
+
+    def normalize(x: np.ndarray, axis=None) -> np.ndarray:
+        if axis is None:
+            total = np.sum(x)
+            return x if total == 0 else x / total
+        total = np.sum(x, axis=axis, keepdims=True)
+        return x / np.where(total == 0, 1.0, total)
+
+    return VMSemiringRuntime(
+        name="PROB",
+        dtype=dt,
+        mul=np.multiply,
+        add_reduce=lambda x, axis: np.sum(x, axis=axis, dtype=dt) if axis else x,
+        one=lambda shape: np.ones(shape, dtype=dt),
+        zero=lambda shape: np.zeros(shape, dtype=dt),
+        normalize=normalize,
+    )
+
+
+def vm_logprob_semiring(dtype=np.float64) -> VMSemiringRuntime:
+    dt = np.dtype(dtype)
+
+    def add_reduce(x: np.ndarray, axis) -> np.ndarray:
+        return logsumexp(x, axis=axis) if axis else x
+
+    def normalize(x: np.ndarray, axis=None) -> np.ndarray:
+        if axis is None:
+            z = logsumexp(x, axis=tuple(range(x.ndim)) if x.ndim else None)
+        else:
+            axes = (axis,) if isinstance(axis, int) else tuple(axis)
+            z = logsumexp(x, axis=axes)
+            for a in sorted(axes):
+                z = np.expand_dims(z, axis=a)
+        with np.errstate(invalid="ignore"):  # -inf - -inf = NaN, as in CatBP
+            return x - z
+
+    return VMSemiringRuntime(
+        name="LOGPROB",
+        dtype=dt,
+        mul=np.add,  # log(a*b) = log a + log b
+        add_reduce=add_reduce,
+        one=lambda shape: np.zeros(shape, dtype=dt),
+        zero=lambda shape: np.full(shape, -np.inf, dtype=dt),
+        normalize=normalize,
+    )
+
+
+def vm_counting_semiring(dtype=np.int64) -> VMSemiringRuntime:
+    dt = np.dtype(dtype)
+    return VMSemiringRuntime(
+        name="COUNT",
+        dtype=dt,
+        mul=np.multiply,  # int64 wraps around, as numpy's does
+        add_reduce=lambda x, axis: np.sum(x, axis=axis, dtype=dt) if axis else x,
+        one=lambda shape: np.ones(shape, dtype=dt),
+        zero=lambda shape: np.zeros(shape, dtype=dt),
+        normalize=None,
+    )
+
+
+def make_semiring(name: str, dtype: Any = None) -> VMSemiringRuntime:
+    """The runtime for a semiring name ("SAT", "PROB", "LOGPROB", "COUNT") and dtype."""
+    key = str(name).upper()
+    if key == "SAT":
+        return vm_sat_semiring()
+    if key == "PROB":
+        return vm_prob_semiring(np.float64 if dtype is None else dtype)
+    if key == "LOGPROB":
+        return vm_logprob_semiring(np.float64 if dtype is None else dtype)
+    if key in ("COUNT", "COUNTING"):
+        return vm_counting_semiring(np.int64 if dtype is None else dtype)
+    raise ValueError(f"unknown semiring {name!r} (known: {', '.join(SEMIRING_NAMES)})")
+
+
+def adapt_semiring(sr: Any) -> VMSemiringRuntime:
+    """Our runtime for any semiring runtime object, matched by `.name` and `.dtype`."""
+    if isinstance(sr, VMSemiringRuntime):
+        return sr
+    if isinstance(sr, str):
+        return make_semiring(sr)
+    name = getattr(sr, "name", None)
+    if not isinstance(name, str):
+        raise TypeError(f"cannot read a semiring from {sr!r}: it has no .name")
+    return make_semiring(name, getattr(sr, "dtype", None))

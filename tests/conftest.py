@@ -1,0 +1,34 @@
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def shared_dir() -> Path:
+    """../shared beside the checkout (CI puts it there); CATBP_SHARED_DIR overrides."""
+    env = os.environ.get("CATBP_SHARED_DIR")
+    return Path(env) if env else REPO.parent / "shared"
+
+
+def bundle_dirs(kind: str):
+    root = shared_dir() / kind
+    return sorted(p for p in root.glob("*/") if (p / "bundle.json").exists())
+
+
+CORPUS = bundle_dirs("corpus")
+BENCH = bundle_dirs("bench")
+
+
+@pytest.fixture(scope="session")
+def corpus_dirs():
+    if not CORPUS:
+        pytest.fail(f"no corpus bundles under {shared_dir() / 'corpus'}")
+    return CORPUS
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _own_cache_dir(tmp_path_factory):
+    # Tests never touch the user's kernel cache.
+    os.environ.setdefault("CATBP_JIT_CACHE_DIR", str(tmp_path_factory.mktemp("kernel_cache")))
