@@ -2,8 +2,10 @@
 
 The factory names and behaviour are CatBP's (VM spec, seeds/000 §5): PROB normalizes by
 dividing by the total unless it is 0, LOGPROB subtracts the logsumexp, SAT and COUNT do
-not normalize. ⊕-reductions over an empty axis tuple return the input unchanged, as in
-CatBP. Every float reduction here uses numpy's own summation so that the reference
+not normalize. `add_reduce(x, axis)` reduces over a non-empty tuple of axes; any falsy
+`axis` (an empty tuple, but also 0 or None) returns x unreduced. That is CatBP's own
+behaviour (`... if axis else x`), kept so that code written against CatBP's runtimes gets
+the same answers; the VM only ever passes non-empty tuples. Every float reduction here uses numpy's own summation so that the reference
 reproduces CatBP's results bit for bit.
 """
 

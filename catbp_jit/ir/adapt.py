@@ -197,8 +197,6 @@ def adapt_programs(programs: Any) -> List[Program]:
         programs = [programs]
     out = []
     for i, p in enumerate(programs):
-        prog = adapt_program(p)
-        if prog.name is None:
-            prog = Program(prog.instructions, f"p{i}")
-        out.append(prog)
+        name = getattr(p, "name", None)
+        out.append(adapt_program(p, name if isinstance(name, str) else f"p{i}"))
     return out

@@ -88,7 +88,7 @@ class VirtualMachine:
         self.slots = SlotStore()
 
     def run(self, program: Any, factor_provider: Provider, selector_provider: Provider) -> None:
-        prog = program if isinstance(program, Program) else adapt_program(program)
+        prog = adapt_program(program)  # canonical spellings even for a hand-built Program
         for index, ins in enumerate(prog.instructions):
             try:
                 self._execute(ins, factor_provider, selector_provider)
@@ -98,7 +98,8 @@ class VirtualMachine:
                 raise type(e)(e.reason, program=prog.name, index=index, op=ins.op.name,
                               operand=e.operand) from e
             except KeyError as e:
-                raise ProgramKeyError(f"missing key {e.args[0]!r}", program=prog.name,
+                what = repr(e.args[0]) if e.args else "(unnamed)"
+                raise ProgramKeyError(f"missing key {what}", program=prog.name,
                                       index=index, op=ins.op.name) from e
             except ValueError as e:
                 raise ProgramValueError(str(e), program=prog.name, index=index,
