@@ -1,0 +1,745 @@
+"""On-disk kernel cache: generated Numba source in, compiled dispatcher out.
+
+A kernel is named by its *pattern identity* (a small JSON-able dict from the code
+generator) plus the target and the compile environment; ``kernel_key`` hashes them.
+``KernelCache.get`` writes the kernel's source as ``<dir>/kernels/k_<key[:40]>.py``,
+executes exactly the bytes it verified, and lets Numba's own ``cache=True`` machinery
+store the compiled code in ``<dir>/kernels/__pycache__`` (``.nbi`` index, ``.nbc`` data).
+A manifest ``k_<key[:40]>.json`` beside the module records the sha256 of the source and
+of every Numba cache file, so a second process verifies and loads, compiling nothing.
+
+Layout::
+
+    <dir>/kernels/k_<key40>.py            "# catbp_jit kernel sha256=<body> key=<key>" + body
+    <dir>/kernels/k_<key40>.json          manifest (pattern, environment, file hashes)
+    <dir>/kernels/__pycache__/k_<key40>.<func>-<line>.py311.nbi / .N.nbc   (Numba's)
+    <dir>/locks/k_<key40>.lock            advisory flock: one writer per kernel at a time
+
+What Numba 0.68 does and does not guarantee (numba/core/caching.py), and so what this
+module adds:
+
+* ``IndexDataCacheFile._open_for_write`` writes every ``.nbi``/``.nbc`` to
+  ``<file>.tmp.<uuid>`` and ``os.replace``-s it: each file appears whole or not at all
+  (no fsync, so after a power loss a file may still be empty or short).
+* ``save()`` as a whole is *not* atomic: for a new signature it rewrites the index and
+  then the data file. Two processes saving different signatures of one function read
+  the same index, choose the same ``.1.nbc`` and the last index wins: an index entry
+  can name a data file that holds another signature's code. We hold a per-kernel
+  ``flock`` around every Numba save (and load), so that cannot happen here.
+* ``_load_index`` only tolerates a *missing* index; a truncated or garbled ``.nbi`` or
+  ``.nbc`` makes ``pickle`` raise out of ``Dispatcher.compile`` (and pickle data is
+  code). Hence every Numba file is hash-checked against the manifest before Numba reads
+  it, both before import and again in each load (``_PinnedCache.load_overload``).
+* The index is stamped with a sha256 of the module file's content, and keyed by the
+  function's bytecode and the CPU (``codegen.magic_tuple()``), so a rewritten module
+  never loads old code by accident; we delete the old files on a rebuild anyway.
+
+Policies: ``fallback`` (compile on a miss and record it), ``strict`` (a miss raises
+``CacheMissError`` before anything is compiled: CI proves ahead-of-time compilation
+covered everything) and ``off`` (no disk at all; the source is executed from a string
+with ``cache=True`` turned off). Every miss, rebuild and refusal logs one record on the
+``catbp_jit.cache`` logger with ``extra={"catbp_jit": {...}}``.
+
+This module must not import the planner or code generator (they import it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import hashlib
+import importlib.util
+import json
+import linecache
+import logging
+import os
+import platform
+import re
+import sys
+import tempfile
+import threading
+import time
+import types
+from functools import lru_cache
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import llvmlite
+import llvmlite.binding as llvm
+import numba
+import numpy
+from numba.core import config as numba_config
+from numba.core import sigutils
+from numba.core.caching import CompileResultCacheImpl, FunctionCache, InTreeCacheLocator
+from numba.core.compiler_lock import global_compiler_lock
+from numba.core.registry import CPUDispatcher
+
+try:  # POSIX advisory locks; Windows falls back to msvcrt byte-range locks.
+    import fcntl
+except ImportError:  # pragma: no cover - not exercised on Linux CI
+    fcntl = None
+    import msvcrt
+
+# Bump to invalidate every cache entry (e.g. when the generated code's conventions change).
+CODEGEN_VERSION = "1"
+
+POLICIES = ("fallback", "strict", "off")
+MANIFEST_FORMAT = 1
+_SHORT = 40  # key characters in file names (160 bits)
+_HEADER_RE = re.compile(r"^# catbp_jit kernel sha256=([0-9a-f]{64}) key=([0-9a-f]{64})$")
+_CACHE_TRUE_RE = re.compile(r"\bcache\s*=\s*True\b")
+_PACKAGE = "catbp_jit_kernels"  # parent of the kernel modules in sys.modules
+
+log = logging.getLogger("catbp_jit.cache")
+
+
+class CacheMissError(RuntimeError):
+    """Policy ``strict`` and no valid cache entry (or no cached code for a signature)."""
+
+
+class CacheCorruptionError(RuntimeError):
+    """A cache entry failed verification (internal: corrupted entries are rebuilt)."""
+
+
+class CacheDirError(RuntimeError):
+    """The cache directory cannot be created or written."""
+
+
+# ---------------------------------------------------------------------------- identity
+
+@lru_cache(maxsize=None)
+def _static_environment() -> Tuple[Tuple[str, Any], ...]:
+    # Host CPU queries cost a few ms; the answer cannot change within a process.
+    cpu_name = numba_config.CPU_NAME or llvm.get_host_cpu_name()
+    if numba_config.CPU_FEATURES is not None:
+        features = numba_config.CPU_FEATURES
+    else:
+        try:
+            features = llvm.get_host_cpu_features().flatten()
+        except RuntimeError:  # some hosts cannot report features
+            features = ""
+    return (
+        ("python", platform.python_implementation() + " " + platform.python_version()),
+        ("platform", sys.platform + "-" + platform.machine()),
+        ("numba", numba.__version__),
+        ("llvmlite", llvmlite.__version__),
+        ("numpy", numpy.__version__),
+        ("cpu_name", cpu_name),
+        ("cpu_features", features),
+    )
+
+
+def environment_identity() -> dict:
+    """What compiled code depends on besides its source: versions, CPU, codegen version."""
+    env = dict(_static_environment())
+    env["codegen_version"] = CODEGEN_VERSION  # read now, so a bump takes effect at once
+    return env
+
+
+def _canonical_json(obj: Any) -> str:
+    try:
+        return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                          allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"kernel pattern must be plain JSON data: {e}") from None
+
+
+def kernel_key(pattern: dict, target: str = "cpu") -> str:
+    """sha256 hex of (CODEGEN_VERSION, pattern, target, environment identity)."""
+    payload = _canonical_json([CODEGEN_VERSION, pattern, target, environment_identity()])
+    return hashlib.sha256(payload.encode("ascii")).hexdigest()
+
+
+def default_cache_dir() -> str:
+    """$CATBP_JIT_CACHE_DIR, else the platform's user cache directory."""
+    env = os.environ.get("CATBP_JIT_CACHE_DIR")
+    if env:
+        return os.path.abspath(os.path.expanduser(env))
+    home = os.path.expanduser("~")
+    if sys.platform == "win32":  # pragma: no cover
+        base = os.environ.get("LOCALAPPDATA") or os.path.join(home, "AppData", "Local")
+        return os.path.join(base, "catbp_jit", "Cache")
+    if sys.platform == "darwin":  # pragma: no cover
+        return os.path.join(home, "Library", "Caches", "catbp_jit")
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = xdg if xdg and os.path.isabs(xdg) else os.path.join(home, ".cache")  # XDG spec
+    return os.path.join(base, "catbp_jit")
+
+
+# ---------------------------------------------------------------------------- files
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _atomic_write(path: str, data: bytes) -> None:
+    """Write a temp file in the same directory, fsync, then rename over `path`."""
+    d, name = os.path.split(path)
+    fd, tmp = tempfile.mkstemp(dir=d, prefix="." + name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _unlink(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+class _FileLock:
+    """Exclusive advisory lock on a file, re-entrant within one process.
+
+    flock locks belong to an open file description, so a second open+flock in the same
+    process would deadlock against the first; the depth counter makes nesting (get ->
+    Numba load/save hooks) take the OS lock once. One instance per path per process.
+    """
+
+    _registry: Dict[str, "_FileLock"] = {}
+    _registry_guard = threading.Lock()
+
+    @classmethod
+    def for_path(cls, path: str) -> "_FileLock":
+        with cls._registry_guard:
+            lock = cls._registry.get(path)
+            if lock is None:
+                lock = cls._registry[path] = cls(path)
+            return lock
+
+    def __init__(self, path: str):
+        self.path = path
+        self._thread_lock = threading.RLock()
+        self._depth = 0
+        self._fd: Optional[int] = None
+
+    def __enter__(self):
+        self._thread_lock.acquire()
+        try:
+            if self._depth == 0:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+                try:
+                    if fcntl is not None:
+                        fcntl.flock(fd, fcntl.LOCK_EX)
+                    else:  # pragma: no cover
+                        msvcrt.locking(fd, msvcrt.LK_LOCK, 1)
+                except BaseException:
+                    os.close(fd)
+                    raise
+                self._fd = fd
+            self._depth += 1
+        except BaseException:
+            self._thread_lock.release()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            self._depth -= 1
+            if self._depth == 0:
+                fd, self._fd = self._fd, None
+                try:
+                    if fcntl is not None:
+                        fcntl.flock(fd, fcntl.LOCK_UN)
+                    else:  # pragma: no cover
+                        os.lseek(fd, 0, os.SEEK_SET)
+                        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+                finally:
+                    os.close(fd)
+        finally:
+            self._thread_lock.release()
+
+
+class _Entry:
+    """The files of one kernel on disk, and how to verify, write and remove them."""
+
+    def __init__(self, directory: str, key: str):
+        self.key = key
+        self.stem = "k_" + key[:_SHORT]
+        self.kernels_dir = os.path.join(directory, "kernels")
+        self.pycache = os.path.join(self.kernels_dir, "__pycache__")  # Numba's InTree dir
+        self.source_path = os.path.join(self.kernels_dir, self.stem + ".py")
+        self.manifest_path = os.path.join(self.kernels_dir, self.stem + ".json")
+        self.lock = _FileLock.for_path(os.path.join(directory, "locks", self.stem + ".lock"))
+
+    # -- Numba's files for this module: "<stem>.<qualname>-<line>.pyXY.nbi" / ".N.nbc"
+    def numba_files(self) -> Dict[str, str]:
+        found = {}
+        for path in glob.glob(os.path.join(glob.escape(self.pycache), self.stem + ".*")):
+            name = os.path.basename(path)
+            if name.endswith((".nbi", ".nbc")):  # not Numba's "<file>.tmp.<uuid>" leftovers
+                found[name] = path
+        return found
+
+    def hash_numba_files(self) -> Dict[str, str]:
+        out = {}
+        for name, path in sorted(self.numba_files().items()):
+            with contextlib.suppress(FileNotFoundError):
+                with open(path, "rb") as f:
+                    out[name] = _sha256(f.read())
+        return out
+
+    def read_manifest(self) -> Optional[dict]:
+        try:
+            with open(self.manifest_path, "rb") as f:
+                m = json.loads(f.read().decode("utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            return {}  # present but unreadable: invalid, not missing
+        return m if isinstance(m, dict) else {}
+
+    def write_manifest(self, manifest: dict) -> None:
+        data = json.dumps(manifest, sort_keys=True, indent=1).encode("utf-8")
+        _atomic_write(self.manifest_path, data)
+
+    def record(self, **fields) -> dict:
+        """Rewrite the manifest with the current hashes of Numba's files (lock held)."""
+        m = self.read_manifest() or {}
+        m.update(fields)
+        m["numba_files"] = self.hash_numba_files()
+        m["updated"] = time.time()
+        self.write_manifest(m)
+        return m
+
+    def verify_numba_files(self, manifest: Optional[dict] = None) -> Optional[str]:
+        """None if Numba's files are exactly those in the manifest, else the reason."""
+        m = self.read_manifest() if manifest is None else manifest
+        recorded = (m or {}).get("numba_files")
+        if not isinstance(recorded, dict):
+            return "manifest missing or unreadable"
+        actual = self.hash_numba_files()
+        for name in sorted(set(recorded) | set(actual)):
+            if name not in actual:
+                return f"Numba cache file {name} is missing"
+            if name not in recorded:
+                return f"Numba cache file {name} is not in the manifest"
+            if actual[name] != recorded[name]:
+                return f"Numba cache file {name} fails its sha256 (truncated or altered)"
+        return None
+
+    def check(self, source: str) -> Tuple[str, str, Optional[bytes]]:
+        """("ok" | "missing" | "invalid", reason, verified file bytes to execute)."""
+        try:
+            with open(self.source_path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            if self.read_manifest() is None and not self.numba_files():
+                return "missing", "no cache entry", None
+            return "invalid", "module source file is missing", None
+        head, nl, body = data.partition(b"\n")
+        match = _HEADER_RE.match(head.decode("ascii", "replace"))
+        if not nl or match is None:
+            return "invalid", "module header is missing or damaged", None
+        if match.group(1) != _sha256(body):
+            return "invalid", "module source fails its sha256 (truncated or altered)", None
+        if match.group(2) != self.key:
+            return "invalid", "module belongs to another key", None
+        if body != source.encode("utf-8"):
+            return "invalid", "stored source differs from the generated source (stale)", None
+        m = self.read_manifest()
+        if not m:
+            return "invalid", "manifest is missing or unreadable", None
+        if m.get("key") != self.key or m.get("source_sha256") != _sha256(body):
+            return "invalid", "manifest does not match the module", None
+        reason = self.verify_numba_files(m)
+        if reason:
+            return "invalid", reason, None
+        return "ok", "verified", data
+
+    def write_source(self, source: str) -> bytes:
+        body = source.encode("utf-8")
+        header = f"# catbp_jit kernel sha256={_sha256(body)} key={self.key}\n".encode("ascii")
+        data = header + body
+        _atomic_write(self.source_path, data)
+        return data
+
+    def purge(self) -> None:
+        """Delete the module, manifest and Numba's files (and temp leftovers)."""
+        # Manifest first: a crash part-way leaves an entry that fails verification.
+        _unlink(self.manifest_path)
+        _unlink(self.source_path)
+        self.purge_numba_files()
+
+    def purge_numba_files(self) -> None:
+        for path in glob.glob(os.path.join(glob.escape(self.pycache), self.stem + ".*")):
+            if not path.endswith(".pyc"):
+                _unlink(path)
+
+
+# ---------------------------------------------------------------------------- Numba hooks
+
+class _PinnedImpl(CompileResultCacheImpl):
+    """Numba's CompileResult cache, pinned to the module's own __pycache__.
+
+    Numba would prefer $NUMBA_CACHE_DIR, and silently fall back to ~/.cache/numba when
+    __pycache__ is not writable; a kernel's compiled code must live beside its verified
+    source instead. (Mirrors CacheImpl.__init__ minus the locator search.)
+    """
+
+    def __init__(self, py_func):
+        self._lineno = py_func.__code__.co_firstlineno
+        qualname = getattr(py_func, "__qualname__", py_func.__name__)
+        source_path = py_func.__code__.co_filename
+        self._locator = InTreeCacheLocator(py_func, source_path)
+        modname = os.path.splitext(os.path.basename(source_path))[0]
+        self._filename_base = self.get_filename_base(f"{modname}.{qualname}",
+                                                     getattr(sys, "abiflags", ""))
+
+
+class _PinnedCache(FunctionCache):
+    """Numba's function cache with the kernel lock and hash checks around it."""
+
+    _impl_class = _PinnedImpl
+    owner: "_Loaded"
+
+    def load_overload(self, sig, target_context):
+        owner = self.owner
+        with owner.entry.lock:
+            reason = owner.entry.verify_numba_files()
+            data = None
+            if reason is None:
+                try:
+                    data = super().load_overload(sig, target_context)
+                except Exception as e:  # verified yet unloadable (e.g. incompatible pickle)
+                    reason = f"Numba cache file failed to load: {e!r}"
+            if reason is not None and owner.cache.policy != "strict":
+                owner.corrupt(reason)  # strict only refuses (below); it repairs nothing
+            if data is None:
+                owner.load_miss(sig, reason)  # raises CacheMissError under strict
+        return data
+
+    def save_overload(self, sig, data):
+        owner = self.owner
+        with owner.entry.lock:
+            super().save_overload(sig, data)
+            owner.entry.record()
+        owner.saved(sig)
+
+
+class _Loaded:
+    """A kernel module loaded from disk (or memory), with its per-process bookkeeping."""
+
+    def __init__(self, cache: "KernelCache", key: str, pattern: dict, target: str,
+                 source: str, module: types.ModuleType, entry: Optional[_Entry]):
+        self.cache, self.key, self.pattern, self.target = cache, key, pattern, target
+        self.source, self.module, self.entry = source, module, entry
+        self.in_get = False
+        self.get_misses = 0
+        self._miss_started: Optional[float] = None
+
+    def function(self, name: str) -> Callable:
+        fn = getattr(self.module, name, None)
+        if fn is None:
+            raise AttributeError(f"kernel {self.key[:12]}: source defines no {name!r}")
+        return fn
+
+    def dispatchers(self) -> List[Any]:
+        return [v for v in vars(self.module).values()
+                if isinstance(v, CPUDispatcher)
+                and getattr(v.py_func, "__module__", None) == self.module.__name__]
+
+    # -- called from _PinnedCache with the kernel lock held
+    def corrupt(self, reason: str) -> None:
+        self.entry.purge_numba_files()
+        self.entry.record()  # now records no Numba files
+        self.cache._count("rebuilt")
+        self.cache._emit("rebuilt", self, reason, None, level=logging.WARNING)
+
+    def load_miss(self, sig, reason: Optional[str]) -> None:
+        why = reason or f"no cached code for signature {sig}"
+        if self.cache.policy == "strict":
+            self.cache._emit("refused", self, why, None, level=logging.WARNING)
+            raise CacheMissError(f"kernel {_describe(self.pattern)} (key {self.key}): "
+                                 f"{why}; policy 'strict' forbids compiling")
+        self.cache._count("compiled")
+        self.get_misses += 1
+        self._miss_started = time.perf_counter()
+
+    def saved(self, sig) -> None:
+        if not self.in_get:  # a lazy compile after get(): it is its own miss record
+            seconds = None
+            if self._miss_started is not None:
+                seconds = time.perf_counter() - self._miss_started
+            self.cache._emit("compiled", self, f"compiled on first call for {sig}", seconds)
+        self._miss_started = None
+
+
+def _describe(pattern: dict) -> str:
+    name = pattern.get("template") if isinstance(pattern, dict) else None
+    return f"{name!r}" if name else _canonical_json(pattern)[:80]
+
+
+def _new_module(name: str, path: Optional[str]) -> types.ModuleType:
+    """An empty module registered in sys.modules (Numba re-imports it by name when it
+    unpickles cached code, see numba.core.environment._rebuild_env)."""
+    if _PACKAGE not in sys.modules:
+        pkg = types.ModuleType(_PACKAGE)
+        pkg.__path__ = []  # a namespace-like parent so "catbp_jit_kernels.k_..." resolves
+        sys.modules[_PACKAGE] = pkg
+    if path is not None:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+    else:
+        module = types.ModuleType(name)
+    sys.modules[name] = module
+    setattr(sys.modules[_PACKAGE], name.rpartition(".")[2], module)
+    return module
+
+
+def _normalize(sig):
+    """Numba's cache index is keyed by the signature object as passed: a call caches
+    under a tuple of argument types, compile("int64(int64, int64)") under the string.
+    Argument-only signatures are passed as tuples so eager and lazy compiles share
+    entries; a signature with a return type is kept as given."""
+    args, ret = sigutils.normalize_signature(sig)
+    return tuple(args) if ret is None else sig
+
+
+def _has_overload(fn, sig) -> bool:
+    args, _ = sigutils.normalize_signature(sig)
+    return tuple(args) in fn.overloads
+
+
+def _eager_compile(fn, signatures) -> None:
+    for sig in signatures:
+        fn.compile(_normalize(sig))
+
+
+# ---------------------------------------------------------------------------- the cache
+
+class KernelCache:
+    """Compiled kernels by pattern identity, kept on disk across processes.
+
+    ``get`` is safe to call from several threads and processes at once: per kernel, one
+    process compiles while the others wait on its lock file and then load its result.
+    In fallback and strict modes the directory must be writable (lock files, Numba's
+    own index updates); a directory that is not raises ``CacheDirError`` rather than
+    compiling every time in silence.
+    """
+
+    def __init__(self, directory: Optional[str] = None, policy: Optional[str] = None):
+        self.directory = os.path.abspath(directory) if directory else default_cache_dir()
+        policy = policy or os.environ.get("CATBP_JIT_CACHE") or "fallback"
+        policy = policy.strip().lower()
+        if policy not in POLICIES:
+            raise ValueError(f"cache policy must be one of {POLICIES}, not {policy!r}")
+        self.policy = policy
+        self.stats: Dict[str, int] = {"hits": 0, "misses": 0, "rebuilt": 0, "compiled": 0,
+                                      "memo_hits": 0}
+        self._memo: Dict[str, _Loaded] = {}
+        self._dir_ready = False
+
+    def __repr__(self):
+        return f"KernelCache({self.directory!r}, policy={self.policy!r})"
+
+    def key_for(self, pattern: dict, target: str = "cpu") -> str:
+        return kernel_key(pattern, target)
+
+    # -- public -----------------------------------------------------------------------
+    def get(self, pattern: dict, source: str, entry: str, signatures: Optional[list] = None,
+            target: str = "cpu") -> Callable:
+        """The dispatcher `entry` of the kernel module `source`, cached under `pattern`.
+
+        With `signatures` (Numba signature strings or types) they are compiled, or loaded
+        from the cache, now, under the kernel's lock; without, Numba compiles (and
+        caches) on the first call. Prefer argument-only signatures ("(int64, int64)"):
+        they share cache entries with plain calls. Lazy compiles are safe across
+        processes but not deduplicated (two processes may both compile one signature).
+        """
+        key = self.key_for(pattern, target)
+        loaded = self._memo.get(key)
+        if loaded is not None and loaded.source == source:
+            self._count("memo_hits")  # same process, same kernel: no disk at all
+            fn = loaded.function(entry)
+            missing = [s for s in signatures or () if not _has_overload(fn, s)]
+            if missing:  # only a signature not compiled yet goes near the disk
+                with global_compiler_lock:
+                    self._compile_in_get(loaded, fn, missing)
+            return fn
+        if self.policy == "off":
+            return self._get_in_memory(key, pattern, source, entry, signatures, target)
+        return self._get_from_disk(key, pattern, source, entry, signatures, target)
+
+    def check(self, pattern: dict, source: str, target: str = "cpu") -> Tuple[str, str]:
+        """("ok" | "missing" | "invalid", reason) for the entry on disk; changes nothing."""
+        self._prepare_dir()
+        entry = _Entry(self.directory, self.key_for(pattern, target))
+        with entry.lock:
+            status, reason, _ = entry.check(source)
+        return status, reason
+
+    def clear(self) -> None:
+        """Forget every kernel in memory and delete every entry on disk (each under its
+        lock; the lock files stay, removing them would break mutual exclusion)."""
+        self._memo.clear()
+        kernels = os.path.join(self.directory, "kernels")
+        if self.policy == "off" or not os.path.isdir(kernels):
+            return
+        self._prepare_dir()
+        stems = set()
+        for path in glob.glob(os.path.join(glob.escape(kernels), "k_*")):
+            stems.add(os.path.basename(path).split(".")[0])
+        for path in glob.glob(os.path.join(glob.escape(kernels), "__pycache__", "k_*")):
+            stems.add(os.path.basename(path).split(".")[0])
+        for stem in sorted(stems):
+            entry = _Entry(self.directory, stem[2:].ljust(64, "0"))  # only the stem matters
+            with entry.lock:
+                entry.purge()
+                for tmp in glob.glob(os.path.join(glob.escape(kernels), "." + stem + ".*")):
+                    _unlink(tmp)
+
+    # -- disk -------------------------------------------------------------------------
+    def _prepare_dir(self) -> None:
+        if self._dir_ready:
+            return
+        kernels = os.path.join(self.directory, "kernels")
+        try:
+            os.makedirs(os.path.join(kernels, "__pycache__"), exist_ok=True)
+            os.makedirs(os.path.join(self.directory, "locks"), exist_ok=True)
+            for d in (kernels, os.path.join(kernels, "__pycache__"),
+                      os.path.join(self.directory, "locks")):
+                tempfile.TemporaryFile(dir=d).close()
+        except OSError as e:
+            raise CacheDirError(
+                f"kernel cache directory {self.directory!r} is not writable ({e}); set "
+                f"CATBP_JIT_CACHE_DIR to a writable directory, or CATBP_JIT_CACHE=off to "
+                f"compile in memory") from e
+        self._dir_ready = True
+
+    def _get_from_disk(self, key, pattern, source, entry_name, signatures, target):
+        self._prepare_dir()
+        entry = _Entry(self.directory, key)
+        started = time.perf_counter()
+        # Lock order: Numba's compiler lock, then the kernel lock. The load/save hooks
+        # run inside Numba's lock and take the kernel lock; the reverse order here could
+        # deadlock two threads.
+        with global_compiler_lock, entry.lock:
+            status, reason, data = entry.check(source)
+            if status != "ok":
+                if self.policy == "strict":
+                    self._emit("refused", None, reason, None, level=logging.WARNING,
+                               key=key, pattern=pattern, target=target)
+                    raise CacheMissError(
+                        f"kernel {_describe(pattern)} (key {key}): {reason} in "
+                        f"{self.directory!r}; policy 'strict' forbids compiling")
+                if status == "invalid":
+                    # Never executed: the damaged entry is deleted and rebuilt below.
+                    entry.purge()
+                    self._count("rebuilt")
+                entry.purge_numba_files()  # stale leftovers of a crashed writer
+                data = entry.write_source(source)
+                entry.record(format=MANIFEST_FORMAT, key=key, pattern=pattern,
+                             target=target, environment=environment_identity(),
+                             codegen_version=CODEGEN_VERSION,
+                             source_sha256=_sha256(source.encode("utf-8")),
+                             created=time.time(), pid=os.getpid())
+            loaded = self._load_module(key, pattern, target, source, entry, data)
+            fn = loaded.function(entry_name)
+            compiled_before = self.stats["compiled"]
+            if signatures:
+                self._compile_in_get(loaded, fn, signatures)
+            if self.stats["compiled"] != compiled_before:
+                entry.record()  # also catch dispatchers that are not ours to pin
+        seconds = time.perf_counter() - started
+        self._memo[key] = loaded
+        if status == "ok" and loaded.get_misses == 0:
+            self._count("hits")
+        else:
+            self._count("misses")
+            if status == "ok":
+                outcome, why = "compiled", "signatures not in the cache: " + str(signatures)
+            elif status == "invalid":
+                outcome, why = "rebuilt", reason
+            else:
+                outcome, why = "compiled", reason
+            if not signatures:
+                why += "; compilation deferred to the first call"
+            level = logging.WARNING if outcome == "rebuilt" else logging.INFO
+            self._emit(outcome, loaded, why, seconds, level=level)
+        return fn
+
+    def _load_module(self, key, pattern, target, source, entry, data: bytes) -> _Loaded:
+        """Execute the verified bytes (not the file again: no window for a swap, and no
+        .pyc that Python would trust by mtime), then pin Numba's caches."""
+        module = _new_module(f"{_PACKAGE}.k_{key}", entry.source_path)
+        loaded = _Loaded(self, key, pattern, target, source, module, entry)
+        code = compile(data, entry.source_path, "exec", dont_inherit=True)
+        exec(code, module.__dict__)
+        for disp in loaded.dispatchers():
+            # Even functions written without cache=True are cached: a hit must compile
+            # nothing.
+            cache = _PinnedCache(disp.py_func)
+            cache.owner = loaded
+            disp._cache = cache
+        return loaded
+
+    def _compile_in_get(self, loaded: _Loaded, fn, signatures) -> None:
+        loaded.in_get = True
+        try:
+            if loaded.entry is None:  # off: count what Numba compiled
+                before = sum(fn.stats.cache_misses.values())
+                _eager_compile(fn, signatures)
+                self._count("compiled", sum(fn.stats.cache_misses.values()) - before)
+            else:
+                with loaded.entry.lock:
+                    _eager_compile(fn, signatures)
+        finally:
+            loaded.in_get = False
+
+    # -- memory (policy "off") ----------------------------------------------------------
+    def _get_in_memory(self, key, pattern, source, entry_name, signatures, target):
+        started = time.perf_counter()
+        # cache=True needs a real file; with no disk, turn it off in the text we run.
+        text = _CACHE_TRUE_RE.sub("cache=False", source)
+        filename = f"<catbp_jit kernel {key[:_SHORT]}>"
+        linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
+        module = _new_module(f"{_PACKAGE}.mem_{key}", None)
+        module.__file__ = filename
+        exec(compile(text, filename, "exec", dont_inherit=True), module.__dict__)
+        loaded = _Loaded(self, key, pattern, target, source, module, None)
+        fn = loaded.function(entry_name)
+        if signatures:
+            with global_compiler_lock:
+                self._compile_in_get(loaded, fn, signatures)
+        self._memo[key] = loaded
+        self._count("misses")
+        self._emit("compiled", loaded, "policy 'off': compiled in memory",
+                   time.perf_counter() - started)
+        return fn
+
+    # -- bookkeeping --------------------------------------------------------------------
+    def _count(self, name: str, n: int = 1) -> None:
+        self.stats[name] = self.stats.get(name, 0) + n
+
+    def _emit(self, outcome: str, loaded: Optional[_Loaded], reason: str,
+              seconds: Optional[float], level: int = logging.INFO, *, key=None,
+              pattern=None, target=None) -> None:
+        """One telemetry record: readable message, structured fields in extra."""
+        if loaded is not None:
+            key, pattern, target = loaded.key, loaded.pattern, loaded.target
+        record = {
+            "kernel": pattern, "key": key, "target": target,
+            "environment": environment_identity(), "policy": self.policy,
+            "outcome": outcome, "reason": reason, "compile_seconds": seconds,
+            "directory": None if self.policy == "off" else self.directory,
+        }
+        took = "" if seconds is None else f" in {seconds:.3f}s"
+        log.log(level, "kernel cache %s: %s key %s (%s, policy %s)%s: %s", outcome,
+                _describe(pattern), key[:16], target, self.policy, took, reason,
+                extra={"catbp_jit": record})
+
+
+_default: Optional[KernelCache] = None
+
+
+def default_cache() -> KernelCache:
+    """The process-wide cache configured from the environment (created on first use)."""
+    global _default
+    if _default is None:
+        _default = KernelCache()
+    return _default

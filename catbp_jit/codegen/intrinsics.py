@@ -1,0 +1,30 @@
+"""Addresses as arrays inside Numba, so loop mode can call kernels with plain integers.
+
+Handing a numpy array to a compiled function costs Numba one MemInfo allocation per call;
+handing it an address and a length costs nothing. `as_array_<dtype>(address, length)`
+views that memory as a 1-d array (no MemInfo, no copy); the caller keeps it alive.
+"""
+
+from __future__ import annotations
+
+from numba import carray, types
+from numba.core.extending import intrinsic
+
+
+def _pointer_intrinsic(nbtype):
+    @intrinsic
+    def as_pointer(typingctx, address):
+        sig = types.CPointer(nbtype)(types.int64)
+
+        def codegen(context, builder, signature, args):
+            return builder.inttoptr(args[0], context.get_value_type(types.CPointer(nbtype)))
+
+        return sig, codegen
+
+    return as_pointer
+
+
+pointer_float64 = _pointer_intrinsic(types.float64)
+pointer_float32 = _pointer_intrinsic(types.float32)
+pointer_int64 = _pointer_intrinsic(types.int64)
+pointer_bool = _pointer_intrinsic(types.boolean)

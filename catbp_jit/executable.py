@@ -1,0 +1,202 @@
+"""compile(): programs -> Executable, the planned, lowered and compiled form you can print,
+inspect, save and bind. The pipeline, one plain function per stage:
+
+    adapt + validate -> build_graph -> optimize -> fuse -> plan_memory -> build_schedule
+    -> load kernels (disk cache or codegen) -> Executable
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Union
+
+import numpy as np
+
+from .cache import KernelCache
+from .codegen.loader import Kernel, load_dispatcher, load_kernel
+from .ir.adapt import adapt_programs, adapt_slot_key, adapt_spec
+from .ir.ops import Program
+from .ir.schema import TensorSpec, format_spec
+from .ir.validate import DEFAULT_MAX_BYTES, validate_programs
+from .plan.arena import MemoryPlan, plan_memory
+from .plan.fusion import Fused, fuse
+from .plan.graph import Graph, build_graph
+from .plan.passes import optimize
+from .plan.schedule import Schedule, build_schedule
+from .semiring import VMSemiringRuntime, adapt_semiring
+
+MODES = ("compiled", "loop")
+TARGETS = ("cpu",)
+SAVE_FORMAT = "catbp-jit-executable"
+
+
+@dataclass
+class Executable:
+    programs: List[Program]
+    semiring: VMSemiringRuntime
+    factor_specs: Dict[int, TensorSpec]
+    selector_specs: Dict[int, TensorSpec]
+    slot_specs: Dict[tuple, TensorSpec]
+    mode: str
+    target: str
+    graph: Graph
+    fused: Fused
+    memory: MemoryPlan
+    schedule: Schedule
+    kernels: List[Kernel]
+    dispatcher: Any = None
+    dispatcher_source: str = ""
+    cache_stats: Dict[str, int] = field(default_factory=dict)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.semiring.dtype
+
+    def bind(self, **hooks):
+        """A Session: the arenas and the schedule table, allocated here, once."""
+        from .session import Session
+
+        return Session(self, **hooks)
+
+    # -- inspecting ----------------------------------------------------------------------
+
+    def stats(self) -> Dict[str, Any]:
+        n_ins = sum(len(p) for p in self.programs)
+        return {
+            "programs": len(self.programs),
+            "instructions": n_ins,
+            "graph_nodes": len(self.graph.nodes),
+            "segments": len(self.schedule.steps),
+            "kernels": len(self.kernels),
+            "cache": dict(self.cache_stats),
+            "arena_bytes": self.memory.class_bytes(),
+            "total_bytes": self.memory.total_bytes,
+            "mode": self.mode,
+            "target": self.target,
+        }
+
+    def kernel_source(self, k: Union[int, str] = 0) -> str:
+        """Generated source of kernel k (its index, pattern name or key), or 'dispatcher'."""
+        if k == "dispatcher":
+            return self.dispatcher_source
+        for i, kern in enumerate(self.kernels):
+            if k in (i, kern.pattern.name, kern.key):
+                return kern.source
+        raise KeyError(f"no kernel {k!r}; kernels: {[kern.pattern.name for kern in self.kernels]}")
+
+    def as_text(self) -> str:
+        """The schedule: arenas, kernels, and each step with its operands and offsets."""
+        m = self.memory
+        region = lambda v: f"{m.regions[v].cls}+{m.regions[v].offset - m.class_base[m.regions[v].cls]}"
+        progs = ", ".join(f"{p.name} {len(p)}" for p in self.programs)
+        lines = [f"executable: {self.semiring.name} {self.dtype.name}, mode {self.mode}, "
+                 f"target {self.target}; programs {progs}",
+                 "arenas (bytes): " + ", ".join(f"{c} {b}" for c, b in m.class_bytes().items())
+                 + f"; total {m.total_bytes}",
+                 f"kernels ({len(self.kernels)}):"]
+        lines += [f"  K{i} {k.pattern.name}  key {k.key[:16]}" for i, k in enumerate(self.kernels)]
+        lines.append(f"schedule ({len(self.schedule.steps)} steps):")
+        for i, st in enumerate(self.schedule.steps):
+            seg = st.segment
+            leaves = ", ".join(f"v{l}@{region(l)}" for l in seg.leaves)
+            red = f" reduce {format_spec(TensorSpec(seg.red_axes))}" if seg.red_axes else ""
+            norm = " normalize" if seg.normalize else ""
+            origin = sorted({f"{prog}[{idx}]" for n in seg.nodes if n in self.graph.nodes
+                             for prog, idx in self.graph.nodes[n].origin})
+            lines.append(f"  [{i}] K{self.schedule.kernel_id(i)} v{seg.out}@{region(seg.out)} "
+                         f"{format_spec(seg.out_spec)} = {leaves}{red}{norm}"
+                         + (f"   # {' '.join(origin[:4])}{' ...' if len(origin) > 4 else ''}" if origin else ""))
+        lines.append("slots:")
+        for key, v in self.fused.outputs.items():
+            lines.append(f"  {key!r} = v{v}@{region(v)} {format_spec(self.fused.specs[v])}")
+        return "\n".join(lines)
+
+    # -- saving ----------------------------------------------------------------------------
+
+    def save(self, path: Union[str, os.PathLike]) -> None:
+        """The programs, specs and options as JSON; `load` re-plans (cheap) and takes the
+        kernels from the disk cache, so a saved executable runs under CATBP_JIT_CACHE=strict."""
+        from .bundle import program_to_json, slot_key_to_json, spec_to_json
+
+        doc = {
+            "format": SAVE_FORMAT, "version": 1,
+            "semiring": self.semiring.name, "dtype": self.dtype.name,
+            "mode": self.mode, "target": self.target,
+            "factor_specs": {str(k): spec_to_json(v) for k, v in self.factor_specs.items()},
+            "selector_specs": {str(k): spec_to_json(v) for k, v in self.selector_specs.items()},
+            "slot_specs": [[slot_key_to_json(k), spec_to_json(v)] for k, v in self.slot_specs.items()],
+            "programs": [program_to_json(p) for p in self.programs],
+            "kernels": [k.key for k in self.kernels],
+        }
+        tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(doc, f)
+        os.replace(tmp, path)
+
+
+def load(path: Union[str, os.PathLike], *, cache: Optional[KernelCache] = None) -> Executable:
+    from .bundle import program_from_json
+    from .semiring import make_semiring
+
+    with open(path, encoding="utf-8") as f:
+        doc = json.load(f)
+    if doc.get("format") != SAVE_FORMAT or doc.get("version") != 1:
+        raise ValueError(f"{os.fspath(path)!r} is not a saved catbp_jit executable (version 1)")
+    return compile(
+        [program_from_json(p) for p in doc["programs"]],
+        make_semiring(doc["semiring"], doc["dtype"]),
+        factor_specs={int(k): v for k, v in doc["factor_specs"].items()},
+        selector_specs={int(k): v for k, v in doc["selector_specs"].items()},
+        slot_specs={adapt_slot_key(k): v for k, v in doc["slot_specs"]},
+        target=doc["target"], mode=doc["mode"], cache=cache)
+
+
+_default_cache: Optional[KernelCache] = None
+
+
+def default_cache() -> KernelCache:
+    """One KernelCache per process, configured from CATBP_JIT_CACHE_DIR / CATBP_JIT_CACHE."""
+    global _default_cache
+    if _default_cache is None:
+        _default_cache = KernelCache()
+    return _default_cache
+
+
+def compile(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
+            selector_specs: Optional[Mapping[int, Any]] = None,
+            slot_specs: Optional[Mapping[Any, Any]] = None, target: str = "cpu",
+            mode: str = "compiled", cache: Optional[KernelCache] = None,
+            max_bytes: int = DEFAULT_MAX_BYTES) -> Executable:
+    """Plan, lower and compile linked programs for inputs of the given specs.
+
+    programs: one program or a list run in order with slots carried over (upward,
+    downward, finalize), as our IR or any CatBP-like objects. slot_specs: slots that
+    exist before the first program (handed to Session.run(slots=...)).
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if target not in TARGETS:
+        raise ValueError(f"target {target!r} is not available (available: {', '.join(TARGETS)})")
+    sr = adapt_semiring(sr)
+    progs = adapt_programs(programs)
+    fspecs = {int(k): adapt_spec(v) for k, v in (factor_specs or {}).items()}
+    sspecs = {int(k): adapt_spec(v) for k, v in (selector_specs or {}).items()}
+    lspecs = {adapt_slot_key(k): adapt_spec(v) for k, v in (slot_specs or {}).items()}
+    checked = validate_programs(progs, factor_specs=fspecs, selector_specs=sspecs,
+                                slot_specs=lspecs, itemsize=sr.dtype.itemsize, max_bytes=max_bytes)
+    graph = optimize(build_graph(checked, sr.name, lspecs))
+    fused = fuse(graph)
+    memory = plan_memory(fused, sr.dtype.itemsize)
+    schedule = build_schedule(fused, memory, sr.dtype.name)
+
+    cache = cache or default_cache()
+    before = dict(cache.stats)
+    kernels = [load_kernel(p, cache) for p in schedule.patterns]
+    dispatcher, dsource = (None, "")
+    if mode == "compiled":
+        dispatcher, dsource = load_dispatcher(kernels, sr.dtype.name, cache)
+    used = {k: cache.stats.get(k, 0) - before.get(k, 0) for k in cache.stats}
+    return Executable(progs, sr, fspecs, sspecs, lspecs, mode, target, graph, fused, memory,
+                      schedule, kernels, dispatcher, dsource, used)

@@ -1,0 +1,115 @@
+"""Memory plan: every materialized value gets a 64-byte-aligned region of one buffer.
+
+The buffer is split into arenas by class, each starting on a 64-byte boundary:
+  inputs     factors and selectors, written by `Session.run` before the schedule runs
+  constants  UNIT tensors, written once at bind time
+  slots      slot results (and slots handed in), which must survive the whole run
+  workspace  every other value, placed by linear-scan first fit over live intervals, so
+             values whose lifetimes do not overlap share memory
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Tuple
+
+from .fusion import Fused
+from .graph import FACTOR, SELECTOR, SLOT_IN, UNIT
+from .liveness import Interval, live_intervals
+
+ALIGN_BYTES = 64
+CLASSES = ("inputs", "constants", "slots", "workspace")
+
+
+@dataclass(frozen=True)
+class Region:
+    cls: str
+    offset: int  # in elements from the start of the whole buffer
+    size: int  # in elements
+
+
+@dataclass
+class MemoryPlan:
+    itemsize: int
+    regions: Dict[int, Region]
+    class_base: Dict[str, int]  # element offset of each arena
+    class_size: Dict[str, int]  # elements used by each arena (before padding)
+    total: int  # elements in the whole buffer
+    intervals: Dict[int, Interval] = field(default_factory=dict)
+
+    def class_bytes(self) -> Dict[str, int]:
+        return {c: n * self.itemsize for c, n in self.class_size.items()}
+
+    @property
+    def total_bytes(self) -> int:
+        return self.total * self.itemsize
+
+
+def _round_up(n: int, step: int) -> int:
+    return -(-n // step) * step
+
+
+def value_class(fused: Fused, value: int) -> str:
+    kind = fused.kinds[value]
+    if kind in (FACTOR, SELECTOR):
+        return "inputs"
+    if kind == UNIT:
+        return "constants"
+    if kind == SLOT_IN or value in set(fused.outputs.values()):
+        return "slots"
+    return "workspace"
+
+
+def first_fit(intervals: List[Interval], sizes: Dict[int, int], step: int) -> Tuple[Dict[int, int], int]:
+    """Linear scan by start; each value takes the lowest aligned gap among live values."""
+    placed: Dict[int, int] = {}
+    active: List[Tuple[int, int, int]] = []  # (offset, size, end)
+    high = 0
+    for iv in sorted(intervals, key=lambda iv: (iv.start, iv.value)):
+        active = [a for a in active if a[2] >= iv.start]  # closed intervals
+        need = _round_up(sizes[iv.value], step)
+        offset = 0
+        for a_off, a_size, _ in sorted(active):
+            if a_off - offset >= need:
+                break
+            offset = max(offset, _round_up(a_off + a_size, step))
+        placed[iv.value] = offset
+        active.append((offset, need, iv.end))
+        high = max(high, offset + need)
+    return placed, high
+
+
+def plan_memory(fused: Fused, itemsize: int) -> MemoryPlan:
+    step = max(1, ALIGN_BYTES // itemsize)  # elements per 64 bytes
+    sizes = {v: max(1, _count(spec)) for v, spec in fused.specs.items()}
+    by_class: Dict[str, List[int]] = {c: [] for c in CLASSES}
+    for v in fused.specs:
+        by_class[value_class(fused, v)].append(v)
+
+    intervals = live_intervals(fused.segments)
+    local: Dict[int, int] = {}
+    used: Dict[str, int] = {}
+    for cls in ("inputs", "constants", "slots"):
+        cursor = 0
+        for v in sorted(by_class[cls]):
+            local[v] = cursor
+            cursor += _round_up(sizes[v], step)
+        used[cls] = cursor
+    work, used["workspace"] = first_fit([intervals[v] for v in by_class["workspace"]], sizes, step)
+    local.update(work)
+
+    base: Dict[str, int] = {}
+    cursor = 0
+    for cls in CLASSES:
+        base[cls] = cursor
+        cursor += _round_up(used[cls], step)
+    regions = {v: Region(value_class(fused, v), base[value_class(fused, v)] + local[v], sizes[v])
+               for v in fused.specs}
+    return MemoryPlan(itemsize, regions, base, used, max(cursor, step), intervals)
+
+
+def _count(spec) -> int:
+    n = 1
+    for s in spec.shape:
+        n *= s
+    return n

@@ -1,0 +1,147 @@
+"""Fusion: group the graph's computing nodes into segments, one kernel launch each.
+
+A segment computes, for every element of its output,
+
+    out[o] = ⊕_{r}  leaf_0[o, r] ⊗ leaf_1[o, r] ⊗ ... ⊗ leaf_k[o, r]     (then NORMALIZE)
+
+over a loop space of output axes `o` and reduced axes `r`, each leaf aligned to that space
+by axis key. One form covers a CONTRACT (no reduced axes), an ELIMINATE (one leaf), a
+CONTRACT fused into the ELIMINATE that reads it (the product is never materialized), a
+left-deep chain of CONTRACTs (CONTRACT(CONTRACT(a, b), c) multiplies ((a ⊗ b) ⊗ c), the
+order the program wrote, so flattening it changes no rounding), a copy, and a NORMALIZE
+fused into its producer. Views are not segments: a leaf that is a view is read through its
+base value with the view's alignment, which is again alignment by key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Tuple
+
+from ..ir.ops import SlotKey
+from ..ir.schema import Axis, TensorSpec
+from .graph import (CONTRACT, ELIMINATE, FACTOR, NORMALIZE, SELECTOR, SLOT_IN, UNIT, VIEW,
+                    Graph)
+
+
+@dataclass(frozen=True)
+class Segment:
+    out: int  # the value it writes
+    out_spec: TensorSpec
+    red_axes: Tuple[Axis, ...]  # reduced axes; the loop space is out_spec.axes + red_axes
+    leaves: Tuple[int, ...]  # materialized values, in ⊗ order (one may appear twice)
+    reduce: bool  # an ELIMINATE is part of it (even if every reduced axis has size 1)
+    normalize: bool
+    nodes: Tuple[int, ...]  # the graph nodes it computes, for listings
+
+
+@dataclass
+class Fused:
+    """What the memory planner needs: the segments in order and every value's spec/kind."""
+    segments: List[Segment]
+    specs: Dict[int, TensorSpec]  # every materialized value
+    kinds: Dict[int, str]  # value -> FACTOR | SELECTOR | SLOT_IN | UNIT | "computed"
+    attrs: Dict[int, object]  # input values -> factor id / selector id / slot key
+    outputs: Dict[SlotKey, int]
+    semiring: str
+
+
+def base_of(g: Graph, nid: int) -> int:
+    """The materialized value a view reads (views of views included)."""
+    while g.nodes[nid].op == VIEW:
+        nid = g.nodes[nid].inputs[0]
+    return nid
+
+
+def fuse(g: Graph) -> Fused:
+    consumers = g.consumers()
+    outputs = set(g.outputs.values())
+    users: Dict[int, List[int]] = {nid: [] for nid in g.nodes}
+    for node in g.nodes.values():
+        for i in node.inputs:
+            users[i].append(node.id)
+
+    def inlined(nid: int) -> bool:
+        """A CONTRACT computed inside its only consumer's segment."""
+        node = g.nodes[nid]
+        if node.op != CONTRACT or consumers[nid] != 1 or nid in outputs:
+            return False
+        user = g.nodes[users[nid][0]]
+        return ((user.op == ELIMINATE and user.inputs[0] == nid) or
+                (user.op == CONTRACT and user.inputs[0] == nid))
+
+    def leaves_of(nid: int) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:
+        """(leaves, nodes) of a CONTRACT, expanding an inlined first input."""
+        node = g.nodes[nid]
+        first, rest = node.inputs[0], node.inputs[1:]
+        if inlined(first):
+            leaves, nodes = leaves_of(first)
+        else:
+            leaves, nodes = (base_of(g, first),), ()
+        return leaves + tuple(base_of(g, r) for r in rest), nodes + (nid,)
+
+    segments: List[Segment] = []
+    by_out: Dict[int, int] = {}  # value -> index of the segment writing it
+    for nid, node in g.nodes.items():
+        if node.op == CONTRACT and not inlined(nid):
+            leaves, nodes = leaves_of(nid)
+            seg = Segment(nid, node.spec, (), leaves, False, False, nodes)
+        elif node.op == ELIMINATE:
+            src = node.inputs[0]
+            src_spec = g.nodes[src].spec
+            if inlined(src):
+                leaves, nodes = leaves_of(src)
+            else:
+                leaves, nodes = (base_of(g, src),), ()
+            kept = set(node.spec.keys)
+            red = tuple(ax for ax in src_spec.axes if ax.key not in kept)
+            seg = Segment(nid, node.spec, red, leaves, True, False, nodes + (nid,))
+        elif node.op == NORMALIZE:
+            src = node.inputs[0]
+            if src in by_out and consumers[src] == 1 and src not in outputs:
+                old = segments[by_out.pop(src)]
+                segments[segments.index(old)] = seg = Segment(
+                    nid, old.out_spec, old.red_axes, old.leaves, old.reduce, True, old.nodes + (nid,))
+                by_out[nid] = segments.index(seg)
+                continue
+            seg = Segment(nid, node.spec, (), (base_of(g, src),), False, True, (nid,))
+        else:
+            continue  # inputs, units and views are not computed by kernels
+        by_out[nid] = len(segments)
+        segments.append(seg)
+
+    specs = {}
+    kinds = {}
+    attrs = {}
+    for seg in segments:
+        specs[seg.out], kinds[seg.out] = seg.out_spec, "computed"
+        for leaf in seg.leaves:
+            node = g.nodes[leaf]
+            specs[leaf], kinds[leaf], attrs[leaf] = node.spec, node.op, node.attr
+
+    # Every slot result must be a value of its own in the slot arena: results that are
+    # inputs, units or views get a copy segment (a fresh value id).
+    final: Dict[SlotKey, int] = {}
+    copies: Dict[int, int] = {}
+    next_id = max(g.nodes, default=-1) + 1
+    for key, nid in g.outputs.items():
+        node = g.nodes[nid]
+        if node.op == SLOT_IN or nid in by_out:
+            final[key] = nid
+            if node.op == SLOT_IN:
+                specs[nid], kinds[nid], attrs[nid] = node.spec, SLOT_IN, node.attr
+            continue
+        if nid not in copies:
+            base = base_of(g, nid)
+            bnode = g.nodes[base]
+            specs[base], attrs[base] = bnode.spec, bnode.attr
+            kinds[base] = bnode.op if bnode.op != CONTRACT and bnode.op != ELIMINATE and bnode.op != NORMALIZE else "computed"
+            copies[nid] = next_id
+            segments.append(Segment(next_id, node.spec, (), (base,), False, False, (nid,)))
+            specs[next_id], kinds[next_id] = node.spec, "computed"
+            next_id += 1
+        final[key] = copies[nid]
+    return Fused(segments, specs, kinds, attrs, final, g.semiring)
+
+
+__all__ = ["Fused", "Segment", "base_of", "fuse", "FACTOR", "SELECTOR", "SLOT_IN", "UNIT"]

@@ -1,0 +1,113 @@
+"""Link a list of programs into one typed SSA graph.
+
+Registers are renamed into values (one per definition; NORMALIZE's in-place rewrite makes
+a new value), LOAD_SLOT reads whatever value the slot holds at that point, STORE_SLOT
+rebinds the slot, and FREE vanishes: slots and frees are planning facts, not operations.
+What remains is a DAG of value-producing nodes whose specs are all known.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from ..ir.ops import OpCode, SlotKey
+from ..ir.schema import TensorSpec
+from ..ir.validate import ValidatedPrograms, eliminate_spec
+
+# Node ops. Inputs come from outside the schedule; the others compute.
+FACTOR, SELECTOR, SLOT_IN = "factor", "selector", "slot_in"
+UNIT, CONTRACT, ELIMINATE, NORMALIZE = "unit", "contract", "eliminate", "normalize"
+VIEW = "view"  # a re-alignment of its input (made by passes.eliminate_copies)
+INPUT_OPS = (FACTOR, SELECTOR, SLOT_IN)
+
+
+@dataclass(frozen=True)
+class Node:
+    id: int
+    op: str
+    spec: TensorSpec
+    inputs: Tuple[int, ...] = ()
+    attr: Any = None  # factor id, selector id, slot key, or ELIMINATE's kept keys
+    origin: Tuple[Tuple[str, int], ...] = ()  # (program, instruction index) it came from
+
+
+@dataclass
+class Graph:
+    nodes: Dict[int, Node]  # in a topological order (definition order)
+    outputs: Dict[SlotKey, int]  # every slot after the last program -> its value
+    semiring: str
+    normalizes: bool = True  # does NORMALIZE do anything in this semiring?
+    origins: Dict[int, str] = field(default_factory=dict)
+
+    def consumers(self) -> Dict[int, int]:
+        """How many times each value is read (as an input or as a slot result)."""
+        count = {nid: 0 for nid in self.nodes}
+        for node in self.nodes.values():
+            for i in node.inputs:
+                count[i] += 1
+        for nid in self.outputs.values():
+            count[nid] += 1
+        return count
+
+
+def build_graph(checked: ValidatedPrograms, semiring: str,
+                slot_specs: Optional[Mapping[SlotKey, TensorSpec]] = None) -> Graph:
+    """The SSA graph of validated programs (specs must all be known: compile needs them)."""
+    nodes: Dict[int, Node] = {}
+    loaded: Dict[Tuple[str, Any], int] = {}  # one input node per factor/selector/slot id
+
+    def add(op, spec, inputs=(), attr=None, origin=()) -> int:
+        nid = len(nodes)
+        nodes[nid] = Node(nid, op, spec, tuple(inputs), attr, origin)
+        return nid
+
+    def load(op, ident, spec, origin) -> int:
+        if (op, ident) not in loaded:
+            loaded[(op, ident)] = add(op, spec, attr=ident, origin=origin)
+        return loaded[(op, ident)]
+
+    slots: Dict[SlotKey, int] = {}
+    for key, spec in (slot_specs or {}).items():
+        slots[key] = load(SLOT_IN, key, spec, ())
+
+    normalizes = semiring in ("PROB", "LOGPROB")
+    for prog, specs in zip(checked.programs, checked.value_specs):
+        regs: Dict[int, int] = {}
+        for index, ins in enumerate(prog.instructions):
+            where = ((prog.name, index),)
+            spec = specs[index]
+            op, a = ins.op, ins.args
+            if op in (OpCode.UNIT, OpCode.LOAD_FACTOR, OpCode.LOAD_SELECTOR, OpCode.CONTRACT,
+                      OpCode.ELIMINATE) and spec is None:
+                raise ValueError(f"program {prog.name!r}, instruction [{index}]: spec unknown; "
+                                 "compiling needs the factor, selector and slot specs")
+            if op == OpCode.UNIT:
+                regs[ins.dst] = add(UNIT, spec, origin=where)
+            elif op == OpCode.LOAD_FACTOR:
+                regs[ins.dst] = load(FACTOR, a["factor_id"], spec, where)
+            elif op == OpCode.LOAD_SELECTOR:
+                regs[ins.dst] = load(SELECTOR, a["selector_id"], spec, where)
+            elif op == OpCode.LOAD_SLOT:
+                regs[ins.dst] = slots[a["slot"]]
+            elif op == OpCode.STORE_SLOT:
+                slots[a["slot"]] = regs[a["src"]]
+            elif op == OpCode.CONTRACT:
+                regs[ins.dst] = add(CONTRACT, spec, [regs[r] for r in a["inputs"]], origin=where)
+            elif op == OpCode.ELIMINATE:
+                src = regs[a["src"]]
+                regs[ins.dst] = add(ELIMINATE, spec, [src], attr=spec.keys, origin=where)
+            elif op == OpCode.NORMALIZE:
+                if normalizes:
+                    src = regs[a["src"]]
+                    regs[a["src"]] = add(NORMALIZE, nodes[src].spec, [src], origin=where)
+            elif op == OpCode.FREE:
+                pass  # registers die here; liveness is recomputed from uses
+    return Graph(nodes, dict(slots), semiring, normalizes)
+
+
+def describe(node: Node) -> str:
+    """A short readable form of a node, for listings and error messages."""
+    args = ", ".join(f"v{i}" for i in node.inputs)
+    extra = "" if node.attr is None else f" {node.attr!r}" if node.op in INPUT_OPS else ""
+    return f"v{node.id} = {node.op}({args}){extra} : {node.spec}"

@@ -1,0 +1,177 @@
+"""Lowering: each segment becomes a kernel pattern plus a row of integer parameters.
+
+A kernel is specialized on its pattern only (semiring, dtype, number of leaves, output
+rank, reduced rank, normalize, parallel), never on sizes: sizes, strides and arena offsets
+are runtime data in one int64 table, so segments of one pattern share one compiled kernel
+across programs and models (seed 004). To keep patterns few, the loop space is put in a
+canonical form first: size-1 axes are dropped and neighbouring axes that are contiguous in
+every operand are merged, as numpy's iterator does.
+
+The table holds one (kernel id, parameter offset) row per step, then the parameters,
+then scratch space for the kernels' loop counters:
+    [kid_0, p_0, kid_1, p_1, ..., params..., scratch...]
+and a segment's parameters are
+    [out_offset, R, Q, scratch_offset, chunks, n_0 .. n_{D-1},
+     out_stride_0 .. out_stride_{R-1}, (leaf_offset, leaf_stride_0 .. leaf_stride_{D-1}) per leaf]
+with R output axes, Q reduced axes, D = R + Q, output axes first. Kernels are therefore
+specialized on (semiring, dtype, leaves, reduce, normalize, parallel) and nothing else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Dict, List, Tuple
+
+import numpy as np
+
+from ..ir.schema import TensorSpec
+from .arena import MemoryPlan
+from .fusion import Fused, Segment
+
+# A segment runs on all threads when it has at least this many output elements and this
+# much work (elements x reduced elements x leaves); below that a thread launch costs more
+# than it saves.
+PARALLEL_MIN_OUT = 64
+PARALLEL_MIN_WORK = 1 << 16
+
+
+@dataclass(frozen=True)
+class KernelPattern:
+    semiring: str
+    dtype: str
+    leaves: int
+    reduce: bool
+    normalize: bool
+    parallel: bool
+    template: str = "contract_reduce"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    @property
+    def name(self) -> str:
+        flags = ("_reduce" if self.reduce else "") + ("_norm" if self.normalize else "") + \
+            ("_par" if self.parallel else "")
+        return f"{self.template}_{self.semiring.lower()}_{self.dtype}_k{self.leaves}{flags}"
+
+
+@dataclass(frozen=True)
+class Step:
+    segment: Segment
+    pattern: KernelPattern
+    params: Tuple[int, ...]
+    work: int  # output elements x reduced elements x leaves
+
+
+@dataclass
+class Schedule:
+    steps: List[Step]
+    patterns: List[KernelPattern]  # distinct patterns, in order of first use
+    table: np.ndarray  # int64, see the module docstring
+
+    def kernel_id(self, i: int) -> int:
+        return int(self.table[2 * i])
+
+    def param_offset(self, i: int) -> int:
+        return int(self.table[2 * i + 1])
+
+
+def c_strides(spec: TensorSpec) -> Dict[tuple, int]:
+    """Element strides of a C-contiguous tensor, by axis key."""
+    strides, step = {}, 1
+    for ax in reversed(spec.axes):
+        strides[ax.key] = step
+        step *= ax.size
+    return strides
+
+
+def canonical_loops(sizes: List[int], groups: List[int], operands: List[List[int]]):
+    """Drop size-1 axes, then merge neighbours of one group contiguous in every operand."""
+    keep = [d for d, n in enumerate(sizes) if n > 1]
+    sizes = [sizes[d] for d in keep]
+    groups = [groups[d] for d in keep]
+    operands = [[op[d] for d in keep] for op in operands]
+    d = len(sizes) - 2
+    while d >= 0:
+        if groups[d] == groups[d + 1] and all(op[d] == op[d + 1] * sizes[d + 1] for op in operands):
+            sizes[d] *= sizes[d + 1]
+            for op in operands:
+                op[d] = op[d + 1]
+                del op[d + 1]
+            del sizes[d + 1], groups[d + 1]
+        d -= 1
+    return sizes, groups, operands
+
+
+CHUNKS = 64  # parallel segments split their output into this many fixed chunks
+
+
+def lower_segment(seg: Segment, fused: Fused, memory: MemoryPlan, dtype: str) -> Step:
+    loop_axes = list(seg.out_spec.axes) + list(seg.red_axes)
+    groups = [0] * seg.out_spec.ndim + [1] * len(seg.red_axes)
+    sizes = [ax.size for ax in loop_axes]
+    out_strides = c_strides(seg.out_spec)
+    operands = [[out_strides[ax.key] if g == 0 else 0 for ax, g in zip(loop_axes, groups)]]
+    for leaf in seg.leaves:
+        spec = fused.specs[leaf]
+        st = c_strides(spec)
+        row = []
+        for ax in loop_axes:
+            if spec.has_key(ax.key) and spec.get_axis(ax.key).size > 1:
+                if spec.get_axis(ax.key).size != ax.size:
+                    raise AssertionError(f"leaf v{leaf} axis {ax.key} size mismatch in segment v{seg.out}")
+                row.append(st[ax.key])
+            else:
+                row.append(0)
+        operands.append(row)
+
+    sizes, groups, operands = canonical_loops(sizes, groups, operands)
+    out_rank, red_rank = groups.count(0), groups.count(1)
+    if seg.reduce and red_rank == 0 and fused.semiring == "LOGPROB":
+        # logsumexp of one element is not the identity for +inf (it gives NaN): keep it.
+        sizes.append(1)
+        for op in operands:
+            op.append(0)
+        red_rank = 1
+    n_out = int(np.prod(sizes[:out_rank], dtype=np.int64)) if out_rank else 1
+    n_red = int(np.prod(sizes[out_rank:], dtype=np.int64)) if red_rank else 1
+    work = n_out * n_red * max(1, len(seg.leaves))
+    parallel = n_out >= PARALLEL_MIN_OUT and work >= PARALLEL_MIN_WORK
+    pattern = KernelPattern(fused.semiring, dtype, len(seg.leaves), red_rank > 0,
+                            seg.normalize, parallel)
+    chunks = min(n_out, CHUNKS) if parallel else 1
+    # the scratch offset (index 3) is filled in by build_schedule
+    params = [memory.regions[seg.out].offset, out_rank, red_rank, -1, chunks]
+    params += sizes + operands[0][:out_rank]
+    for leaf, row in zip(seg.leaves, operands[1:]):
+        params += [memory.regions[leaf].offset] + row
+    return Step(seg, pattern, tuple(int(x) for x in params), work)
+
+
+def scratch_size(step: Step) -> int:
+    """Loop counters: one per axis, per chunk."""
+    rank = step.params[1] + step.params[2]
+    return max(1, rank) * step.params[4]
+
+
+def build_schedule(fused: Fused, memory: MemoryPlan, dtype: str) -> Schedule:
+    steps = [lower_segment(seg, fused, memory, dtype) for seg in fused.segments]
+    patterns: List[KernelPattern] = []
+    ids: Dict[KernelPattern, int] = {}
+    for st in steps:
+        if st.pattern not in ids:
+            ids[st.pattern] = len(patterns)
+            patterns.append(st.pattern)
+    head: List[int] = []
+    params: List[int] = []
+    base = 2 * len(steps)
+    scratch = base + sum(len(st.params) for st in steps)
+    for st in steps:
+        row = list(st.params)
+        row[3] = scratch
+        scratch += scratch_size(st)
+        head += [ids[st.pattern], base + len(params)]
+        params += row
+    table = np.zeros(scratch, dtype=np.int64)
+    table[:len(head) + len(params)] = head + params
+    return Schedule(steps, patterns, table)

@@ -1,0 +1,140 @@
+"""Session: an executable bound to its memory. `run` copies inputs in and walks the
+schedule; it allocates nothing (no numpy buffer, a constant number of Numba NRT records).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+
+import numpy as np
+
+from .errors import InputMismatchError, UnknownInputError
+from .ir.adapt import adapt_slot_key
+from .ir.schema import TensorSpec
+from .plan.arena import ALIGN_BYTES
+from .plan.graph import FACTOR, SELECTOR, SLOT_IN, UNIT
+
+ONE = {"PROB": 1, "LOGPROB": 0, "SAT": True, "COUNT": 1}
+
+Hook = Callable[[int, Any], None]
+
+
+def aligned_empty(n: int, dtype: np.dtype) -> np.ndarray:
+    """n elements of dtype whose first byte sits on a 64-byte boundary."""
+    dtype = np.dtype(dtype)
+    raw = np.zeros(n * dtype.itemsize + ALIGN_BYTES, dtype=np.uint8)
+    start = (-raw.ctypes.data) % ALIGN_BYTES
+    return raw[start:start + n * dtype.itemsize].view(dtype)
+
+
+class Session:
+    def __init__(self, exe, *, before: Optional[Hook] = None, after: Optional[Hook] = None):
+        self.exe = exe
+        self.mem = aligned_empty(exe.memory.total, exe.dtype)
+        self.table = exe.schedule.table.copy()  # kernels keep loop counters in its tail
+        self.before, self.after = before, after
+        fused, regions = exe.fused, exe.memory.regions
+
+        def view(v: int) -> np.ndarray:
+            r = regions[v]
+            return self.mem[r.offset:r.offset + r.size].reshape(fused.specs[v].shape)
+
+        self._factors: Dict[int, np.ndarray] = {}
+        self._selectors: Dict[int, np.ndarray] = {}
+        self._slots_in: Dict[tuple, np.ndarray] = {}
+        for v, kind in fused.kinds.items():
+            if kind == FACTOR:
+                self._factors[fused.attrs[v]] = view(v)
+            elif kind == SELECTOR:
+                self._selectors[fused.attrs[v]] = view(v)
+            elif kind == SLOT_IN:
+                self._slots_in[fused.attrs[v]] = view(v)
+            elif kind == UNIT:
+                view(v).fill(ONE[exe.semiring.name])
+        self._unset = {("factor", k) for k in self._factors} | \
+                      {("selector", k) for k in self._selectors} | \
+                      {("slot", k) for k in self._slots_in}
+        # results: views into the slot arena, valid until the next run
+        self.slots: Dict[tuple, Tuple[np.ndarray, TensorSpec]] = {
+            key: (view(v), fused.specs[v]) for key, v in fused.outputs.items()}
+
+        self._n_steps = len(exe.schedule.steps)
+        if exe.mode == "loop":
+            # loop mode hands kernels addresses, not arrays: no NRT record per call
+            mem_at, tab_at = self.mem.ctypes.data, self.table.ctypes.data
+            self._calls = [(exe.kernels[exe.schedule.kernel_id(i)].kernel_at,
+                            (mem_at, self.mem.size, tab_at, self.table.size,
+                             exe.schedule.param_offset(i)))
+                           for i in range(self._n_steps)]
+
+    # -- inputs --------------------------------------------------------------------------
+
+    def _check(self, kind: str, ident: Any, arr: Any, target: Optional[np.ndarray]) -> None:
+        if target is None:
+            known = {"factor": self._factors, "selector": self._selectors, "slot": self._slots_in}[kind]
+            if kind == "slot" or not self._known_unused(kind, ident):
+                raise UnknownInputError(f"this executable has no {kind} {ident!r} "
+                                        f"(it reads: {sorted(map(repr, known))[:10]})")
+            return
+        if not isinstance(arr, np.ndarray):
+            raise InputMismatchError(f"{kind} {ident!r}: expected a numpy array, got {type(arr).__name__}")
+        if arr.dtype != self.mem.dtype or arr.shape != target.shape:
+            raise InputMismatchError(
+                f"{kind} {ident!r}: got {arr.dtype}{list(arr.shape)}, compiled for "
+                f"{self.mem.dtype}{list(target.shape)}; compile again for other specs or cast first")
+
+    def _known_unused(self, kind: str, ident: Any) -> bool:
+        specs = self.exe.factor_specs if kind == "factor" else self.exe.selector_specs
+        return ident in specs  # declared but dead after optimization: accepted, ignored
+
+    def _bind_inputs(self, factors, selectors, slots) -> None:
+        groups = (("factor", factors, self._factors), ("selector", selectors, self._selectors),
+                  ("slot", slots, self._slots_in))
+        # everything is checked before anything is copied: a refused run changes nothing
+        for kind, given, targets in groups:
+            for ident, arr in (given or {}).items():
+                if kind == "slot":
+                    ident = adapt_slot_key(ident)
+                    if isinstance(arr, tuple):
+                        arr = arr[0]
+                self._check(kind, ident, arr, targets.get(ident))
+        for kind, given, targets in groups:
+            for ident, arr in (given or {}).items():
+                if kind == "slot":
+                    ident = adapt_slot_key(ident)
+                    if isinstance(arr, tuple):
+                        arr = arr[0]
+                target = targets.get(ident)
+                if target is not None:
+                    np.copyto(target, arr)
+                    self._unset.discard((kind, ident))
+        if self._unset:
+            missing = sorted(f"{k} {i!r}" for k, i in self._unset)
+            raise UnknownInputError(f"no value given yet for {', '.join(missing[:10])}"
+                                    + (" ..." if len(missing) > 10 else ""))
+
+    # -- running ---------------------------------------------------------------------------
+
+    def run(self, factors: Optional[Mapping[int, np.ndarray]] = None,
+            selectors: Optional[Mapping[int, np.ndarray]] = None,
+            slots: Optional[Mapping[Any, Any]] = None) -> Dict[tuple, Tuple[np.ndarray, TensorSpec]]:
+        """Copy the given inputs in (inputs not given keep their last values) and run.
+
+        Returns `self.slots`: slot key -> (view, spec), valid until the next run.
+        """
+        if factors or selectors or slots or self._unset:
+            self._bind_inputs(factors, selectors, slots)
+        if self.exe.mode == "compiled":
+            self.exe.dispatcher(self.mem, self.table, self._n_steps)
+        elif self.before is None and self.after is None:
+            for fn, args in self._calls:
+                fn(*args)
+        else:
+            steps = self.exe.schedule.steps
+            for i, (fn, args) in enumerate(self._calls):
+                if self.before is not None:
+                    self.before(i, steps[i])
+                fn(*args)
+                if self.after is not None:
+                    self.after(i, steps[i])
+        return self.slots

@@ -1,0 +1,352 @@
+"""The on-disk kernel cache: keys, hits across processes, policies, integrity, locking."""
+
+import json
+import logging
+import multiprocessing
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from catbp_jit import cache as cache_mod
+from catbp_jit.cache import (CacheDirError, CacheMissError, KernelCache, environment_identity,
+                             kernel_key)
+
+SIG = ["int64(int64, int64)"]
+
+
+def pattern(c, **extra):
+    return {"template": "test_add", "const": c, "dtype": "int64", "parallel": False, **extra}
+
+
+def source(c):
+    # The constant makes each pattern's source distinct (and a wrong module visible).
+    return f"import numba\n\n\n@numba.njit(cache=True)\ndef kernel(a, b):\n    return a + b + {c}\n"
+
+
+def entry_files(directory):
+    kernels = Path(directory) / "kernels"
+    return {
+        "py": sorted(kernels.glob("k_*.py")),
+        "json": sorted(kernels.glob("k_*.json")),
+        "nbi": sorted((kernels / "__pycache__").glob("k_*.nbi")),
+        "nbc": sorted((kernels / "__pycache__").glob("k_*.nbc")),
+    }
+
+
+# A fresh interpreter: what a second run of the program sees.
+CHILD = r"""
+import json, sys
+from catbp_jit.cache import CacheMissError, KernelCache, kernel_key
+a = json.loads(sys.argv[1])
+kc = KernelCache(a["dir"], a["policy"])
+out = {"key": kernel_key(a["pattern"])}
+try:
+    f = kc.get(a["pattern"], a["source"], "kernel", a["signatures"])
+    out.update(ok=True, value=f(2, 3), stats=kc.stats,
+               numba_hits=sum(f.stats.cache_hits.values()),
+               numba_misses=sum(f.stats.cache_misses.values()))
+except CacheMissError as e:
+    out.update(ok=False, error=str(e), stats=kc.stats)
+print(json.dumps(out))
+"""
+
+
+def run_child(directory, c, policy="fallback", signatures=SIG):
+    env = {k: v for k, v in os.environ.items() if k != "CATBP_JIT_CACHE"}
+    arg = json.dumps({"dir": str(directory), "policy": policy, "pattern": pattern(c),
+                      "source": source(c), "signatures": signatures})
+    p = subprocess.run([sys.executable, "-c", CHILD, arg], capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+# ---------------------------------------------------------------------------- processes
+
+def test_miss_then_hit_in_new_process_and_strict_warm(tmp_path):
+    first = run_child(tmp_path, 11)
+    assert first["ok"] and first["value"] == 16
+    assert first["stats"]["misses"] == 1 and first["stats"]["compiled"] == 1
+    assert first["numba_misses"] == 1
+
+    second = run_child(tmp_path, 11)
+    assert second["ok"] and second["value"] == 16
+    assert second["stats"]["hits"] == 1
+    assert second["stats"]["misses"] == 0 and second["stats"]["compiled"] == 0
+    assert second["numba_misses"] == 0 and second["numba_hits"] == 1
+
+    strict = run_child(tmp_path, 11, policy="strict")
+    assert strict["ok"] and strict["value"] == 16 and strict["stats"]["hits"] == 1
+    assert strict["numba_misses"] == 0
+
+    # The key is the same in every process (and here).
+    assert first["key"] == second["key"] == strict["key"] == kernel_key(pattern(11))
+    files = entry_files(tmp_path)
+    assert [len(files[k]) for k in ("py", "json", "nbi", "nbc")] == [1, 1, 1, 1]
+
+
+def test_strict_cold_dir_raises_in_new_process(tmp_path):
+    out = run_child(tmp_path, 12, policy="strict")
+    assert not out["ok"]
+    assert "'test_add'" in out["error"] and out["key"] in out["error"]
+    assert out["stats"]["compiled"] == 0
+    files = entry_files(tmp_path)
+    assert not any(files.values())  # nothing written, nothing compiled
+
+
+def _worker(directory, c, barrier, queue):
+    outcomes = []
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            outcomes.append(record.catbp_jit["outcome"])
+
+    logger = logging.getLogger("catbp_jit.cache")
+    logger.addHandler(Collect())
+    logger.setLevel(logging.INFO)
+    kc = KernelCache(directory, "fallback")
+    try:
+        barrier.wait(timeout=60)  # all three ask at the same moment
+        f = kc.get(pattern(c), source(c), "kernel", SIG)
+        queue.put({"ok": True, "value": f(2, 3), "stats": kc.stats, "outcomes": outcomes})
+    except Exception as e:  # reported to the parent, which fails the test
+        queue.put({"ok": False, "error": repr(e)})
+
+
+def test_concurrent_processes_compile_once(tmp_path):
+    ctx = multiprocessing.get_context("spawn")
+    barrier, queue = ctx.Barrier(3), ctx.Queue()
+    procs = [ctx.Process(target=_worker, args=(str(tmp_path), 13, barrier, queue))
+             for _ in range(3)]
+    for p in procs:
+        p.start()
+    results = [queue.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    assert all(r["ok"] for r in results), results
+    assert [r["value"] for r in results] == [18, 18, 18]
+    assert sum(r["stats"]["compiled"] for r in results) == 1
+    assert sum(r["stats"]["misses"] for r in results) == 1
+    assert sum(r["stats"]["hits"] for r in results) == 2
+    assert sorted(o for r in results for o in r["outcomes"]) == ["compiled"]
+    # The cache is intact: it verifies, and strict loads it without compiling.
+    assert KernelCache(tmp_path).check(pattern(13), source(13))[0] == "ok"
+    strict = KernelCache(tmp_path, "strict")
+    f = strict.get(pattern(13), source(13), "kernel", SIG)
+    assert f(2, 3) == 18 and strict.stats["hits"] == 1 and strict.stats["compiled"] == 0
+
+
+# ---------------------------------------------------------------------------- integrity
+
+def _truncate(path, keep=0.5):
+    data = path.read_bytes()
+    path.write_bytes(data[: int(len(data) * keep)])
+
+
+def _flip_constant(path):
+    # One byte: "+ 14" -> "+ 15". Executed, it would return the wrong answer.
+    data = bytearray(path.read_bytes())
+    i = data.rindex(b"14")
+    data[i + 1] = ord("5")
+    path.write_bytes(bytes(data))
+
+
+CORRUPTIONS = {
+    "truncate_source": lambda f: _truncate(f["py"][0]),
+    "alter_source_byte": lambda f: _flip_constant(f["py"][0]),
+    "truncate_nbc": lambda f: _truncate(f["nbc"][0]),
+    "truncate_nbi": lambda f: _truncate(f["nbi"][0], keep=0.3),
+    "alter_nbc_byte": lambda f: f["nbc"][0].write_bytes(
+        f["nbc"][0].read_bytes()[:-1] + bytes([f["nbc"][0].read_bytes()[-1] ^ 1])),
+    "delete_manifest": lambda f: f["json"][0].unlink(),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(CORRUPTIONS))
+def test_damaged_entry_is_rebuilt_never_executed(tmp_path, caplog, damage):
+    caplog.set_level(logging.INFO, logger="catbp_jit.cache")
+    KernelCache(tmp_path).get(pattern(14), source(14), "kernel", SIG)
+    CORRUPTIONS[damage](entry_files(tmp_path))
+    assert KernelCache(tmp_path).check(pattern(14), source(14))[0] == "invalid"
+
+    # strict refuses a damaged entry, and leaves it alone
+    with pytest.raises(CacheMissError):
+        KernelCache(tmp_path, "strict").get(pattern(14), source(14), "kernel", SIG)
+
+    caplog.clear()
+    kc = KernelCache(tmp_path)
+    f = kc.get(pattern(14), source(14), "kernel", SIG)
+    assert f(2, 3) == 19
+    assert kc.stats["rebuilt"] == 1 and kc.stats["compiled"] == 1 and kc.stats["hits"] == 0
+    (rec,) = [r for r in caplog.records if r.name == "catbp_jit.cache"]
+    assert rec.levelno == logging.WARNING and rec.catbp_jit["outcome"] == "rebuilt"
+    # Rebuilt and whole again: the next instance hits.
+    assert KernelCache(tmp_path).check(pattern(14), source(14))[0] == "ok"
+    again = KernelCache(tmp_path)
+    assert again.get(pattern(14), source(14), "kernel", SIG)(2, 3) == 19
+    assert again.stats["hits"] == 1 and again.stats["compiled"] == 0
+
+
+def test_stale_source_is_rebuilt(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="catbp_jit.cache")
+    KernelCache(tmp_path).get(pattern(15), source(15), "kernel", SIG)
+    caplog.clear()
+    kc = KernelCache(tmp_path)
+    f = kc.get(pattern(15), source(16), "kernel", SIG)  # same key, new text
+    assert f(2, 3) == 21
+    assert kc.stats["rebuilt"] == 1
+    (rec,) = [r for r in caplog.records if r.name == "catbp_jit.cache"]
+    assert "stale" in rec.catbp_jit["reason"]
+    assert KernelCache(tmp_path).check(pattern(15), source(16))[0] == "ok"
+
+
+def test_damage_after_get_is_caught_at_load(tmp_path):
+    # get() without signatures verifies and returns; Numba loads lazily at the first
+    # call, and the load hook checks the files again.
+    KernelCache(tmp_path).get(pattern(17), source(17), "kernel", SIG)
+    kc = KernelCache(tmp_path)
+    f = kc.get(pattern(17), source(17), "kernel")
+    assert kc.stats["hits"] == 1
+    _truncate(entry_files(tmp_path)["nbc"][0])
+    assert f(2, 3) == 22
+    assert kc.stats["rebuilt"] == 1 and kc.stats["compiled"] == 1
+    assert KernelCache(tmp_path).check(pattern(17), source(17))[0] == "ok"
+
+
+def test_new_signature_strict_refuses_fallback_compiles(tmp_path, caplog):
+    KernelCache(tmp_path).get(pattern(18), source(18), "kernel", SIG)
+    with pytest.raises(CacheMissError, match="float64"):
+        KernelCache(tmp_path, "strict").get(pattern(18), source(18), "kernel",
+                                            ["float64(float64, float64)"])
+    caplog.set_level(logging.INFO, logger="catbp_jit.cache")
+    caplog.clear()
+    kc = KernelCache(tmp_path)
+    f = kc.get(pattern(18), source(18), "kernel", ["float64(float64, float64)"])
+    assert f(2.0, 3.0) == 23.0
+    assert kc.stats["misses"] == 1 and kc.stats["compiled"] == 1
+    assert [r.catbp_jit["outcome"] for r in caplog.records] == ["compiled"]
+    # both signatures now load from the cache, under strict
+    strict = KernelCache(tmp_path, "strict")
+    g = strict.get(pattern(18), source(18), "kernel", SIG + ["float64(float64, float64)"])
+    assert g(2, 3) == 23 and strict.stats["hits"] == 1 and strict.stats["compiled"] == 0
+
+
+def test_argument_only_signature_shares_cache_with_calls(tmp_path):
+    KernelCache(tmp_path).get(pattern(26), source(26), "kernel", ["(int64, int64)"])
+    strict = KernelCache(tmp_path, "strict")
+    f = strict.get(pattern(26), source(26), "kernel")
+    assert f(2, 3) == 31  # a call with (int64, int64) loads what the eager compile cached
+    assert strict.stats["compiled"] == 0 and sum(f.stats.cache_hits.values()) == 1
+    with pytest.raises(CacheMissError):
+        f(2.0, 3.0)  # a new type under strict: refused, not compiled
+
+
+# ---------------------------------------------------------------------------- policies
+
+def test_off_never_writes_files(tmp_path):
+    d = tmp_path / "never"
+    kc = KernelCache(d, "off")
+    f = kc.get(pattern(19), source(19), "kernel", SIG)
+    assert f(2, 3) == 24
+    assert kc.get(pattern(19), source(19), "kernel") is f
+    assert kc.stats["compiled"] == 1 and kc.stats["misses"] == 1
+    assert not d.exists()
+
+
+def test_memo_returns_same_dispatcher_without_disk(tmp_path):
+    kc = KernelCache(tmp_path / "c")
+    f = kc.get(pattern(20), source(20), "kernel", SIG)
+    shutil.rmtree(tmp_path / "c")  # disk gone entirely
+    assert kc.get(pattern(20), source(20), "kernel", SIG) is f
+    assert kc.stats["memo_hits"] == 1 and kc.stats["misses"] == 1
+    assert not (tmp_path / "c").exists()
+
+
+def test_clear(tmp_path):
+    kc = KernelCache(tmp_path)
+    kc.get(pattern(21), source(21), "kernel", SIG)
+    kc.clear()
+    assert not any(entry_files(tmp_path).values())
+    assert kc.check(pattern(21), source(21))[0] == "missing"
+    assert kc.get(pattern(21), source(21), "kernel", SIG)(2, 3) == 26
+    assert kc.stats["misses"] == 2
+
+
+def test_telemetry_record_on_miss(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="catbp_jit.cache")
+    KernelCache(tmp_path).get(pattern(22), source(22), "kernel", SIG)
+    (rec,) = [r for r in caplog.records if r.name == "catbp_jit.cache"]
+    assert rec.levelno == logging.INFO
+    data = rec.catbp_jit
+    assert data["kernel"] == pattern(22)
+    assert data["key"] == kernel_key(pattern(22))
+    assert data["target"] == "cpu" and data["policy"] == "fallback"
+    assert data["outcome"] == "compiled"
+    assert data["environment"] == environment_identity()
+    assert data["compile_seconds"] > 0
+    assert "compiled" in rec.getMessage() and "test_add" in rec.getMessage()
+
+    caplog.clear()
+    KernelCache(tmp_path).get(pattern(22), source(22), "kernel", SIG)  # a hit: silent
+    assert not [r for r in caplog.records if r.name == "catbp_jit.cache"]
+
+    with pytest.raises(CacheMissError):
+        KernelCache(tmp_path, "strict").get(pattern(23), source(23), "kernel", SIG)
+    (rec,) = [r for r in caplog.records if r.name == "catbp_jit.cache"]
+    assert rec.catbp_jit["outcome"] == "refused" and rec.catbp_jit["policy"] == "strict"
+
+
+# ---------------------------------------------------------------------------- keys, config
+
+def test_kernel_key(monkeypatch):
+    k = kernel_key(pattern(1))
+    assert len(k) == 64 and k == kernel_key(pattern(1)) == kernel_key(dict(reversed(
+        list(pattern(1).items()))))  # key order does not matter
+    assert kernel_key(pattern(2)) != k
+    assert kernel_key(pattern(1, parallel=True)) != k
+    assert kernel_key(pattern(1), target="cuda") != k
+    assert KernelCache().key_for(pattern(1)) == k
+    monkeypatch.setattr(cache_mod, "CODEGEN_VERSION", "test-bump")
+    assert kernel_key(pattern(1)) != k
+    assert environment_identity()["codegen_version"] == "test-bump"
+    with pytest.raises(TypeError):
+        kernel_key({"bad": object()})
+
+
+def test_environment_identity_fields():
+    env = environment_identity()
+    for field in ("numba", "llvmlite", "numpy", "python", "cpu_name", "cpu_features",
+                  "codegen_version"):
+        assert env[field], field
+
+
+def test_directory_and_policy_from_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("CATBP_JIT_CACHE_DIR", str(tmp_path / "env"))
+    monkeypatch.setenv("CATBP_JIT_CACHE", "strict")
+    kc = KernelCache()
+    assert kc.directory == str(tmp_path / "env") and kc.policy == "strict"
+    with pytest.raises(CacheMissError):
+        kc.get(pattern(24), source(24), "kernel")
+    assert (tmp_path / "env" / "locks").is_dir()
+
+    monkeypatch.delenv("CATBP_JIT_CACHE_DIR")
+    monkeypatch.delenv("CATBP_JIT_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    kc = KernelCache()
+    if sys.platform.startswith("linux"):
+        assert kc.directory == str(tmp_path / "xdg" / "catbp_jit")
+    assert kc.policy == "fallback"
+    with pytest.raises(ValueError):
+        KernelCache(tmp_path, "sometimes")
+
+
+def test_unwritable_directory_is_an_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(CacheDirError, match="not writable"):
+        KernelCache(blocker / "cache").get(pattern(25), source(25), "kernel")
