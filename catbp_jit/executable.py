@@ -23,6 +23,7 @@ from .ir.validate import DEFAULT_MAX_BYTES, validate_programs
 from .plan.arena import MemoryPlan, plan_memory
 from .plan.fusion import Fused, fuse
 from .plan.graph import Graph, build_graph
+from .plan.layout import choose_layouts
 from .plan.passes import optimize
 from .plan.schedule import Schedule, build_schedule
 from .semiring import VMSemiringRuntime, adapt_semiring
@@ -189,7 +190,7 @@ def compile(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
     graph = optimize(build_graph(checked, sr.name, lspecs))
     fused = fuse(graph)
     memory = plan_memory(fused, sr.dtype.itemsize)
-    schedule = build_schedule(fused, memory, sr.dtype.name)
+    schedule = build_schedule(fused, memory, sr.dtype.name, choose_layouts(fused))
 
     cache = cache or default_cache()
     before = dict(cache.stats)

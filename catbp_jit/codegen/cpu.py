@@ -4,11 +4,15 @@ A kernel computes one segment (see plan/fusion.py):
 
     out[o] = ⊕_r  leaf_0[o, r] ⊗ leaf_1[o, r] ⊗ ... ⊗ leaf_{k-1}[o, r]
 
-It is specialized on its pattern only: semiring, dtype, number of leaves k, whether it
-reduces, normalizes, runs in parallel. Ranks, sizes, strides and offsets are runtime data
-read from the int64 table P (layout in plan/schedule.py), so one kernel serves every
-segment of its pattern. Loops over any number of axes run as an odometer whose counters
-live in the segment's scratch area of P; the innermost reduced axis is a tight loop.
+It is specialized on its pattern only (semiring, dtype, number of leaves k, reduce or not,
+normalize, parallel). Ranks, sizes, strides and offsets are runtime data read from the
+int64 table P (layout in plan/schedule.py), so one kernel serves every segment of its
+pattern. The loops over the *hot* axes (the reduced axes if the kernel reduces, else the
+output axes) run in three layers:
+  - the innermost axis, a tight strided loop `j`;
+  - up to 256 elements of the axes just outside it, through per-leaf offset tables `t`
+    precomputed at plan time (no index arithmetic per element);
+  - every remaining axis, an odometer whose counters live in P's scratch area.
 
 Every output element is computed by the same sequential code whatever the chunking or the
 thread count, so results are bit-identical across runs and NUMBA_NUM_THREADS. float32
@@ -26,75 +30,67 @@ from ..plan.schedule import KernelPattern
 ENTRY = "kernel"
 
 
-def _leaves(k: int) -> range:
-    return range(k)
-
-
 def _product(k: int, semiring: str, offsets: List[str]) -> str:
     """The ⊗-product of the k leaves at the given offsets, left to right as written."""
     terms = [f"mem[{off}]" for off in offsets[:k]]
     if semiring == "SAT":
         return " and ".join(terms)
-    op = " + " if semiring == "LOGPROB" else " * "
-    return op.join(terms)
+    return (" + " if semiring == "LOGPROB" else " * ").join(terms)
 
 
-def _advance(indent: str, first: str, last: str, names: List[str], strides: List[str],
-             out_name: str = "", out_stride: str = "") -> List[str]:
-    """Odometer step over axes last..first (last fastest); `d < first` after a full wrap."""
-    pad = indent + "    "
-    lines = [f"{indent}d = {last}", f"{indent}while d >= {first}:",
-             f"{pad}P[idx + d] += 1"]
-    moves = [f"{n} += P[{s} + d]" for n, s in zip(names, strides)]
-    backs = [f"{n} -= P[{s} + d] * P[N + d]" for n, s in zip(names, strides)]
-    if out_name:
-        moves.insert(0, f"{out_name} += P[{out_stride} + d]")
-        backs.insert(0, f"{out_name} -= P[{out_stride} + d] * P[N + d]")
-    lines += [pad + m for m in moves]
+def _advance(ind: str, first: str, last: str, names: List[str], strides: List[str]) -> List[str]:
+    """Odometer step over axes last..first (last fastest); leaves `d < first` after a wrap."""
+    pad = ind + "    "
+    lines = [f"{ind}d = {last}", f"{ind}while d >= {first}:", f"{pad}P[idx + d] += 1"]
+    lines += [f"{pad}{n} += P[{s} + d]" for n, s in zip(names, strides)]
     lines += [f"{pad}if P[idx + d] < P[N + d]:", f"{pad}    break"]
-    lines += [pad + b for b in backs]
+    lines += [f"{pad}{n} -= P[{s} + d] * P[N + d]" for n, s in zip(names, strides)]
     lines += [f"{pad}P[idx + d] = 0", f"{pad}d -= 1"]
     return lines
 
 
-def _reduce_pass(indent: str, k: int, body: List[str], stop_on_true: bool = False) -> List[str]:
-    """One sweep over the reduced axes: innermost axis D-1 tight, the others an odometer."""
-    pad = indent + "    "
-    r = [f"r{l}" for l in _leaves(k)]
-    lines = [f"{indent}for d in range(R, D - 1):", f"{indent}    P[idx + d] = 0"]
-    lines += [f"{indent}r{l} = b{l}" for l in _leaves(k)]
-    lines += [f"{indent}while True:", f"{pad}for j in range(m):"]
-    lines += [pad + "    " + b for b in body]
-    if stop_on_true:
-        lines += [f"{pad}if acc:", f"{pad}    break"]
-    lines += _advance(pad, "R", "D - 2", r, [f"L{l} + 1" for l in _leaves(k)])
+def _place(ind: str, first: str, last: str, start: str, names: List[str], strides: List[str]) -> List[str]:
+    """Set the odometer over axes first..last on flat position `start` (C order)."""
+    lines = [f"{ind}rem = {start}", f"{ind}for d in range({last}, {first} - 1, -1):",
+             f"{ind}    i = rem % P[N + d]", f"{ind}    rem //= P[N + d]", f"{ind}    P[idx + d] = i"]
+    lines += [f"{ind}    {n} += i * P[{s} + d]" for n, s in zip(names, strides)]
+    return lines
+
+
+def _sweep(ind: str, k: int, body: List[str], stop: bool) -> List[str]:
+    """One pass over the reduced axes of the current output element, calling `body` on x."""
+    pad, r = ind + "    ", [f"r{l}" for l in range(k)]
+    lines = [f"{ind}for d in range(R, top):", f"{ind}    P[idx + d] = 0"]
+    lines += [f"{ind}r{l} = b{l}" for l in range(k)]
+    lines += [f"{ind}while True:", f"{pad}for t in range(blk):"]
+    lines += [f"{pad}    c{l} = r{l} + P[T{l} + t]" for l in range(k)]
+    lines += [f"{pad}    for j in range(m):"]
+    lines += [f"{pad}        {b}" for b in body]
+    if stop:  # SAT: leave every loop once a term is true
+        lines += [f"{pad}    if acc:", f"{pad}        break", f"{pad}if acc:", f"{pad}    break"]
+    lines += _advance(pad, "R", "top - 1", r, [f"L{l} + 1" for l in range(k)])
     lines += [f"{pad}if d < R:", f"{pad}    break"]
     return lines
 
 
-def _reduce_value(k: int, semiring: str, dtype: str) -> List[str]:
-    """Lines that leave the reduced value of the current output element in `v`."""
-    at = [f"r{l} + j * t{l}" for l in _leaves(k)]
-    x = _product(k, semiring, at)
+def _reduced_value(k: int, semiring: str) -> List[str]:
+    """Lines leaving ⊕ over the reduced axes of the current output element in `v`."""
+    x = _product(k, semiring, [f"c{l} + j * s{l}" for l in range(k)])
     i = "        "
-    lines = [f"{i}m = P[N + D - 1]"] + [f"{i}t{l} = P[L{l} + D]" for l in _leaves(k)]
     if semiring == "LOGPROB":
-        lines += [f"{i}top = -np.inf  # pass 1: the largest term (NaN sticks)"]
-        lines += _reduce_pass(i, k, [f"x = {x}", "if x > top or x != x:", "    top = x"])
-        lines += [f"{i}if top == -np.inf:", f"{i}    v = top",
-                  f"{i}else:", f"{i}    acc = 0.0  # pass 2: sum of exp(x - top)"]
-        lines += _reduce_pass(i + "    ", k, [f"x = {x}", "acc += math.exp(x - top)"])
-        lines += [f"{i}    v = top + math.log(acc)"]
-    elif semiring == "SAT":
-        lines += [f"{i}acc = False"]
-        lines += _reduce_pass(i, k, [f"if {x}:", "    acc = True", "    break"], stop_on_true=True)
-        lines += [f"{i}v = acc"]
-    else:  # PROB sums in float64 (float32 too); COUNT in int64, wrapping
-        zero = "0" if semiring == "COUNT" else "0.0"
-        lines += [f"{i}acc = {zero}"]
-        lines += _reduce_pass(i, k, [f"acc += {x}"])
-        lines += [f"{i}v = acc"]
-    return lines
+        lines = [f"{i}top_x = -np.inf  # pass 1: the largest term (a NaN sticks)"]
+        lines += _sweep(i, k, [f"x = {x}", "if x > top_x or x != x:", "    top_x = x"], False)
+        lines += [f"{i}if top_x == -np.inf:", f"{i}    v = top_x",
+                  f"{i}else:", f"{i}    acc = 0.0  # pass 2: the sum of exp(x - top_x)"]
+        lines += _sweep(i + "    ", k, [f"acc += math.exp({x} - top_x)"], False)
+        return lines + [f"{i}    v = top_x + math.log(acc)"]
+    if semiring == "SAT":
+        lines = [f"{i}acc = False"]
+        lines += _sweep(i, k, [f"if {x}:", "    acc = True", "    break"], True)
+        return lines + [f"{i}v = acc"]
+    lines = [f"{i}acc = {'0' if semiring == 'COUNT' else '0.0'}"]  # float32 sums in float64
+    lines += _sweep(i, k, [f"acc += {x}"], False)
+    return lines + [f"{i}v = acc"]
 
 
 def _normalize(semiring: str) -> List[str]:
@@ -105,71 +101,92 @@ def _normalize(semiring: str) -> List[str]:
                 f"{i}if total != 0.0:",
                 f"{i}    for o in range(n_out):", f"{i}        mem[out + o] = mem[out + o] / total"]
     if semiring == "LOGPROB":
-        return [f"{i}top = -np.inf",
+        return [f"{i}top_x = -np.inf",
                 f"{i}for o in range(n_out):",
-                f"{i}    if mem[out + o] > top or mem[out + o] != mem[out + o]:",
-                f"{i}        top = mem[out + o]",
-                f"{i}z = top",
-                f"{i}if top != -np.inf:",
+                f"{i}    if mem[out + o] > top_x or mem[out + o] != mem[out + o]:",
+                f"{i}        top_x = mem[out + o]",
+                f"{i}z = top_x",
+                f"{i}if top_x != -np.inf:",
                 f"{i}    acc = 0.0",
-                f"{i}    for o in range(n_out):", f"{i}        acc += math.exp(mem[out + o] - top)",
-                f"{i}    z = top + math.log(acc)",
+                f"{i}    for o in range(n_out):", f"{i}        acc += math.exp(mem[out + o] - top_x)",
+                f"{i}    z = top_x + math.log(acc)",
                 f"{i}for o in range(n_out):", f"{i}    mem[out + o] = mem[out + o] - z"]
     return []  # SAT and COUNT do not normalize
 
 
-def kernel_source(pattern: KernelPattern) -> str:
-    """The whole module source of the kernel for `pattern`: readable, deterministic."""
-    k, sr = pattern.leaves, pattern.semiring
-    b = [f"b{l}" for l in _leaves(k)]
-    leaf_pos = [f"L{l} = {'SO + R' if l == 0 else f'L{l - 1} + 1 + D'}" for l in _leaves(k)]
-    head = f'''"""catbp_jit kernel {pattern.name}
+HEADER = '''"""catbp_jit kernel {name}
 
-out[o] = {'⊕_r ' if pattern.reduce else ''}{' ⊗ '.join(f'leaf{l}[o{", r" if pattern.reduce else ""}]' for l in _leaves(k))}   ({sr}, {pattern.dtype}{', then NORMALIZE' if pattern.normalize else ''})
+out[o] = {formula}   ({semiring}, {dtype}{then})
 
-Parameters at P[p:]: out offset, R (output axes), Q (reduced axes), scratch offset,
-chunks, then sizes n[0..D-1], output strides so[0..R-1], and per leaf its offset and
-strides over all D = R + Q axes. Offsets and strides count elements of `mem`.
+P[p:] holds: out offset, R output axes, Q reduced axes, scratch offset, chunks, nb block
+axes, blk block elements, table offset, sizes n[0..D-1], output strides so[0..R-1], and
+per leaf its offset and strides on all D = R + Q axes (in elements of `mem`). Axis D-1 is
+the tight loop; the nb axes before it are walked through offset tables of blk entries
+({tables}); the other hot axes by an odometer with counters at P[idx:].
 """
 import math
 
 import numpy as np
 from numba import carray, njit, prange
 
-from catbp_jit.codegen.intrinsics import {", ".join(sorted({"pointer_int64", "pointer_" + pattern.dtype}))}
+from catbp_jit.codegen.intrinsics import {pointers}
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def run_chunk(mem, P, p, lo, hi, idx):
-    """Output elements lo..hi-1 (flat, C order); P[idx:idx+D] holds the loop counters."""
+def {part}(mem, P, p, lo, hi, idx):
+    """{part_doc}"""
     out = P[p]
     R = P[p + 1]
-    Q = P[p + 2]
-    D = R + Q
-    N = p + 5  # P[N + d]: size of axis d
+    D = R + P[p + 2]
+    nb = P[p + 5]
+    blk = P[p + 6]
+    N = p + 8  # P[N + d]: size of axis d
     SO = N + D  # P[SO + d]: output stride of axis d < R
 '''
-    lines = head.rstrip("\n").split("\n")
-    lines += [f"    {s}  # P[L{l}]: leaf {l} offset; P[L{l} + 1 + d]: its stride on axis d"
-              for l, s in enumerate(leaf_pos)]
-    lines += ["    # place the output odometer on element lo",
-              "    rem = lo",
-              "    o_off = out"]
-    lines += [f"    b{l} = P[L{l}]" for l in _leaves(k)]
-    lines += ["    for d in range(R - 1, -1, -1):",
-              "        i = rem % P[N + d]",
-              "        rem //= P[N + d]",
-              "        P[idx + d] = i",
-              "        o_off += i * P[SO + d]"]
-    lines += [f"        b{l} += i * P[L{l} + 1 + d]" for l in _leaves(k)]
-    lines += ["    for o in range(lo, hi):"]
+
+
+def kernel_source(pattern: KernelPattern) -> str:
+    """The whole module source of the kernel for `pattern`: readable and deterministic."""
+    k, sr = pattern.leaves, pattern.semiring
+    terms = " ⊗ ".join(f"leaf{l}[o{', r' if pattern.reduce else ''}]" for l in range(k))
+    lines = HEADER.format(
+        name=pattern.name, formula=("⊕_r " if pattern.reduce else "") + terms, semiring=sr,
+        dtype=pattern.dtype, then=", then NORMALIZE" if pattern.normalize else "",
+        tables="one per leaf" if pattern.reduce else "one for the output, then one per leaf",
+        pointers=", ".join(sorted({"pointer_int64", "pointer_" + pattern.dtype})),
+        part="run_chunk" if pattern.reduce else "run_rows",
+        part_doc=("Output elements lo..hi-1 (flat, C order)." if pattern.reduce else
+                  "Rows lo..hi-1: a row is one position of the odometer axes."),
+    ).rstrip("\n").split("\n")
+    lines += [f"    L{l} = {'SO + R' if l == 0 else f'L{l - 1} + 1 + D'}  # leaf {l}: offset, then strides"
+              for l in range(k)]
+    lines += ["    top = D - 1 - nb  # odometer axes end here; block axes top..D-2; tight axis D-1",
+              "    m = P[N + D - 1]"]
+    lines += [f"    s{l} = P[L{l} + D]" for l in range(k)]
+    b = [f"b{l}" for l in range(k)]
+    leaf_strides = [f"L{l} + 1" for l in range(k)]
     if pattern.reduce:
-        lines += _reduce_value(k, sr, pattern.dtype)
+        lines += [f"    T{l} = P[p + 7] + {l} * blk" for l in range(k)]
+        lines += ["    o_off = out"] + [f"    b{l} = P[L{l}]" for l in range(k)]
+        lines += _place("    ", "0", "R - 1", "lo", ["o_off"] + b, ["SO"] + leaf_strides)
+        lines += ["    for o in range(lo, hi):"]
+        lines += _reduced_value(k, sr)
+        lines += ["        mem[o_off] = v"]
+        lines += _advance("        ", "0", "R - 1", ["o_off"] + b, ["SO"] + leaf_strides)
     else:
-        lines += [f"        v = {_product(k, sr, b)}"]
-    lines += ["        mem[o_off] = v",
-              "        # next output element"]
-    lines += _advance("        ", "0", "R - 1", b, [f"L{l} + 1" for l in _leaves(k)], "o_off", "SO")
+        lines += ["    so = P[SO + D - 1]", "    TO = P[p + 7]  # output offsets, then each leaf's"]
+        lines += [f"    T{l} = TO + {l + 1} * blk" for l in range(k)]
+        lines += ["    o_off = out"] + [f"    b{l} = P[L{l}]" for l in range(k)]
+        lines += _place("    ", "0", "top - 1", "lo", ["o_off"] + b, ["SO"] + leaf_strides)
+        lines += ["    for row in range(lo, hi):",
+                  "        for t in range(blk):",
+                  "            oo = o_off + P[TO + t]"]
+        lines += [f"            c{l} = b{l} + P[T{l} + t]" for l in range(k)]
+        lines += ["            for j in range(m):",
+                  f"                mem[oo + j * so] = {_product(k, sr, [f'c{l} + j * s{l}' for l in range(k)])}"]
+        lines += _advance("        ", "0", "top - 1", ["o_off"] + b, ["SO"] + leaf_strides)
+
+    part = "run_chunk" if pattern.reduce else "run_rows"
     lines += ["", "",
               f"@njit(cache=True, nogil=True, error_model=\"numpy\"{', parallel=True' if pattern.parallel else ''})",
               "def kernel(mem, P, p):",
@@ -177,14 +194,19 @@ def run_chunk(mem, P, p, lo, hi, idx):
               "    D = R + P[p + 2]",
               "    n_out = 1",
               "    for d in range(R):",
-              "        n_out *= P[p + 5 + d]",
-              "    scratch = P[p + 3]",
-              "    chunks = P[p + 4]"]
-    if pattern.parallel:
-        lines += ["    for c in prange(chunks):  # fixed chunks: the result does not depend on threads",
-                  "        run_chunk(mem, P, p, n_out * c // chunks, n_out * (c + 1) // chunks, scratch + c * D)"]
+              "        n_out *= P[p + 8 + d]"]
+    if pattern.reduce:
+        lines += ["    n_work = n_out  # a chunk is a range of output elements"]
     else:
-        lines += ["    run_chunk(mem, P, p, 0, n_out, scratch)"]
+        lines += ["    n_work = 1  # a chunk is a range of rows",
+                  "    for d in range(D - 1 - P[p + 5]):",
+                  "        n_work *= P[p + 8 + d]"]
+    lines += ["    scratch = P[p + 3]", "    chunks = P[p + 4]"]
+    if pattern.parallel:
+        lines += ["    for c in prange(chunks):  # fixed chunks: results do not depend on threads",
+                  f"        {part}(mem, P, p, n_work * c // chunks, n_work * (c + 1) // chunks, scratch + c * D)"]
+    else:
+        lines += [f"    {part}(mem, P, p, 0, n_work, scratch)"]
     if pattern.normalize:
         lines += ["    out = P[p]"] + _normalize(sr)
     lines += ["", "",
@@ -196,6 +218,3 @@ def run_chunk(mem, P, p, lo, hi, idx):
               "    kernel(mem, P, p)",
               ""]
     return "\n".join(lines)
-
-
-NUMBA_TYPES = {"float64": "float64", "float32": "float32", "bool": "boolean", "int64": "int64"}

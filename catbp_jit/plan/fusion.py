@@ -24,6 +24,10 @@ from .graph import (CONTRACT, ELIMINATE, FACTOR, NORMALIZE, SELECTOR, SLOT_IN, U
                     Graph)
 
 
+MAX_READERS = 3  # a product is recomputed by at most this many readers
+MAX_RECOMPUTED = 3  # ... and only if it multiplies at most this many leaves
+
+
 @dataclass(frozen=True)
 class Segment:
     out: int  # the value it writes
@@ -61,14 +65,26 @@ def fuse(g: Graph) -> Fused:
         for i in node.inputs:
             users[i].append(node.id)
 
+    # A CONTRACT is computed inside the segments that read it when every reader takes it
+    # as its first input (an ELIMINATE, or a CONTRACT that multiplies it first: flattening
+    # keeps the product's left-to-right order). With one reader that is plain fusion; with
+    # a few readers a small product is recomputed rather than written out and read back,
+    # which is cheaper when it is large.
+    inline: Dict[int, bool] = {}
+    n_leaves: Dict[int, int] = {}
+    for nid, node in g.nodes.items():
+        if node.op != CONTRACT:
+            continue
+        first = node.inputs[0]
+        n_leaves[nid] = (n_leaves[first] if inline.get(first) else 1) + len(node.inputs) - 1
+        readers = [g.nodes[u] for u in users[nid]]
+        first_use = all(u.inputs[0] == nid and nid not in u.inputs[1:] and u.op in (CONTRACT, ELIMINATE)
+                        for u in readers)
+        inline[nid] = (nid not in outputs and bool(readers) and first_use and
+                       (len(readers) == 1 or (len(readers) <= MAX_READERS and n_leaves[nid] <= MAX_RECOMPUTED)))
+
     def inlined(nid: int) -> bool:
-        """A CONTRACT computed inside its only consumer's segment."""
-        node = g.nodes[nid]
-        if node.op != CONTRACT or consumers[nid] != 1 or nid in outputs:
-            return False
-        user = g.nodes[users[nid][0]]
-        return ((user.op == ELIMINATE and user.inputs[0] == nid) or
-                (user.op == CONTRACT and user.inputs[0] == nid))
+        return inline.get(nid, False)
 
     def leaves_of(nid: int) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:
         """(leaves, nodes) of a CONTRACT, expanding an inlined first input."""
@@ -110,14 +126,16 @@ def fuse(g: Graph) -> Fused:
         by_out[nid] = len(segments)
         segments.append(seg)
 
-    specs = {}
-    kinds = {}
-    attrs = {}
+    specs: Dict[int, TensorSpec] = {}
+    kinds: Dict[int, str] = {}
+    attrs: Dict[int, object] = {}
     for seg in segments:
         specs[seg.out], kinds[seg.out] = seg.out_spec, "computed"
+    for seg in segments:
         for leaf in seg.leaves:
-            node = g.nodes[leaf]
-            specs[leaf], kinds[leaf], attrs[leaf] = node.spec, node.op, node.attr
+            if leaf not in by_out:  # an input or a constant
+                node = g.nodes[leaf]
+                specs[leaf], kinds[leaf], attrs[leaf] = node.spec, node.op, node.attr
 
     # Every slot result must be a value of its own in the slot arena: results that are
     # inputs, units or views get a copy segment (a fresh value id).
@@ -133,9 +151,9 @@ def fuse(g: Graph) -> Fused:
             continue
         if nid not in copies:
             base = base_of(g, nid)
-            bnode = g.nodes[base]
-            specs[base], attrs[base] = bnode.spec, bnode.attr
-            kinds[base] = bnode.op if bnode.op != CONTRACT and bnode.op != ELIMINATE and bnode.op != NORMALIZE else "computed"
+            if base not in by_out:
+                bnode = g.nodes[base]
+                specs[base], kinds[base], attrs[base] = bnode.spec, bnode.op, bnode.attr
             copies[nid] = next_id
             segments.append(Segment(next_id, node.spec, (), (base,), False, False, (nid,)))
             specs[next_id], kinds[next_id] = node.spec, "computed"

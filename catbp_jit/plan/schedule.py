@@ -7,20 +7,23 @@ across programs and models (seed 004). To keep patterns few, the loop space is p
 canonical form first: size-1 axes are dropped and neighbouring axes that are contiguous in
 every operand are merged, as numpy's iterator does.
 
-The table holds one (kernel id, parameter offset) row per step, then the parameters,
-then scratch space for the kernels' loop counters:
-    [kid_0, p_0, kid_1, p_1, ..., params..., scratch...]
+The table holds one (kernel id, parameter offset) row per step, then the parameters, then
+the offset tables, then scratch space for the kernels' loop counters:
+    [kid_0, p_0, kid_1, p_1, ..., params..., tables..., scratch...]
 and a segment's parameters are
-    [out_offset, R, Q, scratch_offset, chunks, n_0 .. n_{D-1},
+    [out_offset, R, Q, scratch_offset, chunks, nb, blk, table_offset, n_0 .. n_{D-1},
      out_stride_0 .. out_stride_{R-1}, (leaf_offset, leaf_stride_0 .. leaf_stride_{D-1}) per leaf]
-with R output axes, Q reduced axes, D = R + Q, output axes first. Kernels are therefore
+with R output axes, Q reduced axes, D = R + Q, output axes first. The nb axes before the
+last one (blk elements in all) are walked through offset tables precomputed here: for a
+kernel that does not reduce, one table for the output then one per leaf; for a reducing
+kernel, one per leaf over the reduced axes. Kernels are therefore
 specialized on (semiring, dtype, leaves, reduce, normalize, parallel) and nothing else.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -61,6 +64,7 @@ class Step:
     pattern: KernelPattern
     params: Tuple[int, ...]
     work: int  # output elements x reduced elements x leaves
+    tables: Tuple[int, ...] = ()  # offset tables of the block axes
 
 
 @dataclass
@@ -103,18 +107,20 @@ def canonical_loops(sizes: List[int], groups: List[int], operands: List[List[int
     return sizes, groups, operands
 
 
-CHUNKS = 64  # parallel segments split their output into this many fixed chunks
+CHUNKS = 64  # parallel segments split their work into this many fixed chunks
+BLOCK = 256  # elements of the axes walked through offset tables, at most
 
 
-def lower_segment(seg: Segment, fused: Fused, memory: MemoryPlan, dtype: str) -> Step:
+def lower_segment(seg: Segment, fused: Fused, memory: MemoryPlan, dtype: str,
+                  layouts: Dict[int, TensorSpec]) -> Step:
     loop_axes = list(seg.out_spec.axes) + list(seg.red_axes)
     groups = [0] * seg.out_spec.ndim + [1] * len(seg.red_axes)
     sizes = [ax.size for ax in loop_axes]
-    out_strides = c_strides(seg.out_spec)
+    out_strides = c_strides(layouts[seg.out])
     operands = [[out_strides[ax.key] if g == 0 else 0 for ax, g in zip(loop_axes, groups)]]
     for leaf in seg.leaves:
         spec = fused.specs[leaf]
-        st = c_strides(spec)
+        st = c_strides(layouts[leaf])
         row = []
         for ax in loop_axes:
             if spec.has_key(ax.key) and spec.get_axis(ax.key).size > 1:
@@ -125,37 +131,79 @@ def lower_segment(seg: Segment, fused: Fused, memory: MemoryPlan, dtype: str) ->
                 row.append(0)
         operands.append(row)
 
+    # Output axes in the output's memory order, so that writes are sequential.
+    order = sorted(range(len(sizes)), key=lambda d: (groups[d], -operands[0][d]))
+    sizes, groups = [sizes[d] for d in order], [groups[d] for d in order]
+    operands = [[op[d] for d in order] for op in operands]
     sizes, groups, operands = canonical_loops(sizes, groups, operands)
     out_rank, red_rank = groups.count(0), groups.count(1)
-    if seg.reduce and red_rank == 0 and fused.semiring == "LOGPROB":
-        # logsumexp of one element is not the identity for +inf (it gives NaN): keep it.
-        sizes.append(1)
+    # logsumexp of one element is not the identity for +inf (it gives NaN): keep it.
+    reduce = red_rank > 0 or (seg.reduce and fused.semiring == "LOGPROB")
+    if (reduce and red_rank == 0) or (not reduce and out_rank == 0):
+        sizes.append(1)  # the hot axes (reduced, or else output) are never empty
         for op in operands:
             op.append(0)
-        red_rank = 1
-    n_out = int(np.prod(sizes[:out_rank], dtype=np.int64)) if out_rank else 1
-    n_red = int(np.prod(sizes[out_rank:], dtype=np.int64)) if red_rank else 1
+        if reduce:
+            red_rank = 1
+        else:
+            out_rank = 1
+    rank = out_rank + red_rank
+    hot = out_rank if reduce else 0  # first hot axis; the tight axis is the last one
+    if reduce:
+        # Walk the biggest leaf in its memory order: output axes and reduced axes each
+        # sorted by its strides, largest first, so the tight loop has its smallest stride.
+        # This changes only the fixed order of a sum's terms, never what is multiplied.
+        main = 1 + max(range(len(seg.leaves)), key=lambda l: (_count(fused.specs[seg.leaves[l]]), -l))
+        order = sorted(range(out_rank), key=lambda d: -operands[main][d]) + \
+            sorted(range(out_rank, rank), key=lambda d: -operands[main][d])
+        sizes = [sizes[d] for d in order]
+        operands = [[op[d] for d in order] for op in operands]
+    nb, blk = 0, 1
+    for d in range(rank - 2, hot - 1, -1):
+        if blk * sizes[d] > BLOCK:
+            break
+        nb, blk = nb + 1, blk * sizes[d]
+    block_axes = range(rank - 1 - nb, rank - 1)
+    tables: List[int] = []
+    for op in (operands if not reduce else operands[1:]):
+        for t in range(blk):
+            rem, off = t, 0
+            for d in reversed(block_axes):
+                off += (rem % sizes[d]) * op[d]
+                rem //= sizes[d]
+            tables.append(off)
+
+    n_out = int(np.prod(sizes[:out_rank], dtype=np.int64))
+    n_red = int(np.prod(sizes[out_rank:], dtype=np.int64))
+    n_work = n_out if reduce else int(np.prod(sizes[:rank - 1 - nb], dtype=np.int64))
     work = n_out * n_red * max(1, len(seg.leaves))
-    parallel = n_out >= PARALLEL_MIN_OUT and work >= PARALLEL_MIN_WORK
-    pattern = KernelPattern(fused.semiring, dtype, len(seg.leaves), red_rank > 0,
-                            seg.normalize, parallel)
-    chunks = min(n_out, CHUNKS) if parallel else 1
-    # the scratch offset (index 3) is filled in by build_schedule
-    params = [memory.regions[seg.out].offset, out_rank, red_rank, -1, chunks]
+    parallel = n_work >= 8 and work >= PARALLEL_MIN_WORK
+    pattern = KernelPattern(fused.semiring, dtype, len(seg.leaves), reduce, seg.normalize, parallel)
+    chunks = min(n_work, CHUNKS) if parallel else 1
+    # the scratch and table offsets (indices 3 and 7) are filled in by build_schedule
+    params = [memory.regions[seg.out].offset, out_rank, red_rank, -1, chunks, nb, blk, -1]
     params += sizes + operands[0][:out_rank]
     for leaf, row in zip(seg.leaves, operands[1:]):
         params += [memory.regions[leaf].offset] + row
-    return Step(seg, pattern, tuple(int(x) for x in params), work)
+    return Step(seg, pattern, tuple(int(x) for x in params), work, tuple(tables))
 
 
 def scratch_size(step: Step) -> int:
     """Loop counters: one per axis, per chunk."""
-    rank = step.params[1] + step.params[2]
-    return max(1, rank) * step.params[4]
+    return max(1, step.params[1] + step.params[2]) * step.params[4]
 
 
-def build_schedule(fused: Fused, memory: MemoryPlan, dtype: str) -> Schedule:
-    steps = [lower_segment(seg, fused, memory, dtype) for seg in fused.segments]
+def _count(spec: TensorSpec) -> int:
+    n = 1
+    for size in spec.shape:
+        n *= size
+    return n
+
+
+def build_schedule(fused: Fused, memory: MemoryPlan, dtype: str,
+                   layouts: Optional[Dict[int, TensorSpec]] = None) -> Schedule:
+    layouts = layouts if layouts is not None else dict(fused.specs)
+    steps = [lower_segment(seg, fused, memory, dtype, layouts) for seg in fused.segments]
     patterns: List[KernelPattern] = []
     ids: Dict[KernelPattern, int] = {}
     for st in steps:
@@ -165,13 +213,18 @@ def build_schedule(fused: Fused, memory: MemoryPlan, dtype: str) -> Schedule:
     head: List[int] = []
     params: List[int] = []
     base = 2 * len(steps)
-    scratch = base + sum(len(st.params) for st in steps)
+    cursor = base + sum(len(st.params) for st in steps)  # tables, then scratch, follow
     for st in steps:
         row = list(st.params)
-        row[3] = scratch
-        scratch += scratch_size(st)
+        row[7] = cursor
+        cursor += len(st.tables)
         head += [ids[st.pattern], base + len(params)]
         params += row
-    table = np.zeros(scratch, dtype=np.int64)
-    table[:len(head) + len(params)] = head + params
+    tables = [t for st in steps for t in st.tables]
+    for st, p in zip(steps, head[1::2]):
+        params[p - base + 3] = cursor
+        cursor += scratch_size(st)
+    table = np.zeros(cursor, dtype=np.int64)
+    body = head + params + tables
+    table[:len(body)] = body
     return Schedule(steps, patterns, table)

@@ -1,0 +1,1 @@
+"""Code generation: kernel and dispatcher source, and loading them through the disk cache."""

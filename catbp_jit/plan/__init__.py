@@ -1,0 +1,1 @@
+"""Planning: from validated programs to a schedule of segments over arenas."""
