@@ -2,6 +2,8 @@
 
 The IR names and enum values are CatBP's; `catbp_jit.reference` is the numpy interpreter
 of the CatBP VM specification, the oracle every fast path is checked against.
+`compile(...)` plans and compiles programs into an Executable; `VirtualMachine` and
+`run_program` are drop-in replacements for CatBP's, running on the JIT.
 """
 
 from . import errors, reference
@@ -12,6 +14,9 @@ from .errors import (AlignmentError, CatbpError, DoubleDefinitionError, MissingA
 from .ir import Axis, AxisKey, AxisType, Instruction, OpCode, Program, TensorSpec
 from .ir.adapt import adapt_program, adapt_programs
 from .ir.validate import validate_programs
+from .dropin import VirtualMachine, run_program
+from .executable import Executable, compile, load
+from .session import Session
 from .semiring import (VMSemiringRuntime, adapt_semiring, logsumexp, make_semiring,
                        vm_counting_semiring, vm_logprob_semiring, vm_prob_semiring,
                        vm_sat_semiring)
@@ -19,6 +24,7 @@ from .semiring import (VMSemiringRuntime, adapt_semiring, logsumexp, make_semiri
 __version__ = "0.1.0"
 
 __all__ = [
+    "Executable", "Session", "VirtualMachine", "compile", "load", "run_program",
     "AlignmentError", "Axis", "AxisKey", "AxisType", "CatbpError", "DoubleDefinitionError",
     "Instruction", "MissingArgumentError", "OpCode", "Program", "ProgramKeyError",
     "ProgramValueError", "SpecError", "TensorSpec", "UnknownInputError", "UnknownOpcodeError",
