@@ -1,6 +1,6 @@
 """`catbp-jit`: run and list catbp-bundles from the command line.
 
-    catbp-jit run BUNDLE_DIR [--engine reference] [--repeat N] [--quiet]
+    catbp-jit run BUNDLE_DIR [--engine jit|reference] [--mode compiled|loop] [--repeat N] [--quiet]
     catbp-jit list BUNDLE_DIR
 
 Exit status: 0 on success (and every expected slot matching), 1 when some expected slot
@@ -52,7 +52,29 @@ def _reference_engine(bundle: Bundle) -> Callable[[], Slots]:
     return run
 
 
-ENGINES: Dict[str, Callable[[Bundle], Callable[[], Slots]]] = {
+def _jit_engine(bundle: Bundle, mode: str = "compiled") -> Callable[[], Slots]:
+    from .executable import compile  # imported lazily: numba takes a moment to load
+
+    t0 = time.perf_counter()
+    exe = compile(bundle.programs, bundle.semiring_runtime(), factor_specs=bundle.factor_specs(),
+                  selector_specs=bundle.selector_specs(), mode=mode)
+    session = exe.bind()
+    factors = {fid: arr for fid, (arr, _) in bundle.factors.items()}
+    selectors = {sid: arr for sid, (arr, _) in bundle.selectors.items()}
+    stats = exe.stats()
+    _jit_engine.summary = (f"compiled in {time.perf_counter() - t0:.2f} s: {stats['segments']} "
+                           f"segments, {stats['kernels']} kernels (cache: {stats['cache'].get('hits', 0)} "
+                           f"hits, {stats['cache'].get('misses', 0)} misses), arenas "
+                           f"{stats['total_bytes']} bytes")
+
+    def run() -> Slots:
+        return session.run(factors=factors, selectors=selectors)
+
+    return run
+
+
+ENGINES: Dict[str, Callable[..., Callable[[], Slots]]] = {
+    "jit": _jit_engine,
     "reference": _reference_engine,
 }
 
@@ -122,7 +144,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     out = (lambda *a: None) if args.quiet else print
 
     try:
-        run = ENGINES[args.engine](bundle)
+        if args.engine == "jit":
+            run = _jit_engine(bundle, args.mode)
+        else:
+            run = ENGINES[args.engine](bundle)
         times, slots = [], {}
         for _ in range(args.repeat):
             t0 = time.perf_counter()
@@ -143,8 +168,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         out(f"Z (exact): {bundle.Z_bruteforce!r}")
     out(f"slots:     {len(slots)}")
     ms = [t * 1e3 for t in times]
+    engine = args.engine + (f", {args.mode} mode" if args.engine == "jit" else "")
     out(f"time:      best {min(ms):.3f} ms, median {statistics.median(ms):.3f} ms "
-        f"over {len(ms)} run{'s' if len(ms) != 1 else ''} ({args.engine} engine)")
+        f"over {len(ms)} run{'s' if len(ms) != 1 else ''} ({engine} engine)")
+    if args.engine == "jit":
+        out(f"jit:       {_jit_engine.summary}")
 
     if bundle.expected_slots is None:
         return EXIT_OK
@@ -179,8 +207,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="run a bundle's programs and check the expected slots")
     p.add_argument("bundle", metavar="BUNDLE_DIR", help="bundle directory (or its bundle.json)")
-    p.add_argument("--engine", choices=sorted(ENGINES), default="reference",
-                   help="executor to run the programs with (default: reference)")
+    p.add_argument("--engine", choices=sorted(ENGINES), default="jit",
+                   help="executor to run the programs with (default: jit)")
+    p.add_argument("--mode", choices=("compiled", "loop"), default="compiled",
+                   help="jit dispatch: one compiled dispatcher, or a Python loop (default: compiled)")
     p.add_argument("--repeat", type=int, default=3,
                    help="number of timed runs; best and median are reported (default: 3)")
     p.add_argument("--quiet", "-q", action="store_true",

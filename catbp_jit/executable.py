@@ -90,7 +90,8 @@ class Executable:
     def as_text(self) -> str:
         """The schedule: arenas, kernels, and each step with its operands and offsets."""
         m = self.memory
-        region = lambda v: f"{m.regions[v].cls}+{m.regions[v].offset - m.class_base[m.regions[v].cls]}"
+        # where a value lives: its arena and byte offset in it
+        region = lambda v: f"{m.regions[v].cls}+{(m.regions[v].offset - m.class_base[m.regions[v].cls]) * m.itemsize}"
         progs = ", ".join(f"{p.name} {len(p)}" for p in self.programs)
         lines = [f"executable: {self.semiring.name} {self.dtype.name}, mode {self.mode}, "
                  f"target {self.target}; programs {progs}",
@@ -111,7 +112,8 @@ class Executable:
                          + (f"   # {' '.join(origin[:4])}{' ...' if len(origin) > 4 else ''}" if origin else ""))
         lines.append("slots:")
         for key, v in self.fused.outputs.items():
-            lines.append(f"  {key!r} = v{v}@{region(v)} {format_spec(self.fused.specs[v])}")
+            spec = self.fused.output_specs.get(key, self.fused.specs[v])
+            lines.append(f"  {key!r} = v{v}@{region(v)} {format_spec(spec)}")
         return "\n".join(lines)
 
     # -- saving ----------------------------------------------------------------------------

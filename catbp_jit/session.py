@@ -55,8 +55,10 @@ class Session:
                       {("selector", k) for k in self._selectors} | \
                       {("slot", k) for k in self._slots_in}
         # results: views into the slot arena, valid until the next run
-        self.slots: Dict[tuple, Tuple[np.ndarray, TensorSpec]] = {
-            key: (view(v), fused.specs[v]) for key, v in fused.outputs.items()}
+        self.slots: Dict[tuple, Tuple[np.ndarray, TensorSpec]] = {}
+        for key, v in fused.outputs.items():
+            spec = fused.output_specs.get(key, fused.specs[v])
+            self.slots[key] = (view(v).reshape(spec.shape), spec)
 
         self._n_steps = len(exe.schedule.steps)
         if exe.mode == "loop":

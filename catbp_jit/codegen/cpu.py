@@ -51,7 +51,8 @@ def _advance(ind: str, first: str, last: str, names: List[str], strides: List[st
 
 def _place(ind: str, first: str, last: str, start: str, names: List[str], strides: List[str]) -> List[str]:
     """Set the odometer over axes first..last on flat position `start` (C order)."""
-    lines = [f"{ind}rem = {start}", f"{ind}for d in range({last}, {first} - 1, -1):",
+    stop = "-1" if first == "0" else f"{first} - 1"
+    lines = [f"{ind}rem = {start}", f"{ind}for d in range({last}, {stop}, -1):",
              f"{ind}    i = rem % P[N + d]", f"{ind}    rem //= P[N + d]", f"{ind}    P[idx + d] = i"]
     lines += [f"{ind}    {n} += i * P[{s} + d]" for n, s in zip(names, strides)]
     return lines
@@ -166,7 +167,7 @@ def kernel_source(pattern: KernelPattern) -> str:
     b = [f"b{l}" for l in range(k)]
     leaf_strides = [f"L{l} + 1" for l in range(k)]
     if pattern.reduce:
-        lines += [f"    T{l} = P[p + 7] + {l} * blk" for l in range(k)]
+        lines += [f"    T{l} = P[p + 7]{f' + {l} * blk' if l else ''}  # leaf {l}'s offset table" for l in range(k)]
         lines += ["    o_off = out"] + [f"    b{l} = P[L{l}]" for l in range(k)]
         lines += _place("    ", "0", "R - 1", "lo", ["o_off"] + b, ["SO"] + leaf_strides)
         lines += ["    for o in range(lo, hi):"]
@@ -175,7 +176,7 @@ def kernel_source(pattern: KernelPattern) -> str:
         lines += _advance("        ", "0", "R - 1", ["o_off"] + b, ["SO"] + leaf_strides)
     else:
         lines += ["    so = P[SO + D - 1]", "    TO = P[p + 7]  # output offsets, then each leaf's"]
-        lines += [f"    T{l} = TO + {l + 1} * blk" for l in range(k)]
+        lines += [f"    T{l} = TO + {f'{l + 1} * ' if l else ''}blk  # leaf {l}'s offset table" for l in range(k)]
         lines += ["    o_off = out"] + [f"    b{l} = P[L{l}]" for l in range(k)]
         lines += _place("    ", "0", "top - 1", "lo", ["o_off"] + b, ["SO"] + leaf_strides)
         lines += ["    for row in range(lo, hi):",

@@ -15,7 +15,7 @@ base value with the view's alignment, which is again alignment by key.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, List, Tuple
 
 from ..ir.ops import SlotKey
@@ -48,6 +48,7 @@ class Fused:
     attrs: Dict[int, object]  # input values -> factor id / selector id / slot key
     outputs: Dict[SlotKey, int]
     semiring: str
+    output_specs: Dict[SlotKey, TensorSpec] = field(default_factory=dict)  # as the slot shows it
 
 
 def base_of(g: Graph, nid: int) -> int:
@@ -137,20 +138,26 @@ def fuse(g: Graph) -> Fused:
                 node = g.nodes[leaf]
                 specs[leaf], kinds[leaf], attrs[leaf] = node.spec, node.op, node.attr
 
-    # Every slot result must be a value of its own in the slot arena: results that are
-    # inputs, units or views get a copy segment (a fresh value id).
+    # Every slot result must be a value of its own in the slot arena. A result that is a
+    # view of a computed value with the same elements in the same order is that value
+    # (stored in the slot arena); other views, inputs and constants get a copy segment.
     final: Dict[SlotKey, int] = {}
+    out_specs: Dict[SlotKey, TensorSpec] = {}
     copies: Dict[int, int] = {}
     next_id = max(g.nodes, default=-1) + 1
     for key, nid in g.outputs.items():
         node = g.nodes[nid]
+        out_specs[key] = node.spec
+        base = base_of(g, nid)
         if node.op == SLOT_IN or nid in by_out:
             final[key] = nid
             if node.op == SLOT_IN:
                 specs[nid], kinds[nid], attrs[nid] = node.spec, SLOT_IN, node.attr
             continue
+        if base in by_out and _same_order(node.spec, g.nodes[base].spec):
+            final[key] = base
+            continue
         if nid not in copies:
-            base = base_of(g, nid)
             if base not in by_out:
                 bnode = g.nodes[base]
                 specs[base], kinds[base], attrs[base] = bnode.spec, bnode.op, bnode.attr
@@ -159,7 +166,13 @@ def fuse(g: Graph) -> Fused:
             specs[next_id], kinds[next_id] = node.spec, "computed"
             next_id += 1
         final[key] = copies[nid]
-    return Fused(segments, specs, kinds, attrs, final, g.semiring)
+    return Fused(segments, specs, kinds, attrs, final, g.semiring, out_specs)
+
+
+def _same_order(a: TensorSpec, b: TensorSpec) -> bool:
+    """Same elements at the same flat positions: equal non-singleton axes, in order."""
+    big = lambda spec: [(ax.key, ax.size) for ax in spec.axes if ax.size > 1]
+    return big(a) == big(b)
 
 
 __all__ = ["Fused", "Segment", "base_of", "fuse", "FACTOR", "SELECTOR", "SLOT_IN", "UNIT"]

@@ -108,6 +108,7 @@ def build_graph(checked: ValidatedPrograms, semiring: str,
 
 def describe(node: Node) -> str:
     """A short readable form of a node, for listings and error messages."""
+    if node.op in INPUT_OPS:
+        return f"v{node.id} = {node.op} {node.attr!r} : {node.spec}"
     args = ", ".join(f"v{i}" for i in node.inputs)
-    extra = "" if node.attr is None else f" {node.attr!r}" if node.op in INPUT_OPS else ""
-    return f"v{node.id} = {node.op}({args}){extra} : {node.spec}"
+    return f"v{node.id} = {node.op}({args}) : {node.spec}"
