@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Mapping, Optional, Union
 
 import numpy as np
 
-from .cache import KernelCache
+from .cache import KernelCache, default_cache
 from .codegen.loader import Kernel, load_dispatcher, load_kernel
 from .ir.adapt import adapt_programs, adapt_slot_key, adapt_spec
 from .ir.ops import Program
@@ -154,17 +154,6 @@ def load(path: Union[str, os.PathLike], *, cache: Optional[KernelCache] = None) 
         selector_specs={int(k): v for k, v in doc["selector_specs"].items()},
         slot_specs={adapt_slot_key(k): v for k, v in doc["slot_specs"]},
         target=doc["target"], mode=doc["mode"], cache=cache)
-
-
-_default_cache: Optional[KernelCache] = None
-
-
-def default_cache() -> KernelCache:
-    """One KernelCache per process, configured from CATBP_JIT_CACHE_DIR / CATBP_JIT_CACHE."""
-    global _default_cache
-    if _default_cache is None:
-        _default_cache = KernelCache()
-    return _default_cache
 
 
 def compile(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],

@@ -89,27 +89,25 @@ class Session:
         specs = self.exe.factor_specs if kind == "factor" else self.exe.selector_specs
         return ident in specs  # declared but dead after optimization: accepted, ignored
 
+    def _given(self, factors, selectors, slots):
+        """(kind, id, array, target view or None) for every input handed to run()."""
+        for kind, given, targets in (("factor", factors, self._factors),
+                                     ("selector", selectors, self._selectors),
+                                     ("slot", slots, self._slots_in)):
+            for ident, arr in (given or {}).items():
+                if kind == "slot":
+                    ident = adapt_slot_key(ident)
+                    arr = arr[0] if isinstance(arr, tuple) else arr  # (array, spec) accepted
+                yield kind, ident, arr, targets.get(ident)
+
     def _bind_inputs(self, factors, selectors, slots) -> None:
-        groups = (("factor", factors, self._factors), ("selector", selectors, self._selectors),
-                  ("slot", slots, self._slots_in))
         # everything is checked before anything is copied: a refused run changes nothing
-        for kind, given, targets in groups:
-            for ident, arr in (given or {}).items():
-                if kind == "slot":
-                    ident = adapt_slot_key(ident)
-                    if isinstance(arr, tuple):
-                        arr = arr[0]
-                self._check(kind, ident, arr, targets.get(ident))
-        for kind, given, targets in groups:
-            for ident, arr in (given or {}).items():
-                if kind == "slot":
-                    ident = adapt_slot_key(ident)
-                    if isinstance(arr, tuple):
-                        arr = arr[0]
-                target = targets.get(ident)
-                if target is not None:
-                    np.copyto(target, arr)
-                    self._unset.discard((kind, ident))
+        for kind, ident, arr, target in self._given(factors, selectors, slots):
+            self._check(kind, ident, arr, target)
+        for kind, ident, arr, target in self._given(factors, selectors, slots):
+            if target is not None:
+                np.copyto(target, arr)
+                self._unset.discard((kind, ident))
         if self._unset:
             missing = sorted(f"{k} {i!r}" for k, i in self._unset)
             raise UnknownInputError(f"no value given yet for {', '.join(missing[:10])}"
