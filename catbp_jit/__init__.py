@@ -6,7 +6,15 @@ of the CatBP VM specification, the oracle every fast path is checked against.
 `run_program` are drop-in replacements for CatBP's, running on the JIT.
 """
 
-from . import errors, reference
+import os as _os
+
+# Parallel kernels run on Numba's threading layer (often OpenMP). OpenMP's default is to
+# spin at barriers, which on a busy machine turns each parallel region into a wait for a
+# scheduler time slice; passive waiting keeps those regions cheap. A user's own setting
+# wins; it must be made before the first parallel kernel runs.
+_os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from . import errors, reference  # noqa: E402
 from .errors import (AlignmentError, CatbpError, DoubleDefinitionError, MissingArgumentError,
                      ProgramKeyError, ProgramValueError, SpecError, UnknownInputError,
                      UnknownOpcodeError, UnknownRegisterFreeError, UnwrittenSlotError,

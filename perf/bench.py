@@ -1,0 +1,494 @@
+"""Benchmark the JIT against the reference interpreter, bundle by bundle (DESIGN.md §5).
+
+For every bundle of ../shared/bench and ../shared/corpus this measures, in one process:
+the reference interpreter's time, the JIT's time in each mode, their ratio, the JIT's
+arena bytes against the reference's peak live bytes, and the number of distinct kernels.
+It prints the table as Markdown and writes it to <out>/bench.md and <out>/bench.csv,
+followed by a "bars" section checking the targets of DESIGN.md §5.
+
+How to run (from the repository root; a full run takes several minutes, most of it the
+reference on grid5_d3, about 13 s per run):
+
+    export CATBP_JIT_CACHE_DIR=/tmp/cjc        # optional: a persistent kernel cache
+    .venv/bin/python perf/bench.py [--shared DIR] [--only bench|corpus] [--bundles NAME ...]
+                                   [--out perf/out] [--ref-runs N] [--quick]
+
+--shared defaults to $CATBP_SHARED_DIR, else <repo>/../shared. --bundles keeps the bundles
+whose name contains one of the given strings. --ref-runs N caps the reference's runs at N
+(by default it runs at least 3 times, more for fast bundles, within REF_BUDGET_S seconds).
+--quick: short time budgets, one reference run for slow bundles (for trying things out).
+
+How things are measured:
+* reference: `catbp_jit.reference.run_programs` over the bundle's linked programs, the
+  inputs given by the bundle's providers; median of N runs, N adaptive (at least 3, more
+  for fast bundles, about REF_BUDGET_S seconds in all, capped by --ref-runs).
+* JIT, for each mode: compile (timed; the time depends on the state of the kernel cache,
+  reported as is with the cache's hit/miss count), bind, one warm-up run, then the median
+  of many runs of `sess.run(factors=..., selectors=...)` (inputs copied in every run) and
+  of `sess.run()` (inputs already bound: the steady state of many evaluations).
+* check: every slot the reference produced must match the JIT's slot after the last run
+  (catbp_jit.cli.compare_slot with the bundle's dtype); otherwise the row says FAIL.
+* ref peak: the reference's peak live bytes, from a walk of the programs' IR, not from a
+  measurement. Registers and slots hold values by reference. At every instruction
+  boundary the live bytes are the total size of the distinct values held by any register
+  or slot; the peak is the maximum over all boundaries of all programs. Rules for what is
+  a distinct value:
+    - UNIT, CONTRACT: a new value;
+    - LOAD_FACTOR / LOAD_SELECTOR: the caller's input array itself when its dtype already
+      is the semiring's (numpy's astype(copy=False) returns it), one value per input
+      however often it is loaded; otherwise a new value (a cast copy) at every load;
+    - LOAD_SLOT: the value stored in the slot (shared); STORE_SLOT: the slot now holds the
+      register's value (shared);
+    - ELIMINATE: a new value when it drops an axis; when it drops none, the same value
+      (the reference returns a transposed view of the same buffer: astype(copy=False) with
+      the same dtype does not copy);
+    - NORMALIZE: a new value in its register (semirings that normalize); nothing otherwise;
+    - FREE drops registers; each program starts with no registers (a fresh VM), slots
+      carry over.
+  numpy temporaries inside one instruction (e.g. logsumexp's) are not counted, so the
+  reference's true peak is higher than this.
+
+Columns:
+    bundle       bundle directory name (in bench/ or corpus/)
+    mode         compiled (one Numba dispatcher runs all steps) or loop (Python loop)
+    steps        steps in the schedule (len(exe.schedule.steps))
+    kernels      distinct kernels (len(exe.kernels))
+    reference    median reference time per run of the linked programs (runs in brackets)
+    compile      compile time of compile(...) for this mode, with kernel-cache misses
+    run(inputs)  median time of sess.run(factors=..., selectors=...)
+    run()        median time of sess.run() with inputs already bound
+    x inputs     reference / run(inputs)
+    x bound      reference / run()
+    arena        exe.memory.total_bytes: every arena of the session (inputs, slots, ...)
+    ref peak     the reference's peak live bytes (see above)
+    arena/peak   arena / ref peak (below 1: the JIT holds less than the reference)
+    check        ok, FAIL (a slot differs from the reference's), or ERROR (an exception)
+
+The CSV has the same rows, times in seconds and sizes in bytes, unformatted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import gc
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # run from a checkout without installing
+
+import numba  # noqa: E402
+import numpy as np  # noqa: E402
+
+from catbp_jit.bundle import load_bundle  # noqa: E402
+from catbp_jit.cli import compare_slot  # noqa: E402
+from catbp_jit.executable import compile  # noqa: E402
+from catbp_jit.ir.ops import OpCode  # noqa: E402
+from catbp_jit.ir.validate import validate_programs  # noqa: E402
+from catbp_jit.reference import run_programs  # noqa: E402
+
+MODES = ("compiled", "loop")
+GROUPS = ("bench", "corpus")
+
+REF_BUDGET_S = 2.5     # reference: total time per bundle when runs are fast
+REF_MIN_RUNS = 3
+REF_MAX_RUNS = 200
+JIT_BUDGET_S = 1.0     # JIT: total time per bundle, mode and call
+JIT_MIN_RUNS = 3
+JIT_MAX_RUNS = 5000
+QUICK_BUDGET_S = 0.2
+
+# The targets of DESIGN.md §5: (model, minimum ratio reference/JIT in compiled mode, kind).
+SPEED_BARS = (("chain200_d2", 100.0, "overhead-bound"),
+              ("grid4x8_d2", 100.0, "overhead-bound"),
+              ("grid5_d3", 20.0, "compute-bound"))
+
+COLUMNS = ("bundle", "mode", "steps", "kernels", "reference", "compile", "run(inputs)",
+           "run()", "x inputs", "x bound", "arena", "ref peak", "arena/peak", "check")
+CSV_COLUMNS = ("group", "bundle", "semiring", "dtype", "mode", "steps", "kernels",
+               "ref_s", "ref_runs", "compile_s", "cache_misses", "run_inputs_s",
+               "run_inputs_runs", "run_bound_s", "run_bound_runs", "ratio_inputs",
+               "ratio_bound", "arena_bytes", "ref_peak_bytes", "arena_over_peak", "check",
+               "detail")
+
+
+# ---------------------------------------------------------------------------------------
+# Finding bundles
+
+
+def default_shared_dir() -> Path:
+    return Path(os.environ.get("CATBP_SHARED_DIR") or REPO.parent / "shared")
+
+
+def find_bundles(shared: Path, only, names) -> list:
+    """(group, bundle directory) for every bundle of the chosen groups, filtered by name."""
+    found = []
+    for group in GROUPS:
+        if only and group != only:
+            continue
+        folder = shared / group
+        if not folder.is_dir():
+            continue
+        for d in sorted(folder.iterdir()):
+            if not (d / "bundle.json").is_file():
+                continue
+            if names and not any(n in d.name for n in names):
+                continue
+            found.append((group, d))
+    return found
+
+
+# ---------------------------------------------------------------------------------------
+# Timing
+
+
+def time_runs(fn, min_runs: int, max_runs: int, budget_s: float):
+    """Run fn repeatedly; return (median seconds, number of runs, last result).
+
+    The first run is timed too; it sets the number of runs: as many as fit in budget_s,
+    but at least min_runs and at most max_runs.
+    """
+    t0 = time.perf_counter()
+    result = fn()
+    times = [time.perf_counter() - t0]
+    runs = int(budget_s / max(times[0], 1e-9))
+    runs = max(min_runs, min(max_runs, runs))
+    for _ in range(runs - 1):
+        t0 = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), len(times), result
+
+
+# ---------------------------------------------------------------------------------------
+# The reference
+
+
+def bench_reference(bundle, budget_s: float, ref_runs):
+    """(median seconds, runs, slots) of the reference over the bundle's linked programs."""
+    sr = bundle.semiring_runtime()
+
+    def run():
+        return run_programs(bundle.programs, sr, bundle.factor_provider,
+                            bundle.selector_provider)
+
+    max_runs = REF_MAX_RUNS if ref_runs is None else ref_runs
+    min_runs = min(REF_MIN_RUNS, max_runs)
+    return time_runs(run, min_runs, max_runs, budget_s)
+
+
+def reference_peak_bytes(bundle) -> int:
+    """The reference's peak live bytes, from a walk of the IR (rules in the docstring)."""
+    sr = bundle.semiring_runtime()
+    itemsize = sr.dtype.itemsize
+    checked = validate_programs(bundle.programs, factor_specs=bundle.factor_specs(),
+                                selector_specs=bundle.selector_specs(), itemsize=itemsize)
+
+    value_bytes = {}   # value id -> its size in bytes
+    value_ndim = {}    # value id -> its number of axes
+    input_value = {}   # ("factor", id) or ("selector", id) -> the value id of that input
+
+    def new_value(spec) -> int:
+        vid = len(value_bytes)
+        value_bytes[vid] = int(np.prod(spec.shape, dtype=np.int64)) * itemsize
+        value_ndim[vid] = len(spec.shape)
+        return vid
+
+    def load(kind: str, ident: int, spec) -> int:
+        arr = (bundle.factors if kind == "factor" else bundle.selectors)[ident][0]
+        if arr.dtype != sr.dtype:
+            return new_value(spec)  # astype copies: a new array at every load
+        if (kind, ident) not in input_value:
+            input_value[(kind, ident)] = new_value(spec)
+        return input_value[(kind, ident)]
+
+    slots = {}  # slot key -> value id
+    peak = 0
+    for program, specs in zip(checked.programs, checked.value_specs):
+        regs = {}  # register -> value id; a fresh VM per program
+        for ins, spec in zip(program.instructions, specs):
+            op, args = ins.op, ins.args
+            if op in (OpCode.UNIT, OpCode.CONTRACT):
+                regs[ins.dst] = new_value(spec)
+            elif op == OpCode.LOAD_FACTOR:
+                regs[ins.dst] = load("factor", args["factor_id"], spec)
+            elif op == OpCode.LOAD_SELECTOR:
+                regs[ins.dst] = load("selector", args["selector_id"], spec)
+            elif op == OpCode.LOAD_SLOT:
+                regs[ins.dst] = slots[args["slot"]]
+            elif op == OpCode.STORE_SLOT:
+                slots[args["slot"]] = regs[args["src"]]
+            elif op == OpCode.ELIMINATE:
+                src = regs[args["src"]]
+                if len(spec.shape) == value_ndim[src]:
+                    regs[ins.dst] = src  # drops nothing: a view of the same buffer
+                else:
+                    regs[ins.dst] = new_value(spec)
+            elif op == OpCode.NORMALIZE:
+                if sr.supports_normalize():
+                    regs[args["src"]] = new_value(spec)
+            elif op == OpCode.FREE:
+                for rid in args.get("srcs", ()):
+                    regs.pop(rid, None)
+            live = set(regs.values()) | set(slots.values())
+            peak = max(peak, sum(value_bytes[v] for v in live))
+    return peak
+
+
+# ---------------------------------------------------------------------------------------
+# The JIT
+
+
+def bench_jit(bundle, mode: str, budget_s: float, ref_slots) -> dict:
+    """Compile, bind, warm up and time one mode; compare its slots with the reference's."""
+    factors = {fid: arr for fid, (arr, _) in bundle.factors.items()}
+    selectors = {sid: arr for sid, (arr, _) in bundle.selectors.items()}
+
+    t0 = time.perf_counter()
+    exe = compile(bundle.programs, bundle.semiring_runtime(),
+                  factor_specs=bundle.factor_specs(), selector_specs=bundle.selector_specs(),
+                  mode=mode)
+    compile_s = time.perf_counter() - t0
+    sess = exe.bind()
+    sess.run(factors=factors, selectors=selectors)  # warm-up
+
+    def run_inputs():
+        return sess.run(factors=factors, selectors=selectors)
+
+    inputs_s, inputs_runs, _ = time_runs(run_inputs, JIT_MIN_RUNS, JIT_MAX_RUNS, budget_s)
+    bound_s, bound_runs, slots = time_runs(sess.run, JIT_MIN_RUNS, JIT_MAX_RUNS, budget_s)
+
+    problems = []
+    for key, (want, _) in ref_slots.items():
+        if key not in slots:
+            problems.append(f"{key!r}: missing")
+            continue
+        reason = compare_slot(slots[key][0], want, bundle.dtype)
+        if reason is not None:
+            problems.append(f"{key!r}: {reason}")
+
+    return {
+        "steps": len(exe.schedule.steps),
+        "kernels": len(exe.kernels),
+        "compile_s": compile_s,
+        "cache_misses": exe.cache_stats.get("misses", 0),
+        "run_inputs_s": inputs_s, "run_inputs_runs": inputs_runs,
+        "run_bound_s": bound_s, "run_bound_runs": bound_runs,
+        "arena_bytes": exe.memory.total_bytes,
+        "check": "ok" if not problems else "FAIL",
+        "detail": "; ".join(problems[:3]) + (f"; ... {len(problems) - 3} more"
+                                              if len(problems) > 3 else ""),
+    }
+
+
+# ---------------------------------------------------------------------------------------
+# Formatting
+
+
+def fmt_time(s) -> str:
+    if s is None:
+        return "-"
+    if s >= 1:
+        return f"{s:.2f} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.2f} ms"
+    return f"{s * 1e6:.1f} µs"
+
+
+def fmt_bytes(n) -> str:
+    if n is None:
+        return "-"
+    for unit, size in (("GB", 2**30), ("MB", 2**20), ("kB", 2**10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
+def fmt_ratio(x) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.0f}x" if x >= 10 else f"{x:.2f}x"
+
+
+def markdown_row(row: dict) -> list:
+    return [
+        row["bundle"], row["mode"], str(row.get("steps", "-")), str(row.get("kernels", "-")),
+        f"{fmt_time(row['ref_s'])} ({row['ref_runs']})",
+        (f"{row['compile_s']:.2f} s ({row['cache_misses']} miss)"
+         if row.get("compile_s") is not None else "-"),
+        fmt_time(row.get("run_inputs_s")), fmt_time(row.get("run_bound_s")),
+        fmt_ratio(row.get("ratio_inputs")), fmt_ratio(row.get("ratio_bound")),
+        fmt_bytes(row.get("arena_bytes")), fmt_bytes(row["ref_peak_bytes"]),
+        f"{row['arena_over_peak']:.2f}" if row.get("arena_over_peak") is not None else "-",
+        row["check"],
+    ]
+
+
+def markdown_table(rows) -> list:
+    lines = ["| " + " | ".join(COLUMNS) + " |",
+             "|" + "|".join("---" for _ in COLUMNS) + "|"]
+    for row in rows:
+        lines.append("| " + " | ".join(markdown_row(row)) + " |")
+    return lines
+
+
+def bars_section(rows) -> list:
+    """PASS/MISS for each target of DESIGN.md §5 that the measured bundles cover."""
+    lines = []
+    for model, bar, kind in SPEED_BARS:
+        for row in rows:
+            if row["group"] != "bench" or row["mode"] != "compiled":
+                continue
+            if row["bundle"].split("__")[0] != model or row.get("ratio_inputs") is None:
+                continue
+            # judged on run(inputs), the drop-in use; run() shown for comparison
+            verdict = "PASS" if row["ratio_inputs"] >= bar else "MISS"
+            lines.append(f"- {verdict} {row['bundle']} ({kind}, bar >= {bar:.0f}x, compiled): "
+                         f"{row['ratio_inputs']:.1f}x with inputs, "
+                         f"{row['ratio_bound']:.1f}x bound")
+    seen = set()
+    for row in rows:
+        if row["group"] != "bench" or row.get("arena_bytes") is None or row["bundle"] in seen:
+            continue
+        seen.add(row["bundle"])
+        verdict = "PASS" if row["arena_bytes"] < row["ref_peak_bytes"] else "MISS"
+        lines.append(f"- {verdict} {row['bundle']} (arena below the reference's peak): "
+                     f"{fmt_bytes(row['arena_bytes'])} vs {fmt_bytes(row['ref_peak_bytes'])}, "
+                     f"ratio {row['arena_over_peak']:.2f}")
+    return lines
+
+
+def load_average() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "unknown"
+
+
+def threading_layer() -> str:
+    """Numba's threading layer, known once a parallel kernel has run."""
+    try:
+        return numba.threading_layer()
+    except ValueError:
+        return "not started"
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def header_lines(args, load_at_start: str) -> list:
+    try:
+        cpus_usable = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus_usable = os.cpu_count()
+    threads_env = ", ".join(f"{k}={os.environ[k]}" for k in
+                            ("NUMBA_NUM_THREADS", "NUMBA_THREADING_LAYER", "OMP_WAIT_POLICY")
+                            if k in os.environ)
+    return [
+        "# catbp_jit benchmark",
+        "",
+        f"- date: {datetime.datetime.now().isoformat(timespec='seconds')}",
+        f"- machine: {platform.machine()}, {cpu_model()}, "
+        f"{os.cpu_count()} CPUs ({cpus_usable} usable); load average {load_at_start} at "
+        f"start, {load_average()} at end (other processes skew the timings)",
+        f"- python {platform.python_version()}, numpy {np.__version__}, "
+        f"numba {numba.__version__}, numba threads {numba.get_num_threads()}, "
+        f"threading layer {threading_layer()}" + (f" ({threads_env})" if threads_env else ""),
+        f"- kernel cache: {os.environ.get('CATBP_JIT_CACHE_DIR') or '(default)'}"
+        f" ({os.environ.get('CATBP_JIT_CACHE') or 'default policy'})",
+        f"- reference runs: at least {min(REF_MIN_RUNS, args.ref_runs or REF_MIN_RUNS)}, "
+        f"within {args.ref_budget:.1f} s, at most {args.ref_runs or REF_MAX_RUNS}; "
+        f"JIT: at least {JIT_MIN_RUNS} runs within {args.jit_budget:.1f} s per mode and call"
+        + ("; --quick" if args.quick else ""),
+        "- times are medians; x = reference time / JIT time",
+    ]
+
+
+# ---------------------------------------------------------------------------------------
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shared", type=Path, default=default_shared_dir(),
+                        help="the shared directory holding bench/ and corpus/ (default: %(default)s)")
+    parser.add_argument("--only", choices=GROUPS, help="only the bench or only the corpus bundles")
+    parser.add_argument("--bundles", nargs="+", metavar="NAME",
+                        help="only bundles whose name contains one of these strings")
+    parser.add_argument("--out", type=Path, default=REPO / "perf" / "out",
+                        help="where bench.md and bench.csv go (default: %(default)s)")
+    parser.add_argument("--ref-runs", type=int, metavar="N",
+                        help=f"at most N reference runs per bundle (default: adaptive, "
+                             f"at least {REF_MIN_RUNS})")
+    parser.add_argument("--quick", action="store_true",
+                        help="short budgets and a single reference run for slow bundles")
+    args = parser.parse_args(argv)
+    if args.ref_runs is not None and args.ref_runs < 1:
+        parser.error("--ref-runs must be at least 1")
+    args.ref_budget = QUICK_BUDGET_S if args.quick else REF_BUDGET_S
+    args.jit_budget = QUICK_BUDGET_S if args.quick else JIT_BUDGET_S
+    if args.quick and args.ref_runs is None:
+        args.ref_runs = 1
+
+    bundles = find_bundles(args.shared, args.only, args.bundles)
+    if not bundles:
+        parser.error(f"no bundles found under {args.shared}")
+    load_at_start = load_average()
+
+    rows = []
+    for group, path in bundles:
+        bundle = load_bundle(path)
+        print(f"... {group}/{path.name}: reference", file=sys.stderr, flush=True)
+        ref_s, ref_runs, ref_slots = bench_reference(bundle, args.ref_budget, args.ref_runs)
+        peak = reference_peak_bytes(bundle)
+        for mode in MODES:
+            print(f"... {group}/{path.name}: {mode}", file=sys.stderr, flush=True)
+            row = {"group": group, "bundle": path.name, "semiring": bundle.semiring,
+                   "dtype": bundle.dtype.name, "mode": mode, "ref_s": ref_s,
+                   "ref_runs": ref_runs, "ref_peak_bytes": peak}
+            try:
+                row.update(bench_jit(bundle, mode, args.jit_budget, ref_slots))
+            except Exception as e:  # one broken bundle must not stop the table
+                row.update(check="ERROR", detail=f"{type(e).__name__}: {e}"[:300])
+            else:
+                row["ratio_inputs"] = ref_s / row["run_inputs_s"]
+                row["ratio_bound"] = ref_s / row["run_bound_s"]
+                row["arena_over_peak"] = row["arena_bytes"] / peak if peak else None
+            rows.append(row)
+            gc.collect()  # drop the session's arena before the next one
+
+    lines = header_lines(args, load_at_start) + ["", "## Results", ""] + markdown_table(rows)
+    problems = [r for r in rows if r["check"] != "ok"]
+    if problems:
+        lines += ["", "Problems:", ""]
+        lines += [f"- {r['bundle']} ({r['mode']}): {r['check']}: {r['detail']}" for r in problems]
+    lines += ["", "## Bars (DESIGN.md §5)", ""] + (bars_section(rows) or ["- (no bench bundle measured)"])
+    text = "\n".join(lines) + "\n"
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "bench.md").write_text(text, encoding="utf-8")
+    with open(args.out / "bench.csv", "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({c: row.get(c, "") for c in CSV_COLUMNS})
+    print(text, end="")
+    print(f"(written to {args.out / 'bench.md'} and {args.out / 'bench.csv'})")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
