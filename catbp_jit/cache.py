@@ -470,8 +470,12 @@ class _Loaded:
 
 
 def _describe(pattern: dict) -> str:
-    name = pattern.get("template") if isinstance(pattern, dict) else None
-    return f"{name!r}" if name else _canonical_json(pattern)[:80]
+    """The kernel's readable identity: its template and the fields that specialize it."""
+    if not isinstance(pattern, dict) or "template" not in pattern:
+        return _canonical_json(pattern)[:80]
+    fields = ", ".join(f"{k}={v}" for k, v in pattern.items()
+                       if k not in ("template", "source_sha256", "kernels"))
+    return f"{pattern['template']!r} ({fields})" if fields else repr(pattern["template"])
 
 
 def _new_module(name: str, path: Optional[str]) -> types.ModuleType:

@@ -72,22 +72,22 @@ class Session:
     # -- inputs --------------------------------------------------------------------------
 
     def _check(self, kind: str, ident: Any, arr: Any, target: Optional[np.ndarray]) -> None:
+        shape = None if target is None else target.shape
         if target is None:
-            known = {"factor": self._factors, "selector": self._selectors, "slot": self._slots_in}[kind]
-            if kind == "slot" or not self._known_unused(kind, ident):
+            # an input declared at compile time but not read by the optimized schedule is
+            # accepted (and ignored) when it matches its declared spec
+            specs = {"factor": self.exe.factor_specs, "selector": self.exe.selector_specs}.get(kind, {})
+            if ident not in specs:
+                known = {"factor": self._factors, "selector": self._selectors, "slot": self._slots_in}[kind]
                 raise UnknownInputError(f"this executable has no {kind} {ident!r} "
                                         f"(it reads: {sorted(map(repr, known))[:10]})")
-            return
+            shape = specs[ident].shape
         if not isinstance(arr, np.ndarray):
             raise InputMismatchError(f"{kind} {ident!r}: expected a numpy array, got {type(arr).__name__}")
-        if arr.dtype != self.mem.dtype or arr.shape != target.shape:
+        if arr.dtype != self.mem.dtype or arr.shape != shape:
             raise InputMismatchError(
                 f"{kind} {ident!r}: got {arr.dtype}{list(arr.shape)}, compiled for "
-                f"{self.mem.dtype}{list(target.shape)}; compile again for other specs or cast first")
-
-    def _known_unused(self, kind: str, ident: Any) -> bool:
-        specs = self.exe.factor_specs if kind == "factor" else self.exe.selector_specs
-        return ident in specs  # declared but dead after optimization: accepted, ignored
+                f"{self.mem.dtype}{list(shape)}; compile again for other specs or cast first")
 
     def _given(self, factors, selectors, slots):
         """(kind, id, array, target view or None) for every input handed to run()."""

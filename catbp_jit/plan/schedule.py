@@ -70,7 +70,7 @@ class Step:
 @dataclass
 class Schedule:
     steps: List[Step]
-    patterns: List[KernelPattern]  # distinct patterns, in order of first use
+    patterns: List[KernelPattern]  # distinct patterns, sorted by name
     table: np.ndarray  # int64, see the module docstring
 
     def kernel_id(self, i: int) -> int:
@@ -204,12 +204,10 @@ def build_schedule(fused: Fused, memory: MemoryPlan, dtype: str,
                    layouts: Optional[Dict[int, TensorSpec]] = None) -> Schedule:
     layouts = layouts if layouts is not None else dict(fused.specs)
     steps = [lower_segment(seg, fused, memory, dtype, layouts) for seg in fused.segments]
-    patterns: List[KernelPattern] = []
-    ids: Dict[KernelPattern, int] = {}
-    for st in steps:
-        if st.pattern not in ids:
-            ids[st.pattern] = len(patterns)
-            patterns.append(st.pattern)
+    # kernels in a canonical order, so that schedules using the same kernels share one
+    # compiled dispatcher
+    patterns = sorted({st.pattern for st in steps}, key=lambda p: p.name)
+    ids: Dict[KernelPattern, int] = {p: i for i, p in enumerate(patterns)}
     head: List[int] = []
     params: List[int] = []
     base = 2 * len(steps)

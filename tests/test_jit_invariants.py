@@ -1,0 +1,677 @@
+"""Invariants of compiled executables: the memory plan, arena size against the reference's
+peak live bytes, determinism (repeats, dispatch modes, thread counts), zero allocation per
+run, refused inputs that change nothing, the warm disk cache under the strict policy in a
+new process, and the Executable's inspection and save/load API.
+"""
+
+import builtins
+import itertools
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import catbp_jit
+from catbp_jit.alloc_counter import NrtAllocCounter, NumpyAllocCounter
+from catbp_jit.bundle import load_bundle
+from catbp_jit.cache import CacheMissError, KernelCache
+from catbp_jit.errors import InputMismatchError, UnknownInputError
+from catbp_jit.ir.adapt import adapt_program, adapt_programs
+from catbp_jit.ir.validate import validate_programs
+from catbp_jit.plan.arena import ALIGN_BYTES, CLASSES, plan_memory
+from catbp_jit.plan.fusion import fuse
+from catbp_jit.plan.graph import build_graph
+from catbp_jit.plan.passes import optimize
+from catbp_jit.reference.kernels import keep_keys_from_drop
+from catbp_jit.reference.vm import RegisterBank
+
+from conftest import CORPUS, REPO, shared_dir
+
+MODES = ("compiled", "loop")
+CORPUS_BY_NAME = {p.name: p for p in CORPUS}
+# three corpus bundles of different semirings and dtypes (one with NORMALIZE)
+SOME_CORPUS = [n for n in ("grid3_d2__prob_float64_normalized", "grid3_d2__logprob_float64",
+                           "grid2x4_d3_sparse__sat_bool") if n in CORPUS_BY_NAME]
+
+
+def bench_path(name):
+    return shared_dir() / "bench" / name
+
+
+def bench_param(name):
+    return pytest.param(bench_path(name), id=name, marks=pytest.mark.skipif(
+        not (bench_path(name) / "bundle.json").exists(), reason=f"no bench bundle {name}"))
+
+
+_BUNDLES = {}
+_EXECUTABLES = {}
+
+
+def bundle_at(path):
+    path = Path(path)
+    if path not in _BUNDLES:
+        _BUNDLES[path] = load_bundle(path)
+    return _BUNDLES[path]
+
+
+def executable(b, mode):
+    """Compiled once per module (kernels come from the process memo / the session cache)."""
+    key = (b.name, mode)
+    if key not in _EXECUTABLES:
+        _EXECUTABLES[key] = catbp_jit.compile(
+            b.programs, b.semiring_runtime(), factor_specs=b.factor_specs(),
+            selector_specs=b.selector_specs(), mode=mode)
+    return _EXECUTABLES[key]
+
+
+def inputs(b):
+    return ({f: np.ascontiguousarray(a, dtype=b.dtype) for f, (a, _) in b.factors.items()},
+            {s: np.ascontiguousarray(a, dtype=b.dtype) for s, (a, _) in b.selectors.items()})
+
+
+def snapshot(slots):
+    """Copies of the slot arrays (views are overwritten by the next run)."""
+    return {k: np.array(v, copy=True) for k, (v, _) in slots.items()}
+
+
+def assert_bit_identical(a, b, what=""):
+    assert set(a) == set(b), what
+    for k in a:
+        x, y = np.asarray(a[k]), np.asarray(b[k])
+        assert x.dtype == y.dtype and x.shape == y.shape, (what, k)
+        assert x.tobytes() == y.tobytes(), (what, k, x, y)
+
+
+# =====================================================================================
+# Memory plan
+# =====================================================================================
+
+PLAN_BUNDLES = [pytest.param(p, id=p.name) for p in CORPUS] + [
+    bench_param("chain200_d2__prob_float64"), bench_param("grid4x8_d2__prob_float64")]
+
+
+def check_memory_plan(exe, base_address):
+    m = exe.memory
+    item = m.itemsize
+    fused = exe.fused
+    assert set(m.regions) == set(fused.specs)
+    # arenas: aligned, disjoint, in CLASSES order, inside the buffer
+    arenas = {}
+    for c in CLASSES:
+        lo = m.class_base[c]
+        hi = lo + m.class_size[c]
+        assert (base_address + lo * item) % ALIGN_BYTES == 0, ("arena", c)
+        arenas[c] = (lo, hi)
+    spans = sorted(arenas.values())
+    for (lo1, hi1), (lo2, hi2) in zip(spans, spans[1:]):
+        assert hi1 <= lo2, ("arenas overlap", arenas)
+    assert max(hi for _, hi in arenas.values()) <= m.total
+
+    for v, r in m.regions.items():
+        assert r.size >= max(1, int(np.prod(fused.specs[v].shape, dtype=np.int64)))
+        assert (base_address + r.offset * item) % ALIGN_BYTES == 0, (v, r)
+        lo, hi = arenas[r.cls]
+        assert lo <= r.offset and r.offset + r.size <= hi, ("outside its arena", v, r, arenas[r.cls])
+        assert 0 <= r.offset and r.offset + r.size <= m.total, ("outside the buffer", v, r)
+
+    def overlap(r1, r2):
+        return r1.offset < r2.offset + r2.size and r2.offset < r1.offset + r1.size
+
+    # inputs, constants and slots: never any overlap (they all live the whole run)
+    fixed = sorted(((r.offset, r.size, v) for v, r in m.regions.items() if r.cls != "workspace"))
+    for (o1, s1, v1), (o2, s2, v2) in zip(fixed, fixed[1:]):
+        assert o1 + s1 <= o2, ("fixed regions overlap", v1, m.regions[v1], v2, m.regions[v2])
+
+    # workspace: values live at once (closed intervals) never share bytes
+    work = [v for v, r in m.regions.items() if r.cls == "workspace"]
+    for v in work:
+        assert v in m.intervals, v
+    for v1, v2 in itertools.combinations(work, 2):
+        i1, i2 = m.intervals[v1], m.intervals[v2]
+        if i1.start <= i2.end and i2.start <= i1.end:
+            assert not overlap(m.regions[v1], m.regions[v2]), (
+                "live workspace values share memory", v1, i1, m.regions[v1], v2, i2, m.regions[v2])
+
+    # every value a step writes or reads has a region
+    for st in exe.schedule.steps:
+        assert st.segment.out in m.regions
+        for leaf in st.segment.leaves:
+            assert leaf in m.regions
+    # what the class bytes report
+    assert m.class_bytes() == {c: m.class_size[c] * item for c in CLASSES}
+    assert m.total_bytes == m.total * item
+
+
+@pytest.mark.parametrize("path", PLAN_BUNDLES)
+def test_memory_plan_is_aligned_and_disjoint(path):
+    b = bundle_at(path)
+    exe = executable(b, "loop")
+    sess = exe.bind()
+    assert sess.mem.ctypes.data % ALIGN_BYTES == 0
+    assert sess.mem.size == exe.memory.total
+    check_memory_plan(exe, sess.mem.ctypes.data)
+
+
+# =====================================================================================
+# Arena bytes against the reference VM's peak live bytes
+# =====================================================================================
+
+def reference_peak_bytes(programs, sr_name, itemsize, factor_specs, selector_specs):
+    """Peak, over instructions, of the bytes of distinct arrays the reference VM holds
+    (registers and slots), simulated on specs: which instruction makes a new array and
+    which shares one follows catbp_jit.reference (loads of matching dtype and LOAD_SLOT /
+    STORE_SLOT share, an ELIMINATE that drops no axis returns a view, NORMALIZE rebinds
+    its register to a new array in PROB and LOGPROB, FREE drops registers)."""
+    fresh = itertools.count()
+    slots = {}  # key -> (array identity, spec)
+    peak = 0
+
+    def nbytes(spec):
+        return int(np.prod(spec.shape, dtype=np.int64)) * itemsize
+
+    for prog in adapt_programs(programs):
+        regs = {}  # registers are per program (each run_program starts a fresh VM)
+        for ins in prog.instructions:
+            op, a = ins.op.name, ins.args
+            if op == "UNIT":
+                regs[ins.dst] = (("new", next(fresh)), ins.spec)
+            elif op == "LOAD_FACTOR":
+                regs[ins.dst] = (("factor", a["factor_id"]), factor_specs[a["factor_id"]])
+            elif op == "LOAD_SELECTOR":
+                regs[ins.dst] = (("selector", a["selector_id"]), selector_specs[a["selector_id"]])
+            elif op == "LOAD_SLOT":
+                regs[ins.dst] = slots[a["slot"]]
+            elif op == "STORE_SLOT":
+                slots[a["slot"]] = regs[a["src"]]
+            elif op == "CONTRACT":
+                regs[ins.dst] = (("new", next(fresh)), a["out_spec"])
+            elif op == "ELIMINATE":
+                ident, spec = regs[a["src"]]
+                keep = a.get("keep_keys")
+                if keep is None:
+                    keep = keep_keys_from_drop(spec, a.get("drop", ()))
+                pos = spec.axis_pos()
+                present = [k for k in keep if k in pos]
+                out = type(spec)(tuple(spec.axes[pos[k]] for k in present))
+                dropped = len(present) < len(spec.axes)
+                regs[ins.dst] = ((("new", next(fresh)) if dropped else ident), out)
+            elif op == "NORMALIZE":
+                if sr_name in ("PROB", "LOGPROB"):
+                    regs[a["src"]] = (("new", next(fresh)), regs[a["src"]][1])
+            elif op == "FREE":
+                for r in a.get("srcs", ()):
+                    regs.pop(r, None)
+            else:  # pragma: no cover
+                raise AssertionError(f"unknown op {op}")
+            live = {ident: nbytes(spec) for ident, spec in itertools.chain(regs.values(), slots.values())}
+            peak = max(peak, sum(live.values()))
+    return peak
+
+
+def reference_peak_bytes_measured(b):
+    """The same peak, measured on the reference VM itself, one instruction at a time."""
+    vm = catbp_jit.reference.VirtualMachine(b.semiring_runtime())
+    peak = 0
+
+    def root(x):
+        while isinstance(x.base, np.ndarray):
+            x = x.base
+        return x
+
+    for p in b.programs:
+        vm.regs = RegisterBank()
+        for ins in adapt_program(p).instructions:
+            vm._execute(ins, b.factor_provider, b.selector_provider)
+            live = {}
+            for arr in itertools.chain(vm.regs.data.values(), (a for a, _ in vm.slots.data.values())):
+                r = root(np.asarray(arr))
+                live[id(r)] = r.nbytes
+            peak = max(peak, sum(live.values()))
+    return peak
+
+
+def plan_only(b):
+    """validate -> graph -> optimize -> fuse -> plan_memory: no kernel is compiled."""
+    sr = b.semiring_runtime()
+    checked = validate_programs(b.programs, factor_specs=b.factor_specs(),
+                                selector_specs=b.selector_specs(), itemsize=sr.dtype.itemsize)
+    fused = fuse(optimize(build_graph(checked, sr.name, {})))
+    return plan_memory(fused, sr.dtype.itemsize)
+
+
+@pytest.mark.parametrize("name", ["grid3_d2__prob_float64_normalized", "grid3_d2__sat_bool",
+                                  "z4_cycle__logprob_float64_normalized"])
+def test_peak_simulation_matches_the_reference_vm(name):
+    if name not in CORPUS_BY_NAME:
+        pytest.skip(f"no corpus bundle {name}")
+    b = bundle_at(CORPUS_BY_NAME[name])
+    sim = reference_peak_bytes(b.programs, b.semiring_runtime().name, b.dtype.itemsize,
+                               b.factor_specs(), b.selector_specs())
+    assert sim == reference_peak_bytes_measured(b)
+
+
+@pytest.mark.parametrize("path", [bench_param("grid4x8_d2__prob_float64"),
+                                  bench_param("grid5_d3__prob_float64")])
+def test_arena_bytes_below_reference_peak(path):
+    b = bundle_at(path)
+    sr = b.semiring_runtime()
+    peak = reference_peak_bytes(b.programs, sr.name, sr.dtype.itemsize, b.factor_specs(),
+                                b.selector_specs())
+    if b.name.startswith("grid4x8"):
+        # small enough to check the simulation against the reference VM itself
+        assert peak == reference_peak_bytes_measured(b)
+    memory = plan_only(b)
+    print(f"{b.name}: arena {memory.total_bytes} bytes {memory.class_bytes()}, "
+          f"reference peak live {peak} bytes, ratio {memory.total_bytes / peak:.3f}")
+    assert memory.total_bytes < peak
+
+
+def test_plan_only_matches_compile():
+    b = bundle_at(CORPUS_BY_NAME["grid3_d2__prob_float64_normalized"])
+    exe = executable(b, "loop")
+    memory = plan_only(b)
+    assert memory.regions == exe.memory.regions
+    assert memory.total_bytes == exe.memory.total_bytes
+
+
+# =====================================================================================
+# Determinism
+# =====================================================================================
+
+DETERMINISM = [pytest.param(CORPUS_BY_NAME[n], id=n) for n in SOME_CORPUS] + [
+    bench_param("grid4x8_d2__prob_float64")]
+
+
+@pytest.mark.parametrize("path", DETERMINISM)
+def test_repeated_runs_and_modes_are_bit_identical(path):
+    b = bundle_at(path)
+    factors, selectors = inputs(b)
+    results = {}
+    for mode in MODES:
+        sess = executable(b, mode).bind()
+        first = snapshot(sess.run(factors=factors, selectors=selectors))
+        for _ in range(4):
+            assert_bit_identical(first, snapshot(sess.run(factors=factors, selectors=selectors)),
+                                 f"{b.name} {mode} repeat")
+        # a second session of the same executable too
+        assert_bit_identical(first, snapshot(executable(b, mode).bind().run(
+            factors=factors, selectors=selectors)), f"{b.name} {mode} new session")
+        results[mode] = first
+    assert_bit_identical(results["compiled"], results["loop"], f"{b.name} compiled vs loop")
+
+
+THREADS_CHILD = textwrap.dedent("""
+    import json, sys
+    import numba
+    import numpy as np
+    import catbp_jit
+    import catbp_jit.plan.schedule as schedule
+    from catbp_jit.bundle import load_bundle
+    path, out, min_work = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    schedule.PARALLEL_MIN_WORK = min_work  # the same schedule as the parent's
+    b = load_bundle(path)
+    f = {k: np.ascontiguousarray(a, dtype=b.dtype) for k, (a, _) in b.factors.items()}
+    s = {k: np.ascontiguousarray(a, dtype=b.dtype) for k, (a, _) in b.selectors.items()}
+    arrays, info = {}, {"threads": numba.get_num_threads(), "keys": [], "par": {}}
+    for mode in ("compiled", "loop"):
+        exe = catbp_jit.compile(b.programs, b.semiring_runtime(), factor_specs=b.factor_specs(),
+                                selector_specs=b.selector_specs(), mode=mode)
+        info["par"][mode] = sum(st.pattern.parallel for st in exe.schedule.steps)
+        slots = exe.bind().run(factors=f, selectors=s)
+        keys = sorted(slots, key=repr)
+        info["keys"] = [repr(k) for k in keys]
+        for i, k in enumerate(keys):
+            arrays[f"{mode}_{i}"] = np.array(slots[k][0], copy=True)
+    np.savez(out, **arrays)
+    print(json.dumps(info))
+""")
+
+
+def count_allocations(sess, factors, selectors, runs):
+    """numpy data buffers allocated over `runs` runs (inputs given each time), and the
+    Numba NRT allocations of each run."""
+    per_run = [0] * runs
+    with NumpyAllocCounter() as np_count, NrtAllocCounter(enable=True) as nrt:
+        for i in range(runs):
+            before = nrt.current()
+            sess.run(factors=factors, selectors=selectors)
+            per_run[i] = nrt.current() - before
+    assert nrt.allocations == sum(per_run)
+    return np_count, per_run
+
+
+def run_child(script, args, tmp_path, **env_extra):
+    env = dict(os.environ)
+    env.update(env_extra)
+    path = tmp_path / "child.py"
+    path.write_text(script)
+    return subprocess.run([sys.executable, str(path), *map(str, args)], capture_output=True,
+                          text=True, env=env, cwd=str(REPO), timeout=300)
+
+
+def test_bit_identical_across_thread_counts(tmp_path, monkeypatch):
+    """Parallel kernels give the same bits with 2 threads (here) and 1 (a child process).
+
+    The bench bundles' segments may all be below the planner's parallel threshold
+    (PARALLEL_MIN_WORK is tuned for speed); the threshold is lowered here, and in the
+    child, until the schedule has parallel kernels, so the check is never moot."""
+    import numba
+
+    import catbp_jit.plan.schedule as schedule
+
+    path = bench_path("grid4x8_d2__prob_float64")
+    if not (path / "bundle.json").exists():
+        pytest.skip("no bench bundle grid4x8_d2__prob_float64")
+    b = bundle_at(path)
+    if numba.get_num_threads() < 2:
+        pytest.skip("this process has fewer than 2 Numba threads")
+    factors, selectors = inputs(b)
+
+    def compile_all(min_work):
+        monkeypatch.setattr(schedule, "PARALLEL_MIN_WORK", min_work)
+        return {mode: catbp_jit.compile(b.programs, b.semiring_runtime(),
+                                        factor_specs=b.factor_specs(),
+                                        selector_specs=b.selector_specs(), mode=mode)
+                for mode in MODES}
+
+    min_work = schedule.PARALLEL_MIN_WORK
+    exes = compile_all(min_work)
+    while not any(k.pattern.parallel for k in exes["loop"].kernels):
+        assert min_work > 1 << 10, "no segment of the bundle is ever run in parallel"
+        min_work >>= 2
+        exes = compile_all(min_work)
+    n_par = sum(st.pattern.parallel for st in exes["compiled"].schedule.steps)
+    assert any(k.pattern.name.endswith("_par") for k in exes["compiled"].kernels)
+    print(f"{b.name}: PARALLEL_MIN_WORK {min_work}, {n_par} of "
+          f"{len(exes['compiled'].schedule.steps)} steps parallel")
+
+    here = {}
+    for mode, exe in exes.items():
+        sess = exe.bind()
+        here[mode] = snapshot(sess.run(factors=factors, selectors=selectors))
+        for _ in range(4):
+            assert_bit_identical(here[mode], snapshot(sess.run(factors=factors, selectors=selectors)),
+                                 f"{mode} repeat, parallel kernels")
+        # parallel kernels allocate nothing per run either
+        np_count, per_run = count_allocations(sess, factors, selectors, 10)
+        assert np_count.allocations == 0, np_count
+        assert len(set(per_run)) == 1 and per_run[0] <= (0 if mode == "loop" else 8), per_run
+    assert_bit_identical(here["compiled"], here["loop"], "compiled vs loop")
+
+    out = tmp_path / "slots1.npz"
+    proc = run_child(THREADS_CHILD, [path, out, min_work], tmp_path, NUMBA_NUM_THREADS="1",
+                     CATBP_JIT_CACHE_DIR=os.environ["CATBP_JIT_CACHE_DIR"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    info = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert info["threads"] == 1
+    assert info["par"] == {"compiled": n_par, "loop": n_par}
+    keys = sorted(here["compiled"], key=repr)
+    assert info["keys"] == [repr(k) for k in keys]
+    with np.load(out) as z:
+        for mode in MODES:
+            there = {k: z[f"{mode}_{i}"] for i, k in enumerate(keys)}
+            assert_bit_identical(here[mode], there, f"{mode}: 2 threads vs 1 thread")
+
+
+# =====================================================================================
+# Zero allocation per run
+# =====================================================================================
+
+ALLOC_BUNDLES = [bench_param(f"{n}__prob_float64") for n in ("chain200_d2", "grid4x8_d2", "grid6_d2")] + [
+    pytest.param(CORPUS_BY_NAME[n], id=n) for n in SOME_CORPUS]
+RUNS = 100
+# grid6_d2 runs take ~0.1 s each on 2 busy cores: fewer runs keep the suite's time modest
+RUNS_FOR = {"grid6_d2__prob_float64": 10}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("path", ALLOC_BUNDLES)
+def test_run_allocates_nothing(path, mode):
+    b = bundle_at(path)
+    sess = executable(b, mode).bind()
+    factors, selectors = inputs(b)
+    sess.run(factors=factors, selectors=selectors)  # warm-up
+    runs = RUNS_FOR.get(b.name, RUNS)
+    np_count, per_run = count_allocations(sess, factors, selectors, runs)
+    print(f"{b.name} {mode}, {runs} runs: numpy {np_count}, NRT per run {sorted(set(per_run))}")
+    assert np_count.allocations == 0, np_count
+    assert np_count.reallocs == 0, np_count
+    if mode == "loop":
+        assert set(per_run) == {0}, per_run
+    else:
+        assert len(set(per_run)) == 1, per_run
+        assert per_run[0] <= 8, per_run
+
+
+# =====================================================================================
+# Refused inputs
+# =====================================================================================
+
+@pytest.fixture(scope="module")
+def refusal_bundle():
+    return bundle_at(CORPUS_BY_NAME["grid3_d2__prob_float64"])
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_refused_inputs_change_nothing(refusal_bundle, mode):
+    b = refusal_bundle
+    sess = executable(b, mode).bind()
+    factors, selectors = inputs(b)
+    good = snapshot(sess.run(factors=factors, selectors=selectors))
+    fid = sorted(factors)[0]
+    other = sorted(factors)[-1]
+    arr = factors[fid]
+    # a valid change to another factor comes along with every bad input: it must not be
+    # copied in either (everything is checked before anything is copied)
+    changed = {other: (factors[other] * 0.5 + 0.25).astype(b.dtype)}
+
+    bad_inputs = [
+        ("shape", InputMismatchError, fid, np.zeros(arr.shape + (2,), dtype=b.dtype)),
+        ("shape", InputMismatchError, fid, np.zeros(arr.size + 1, dtype=b.dtype)),
+        ("dtype", InputMismatchError, fid, arr.astype(np.float32)),
+        ("dtype", InputMismatchError, fid, arr.astype(np.int64)),
+        ("unknown", UnknownInputError, max(factors) + 1000, arr),
+    ]
+    sid = sorted(selectors)[0]
+    bad_inputs = [("factor",) + x for x in bad_inputs] + [
+        ("selector", "shape", InputMismatchError, sid, np.zeros(selectors[sid].size + 3, dtype=b.dtype)),
+        ("selector", "dtype", InputMismatchError, sid, selectors[sid].astype(np.float32)),
+        ("selector", "unknown", UnknownInputError, max(selectors) + 1000, selectors[sid]),
+    ]
+    for kind, what, err, ident, bad in bad_inputs:
+        with pytest.raises(err) as info:
+            if kind == "factor":
+                sess.run(factors={**changed, ident: bad}, selectors=selectors)
+            else:
+                sess.run(factors={**factors, **changed}, selectors={**selectors, ident: bad})
+        msg = str(info.value)
+        assert f"{kind} {ident}" in msg, (what, msg)
+        assert_bit_identical(good, snapshot(sess.slots), f"slots after a refused {what}")
+        # the inputs were not touched: running again gives the previous results
+        assert_bit_identical(good, snapshot(sess.run()), f"rerun after a refused {what}")
+
+    # and the session still works with good inputs
+    assert_bit_identical(good, snapshot(sess.run(factors=factors, selectors=selectors)), "good again")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_missing_input_on_first_run(refusal_bundle, mode):
+    b = refusal_bundle
+    factors, selectors = inputs(b)
+    missing = sorted(factors)[1]
+    sess = executable(b, mode).bind()
+    with pytest.raises(UnknownInputError) as info:
+        sess.run(factors={k: v for k, v in factors.items() if k != missing}, selectors=selectors)
+    msg = str(info.value)
+    assert "factor" in msg and str(missing) in msg, msg
+    assert "selector" not in msg, msg  # only what is missing is named
+
+    sess = executable(b, mode).bind()
+    with pytest.raises(UnknownInputError) as info:
+        sess.run(factors=factors)
+    assert "selector" in str(info.value), str(info.value)
+
+    sess = executable(b, mode).bind()
+    with pytest.raises(UnknownInputError) as info:
+        sess.run()
+    assert "no value given" in str(info.value) and "factor" in str(info.value), str(info.value)
+    # once everything is given, it runs and matches a fresh session
+    got = snapshot(sess.run(factors=factors, selectors=selectors))
+    assert_bit_identical(got, snapshot(executable(b, mode).bind().run(factors=factors, selectors=selectors)))
+
+
+def test_declared_but_unused_factor_is_still_checked(refusal_bundle):
+    b = refusal_bundle
+    factors, selectors = inputs(b)
+    specs = b.factor_specs()
+    unused = max(specs) + 1
+    specs[unused] = specs[min(specs)]  # declared, never loaded by the programs
+    exe = catbp_jit.compile(b.programs, b.semiring_runtime(), factor_specs=specs,
+                            selector_specs=b.selector_specs(), mode="loop")
+    sess = exe.bind()
+    sess.run(factors=factors, selectors=selectors)
+    with pytest.raises(InputMismatchError):
+        sess.run(factors={unused: np.zeros((7, 7, 7), dtype=np.int8)})
+
+
+# =====================================================================================
+# Warm cache in a new process, strict policy
+# =====================================================================================
+
+STRICT_CHILD = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    import catbp_jit
+    from catbp_jit.bundle import load_bundle
+    from catbp_jit.executable import default_cache
+    b = load_bundle(sys.argv[1])
+    f = {k: np.ascontiguousarray(a, dtype=b.dtype) for k, (a, _) in b.factors.items()}
+    s = {k: np.ascontiguousarray(a, dtype=b.dtype) for k, (a, _) in b.selectors.items()}
+    out = {"policy": default_cache().policy, "dir": default_cache().directory, "runs": {}}
+    for mode in ("compiled", "loop"):
+        exe = catbp_jit.compile(b.programs, b.semiring_runtime(), factor_specs=b.factor_specs(),
+                                selector_specs=b.selector_specs(), mode=mode)
+        z = exe.bind().run(factors=f, selectors=s)[("Z",)][0]
+        out["runs"][mode] = {"stats": exe.cache_stats, "Z": float(z)}
+    out["stats"] = default_cache().stats
+    print(json.dumps(out))
+""")
+
+
+def test_warm_cache_new_process_strict(tmp_path):
+    path = bench_path("grid6_d2__prob_float64")
+    if not (path / "bundle.json").exists():
+        pytest.skip("no bench bundle grid6_d2__prob_float64")
+    b = bundle_at(path)
+    factors, selectors = inputs(b)
+    z_here = {}
+    for mode in MODES:  # fills the session cache dir (if not done already)
+        z_here[mode] = float(executable(b, mode).bind().run(factors=factors, selectors=selectors)[("Z",)][0])
+
+    cache_dir = os.environ["CATBP_JIT_CACHE_DIR"]
+    proc = run_child(STRICT_CHILD, [path], tmp_path, CATBP_JIT_CACHE="strict",
+                     CATBP_JIT_CACHE_DIR=cache_dir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    print("strict child cache stats:", out["stats"], {m: r["stats"] for m, r in out["runs"].items()})
+    assert out["policy"] == "strict"
+    assert os.path.realpath(out["dir"]) == os.path.realpath(cache_dir)
+    assert out["stats"]["misses"] == 0 and out["stats"]["compiled"] == 0, out["stats"]
+    assert out["stats"]["rebuilt"] == 0, out["stats"]
+    assert out["stats"]["hits"] > 0, out["stats"]
+    for mode in MODES:
+        assert out["runs"][mode]["stats"].get("misses", 0) == 0
+        assert out["runs"][mode]["stats"].get("compiled", 0) == 0
+        assert out["runs"][mode]["Z"] == z_here[mode]  # bit for bit, through JSON's repr
+
+
+def test_cold_cache_strict_raises_naming_a_kernel(tmp_path):
+    path = bench_path("grid6_d2__prob_float64")
+    b = bundle_at(path) if (path / "bundle.json").exists() else bundle_at(CORPUS_BY_NAME["grid3_d2__prob_float64"])
+    keys = {k.key for k in executable(b, "compiled").kernels}
+    cold = KernelCache(str(tmp_path / "cold"), policy="strict")
+    for mode in MODES:
+        with pytest.raises(CacheMissError) as info:
+            catbp_jit.compile(b.programs, b.semiring_runtime(), factor_specs=b.factor_specs(),
+                              selector_specs=b.selector_specs(), mode=mode, cache=cold)
+        msg = str(info.value)
+        assert "kernel" in msg and "strict" in msg, msg
+        assert any(k in msg for k in keys), msg
+    assert cold.stats["compiled"] == 0
+
+
+# =====================================================================================
+# Executable API
+# =====================================================================================
+
+@pytest.fixture(scope="module")
+def api_bundle():
+    return bundle_at(CORPUS_BY_NAME["grid3_d2__prob_float64_normalized"])
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_as_text_mentions_every_step_and_kernel(api_bundle, mode):
+    exe = executable(api_bundle, mode)
+    text = exe.as_text()
+    lines = text.splitlines()
+    for i, k in enumerate(exe.kernels):
+        assert any(l.strip().startswith(f"K{i} {k.pattern.name}") for l in lines), (i, k.pattern.name)
+        assert k.key[:16] in text
+    for i in range(len(exe.schedule.steps)):
+        kid = exe.schedule.kernel_id(i)
+        assert any(l.strip().startswith(f"[{i}] K{kid} ") for l in lines), i
+    for key in exe.fused.outputs:
+        assert repr(key) in text, key
+
+
+def test_stats_counts(api_bundle):
+    b = api_bundle
+    exe = executable(b, "compiled")
+    st = exe.stats()
+    assert st["programs"] == len(b.programs)
+    assert st["instructions"] == b.num_instructions()
+    assert st["segments"] == len(exe.schedule.steps) > 0
+    assert st["kernels"] == len(exe.kernels) == len(exe.schedule.patterns) > 0
+    assert set(st["arena_bytes"]) == set(CLASSES)
+    assert all(isinstance(v, int) and v >= 0 for v in st["arena_bytes"].values())
+    assert st["arena_bytes"]["inputs"] > 0 and st["arena_bytes"]["slots"] > 0
+    assert st["total_bytes"] == exe.memory.total_bytes >= sum(st["arena_bytes"].values())
+    assert st["mode"] == "compiled" and st["target"] == "cpu"
+    assert {"hits", "misses"} <= set(st["cache"])
+    json.dumps(st)  # plain data
+
+
+def test_kernel_source(api_bundle):
+    exe = executable(api_bundle, "compiled")
+    src = exe.kernel_source(0)
+    assert "def kernel" in src
+    builtins.compile(src, "<kernel 0>", "exec")  # valid Python
+    for i, k in enumerate(exe.kernels):
+        assert exe.kernel_source(k.pattern.name) == exe.kernel_source(i) == k.source
+    assert exe.kernel_source("dispatcher")
+    with pytest.raises(KeyError):
+        exe.kernel_source(len(exe.kernels))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_save_and_load_give_identical_slots(api_bundle, mode, tmp_path):
+    b = api_bundle
+    exe = executable(b, mode)
+    path = tmp_path / "exe.json"
+    exe.save(path)
+    loaded = catbp_jit.load(path)
+    assert loaded.mode == mode
+    assert [k.key for k in loaded.kernels] == [k.key for k in exe.kernels]
+    assert loaded.memory.total_bytes == exe.memory.total_bytes
+    assert loaded.as_text() == exe.as_text()
+    factors, selectors = inputs(b)
+    a = snapshot(exe.bind().run(factors=factors, selectors=selectors))
+    c = snapshot(loaded.bind().run(factors=factors, selectors=selectors))
+    assert_bit_identical(a, c, "saved and loaded")
+    specs = {k: s for k, (_, s) in loaded.bind().slots.items()}
+    assert specs == {k: s for k, (_, s) in exe.bind().slots.items()}
