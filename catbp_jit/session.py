@@ -76,7 +76,8 @@ class Session:
         if target is None:
             # an input declared at compile time but not read by the optimized schedule is
             # accepted (and ignored) when it matches its declared spec
-            specs = {"factor": self.exe.factor_specs, "selector": self.exe.selector_specs}.get(kind, {})
+            specs = {"factor": self.exe.factor_specs, "selector": self.exe.selector_specs,
+                     "slot": self.exe.slot_specs}[kind]
             if ident not in specs:
                 known = {"factor": self._factors, "selector": self._selectors, "slot": self._slots_in}[kind]
                 raise UnknownInputError(f"this executable has no {kind} {ident!r} "

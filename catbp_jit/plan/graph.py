@@ -92,6 +92,8 @@ def build_graph(checked: ValidatedPrograms, semiring: str,
                 regs[ins.dst] = slots[a["slot"]]
             elif op == OpCode.STORE_SLOT:
                 slots[a["slot"]] = regs[a["src"]]
+            elif op == OpCode.CONTRACT and not a["inputs"]:
+                regs[ins.dst] = add(UNIT, spec, origin=where)  # the reference returns vm_unit
             elif op == OpCode.CONTRACT:
                 regs[ins.dst] = add(CONTRACT, spec, [regs[r] for r in a["inputs"]], origin=where)
             elif op == OpCode.ELIMINATE:

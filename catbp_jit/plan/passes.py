@@ -94,7 +94,7 @@ def drop_unit_factors(g: Graph) -> Graph:
 
 def _same_elements(a, b) -> bool:
     """Do two specs hold the same elements in another order (up to singleton axes)?"""
-    big = lambda spec: sorted((ax.key, ax.size) for ax in spec.axes if ax.size > 1)
+    big = lambda spec: sorted((ax.kind.value, ax.id, ax.size) for ax in spec.axes if ax.size > 1)
     return big(a) == big(b)
 
 
