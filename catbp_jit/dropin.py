@@ -82,7 +82,8 @@ def run_program(program: Any, sr: Any, factor_provider: Provider, selector_provi
                       slots={k: a for k, (a, _) in slot_in.items()})
     result = dict(given)
     for k, (view, spec) in out.items():
-        if k in given and exe.fused.kinds.get(exe.fused.outputs[k]) == "slot_in":
+        v = exe.fused.outputs[k]
+        if k in given and exe.fused.kinds.get(v) == "slot_in" and exe.fused.attrs.get(v) == k:
             continue  # untouched: hand back the caller's own array, as the reference does
         result[k] = (view.copy(), spec)
     return result
