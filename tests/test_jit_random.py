@@ -1,0 +1,413 @@
+"""The JIT agrees with the reference interpreter on random valid linked programs.
+
+Hypothesis draws linked lists of 1-3 programs (random axes of both kinds and sizes 1-4,
+CONTRACT / ELIMINATE / NORMALIZE / UNIT / slot traffic, slots handed in from outside) and
+their inputs in every semiring and dtype (tests/random_programs.py); each is run through
+`catbp_jit.reference` and through the JIT, and every slot must agree: same keys, spec,
+shape and dtype; bool and int64 exactly; floats to a tight tolerance with NaN and ±inf in
+the same places. A bound session is run twice, on two different sets of inputs.
+
+Cost: kernels are compiled once per pattern (semiring, dtype, leaves, reduce, normalize)
+and cached on disk; the generator bounds the patterns it can reach (36 in all, see
+random_programs.LIMITS). The 2,000-program test runs in loop mode (no per-executable
+compile); compiled mode and the drop-in API, which compile a dispatcher per distinct set
+of kernels, run fewer examples.
+
+Bugs these tests found keep a plain regression test each.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Optional
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, event, given, note, settings
+from hypothesis import strategies as st
+
+import catbp_jit
+from catbp_jit import Axis, AxisType, Instruction, OpCode, Program, TensorSpec
+from catbp_jit.reference import run_program as reference_run_program
+
+from random_programs import LIMITS, SEMIRINGS, Case, Inputs, cases
+
+G, T = AxisType.GEOMETRIC, AxisType.TOPOLOGICAL
+OP = OpCode
+
+# (rtol, atol). PROB float64: rtol 1e-9, no absolute slack (PROB never subtracts, so
+# relative error stays small); float32: rtol 1e-5, atol for denormals only. LOGPROB also
+# gets an absolute 1e-10: logsumexp and NORMALIZE (x - logsumexp x) cancel, so a result
+# near 0 carries its operands' absolute rounding (seen: a NORMALIZE then a full logsumexp
+# gives -3.2e-16 in numpy and +3.5e-16 in the JIT, i.e. log 1 either way). An absolute
+# error d in log space is a relative error d of the probability, so this is still stricter
+# than the PROB tolerance.
+TOLERANCES = {("PROB", "float64"): (1e-9, 0.0), ("PROB", "float32"): (1e-5, 1e-30),
+              ("LOGPROB", "float64"): (1e-9, 1e-10), ("LOGPROB", "float32"): (1e-5, 1e-5)}
+
+
+def _settings(n: int):
+    return settings(max_examples=n, deadline=None, database=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                           HealthCheck.filter_too_much])
+
+
+# ------------------------------------------------------------------------------ running
+
+def run_reference(case: Case, which: int = 0) -> dict:
+    slots = {k: (a.copy(), s) for k, (a, s) in case.initial_slots(which).items()}
+    sr = case.sr()
+    with np.errstate(over="ignore"):  # COUNT wraps around int64 on purpose
+        for p in case.programs:
+            slots = reference_run_program(p, sr, case.factor_provider(which),
+                                          case.selector_provider(which), slots=slots)
+    return slots
+
+
+def compile_case(case: Case, mode: str):
+    return catbp_jit.compile(case.programs, case.sr(), factor_specs=case.factor_specs,
+                             selector_specs=case.selector_specs,
+                             slot_specs=case.slot_specs or None, mode=mode)
+
+
+def session_results(sess, inputs: Inputs) -> dict:
+    out = sess.run(factors=inputs.factors, selectors=inputs.selectors, slots=inputs.slots)
+    return {k: (np.array(v, copy=True), s) for k, (v, s) in out.items()}
+
+
+def run_dropin(case: Case, which: int, mode: str) -> dict:
+    sr = case.sr()
+    slots = dict(case.initial_slots(which))
+    for p in case.programs:
+        slots = catbp_jit.run_program(p, sr, case.factor_provider(which),
+                                      case.selector_provider(which), slots=slots, mode=mode)
+    return slots
+
+
+def run_dropin_vm(case: Case, which: int, mode: str) -> dict:
+    vm = catbp_jit.VirtualMachine(case.sr(), mode=mode)
+    vm.slots.data.update(case.initial_slots(which))
+    for p in case.programs:
+        vm.run(p, case.factor_provider(which), case.selector_provider(which))
+    return vm.slots.data
+
+
+# ---------------------------------------------------------------------------- comparing
+
+def assert_same_slots(ref: dict, got: dict, case: Case, what: str = "jit") -> None:
+    dtype = case.dtype
+    assert set(got) == set(ref), (f"{what}: slot keys differ: missing {set(ref) - set(got)}, "
+                                  f"extra {set(got) - set(ref)}")
+    for key in ref:
+        want, want_spec = ref[key]
+        have, have_spec = got[key]
+        want, have = np.asarray(want), np.asarray(have)
+        where = f"{what}: slot {key!r}"
+        assert have_spec == want_spec, f"{where}: spec {have_spec} != reference {want_spec}"
+        assert want.shape == want_spec.shape, f"{where}: reference shape {want.shape} vs its spec"
+        assert have.shape == want_spec.shape, f"{where}: shape {have.shape} != {want_spec.shape}"
+        assert want.dtype == dtype, f"{where}: reference dtype {want.dtype} (oracle), expected {dtype}"
+        assert have.dtype == dtype, f"{where}: dtype {have.dtype} != {dtype}"
+        if dtype.kind in "bi":
+            assert np.array_equal(have, want), f"{where}: values differ\nref {want!r}\njit {have!r}"
+            continue
+        for name, pred in (("NaN", np.isnan), ("+inf", np.isposinf), ("-inf", np.isneginf)):
+            assert np.array_equal(pred(have), pred(want)), \
+                f"{where}: {name} positions differ\nref {want!r}\njit {have!r}"
+        rtol, atol = TOLERANCES[(case.semiring, dtype.name)]
+        fin = np.isfinite(want)
+        if not np.allclose(have[fin], want[fin], rtol=rtol, atol=atol):
+            err = np.abs(have[fin] - want[fin]) / np.maximum(np.abs(want[fin]), np.finfo(dtype).tiny)
+            raise AssertionError(f"{where}: values differ (max relative error {err.max():.3g}, "
+                                 f"rtol {rtol}, atol {atol})\nref {want!r}\njit {have!r}")
+
+
+def record(case: Case) -> None:
+    """Hypothesis statistics (--hypothesis-show-statistics): what the examples covered."""
+    event(f"{case.semiring} {case.dtype.name}")
+    event(f"{len(case.programs)} program(s)")
+    if case.slot_specs:
+        event("slots given from outside")
+    if case.selector_specs:
+        event("selectors")
+
+
+def check_executable(case: Case, mode: str) -> None:
+    exe = compile_case(case, mode)
+    max_leaves, max_norm = LIMITS[(case.semiring, case.dtype.name)]
+    for k in exe.kernels:  # compile time in CI depends on this staying bounded
+        if k.pattern.leaves > (max_norm if k.pattern.normalize else max_leaves) or k.pattern.parallel:
+            event(f"kernel pattern beyond random_programs.LIMITS: {k.pattern.name}")
+    sess = exe.bind()
+    for which in range(len(case.inputs)):  # the same session, another set of inputs
+        ref = run_reference(case, which)
+        got = session_results(sess, case.inputs[which])
+        assert_same_slots(ref, got, case, f"{mode} mode, inputs {which}")
+
+
+def check_dropin(case: Case, mode: str) -> None:
+    for which in range(len(case.inputs)):
+        ref = run_reference(case, which)
+        got = run_dropin(case, which, mode)
+        assert_same_slots(ref, got, case, f"drop-in run_program ({mode}), inputs {which}")
+        got = run_dropin_vm(case, which, mode)
+        assert_same_slots(ref, got, case, f"drop-in VirtualMachine ({mode}), inputs {which}")
+
+
+# --------------------------------------------------------------------- random programs
+
+@_settings(2000)
+@given(cases())
+def test_random_programs_loop_mode(case):
+    note(case.listing())
+    record(case)
+    check_executable(case, "loop")
+
+
+@_settings(120)
+@given(cases())
+def test_random_programs_compiled_mode(case):
+    note(case.listing())
+    record(case)
+    check_executable(case, "compiled")
+
+
+@_settings(100)
+@given(cases(), st.sampled_from(["compiled", "loop"]))
+def test_random_programs_dropin(case, mode):
+    note(case.listing())
+    record(case)
+    check_dropin(case, mode)
+
+
+# --------------------------------------------------------------------------- edge cases
+
+def sp(*axes) -> TensorSpec:
+    """sp((G, 0, 2), (T, 3, 4)): a spec of (kind, id, size) axes."""
+    return TensorSpec(tuple(Axis(aid, kind, size) for kind, aid, size in axes))
+
+
+def load(dst, fid):
+    return Instruction(OP.LOAD_FACTOR, dst, {"factor_id": fid})
+
+
+def unit(dst, spec):
+    return Instruction(OP.UNIT, dst, {}, spec)
+
+
+def contract(dst, inputs, out):
+    return Instruction(OP.CONTRACT, dst, {"inputs": tuple(inputs), "out_spec": out}, out)
+
+
+def elim(dst, src, keep):
+    return Instruction(OP.ELIMINATE, dst, {"src": src, "keep_keys": tuple(keep)})
+
+
+def normalize(src):
+    return Instruction(OP.NORMALIZE, None, {"src": src})
+
+
+def store(key, src):
+    return Instruction(OP.STORE_SLOT, None, {"slot": key, "src": src})
+
+
+def load_slot(dst, key):
+    return Instruction(OP.LOAD_SLOT, dst, {"slot": key})
+
+
+def hand_case(semiring: str, dtype, programs, factors: Dict[int, tuple],
+              slots: Optional[Dict[tuple, tuple]] = None) -> Case:
+    dtype = np.dtype(dtype)
+    if isinstance(programs, Program):
+        programs = [programs]
+    slots = slots or {}
+    inputs = Inputs({f: np.asarray(a).astype(dtype) for f, (a, _) in factors.items()}, {},
+                    {k: np.asarray(a).astype(dtype) for k, (a, _) in slots.items()})
+    return Case(semiring, dtype, list(programs), {f: s for f, (_, s) in factors.items()}, {},
+                {k: s for k, (_, s) in slots.items()}, [inputs])
+
+
+def check_all_paths(case: Case) -> dict:
+    """The case agrees with the reference in both modes and through the drop-in API."""
+    for mode in ("loop", "compiled"):
+        exe = catbp_jit.compile(case.programs, case.sr(), factor_specs=case.factor_specs,
+                                selector_specs=case.selector_specs,
+                                slot_specs=case.slot_specs or None, mode=mode)
+        got = session_results(exe.bind(), case.inputs[0])
+        assert_same_slots(run_reference(case), got, case, f"{mode} mode")
+        assert_same_slots(run_reference(case), run_dropin(case, 0, mode), case, "drop-in")
+        assert_same_slots(run_reference(case), run_dropin_vm(case, 0, mode), case, "drop-in VM")
+    return run_reference(case)
+
+
+S23 = sp((G, 0, 2), (T, 0, 3))
+
+
+@pytest.mark.parametrize("semiring, dtype", SEMIRINGS)
+def test_contract_without_inputs_is_unit(semiring, dtype):
+    """Regression (dcf19fd): fuse() read inputs[0] of an empty CONTRACT (IndexError)."""
+    prog = Program((contract(1, (), S23), store(("u",), 1)), "upward")
+    case = hand_case(semiring, dtype, prog, {})
+    slots = run_reference(case)
+    assert np.array_equal(slots[("u",)][0], case.sr().one(S23.shape))
+    check_all_paths(case)
+
+
+def test_transposed_eliminate_with_both_axis_kinds():
+    """Regression (dcf19fd): fold_views sorted axis keys, and AxisType does not order."""
+    spec = sp((G, 0, 2), (T, 0, 3), (G, 1, 2))
+    prog = Program((load(0, 0), elim(1, 0, [(G, 0), (T, 0)]), elim(2, 1, [(T, 0), (G, 0)]),
+                    store(("out",), 2)), "upward")
+    case = hand_case("PROB", "float64", prog, {0: (np.arange(12.0).reshape(2, 3, 2), spec)})
+    check_all_paths(case)
+
+
+@pytest.mark.parametrize("semiring, dtype", [(s, d) for s, d in SEMIRINGS])
+def test_eliminate_of_a_0d_tensor(semiring, dtype):
+    vals = {"PROB": 0.75, "LOGPROB": -1.5, "SAT": True, "COUNT": 7}[semiring]
+    prog = Program((load(0, 0), unit(1, sp()),
+                    elim(2, 0, ()), elim(3, 0, [(G, 0)]), elim(4, 1, ()),
+                    Instruction(OP.ELIMINATE, 5, {"src": 0, "drop": (0,)}),
+                    contract(6, (2, 5), sp()),
+                    store(("a",), 2), store(("b",), 3), store(("c",), 4), store(("d",), 5),
+                    store(("e",), 6)), "upward")
+    case = hand_case(semiring, dtype, prog, {0: (np.array(vals), sp())})
+    slots = check_all_paths(case)
+    assert np.asarray(slots[("a",)][0]).shape == ()
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_normalize_of_all_zero_prob_is_unchanged(dtype):
+    prog = Program((load(0, 0), normalize(0), store(("n",), 0),
+                    load(1, 1), contract(2, (0, 1), S23), normalize(2), store(("m",), 2),
+                    elim(3, 1, [(T, 0)]), normalize(3), store(("e",), 3)), "upward")
+    case = hand_case("PROB", dtype, prog, {0: (np.zeros((2, 3)), S23),
+                                           1: (np.arange(6.0).reshape(2, 3), S23)})
+    slots = check_all_paths(case)
+    assert not np.any(slots[("n",)][0]) and not np.any(slots[("m",)][0])
+    assert np.allclose(slots[("e",)][0], np.array([3, 5, 7]) / 15)
+
+
+def test_normalize_of_all_neg_inf_logprob_is_nan():
+    prog = Program((load(0, 0), normalize(0), store(("n",), 0),
+                    elim(1, 0, [(G, 0)]), normalize(1), store(("en",), 1),
+                    load(2, 1), elim(3, 2, [(G, 0)]), normalize(3), store(("e",), 3)), "upward")
+    part = np.array([[-np.inf, -np.inf, -np.inf], [0.0, -1.0, -np.inf]])
+    case = hand_case("LOGPROB", "float64", prog, {0: (np.full((2, 3), -np.inf), S23),
+                                                  1: (part, S23)})
+    slots = check_all_paths(case)
+    assert np.all(np.isnan(slots[("n",)][0]))  # -inf - logsumexp(all -inf) = -inf - -inf
+    assert np.all(np.isnan(slots[("en",)][0]))  # fused with the ELIMINATE too
+    e = slots[("e",)][0]
+    assert np.isneginf(e[0]) and e[1] == 0.0  # one -inf row is fine: only all -inf is NaN
+
+
+def test_count_wraps_around_int64():
+    big = 2 ** 62
+    spec = sp((G, 0, 4))
+    prog = Program((load(0, 0), contract(1, (0, 0), spec), elim(2, 0, ()), elim(3, 1, ()),
+                    store(("sq",), 1), store(("sum",), 2), store(("sumsq",), 3)), "upward")
+    vals = np.array([big, big, big, 3], dtype=np.int64)
+    case = hand_case("COUNT", "int64", prog, {0: (vals, spec)})
+    slots = check_all_paths(case)
+    with np.errstate(over="ignore"):
+        assert np.array_equal(slots[("sq",)][0], vals * vals)
+        assert int(slots[("sum",)][0]) == int(np.sum(vals))
+    assert int(slots[("sum",)][0]) == 3 * big + 3 - 2 ** 64  # wrapped
+    assert int(slots[("sumsq",)][0]) == 9  # (2**62)**2 wraps to 0
+
+
+def test_sat_any_with_early_exit():
+    # reduced rows: True first, True last, all False, all True; the kernel may stop at the
+    # first True of a row but must still compute every other row.
+    spec = sp((G, 0, 4), (T, 1, 5))
+    x = np.zeros((4, 5), dtype=bool)
+    x[0, 0] = True
+    x[1, 4] = True
+    x[3, :] = True
+    prog = Program((load(0, 0), elim(1, 0, [(G, 0)]), elim(2, 0, [(T, 1)]), elim(3, 0, ()),
+                    load(4, 1), contract(5, (0, 4), spec), elim(6, 5, [(G, 0)]),
+                    store(("rows",), 1), store(("cols",), 2), store(("all",), 3),
+                    store(("fused",), 6)), "upward")
+    mask = np.ones((4, 5), dtype=bool)
+    mask[0, 0] = False
+    case = hand_case("SAT", "bool", prog, {0: (x, spec), 1: (mask, spec)})
+    slots = check_all_paths(case)
+    assert slots[("rows",)][0].tolist() == [True, True, False, True]
+    assert slots[("cols",)][0].tolist() == [True, True, True, True, True]
+    assert bool(slots[("all",)][0])
+    assert slots[("fused",)][0].tolist() == [False, True, False, True]
+
+
+@pytest.mark.parametrize("semiring", ["PROB", "LOGPROB"])
+def test_slot_stored_before_normalize_keeps_the_old_value(semiring):
+    up = Program((load(0, 0), contract(1, (0, 0), S23), store(("raw",), 1), normalize(1),
+                  store(("norm",), 1), normalize(1), store(("twice",), 1)), "upward")
+    down = Program((load_slot(0, ("raw",)), elim(1, 0, [(T, 0)]), store(("bel",), 1),
+                    normalize(0), store(("raw2",), 0)), "downward")
+    x = np.arange(1.0, 7.0).reshape(2, 3)
+    x = x if semiring == "PROB" else np.log(x)
+    case = hand_case(semiring, "float64", [up, down], {0: (x, S23)})
+    slots = check_all_paths(case)
+    raw = slots[("raw",)][0]
+    assert np.allclose(raw, x * x if semiring == "PROB" else 2 * x)  # not normalized
+    assert not np.allclose(raw, slots[("norm",)][0])
+
+
+def test_same_register_stored_to_two_slots():
+    up = Program((load(0, 0), load(1, 1), contract(2, (0, 1), S23), store(("a",), 2),
+                  store(("b",), 2), elim(3, 2, [(T, 0)]), store(("c",), 3), store(("d",), 3)),
+                 "upward")
+    down = Program((load_slot(0, ("a",)), load_slot(1, ("b",)), contract(2, (0, 1), S23),
+                    store(("a",), 2), store(("ab",), 2)), "downward")
+    f = np.arange(6.0).reshape(2, 3)
+    case = hand_case("PROB", "float64", [up, down], {0: (f, S23), 1: (f + 1, S23)})
+    slots = check_all_paths(case)
+    assert np.array_equal(slots[("b",)][0], f * (f + 1))
+    assert np.array_equal(slots[("a",)][0], (f * (f + 1)) ** 2)  # rewritten by downward
+    assert np.array_equal(slots[("c",)][0], slots[("d",)][0])
+
+
+def test_slot_given_from_outside_and_rewritten():
+    given_spec = sp((T, 0, 3), (G, 0, 2))
+    prog = Program((load_slot(0, ("given",)), load(1, 0), contract(2, (1, 0), S23),
+                    elim(3, 2, [(T, 0), (G, 0)]), store(("given",), 3), store(("out",), 2)),
+                   "upward")
+    g = np.arange(1.0, 7.0).reshape(3, 2)
+    f = np.arange(6.0).reshape(2, 3)
+    case = hand_case("PROB", "float64", prog, {0: (f, S23)}, slots={("given",): (g, given_spec)})
+    slots = check_all_paths(case)
+    assert np.array_equal(slots[("given",)][0], (f * g.T).T)
+
+
+def _dead_given_slot():
+    """A program that reads a given slot, never uses the value, and overwrites the slot."""
+    spec = sp((G, 0, 2))
+    prog = Program((load_slot(0, ("m",)), load(1, 0), store(("m",), 1)), "downward")
+    return hand_case("PROB", "float64", prog, {0: (np.array([1.0, 2.0]), spec)},
+                     slots={("m",): (np.zeros(2), spec)})
+
+
+def test_session_accepts_a_declared_slot_that_is_dead():
+    """Regression (dcf19fd): Session.run refused a declared slot whose input was dead."""
+    case = _dead_given_slot()
+    exe = catbp_jit.compile(case.programs, case.sr(), factor_specs=case.factor_specs,
+                            slot_specs=case.slot_specs, mode="loop")
+    got = session_results(exe.bind(), case.inputs[0])
+    assert_same_slots(run_reference(case), got, case)
+
+
+def test_dropin_with_a_slot_read_unused_and_overwritten():
+    """Regression (dcf19fd): the drop-in handed such a slot to Session.run, which refused it."""
+    case = _dead_given_slot()
+    assert_same_slots(run_reference(case), run_dropin(case, 0, "loop"), case)
+
+
+@pytest.mark.parametrize("mode", ["loop", "compiled"])
+def test_dropin_slot_rebound_to_another_given_slot(mode):
+    spec = sp((G, 0, 2))
+    prog = Program((load_slot(0, ("b",)), store(("a",), 0)), "upward")
+    case = hand_case("PROB", "float64", prog, {}, slots={("a",): (np.array([1.0, 2.0]), spec),
+                                                       ("b",): (np.array([3.0, 4.0]), spec)})
+    ref = run_reference(case)
+    assert np.array_equal(ref[("a",)][0], [3.0, 4.0])
+    assert_same_slots(ref, run_dropin(case, 0, mode), case, f"drop-in ({mode})")
