@@ -404,6 +404,8 @@ def test_dropin_with_a_slot_read_unused_and_overwritten():
 
 @pytest.mark.parametrize("mode", ["loop", "compiled"])
 def test_dropin_slot_rebound_to_another_given_slot(mode):
+    """Regression (7f27b9b): the drop-in handed back the caller's old array for a slot
+    rebound to the unchanged value of another given slot."""
     spec = sp((G, 0, 2))
     prog = Program((load_slot(0, ("b",)), store(("a",), 0)), "upward")
     case = hand_case("PROB", "float64", prog, {}, slots={("a",): (np.array([1.0, 2.0]), spec),
