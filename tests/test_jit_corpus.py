@@ -19,13 +19,13 @@ from catbp_jit.bundle import load_bundle
 
 from conftest import CORPUS
 import foreign
+from jit_helpers import executable, inputs
 
 IDS = [p.name for p in CORPUS]
 RTOL = {np.dtype(np.float64): 1e-9, np.dtype(np.float32): 1e-5}
 MODES = ("compiled", "loop")
 
 # (bundle name, mode) -> Executable; compiled once per module, reused by every (a) test.
-_EXECUTABLES = {}
 # float64 max relative error per (bundle, way), for the summary test.
 _F64_ERRORS = {}
 
@@ -77,21 +77,6 @@ def check(got, bundle, way):
 @pytest.fixture(params=CORPUS, ids=IDS, scope="module")
 def bundle(request):
     return load_bundle(request.param)
-
-
-def executable(bundle, mode):
-    key = (bundle.name, mode)
-    if key not in _EXECUTABLES:
-        _EXECUTABLES[key] = catbp_jit.compile(
-            bundle.programs, bundle.semiring_runtime(), factor_specs=bundle.factor_specs(),
-            selector_specs=bundle.selector_specs(), mode=mode)
-    return _EXECUTABLES[key]
-
-
-def inputs(bundle):
-    dt = bundle.dtype
-    return ({f: np.asarray(a).astype(dt, copy=False) for f, (a, _) in bundle.factors.items()},
-            {s: np.asarray(a).astype(dt, copy=False) for s, (a, _) in bundle.selectors.items()})
 
 
 # -- (a) compile + bind + run, linked ------------------------------------------------------

@@ -30,6 +30,7 @@ from catbp_jit.plan.passes import optimize
 from catbp_jit.reference.kernels import keep_keys_from_drop
 from catbp_jit.reference.vm import RegisterBank
 
+from jit_helpers import executable, inputs
 from conftest import CORPUS, REPO, shared_dir
 
 MODES = ("compiled", "loop")
@@ -49,7 +50,6 @@ def bench_param(name):
 
 
 _BUNDLES = {}
-_EXECUTABLES = {}
 
 
 def bundle_at(path):
@@ -57,21 +57,6 @@ def bundle_at(path):
     if path not in _BUNDLES:
         _BUNDLES[path] = load_bundle(path)
     return _BUNDLES[path]
-
-
-def executable(b, mode):
-    """Compiled once per module (kernels come from the process memo / the session cache)."""
-    key = (b.name, mode)
-    if key not in _EXECUTABLES:
-        _EXECUTABLES[key] = catbp_jit.compile(
-            b.programs, b.semiring_runtime(), factor_specs=b.factor_specs(),
-            selector_specs=b.selector_specs(), mode=mode)
-    return _EXECUTABLES[key]
-
-
-def inputs(b):
-    return ({f: np.ascontiguousarray(a, dtype=b.dtype) for f, (a, _) in b.factors.items()},
-            {s: np.ascontiguousarray(a, dtype=b.dtype) for s, (a, _) in b.selectors.items()})
 
 
 def snapshot(slots):
