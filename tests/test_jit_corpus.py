@@ -25,7 +25,6 @@ IDS = [p.name for p in CORPUS]
 RTOL = {np.dtype(np.float64): 1e-9, np.dtype(np.float32): 1e-5}
 MODES = ("compiled", "loop")
 
-# (bundle name, mode) -> Executable; compiled once per module, reused by every (a) test.
 # float64 max relative error per (bundle, way), for the summary test.
 _F64_ERRORS = {}
 
