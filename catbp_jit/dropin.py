@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
@@ -26,26 +27,35 @@ Provider = Callable[[int], Tuple[np.ndarray, Any]]
 MAX_EXECUTABLES = 64
 
 _executables: "OrderedDict[tuple, Tuple[Executable, Any]]" = OrderedDict()
-_programs: Dict[int, Tuple[Any, Program, str]] = {}  # id(program) -> (program, canonical, digest)
+_programs: Dict[int, Tuple[Any, "_Shape"]] = {}  # id(program) -> (program, what run_program needs)
 
 
-def _canonical(program: Any) -> Tuple[Program, str]:
-    """The adapted program and a digest of its structure, memoized per program object."""
+@dataclass(frozen=True)
+class _Shape:
+    """What run_program needs to know of a program, worked out once per program object."""
+    program: Program  # canonical
+    digest: str  # of its structure
+    factor_ids: Tuple[int, ...]
+    selector_ids: Tuple[int, ...]
+    slots_read: frozenset
+
+
+def _shape(program: Any) -> _Shape:
     hit = _programs.get(id(program))
     if hit is not None and hit[0] is program:
-        return hit[1], hit[2]
+        return hit[1]
     from .bundle import program_to_json
 
     prog = adapt_program(program)
     digest = hashlib.sha256(json.dumps(program_to_json(prog)["instructions"]).encode()).hexdigest()
+    ids = lambda op, arg: tuple(sorted({ins.args[arg] for ins in prog.instructions if ins.op == op}))
+    shape = _Shape(prog, digest, ids(OpCode.LOAD_FACTOR, "factor_id"),
+                   ids(OpCode.LOAD_SELECTOR, "selector_id"),
+                   frozenset(ins.args["slot"] for ins in prog.instructions if ins.op == OpCode.LOAD_SLOT))
     if len(_programs) > 4 * MAX_EXECUTABLES:
         _programs.clear()
-    _programs[id(program)] = (program, prog, digest)
-    return prog, digest
-
-
-def _ids(prog: Program, op: OpCode, arg: str) -> list:
-    return sorted({ins.args[arg] for ins in prog.instructions if ins.op == op})
+    _programs[id(program)] = (program, shape)
+    return shape
 
 
 def run_program(program: Any, sr: Any, factor_provider: Provider, selector_provider: Provider,
@@ -53,15 +63,15 @@ def run_program(program: Any, sr: Any, factor_provider: Provider, selector_provi
                 mode: str = "compiled") -> Dict[tuple, Tuple[np.ndarray, Any]]:
     """CatBP's run_program on the JIT: a dict slot key -> (array, spec), as the reference."""
     sr = adapt_semiring(sr)
-    prog, digest = _canonical(program)
-    factors = {fid: _input(factor_provider(fid), sr) for fid in _ids(prog, OpCode.LOAD_FACTOR, "factor_id")}
-    selectors = {sid: _input(selector_provider(sid), sr)
-                 for sid in _ids(prog, OpCode.LOAD_SELECTOR, "selector_id")}
+    shape = _shape(program)
+    prog = shape.program
+    factors = {fid: _input(factor_provider(fid), sr) for fid in shape.factor_ids}
+    selectors = {sid: _input(selector_provider(sid), sr) for sid in shape.selector_ids}
     given = adapt_slots(slots)
-    read = {ins.args["slot"] for ins in prog.instructions if ins.op == OpCode.LOAD_SLOT}
-    slot_in = {k: (np.asarray(a).astype(sr.dtype, copy=False), s) for k, (a, s) in given.items() if k in read}
+    slot_in = {k: (np.asarray(a).astype(sr.dtype, copy=False), s)
+               for k, (a, s) in given.items() if k in shape.slots_read}
 
-    key = (digest, sr.name, sr.dtype.str, target, mode,
+    key = (shape.digest, sr.name, sr.dtype.str, target, mode,
            tuple((f, s) for f, (_, s) in factors.items()),
            tuple((i, s) for i, (_, s) in selectors.items()),
            tuple((k, s) for k, (_, s) in slot_in.items()))

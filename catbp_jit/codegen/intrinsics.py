@@ -7,7 +7,7 @@ views that memory as a 1-d array (no MemInfo, no copy); the caller keeps it aliv
 
 from __future__ import annotations
 
-from numba import carray, types
+from numba import types
 from numba.core.extending import intrinsic
 
 

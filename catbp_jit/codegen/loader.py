@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Sequence
 
-import numpy as np
 from numba import types
 
 from ..cache import KernelCache

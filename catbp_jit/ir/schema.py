@@ -72,6 +72,14 @@ class TensorSpec:
         return format_spec(self)
 
 
+def element_count(spec: TensorSpec) -> int:
+    """How many elements a tensor of this spec holds (1 for a 0-d spec)."""
+    n = 1
+    for ax in spec.axes:
+        n *= ax.size
+    return n
+
+
 def format_key(key: AxisKey) -> str:
     """`G3` for (GEOMETRIC, 3), `T3` for (TOPOLOGICAL, 3): the listing's spelling."""
     kind, aid = key

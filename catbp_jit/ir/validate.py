@@ -10,7 +10,7 @@ instruction index, the operand and the reason.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional
 
 import numpy as np
 

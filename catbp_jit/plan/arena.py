@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, List, Tuple
 
+from ..ir.schema import element_count
 from .fusion import Fused
 from .graph import FACTOR, SELECTOR, SLOT_IN, UNIT
 from .liveness import Interval, live_intervals
@@ -81,7 +82,7 @@ def first_fit(intervals: List[Interval], sizes: Dict[int, int], step: int) -> Tu
 
 def plan_memory(fused: Fused, itemsize: int) -> MemoryPlan:
     step = max(1, ALIGN_BYTES // itemsize)  # elements per 64 bytes
-    sizes = {v: max(1, _count(spec)) for v, spec in fused.specs.items()}
+    sizes = {v: max(1, element_count(spec)) for v, spec in fused.specs.items()}
     by_class: Dict[str, List[int]] = {c: [] for c in CLASSES}
     for v in fused.specs:
         by_class[value_class(fused, v)].append(v)
@@ -106,10 +107,3 @@ def plan_memory(fused: Fused, itemsize: int) -> MemoryPlan:
     regions = {v: Region(value_class(fused, v), base[value_class(fused, v)] + local[v], sizes[v])
                for v in fused.specs}
     return MemoryPlan(itemsize, regions, base, used, max(cursor, step), intervals)
-
-
-def _count(spec) -> int:
-    n = 1
-    for s in spec.shape:
-        n *= s
-    return n

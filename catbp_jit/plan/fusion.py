@@ -20,8 +20,7 @@ from typing import Dict, List, Tuple
 
 from ..ir.ops import SlotKey
 from ..ir.schema import Axis, TensorSpec
-from .graph import (CONTRACT, ELIMINATE, FACTOR, NORMALIZE, SELECTOR, SLOT_IN, UNIT, VIEW,
-                    Graph)
+from .graph import CONTRACT, ELIMINATE, NORMALIZE, SLOT_IN, VIEW, Graph
 
 
 MAX_READERS = 3  # a product is recomputed by at most this many readers
@@ -174,5 +173,3 @@ def _same_order(a: TensorSpec, b: TensorSpec) -> bool:
     big = lambda spec: [(ax.key, ax.size) for ax in spec.axes if ax.size > 1]
     return big(a) == big(b)
 
-
-__all__ = ["Fused", "Segment", "base_of", "fuse", "FACTOR", "SELECTOR", "SLOT_IN", "UNIT"]

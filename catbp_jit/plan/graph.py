@@ -8,12 +8,12 @@ What remains is a DAG of value-producing nodes whose specs are all known.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from dataclasses import dataclass
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from ..ir.ops import OpCode, SlotKey
 from ..ir.schema import TensorSpec
-from ..ir.validate import ValidatedPrograms, eliminate_spec
+from ..ir.validate import ValidatedPrograms
 
 # Node ops. Inputs come from outside the schedule; the others compute.
 FACTOR, SELECTOR, SLOT_IN = "factor", "selector", "slot_in"
@@ -37,8 +37,6 @@ class Graph:
     nodes: Dict[int, Node]  # in a topological order (definition order)
     outputs: Dict[SlotKey, int]  # every slot after the last program -> its value
     semiring: str
-    normalizes: bool = True  # does NORMALIZE do anything in this semiring?
-    origins: Dict[int, str] = field(default_factory=dict)
 
     def consumers(self) -> Dict[int, int]:
         """How many times each value is read (as an input or as a slot result)."""
@@ -105,7 +103,7 @@ def build_graph(checked: ValidatedPrograms, semiring: str,
                     regs[a["src"]] = add(NORMALIZE, nodes[src].spec, [src], origin=where)
             elif op == OpCode.FREE:
                 pass  # registers die here; liveness is recomputed from uses
-    return Graph(nodes, dict(slots), semiring, normalizes)
+    return Graph(nodes, dict(slots), semiring)
 
 
 def describe(node: Node) -> str:

@@ -6,6 +6,7 @@ re-alignment only moves elements.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Dict
 
 from .graph import CONTRACT, ELIMINATE, INPUT_OPS, NORMALIZE, UNIT, VIEW, Graph, Node
@@ -18,7 +19,7 @@ def _rebuild(g: Graph, keep, remap: Dict[int, int]) -> Graph:
             nodes[nid] = Node(nid, node.op, node.spec, tuple(remap.get(i, i) for i in node.inputs),
                               node.attr, node.origin)
     outputs = {k: remap.get(v, v) for k, v in g.outputs.items()}
-    return Graph(nodes, outputs, g.semiring, g.normalizes, g.origins)
+    return replace(g, nodes=nodes, outputs=outputs)
 
 
 def dead_code_elimination(g: Graph) -> Graph:
@@ -73,7 +74,7 @@ def eliminate_copies(g: Graph) -> Graph:
         if is_realignment(g, node):
             node = Node(nid, VIEW, node.spec, node.inputs, None, node.origin)
         nodes[nid] = node
-    return Graph(nodes, dict(g.outputs), g.semiring, g.normalizes, g.origins)
+    return replace(g, nodes=nodes, outputs=dict(g.outputs))
 
 
 def drop_unit_factors(g: Graph) -> Graph:
@@ -89,7 +90,7 @@ def drop_unit_factors(g: Graph) -> Graph:
             if rest and len(rest) < len(node.inputs):
                 node = Node(nid, CONTRACT, node.spec, rest, node.attr, node.origin)
         nodes[nid] = node
-    return Graph(nodes, dict(g.outputs), g.semiring, g.normalizes, g.origins)
+    return replace(g, nodes=nodes, outputs=dict(g.outputs))
 
 
 def _same_elements(a, b) -> bool:
@@ -132,7 +133,7 @@ def fold_views(g: Graph) -> Graph:
     ordered = {nid: Node(nid, n.op, n.spec, tuple(remap.get(i, i) for i in n.inputs), n.attr, n.origin)
                for nid, n in sorted(nodes.items())}
     outs = {k: remap.get(v, v) for k, v in g.outputs.items()}
-    return Graph(ordered, outs, g.semiring, g.normalizes, g.origins)
+    return replace(g, nodes=ordered, outputs=outs)
 
 
 def optimize(g: Graph) -> Graph:

@@ -27,7 +27,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from ..ir.schema import TensorSpec
+from ..ir.schema import TensorSpec, element_count
 from .arena import MemoryPlan
 from .fusion import Fused, Segment
 
@@ -153,7 +153,7 @@ def lower_segment(seg: Segment, fused: Fused, memory: MemoryPlan, dtype: str,
         # Walk the biggest leaf in its memory order: output axes and reduced axes each
         # sorted by its strides, largest first, so the tight loop has its smallest stride.
         # This changes only the fixed order of a sum's terms, never what is multiplied.
-        main = 1 + max(range(len(seg.leaves)), key=lambda l: (_count(fused.specs[seg.leaves[l]]), -l))
+        main = 1 + max(range(len(seg.leaves)), key=lambda l: (element_count(fused.specs[seg.leaves[l]]), -l))
         order = sorted(range(out_rank), key=lambda d: -operands[main][d]) + \
             sorted(range(out_rank, rank), key=lambda d: -operands[main][d])
         sizes = [sizes[d] for d in order]
@@ -191,13 +191,6 @@ def lower_segment(seg: Segment, fused: Fused, memory: MemoryPlan, dtype: str,
 def scratch_size(step: Step) -> int:
     """Loop counters: one per axis, per chunk."""
     return max(1, step.params[1] + step.params[2]) * step.params[4]
-
-
-def _count(spec: TensorSpec) -> int:
-    n = 1
-    for size in spec.shape:
-        n *= size
-    return n
 
 
 def build_schedule(fused: Fused, memory: MemoryPlan, dtype: str,

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import CatbpError, ProgramKeyError, ProgramValueError, UseBeforeDefinitionError, UnwrittenSlotError
 from ..ir.adapt import adapt_program, adapt_slot_key, adapt_spec
-from ..ir.ops import Instruction, OpCode, Program, RegID, SlotKey
+from ..ir.ops import Instruction, RegID, SlotKey
 from ..ir.schema import TensorSpec
 from ..semiring import VMSemiringRuntime, adapt_semiring
 from .kernels import keep_keys_from_drop, vm_contract, vm_eliminate_keep, vm_unit
