@@ -1,0 +1,14 @@
+"""Exact inference on discrete factor graphs, as CatBP programs.
+
+factor graph → tree plan (elimination order, junction tree) → upward / downward /
+finalize programs → the JIT (or the reference interpreter) → Z and marginals.
+"""
+
+from .emit import emit_programs
+from .graph import Factor, FactorGraph, FactorGraphError, factor_graph
+from .model import CompiledModel, Solution, compile_model, solve
+from .plan import TreePlan, elimination_order, junction_tree
+
+__all__ = ["CompiledModel", "Factor", "FactorGraph", "FactorGraphError", "Solution", "TreePlan",
+           "compile_model", "elimination_order", "emit_programs", "factor_graph",
+           "junction_tree", "solve"]

@@ -1,0 +1,156 @@
+"""Emit a tree plan as CatBP programs: upward, downward (prefix/suffix) and finalize.
+
+These are ordinary programs in our IR (seeds/001 §5) with CatBP's slot conventions:
+("msg", u, v) is the message from clique u to clique v, ("bel", a) clique a's belief,
+("Z",) the partition function. Finalize also stores ("marg", v): variable v's
+unnormalized marginal, read from the smallest clique that holds v.
+
+Factor ids: graph factor f is factor f; the evidence indicator of the k-th evidence
+variable (ascending variable index) is factor n_factors + k. Evidence is data: a new
+observation on the same variables only rebinds those indicator factors.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Sequence, Tuple
+
+from ..ir import Axis, AxisType, Instruction, OpCode, Program, TensorSpec
+from .plan import TreePlan
+
+
+def axis_key(v: int):
+    return (AxisType.GEOMETRIC, v)
+
+
+def spec_of(plan: TreePlan, variables: Sequence[int]) -> TensorSpec:
+    return TensorSpec(tuple(Axis(v, AxisType.GEOMETRIC, plan.sizes[v]) for v in variables))
+
+
+def factor_specs(plan: TreePlan, scopes: Sequence[Sequence[int]],
+                 evidence: Sequence[int]) -> Dict[int, TensorSpec]:
+    """The spec of every factor the programs load (graph factors, then indicators)."""
+    specs = {f: spec_of(plan, scope) for f, scope in enumerate(scopes)}
+    for k, v in enumerate(sorted(evidence)):
+        specs[len(scopes) + k] = spec_of(plan, (v,))
+    return specs
+
+
+class _Emitter:
+    """Appends instructions with fresh registers; `free()` drops what a step used."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.instructions: List[Instruction] = []
+        self.next_reg = 1
+        self.live: List[int] = []
+
+    def _def(self, op: OpCode, args: dict, spec=None) -> int:
+        r = self.next_reg
+        self.next_reg += 1
+        self.instructions.append(Instruction(op, r, args, spec))
+        self.live.append(r)
+        return r
+
+    def load_factor(self, fid: int) -> int:
+        return self._def(OpCode.LOAD_FACTOR, {"factor_id": fid})
+
+    def load_slot(self, slot: tuple) -> int:
+        return self._def(OpCode.LOAD_SLOT, {"slot": slot})
+
+    def contract(self, inputs: Sequence[int], spec: TensorSpec) -> int:
+        if not inputs:
+            return self._def(OpCode.UNIT, {}, spec)
+        return self._def(OpCode.CONTRACT, {"inputs": tuple(inputs), "out_spec": spec}, spec)
+
+    def eliminate(self, src: int, keep: Sequence[int]) -> int:
+        return self._def(OpCode.ELIMINATE, {"src": src, "keep_keys": tuple(axis_key(v) for v in keep)})
+
+    def store(self, slot: tuple, src: int) -> None:
+        self.instructions.append(Instruction(OpCode.STORE_SLOT, None, {"slot": slot, "src": src}))
+
+    def free(self) -> None:
+        if self.live:
+            self.instructions.append(Instruction(OpCode.FREE, None, {"srcs": tuple(self.live)}))
+            self.live = []
+
+    def program(self) -> Program:
+        return Program(tuple(self.instructions), self.name)
+
+
+def _local_inputs(e: _Emitter, plan: TreePlan, a: int, n_factors: int,
+                  evidence_index: Dict[int, int]) -> List[int]:
+    clique = plan.cliques[a]
+    regs = [e.load_factor(f) for f in clique.factors]
+    regs += [e.load_factor(n_factors + evidence_index[v]) for v in clique.evidence]
+    return regs
+
+
+def emit_upward(plan: TreePlan, n_factors: int, evidence: Sequence[int]) -> Program:
+    e = _Emitter("upward")
+    ev = {v: k for k, v in enumerate(sorted(evidence))}
+    for a in plan.postorder:
+        clique = plan.cliques[a]
+        inputs = _local_inputs(e, plan, a, n_factors, ev)
+        inputs += [e.load_slot(("msg", c, a)) for c in clique.children]
+        acc = e.contract(inputs, spec_of(plan, clique.variables))
+        if clique.parent is None:
+            e.store(("bel", a), acc)
+        else:
+            e.store(("msg", a, clique.parent), e.eliminate(acc, plan.separator(a, clique.parent)))
+        e.free()
+    return e.program()
+
+
+def emit_downward(plan: TreePlan, n_factors: int, evidence: Sequence[int]) -> Program:
+    """Beliefs of every clique but the root (upward stored it) and messages to children.
+
+    With k children, the message to child i excludes that child's own message:
+    prefix[i] = base ⊗ msg(c0) ⊗ … ⊗ msg(c(i-1)), suffix[i] = msg(ci) ⊗ … ⊗ msg(c(k-1)),
+    to child i: prefix[i] ⊗ suffix[i+1], eliminated to the separator. Linear in k, where
+    excluding one message from the full product at a time would be quadratic.
+    """
+    e = _Emitter("downward")
+    ev = {v: k for k, v in enumerate(sorted(evidence))}
+    for a in plan.preorder:
+        clique = plan.cliques[a]
+        kids = clique.children
+        if clique.parent is not None or kids:
+            spec = spec_of(plan, clique.variables)
+            base = _local_inputs(e, plan, a, n_factors, ev)
+            if clique.parent is not None:
+                base.append(e.load_slot(("msg", clique.parent, a)))
+            msgs = [e.load_slot(("msg", c, a)) for c in kids]
+            suffix: List[List[int]] = [[] for _ in range(len(kids) + 1)]
+            for i in range(len(kids) - 1, 0, -1):  # suffix[i] for i >= 1, as one register
+                rest = [msgs[i]] + suffix[i + 1]
+                if len(rest) > 1:
+                    union = sorted({v for c in kids[i:] for v in plan.separator(a, c)})
+                    suffix[i] = [e.contract(rest, spec_of(plan, union))]
+                else:
+                    suffix[i] = rest
+            prefix = base
+            for i, c in enumerate(kids):
+                excl = e.contract(prefix + suffix[i + 1], spec)
+                e.store(("msg", a, c), e.eliminate(excl, plan.separator(a, c)))
+                prefix = [e.contract(prefix + [msgs[i]], spec)] if i + 1 < len(kids) else prefix + [msgs[i]]
+            if clique.parent is not None:
+                e.store(("bel", a), e.contract(prefix, spec))
+            e.free()
+    return e.program()
+
+
+def emit_finalize(plan: TreePlan) -> Program:
+    e = _Emitter("finalize")
+    bel = {}
+    for a in sorted(set(plan.home) | {plan.root}):
+        bel[a] = e.load_slot(("bel", a))
+    e.store(("Z",), e.eliminate(bel[plan.root], ()))
+    for v, a in enumerate(plan.home):
+        e.store(("marg", v), e.eliminate(bel[a], (v,)))
+    e.free()
+    return e.program()
+
+
+def emit_programs(plan: TreePlan, n_factors: int, evidence: Sequence[int] = ()) -> Tuple[Program, Program, Program]:
+    return (emit_upward(plan, n_factors, evidence), emit_downward(plan, n_factors, evidence),
+            emit_finalize(plan))

@@ -1,0 +1,216 @@
+"""Compile a factor graph once, then answer any evidence on the chosen variables.
+
+`compile_model` plans a junction tree, emits the three programs and compiles them (the
+JIT on the CPU, or the reference interpreter). `CompiledModel.solve(evidence)` binds the
+evidence indicators as factor values and runs: no recompilation. `solve` does both.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..ir import Program
+from ..semiring import logsumexp, make_semiring
+from .emit import emit_programs, factor_specs
+from .graph import FactorGraph, FactorGraphError, factor_graph, semiring_values
+from .plan import TreePlan, elimination_order, junction_tree
+
+SEMIRINGS = ("PROB", "LOGPROB", "SAT", "COUNT")
+TARGETS = ("cpu", "reference")
+MAX_CLIQUE_BYTES = 2 << 30  # 2 GiB: a belief larger than this is refused, not attempted
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class Solution:
+    """What one run answers. `marginals` are normalized (SAT: which values are possible)."""
+    semiring: str
+    Z: Any  # PROB, LOGPROB: float (exp(log_Z)); COUNT: int; SAT: bool
+    log_Z: float
+    marginals: Dict[str, np.ndarray]
+    raw_marginals: Dict[str, np.ndarray]  # in the semiring, unnormalized
+    evidence: Dict[str, int]
+    model: "CompiledModel" = field(repr=False)
+
+    @property
+    def programs(self) -> Tuple[Program, ...]:
+        return self.model.programs
+
+    @property
+    def plan(self) -> TreePlan:
+        return self.model.plan
+
+
+def _semiring_name(semiring: str) -> str:
+    name = str(getattr(semiring, "name", semiring)).upper()
+    if name not in SEMIRINGS:
+        raise ValueError(f"semiring must be one of {', '.join(s.lower() for s in SEMIRINGS)}, "
+                         f"got {semiring!r}")
+    return name
+
+
+class CompiledModel:
+    def __init__(self, graph: FactorGraph, semiring: str = "prob", *,
+                 evidence_vars: Sequence[str] = (), target: str = "cpu",
+                 dtype: Any = None, max_clique_bytes: int = MAX_CLIQUE_BYTES,
+                 progress: Optional[Progress] = None):
+        say = progress or (lambda msg: None)
+        self.graph = graph
+        self.semiring = _semiring_name(semiring)
+        if target not in TARGETS:
+            raise ValueError(f"target must be one of {', '.join(TARGETS)}, got {target!r}")
+        self.target = target
+        self.sr = make_semiring(self.semiring, dtype)
+        index = graph.index()
+        unknown = [v for v in evidence_vars if v not in index]
+        if unknown:
+            raise FactorGraphError(f"{graph.name}: evidence on unknown variable(s) "
+                                   f"{', '.join(map(repr, unknown))}")
+        self.evidence_vars = tuple(sorted(set(evidence_vars), key=index.__getitem__))
+        ev_idx = [index[v] for v in self.evidence_vars]
+        sizes = tuple(graph.variables.values())
+        scopes = [tuple(index[v] for v in f.scope) for f in graph.factors]
+
+        t0 = time.perf_counter()
+        say(f"planning {graph.name}: {len(sizes)} variables, {len(scopes)} factors")
+        self.plan = junction_tree(sizes, scopes, elimination_order(sizes, scopes), ev_idx)
+        self.stats = self.plan.stats()
+        self._check_size(max_clique_bytes)
+        self.programs = emit_programs(self.plan, len(scopes), ev_idx)
+        self.factor_specs = factor_specs(self.plan, scopes, ev_idx)
+        self.times = {"plan_s": time.perf_counter() - t0}
+
+        t0 = time.perf_counter()
+        say(f"compiling {sum(len(p) for p in self.programs)} instructions "
+            f"({self.stats['cliques']} cliques, largest {self.stats['max_clique_states']} states)"
+            f" for {target}")
+        self._values = {f: semiring_values(fac.values, self.semiring, self.sr.dtype)
+                        for f, fac in enumerate(graph.factors)}
+        if target == "cpu":
+            from ..executable import compile as jit_compile
+            from ..session import Session
+            self.executable = jit_compile(list(self.programs), self.sr, factor_specs=self.factor_specs)
+            self._session = Session(self.executable)
+            self._bound = False
+        self.times["compile_s"] = time.perf_counter() - t0
+        say("compiled")
+
+    def _check_size(self, max_bytes: int) -> None:
+        item = self.sr.dtype.itemsize
+        for c in self.plan.cliques:
+            states = self.plan.states(c.id)
+            if states * item > max_bytes:
+                raise FactorGraphError(
+                    f"{self.graph.name}: the junction tree's largest clique has "
+                    f"{len(c.variables)} variables and {states:,} states "
+                    f"({states * item / 2**30:.1f} GiB as {self.sr.dtype.name}); the limit is "
+                    f"{max_bytes / 2**30:.1f} GiB per clique (max_clique_bytes)")
+
+    # -- evidence ----------------------------------------------------------------------------
+
+    def _indicators(self, evidence: Mapping[str, Any]) -> Dict[int, np.ndarray]:
+        """Evidence values as indicator factors (ids after the graph's factors)."""
+        extra = [v for v in evidence if v not in self.evidence_vars]
+        if extra:
+            raise FactorGraphError(
+                f"{self.graph.name}: evidence on {', '.join(map(repr, extra))}, but this model "
+                f"was compiled for evidence on {list(self.evidence_vars) or 'no variables'}; "
+                "compile with those variables in evidence_vars")
+        out = {}
+        n = len(self.graph.factors)
+        for k, v in enumerate(self.evidence_vars):
+            d = self.graph.variables[v]
+            ind = np.ones(d, dtype=np.float64)  # an unobserved evidence variable: all ones
+            if v in evidence:
+                ind[:] = 0.0
+                ind[self._state_index(v, evidence[v])] = 1.0
+            out[n + k] = semiring_values(ind, self.semiring, self.sr.dtype)
+        return out
+
+    def _state_index(self, v: str, value: Any) -> int:
+        d = self.graph.variables[v]
+        names = self.graph.states.get(v)
+        if isinstance(value, str) and names and value in names:
+            return names.index(value)
+        if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and 0 <= value < d:
+            return int(value)
+        allowed = f"0..{d - 1}" + (f" or one of {list(names)}" if names else "")
+        raise FactorGraphError(f"{self.graph.name}: evidence {v}={value!r} is not a state of "
+                               f"{v} ({allowed})")
+
+    # -- running -----------------------------------------------------------------------------
+
+    def run_slots(self, evidence: Optional[Mapping[str, Any]] = None) -> Dict[tuple, np.ndarray]:
+        indicators = self._indicators(evidence or {})
+        if self.target == "reference":
+            from ..reference import run_programs
+            values = {**self._values, **indicators}
+            specs = self.factor_specs
+            slots = run_programs(list(self.programs), self.sr, lambda f: (values[f], specs[f]),
+                                 lambda s: (_ for _ in ()).throw(KeyError(s)))
+            return {k: np.asarray(a) for k, (a, _) in slots.items()}
+        given = indicators if self._bound else {**self._values, **indicators}
+        slots = self._session.run(factors=given)
+        self._bound = True
+        return {k: np.array(a) for k, (a, _) in slots.items() if k[0] in ("Z", "marg")}
+
+    def solve(self, evidence: Optional[Mapping[str, Any]] = None) -> Solution:
+        evidence = dict(evidence or {})
+        slots = self.run_slots(evidence)
+        names = self.graph.names
+        raw = {names[v]: slots[("marg", v)] for v in range(len(names))}
+        z = slots[("Z",)]
+        return Solution(self.semiring, *_finish(self.semiring, z, raw), raw, evidence, self)
+
+
+def _finish(semiring: str, z: np.ndarray, raw: Dict[str, np.ndarray]):
+    """Z, log Z and normalized marginals from the semiring's raw values."""
+    if semiring == "SAT":
+        sat = bool(z)
+        return sat, (0.0 if sat else -math.inf), {v: np.asarray(m, dtype=bool) for v, m in raw.items()}
+    if semiring == "LOGPROB":
+        log_z = float(z)
+        marg = {}
+        for v, m in raw.items():
+            m = np.asarray(m, dtype=np.float64)
+            total = float(logsumexp(m))
+            marg[v] = np.exp(m - total) if total > -math.inf else np.full(m.shape, np.nan)
+        return math.exp(log_z), log_z, marg
+    if semiring == "COUNT":
+        count = int(z)
+        log_z = math.log(count) if count > 0 else -math.inf
+        marg = {v: (np.asarray(m, dtype=np.float64) / count if count > 0
+                    else np.full(m.shape, np.nan)) for v, m in raw.items()}
+        return count, log_z, marg
+    zf = float(z)
+    with np.errstate(divide="ignore"):
+        log_z = float(np.log(zf))
+    marg = {}
+    for v, m in raw.items():
+        m = np.asarray(m, dtype=np.float64)
+        total = m.sum()
+        marg[v] = m / total if total > 0 else np.full(m.shape, np.nan)
+    return zf, log_z, marg
+
+
+def compile_model(graph: FactorGraph, semiring: str = "prob", **options) -> CompiledModel:
+    return CompiledModel(graph, semiring, **options)
+
+
+def solve(var_domains: Any, factors: Any = None, *, semiring: str = "prob",
+          evidence: Optional[Mapping[str, Any]] = None, target: str = "cpu",
+          **options) -> Solution:
+    """Exact Z and marginals of a discrete factor graph.
+
+    var_domains: {name: domain size} with `factors` as (scope, array) pairs, or a
+    FactorGraph (then `factors` is omitted). evidence: {name: state index or name}.
+    """
+    graph = var_domains if isinstance(var_domains, FactorGraph) else factor_graph(var_domains, factors or ())
+    model = CompiledModel(graph, semiring, evidence_vars=tuple(evidence or ()), target=target, **options)
+    return model.solve(evidence)

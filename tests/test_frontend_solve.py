@@ -1,0 +1,186 @@
+"""The front end against brute-force enumeration: Z and every marginal, all semirings.
+
+Random small factor graphs: mixed domain sizes (1..3), arities up to 4, zeros in tables,
+disconnected components, variables in no factor, random evidence.
+"""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from catbp_jit.frontend import (FactorGraphError, compile_model, factor_graph,
+                                junction_tree, solve)
+from catbp_jit.ir.text import parse_programs
+
+SEMIRINGS = ("prob", "logprob", "sat", "count")
+
+
+@st.composite
+def graphs(draw, max_vars=6):
+    n = draw(st.integers(1, max_vars))
+    sizes = {f"v{i}": draw(st.integers(1, 3)) for i in range(n)}
+    names = list(sizes)
+    factors = []
+    for _ in range(draw(st.integers(0, 7))):
+        scope = draw(st.lists(st.sampled_from(names), min_size=0, max_size=min(4, n), unique=True))
+        shape = [sizes[v] for v in scope]
+        count = int(np.prod(shape, dtype=np.int64))
+        vals = draw(st.lists(st.one_of(st.just(0.0), st.floats(0.05, 3.0)),
+                             min_size=count, max_size=count))
+        factors.append((tuple(scope), np.array(vals, dtype=np.float64).reshape(shape)))
+    evidence = draw(st.dictionaries(st.sampled_from(names), st.integers(0, 2), max_size=3))
+    evidence = {v: x % sizes[v] for v, x in evidence.items()}
+    return factor_graph(sizes, factors), evidence
+
+
+def brute_force(graph, evidence):
+    """The joint table by enumeration: the product of every factor and indicator."""
+    names = list(graph.variables)
+    shape = tuple(graph.variables.values())
+    joint = np.ones(shape)
+    letters = "abcdefghijklmnop"
+    for f in graph.factors:
+        sub = "".join(letters[names.index(v)] for v in f.scope)
+        joint = joint * np.einsum(f"{sub}->{''.join(sorted(sub))}", f.values).reshape(
+            [s if letters[i] in sub else 1 for i, s in enumerate(shape)])
+    for v, x in evidence.items():
+        i = names.index(v)
+        ind = np.zeros(shape[i])
+        ind[x] = 1.0
+        joint = joint * ind.reshape([shape[i] if j == i else 1 for j in range(len(shape))])
+    marg = {v: joint.sum(axis=tuple(j for j in range(len(shape)) if j != i)) for i, v in enumerate(names)}
+    return joint, marg
+
+
+def check_solution(s, joint, marg, semiring):
+    z = joint.sum()
+    if semiring == "prob":
+        assert s.Z == pytest.approx(z, rel=1e-12, abs=0)
+    elif semiring == "logprob":
+        assert s.log_Z == (-math.inf if z == 0 else pytest.approx(math.log(z), rel=1e-10, abs=1e-12))
+    elif semiring == "sat":
+        assert s.Z is bool(z > 0) and s.log_Z == (0.0 if z > 0 else -math.inf)
+    else:
+        assert s.Z == int(np.count_nonzero(joint))
+    for v, m in marg.items():
+        got = s.marginals[v]
+        if semiring == "sat":
+            np.testing.assert_array_equal(got, m > 0)
+        elif semiring == "count":
+            counts = np.count_nonzero(joint, axis=tuple(j for j in range(joint.ndim)
+                                                          if j != list(marg).index(v)))
+            np.testing.assert_array_equal(s.raw_marginals[v], counts)
+        elif z > 0:
+            np.testing.assert_allclose(got, m / z, rtol=1e-10, atol=1e-14)
+        else:
+            assert np.isnan(got).all()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graphs(), st.sampled_from(SEMIRINGS))
+def test_reference_target_matches_enumeration(ge, semiring):
+    graph, evidence = ge
+    joint, marg = brute_force(graph, evidence)
+    check_solution(solve(graph, semiring=semiring, evidence=evidence, target="reference"),
+                   joint, marg, semiring)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graphs(), st.sampled_from(SEMIRINGS))
+def test_jit_matches_enumeration(ge, semiring):
+    graph, evidence = ge
+    joint, marg = brute_force(graph, evidence)
+    check_solution(solve(graph, semiring=semiring, evidence=evidence), joint, marg, semiring)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graphs(), st.data())
+def test_one_executable_answers_any_evidence(ge, data):
+    graph, evidence = ge
+    names = list(graph.variables)
+    model = compile_model(graph, "prob", evidence_vars=names)
+    exe = model.executable
+    for _ in range(3):
+        ev = data.draw(st.dictionaries(st.sampled_from(names), st.integers(0, 2), max_size=len(names)))
+        ev = {v: x % graph.variables[v] for v, x in ev.items()}
+        joint, marg = brute_force(graph, ev)
+        check_solution(model.solve(ev), joint, marg, "prob")
+    assert model.executable is exe
+
+
+@settings(max_examples=200, deadline=None)
+@given(graphs(max_vars=9))
+def test_plan_is_a_junction_tree(ge):
+    graph, _ = ge
+    index = graph.index()
+    scopes = [tuple(index[v] for v in f.scope) for f in graph.factors]
+    plan = junction_tree(tuple(graph.variables.values()), scopes, evidence=range(len(index)))
+    cliques = plan.cliques
+    assert sorted(plan.postorder) == list(range(len(cliques)))
+    assert [c.id for c in cliques if c.parent is None] == [plan.root]
+    for c in cliques:  # every factor, indicator and marginal lives in a clique holding it
+        for f in c.factors:
+            assert set(scopes[f]) <= set(c.variables)
+        for v in c.evidence:
+            assert v in c.variables
+    for v, a in enumerate(plan.home):
+        assert v in cliques[a].variables
+    for v in range(len(index)):  # running intersection: the cliques holding v are connected
+        holding = {c.id for c in cliques if v in c.variables}
+        tops = [a for a in holding if cliques[a].parent not in holding]
+        assert len(tops) == 1
+    assert sorted(f for c in cliques for f in c.factors) == list(range(len(scopes)))
+
+
+def test_programs_print_and_parse_back():
+    graph = factor_graph({"a": 2, "b": 3, "c": 2},
+                         [(("a", "b"), np.ones((2, 3))), (("b", "c"), np.ones((3, 2)))])
+    model = compile_model(graph, "prob", evidence_vars=["c"], target="reference")
+    text = "\n\n".join(str(p) for p in model.programs)
+    assert tuple(parse_programs(text)) == model.programs
+    assert [p.name for p in model.programs] == ["upward", "downward", "finalize"]
+
+
+def test_chain_by_hand():
+    # P(a) P(b|a): Z = 1, P(b) by hand
+    pa = np.array([0.3, 0.7])
+    pba = np.array([[0.9, 0.1], [0.2, 0.8]])
+    s = solve({"a": 2, "b": 2}, [(("a",), pa), (("a", "b"), pba)])
+    assert s.Z == pytest.approx(1.0, abs=1e-15)
+    np.testing.assert_allclose(s.marginals["b"], pa @ pba, rtol=1e-15)
+    s = solve({"a": 2, "b": 2}, [(("a",), pa), (("a", "b"), pba)], evidence={"b": 1})
+    np.testing.assert_allclose(s.marginals["a"], pa * pba[:, 1] / (pa @ pba[:, 1]), rtol=1e-14)
+    assert s.Z == pytest.approx(pa @ pba[:, 1], rel=1e-15)
+
+
+@pytest.mark.parametrize("factors, message", [
+    ([(("a", "z"), np.ones((2, 2)))], "unknown variable 'z'"),
+    ([(("a",), np.ones(3))], "shape"),
+    ([(("a",), np.array([1.0, -1.0]))], "non-negative"),
+    ([(("a",), np.array([1.0, np.nan]))], "finite"),
+    ([(("a", "a"), np.ones((2, 2)))], "twice"),
+])
+def test_bad_graphs_are_refused(factors, message):
+    with pytest.raises(FactorGraphError, match=message):
+        factor_graph({"a": 2}, factors)
+
+
+def test_bad_evidence_is_refused():
+    graph = factor_graph({"a": 2, "b": 2}, [(("a", "b"), np.ones((2, 2)))])
+    model = compile_model(graph, "prob", evidence_vars=["a"], target="reference")
+    with pytest.raises(FactorGraphError, match=r"a=5 is not a state of a \(0..1\)"):
+        model.solve({"a": 5})
+    with pytest.raises(FactorGraphError, match="compiled for evidence on"):
+        model.solve({"b": 0})
+    with pytest.raises(FactorGraphError, match="unknown variable"):
+        compile_model(graph, "prob", evidence_vars=["q"])
+
+
+def test_a_clique_too_large_is_refused_with_its_size():
+    graph = factor_graph({f"x{i}": 4 for i in range(6)},
+                         [(tuple(f"x{i}" for i in range(6)), np.ones((4,) * 6))])
+    with pytest.raises(FactorGraphError, match=r"6 variables and 4,096 states"):
+        compile_model(graph, "prob", max_clique_bytes=1024)
