@@ -1,7 +1,9 @@
-"""`catbp-jit`: run and list catbp-bundles from the command line.
+"""`catbp-jit`: run and list catbp-bundles, and solve model files, from the command line.
 
     catbp-jit run BUNDLE_DIR [--engine jit|reference] [--mode compiled|loop] [--repeat N] [--quiet]
     catbp-jit list BUNDLE_DIR
+    catbp-jit solve MODEL [--evidence FILE] [--observe VAR=STATE] [--semiring S] [--format text|uai|json]
+    catbp-jit plan MODEL [--no-listing]
 
 Exit status: 0 on success (and every expected slot matching), 1 when some expected slot
 does not match, 2 on a usage or input error (the message goes to stderr).
@@ -220,6 +222,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("list", help="print a bundle's programs")
     p.add_argument("bundle", metavar="BUNDLE_DIR", help="bundle directory (or its bundle.json)")
     p.set_defaults(func=cmd_list)
+
+    from .frontend.commands import add_commands
+    add_commands(sub)
     return parser
 
 

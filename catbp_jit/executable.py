@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Union
 
 import numpy as np
 
@@ -160,12 +160,14 @@ def compile(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
             selector_specs: Optional[Mapping[int, Any]] = None,
             slot_specs: Optional[Mapping[Any, Any]] = None, target: str = "cpu",
             mode: str = "compiled", cache: Optional[KernelCache] = None,
-            max_bytes: int = DEFAULT_MAX_BYTES) -> Executable:
+            max_bytes: int = DEFAULT_MAX_BYTES,
+            progress: Optional[Callable[[str], None]] = None) -> Executable:
     """Plan, lower and compile linked programs for inputs of the given specs.
 
     programs: one program or a list run in order with slots carried over (upward,
     downward, finalize), as our IR or any CatBP-like objects. slot_specs: slots that
-    exist before the first program (handed to Session.run(slots=...)).
+    exist before the first program (handed to Session.run(slots=...)). progress: called
+    with a line of text before each kernel is loaded (a cold one takes seconds to compile).
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -185,9 +187,15 @@ def compile(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
 
     cache = cache or default_cache()
     before = dict(cache.stats)
-    kernels = [load_kernel(p, cache) for p in schedule.patterns]
+    kernels = []
+    for i, pattern in enumerate(schedule.patterns):
+        if progress is not None:
+            progress(f"kernel {i + 1}/{len(schedule.patterns)}: {pattern.name}")
+        kernels.append(load_kernel(pattern, cache))
     dispatcher, dsource = (None, "")
     if mode == "compiled":
+        if progress is not None:
+            progress("dispatcher")
         dispatcher, dsource = load_dispatcher(kernels, sr.dtype.name, cache)
     used = {k: cache.stats.get(k, 0) - before.get(k, 0) for k in cache.stats}
     return Executable(progs, sr, fspecs, sspecs, lspecs, mode, target, graph, fused, memory,

@@ -1,0 +1,346 @@
+"""A reader for the BIF (Bayesian Interchange Format) files of the bnlearn repository.
+
+Our own parser, no dependency: pgmpy's reader drags in pandas/scipy/sklearn, and pyAgrum
+rounds CPT entries to float32; here every entry is kept in float64 exactly as written.
+
+What is understood:
+
+    network NAME { property ...; }
+    variable NAME { type discrete [ K ] { s1, s2, ... }; property ...; }
+    probability ( CHILD | P1, P2 ) {
+      (p1state, p2state) v1, ..., vK;    // one row per parent configuration
+      table v1, v2, ...;                 // the whole CPT
+      default v1, ..., vK;               // rows not given otherwise
+      property ...;
+    }
+
+Each CPT becomes the factor with scope (CHILD, P1, P2, ...), values[c, p1, p2, ...] =
+P(CHILD = c | P1 = p1, P2 = p2, ...). The `table` form lists the entries row-major in that
+same order: the child varies slowest and the last parent fastest (checked against
+pyAgrum's reader, which agrees with pgmpy 0.1's). Rows may come in any order; a row given
+after a `table` overrides it. CPTs are not renormalized.
+
+Comments (`//`, `/* */`) are dropped. Names and state labels are any run of characters
+other than white space and `{}()[],;|"` (the real files have labels like `<5`, `5-12`,
+`12+`, `>=7.5`, `Asy/Patch`, `Transp.`); a double-quoted name is also accepted.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+
+from .graph import FactorGraph, FactorGraphError, factor_graph
+from .uai import Source, read_source
+
+_STRING = r'"(?:[^"\\]|\\.)*"'
+# Comments, skipping over strings so that a "//" inside one survives.
+_COMMENT_OR_STRING = re.compile(rf"({_STRING})|/\*.*?\*/|//[^\n]*", re.S)
+_BRACE_OR_STRING = re.compile(rf"{_STRING}|[{{}}]")
+_SPACE = re.compile(r"\s*")
+_BLOCK = re.compile(r"(network|variable|probability)\b\s*")
+_NAME = re.compile(rf'{_STRING}|[^\s{{}}()\[\],;|"]+')
+_HEADER = re.compile(r"\(([^)]*)\)\s*\{")
+_TYPE = re.compile(r"type\s+discrete\s*\[\s*(\d+)\s*\]\s*\{([^}]*)\}\s*$")
+_STATEMENT = re.compile(rf'(?:{_STRING}|[^;"])*;')
+
+
+class _Text:
+    """The file text plus what error messages need: its label and line numbers."""
+
+    def __init__(self, text: str, label: str):
+        self.text = text
+        self.label = label
+
+    def error(self, pos: int, reason: str) -> FactorGraphError:
+        line = self.text.count("\n", 0, pos) + 1
+        return FactorGraphError(f"{self.label}:{line}: {reason}")
+
+    def block_end(self, open_brace: int) -> int:
+        """The index of the `}` closing the `{` at open_brace."""
+        depth = 0
+        for m in _BRACE_OR_STRING.finditer(self.text, open_brace):
+            tok = m.group()
+            if tok == "{":
+                depth += 1
+            elif tok == "}":
+                depth -= 1
+                if depth == 0:
+                    return m.start()
+        raise self.error(open_brace, "this '{' is never closed")
+
+
+def _unquote(name: str) -> str:
+    return name[1:-1] if len(name) >= 2 and name[0] == '"' == name[-1] else name
+
+
+def _names(text: str) -> List[str]:
+    """The names in a comma and/or space separated list."""
+    if '"' in text:
+        return [_unquote(m.group()) for m in _NAME.finditer(text)]
+    return text.replace(",", " ").split()  # the common case, fast
+
+
+def _statements(body: str) -> List[Tuple[int, str]]:
+    """(offset in body, text without the ';') of each ';'-terminated statement."""
+    out = []
+    if '"' not in body:  # fast path: no string can hide a ';'
+        offset = 0
+        for piece in body.split(";"):
+            out.append((offset, piece))
+            offset += len(piece) + 1
+        last = out.pop()  # after the final ';' (or the whole body without one)
+    else:
+        end = 0
+        for m in _STATEMENT.finditer(body):
+            out.append((m.start(), m.group()[:-1]))
+            end = m.end()
+        last = (end, body[end:])
+    if last[1].strip():
+        out.append((last[0], last[1] + "\0"))  # marks a statement missing its ';'
+    return out
+
+
+class _Variable:
+    def __init__(self, name: str, states: List[str], pos: int):
+        self.name = name
+        self.states = states
+        self.index = {s: i for i, s in enumerate(states)}
+        self.pos = pos
+
+
+def read_bif(source: Source, name: Optional[str] = None) -> FactorGraph:
+    """A FactorGraph (one CPT factor per variable) from a .bif or .bif.gz file, or its text.
+
+    Variables keep their declaration order and state names; factor i is the CPT of
+    variable i, scope (child, parents...). Graph name: `name`, else the file name (without
+    `.bif.gz`), else the `network` name.
+    """
+    raw, label, stem = read_source(source, "<bif text>")
+    if "/*" in raw or "//" in raw:
+        # Blank out comments, keeping newlines so that line numbers stay right.
+        raw = _COMMENT_OR_STRING.sub(
+            lambda m: m.group(1) or re.sub(r"[^\n]", " ", m.group()), raw)
+    src = _Text(raw, label)
+    text = src.text
+
+    network_name: Optional[str] = None
+    variables: Dict[str, _Variable] = {}
+    cpt_blocks: Dict[str, Tuple[int, str, List[str], int, int]] = {}
+    pos = _SPACE.match(text, 0).end()
+    while pos < len(text):
+        m = _BLOCK.match(text, pos)
+        if not m:
+            raise src.error(pos, "expected 'network', 'variable' or 'probability', found "
+                                 f"{text[pos:pos + 20].split()[0]!r}")
+        kind, pos = m.group(1), m.end()
+        if kind == "probability":
+            h = _HEADER.match(text, pos)
+            if not h:
+                raise src.error(pos, "expected '( CHILD | PARENTS ) {' after 'probability'")
+            child, parents = _cpt_header(src, h.group(1), pos)
+            if child in cpt_blocks:
+                raise src.error(pos, f"variable {child!r}: a second probability block")
+            open_brace = h.end() - 1
+            close = src.block_end(open_brace)
+            cpt_blocks[child] = (pos, child, parents, open_brace + 1, close)
+        else:
+            n = _NAME.match(text, pos)
+            if not n:
+                raise src.error(pos, f"expected a name after {kind!r}")
+            block_name = _unquote(n.group())
+            open_brace = _SPACE.match(text, n.end()).end()
+            if text[open_brace:open_brace + 1] != "{":
+                raise src.error(open_brace, f"expected '{{' after {kind} {block_name!r}")
+            close = src.block_end(open_brace)
+            if kind == "network":
+                network_name = block_name
+            else:
+                if block_name in variables:
+                    raise src.error(pos, f"variable {block_name!r} is declared twice")
+                states = _variable_states(src, block_name, open_brace + 1, close)
+                variables[block_name] = _Variable(block_name, states, pos)
+        pos = _SPACE.match(text, close + 1).end()
+
+    factors = []
+    for var in variables.values():
+        if var.name not in cpt_blocks:
+            raise src.error(var.pos, f"variable {var.name!r} has no probability block")
+        factors.append(_cpt(src, variables, *cpt_blocks[var.name]))
+    for child, block in cpt_blocks.items():
+        if child not in variables:
+            raise src.error(block[0], f"probability block for undeclared variable {child!r}")
+
+    graph_name = name or stem or network_name or "bif"
+    return factor_graph({v.name: len(v.states) for v in variables.values()}, factors,
+                        name=graph_name,
+                        states={v.name: v.states for v in variables.values()})
+
+
+def _cpt_header(src: _Text, header: str, pos: int) -> Tuple[str, List[str]]:
+    """(child, parents) from `CHILD | P1, P2` (or the old `CHILD P1 P2` spelling)."""
+    if "|" in header:
+        left, _, right = header.partition("|")
+        child_names, parents = _names(left), _names(right)
+    else:
+        names = _names(header)
+        child_names, parents = names[:1], names[1:]
+    if len(child_names) != 1:
+        raise src.error(pos, f"probability ({header.strip()}): expected one child variable")
+    return child_names[0], parents
+
+
+def _variable_states(src: _Text, var: str, start: int, end: int) -> List[str]:
+    states: Optional[List[str]] = None
+    for offset, stmt in _statements(src.text[start:end]):
+        where = start + offset
+        stmt = stmt.strip()
+        if stmt.endswith("\0"):
+            raise src.error(where, f"variable {var!r}: missing ';' after {stmt[:-1][:40]!r}")
+        if stmt.startswith("property") or not stmt:
+            continue
+        m = _TYPE.match(stmt)
+        if not m:
+            raise src.error(where, f"variable {var!r}: expected 'type discrete [ K ] {{ states "
+                                   f"}};' or 'property', found {stmt[:40]!r}")
+        if states is not None:
+            raise src.error(where, f"variable {var!r}: a second type declaration")
+        size, states = int(m.group(1)), _names(m.group(2))
+        if size != len(states):
+            raise src.error(where, f"variable {var!r}: declares {size} states but lists "
+                                   f"{len(states)}")
+        if len(set(states)) != len(states):
+            raise src.error(where, f"variable {var!r}: a state name is listed twice")
+        if size < 1:
+            raise src.error(where, f"variable {var!r}: no states")
+    if states is None:
+        raise src.error(start, f"variable {var!r}: no 'type discrete' declaration")
+    return states
+
+
+def _floats(src: _Text, tokens: List[str], where: int, what: str) -> np.ndarray:
+    try:
+        values = np.array(tokens, dtype=np.float64)
+    except ValueError:
+        bad = next(t for t in tokens if not _is_float(t))
+        raise src.error(where, f"{what}: {bad!r} is not a number") from None
+    return values
+
+
+def _is_float(tok: str) -> bool:
+    try:
+        float(tok)
+        return True
+    except ValueError:
+        return False
+
+
+def _cpt(src: _Text, variables: Dict[str, _Variable], pos: int, child: str,
+         parents: List[str], start: int, end: int):
+    """The (scope, values) factor of one probability block."""
+    where = f"variable {child!r}"
+    for p in parents:
+        if p not in variables:
+            raise src.error(pos, f"{where}: unknown parent {p!r}")
+    if child in parents or len(set(parents)) != len(parents):
+        raise src.error(pos, f"{where}: a variable appears twice in the probability header")
+    k = len(variables[child].states)
+    parent_vars = [variables[p] for p in parents]
+    parent_shape = tuple(len(v.states) for v in parent_vars)
+    n_configs = math.prod(parent_shape)
+    strides = [math.prod(parent_shape[i + 1:]) for i in range(len(parents))]
+
+    table: Optional[np.ndarray] = None  # (n_configs, k): row r = parent configuration r
+    default: Optional[np.ndarray] = None
+    row_configs: List[int] = []
+    row_values: List[str] = []
+    row_places: List[int] = []  # where each row is, for messages
+    text = src.text
+    for offset, stmt in _statements(text[start:end]):
+        at = start + offset + (len(stmt) - len(stmt.lstrip()))
+        stmt = stmt.strip()
+        if stmt.endswith("\0"):
+            raise src.error(at, f"{where}: missing ';' at the end of {stmt[:-1][:40]!r}")
+        if not stmt:
+            continue
+        if stmt[0] == "(":
+            close = stmt.find(")")
+            if close < 0:
+                raise src.error(at, f"{where}: a row's parent states lack their ')'")
+            labels = _names(stmt[1:close])
+            if len(labels) != len(parents):
+                raise src.error(at, f"{where}: row ({stmt[1:close].strip()}) gives "
+                                    f"{len(labels)} parent states, there are {len(parents)} "
+                                    f"parents ({', '.join(parents)})")
+            config = 0
+            for label, pv, stride in zip(labels, parent_vars, strides):
+                state = pv.index.get(label)
+                if state is None:
+                    raise src.error(at, f"{where}: row ({stmt[1:close].strip()}): {label!r} is "
+                                        f"not a state of parent {pv.name!r} (states: "
+                                        f"{', '.join(pv.states)})")
+                config += state * stride
+            values = stmt[close + 1:].replace(",", " ").split()
+            if len(values) != k:
+                raise src.error(at, f"{where}: row ({stmt[1:close].strip()}) has {len(values)} "
+                                    f"values, the child has {k} states")
+            row_configs.append(config)
+            row_values.extend(values)
+            row_places.append(at)
+            continue
+        keyword = stmt.split(None, 1)[0]
+        rest = stmt[len(keyword):]
+        if keyword == "table":
+            if table is not None:
+                raise src.error(at, f"{where}: a second 'table'")
+            values = _floats(src, rest.replace(",", " ").split(), at, f"{where}: table")
+            if values.size != k * n_configs:
+                raise src.error(at, f"{where}: table has {values.size} values, expected "
+                                    f"{k * n_configs} ({k} states x {n_configs} parent "
+                                    "configurations)")
+            # Child slowest, last parent fastest: (k, n_configs) -> rows by configuration.
+            table = values.reshape(k, n_configs).T.copy()
+        elif keyword == "default":
+            if default is not None:
+                raise src.error(at, f"{where}: a second 'default'")
+            default = _floats(src, rest.replace(",", " ").split(), at, f"{where}: default")
+            if default.size != k:
+                raise src.error(at, f"{where}: default has {default.size} values, the child "
+                                    f"has {k} states")
+        elif keyword != "property":
+            raise src.error(at, f"{where}: expected a row '( states ) values;', 'table', "
+                                f"'default' or 'property', found {stmt[:40]!r}")
+
+    given = np.full(n_configs, table is not None)  # which rows have values
+    if table is None:
+        table = np.zeros((n_configs, k))
+    if row_configs:
+        configs = np.array(row_configs, dtype=np.int64)
+        if np.unique(configs).size != configs.size:
+            seen = set()
+            for config, at in zip(row_configs, row_places):
+                if config in seen:
+                    raise src.error(at, f"{where}: this parent configuration already has a row")
+                seen.add(config)
+        rows = _floats(src, row_values, row_places[0], f"{where}: rows")
+        table[configs] = rows.reshape(-1, k)
+        given[configs] = True
+    if default is not None:
+        table[~given] = default
+    elif not given.all():
+        config = np.unravel_index(int(np.flatnonzero(~given)[0]), parent_shape)
+        labels = ", ".join(f"{v.name}={v.states[i]}" for v, i in zip(parent_vars, config))
+        raise src.error(pos, f"{where}: no row for ({labels}) and no table or default")
+    bad = np.flatnonzero(~np.isfinite(table) | (table < 0))
+    if bad.size:
+        r, c = divmod(int(bad[0]), k)
+        config = np.unravel_index(r, parent_shape)
+        labels = ", ".join(f"{v.name}={v.states[i]}" for v, i in zip(parent_vars, config))
+        raise src.error(pos, f"{where}: P({child}={variables[child].states[c]}"
+                             f"{' | ' + labels if labels else ''}) = {float(table[r, c])!r}; CPT "
+                             "entries must be finite and non-negative")
+    values = np.ascontiguousarray(np.moveaxis(table.reshape(parent_shape + (k,)), -1, 0))
+    return (child, *parents), values
