@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from bn_helpers import pyagrum_network
 from catbp_jit.frontend import bnlearn
 from catbp_jit.frontend.bif import read_bif
 from catbp_jit.frontend.graph import FactorGraphError, factor_graph
@@ -257,8 +258,8 @@ probability ( Q ) { table 0.5, 0.5; }
     table = ", ".join(repr(float(v)) for v in cpt.reshape(-1))
     rows = [f"(p{p}, q{q}) " + ", ".join(repr(float(v)) for v in cpt[:, p, q]) + ";"
             for q in (1, 0) for p in (1, 0)]
-    g_table = read_bif(head + f"probability ( X | P, Q ) {{ table {table}; }}")
-    g_rows = read_bif(head + "probability ( X | P, Q ) {\n" + "\n".join(rows) + "\n}")
+    g_table = read_bif(head + f"probability ( X | P, Q ) {{ table {table}; }}", normalize=False)
+    g_rows = read_bif(head + "probability ( X | P, Q ) {\n" + "\n".join(rows) + "\n}", normalize=False)
     np.testing.assert_array_equal(g_table.factors[0].values, cpt)  # exact float64
     np.testing.assert_array_equal(g_rows.factors[0].values, cpt)
 
@@ -275,15 +276,26 @@ variable B { type discrete [ 4 ] { b0, b1, b2, b3 }; }
 probability ( A ) { table 0.5, 0.5; }
 probability ( B ) { table 0.25, 0.25, 0.25, 0.25; }
 probability ( C | A, B ) { table """ + ", ".join(map(repr, values.tolist())) + "; }\n"
-    ours = read_bif(text).factors[0]  # factors follow the variables: C first
+    ours = read_bif(text, normalize=False).factors[0]  # factors follow the variables: C first
     assert ours.scope == ("C", "A", "B")
     np.testing.assert_array_equal(ours.values, values.reshape(3, 2, 4))
-    bn = _pyagrum_bn(gum, text, tmp_path)[0]  # keep bn alive: its CPTs live inside it
+    bn = pyagrum_network(gum, text, tmp_path)[0]  # keep bn alive: its CPTs live inside it
     cpt = bn.cpt("C")
     for c, a, b in np.ndindex(3, 2, 4):
         at = gum.Instantiation(cpt)
         at.chgVal("C", c), at.chgVal("A", a), at.chgVal("B", b)
         assert cpt.get(at) == ours.values[c, a, b]
+
+
+def test_bif_rows_are_normalized_unless_asked_not_to():
+    text = _TWO + "probability ( B | A ) { (a0) 0.3333, 0.6666; (a1) 0.1, 0.9; }\n"
+    written = read_bif(text, normalize=False).factors[1].values
+    np.testing.assert_array_equal(written[:, 0], [0.3333, 0.6666])
+    rows = read_bif(text).factors[1].values
+    np.testing.assert_allclose(rows.sum(axis=0), 1.0, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(rows[:, 0], np.array([0.3333, 0.6666]) / 0.9999, rtol=1e-15)
+    with pytest.raises(FactorGraphError, match="sums to 0"):
+        read_bif(_TWO + "probability ( B | A ) { (a0) 0, 0; (a1) 0.1, 0.9; }\n")
 
 
 def test_read_bif_gz_path(tmp_path):
@@ -347,42 +359,13 @@ def _bnlearn_file(name):
     return bnlearn.network_path(name)
 
 
-def _is_number(word):
-    try:
-        float(word)
-        return True
-    except ValueError:
-        return False
-
-
-def _pyagrum_bn(gum, text, tmp_path):
-    """pyAgrum's network for a BIF text, and a map back from any labels renamed for it."""
-    plain = tmp_path / "net.bif"  # pyAgrum reads uncompressed files only
-    plain.write_text(text)
-    try:
-        return gum.loadBN(str(plain)), {}
-    except Exception:
-        # pyAgrum's grammar refuses labels like '<5', '5-12' or 'Asy/Patch' (child.bif):
-        # give it plain identifiers instead and map them back when comparing.
-        renamed = {}
-
-        def rename(m):
-            word = m.group()
-            if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", word) or _is_number(word):
-                return word
-            return renamed.setdefault(word, f"label{len(renamed)}_")
-
-        plain.write_text(re.sub(r"[^\s{}()\[\],;|]+", rename, text))
-        return gum.loadBN(str(plain)), {new: old for old, new in renamed.items()}
-
-
 @pytest.mark.parametrize("name", bnlearn.NETWORKS)
 def test_bnlearn_network_matches_pyagrum(name, tmp_path):
     path = _bnlearn_file(name)
     gum = pytest.importorskip("pyagrum")
-    g = read_bif(path)
+    g = read_bif(path, normalize=False)
     assert g.name == name
-    bn, label_of = _pyagrum_bn(gum, gzip.decompress(path.read_bytes()).decode(), tmp_path)
+    bn, label_of = pyagrum_network(gum, gzip.decompress(path.read_bytes()).decode(), tmp_path)
 
     assert set(bn.names()) == set(g.variables)
     assert len(g.factors) == len(g.variables)

@@ -112,12 +112,18 @@ class _Variable:
         self.pos = pos
 
 
-def read_bif(source: Source, name: Optional[str] = None) -> FactorGraph:
+def read_bif(source: Source, name: Optional[str] = None, *,
+             normalize: bool = True) -> FactorGraph:
     """A FactorGraph (one CPT factor per variable) from a .bif or .bif.gz file, or its text.
 
     Variables keep their declaration order and state names; factor i is the CPT of
     variable i, scope (child, parents...). Graph name: `name`, else the file name (without
     `.bif.gz`), else the `network` name.
+
+    normalize: BIF files round CPT entries, so a row may sum to 1 ± 1e-6 (barley's Z as
+    written is 1 - 5.8e-7). A CPT row is a distribution by definition, so each row is
+    divided by its sum; normalize=False keeps the values exactly as written. A row
+    summing to 0 is an error either way.
     """
     raw, label, stem = read_source(source, "<bif text>")
     if "/*" in raw or "//" in raw:
@@ -169,7 +175,12 @@ def read_bif(source: Source, name: Optional[str] = None) -> FactorGraph:
     for var in variables.values():
         if var.name not in cpt_blocks:
             raise src.error(var.pos, f"variable {var.name!r} has no probability block")
-        factors.append(_cpt(src, variables, *cpt_blocks[var.name]))
+        scope, table = _cpt(src, variables, *cpt_blocks[var.name])
+        sums = table.sum(axis=0)
+        if not np.all(sums > 0):
+            raise src.error(cpt_blocks[var.name][0],
+                            f"variable {var.name!r}: a CPT row sums to 0")
+        factors.append((scope, table / sums if normalize else table))
     for child, block in cpt_blocks.items():
         if child not in variables:
             raise src.error(block[0], f"probability block for undeclared variable {child!r}")
