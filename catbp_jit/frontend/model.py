@@ -95,7 +95,8 @@ class CompiledModel:
         if target == "cpu":
             from ..executable import compile as jit_compile
             from ..session import Session
-            self.executable = jit_compile(list(self.programs), self.sr, factor_specs=self.factor_specs)
+            self.executable = jit_compile(list(self.programs), self.sr, factor_specs=self.factor_specs,
+                                          progress=progress)
             self._session = Session(self.executable)
             self._bound = False
         self.times["compile_s"] = time.perf_counter() - t0
