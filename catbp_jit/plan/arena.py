@@ -50,15 +50,21 @@ def _round_up(n: int, step: int) -> int:
     return -(-n // step) * step
 
 
-def value_class(fused: Fused, value: int) -> str:
-    kind = fused.kinds[value]
-    if kind in (FACTOR, SELECTOR):
-        return "inputs"
-    if kind == UNIT:
-        return "constants"
-    if kind == SLOT_IN or value in set(fused.outputs.values()):
-        return "slots"
-    return "workspace"
+def value_classes(fused: Fused) -> Dict[int, str]:
+    """The arena each value lives in."""
+    stored = set(fused.outputs.values())
+    classes = {}
+    for value in fused.specs:
+        kind = fused.kinds[value]
+        if kind in (FACTOR, SELECTOR):
+            classes[value] = "inputs"
+        elif kind == UNIT:
+            classes[value] = "constants"
+        elif kind == SLOT_IN or value in stored:
+            classes[value] = "slots"
+        else:
+            classes[value] = "workspace"
+    return classes
 
 
 def first_fit(intervals: List[Interval], sizes: Dict[int, int], step: int) -> Tuple[Dict[int, int], int]:
@@ -83,9 +89,10 @@ def first_fit(intervals: List[Interval], sizes: Dict[int, int], step: int) -> Tu
 def plan_memory(fused: Fused, itemsize: int) -> MemoryPlan:
     step = max(1, ALIGN_BYTES // itemsize)  # elements per 64 bytes
     sizes = {v: max(1, element_count(spec)) for v, spec in fused.specs.items()}
+    classes = value_classes(fused)
     by_class: Dict[str, List[int]] = {c: [] for c in CLASSES}
     for v in fused.specs:
-        by_class[value_class(fused, v)].append(v)
+        by_class[classes[v]].append(v)
 
     intervals = live_intervals(fused.segments)
     local: Dict[int, int] = {}
@@ -104,6 +111,5 @@ def plan_memory(fused: Fused, itemsize: int) -> MemoryPlan:
     for cls in CLASSES:
         base[cls] = cursor
         cursor += _round_up(used[cls], step)
-    regions = {v: Region(value_class(fused, v), base[value_class(fused, v)] + local[v], sizes[v])
-               for v in fused.specs}
+    regions = {v: Region(classes[v], base[classes[v]] + local[v], sizes[v]) for v in fused.specs}
     return MemoryPlan(itemsize, regions, base, used, max(cursor, step), intervals)
