@@ -3,7 +3,8 @@
 The IR names and enum values are CatBP's; `catbp_jit.reference` is the numpy interpreter
 of the CatBP VM specification, the oracle every fast path is checked against.
 `compile(...)` plans and compiles programs into an Executable; `VirtualMachine` and
-`run_program` are drop-in replacements for CatBP's, running on the JIT.
+`run_program` are drop-in replacements for CatBP's, running on the JIT. `solve(...)` does
+exact inference on a discrete factor graph (catbp_jit.frontend: junction tree → programs).
 """
 
 import os as _os
@@ -25,6 +26,7 @@ from .ir.validate import validate_programs
 from .dropin import VirtualMachine, run_program
 from .executable import Executable, compile, load
 from .session import Session
+from .frontend import FactorGraph, Solution, compile_model, factor_graph, solve
 from .semiring import (VMSemiringRuntime, adapt_semiring, logsumexp, make_semiring,
                        vm_counting_semiring, vm_logprob_semiring, vm_prob_semiring,
                        vm_sat_semiring)
@@ -33,6 +35,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Executable", "Session", "VirtualMachine", "compile", "load", "run_program",
+    "FactorGraph", "Solution", "compile_model", "factor_graph", "solve",
     "AlignmentError", "Axis", "AxisKey", "AxisType", "CatbpError", "DoubleDefinitionError",
     "Instruction", "MissingArgumentError", "OpCode", "Program", "ProgramKeyError",
     "ProgramValueError", "SpecError", "TensorSpec", "UnknownInputError", "UnknownOpcodeError",

@@ -145,10 +145,11 @@ def test_programs_print_and_parse_back():
 
 
 def test_chain_by_hand():
-    # P(a) P(b|a): Z = 1, P(b) by hand
+    # P(a) P(b|a): Z = 1, P(b) by hand; through the package's top-level solve
+    import catbp_jit as cj
     pa = np.array([0.3, 0.7])
     pba = np.array([[0.9, 0.1], [0.2, 0.8]])
-    s = solve({"a": 2, "b": 2}, [(("a",), pa), (("a", "b"), pba)])
+    s = cj.solve({"a": 2, "b": 2}, [(("a",), pa), (("a", "b"), pba)])
     assert s.Z == pytest.approx(1.0, abs=1e-15)
     np.testing.assert_allclose(s.marginals["b"], pa @ pba, rtol=1e-15)
     s = solve({"a": 2, "b": 2}, [(("a",), pa), (("a", "b"), pba)], evidence={"b": 1})
