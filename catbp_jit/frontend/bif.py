@@ -34,7 +34,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from .graph import FactorGraph, FactorGraphError, factor_graph
-from .uai import Source, read_source
+from .uai import Source, is_number, read_source
 
 _STRING = r'"(?:[^"\\]|\\.)*"'
 # Comments, skipping over strings so that a "//" inside one survives.
@@ -236,17 +236,9 @@ def _floats(src: _Text, tokens: List[str], where: int, what: str) -> np.ndarray:
     try:
         values = np.array(tokens, dtype=np.float64)
     except ValueError:
-        bad = next(t for t in tokens if not _is_float(t))
+        bad = next(t for t in tokens if not is_number(t))
         raise src.error(where, f"{what}: {bad!r} is not a number") from None
     return values
-
-
-def _is_float(tok: str) -> bool:
-    try:
-        float(tok)
-        return True
-    except ValueError:
-        return False
 
 
 def _cpt(src: _Text, variables: Dict[str, _Variable], pos: int, child: str,

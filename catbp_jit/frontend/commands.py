@@ -12,7 +12,7 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict
 
 import numpy as np
 
@@ -139,7 +139,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     print(f"cliques:            {st['cliques']}")
     print(f"max clique:         {st['max_clique_states']:,} states, {st['max_clique_variables']} variables")
     print(f"total states:       {st['total_states']:,} (beliefs), {st['separator_states']:,} (separators)")
-    print(f"instructions:       " + ", ".join(f"{p.name} {len(p)}" for p in model.programs))
+    print("instructions:       " + ", ".join(f"{p.name} {len(p)}" for p in model.programs))
     print(f"plan time:          {model.times['plan_s']:.3f} s")
     if not args.no_listing:
         print()

@@ -114,7 +114,7 @@ class _Tokens:
         try:
             values = np.array(chunk, dtype=np.float64)
         except ValueError:
-            bad = next(k for k, tok in enumerate(chunk) if not _is_float(tok))
+            bad = next(k for k, tok in enumerate(chunk) if not is_number(tok))
             raise self.error(f"{what}: entry {bad} is not a number", self.pos + bad) from None
         bad_entries = np.flatnonzero(~np.isfinite(values) | (values < 0))
         if bad_entries.size:
@@ -125,7 +125,7 @@ class _Tokens:
         return values
 
 
-def _is_float(tok: str) -> bool:
+def is_number(tok: str) -> bool:
     try:
         float(tok)
         return True
