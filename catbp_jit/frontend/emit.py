@@ -12,6 +12,7 @@ observation on the same variables only rebinds those indicator factors.
 
 from __future__ import annotations
 
+import math
 from typing import Dict, List, Sequence, Tuple
 
 from ..ir import Axis, AxisType, Instruction, OpCode, Program, TensorSpec
@@ -107,7 +108,8 @@ def emit_downward(plan: TreePlan, n_factors: int, evidence: Sequence[int]) -> Pr
     With k children, the message to child i excludes that child's own message:
     prefix[i] = base ⊗ msg(c0) ⊗ … ⊗ msg(c(i-1)), suffix[i] = msg(ci) ⊗ … ⊗ msg(c(k-1)),
     to child i: prefix[i] ⊗ suffix[i+1], eliminated to the separator. Linear in k, where
-    excluding one message from the full product at a time would be quadratic.
+    excluding one message from the full product at a time would be quadratic; suffixes
+    too large to keep stay lists of messages (see _suffixes).
     """
     e = _Emitter("downward")
     ev = {v: k for k, v in enumerate(sorted(evidence))}
@@ -120,14 +122,7 @@ def emit_downward(plan: TreePlan, n_factors: int, evidence: Sequence[int]) -> Pr
             if clique.parent is not None:
                 base.append(e.load_slot(("msg", clique.parent, a)))
             msgs = [e.load_slot(("msg", c, a)) for c in kids]
-            suffix: List[List[int]] = [[] for _ in range(len(kids) + 1)]
-            for i in range(len(kids) - 1, 0, -1):  # suffix[i] for i >= 1, as one register
-                rest = [msgs[i]] + suffix[i + 1]
-                if len(rest) > 1:
-                    union = sorted({v for c in kids[i:] for v in plan.separator(a, c)})
-                    suffix[i] = [e.contract(rest, spec_of(plan, union))]
-                else:
-                    suffix[i] = rest
+            suffix = _suffixes(e, plan, a, kids, msgs)
             prefix = base
             for i, c in enumerate(kids):
                 excl = e.contract(prefix + suffix[i + 1], spec)
@@ -137,6 +132,30 @@ def emit_downward(plan: TreePlan, n_factors: int, evidence: Sequence[int]) -> Pr
                 e.store(("bel", a), e.contract(prefix, spec))
             e.free()
     return e.program()
+
+
+def _suffixes(e: _Emitter, plan: TreePlan, a: int, kids: Sequence[int],
+              msgs: Sequence[int]) -> List[List[int]]:
+    """suffix[i]: registers whose ⊗ is msg(ci) ⊗ … ⊗ msg(c(k-1)); suffix[k] is empty.
+
+    A suffix product lives until the first messages are sent, so all of them are alive at
+    once. It is materialized only while those buffers stay within half the clique's size
+    (they span the union of the children's separators, often the whole clique: munin1
+    would hold eight 600 MB suffixes); beyond that the messages are multiplied in
+    directly, which reads small separator-sized tensors instead.
+    """
+    budget = plan.states(a) // 2
+    suffix: List[List[int]] = [[] for _ in range(len(kids) + 1)]
+    for i in range(len(kids) - 1, 0, -1):  # suffix[0] is never used
+        rest = [msgs[i]] + suffix[i + 1]
+        union = sorted({v for c in kids[i:] for v in plan.separator(a, c)})
+        states = math.prod(plan.sizes[v] for v in union)
+        if len(rest) > 1 and states <= budget:
+            budget -= states
+            suffix[i] = [e.contract(rest, spec_of(plan, union))]
+        else:
+            suffix[i] = rest
+    return suffix
 
 
 def emit_finalize(plan: TreePlan) -> Program:
