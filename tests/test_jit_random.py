@@ -413,3 +413,40 @@ def test_dropin_slot_rebound_to_another_given_slot(mode):
     ref = run_reference(case)
     assert np.array_equal(ref[("a",)][0], [3.0, 4.0])
     assert_same_slots(ref, run_dropin(case, 0, mode), case, f"drop-in ({mode})")
+
+
+def test_wide_products_run_as_chains_of_partial_products(monkeypatch):
+    """A product of more than fusion.MAX_LEAVES leaves (a clique with many children) is
+    split into a chain of materialized partial products: no kernel multiplies more leaves,
+    the results agree with the reference, and the product is bit for bit the unsplit one
+    (the same left-to-right order)."""
+    from catbp_jit.plan import fusion
+
+    axes = [(G, 0, 2), (G, 1, 3), (G, 2, 2), (T, 0, 3)]
+    full = sp(*axes)
+    rng = np.random.default_rng(4)
+    factors = {}
+    for f in range(20):
+        chosen = sorted(rng.choice(len(axes), size=int(rng.integers(1, 4)), replace=False))
+        spec = sp(*(axes[i] for i in chosen))
+        factors[f] = (rng.uniform(0.5, 1.5, spec.shape), spec)
+    ins = [load(f, f) for f in range(20)]
+    ins += [contract(20, range(20), full), store(("product",), 20),
+            contract(21, range(19, -1, -1), full), elim(22, 21, [(G, 1)]), store(("marginal",), 22)]
+    chain = 0
+    for i in range(1, 13):  # a left-deep chain of binary CONTRACTs, fused into one segment
+        ins.append(contract(22 + i, (chain, i), full))
+        chain = 22 + i
+    ins += [elim(40, chain, [(T, 0), (G, 0)]), store(("chain",), 40)]
+    case = hand_case("PROB", "float64", Program(tuple(ins), "upward"), factors)
+    check_all_paths(case)
+
+    split = compile_case(case, "loop")
+    assert max(p.leaves for p in split.schedule.patterns) == fusion.MAX_LEAVES
+    monkeypatch.setattr(fusion, "MAX_LEAVES", 64)
+    whole = compile_case(case, "loop")
+    assert max(p.leaves for p in whole.schedule.patterns) == 20
+    a, b = session_results(split.bind(), case.inputs[0]), session_results(whole.bind(), case.inputs[0])
+    assert np.array_equal(a[("product",)][0], b[("product",)][0])
+    for key in (("marginal",), ("chain",)):
+        np.testing.assert_allclose(a[key][0], b[key][0], rtol=1e-13)

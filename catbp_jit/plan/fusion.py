@@ -25,6 +25,11 @@ from .graph import CONTRACT, ELIMINATE, NORMALIZE, SLOT_IN, VIEW, Graph
 
 MAX_READERS = 3  # a product is recomputed by at most this many readers
 MAX_RECOMPUTED = 3  # ... and only if it multiplies at most this many leaves
+# A segment multiplies at most this many leaves. A wider product (a clique with many
+# children) becomes a chain of partial products, materialized in turn, ((l0 ⊗ … ⊗ l7) ⊗
+# l8 ⊗ …): the same left-to-right order, so the same rounding. This bounds the number of
+# distinct kernels (one per leaf count) and the size of each, and so the compile time.
+MAX_LEAVES = 8
 
 
 @dataclass(frozen=True)
@@ -98,9 +103,28 @@ def fuse(g: Graph) -> Fused:
 
     segments: List[Segment] = []
     by_out: Dict[int, int] = {}  # value -> index of the segment writing it
+    partial_specs: Dict[int, TensorSpec] = {}
+    next_id = max(g.nodes, default=-1) + 1  # values made here: partial products, copies
+
+    def narrow(leaves: Tuple[int, ...], space: Tuple[Axis, ...], nodes) -> Tuple[int, ...]:
+        """At most MAX_LEAVES leaves: the first ones become partial-product segments."""
+        nonlocal next_id
+        while len(leaves) > MAX_LEAVES:
+            head = leaves[:MAX_LEAVES]
+            head_specs = [partial_specs.get(l) or g.nodes[l].spec for l in head]
+            spec = TensorSpec(tuple(ax for ax in space if any(
+                s.has_key(ax.key) and s.get_axis(ax.key).size == ax.size for s in head_specs)))
+            partial_specs[next_id] = spec
+            by_out[next_id] = len(segments)
+            segments.append(Segment(next_id, spec, (), head, False, False, nodes))
+            leaves = (next_id,) + leaves[MAX_LEAVES:]
+            next_id += 1
+        return leaves
+
     for nid, node in g.nodes.items():
         if node.op == CONTRACT and not inlined(nid):
             leaves, nodes = leaves_of(nid)
+            leaves = narrow(leaves, node.spec.axes, nodes)
             seg = Segment(nid, node.spec, (), leaves, False, False, nodes)
         elif node.op == ELIMINATE:
             src = node.inputs[0]
@@ -111,6 +135,7 @@ def fuse(g: Graph) -> Fused:
                 leaves, nodes = (base_of(g, src),), ()
             kept = set(node.spec.keys)
             red = tuple(ax for ax in src_spec.axes if ax.key not in kept)
+            leaves = narrow(leaves, src_spec.axes, nodes)
             seg = Segment(nid, node.spec, red, leaves, True, False, nodes + (nid,))
         elif node.op == NORMALIZE:
             src = node.inputs[0]
@@ -143,7 +168,6 @@ def fuse(g: Graph) -> Fused:
     final: Dict[SlotKey, int] = {}
     out_specs: Dict[SlotKey, TensorSpec] = {}
     copies: Dict[int, int] = {}
-    next_id = max(g.nodes, default=-1) + 1
     for key, nid in g.outputs.items():
         node = g.nodes[nid]
         out_specs[key] = node.spec
