@@ -170,15 +170,18 @@ def junction_tree(sizes: Sequence[int], scopes: Sequence[Sequence[int]],
     if sorted(order) != list(range(n)):
         raise ValueError("an elimination order must list every variable once")
     sets, parent = elimination_cliques(n, scopes, order)
+    if not sets:  # no variables: one empty clique, which the constant factors scale
+        sets, parent = [set()], [None]
+    m = len(sets)
 
     # Merge away non-maximal cliques: when one end of a tree edge contains the other,
     # contracting the edge keeps the running intersection property.
-    alive = [True] * n
-    children: List[List[int]] = [[] for _ in range(n)]
+    alive = [True] * m
+    children: List[List[int]] = [[] for _ in range(m)]
     for i, p in enumerate(parent):
         if p is not None:
             children[p].append(i)
-    for i in range(n):  # ascending position: each child is visited before its parent
+    for i in range(m):  # ascending position: each child is visited before its parent
         while alive[i] and parent[i] is not None:
             p = parent[i]
             if sets[i] <= sets[p]:
@@ -188,7 +191,7 @@ def junction_tree(sizes: Sequence[int], scopes: Sequence[Sequence[int]],
                 continue  # i has a new parent: it may contain that one too
             break
 
-    ids = [i for i in range(n) if alive[i]]
+    ids = [i for i in range(m) if alive[i]]
     renum = {old: new for new, old in enumerate(ids)}
     roots = [renum[i] for i in ids if parent[i] is None]
     # one tree: component roots hang under the first root, with empty separators
