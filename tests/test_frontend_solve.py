@@ -80,12 +80,12 @@ def check_solution(s, joint, marg, semiring):
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(graphs(), st.sampled_from(SEMIRINGS))
-def test_reference_target_matches_enumeration(ge, semiring):
+@given(graphs(), st.sampled_from(SEMIRINGS), st.booleans())
+def test_reference_target_matches_enumeration(ge, semiring, absorb):
     graph, evidence = ge
     joint, marg = brute_force(graph, evidence)
-    check_solution(solve(graph, semiring=semiring, evidence=evidence, target="reference"),
-                   joint, marg, semiring)
+    check_solution(solve(graph, semiring=semiring, evidence=evidence, target="reference",
+                         absorb_evidence=absorb), joint, marg, semiring)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -109,6 +109,31 @@ def test_one_executable_answers_any_evidence(ge, data):
         joint, marg = brute_force(graph, ev)
         check_solution(model.solve(ev), joint, marg, "prob")
     assert model.executable is exe
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graphs(), st.sampled_from(SEMIRINGS), st.data())
+def test_absorbed_evidence_answers_any_states(ge, semiring, data):
+    """Evidence cut into the factors: one executable for any states of the same variables
+    (every variable observed included: then the plan has no variables left)."""
+    graph, evidence = ge
+    observed = list(evidence)
+    model = compile_model(graph, semiring, evidence_vars=observed, absorb_evidence=True)
+    assert not set(observed) & set(model.planned.variables)
+    exe = model.executable
+    for _ in range(3):
+        ev = {v: data.draw(st.integers(0, graph.variables[v] - 1)) for v in observed}
+        joint, marg = brute_force(graph, ev)
+        check_solution(model.solve(ev), joint, marg, semiring)
+    assert model.executable is exe
+
+
+@pytest.mark.parametrize("semiring", SEMIRINGS)
+def test_a_graph_without_variables(semiring):
+    s = solve(factor_graph({}, [((), 0.5), ((), 3.0)]), semiring=semiring)
+    z = {"prob": 1.5, "logprob": pytest.approx(1.5, rel=1e-15), "sat": True, "count": 1}[semiring]
+    assert s.Z == z and s.marginals == {}
+    assert solve(factor_graph({}, []), semiring=semiring).log_Z == 0.0
 
 
 @settings(max_examples=200, deadline=None)
@@ -178,6 +203,12 @@ def test_bad_evidence_is_refused():
         model.solve({"b": 0})
     with pytest.raises(FactorGraphError, match="unknown variable"):
         compile_model(graph, "prob", evidence_vars=["q"])
+    absorbing = compile_model(graph, "prob", evidence_vars=["a", "b"], absorb_evidence=True,
+                              target="reference")
+    with pytest.raises(FactorGraphError, match=r"absorbs evidence on \['a', 'b'\].*missing: 'b'"):
+        absorbing.solve({"a": 1})
+    with pytest.raises(FactorGraphError, match=r"b=2 is not a state"):
+        absorbing.solve({"a": 1, "b": 2})
 
 
 def test_a_clique_too_large_is_refused_with_its_size():

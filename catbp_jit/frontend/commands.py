@@ -86,7 +86,7 @@ def _state_labels(graph: FactorGraph, v: str):
 def cmd_solve(args: argparse.Namespace) -> int:
     graph = read_model(args.model)
     evidence = read_evidence(args, graph)
-    model = CompiledModel(graph, args.semiring, evidence_vars=tuple(evidence),
+    model = CompiledModel(graph, args.semiring, evidence_vars=tuple(evidence), absorb_evidence=True,
                           target=args.target, progress=_progress(args.quiet))
     t0 = time.perf_counter()
     sol = model.solve(evidence)
@@ -131,10 +131,13 @@ def _fmt(x) -> str:
 def cmd_plan(args: argparse.Namespace) -> int:
     graph = read_model(args.model)
     evidence = read_evidence(args, graph)
-    model = CompiledModel(graph, "prob", evidence_vars=tuple(evidence), target="reference")
+    model = CompiledModel(graph, "prob", evidence_vars=tuple(evidence), absorb_evidence=True,
+                          target="reference")
     st = model.stats
     print(f"model:              {graph.name}")
-    print(f"variables:          {st['variables']}")
+    print(f"variables:          {len(graph.variables)}" +
+          (f" ({len(evidence)} observed, cut into the factors: {st['variables']} planned)"
+           if evidence else ""))
     print(f"factors:            {len(graph.factors)}")
     print(f"cliques:            {st['cliques']}")
     print(f"max clique:         {st['max_clique_states']:,} states, {st['max_clique_variables']} variables")

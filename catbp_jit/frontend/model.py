@@ -2,7 +2,10 @@
 
 `compile_model` plans a junction tree, emits the three programs and compiles them (the
 JIT on the CPU, or the reference interpreter). `CompiledModel.solve(evidence)` binds the
-evidence indicators as factor values and runs: no recompilation. `solve` does both.
+evidence as factor values and runs: no recompilation. Evidence enters either as indicator
+factors (the default: any subset of the evidence variables may be observed in a call) or,
+with absorb_evidence=True, as the factors cut at the observed states (absorb.py: smaller
+cliques, and every call observes all of them). `solve` does both steps, absorbing.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import numpy as np
 
 from ..ir import Program
 from ..semiring import logsumexp, make_semiring
+from .absorb import absorb, cut_values
 from .emit import emit_programs, factor_specs
 from .graph import FactorGraph, FactorGraphError, factor_graph, semiring_values
 from .plan import TreePlan, elimination_order, junction_tree
@@ -57,9 +61,9 @@ def _semiring_name(semiring: str) -> str:
 
 class CompiledModel:
     def __init__(self, graph: FactorGraph, semiring: str = "prob", *,
-                 evidence_vars: Sequence[str] = (), target: str = "cpu",
-                 dtype: Any = None, max_clique_bytes: int = MAX_CLIQUE_BYTES,
-                 progress: Optional[Progress] = None):
+                 evidence_vars: Sequence[str] = (), absorb_evidence: bool = False,
+                 target: str = "cpu", dtype: Any = None,
+                 max_clique_bytes: int = MAX_CLIQUE_BYTES, progress: Optional[Progress] = None):
         say = progress or (lambda msg: None)
         self.graph = graph
         self.semiring = _semiring_name(semiring)
@@ -73,9 +77,13 @@ class CompiledModel:
             raise FactorGraphError(f"{graph.name}: evidence on unknown variable(s) "
                                    f"{', '.join(map(repr, unknown))}")
         self.evidence_vars = tuple(sorted(set(evidence_vars), key=index.__getitem__))
-        ev_idx = [index[v] for v in self.evidence_vars]
-        sizes = tuple(graph.variables.values())
-        scopes = [tuple(index[v] for v in f.scope) for f in graph.factors]
+        # the graph the plan is over: without the observed variables when they are absorbed
+        self.absorbed = absorb(graph, self.evidence_vars) if absorb_evidence else None
+        self.planned = self.absorbed.graph if self.absorbed else graph
+        ev_idx = [] if self.absorbed else [index[v] for v in self.evidence_vars]
+        planned_index = self.planned.index()
+        sizes = tuple(self.planned.variables.values())
+        scopes = [tuple(planned_index[v] for v in f.scope) for f in self.planned.factors]
 
         t0 = time.perf_counter()
         say(f"planning {graph.name}: {len(sizes)} variables, {len(scopes)} factors")
@@ -91,7 +99,7 @@ class CompiledModel:
             f"({self.stats['cliques']} cliques, largest {self.stats['max_clique_states']} states)"
             f" for {target}")
         self._values = {f: semiring_values(fac.values, self.semiring, self.sr.dtype)
-                        for f, fac in enumerate(graph.factors)}
+                        for f, fac in enumerate(self.planned.factors)}
         if target == "cpu":
             from ..executable import compile as jit_compile
             from ..session import Session
@@ -115,14 +123,28 @@ class CompiledModel:
 
     # -- evidence ----------------------------------------------------------------------------
 
-    def _indicators(self, evidence: Mapping[str, Any]) -> Dict[int, np.ndarray]:
-        """Evidence values as indicator factors (ids after the graph's factors)."""
+    def _evidence_values(self, evidence: Mapping[str, Any]) -> Dict[int, np.ndarray]:
+        """The factor values that carry the evidence: cut factors, or indicators."""
         extra = [v for v in evidence if v not in self.evidence_vars]
         if extra:
             raise FactorGraphError(
                 f"{self.graph.name}: evidence on {', '.join(map(repr, extra))}, but this model "
                 f"was compiled for evidence on {list(self.evidence_vars) or 'no variables'}; "
                 "compile with those variables in evidence_vars")
+        if self.absorbed:
+            missing = [v for v in self.evidence_vars if v not in evidence]
+            if missing:
+                raise FactorGraphError(
+                    f"{self.graph.name}: this model absorbs evidence on {list(self.evidence_vars)} "
+                    f"and needs a state for each; missing: {', '.join(map(repr, missing))} "
+                    "(compile without absorb_evidence to leave some unobserved)")
+            states = {v: self._state_index(v, evidence[v]) for v in self.evidence_vars}
+            return {f: semiring_values(a, self.semiring, self.sr.dtype)
+                    for f, a in cut_values(self.graph, self.absorbed, states).items()}
+        return self._indicators(evidence)
+
+    def _indicators(self, evidence: Mapping[str, Any]) -> Dict[int, np.ndarray]:
+        """Evidence values as indicator factors (ids after the graph's factors)."""
         out = {}
         n = len(self.graph.factors)
         for k, v in enumerate(self.evidence_vars):
@@ -148,7 +170,7 @@ class CompiledModel:
     # -- running -----------------------------------------------------------------------------
 
     def run_slots(self, evidence: Optional[Mapping[str, Any]] = None) -> Dict[tuple, np.ndarray]:
-        indicators = self._indicators(evidence or {})
+        indicators = self._evidence_values(evidence or {})
         if self.target == "reference":
             from ..reference import run_programs
             values = {**self._values, **indicators}
@@ -164,10 +186,20 @@ class CompiledModel:
     def solve(self, evidence: Optional[Mapping[str, Any]] = None) -> Solution:
         evidence = dict(evidence or {})
         slots = self.run_slots(evidence)
-        names = self.graph.names
-        raw = {names[v]: slots[("marg", v)] for v in range(len(names))}
         z = slots[("Z",)]
+        planned = self.planned.index()
+        raw = {v: slots[("marg", planned[v])] if v in planned else self._observed(v, evidence[v], z)
+               for v in self.graph.names}
         return Solution(self.semiring, *_finish(self.semiring, z, raw), raw, evidence, self)
+
+    def _observed(self, v: str, value: Any, z: np.ndarray) -> np.ndarray:
+        """An absorbed variable's raw marginal: Z at its observed state, the semiring's zero
+        elsewhere (what the indicator model computes)."""
+        z = np.asarray(z)
+        zero = -np.inf if self.semiring == "LOGPROB" else 0
+        m = np.full(self.graph.variables[v], zero, dtype=z.dtype)
+        m[self._state_index(v, value)] = z
+        return m
 
 
 def _finish(semiring: str, z: np.ndarray, raw: Dict[str, np.ndarray]):
@@ -213,5 +245,6 @@ def solve(var_domains: Any, factors: Any = None, *, semiring: str = "prob",
     FactorGraph (then `factors` is omitted). evidence: {name: state index or name}.
     """
     graph = var_domains if isinstance(var_domains, FactorGraph) else factor_graph(var_domains, factors or ())
+    options.setdefault("absorb_evidence", True)  # every evidence variable is observed
     model = CompiledModel(graph, semiring, evidence_vars=tuple(evidence or ()), target=target, **options)
     return model.solve(evidence)
