@@ -216,3 +216,28 @@ def test_a_clique_too_large_is_refused_with_its_size():
                          [(tuple(f"x{i}" for i in range(6)), np.ones((4,) * 6))])
     with pytest.raises(FactorGraphError, match=r"6 variables and 4,096 states"):
         compile_model(graph, "prob", max_clique_bytes=1024)
+
+
+@pytest.mark.parametrize("suffixes", [False, True])
+def test_a_clique_with_many_children(suffixes, monkeypatch):
+    """A hub clique's downward messages: halving (its suffixes are too large to keep) and,
+    forced, the prefix/suffix scheme; both exact, in every semiring."""
+    from catbp_jit.frontend import emit
+    if suffixes:
+        monkeypatch.setattr(emit, "_suffixes_fit", lambda plan, a, kids: True)
+    halvings = []
+    halve = emit._send_halving
+    monkeypatch.setattr(emit, "_send_halving", lambda *args: (halvings.append(1), halve(*args))[1])
+    rng = np.random.default_rng(11)
+    sizes = {"h": 3, **{f"x{i}": 2 for i in range(11)}}
+    factors = [(("h",), rng.uniform(0.1, 1, 3))] + \
+        [(("h", f"x{i}"), rng.uniform(0, 1, (3, 2))) for i in range(11)]
+    graph = factor_graph(sizes, factors)
+    evidence = {"x3": 1}
+    joint, marg = brute_force(graph, evidence)
+    for semiring in SEMIRINGS:
+        model = compile_model(graph, semiring, evidence_vars=["x3"], target="reference")
+        assert max(len(c.children) for c in model.plan.cliques) >= 9
+        check_solution(model.solve(evidence), joint, marg, semiring)
+    assert bool(halvings) is not suffixes
+    check_solution(solve(graph, evidence=evidence), joint, marg, "prob")

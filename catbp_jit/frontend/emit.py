@@ -1,4 +1,4 @@
-"""Emit a tree plan as CatBP programs: upward, downward (prefix/suffix) and finalize.
+"""Emit a tree plan as CatBP programs: upward, downward (prefix/suffix or halving), finalize.
 
 These are ordinary programs in our IR (seeds/001 §5) with CatBP's slot conventions:
 ("msg", u, v) is the message from clique u to clique v, ("bel", a) clique a's belief,
@@ -7,7 +7,8 @@ unnormalized marginal, read from the smallest clique that holds v.
 
 Factor ids: graph factor f is factor f; the evidence indicator of the k-th evidence
 variable (ascending variable index) is factor n_factors + k. Evidence is data: a new
-observation on the same variables only rebinds those indicator factors.
+observation on the same variables only rebinds those indicator factors (absorbed evidence
+has no indicators: the plan is over a graph without the observed variables).
 """
 
 from __future__ import annotations
@@ -69,6 +70,11 @@ class _Emitter:
     def store(self, slot: tuple, src: int) -> None:
         self.instructions.append(Instruction(OpCode.STORE_SLOT, None, {"slot": slot, "src": src}))
 
+    def release(self, regs: Sequence[int]) -> None:
+        """FREE some registers now (the reference VM holds every register until freed)."""
+        self.instructions.append(Instruction(OpCode.FREE, None, {"srcs": tuple(regs)}))
+        self.live = [r for r in self.live if r not in regs]
+
     def free(self) -> None:
         if self.live:
             self.instructions.append(Instruction(OpCode.FREE, None, {"srcs": tuple(self.live)}))
@@ -108,8 +114,9 @@ def emit_downward(plan: TreePlan, n_factors: int, evidence: Sequence[int]) -> Pr
     With k children, the message to child i excludes that child's own message:
     prefix[i] = base ⊗ msg(c0) ⊗ … ⊗ msg(c(i-1)), suffix[i] = msg(ci) ⊗ … ⊗ msg(c(k-1)),
     to child i: prefix[i] ⊗ suffix[i+1], eliminated to the separator. Linear in k, where
-    excluding one message from the full product at a time would be quadratic; suffixes
-    too large to keep stay lists of messages (see _suffixes).
+    excluding one message from the full product at a time would be quadratic. When the
+    suffix products are too large to keep (see _suffixes), the children are halved
+    instead (_send_halving): k log k message reads and 2k products.
     """
     e = _Emitter("downward")
     ev = {v: k for k, v in enumerate(sorted(evidence))}
@@ -122,6 +129,10 @@ def emit_downward(plan: TreePlan, n_factors: int, evidence: Sequence[int]) -> Pr
             if clique.parent is not None:
                 base.append(e.load_slot(("msg", clique.parent, a)))
             msgs = [e.load_slot(("msg", c, a)) for c in kids]
+            if kids and not _suffixes_fit(plan, a, kids):
+                _send_halving(e, plan, a, spec, base, kids, msgs, clique.parent is not None)
+                e.free()
+                continue
             suffix = _suffixes(e, plan, a, kids, msgs)
             prefix = base
             for i, c in enumerate(kids):
@@ -132,6 +143,39 @@ def emit_downward(plan: TreePlan, n_factors: int, evidence: Sequence[int]) -> Pr
                 e.store(("bel", a), e.contract(prefix, spec))
             e.free()
     return e.program()
+
+
+def _suffix_states(plan: TreePlan, a: int, kids: Sequence[int], i: int) -> int:
+    """States of suffix[i]: it spans the union of the separators of children i.. ."""
+    union = {v for c in kids[i:] for v in plan.separator(a, c)}
+    return math.prod(plan.sizes[v] for v in union)
+
+
+def _suffixes_fit(plan: TreePlan, a: int, kids: Sequence[int]) -> bool:
+    """Can every suffix of two or more messages be kept within half the clique's size?"""
+    return sum(_suffix_states(plan, a, kids, i) for i in range(1, len(kids) - 1)) <= plan.states(a) // 2
+
+
+def _send_halving(e: _Emitter, plan: TreePlan, a: int, spec: TensorSpec, rest: List[int],
+                  kids: Sequence[int], msgs: Sequence[int], belief: bool) -> None:
+    """Send each child the product of `rest` and the other children's messages.
+
+    Each half of the children gets `rest` times the other half's messages as its new
+    `rest`, materialized, then recurses: every level reads each message once (k log k in
+    all) and log k such products are alive at once. With `belief`, the first child's
+    leaf also stores the clique's belief, its `rest` times its own message.
+    """
+    if len(kids) == 1:
+        src = rest[0] if len(rest) == 1 else e.contract(rest, spec)
+        e.store(("msg", a, kids[0]), e.eliminate(src, plan.separator(a, kids[0])))
+        if belief:
+            e.store(("bel", a), e.contract(rest + [msgs[0]], spec))
+        return
+    h = len(kids) // 2
+    for lo, hi, other in ((0, h, msgs[h:]), (h, len(kids), msgs[:h])):
+        part = e.contract(rest + list(other), spec)
+        _send_halving(e, plan, a, spec, [part], kids[lo:hi], msgs[lo:hi], belief and lo == 0)
+        e.release([part])
 
 
 def _suffixes(e: _Emitter, plan: TreePlan, a: int, kids: Sequence[int],
@@ -148,10 +192,10 @@ def _suffixes(e: _Emitter, plan: TreePlan, a: int, kids: Sequence[int],
     suffix: List[List[int]] = [[] for _ in range(len(kids) + 1)]
     for i in range(len(kids) - 1, 0, -1):  # suffix[0] is never used
         rest = [msgs[i]] + suffix[i + 1]
-        union = sorted({v for c in kids[i:] for v in plan.separator(a, c)})
-        states = math.prod(plan.sizes[v] for v in union)
+        states = _suffix_states(plan, a, kids, i)
         if len(rest) > 1 and states <= budget:
             budget -= states
+            union = sorted({v for c in kids[i:] for v in plan.separator(a, c)})
             suffix[i] = [e.contract(rest, spec_of(plan, union))]
         else:
             suffix[i] = rest

@@ -170,15 +170,15 @@ class CompiledModel:
     # -- running -----------------------------------------------------------------------------
 
     def run_slots(self, evidence: Optional[Mapping[str, Any]] = None) -> Dict[tuple, np.ndarray]:
-        indicators = self._evidence_values(evidence or {})
+        changing = self._evidence_values(evidence or {})  # all that differs between calls
         if self.target == "reference":
             from ..reference import run_programs
-            values = {**self._values, **indicators}
+            values = {**self._values, **changing}
             specs = self.factor_specs
             slots = run_programs(list(self.programs), self.sr, lambda f: (values[f], specs[f]),
                                  lambda s: (_ for _ in ()).throw(KeyError(s)))
             return {k: np.asarray(a) for k, (a, _) in slots.items()}
-        given = indicators if self._bound else {**self._values, **indicators}
+        given = changing if self._bound else {**self._values, **changing}
         slots = self._session.run(factors=given)
         self._bound = True
         return {k: np.array(a) for k, (a, _) in slots.items() if k[0] in ("Z", "marg")}
