@@ -5,8 +5,9 @@ executable answers evidence on any subset of them. When the same variables are o
 in every call, each factor can instead be cut at the observed states: a factor over
 (a, e, b) with e observed is the table over (a, b) at e's state. The junction tree is then
 planned without the observed variables, so its cliques are smaller (munin1 with three
-observed variables: the answer takes a fifth of the time). The executable still does not
-depend on the observed states: new states are new cuts, bound as new factor values.
+observed variables: largest clique 78M -> 18M states, every posterior 5.9 s -> 0.65 s).
+The executable still does not depend on the observed states: new states are new cuts,
+bound as new factor values.
 """
 
 from __future__ import annotations

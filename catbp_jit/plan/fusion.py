@@ -111,7 +111,7 @@ def fuse(g: Graph) -> Fused:
         nonlocal next_id
         while len(leaves) > MAX_LEAVES:
             head = leaves[:MAX_LEAVES]
-            head_specs = [partial_specs.get(l) or g.nodes[l].spec for l in head]
+            head_specs = [partial_specs[l] if l in partial_specs else g.nodes[l].spec for l in head]
             spec = TensorSpec(tuple(ax for ax in space if any(
                 s.has_key(ax.key) and s.get_axis(ax.key).size == ax.size for s in head_specs)))
             partial_specs[next_id] = spec
