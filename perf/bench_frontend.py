@@ -27,7 +27,8 @@ and compiled kernels do not affect the next):
 
 * compile cold: a subprocess compiles the two models the run needs,
   `compile_model(graph, "prob")` and `compile_model(graph, "prob", evidence_vars=E,
-  absorb_evidence=True)` (the times are their sums), with CATBP_JIT_CACHE_DIR set to a new empty directory (Numba compiles every kernel).
+  absorb_evidence=True)` (the times are their sums), with CATBP_JIT_CACHE_DIR set to a
+  new empty directory (Numba compiles every kernel).
   compile warm: a second subprocess does the same on that directory, now filled (planning,
   lowering, and loading the kernels from disk). Each network gets its own empty directory,
   so its cold time does not depend on the networks before it. "plan" is the planning part
@@ -219,11 +220,6 @@ def compile_both(name: str, evidence: dict):
     return plain, observed
 
 
-def child_compile(name: str, evidence: dict) -> None:
-    """Compile (in this process's kernel cache) and report the times."""
-    compile_both(name, evidence)
-
-
 def child_solve(name: str, evidence: dict, repeat: int, budget: float,
                 pyagrum: bool) -> None:
     """Compile (warm), then time our solves and pyAgrum's, without and with evidence."""
@@ -311,7 +307,7 @@ def child_main(argv) -> int:
     a = p.parse_args(argv)
     evidence = json.loads(a.evidence_json)
     if a.kind == "compile":
-        child_compile(a.name, evidence)
+        compile_both(a.name, evidence)
     elif a.kind == "solve":
         child_solve(a.name, evidence, a.repeat, a.budget, a.pyagrum)
     else:

@@ -145,10 +145,13 @@ def emit_downward(plan: TreePlan, n_factors: int, evidence: Sequence[int]) -> Pr
     return e.program()
 
 
+def _suffix_variables(plan: TreePlan, a: int, kids: Sequence[int], i: int) -> List[int]:
+    """suffix[i] spans the union of the separators of children i.. ."""
+    return sorted({v for c in kids[i:] for v in plan.separator(a, c)})
+
+
 def _suffix_states(plan: TreePlan, a: int, kids: Sequence[int], i: int) -> int:
-    """States of suffix[i]: it spans the union of the separators of children i.. ."""
-    union = {v for c in kids[i:] for v in plan.separator(a, c)}
-    return math.prod(plan.sizes[v] for v in union)
+    return math.prod(plan.sizes[v] for v in _suffix_variables(plan, a, kids, i))
 
 
 def _suffixes_fit(plan: TreePlan, a: int, kids: Sequence[int]) -> bool:
@@ -192,10 +195,10 @@ def _suffixes(e: _Emitter, plan: TreePlan, a: int, kids: Sequence[int],
     suffix: List[List[int]] = [[] for _ in range(len(kids) + 1)]
     for i in range(len(kids) - 1, 0, -1):  # suffix[0] is never used
         rest = [msgs[i]] + suffix[i + 1]
-        states = _suffix_states(plan, a, kids, i)
+        union = _suffix_variables(plan, a, kids, i)
+        states = math.prod(plan.sizes[v] for v in union)
         if len(rest) > 1 and states <= budget:
             budget -= states
-            union = sorted({v for c in kids[i:] for v in plan.separator(a, c)})
             suffix[i] = [e.contract(rest, spec_of(plan, union))]
         else:
             suffix[i] = rest

@@ -81,9 +81,9 @@ class CompiledModel:
         self.absorbed = absorb(graph, self.evidence_vars) if absorb_evidence else None
         self.planned = self.absorbed.graph if self.absorbed else graph
         ev_idx = [] if self.absorbed else [index[v] for v in self.evidence_vars]
-        planned_index = self.planned.index()
+        self._planned_index = self.planned.index()  # variable -> its ("marg", i) slot
         sizes = tuple(self.planned.variables.values())
-        scopes = [tuple(planned_index[v] for v in f.scope) for f in self.planned.factors]
+        scopes = [tuple(self._planned_index[v] for v in f.scope) for f in self.planned.factors]
 
         t0 = time.perf_counter()
         say(f"planning {graph.name}: {len(sizes)} variables, {len(scopes)} factors")
@@ -187,7 +187,7 @@ class CompiledModel:
         evidence = dict(evidence or {})
         slots = self.run_slots(evidence)
         z = slots[("Z",)]
-        planned = self.planned.index()
+        planned = self._planned_index
         raw = {v: slots[("marg", planned[v])] if v in planned else self._observed(v, evidence[v], z)
                for v in self.graph.names}
         return Solution(self.semiring, *_finish(self.semiring, z, raw), raw, evidence, self)
