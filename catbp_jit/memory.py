@@ -1,0 +1,54 @@
+"""How much memory a plan may take: one limit, used by the front end and by compile().
+
+A plan whose tensors cannot all be allocated is refused before anything is compiled,
+naming the bytes it needs and the limit, instead of dying later in numpy's allocator.
+The default limit is the memory the system says is available now (MemAvailable on Linux,
+physical pages elsewhere); `CATBP_JIT_MAX_BYTES` overrides it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+from .errors import CatbpError
+
+
+class PlanTooLargeError(CatbpError, MemoryError):
+    """A plan that needs more memory than the limit allows; nothing was allocated."""
+
+
+def available_memory_bytes() -> int:
+    """The memory available to this process now, in bytes (best effort, never 0)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 34  # unknown platform: 16 GiB
+
+
+def memory_limit(limit: Optional[int] = None) -> int:
+    """The byte limit for one plan: `limit` if given, else CATBP_JIT_MAX_BYTES, else the
+    available memory."""
+    if limit is not None:
+        return int(limit)
+    env = os.environ.get("CATBP_JIT_MAX_BYTES")
+    if env:
+        try:
+            return int(float(env))
+        except ValueError:
+            raise CatbpError(f"CATBP_JIT_MAX_BYTES={env!r} is not a number of bytes") from None
+    return available_memory_bytes()
+
+
+def format_bytes(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n} B"
