@@ -4,12 +4,15 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+DATA = REPO / "tests" / "data"  # shipped: the suite passes from a clone alone
 
 
 def shared_dir() -> Path:
-    """../shared beside the checkout (CI puts it there); CATBP_SHARED_DIR overrides."""
+    """The project's shared data when it is there (../shared beside the checkout, where CI
+    puts it, or CATBP_SHARED_DIR), else the copy of what the tests need in tests/data."""
     env = os.environ.get("CATBP_SHARED_DIR")
-    return Path(env) if env else REPO.parent / "shared"
+    shared = Path(env) if env else REPO.parent / "shared"
+    return shared if (shared / "corpus").is_dir() else DATA
 
 
 def bundle_dirs(kind: str):
@@ -24,7 +27,7 @@ BENCH = bundle_dirs("bench")
 @pytest.fixture(scope="session")
 def corpus_dirs():
     if not CORPUS:
-        pytest.fail(f"no corpus bundles under {shared_dir() / 'corpus'}")
+        pytest.fail(f"no corpus bundles under {shared_dir() / 'corpus'} (tests/data ships them)")
     return CORPUS
 
 

@@ -12,11 +12,12 @@ from catbp_jit.errors import ProgramValueError, UnknownOpcodeError
 from catbp_jit.ir.adapt import adapt_instruction, adapt_program
 from catbp_jit.ir.ops import Instruction, OpCode, Program
 from catbp_jit.ir.schema import Axis, AxisType, TensorSpec
+from conftest import shared_dir
 from catbp_jit.ir.text import (ListingError, format_instruction, format_program,
                                format_programs, parse_program, parse_programs)
 
 G, T = AxisType.GEOMETRIC, AxisType.TOPOLOGICAL
-CORPUS = Path("/work/shared/corpus")
+CORPUS = shared_dir() / "corpus"
 BUNDLES = sorted(p for p in CORPUS.glob("*") if (p / "bundle.json").is_file())
 
 # The IR spec's §7 example (chain A -> B), with its `...` filled in and both key spellings.
