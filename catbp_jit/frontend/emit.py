@@ -5,6 +5,13 @@ These are ordinary programs in our IR (seeds/001 §5) with CatBP's slot conventi
 ("Z",) the partition function. Finalize also stores ("marg", v): variable v's
 unnormalized marginal, read from the smallest clique that holds v.
 
+Scaled messages (PROB): a product of potentials overflows or underflows float64 once log Z
+is in the hundreds (Markov grids), so with `scaled=True` every message is normalized as it
+is computed (NORMALIZE, which divides by its total) and each upward message stores that
+total in ("scale", u, v) first. The root's total times every upward scale is Z: model.py
+adds their logs. Downward messages are normalized too; their scales are not needed, since
+beliefs below the root are only read normalized.
+
 Factor ids: graph factor f is factor f; the evidence indicator of the k-th evidence
 variable (ascending variable index) is factor n_factors + k. Evidence is data: a new
 observation on the same variables only rebinds those indicator factors (absorbed evidence
@@ -67,6 +74,9 @@ class _Emitter:
     def eliminate(self, src: int, keep: Sequence[int]) -> int:
         return self._def(OpCode.ELIMINATE, {"src": src, "keep_keys": tuple(axis_key(v) for v in keep)})
 
+    def normalize(self, src: int) -> None:
+        self.instructions.append(Instruction(OpCode.NORMALIZE, None, {"src": src}))
+
     def store(self, slot: tuple, src: int) -> None:
         self.instructions.append(Instruction(OpCode.STORE_SLOT, None, {"slot": slot, "src": src}))
 
@@ -92,7 +102,17 @@ def _local_inputs(e: _Emitter, plan: TreePlan, a: int, n_factors: int,
     return regs
 
 
-def emit_upward(plan: TreePlan, n_factors: int, evidence: Sequence[int]) -> Program:
+def _send(e: _Emitter, slot: tuple, msg: int, scale_slot=None, scaled: bool = False) -> None:
+    """Store a message; scaled: normalized first, its total kept in scale_slot if given."""
+    if scaled:
+        if scale_slot is not None:
+            e.store(scale_slot, e.eliminate(msg, ()))
+        e.normalize(msg)
+    e.store(slot, msg)
+
+
+def emit_upward(plan: TreePlan, n_factors: int, evidence: Sequence[int],
+                scaled: bool = False) -> Program:
     e = _Emitter("upward")
     ev = {v: k for k, v in enumerate(sorted(evidence))}
     for a in plan.postorder:
@@ -103,12 +123,14 @@ def emit_upward(plan: TreePlan, n_factors: int, evidence: Sequence[int]) -> Prog
         if clique.parent is None:
             e.store(("bel", a), acc)
         else:
-            e.store(("msg", a, clique.parent), e.eliminate(acc, plan.separator(a, clique.parent)))
+            p = clique.parent
+            _send(e, ("msg", a, p), e.eliminate(acc, plan.separator(a, p)), ("scale", a, p), scaled)
         e.free()
     return e.program()
 
 
-def emit_downward(plan: TreePlan, n_factors: int, evidence: Sequence[int]) -> Program:
+def emit_downward(plan: TreePlan, n_factors: int, evidence: Sequence[int],
+                  scaled: bool = False) -> Program:
     """Beliefs of every clique but the root (upward stored it) and messages to children.
 
     With k children, the message to child i excludes that child's own message:
@@ -130,14 +152,14 @@ def emit_downward(plan: TreePlan, n_factors: int, evidence: Sequence[int]) -> Pr
                 base.append(e.load_slot(("msg", clique.parent, a)))
             msgs = [e.load_slot(("msg", c, a)) for c in kids]
             if kids and not _suffixes_fit(plan, a, kids):
-                _send_halving(e, plan, a, spec, base, kids, msgs, clique.parent is not None)
+                _send_halving(e, plan, a, spec, base, kids, msgs, clique.parent is not None, scaled)
                 e.free()
                 continue
             suffix = _suffixes(e, plan, a, kids, msgs)
             prefix = base
             for i, c in enumerate(kids):
                 excl = e.contract(prefix + suffix[i + 1], spec)
-                e.store(("msg", a, c), e.eliminate(excl, plan.separator(a, c)))
+                _send(e, ("msg", a, c), e.eliminate(excl, plan.separator(a, c)), scaled=scaled)
                 prefix = [e.contract(prefix + [msgs[i]], spec)] if i + 1 < len(kids) else prefix + [msgs[i]]
             if clique.parent is not None:
                 e.store(("bel", a), e.contract(prefix, spec))
@@ -160,7 +182,7 @@ def _suffixes_fit(plan: TreePlan, a: int, kids: Sequence[int]) -> bool:
 
 
 def _send_halving(e: _Emitter, plan: TreePlan, a: int, spec: TensorSpec, rest: List[int],
-                  kids: Sequence[int], msgs: Sequence[int], belief: bool) -> None:
+                  kids: Sequence[int], msgs: Sequence[int], belief: bool, scaled: bool) -> None:
     """Send each child the product of `rest` and the other children's messages.
 
     Each half of the children gets `rest` times the other half's messages as its new
@@ -170,14 +192,14 @@ def _send_halving(e: _Emitter, plan: TreePlan, a: int, spec: TensorSpec, rest: L
     """
     if len(kids) == 1:
         src = rest[0] if len(rest) == 1 else e.contract(rest, spec)
-        e.store(("msg", a, kids[0]), e.eliminate(src, plan.separator(a, kids[0])))
+        _send(e, ("msg", a, kids[0]), e.eliminate(src, plan.separator(a, kids[0])), scaled=scaled)
         if belief:
             e.store(("bel", a), e.contract(rest + [msgs[0]], spec))
         return
     h = len(kids) // 2
     for lo, hi, other in ((0, h, msgs[h:]), (h, len(kids), msgs[:h])):
         part = e.contract(rest + list(other), spec)
-        _send_halving(e, plan, a, spec, [part], kids[lo:hi], msgs[lo:hi], belief and lo == 0)
+        _send_halving(e, plan, a, spec, [part], kids[lo:hi], msgs[lo:hi], belief and lo == 0, scaled)
         e.release([part])
 
 
@@ -217,6 +239,12 @@ def emit_finalize(plan: TreePlan) -> Program:
     return e.program()
 
 
-def emit_programs(plan: TreePlan, n_factors: int, evidence: Sequence[int] = ()) -> Tuple[Program, Program, Program]:
-    return (emit_upward(plan, n_factors, evidence), emit_downward(plan, n_factors, evidence),
-            emit_finalize(plan))
+def emit_programs(plan: TreePlan, n_factors: int, evidence: Sequence[int] = (),
+                  scaled: bool = False) -> Tuple[Program, Program, Program]:
+    return (emit_upward(plan, n_factors, evidence, scaled),
+            emit_downward(plan, n_factors, evidence, scaled), emit_finalize(plan))
+
+
+def scale_slots(plan: TreePlan) -> Tuple[tuple, ...]:
+    """The slots a scaled upward program stores: one per upward message."""
+    return tuple(("scale", c.id, c.parent) for c in plan.cliques if c.parent is not None)

@@ -6,6 +6,10 @@ evidence as factor values and runs: no recompilation. Evidence enters either as 
 factors (the default: any subset of the evidence variables may be observed in a call) or,
 with absorb_evidence=True, as the factors cut at the observed states (absorb.py: smaller
 cliques, and every call observes all of them). `solve` does both steps, absorbing.
+PROB runs scaled (scaling.py): tables and messages are kept near 1 and Z is rebuilt from
+their scales, so log Z in the thousands neither overflows nor underflows. An answer that
+is not exact is never returned: a Z of 0 in PROB is checked with SAT, and lost precision
+raises NumericalError.
 """
 
 from __future__ import annotations
@@ -20,9 +24,10 @@ import numpy as np
 from ..ir import Program
 from ..semiring import logsumexp, make_semiring
 from .absorb import absorb, cut_values
-from .emit import emit_programs, factor_specs
+from .emit import emit_programs, factor_specs, scale_slots
 from .graph import FactorGraph, FactorGraphError, factor_graph, semiring_values
 from .plan import TreePlan, elimination_order, junction_tree
+from .scaling import TINY, NumericalError, ScaledNumber, exp_of_log, pow2_scaled
 
 SEMIRINGS = ("PROB", "LOGPROB", "SAT", "COUNT")
 TARGETS = ("cpu", "reference")
@@ -35,12 +40,17 @@ Progress = Callable[[str], None]
 class Solution:
     """What one run answers. `marginals` are normalized (SAT: which values are possible)."""
     semiring: str
-    Z: Any  # PROB, LOGPROB: float (exp(log_Z)); COUNT: int; SAT: bool
+    # PROB, LOGPROB: exp(log_Z), a float, or a decimal.Decimal where a float would be inf or
+    # lose bits (|log Z| beyond ~708); COUNT: int; SAT: bool
+    Z: Any
     log_Z: float
-    marginals: Dict[str, np.ndarray]
-    raw_marginals: Dict[str, np.ndarray]  # in the semiring, unnormalized
+    marginals: Dict[str, np.ndarray]  # NaN only where Z = 0 (then they are undefined)
+    # in the semiring, unnormalized, times exp(-raw_log_scale): PROB's raw_log_scale is
+    # log Z when Z is not a float (the raw marginals then sum to 1), else 0
+    raw_marginals: Dict[str, np.ndarray]
     evidence: Dict[str, int]
     model: "CompiledModel" = field(repr=False)
+    raw_log_scale: float = 0.0
 
     @property
     def programs(self) -> Tuple[Program, ...]:
@@ -90,7 +100,9 @@ class CompiledModel:
         self.plan = junction_tree(sizes, scopes, elimination_order(sizes, scopes), ev_idx)
         self.stats = self.plan.stats()
         self._check_size(max_clique_bytes)
-        self.programs = emit_programs(self.plan, len(scopes), ev_idx)
+        self.scaled = self.semiring == "PROB"  # see scaling.py
+        self.programs = emit_programs(self.plan, len(scopes), ev_idx, scaled=self.scaled)
+        self._scale_slots = scale_slots(self.plan) if self.scaled else ()
         self.factor_specs = factor_specs(self.plan, scopes, ev_idx)
         self.times = {"plan_s": time.perf_counter() - t0}
 
@@ -98,8 +110,13 @@ class CompiledModel:
         say(f"compiling {sum(len(p) for p in self.programs)} instructions "
             f"({self.stats['cliques']} cliques, largest {self.stats['max_clique_states']} states)"
             f" for {target}")
-        self._values = {f: semiring_values(fac.values, self.semiring, self.sr.dtype)
-                        for f, fac in enumerate(self.planned.factors)}
+        # cut factors are bound anew per solve, with their own scales
+        rebound = set(self.absorbed.cut) if self.absorbed else set()
+        self._values, self._exponent = self._semiring_values(
+            {f: fac.values for f, fac in enumerate(self.planned.factors) if f not in rebound})
+        self._values.update(self._semiring_values(
+            {f: self.planned.factors[f].values for f in rebound})[0])  # placeholders
+        self._sat_model: Optional[CompiledModel] = None  # built if PROB ever says Z = 0
         if target == "cpu":
             from ..executable import compile as jit_compile
             from ..session import Session
@@ -121,9 +138,19 @@ class CompiledModel:
                     f"({states * item / 2**30:.1f} GiB as {self.sr.dtype.name}); the limit is "
                     f"{max_bytes / 2**30:.1f} GiB per clique (max_clique_bytes)")
 
+    def _semiring_values(self, tables: Mapping[int, np.ndarray]) -> Tuple[Dict[int, np.ndarray], int]:
+        """Tables as the programs load them, and (PROB) the power of two they were scaled by."""
+        if not self.scaled:
+            return {f: semiring_values(a, self.semiring, self.sr.dtype) for f, a in tables.items()}, 0
+        out, exponent = {}, 0
+        for f, a in tables.items():
+            out[f], k = pow2_scaled(a)
+            exponent += k
+        return {f: semiring_values(a, self.semiring, self.sr.dtype) for f, a in out.items()}, exponent
+
     # -- evidence ----------------------------------------------------------------------------
 
-    def _evidence_values(self, evidence: Mapping[str, Any]) -> Dict[int, np.ndarray]:
+    def _evidence_values(self, evidence: Mapping[str, Any]) -> Tuple[Dict[int, np.ndarray], int]:
         """The factor values that carry the evidence: cut factors, or indicators."""
         extra = [v for v in evidence if v not in self.evidence_vars]
         if extra:
@@ -139,9 +166,8 @@ class CompiledModel:
                     f"and needs a state for each; missing: {', '.join(map(repr, missing))} "
                     "(compile without absorb_evidence to leave some unobserved)")
             states = {v: self._state_index(v, evidence[v]) for v in self.evidence_vars}
-            return {f: semiring_values(a, self.semiring, self.sr.dtype)
-                    for f, a in cut_values(self.graph, self.absorbed, states).items()}
-        return self._indicators(evidence)
+            return self._semiring_values(cut_values(self.graph, self.absorbed, states))
+        return self._indicators(evidence), 0
 
     def _indicators(self, evidence: Mapping[str, Any]) -> Dict[int, np.ndarray]:
         """Evidence values as indicator factors (ids after the graph's factors)."""
@@ -170,18 +196,24 @@ class CompiledModel:
     # -- running -----------------------------------------------------------------------------
 
     def run_slots(self, evidence: Optional[Mapping[str, Any]] = None) -> Dict[tuple, np.ndarray]:
-        changing = self._evidence_values(evidence or {})  # all that differs between calls
+        """Z, the marginals and (PROB) the scales, as the programs computed them; ("exponent",)
+        is the power of two the tables were scaled by."""
+        changing, exponent = self._evidence_values(evidence or {})  # all that differs between calls
+        exponent += self._exponent
         if self.target == "reference":
             from ..reference import run_programs
             values = {**self._values, **changing}
             specs = self.factor_specs
             slots = run_programs(list(self.programs), self.sr, lambda f: (values[f], specs[f]),
                                  lambda s: (_ for _ in ()).throw(KeyError(s)))
-            return {k: np.asarray(a) for k, (a, _) in slots.items()}
-        given = changing if self._bound else {**self._values, **changing}
-        slots = self._session.run(factors=given)
-        self._bound = True
-        return {k: np.array(a) for k, (a, _) in slots.items() if k[0] in ("Z", "marg")}
+            out = {k: np.asarray(a) for k, (a, _) in slots.items()}
+        else:
+            given = changing if self._bound else {**self._values, **changing}
+            slots = self._session.run(factors=given)
+            self._bound = True
+            out = {k: np.array(a) for k, (a, _) in slots.items() if k[0] in ("Z", "marg", "scale")}
+        out[("exponent",)] = exponent
+        return out
 
     def solve(self, evidence: Optional[Mapping[str, Any]] = None) -> Solution:
         evidence = dict(evidence or {})
@@ -190,7 +222,40 @@ class CompiledModel:
         planned = self._planned_index
         raw = {v: slots[("marg", planned[v])] if v in planned else self._observed(v, evidence[v], z)
                for v in self.graph.names}
+        if self.scaled:
+            return self._scaled_solution(evidence, slots, raw)
         return Solution(self.semiring, *_finish(self.semiring, z, raw), raw, evidence, self)
+
+    def _scaled_solution(self, evidence: Dict[str, Any], slots: Dict[tuple, Any],
+                         raw: Dict[str, np.ndarray]) -> Solution:
+        """PROB: Z from the root's total and the scales; raw marginals rescaled to Z."""
+        parts = [float(slots[("Z",)])] + [float(slots[k]) for k in self._scale_slots]
+        z = ScaledNumber.product(parts, slots[("exponent",)])
+        if z.mantissa == 0.0:
+            self._check_infeasible(evidence)
+        elif min(parts) < TINY:
+            raise NumericalError(
+                f"{self.graph.name}: PROB underflowed (a message's total fell below "
+                f"{TINY:.3g}, so its bits are lost); solve with semiring='logprob'")
+        value = z.value()
+        marginals = _finish("PROB", 1.0, raw)[2]  # each raw marginal normalized on its own
+        if isinstance(value, float):
+            scaled_raw = {v: m * value for v, m in marginals.items()} if value else raw
+            return Solution("PROB", value, z.log, marginals, scaled_raw, evidence, self)
+        return Solution("PROB", value, z.log, marginals, marginals, evidence, self,
+                        raw_log_scale=z.log)
+
+    def _check_infeasible(self, evidence: Mapping[str, Any]) -> None:
+        """PROB says Z = 0: true only if no assignment is allowed, which SAT decides exactly
+        (a product can underflow to 0 where the model is merely very unlikely)."""
+        if self._sat_model is None:
+            self._sat_model = CompiledModel(
+                self.graph, "sat", evidence_vars=self.evidence_vars,
+                absorb_evidence=self.absorbed is not None, target=self.target)
+        if self._sat_model.solve(evidence).Z:
+            raise NumericalError(
+                f"{self.graph.name}: PROB underflowed to Z = 0, but the model has assignments "
+                "of non-zero weight; solve with semiring='logprob'")
 
     def _observed(self, v: str, value: Any, z: np.ndarray) -> np.ndarray:
         """An absorbed variable's raw marginal: Z at its observed state, the semiring's zero
@@ -214,7 +279,7 @@ def _finish(semiring: str, z: np.ndarray, raw: Dict[str, np.ndarray]):
             m = np.asarray(m, dtype=np.float64)
             total = float(logsumexp(m))
             marg[v] = np.exp(m - total) if total > -math.inf else np.full(m.shape, np.nan)
-        return math.exp(log_z), log_z, marg
+        return exp_of_log(log_z), log_z, marg
     if semiring == "COUNT":
         count = int(z)
         log_z = math.log(count) if count > 0 else -math.inf
