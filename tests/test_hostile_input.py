@@ -1,0 +1,172 @@
+"""Hostile input: each bad model, file or option is refused with one clear error (a
+FactorGraphError / catbp_jit error naming the place and the reason; on the command line
+one stderr line and exit status 2), never a raw traceback, never a wrong answer."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import time
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from catbp_jit.cli import main
+from catbp_jit.frontend import solve
+from catbp_jit.frontend.bif import read_bif
+from catbp_jit.frontend.graph import FactorGraphError, factor_graph
+from catbp_jit.frontend.uai import read_evidence, read_uai
+
+# ---------------------------------------------------------------------------------------
+# factor_graph / solve
+
+
+def test_a_transposed_table_is_refused_not_reshaped():
+    # shape (3, 2) for scope (a:2, b:3) has the right size; reshaping it mixes up the axes
+    with pytest.raises(FactorGraphError, match=r"factor 0 \(scope a, b\): table has shape "
+                                               r"\(3, 2\), the scope's domains give \(2, 3\)"):
+        solve({"a": 2, "b": 3}, [(("a", "b"), np.array([[1, 4], [2, 5], [3, 6]]))],
+              target="reference")
+
+
+def test_a_flat_table_is_row_major_over_the_scope():
+    g = factor_graph({"a": 2, "b": 3}, [(("a", "b"), np.arange(6.0))])
+    np.testing.assert_array_equal(g.factors[0].values, [[0, 1, 2], [3, 4, 5]])
+    with pytest.raises(FactorGraphError, match="1-D table of 6 entries"):
+        factor_graph({"a": 2, "b": 3}, [(("a", "b"), np.arange(6.0).reshape(1, 6))])
+
+
+def test_named_factors_as_a_mapping():
+    pa, pba = np.array([0.3, 0.7]), np.array([[0.9, 0.1], [0.2, 0.8]])
+    named = solve({"a": 2, "b": 2}, {"f_a": (("a",), pa), "f_ab": (("a", "b"), pba)},
+                  target="reference")
+    listed = solve({"a": 2, "b": 2}, [(("a",), pa), (("a", "b"), pba)], target="reference")
+    assert named.Z == listed.Z
+    np.testing.assert_array_equal(named.marginals["b"], listed.marginals["b"])
+    with pytest.raises(FactorGraphError, match=r"factor 'f_ab' \(scope a, b\): values must be "
+                                               "non-negative"):
+        factor_graph({"a": 2, "b": 2}, {"f_a": (("a",), pa), "f_ab": (("a", "b"), -pba)})
+
+
+@pytest.mark.parametrize("domains, factors, message", [
+    ({"a": "abc"}, [], "variable 'a' has domain size 'abc'; it must be a positive integer"),
+    ({"a": None}, [], "variable 'a' has domain size None"),
+    ({"a": float("inf")}, [], "variable 'a' has domain size inf"),
+    ({"a": float("nan")}, [], "variable 'a' has domain size nan"),
+    ({"a": 2.5}, [], "domain size 2.5"),
+    ({"a": True}, [], "domain size True"),
+    ([("a", 2)], [], "variable domains must be a mapping"),
+    ({"a": 2}, 5, "factors must be a sequence of (scope, table) pairs or a mapping"),
+    ({"a": 2}, [(("a",), [[1], [1, 2]])], "factor 0 (scope a): the table is not a rectangular"),
+    ({"a": 2}, [(("a",), np.array([1j, 2]))], "values must be real numbers, got complex"),
+    ({"a": 2}, [(("a",), [None, 1])], "values must be real numbers"),
+    ({"a": 2}, [(("a",), ["x", "y"])], "values must be real numbers"),
+    ({"a": 2}, [("a", [1, 2])], "the scope must be a sequence of variable names, got 'a'"),
+    ({"a": 2}, [(("a", ["b"]), [1, 2])], "unknown variable ['b']"),
+    ({"a": 2}, [1], "factor 0: expected a Factor or a (scope, table) pair, got int 1"),
+    ({"a": 2}, [(("a",), [1, 2], 3)], "expected a Factor or a (scope, table) pair"),
+    ({"a": 10**30}, [(("a",), [1, 2])], "table has shape (2,)"),
+])
+def test_bad_factor_graphs_give_one_clear_error(domains, factors, message):
+    with pytest.raises(FactorGraphError) as err:
+        factor_graph(domains, factors)
+    assert message in str(err.value)
+
+
+def test_integral_floats_are_domain_sizes():
+    assert factor_graph({"a": 2.0, "b": np.int64(3)}, []).variables == {"a": 2, "b": 3}
+
+
+# ---------------------------------------------------------------------------------------
+# UAI: bounded work
+
+
+def _bomb(n_entries: int) -> bytes:
+    """A gzip'd MARKOV model whose one table has n_entries zeros: ~1000x compression."""
+    text = f"MARKOV\n1\n{n_entries}\n1\n1 0\n{n_entries}\n" + "0 " * n_entries
+    return gzip.compress(text.encode(), compresslevel=9)
+
+
+def test_a_gzip_bomb_is_refused_at_the_cap_with_bounded_memory(tmp_path):
+    path = tmp_path / "bomb.uai.gz"
+    path.write_bytes(_bomb(32 << 20))  # 64 MiB of text from ~70 KB
+    assert path.stat().st_size < 1 << 20
+    cap = 4 << 20
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    try:
+        with pytest.raises(FactorGraphError, match=rf"^{path}: the decompressed content is "
+                                                   rf"larger than the input limit of 4,194,304 "
+                                                   "bytes .*CATBP_JIT_MAX_INPUT_BYTES"):
+            read_uai(path, max_input_bytes=cap)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert time.perf_counter() - t0 < 5  # generous: the point is it stops at the cap
+    assert peak < 4 * cap
+
+
+def test_the_input_cap_comes_from_the_environment(tmp_path, monkeypatch):
+    path = tmp_path / "small.uai"
+    path.write_text("MARKOV\n1\n2\n1\n1 0\n2\n0.5 0.5\n")
+    monkeypatch.setenv("CATBP_JIT_MAX_INPUT_BYTES", "10")
+    with pytest.raises(FactorGraphError, match="the file is larger than the input limit of 10 "):
+        read_uai(path)
+    monkeypatch.setenv("CATBP_JIT_MAX_INPUT_BYTES", "1e6")
+    assert read_uai(path).variables == {"0": 2}
+    monkeypatch.setenv("CATBP_JIT_MAX_INPUT_BYTES", "lots")
+    with pytest.raises(FactorGraphError, match="CATBP_JIT_MAX_INPUT_BYTES='lots' is not a number"):
+        read_uai(path)
+
+
+def test_a_huge_entry_count_is_refused_before_allocating():
+    # 10**12 entries would be an 8 TB array; the file cannot hold them anyway
+    text = "MARKOV\n2\n1000000 1000000\n1\n2 0 1\n1000000000000\n0.5 0.5\n"
+    with pytest.raises(FactorGraphError, match="the file ends early, factor 0's table needs "
+                                               "1000000000000 entries"):
+        read_uai(text)
+
+
+def test_tables_read_in_chunks_equal_the_whole(monkeypatch):
+    from catbp_jit.frontend import uai
+    rng = np.random.default_rng(3)
+    tables = [rng.random(n) for n in (6, 12, 6)]
+    text = ("MARKOV\n3\n2 3 2\n3\n2 0 1\n3 0 1 2\n2 1 2\n"
+            + "".join(f"{t.size}\n" + " ".join(map(repr, t.tolist())) + "\n" for t in tables))
+    monkeypatch.setattr(uai, "_CHUNK_CHARS", 7)  # a few tokens per chunk, tables span chunks
+    g = read_uai(text)
+    for f, t in zip(g.factors, tables):
+        np.testing.assert_array_equal(f.values.reshape(-1), t)
+    bad = text.replace(repr(float(tables[1][9])), "x9")
+    with pytest.raises(FactorGraphError, match=r"<uai text>:11: at token 'x9': factor 1's "
+                                               "table: entry 9 is not a number"):
+        read_uai(bad)
+
+
+@pytest.mark.parametrize("data, message", [
+    (gzip.compress(b"MARKOV\n1\n2\n1\n1 0\n2\n0.5 0.5\n")[:-12], "not a readable gzip file"),
+    (b"\x1f\x8b" + bytes(range(256)) * 4, "not a readable gzip file"),
+    (bytes(range(256)) * 4, "the file must start with MARKOV or BAYES"),
+    (b"", "the file ends early, expected the preamble"),
+    (b"MARKOV -1", "the number of variables must be >= 0"),
+    (b"MARKOV 1 2 -3", "the number of factors must be >= 0"),
+    (b"MARKOV 99999999999999999999", "the file ends early, expected the domain size of variable 0"),
+    (b"MARKOV 1 2 1 1 0 2 inf 1", "entry 0 must be a finite non-negative number"),
+    (b"MARKOV 1 2 1 2 0 0 4 1 1 1 1", "factor 0 has a variable twice in its scope"),
+    (b"MARKOV 1 2 1 2 0 1", "a variable index in the scope of factor 0 must be in [0, 1)"),
+    (b"MARKOV 1 " + b"9" * 5000, "expected the domain size of variable 0 (an integer)"),
+])
+def test_garbage_uai_files_give_one_clear_error(tmp_path, data, message):
+    path = tmp_path / "bad.uai"
+    path.write_bytes(data)
+    with pytest.raises(FactorGraphError) as err:
+        read_uai(path)
+    assert str(err.value).startswith(f"{path}") and message in str(err.value)
+    assert "\n" not in str(err.value) and len(str(err.value)) < 300
+
+
+def test_a_huge_evidence_count_is_refused():
+    g = read_uai("MARKOV\n1\n2\n1\n1 0\n2\n0.5 0.5\n")
+    with pytest.raises(FactorGraphError, match="fits neither the modern layout"):
+        read_evidence("99999999999999999 0 1", g)
