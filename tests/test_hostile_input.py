@@ -170,3 +170,79 @@ def test_a_huge_evidence_count_is_refused():
     g = read_uai("MARKOV\n1\n2\n1\n1 0\n2\n0.5 0.5\n")
     with pytest.raises(FactorGraphError, match="fits neither the modern layout"):
         read_evidence("99999999999999999 0 1", g)
+
+
+# ---------------------------------------------------------------------------------------
+# BIF
+
+BIF_A = "variable a { type discrete [ 2 ] { x, y }; }\n"
+
+
+@pytest.mark.parametrize("text, message", [
+    ('network n { property p = "' + "word " * 40_000 + "}", "<bif text>:1: this string ('\"') is "
+                                                             "never closed"),
+    (BIF_A + 'probability ( a ) { table 0.5, 0.5; property q = "' + "x;" * 100_000 + "}",
+     "<bif text>:2: this string"),
+    # a quoted string, then a statement that never ends: the old statement regex rescanned
+    # the rest of the block from every position
+    ('variable a { type discrete [2] { x, y }; property p = "q" ' + "z " * 100_000 + "}",
+     "variable 'a': missing ';'"),
+    ("network n { } /* " + "c " * 100_000, "<bif text>:1: this comment ('/*') is never closed"),
+])
+def test_unclosed_bif_strings_are_refused_in_linear_time(text, message):
+    assert len(text) >= 200_000
+    t0 = time.perf_counter()
+    with pytest.raises(FactorGraphError) as err:
+        read_bif(text)
+    assert time.perf_counter() - t0 < 2
+    assert message in str(err.value)
+
+
+def test_a_quote_inside_a_comment_is_not_a_string():
+    g = read_bif('// it said "hi\n' + BIF_A + 'probability ( a ) { table 0.5, 0.5; } /* " */')
+    assert g.variables == {"a": 2}
+
+
+@pytest.mark.parametrize("cpts, cycle", [
+    ("probability (a | b) { table 1, 1, 1, 1; }\nprobability (b | a) { table 1, 1, 1, 1; }\n"
+     "probability (c) { table 1, 1; }", "a -> b -> a"),
+    ("probability (a | c) { table 1, 1, 1, 1; }\nprobability (b | a) { table 1, 1, 1, 1; }\n"
+     "probability (c | b) { table 1, 1, 1, 1; }", "a -> b -> c -> a"),
+])
+def test_a_cyclic_bif_is_refused_naming_the_cycle(cpts, cycle):
+    variables = "".join(f"variable {v} {{ type discrete [2] {{ x, y }}; }}\n" for v in "abc")
+    with pytest.raises(FactorGraphError, match=f"the parents form a cycle, {cycle}: a Bayesian "
+                                               "network must be acyclic"):
+        read_bif(variables + cpts)
+
+
+def test_a_default_row_cannot_ask_for_a_table_larger_than_memory():
+    states = ", ".join(f"s{j}" for j in range(10))
+    text = "".join(f"variable p{i} {{ type discrete [10] {{ {states} }}; }}\n"
+                   f"probability (p{i}) {{ default {', '.join(['0.1'] * 10)}; }}\n"
+                   for i in range(30))
+    text += (BIF_A + f"probability (a | {', '.join(f'p{i}' for i in range(30))}) "
+             "{ default 0.5, 0.5; }")
+    with pytest.raises(FactorGraphError, match=r"<bif text>:62: variable 'a': the CPT has "
+                                               r"2,000,000,.* entries .* more than the memory "
+                                               "limit"):
+        read_bif(text)
+
+
+@pytest.mark.parametrize("data, message", [
+    (bytes(range(256)) * 4, "expected 'network', 'variable' or 'probability'"),
+    (b"\x1f\x8b\x08\x00garbage", "not a readable gzip file"),
+    (b"network x {", "this '{' is never closed"),
+    (BIF_A.encode(), "variable 'a' has no probability block"),
+    (b"variable a { type discrete [ 0 ] { }; }", "variable 'a': no states"),
+    ((BIF_A + "probability ( a ) { table 1, nan; }").encode(), "CPT entries must be finite"),
+    ((BIF_A + "probability ( a ) { table 1e400, 1; }").encode(), "P(a=x) = inf"),
+    ((BIF_A + BIF_A).encode(), "variable 'a' is declared twice"),
+])
+def test_garbage_bif_files_give_one_clear_error(tmp_path, data, message):
+    path = tmp_path / "bad.bif"
+    path.write_bytes(data)
+    with pytest.raises(FactorGraphError) as err:
+        read_bif(path)
+    assert str(err.value).startswith(f"{path}") and message in str(err.value)
+    assert "\n" not in str(err.value) and len(str(err.value)) < 300
