@@ -246,3 +246,178 @@ def test_garbage_bif_files_give_one_clear_error(tmp_path, data, message):
         read_bif(path)
     assert str(err.value).startswith(f"{path}") and message in str(err.value)
     assert "\n" not in str(err.value) and len(str(err.value)) < 300
+
+
+# ---------------------------------------------------------------------------------------
+# The command line
+
+ASIA = str(__import__("pathlib").Path(__file__).resolve().parents[1] / "examples" / "asia.bif")
+# P(0=1, 1=1) = 0: observing both is impossible
+ZERO_UAI = "MARKOV\n2\n2 2\n1\n2 0 1\n4\n1 0 0 0\n"
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _strict_json(text):
+    def refuse(token):
+        raise AssertionError(f"not JSON: {token}")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_impossible_evidence_exits_1_in_every_format(capsys, tmp_path):
+    model = tmp_path / "zero.uai"
+    model.write_text(ZERO_UAI)
+    evidence = ("--observe", "0=1", "--observe", "1=1", "-q", "--target", "reference")
+    code, out, err = run(capsys, "solve", str(model), *evidence)
+    assert code == 1
+    assert "Z:         0.0 (the evidence is impossible" in out and "marginals: undefined" in out
+    code, out, err = run(capsys, "solve", str(model), *evidence, "--format", "uai")
+    assert code == 1 and out == ""
+    assert "zero: Z is 0: the evidence is impossible" in err and err.count("\n") == 1
+    code, out, err = run(capsys, "solve", str(model), *evidence, "--format", "json")
+    doc = _strict_json(out)  # no bare NaN
+    assert code == 1 and doc["answered"] is False and doc["Z"] == 0.0 and doc["log_Z"] is None
+    assert doc["marginals"] == {"0": None, "1": None}
+    assert doc["reason"].startswith("Z is 0: the evidence is impossible")
+    code, out, _ = run(capsys, "solve", str(model), "--observe", "0=0", "-q", "--format", "json",
+                       "--target", "reference")
+    doc = _strict_json(out)
+    assert code == 0 and doc["answered"] is True and doc["reason"] is None
+    assert doc["marginals"]["1"] == [1.0, 0.0]
+
+
+def test_solve_help_documents_the_exit_statuses(capsys):
+    code, out, _ = run(capsys, "solve", "--help")
+    assert code == 0
+    assert "0 answered; 1 no answer exists" in " ".join(out.split()) and "2 bad input" in out
+
+
+@pytest.mark.parametrize("name, text", [("empty.bif", ""), ("none.uai", "MARKOV 0 0")])
+def test_a_model_without_variables_is_solved(capsys, tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    code, out, _ = run(capsys, "solve", str(path), "-q", "--target", "reference")
+    assert code == 0
+    assert "Z:         1.0" in out and "marginals: none (the model has no variables)" in out
+
+
+def test_repeated_observations_must_agree(capsys, tmp_path):
+    code, out, _ = run(capsys, "solve", ASIA, "--observe", "dysp=yes", "--observe", "dysp=0",
+                       "-q", "--target", "reference")
+    assert code == 0 and "evidence:  dysp=yes\n" in out  # the same state, named twice
+    code, _, err = run(capsys, "solve", ASIA, "--observe", "dysp=0", "--observe", "dysp=1", "-q")
+    assert code == 2 and "--observe 'dysp=1': dysp is already observed as 0" in err
+    ev = tmp_path / "ev.json"
+    ev.write_text('{"dysp": "yes"}')
+    code, _, err = run(capsys, "solve", ASIA, "--evidence", str(ev), "--observe", "dysp=no", "-q")
+    assert code == 2 and "dysp is already observed as 'yes'" in err
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"[1, 2]", "JSON evidence must be an object {variable: state}, got list [1, 2]"),
+    (b'"ab"', 'JSON evidence must be an object {variable: state}, got str "ab"'),
+    (b'{"dysp": "yes", "dysp": 1}', "'dysp' is observed twice, as 'yes' and 1"),
+    (b"\xff\xfe{", "not a UTF-8 text file"),
+    (b'{"dysp": ', "not valid JSON"),
+    (b'{"dysp": [1]}', "evidence dysp=[1] is not a state of dysp"),
+])
+def test_bad_json_evidence_is_one_line(capsys, tmp_path, content, message):
+    ev = tmp_path / "ev.json"
+    ev.write_bytes(content)
+    code, out, err = run(capsys, "solve", ASIA, "--evidence", str(ev), "-q")
+    assert code == 2 and message in err and err.count("\n") == 1
+
+
+def test_bad_models_on_the_command_line_are_one_line(capsys, tmp_path):
+    cyclic = tmp_path / "cyclic.bif"
+    cyclic.write_text("variable a { type discrete [2] { x, y }; }\n"
+                      "variable b { type discrete [2] { x, y }; }\n"
+                      "probability (a | b) { table 1, 1, 1, 1; }\n"
+                      "probability (b | a) { table 1, 1, 1, 1; }\n")
+    bomb = tmp_path / "bomb.uai.gz"
+    bomb.write_bytes(_bomb(1 << 20))
+    for argv, message in [([str(cyclic)], "the parents form a cycle, a -> b -> a"),
+                          ([str(tmp_path)], "is a directory, not a model file"),
+                          ([str(bomb)], "larger than the input limit of 100,000 bytes")]:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("CATBP_JIT_MAX_INPUT_BYTES", "100000")
+            code, out, err = run(capsys, "solve", *argv, "-q")
+        assert code == 2 and message in err and err.count("\n") == 1, err
+
+
+def test_kernel_cache_settings_are_input_errors(capsys, tmp_path, monkeypatch):
+    from catbp_jit import cache
+    monkeypatch.setattr(cache, "_default", None)  # the process-wide cache reads the env once
+    monkeypatch.setenv("CATBP_JIT_CACHE", "bogus")
+    code, _, err = run(capsys, "solve", ASIA, "-q")
+    assert code == 2 and err.count("\n") == 1
+    assert "CATBP_JIT_CACHE='bogus': cache policy must be one of" in err
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    monkeypatch.setattr(cache, "_default", None)
+    monkeypatch.setenv("CATBP_JIT_CACHE", "fallback")
+    monkeypatch.setenv("CATBP_JIT_CACHE_DIR", str(blocker / "cache"))  # under a file: unwritable
+    code, _, err = run(capsys, "solve", ASIA, "-q")
+    assert code == 2 and err.count("\n") == 1 and "is not writable" in err
+
+
+# ---------------------------------------------------------------------------------------
+# Bundles and saved executables
+
+
+@pytest.fixture
+def tiny_bundle(tmp_path):
+    from catbp_jit.bundle import Bundle, save_bundle
+    from catbp_jit.frontend import compile_model
+    g = factor_graph({"a": 2, "b": 2}, [(("a",), [0.3, 0.7]),
+                                        (("a", "b"), [[0.9, 0.1], [0.2, 0.8]])])
+    m = compile_model(g, target="reference")
+    b = Bundle("tiny", "tiny", "PROB", np.dtype("float64"), False,
+               {f: (m._values[f], m.factor_specs[f]) for f in m.factor_specs}, {},
+               list(m.programs))
+    return save_bundle(b, tmp_path / "tiny")
+
+
+def test_a_truncated_or_garbled_bundle_is_one_error(capsys, tiny_bundle):
+    from catbp_jit.bundle import BundleError, load_bundle
+    npz = tiny_bundle / "arrays.npz"
+    data = npz.read_bytes()
+    npz.write_bytes(data[:len(data) // 2])
+    with pytest.raises(BundleError, match=r"bundle 'tiny': arrays.npz cannot be read"):
+        load_bundle(tiny_bundle)
+    code, _, err = run(capsys, "list", str(tiny_bundle))
+    assert code == 2 and "arrays.npz cannot be read" in err and err.count("\n") == 1
+    npz.write_bytes(data)
+    meta = json.loads((tiny_bundle / "bundle.json").read_text())
+    meta["programs"][0]["instructions"][0]["args"] = 5
+    (tiny_bundle / "bundle.json").write_text(json.dumps(meta))
+    with pytest.raises(BundleError, match=r"instruction \[0\]: 'args' must be an object"):
+        load_bundle(tiny_bundle)
+    (tiny_bundle / "bundle.json").write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(BundleError, match="bundle.json is not valid JSON"):
+        load_bundle(tiny_bundle)
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"", "is not a saved catbp_jit executable (not JSON"),
+    (b"\xff\xfe\x00\x01", "is not a saved catbp_jit executable (not JSON"),
+    (b'{"format": "catbp-jit-executable", "version": 1, "programs": [', "(not JSON"),
+    (b"[1, 2]", "is not a saved catbp_jit executable (version 1)"),
+    (b'{"format": "catbp-jit-executable", "version": 1}', "no 'dtype'"),
+    (b'{"format": "catbp-jit-executable", "version": 1, "dtype": [], "semiring": "PROB"}',
+     "'dtype': expected a string, got list"),
+    (b'{"format": "catbp-jit-executable", "version": 1, "dtype": "float64", "programs": 5}',
+     "'programs': expected an array, got int"),
+])
+def test_load_refuses_what_is_not_a_saved_executable(tmp_path, content, message):
+    from catbp_jit.executable import SavedExecutableError, load
+    path = tmp_path / "exe.json"
+    path.write_bytes(content)
+    with pytest.raises(SavedExecutableError) as err:
+        load(path)
+    assert isinstance(err.value, ValueError)
+    assert str(err.value).startswith(repr(str(path))) and message in str(err.value)
