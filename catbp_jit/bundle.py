@@ -12,6 +12,8 @@ import math
 import numbers
 import os
 import tempfile
+import zipfile
+import zlib
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -20,7 +22,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
-from .errors import UnknownInputError
+from .errors import CatbpError, UnknownInputError
 from .ir.adapt import adapt_program, adapt_slot_key, adapt_spec
 from .ir.ops import Instruction, Program
 from .ir.schema import Axis, TensorSpec
@@ -32,6 +34,10 @@ BUNDLE_JSON = "bundle.json"
 ARRAYS_NPZ = "arrays.npz"
 
 Tensor = Tuple[np.ndarray, TensorSpec]
+
+
+class BundleError(CatbpError, ValueError):
+    """A bundle (or a saved program) that cannot be read: bad JSON, arrays, specs, programs."""
 
 
 @dataclass(eq=False)  # arrays make field-wise == ambiguous; use bundle_differences()
@@ -126,17 +132,26 @@ def program_from_json(obj: Any) -> Program:
     Each instruction goes through adapt_program, so every spelling the CatBP VM accepts is
     canonicalized the same way as for in-memory programs."""
     if not isinstance(obj, dict) or not isinstance(obj.get("instructions"), list):
-        raise ValueError(f"a program must be an object with an 'instructions' list, got {obj!r:.80}")
+        raise BundleError(f"a program must be an object with an 'instructions' list, got {obj!r:.80}")
     name = obj.get("name")
     instrs = []
     for i, d in enumerate(obj["instructions"]):
         if not isinstance(d, dict) or "op" not in d:
-            raise ValueError(f"program {name!r}, instruction [{i}]: expected an object with "
-                             f"'op', got {d!r:.80}")
+            raise BundleError(f"program {name!r}, instruction [{i}]: expected an object with "
+                              f"'op', got {d!r:.80}")
+        if not isinstance(d.get("args") or {}, dict):
+            raise BundleError(f"program {name!r}, instruction [{i}]: 'args' must be an object, "
+                              f"got {d['args']!r:.80}")
         # adapt_instruction reads attributes, so give the dict attribute access.
         instrs.append(SimpleNamespace(op=d["op"], dst=d.get("dst"), args=d.get("args") or {},
                                       spec=d.get("spec")))
-    return adapt_program(instrs, name=name)
+    try:
+        return adapt_program(instrs, name=name)
+    except CatbpError:  # already says which instruction and why
+        raise
+    except (TypeError, KeyError, AttributeError, IndexError) as e:  # an argument of the wrong kind
+        raise BundleError(f"program {name!r}: an instruction argument of the wrong kind "
+                          f"({type(e).__name__}: {e})") from None
 
 
 # ---------------------------------------------------------------------------------------
@@ -150,14 +165,14 @@ def _bundle_dir(path: Union[str, os.PathLike]) -> Path:
     if not p.exists():
         raise FileNotFoundError(f"bundle directory {str(p)!r} does not exist")
     if not p.is_dir():
-        raise ValueError(f"{str(p)!r} is neither a bundle directory nor its {BUNDLE_JSON}")
+        raise BundleError(f"{str(p)!r} is neither a bundle directory nor its {BUNDLE_JSON}")
     return p
 
 
 def _json_number(x: Any, what: str, where: str) -> Union[float, bool, int, None]:
     if x is None or isinstance(x, (bool, numbers.Real)):
         return x
-    raise ValueError(f"{where}: {what} must be a number, got {x!r}")
+    raise BundleError(f"{where}: {what} must be a number, got {x!r}")
 
 
 def load_bundle(path: Union[str, os.PathLike]) -> Bundle:
@@ -171,62 +186,65 @@ def load_bundle(path: Union[str, os.PathLike]) -> Bundle:
     try:
         with open(json_path, encoding="utf-8") as f:
             meta = json.load(f)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"bundle {str(d)!r}: {BUNDLE_JSON} is not valid JSON: {e}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise BundleError(f"bundle {str(d)!r}: {BUNDLE_JSON} is not valid JSON: {e}") from None
     if not isinstance(meta, dict):
-        raise ValueError(f"bundle {str(d)!r}: {BUNDLE_JSON} must hold a JSON object")
+        raise BundleError(f"bundle {str(d)!r}: {BUNDLE_JSON} must hold a JSON object")
 
     if meta.get("format") != FORMAT_NAME:
-        raise ValueError(f"bundle {str(d)!r}: format is {meta.get('format')!r}, "
+        raise BundleError(f"bundle {str(d)!r}: format is {meta.get('format')!r}, "
                          f"expected {FORMAT_NAME!r}")
     if meta.get("version") != FORMAT_VERSION:
-        raise ValueError(f"bundle {str(d)!r}: unsupported {FORMAT_NAME} version "
+        raise BundleError(f"bundle {str(d)!r}: unsupported {FORMAT_NAME} version "
                          f"{meta.get('version')!r} (this reader knows version {FORMAT_VERSION})")
     for k in ("name", "semiring", "dtype", "factors", "selectors", "programs"):
         if k not in meta:
-            raise ValueError(f"bundle {str(d)!r}: {BUNDLE_JSON} has no {k!r}")
+            raise BundleError(f"bundle {str(d)!r}: {BUNDLE_JSON} has no {k!r}")
 
     name = meta["name"]
     where = f"bundle {name!r}"
     semiring = meta["semiring"]
     if str(semiring).upper() not in SEMIRING_NAMES + ("COUNTING",):
-        raise ValueError(f"{where}: unknown semiring {semiring!r} (known: {', '.join(SEMIRING_NAMES)})")
+        raise BundleError(f"{where}: unknown semiring {semiring!r} (known: {', '.join(SEMIRING_NAMES)})")
     try:
         dtype = np.dtype(meta["dtype"])
-    except TypeError:
-        raise ValueError(f"{where}: unknown dtype {meta['dtype']!r}") from None
+    except (TypeError, ValueError):
+        raise BundleError(f"{where}: unknown dtype {meta['dtype']!r}") from None
 
     # Read every array now so the bundle does not keep the npz file open.
-    with np.load(npz_path, allow_pickle=False) as z:
-        arrays = {k: z[k] for k in z.files}
+    try:
+        with np.load(npz_path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:  # truncated, not a zip
+        raise BundleError(f"{where}: {ARRAYS_NPZ} cannot be read ({e})") from None
 
     def tensor(entry: Any, what: str) -> Tensor:
         if not isinstance(entry, dict) or "array" not in entry or "spec" not in entry:
-            raise ValueError(f"{where}: {what} must be an object with 'spec' and 'array'")
+            raise BundleError(f"{where}: {what} must be an object with 'spec' and 'array'")
         try:
             spec = adapt_spec(entry["spec"])
-        except ValueError as e:
-            raise ValueError(f"{where}: {what}: bad spec: {e}") from None
+        except (ValueError, TypeError, KeyError) as e:
+            raise BundleError(f"{where}: {what}: bad spec: {e}") from None
         if spec is None:
-            raise ValueError(f"{where}: {what} has no spec")
+            raise BundleError(f"{where}: {what} has no spec")
         aname = entry["array"]
-        if aname not in arrays:
-            raise ValueError(f"{where}: {what}: array {aname!r} is missing from {ARRAYS_NPZ}")
+        if not isinstance(aname, str) or aname not in arrays:
+            raise BundleError(f"{where}: {what}: array {aname!r} is missing from {ARRAYS_NPZ}")
         arr = arrays[aname]
         if arr.shape != spec.shape:
-            raise ValueError(f"{where}: {what}: array {aname!r} has shape {arr.shape} but "
+            raise BundleError(f"{where}: {what}: array {aname!r} has shape {arr.shape} but "
                              f"its spec {spec} has shape {spec.shape}")
         return arr, spec
 
     def tensors(table: Any, kind: str) -> Dict[int, Tensor]:
         if not isinstance(table, dict):
-            raise ValueError(f"{where}: {kind}s must be an object keyed by id")
+            raise BundleError(f"{where}: {kind}s must be an object keyed by id")
         out = {}
         for k, entry in table.items():
             try:
                 ident = int(k)
             except ValueError:
-                raise ValueError(f"{where}: {kind} id {k!r} is not an integer") from None
+                raise BundleError(f"{where}: {kind} id {k!r} is not an integer") from None
             out[ident] = tensor(entry, f"{kind} {ident}")
         return out
 
@@ -234,13 +252,13 @@ def load_bundle(path: Union[str, os.PathLike]) -> Bundle:
     selectors = tensors(meta["selectors"], "selector")
 
     if not isinstance(meta["programs"], list):
-        raise ValueError(f"{where}: programs must be a list")
+        raise BundleError(f"{where}: programs must be a list")
     programs = []
     for p in meta["programs"]:
         try:
             programs.append(program_from_json(p))
         except ValueError as e:  # includes ProgramValueError from adapt_program
-            raise ValueError(f"{where}: {e}") from e
+            raise BundleError(f"{where}: {e}") from e
 
     expected_slots = expected_Z = None
     # Bench bundles have no "expected" but give Z_bruteforce at the top level.
@@ -248,12 +266,12 @@ def load_bundle(path: Union[str, os.PathLike]) -> Bundle:
     expected = meta.get("expected")
     if expected is not None:
         if not isinstance(expected, dict):
-            raise ValueError(f"{where}: expected must be an object or null")
+            raise BundleError(f"{where}: expected must be an object or null")
         if expected.get("slots") is not None:
             expected_slots = {}
             for i, entry in enumerate(expected["slots"]):
                 if not isinstance(entry, dict) or "key" not in entry:
-                    raise ValueError(f"{where}: expected slot [{i}] has no key")
+                    raise BundleError(f"{where}: expected slot [{i}] has no key")
                 key = adapt_slot_key(entry["key"])
                 expected_slots[key] = tensor(entry, f"expected slot {key!r}")
         expected_Z = _json_number(expected.get("Z"), "expected Z", where)

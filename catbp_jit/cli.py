@@ -5,8 +5,10 @@
     catbp-jit solve MODEL [--evidence FILE] [--observe VAR=STATE] [--semiring S] [--format text|uai|json]
     catbp-jit plan MODEL [--no-listing]
 
-Exit status: 0 on success (and every expected slot matching), 1 when some expected slot
-does not match, 2 on a usage or input error (the message goes to stderr).
+Exit status: 0 on success (and every expected slot matching); 1 when some expected slot
+does not match (run) or no answer exists (solve: Z = 0, the evidence is impossible); 2 on
+a usage or input error, a bad CATBP_JIT_CACHE or CATBP_JIT_CACHE_DIR included (one line
+on stderr).
 """
 
 from __future__ import annotations
@@ -34,6 +36,23 @@ class CliError(Exception):
     """An input problem to report on stderr with exit status 2 (no traceback)."""
 
 
+def check_kernel_cache() -> None:
+    """Before compiling: a CATBP_JIT_CACHE policy the kernel cache refuses is an input
+    error, not a traceback."""
+    from .cache import default_cache  # lazily: it loads numba
+    try:
+        default_cache()
+    except ValueError as e:  # the only ValueError it raises: an unknown policy
+        raise CliError(f"CATBP_JIT_CACHE={os.environ.get('CATBP_JIT_CACHE')!r}: {e}") from None
+
+
+def _kernel_cache_refused(e: BaseException) -> bool:
+    """Whether `e` is the kernel cache refusing its directory (CATBP_JIT_CACHE_DIR) or,
+    under CATBP_JIT_CACHE=strict, a compile: raised from deep inside the first compile."""
+    cache = sys.modules.get("catbp_jit.cache")  # not loaded: it cannot have raised
+    return cache is not None and isinstance(e, (cache.CacheDirError, cache.CacheMissError))
+
+
 # ---------------------------------------------------------------------------------------
 # Engines: each turns a bundle into a function that runs all its programs and returns the
 # final slots. Setup (compilation, for a JIT) happens here, outside the timed runs.
@@ -57,6 +76,7 @@ def _reference_engine(bundle: Bundle) -> Callable[[], Slots]:
 def _jit_engine(bundle: Bundle, mode: str = "compiled") -> Callable[[], Slots]:
     from .executable import compile  # imported lazily: numba takes a moment to load
 
+    check_kernel_cache()
     t0 = time.perf_counter()
     exe = compile(bundle.programs, bundle.semiring_runtime(), factor_specs=bundle.factor_specs(),
                   selector_specs=bundle.selector_specs(), mode=mode)
@@ -237,6 +257,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         return args.func(args)
     except CliError as e:
+        print(f"catbp-jit: error: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    except RuntimeError as e:
+        if not _kernel_cache_refused(e):
+            raise
         print(f"catbp-jit: error: {e}", file=sys.stderr)
         return EXIT_ERROR
     except BrokenPipeError:  # output piped into `head`: stop quietly, as Unix tools do

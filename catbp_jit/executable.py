@@ -16,6 +16,7 @@ import numpy as np
 
 from .cache import KernelCache, default_cache
 from .codegen.loader import Kernel, load_dispatcher, load_kernel
+from .errors import CatbpError
 from .ir.adapt import adapt_programs, adapt_slot_key, adapt_spec
 from .ir.ops import Program
 from .ir.schema import TensorSpec, format_spec
@@ -139,21 +140,68 @@ class Executable:
         os.replace(tmp, path)
 
 
+class SavedExecutableError(CatbpError, ValueError):
+    """A file that `load` cannot read as a saved executable."""
+
+
 def load(path: Union[str, os.PathLike], *, cache: Optional[KernelCache] = None) -> Executable:
+    """The Executable saved at `path` by Executable.save. A file that is not one (binary,
+    truncated, another JSON document, a field of the wrong kind) raises
+    SavedExecutableError naming the file and the field; a missing file FileNotFoundError."""
     from .bundle import program_from_json
     from .semiring import make_semiring
 
-    with open(path, encoding="utf-8") as f:
-        doc = json.load(f)
-    if doc.get("format") != SAVE_FORMAT or doc.get("version") != 1:
-        raise ValueError(f"{os.fspath(path)!r} is not a saved catbp_jit executable (version 1)")
+    where = repr(os.fspath(path))
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise SavedExecutableError(f"{where} is not a saved catbp_jit executable (not JSON: "
+                                   f"{e})") from None
+    if not isinstance(doc, dict) or doc.get("format") != SAVE_FORMAT or doc.get("version") != 1:
+        raise SavedExecutableError(f"{where} is not a saved catbp_jit executable (version 1)")
+
+    def field(key: str, read: Callable[[Any], Any]) -> Any:
+        if key not in doc:
+            raise SavedExecutableError(f"{where}: no {key!r}")
+        try:
+            return read(doc[key])
+        except (ValueError, TypeError, KeyError, AttributeError, IndexError) as e:
+            raise SavedExecutableError(f"{where}: {key!r}: {e}") from None
+
+    def one_of(choices):
+        def read(x):
+            if x not in choices:
+                raise ValueError(f"{x!r} is not one of {', '.join(choices)}")
+            return x
+        return read
+
+    def specs(x):
+        return {int(k): adapt_spec(v) for k, v in _items(x).items()}
+
+    def numeric_dtype(x):
+        dtype = np.dtype(_items(x, str))
+        if dtype.kind not in "biuf":
+            raise ValueError(f"{x!r} is not a numeric dtype")
+        return dtype
+
+    dtype = field("dtype", numeric_dtype)
     return compile(
-        [program_from_json(p) for p in doc["programs"]],
-        make_semiring(doc["semiring"], doc["dtype"]),
-        factor_specs={int(k): v for k, v in doc["factor_specs"].items()},
-        selector_specs={int(k): v for k, v in doc["selector_specs"].items()},
-        slot_specs={adapt_slot_key(k): v for k, v in doc["slot_specs"]},
-        target=doc["target"], mode=doc["mode"], cache=cache)
+        field("programs", lambda x: [program_from_json(p) for p in _items(x, list)]),
+        field("semiring", lambda x: make_semiring(x, dtype)),
+        factor_specs=field("factor_specs", specs),
+        selector_specs=field("selector_specs", specs),
+        slot_specs=field("slot_specs", lambda x: {adapt_slot_key(k): adapt_spec(v)
+                                                  for k, v in _items(x, list)}),
+        target=field("target", one_of(TARGETS)), mode=field("mode", one_of(MODES)),
+        cache=cache)
+
+
+def _items(x: Any, kind: type = dict) -> Any:
+    if not isinstance(x, kind):
+        names = {dict: "an object", list: "an array", str: "a string"}
+        raise TypeError(f"expected {names[kind]}, got {type(x).__name__}")
+    return x
 
 
 def compile(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],

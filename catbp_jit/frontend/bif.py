@@ -33,19 +33,23 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from ..memory import format_bytes, memory_limit
 from .graph import FactorGraph, FactorGraphError, factor_graph
 from .uai import Source, is_number, read_source
 
 _STRING = r'"(?:[^"\\]|\\.)*"'
-# Comments, skipping over strings so that a "//" inside one survives.
-_COMMENT_OR_STRING = re.compile(rf"({_STRING})|/\*.*?\*/|//[^\n]*", re.S)
+# Strings and comments in one left-to-right pass, so that a "//" inside a string survives
+# and a '"' inside a comment is no string. A '"' or '/*' left over is never closed. Every
+# pattern below that can span a string runs only after this pass has found them all
+# closed: an unclosed one would make them rescan the rest of the file from each position.
+_LEXEME = re.compile(rf'({_STRING})|(/\*.*?\*/|//[^\n]*)|(")|(/\*)', re.S)
 _BRACE_OR_STRING = re.compile(rf"{_STRING}|[{{}}]")
 _SPACE = re.compile(r"\s*")
 _BLOCK = re.compile(r"(network|variable|probability)\b\s*")
 _NAME = re.compile(rf'{_STRING}|[^\s{{}}()\[\],;|"]+')
 _HEADER = re.compile(r"\(([^)]*)\)\s*\{")
 _TYPE = re.compile(r"type\s+discrete\s*\[\s*(\d+)\s*\]\s*\{([^}]*)\}\s*$")
-_STATEMENT = re.compile(rf'(?:{_STRING}|[^;"])*;')
+_STRING_OR_SEMICOLON = re.compile(rf"{_STRING}|;")
 
 
 class _Text:
@@ -95,9 +99,10 @@ def _statements(body: str) -> List[Tuple[int, str]]:
         last = out.pop()  # after the final ';' (or the whole body without one)
     else:
         end = 0
-        for m in _STATEMENT.finditer(body):
-            out.append((m.start(), m.group()[:-1]))
-            end = m.end()
+        for m in _STRING_OR_SEMICOLON.finditer(body):
+            if m.group() == ";":
+                out.append((end, body[end:m.start()]))
+                end = m.end()
         last = (end, body[end:])
     if last[1].strip():
         out.append((last[0], last[1] + "\0"))  # marks a statement missing its ';'
@@ -112,8 +117,25 @@ class _Variable:
         self.pos = pos
 
 
-def read_bif(source: Source, name: Optional[str] = None, *,
-             normalize: bool = True) -> FactorGraph:
+def _without_comments(text: str, label: str) -> str:
+    """`text` with comments blanked out (newlines kept, so line numbers stay right), after
+    checking that every string and comment is closed."""
+    if '"' not in text and "/*" not in text and "//" not in text:
+        return text
+    pieces, end = [], 0
+    for m in _LEXEME.finditer(text):
+        if m.group(3) or m.group(4):
+            line = text.count("\n", 0, m.start()) + 1
+            what = "string" if m.group(3) else "comment"
+            raise FactorGraphError(f"{label}:{line}: this {what} ({m.group()!r}) is never closed")
+        if m.group(2):
+            pieces += [text[end:m.start()], re.sub(r"[^\n]", " ", m.group())]
+            end = m.end()
+    return "".join(pieces + [text[end:]]) if pieces else text
+
+
+def read_bif(source: Source, name: Optional[str] = None, *, normalize: bool = True,
+             max_input_bytes: Optional[int] = None) -> FactorGraph:
     """A FactorGraph (one CPT factor per variable) from a .bif or .bif.gz file, or its text.
 
     Variables keep their declaration order and state names; factor i is the CPT of
@@ -123,14 +145,11 @@ def read_bif(source: Source, name: Optional[str] = None, *,
     normalize: BIF files round CPT entries, so a row may sum to 1 ± 1e-6 (barley's Z as
     written is 1 - 5.8e-7). A CPT row is a distribution by definition, so each row is
     divided by its sum; normalize=False keeps the values exactly as written. A row
-    summing to 0 is an error either way.
+    summing to 0 is an error either way. A network whose parent links form a cycle is
+    refused. max_input_bytes: see uai.read_source.
     """
-    raw, label, stem = read_source(source, "<bif text>")
-    if "/*" in raw or "//" in raw:
-        # Blank out comments, keeping newlines so that line numbers stay right.
-        raw = _COMMENT_OR_STRING.sub(
-            lambda m: m.group(1) or re.sub(r"[^\n]", " ", m.group()), raw)
-    src = _Text(raw, label)
+    raw, label, stem = read_source(source, "<bif text>", max_input_bytes)
+    src = _Text(_without_comments(raw, label), label)
     text = src.text
 
     network_name: Optional[str] = None
@@ -184,11 +203,39 @@ def read_bif(source: Source, name: Optional[str] = None, *,
     for child, block in cpt_blocks.items():
         if child not in variables:
             raise src.error(block[0], f"probability block for undeclared variable {child!r}")
+    cycle = _find_cycle({child: block[2] for child, block in cpt_blocks.items()})
+    if cycle:
+        raise src.error(cpt_blocks[cycle[0]][0], "the parents form a cycle, "
+                        f"{' -> '.join(cycle)}: a Bayesian network must be acyclic")
 
     graph_name = name or stem or network_name or "bif"
     return factor_graph({v.name: len(v.states) for v in variables.values()}, factors,
                         name=graph_name,
                         states={v.name: v.states for v in variables.values()})
+
+
+def _find_cycle(parents: Dict[str, List[str]]) -> Optional[List[str]]:
+    """A cycle of parent links as [v, ..., v], each a parent of the next, or None."""
+    done: set = set()
+    for root in parents:
+        if root in done:
+            continue
+        path, on_path = [root], {root: 0}
+        todo = [iter(parents.get(root, ()))]  # depth-first, without recursion
+        while todo:
+            nxt = next(todo[-1], None)
+            if nxt is None:
+                v = path.pop()
+                del on_path[v]
+                done.add(v)
+                todo.pop()
+            elif nxt in on_path:  # reversed: parent -> child, the way arrows are drawn
+                return (path[on_path[nxt]:] + [nxt])[::-1]
+            elif nxt not in done:
+                on_path[nxt] = len(path)
+                path.append(nxt)
+                todo.append(iter(parents.get(nxt, ())))
+    return None
 
 
 def _cpt_header(src: _Text, header: str, pos: int) -> Tuple[str, List[str]]:
@@ -254,6 +301,13 @@ def _cpt(src: _Text, variables: Dict[str, _Variable], pos: int, child: str,
     parent_vars = [variables[p] for p in parents]
     parent_shape = tuple(len(v.states) for v in parent_vars)
     n_configs = math.prod(parent_shape)
+    # A `default` row fills every parent configuration: a few bytes of text can ask for a
+    # table larger than memory. Refuse it here rather than in numpy's allocator.
+    table_bytes = 8 * k * n_configs
+    if table_bytes > 1 << 24 and table_bytes > memory_limit():  # small ones skip the lookup
+        raise src.error(pos, f"{where}: the CPT has {k * n_configs:,} entries "
+                             f"({format_bytes(table_bytes)}), more than the memory limit of "
+                             f"{format_bytes(memory_limit())} (CATBP_JIT_MAX_BYTES)")
     strides = [math.prod(parent_shape[i + 1:]) for i in range(len(parents))]
 
     table: Optional[np.ndarray] = None  # (n_configs, k): row r = parent configuration r

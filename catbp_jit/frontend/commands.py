@@ -12,7 +12,7 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Dict
+from typing import Dict, Optional
 
 import numpy as np
 
@@ -23,6 +23,12 @@ from .model import SEMIRINGS, CompiledModel
 SUFFIXES = (".uai", ".uai.gz", ".bif", ".bif.gz")
 
 
+# Exit statuses of solve and plan (catbp-jit's own: 2 is every input error).
+EXIT_OK, EXIT_NO_ANSWER = 0, 1
+EXIT_STATUS_HELP = ("exit status: 0 answered; 1 no answer exists (Z = 0: the evidence is "
+                    "impossible, so there are no marginals); 2 bad input (a message on stderr)")
+
+
 class CommandError(Exception):
     """A usage or input error: printed on one line, exit status 2."""
 
@@ -30,6 +36,8 @@ class CommandError(Exception):
 def read_model(spec: str) -> FactorGraph:
     path = Path(spec)
     name = path.name.lower()
+    if path.is_dir():
+        raise CommandError(f"{spec}: is a directory, not a model file")
     if path.exists():
         if name.endswith((".uai", ".uai.gz")):
             from .uai import read_uai
@@ -46,16 +54,15 @@ def read_model(spec: str) -> FactorGraph:
 
 
 def read_evidence(args: argparse.Namespace, graph: FactorGraph) -> Dict[str, object]:
+    """{variable: state} from --evidence and every --observe. A variable given twice must
+    name the same state both times (as index or name): the last one does not silently win."""
     evidence: Dict[str, object] = {}
     if args.evidence:
         path = Path(args.evidence)
         if not path.exists():
             raise CommandError(f"{path}: no such evidence file")
         if path.suffix == ".json":
-            try:
-                evidence.update(json.loads(path.read_text()))
-            except ValueError as e:
-                raise CommandError(f"{path}: not valid JSON ({e})") from None
+            evidence.update(_json_evidence(path, graph))
         else:
             from .uai import read_evidence as read_evid
             evidence.update(read_evid(path, graph))
@@ -63,11 +70,45 @@ def read_evidence(args: argparse.Namespace, graph: FactorGraph) -> Dict[str, obj
         var, sep, value = item.partition("=")
         if not sep:
             raise CommandError(f"--observe {item!r}: expected VAR=STATE")
-        evidence[var] = int(value) if value.isdigit() and value not in graph.states.get(var, ()) else value
+        state = (int(value) if value.isascii() and value.isdigit()
+                 and value not in graph.states.get(var, ()) else value)
+        if var in evidence and _state_key(graph, var, evidence[var]) != _state_key(graph, var, state):
+            raise CommandError(f"--observe {item!r}: {var} is already observed as "
+                               f"{evidence[var]!r}")
+        evidence.setdefault(var, state)
     unknown = [v for v in evidence if v not in graph.variables]
     if unknown:
         raise CommandError(f"{graph.name}: evidence on unknown variable(s) {', '.join(map(repr, unknown))}")
     return evidence
+
+
+def _json_evidence(path: Path, graph: FactorGraph) -> Dict[str, object]:
+    """A JSON object {variable: state index or name}, each variable once."""
+    def pairs(items):
+        out: Dict[str, object] = {}
+        for var, state in items:
+            if var in out and _state_key(graph, var, out[var]) != _state_key(graph, var, state):
+                raise CommandError(f"{path}: {var!r} is observed twice, as {out[var]!r} and "
+                                   f"{state!r}")
+            out.setdefault(var, state)
+        return out
+
+    try:
+        doc = json.loads(path.read_bytes().decode("utf-8"), object_pairs_hook=pairs)
+    except UnicodeDecodeError:
+        raise CommandError(f"{path}: not a UTF-8 text file (JSON evidence)") from None
+    except ValueError as e:  # JSONDecodeError
+        raise CommandError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(doc, dict):
+        raise CommandError(f"{path}: JSON evidence must be an object {{variable: state}}, got "
+                           f"{type(doc).__name__} {json.dumps(doc)[:40]}")
+    return doc
+
+
+def _state_key(graph: FactorGraph, var: str, state: object) -> object:
+    """The state index that `state` names, so that 'yes' and 0 compare equal."""
+    names = graph.states.get(var, ())
+    return names.index(state) if isinstance(state, str) and state in names else state
 
 
 def _progress(quiet: bool):
@@ -86,24 +127,34 @@ def _state_labels(graph: FactorGraph, v: str):
 def cmd_solve(args: argparse.Namespace) -> int:
     graph = read_model(args.model)
     evidence = read_evidence(args, graph)
+    if args.target == "cpu":
+        from ..cli import check_kernel_cache
+        check_kernel_cache()
     model = CompiledModel(graph, args.semiring, evidence_vars=tuple(evidence), absorb_evidence=True,
                           target=args.target, progress=_progress(args.quiet))
     t0 = time.perf_counter()
     sol = model.solve(evidence)
     run_s = time.perf_counter() - t0
+    why_not = _no_answer(sol, evidence)
+    status = EXIT_OK if why_not is None else EXIT_NO_ANSWER
 
     if args.format == "uai":
+        if why_not is not None:  # no MAR exists; stdout stays a valid (empty) answer
+            print(f"catbp-jit: {graph.name}: Z is 0: {why_not}", file=sys.stderr)
+            return status
         from .uai import format_mar
         print(format_mar(graph, sol.marginals), end="")
-        return 0
+        return status
     if args.format == "json":
         doc = {"model": graph.name, "semiring": sol.semiring, "evidence": evidence,
-               "Z": sol.Z, "log_Z": sol.log_Z if math.isfinite(sol.log_Z) else None,
-               "marginals": {v: m.tolist() for v, m in sol.marginals.items()},
+               "answered": why_not is None, "reason": why_not and f"Z is 0: {why_not}",
+               "Z": sol.Z, "log_Z": sol.log_Z,
+               "marginals": {v: (None if why_not else m.tolist()) for v, m in sol.marginals.items()},
                "states": {v: list(_state_labels(graph, v)) for v in graph.variables},
                "plan": model.stats, "times": {**model.times, "run_s": run_s}}
-        print(json.dumps(doc, indent=1))
-        return 0
+        # NaN and inf are not JSON: they become null (and the reason says why)
+        print(json.dumps(_finite_or_null(doc), indent=1, allow_nan=False))
+        return status
     st = model.stats
     print(f"model:     {graph.name} ({len(graph.variables)} variables, {len(graph.factors)} factors)")
     print(f"semiring:  {sol.semiring}")
@@ -112,16 +163,43 @@ def cmd_solve(args: argparse.Namespace) -> int:
     print(f"plan:      {st['cliques']} cliques, largest {st['max_clique_states']:,} states "
           f"({st['max_clique_variables']} variables), {st['total_states']:,} states in all")
     print(f"log Z:     {sol.log_Z!r}")
-    print(f"Z:         {sol.Z!r}")
+    print(f"Z:         {sol.Z!r}" + (f" ({why_not})" if why_not else ""))
     print(f"time:      plan {model.times['plan_s']:.3f} s, compile {model.times['compile_s']:.3f} s, "
           f"run {run_s * 1e3:.3f} ms ({args.target})")
+    if why_not:
+        print("marginals: undefined")
+        return status
+    if not graph.variables:
+        print("marginals: none (the model has no variables)")
+        return status
     print("marginals:")
     width = max(len(v) for v in graph.variables)
     for v, m in sol.marginals.items():
         labels = _state_labels(graph, v)
         cells = "  ".join(f"{s}={_fmt(x)}" for s, x in zip(labels, np.asarray(m).tolist()))
         print(f"  {v:<{width}}  {cells}")
-    return 0
+    return status
+
+
+def _no_answer(sol, evidence: Dict[str, object]) -> Optional[str]:
+    """None when Z > 0; else why Z is 0, and so there are no marginals (they are 0/0)."""
+    if sol.log_Z > -math.inf:
+        return None
+    why = "the evidence is impossible" if evidence else "every assignment has weight 0"
+    if sol.semiring == "PROB":
+        why += " (or Z underflows: try --semiring logprob)"
+    return f"{why}: marginals are undefined"
+
+
+def _finite_or_null(x):
+    """`x` with every NaN or infinite float replaced by None, for strict JSON."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _finite_or_null(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite_or_null(v) for v in x]
+    return x
 
 
 def _fmt(x) -> str:
@@ -160,7 +238,8 @@ def add_commands(sub) -> None:
         p.add_argument("--observe", metavar="VAR=STATE", action="append",
                        help="one observed value (state name or index); may be repeated")
 
-    p = sub.add_parser("solve", help="exact log Z and marginals of a model")
+    p = sub.add_parser("solve", help="exact log Z and marginals of a model",
+                       epilog=EXIT_STATUS_HELP)
     common(p)
     p.add_argument("--semiring", choices=[s.lower() for s in SEMIRINGS], default="prob",
                    help="prob (default), logprob, sat (satisfiable?) or count (number of models)")

@@ -13,9 +13,11 @@ No third-party dependency; gzip-compressed files are read transparently.
 from __future__ import annotations
 
 import gzip
+import io
 import math
 import os
 import re
+import zlib
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Tuple, Union
 
@@ -28,16 +30,45 @@ Source = Union[str, bytes, os.PathLike]
 # Suffixes that make a whitespace-free string a file name even when the file is missing.
 _FILE_SUFFIXES = (".uai", ".evid", ".bif", ".gz", ".txt")
 
+# A model file's text is held in memory whole, so it is capped: a 2 MB .gz can expand to
+# gigabytes. The default fits every model we know of many times over.
+DEFAULT_MAX_INPUT_BYTES = 1 << 30
+_GUNZIP_CHUNK = 1 << 20
 
-def read_source(source: Source, default_label: str) -> Tuple[str, str, Optional[str]]:
+
+def input_limit(limit: Optional[int] = None) -> int:
+    """The most bytes of (decompressed) text a reader accepts: `limit` if given, else
+    CATBP_JIT_MAX_INPUT_BYTES, else DEFAULT_MAX_INPUT_BYTES."""
+    if limit is not None:
+        return int(limit)
+    env = os.environ.get("CATBP_JIT_MAX_INPUT_BYTES")
+    if not env:
+        return DEFAULT_MAX_INPUT_BYTES
+    try:
+        return int(float(env))
+    except (ValueError, OverflowError):
+        raise FactorGraphError(f"CATBP_JIT_MAX_INPUT_BYTES={env!r} is not a number of "
+                               "bytes") from None
+
+
+def _too_large(label: str, limit: int, what: str) -> FactorGraphError:
+    return FactorGraphError(f"{label}: {what} is larger than the input limit of {limit:,} bytes "
+                            "(raise it with CATBP_JIT_MAX_INPUT_BYTES or max_input_bytes=)")
+
+
+def read_source(source: Source, default_label: str,
+                max_input_bytes: Optional[int] = None) -> Tuple[str, str, Optional[str]]:
     """The text of `source` and how to name it in messages: (text, label, stem).
 
     A Path is always a file. bytes are the file's content. A str names a file when such a
     file exists, or when it looks like a file name (no whitespace, a known suffix: then a
     missing file is FileNotFoundError); any other str is the text itself. Gzip content is
     recognised by its magic bytes, so `.gz` needs no special spelling. stem is the file
-    name without `.gz` and its format suffix (None for text).
+    name without `.gz` and its format suffix (None for text). Content over
+    input_limit(max_input_bytes) bytes, before or after decompression, is refused
+    without reading the rest.
     """
+    limit = input_limit(max_input_bytes)
     path: Optional[Path] = None
     if isinstance(source, os.PathLike):
         path = Path(source)
@@ -46,14 +77,20 @@ def read_source(source: Source, default_label: str) -> Tuple[str, str, Optional[
                                       and source.lower().endswith(_FILE_SUFFIXES)):
             path = Path(source)
     if path is not None:
-        data = path.read_bytes()  # FileNotFoundError names the path
         label, stem = str(path), path.name
+        with open(path, "rb") as f:  # FileNotFoundError names the path
+            data = f.read(limit + 1)
     elif isinstance(source, (bytes, bytearray)):
         data, label, stem = bytes(source), default_label, None
     else:
-        return str(source), default_label, None
+        text = str(source)
+        if len(text) > limit:
+            raise _too_large(default_label, limit, "the text")
+        return text, default_label, None
+    if len(data) > limit:
+        raise _too_large(label, limit, "the file")
     if data[:2] == b"\x1f\x8b":
-        data = gzip.decompress(data)
+        data = _gunzip(data, label, limit)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
@@ -65,64 +102,123 @@ def read_source(source: Source, default_label: str) -> Tuple[str, str, Optional[
     return text, label, stem
 
 
+def _gunzip(data: bytes, label: str, limit: int) -> bytearray:
+    """The decompressed content, read in chunks so a bomb stops at the limit."""
+    out = bytearray()
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(data)) as f:
+            while True:
+                chunk = f.read(_GUNZIP_CHUNK)
+                if not chunk:
+                    return out
+                out += chunk
+                if len(out) > limit:
+                    raise _too_large(label, limit, "the decompressed content")
+    except (EOFError, OSError, zlib.error) as e:  # truncated or corrupt (BadGzipFile is OSError)
+        raise FactorGraphError(f"{label}: not a readable gzip file ({e})") from None
+
+
+_TOKEN = re.compile(r"\S+")
+_SPACE = re.compile(r"\s")
+_CHUNK_CHARS = 1 << 20  # table text split per step: bounded memory, str.split speed
+
+
+def _short(token: str) -> str:
+    return token if len(token) <= 40 else token[:37] + "..."
+
+
 class _Tokens:
-    """Whitespace-separated tokens of a file, with line numbers for messages."""
+    """The whitespace-separated tokens of a file, taken in order, with line numbers for
+    messages. Never a list of every token: that costs ~60 bytes per token, 7x the file;
+    tables are split a bounded chunk of text at a time."""
 
     def __init__(self, text: str, label: str):
         self.text = text
         self.label = label
-        self.items = text.split()
-        self.pos = 0
+        self.pos = 0  # just after the token taken last
+        self.last: Optional[re.Match] = None  # the token taken last (None: none yet)
 
-    def line_of(self, i: int) -> int:
-        # Only on the error path: re-scan to find where token i starts.
-        for k, m in enumerate(re.finditer(r"\S+", self.text)):
-            if k == i:
-                return self.text.count("\n", 0, m.start()) + 1
-        return self.text.count("\n") + 1
-
-    def error(self, reason: str, i: Optional[int] = None) -> FactorGraphError:
-        i = self.pos if i is None else i
-        if i >= len(self.items):
+    def error_at(self, token: Optional[re.Match], reason: str) -> FactorGraphError:
+        """An error at `token` (a match), or at the end of the file when None."""
+        if token is None:
             return FactorGraphError(f"{self.label}: at the end of the file: {reason}")
-        return FactorGraphError(f"{self.label}:{self.line_of(i)}: at token {self.items[i]!r}: "
+        line = self.text.count("\n", 0, token.start()) + 1
+        return FactorGraphError(f"{self.label}:{line}: at token {_short(token.group())!r}: "
                                 f"{reason}")
 
+    def next_match(self) -> Optional[re.Match]:
+        m = _TOKEN.search(self.text, self.pos)
+        if m is not None:
+            self.last, self.pos = m, m.end()
+        return m
+
     def take(self, what: str) -> str:
-        if self.pos >= len(self.items):
-            raise self.error(f"the file ends early, expected {what}")
-        tok = self.items[self.pos]
-        self.pos += 1
-        return tok
+        m = self.next_match()
+        if m is None:
+            raise self.error_at(None, f"the file ends early, expected {what}")
+        return m.group()
 
     def int(self, what: str, low: int = 0, high: Optional[int] = None) -> int:
         tok = self.take(what)
         try:
             value = int(tok)
         except ValueError:
-            raise self.error(f"expected {what} (an integer)", self.pos - 1) from None
+            raise self.error_at(self.last, f"expected {what} (an integer)") from None
         if value < low or (high is not None and value >= high):
             bound = f"in [{low}, {high})" if high is not None else f">= {low}"
-            raise self.error(f"{what} must be {bound}", self.pos - 1)
+            raise self.error_at(self.last, f"{what} must be {bound}")
         return value
 
     def floats(self, n: int, what: str) -> np.ndarray:
-        if self.pos + n > len(self.items):
-            self.pos = len(self.items)
-            raise self.error(f"the file ends early, {what} needs {n} entries")
-        chunk = self.items[self.pos:self.pos + n]
-        try:
-            values = np.array(chunk, dtype=np.float64)
-        except ValueError:
-            bad = next(k for k, tok in enumerate(chunk) if not is_number(tok))
-            raise self.error(f"{what}: entry {bad} is not a number", self.pos + bad) from None
-        bad_entries = np.flatnonzero(~np.isfinite(values) | (values < 0))
-        if bad_entries.size:
-            bad = int(bad_entries[0])
-            raise self.error(f"{what}: entry {bad} must be a finite non-negative number",
-                             self.pos + bad)
-        self.pos += n
+        # Each entry takes at least two characters (a digit and a separator): a count the
+        # rest of the file cannot hold is refused before anything is allocated for it.
+        if n > (len(self.text) - self.pos + 1) // 2:
+            self.pos = len(self.text)
+            raise self.error_at(None, f"the file ends early, {what} needs {n} entries")
+        values = np.empty(n, dtype=np.float64)
+        done = 0
+        while done < n:
+            start = self.pos
+            chunk = self._split_chunk(n - done)
+            if not chunk:
+                raise self.error_at(None, f"the file ends early, {what} needs {n} entries")
+            try:
+                part = np.array(chunk, dtype=np.float64)
+            except ValueError:
+                bad = next(k for k, tok in enumerate(chunk) if not is_number(tok))
+                raise self.error_at(self._nth_token(start, bad), f"{what}: entry {done + bad} "
+                                                                 "is not a number") from None
+            bad_entries = np.flatnonzero(~np.isfinite(part) | (part < 0))
+            if bad_entries.size:
+                bad = int(bad_entries[0])
+                raise self.error_at(self._nth_token(start, bad), f"{what}: entry {done + bad} "
+                                                                 "must be a finite non-negative number")
+            values[done:done + len(chunk)] = part
+            done += len(chunk)
         return values
+
+    def _split_chunk(self, most: int) -> List[str]:
+        """Up to `most` tokens from about a chunk of text (whole tokens only); moves past them."""
+        text, pos = self.text, self.pos
+        # Enough text for `most` ordinary numbers, so a small table splits a small chunk.
+        end = min(len(text), pos + min(_CHUNK_CHARS, 32 * most + 64))
+        if end < len(text):  # extend to a separator so that no token is cut in two
+            m = _SPACE.search(text, end)
+            end = m.start() if m else len(text)
+        tokens = text[pos:end].split()
+        if len(tokens) <= most:
+            self.pos = end
+            return tokens
+        self.last = self._nth_token(pos, most - 1)  # the table ends inside this chunk
+        self.pos = self.last.end()
+        return tokens[:most]
+
+    def _nth_token(self, start: int, k: int) -> re.Match:
+        """The match of the k-th token (from 0) at or after text position `start`."""
+        for i, m in enumerate(_TOKEN.finditer(self.text, start)):
+            if i == k:
+                return m
+        raise AssertionError("fewer tokens than counted")
 
 
 def is_number(tok: str) -> bool:
@@ -133,27 +229,29 @@ def is_number(tok: str) -> bool:
         return False
 
 
-def read_uai(source: Source, *, name: Optional[str] = None) -> FactorGraph:
+def read_uai(source: Source, *, name: Optional[str] = None,
+             max_input_bytes: Optional[int] = None) -> FactorGraph:
     """A FactorGraph from a .uai model (MARKOV or BAYES; a path, `.gz` path, or the text).
 
     Variables are named "0", "1", ... in file order; factors keep the file's order.
+    max_input_bytes: see read_source (default CATBP_JIT_MAX_INPUT_BYTES, else 1 GiB).
     """
-    text, label, stem = read_source(source, "<uai text>")
+    text, label, stem = read_source(source, "<uai text>", max_input_bytes)
     tokens = _Tokens(text, label)
     kind = tokens.take("the preamble MARKOV or BAYES")
     if kind.upper() not in ("MARKOV", "BAYES"):
-        raise tokens.error("the file must start with MARKOV or BAYES", 0)
+        raise tokens.error_at(tokens.last, "the file must start with MARKOV or BAYES")
     n_vars = tokens.int("the number of variables")
     domains = [tokens.int(f"the domain size of variable {v}", low=1) for v in range(n_vars)]
     n_factors = tokens.int("the number of factors")
     scopes: List[Tuple[int, ...]] = []
     for f in range(n_factors):
         size = tokens.int(f"the scope size of factor {f}")
-        start = tokens.pos
+        size_token = tokens.last
         scope = tuple(tokens.int(f"a variable index in the scope of factor {f}", high=n_vars)
                       for _ in range(size))
         if len(set(scope)) != len(scope):
-            raise tokens.error(f"factor {f} has a variable twice in its scope", start)
+            raise tokens.error_at(size_token, f"factor {f} has a variable twice in its scope")
         scopes.append(scope)
 
     factors = []
@@ -162,17 +260,19 @@ def read_uai(source: Source, *, name: Optional[str] = None) -> FactorGraph:
         expected = math.prod(shape)
         count = tokens.int(f"the entry count of factor {f}'s table")
         if count != expected:
-            raise tokens.error(f"factor {f}'s table has {count} entries, its scope's domains "
-                               f"{shape} give {expected}", tokens.pos - 1)
+            raise tokens.error_at(tokens.last, f"factor {f}'s table has {count} entries, its "
+                                               f"scope's domains {shape} give {expected}")
         values = tokens.floats(count, f"factor {f}'s table")
         factors.append((tuple(str(v) for v in scope), values.reshape(shape)))
-    if tokens.pos != len(tokens.items):
-        raise tokens.error(f"unexpected text after the last of the {n_factors} tables")
+    extra = tokens.next_match()
+    if extra is not None:
+        raise tokens.error_at(extra, f"unexpected text after the last of the {n_factors} tables")
     graph_name = name or stem or "uai"
     return factor_graph({str(v): d for v, d in enumerate(domains)}, factors, name=graph_name)
 
 
-def read_evidence(source: Source, graph: FactorGraph) -> Dict[str, int]:
+def read_evidence(source: Source, graph: FactorGraph, *,
+                  max_input_bytes: Optional[int] = None) -> Dict[str, int]:
     """Evidence from a UAI .evid file (a path or the text): {variable name: state index}.
 
     Variable index i is the i-th variable of `graph` (its name is str(i) for a graph
@@ -184,48 +284,57 @@ def read_evidence(source: Source, graph: FactorGraph) -> Dict[str, int]:
     token count is even, the modern one's odd). An empty file, `0` or `1 0` is no evidence.
     Several samples are refused: they are several queries, not one.
     """
-    text, label, _ = read_source(source, "<evid text>")
+    text, label, _ = read_source(source, "<evid text>", max_input_bytes)
     tokens = _Tokens(text, label)
     names = graph.names
-    total = len(tokens.items)
+    total = sum(1 for _ in _TOKEN.finditer(text))
     if total == 0:
         return {}
     first = tokens.int("the number of observed variables")
     if total != 1 + 2 * first:
-        samples = _older_layout_samples(tokens.items)
+        samples = _older_layout_samples(text, total)
         if samples is None:
-            raise tokens.error(f"the file has {total} numbers, which fits neither the modern "
-                               f"layout `N v1 x1 ... vN xN` (1 + 2N numbers; here N = {first}) "
-                               "nor the older `1 N v1 x1 ... vN xN`", 0)
+            raise tokens.error_at(tokens.last, f"the file has {total} numbers, which fits "
+                                  "neither the modern layout `N v1 x1 ... vN xN` (1 + 2N "
+                                  f"numbers; here N = {first}) nor the older "
+                                  "`1 N v1 x1 ... vN xN`")
         if samples > 1:
-            raise tokens.error(f"{samples} evidence samples (older layout); only one set of "
-                               "evidence can be read", 0)
+            raise tokens.error_at(tokens.last, f"{samples} evidence samples (older layout); "
+                                               "only one set of evidence can be read")
         if samples == 0:
             return {}
         first = tokens.int("the number of observed variables")
     evidence: Dict[str, int] = {}
     for _ in range(first):
         index = tokens.int("a variable index", high=len(names))
+        index_token = tokens.last
         var = names[index]
         size = graph.variables[var]
         state = tokens.int(f"the state of variable {index} ({var!r}, domain size {size})",
                            high=size)
         if evidence.get(var, state) != state:
-            raise tokens.error(f"variable {index} ({var!r}) is observed twice with different "
-                               "states", tokens.pos - 2)
+            raise tokens.error_at(index_token, f"variable {index} ({var!r}) is observed twice "
+                                               "with different states")
         evidence[var] = state
     return evidence
 
 
-def _older_layout_samples(items: List[str]) -> Optional[int]:
-    """The sample count if `items` add up as the older .evid layout, else None."""
+def _older_layout_samples(text: str, total: int) -> Optional[int]:
+    """The sample count if the `total` tokens of `text` add up as the older .evid layout,
+    else None."""
+    tokens = _TOKEN.finditer(text)
     try:
-        samples, pos = int(items[0]), 1
+        samples, pos = int(next(tokens).group()), 1
         for _ in range(samples):
-            pos += 1 + 2 * int(items[pos])
-    except (ValueError, IndexError):
+            n = int(next(tokens).group())
+            if n < 0 or pos + 1 + 2 * n > total:
+                return None
+            for _ in range(2 * n):
+                next(tokens)
+            pos += 1 + 2 * n
+    except (ValueError, StopIteration):
         return None
-    return samples if pos == len(items) and samples >= 0 else None
+    return samples if pos == total and samples >= 0 else None
 
 
 def format_mar(graph: FactorGraph, marginals: Mapping[str, np.ndarray]) -> str:
