@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import decimal
 import math
 import sys
 import time
@@ -148,7 +149,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
     if args.format == "json":
         doc = {"model": graph.name, "semiring": sol.semiring, "evidence": evidence,
                "answered": why_not is None, "reason": why_not and f"Z is 0: {why_not}",
-               "Z": sol.Z, "log_Z": sol.log_Z,
+               "Z": _json_z(sol.Z), "log_Z": sol.log_Z,
                "marginals": {v: (None if why_not else m.tolist()) for v, m in sol.marginals.items()},
                "states": {v: list(_state_labels(graph, v)) for v in graph.variables},
                "plan": model.stats, "times": {**model.times, "run_s": run_s}}
@@ -163,7 +164,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
     print(f"plan:      {st['cliques']} cliques, largest {st['max_clique_states']:,} states "
           f"({st['max_clique_variables']} variables), {st['total_states']:,} states in all")
     print(f"log Z:     {sol.log_Z!r}")
-    print(f"Z:         {sol.Z!r}" + (f" ({why_not})" if why_not else ""))
+    print(f"Z:         {_text_z(sol.Z)}" + (f" ({why_not})" if why_not else ""))
     print(f"time:      plan {model.times['plan_s']:.3f} s, compile {model.times['compile_s']:.3f} s, "
           f"run {run_s * 1e3:.3f} ms ({args.target})")
     if why_not:
@@ -185,10 +186,20 @@ def _no_answer(sol, evidence: Dict[str, object]) -> Optional[str]:
     """None when Z > 0; else why Z is 0, and so there are no marginals (they are 0/0)."""
     if sol.log_Z > -math.inf:
         return None
+    # exact: a PROB Z of 0 is certified by SAT before it is returned (model.py)
     why = "the evidence is impossible" if evidence else "every assignment has weight 0"
-    if sol.semiring == "PROB":
-        why += " (or Z underflows: try --semiring logprob)"
     return f"{why}: marginals are undefined"
+
+
+def _text_z(z) -> str:
+    """Z as Python would print it; a Decimal (Z beyond float64) as its digits."""
+    return str(z) if isinstance(z, decimal.Decimal) else repr(z)
+
+
+def _json_z(z):
+    """A Decimal Z (beyond float64) as a string of its digits: a JSON number that large
+    would be read back as inf by most parsers; log_Z carries the same value as a number."""
+    return str(z) if isinstance(z, decimal.Decimal) else z
 
 
 def _finite_or_null(x):
