@@ -40,6 +40,7 @@ class TreePlan:
     root: int
     postorder: Tuple[int, ...]  # children before parents
     home: Tuple[int, ...]  # per variable: the clique its marginal is read from
+    up_separator: Tuple[Tuple[int, ...], ...]  # per clique: what it shares with its parent
 
     @property
     def preorder(self) -> Tuple[int, ...]:
@@ -47,8 +48,11 @@ class TreePlan:
 
     def separator(self, a: int, b: int) -> Tuple[int, ...]:
         """The variables two adjacent cliques share, in ascending order."""
-        vb = set(self.cliques[b].variables)
-        return tuple(v for v in self.cliques[a].variables if v in vb)
+        if self.cliques[a].parent == b:
+            return self.up_separator[a]
+        if self.cliques[b].parent == a:
+            return self.up_separator[b]
+        raise ValueError(f"cliques {a} and {b} are not adjacent")
 
     def states(self, c: int) -> int:
         return math.prod(self.sizes[v] for v in self.cliques[c].variables)
@@ -59,7 +63,7 @@ class TreePlan:
                 "max_clique_variables": max(len(c.variables) for c in self.cliques),
                 "max_clique_states": max(states), "total_states": sum(states),
                 "separator_states": sum(
-                    math.prod(self.sizes[v] for v in self.separator(c.id, c.parent))
+                    math.prod(self.sizes[v] for v in self.up_separator[c.id])
                     for c in self.cliques if c.parent is not None)}
 
 
@@ -396,10 +400,10 @@ def junction_tree(sizes: Sequence[int], scopes: Sequence[Sequence[int]],
     # Merge away non-maximal cliques: when one end of a tree edge contains the other,
     # contracting the edge keeps the running intersection property.
     alive = [True] * m
-    children: List[List[int]] = [[] for _ in range(m)]
+    children: List[Set[int]] = [set() for _ in range(m)]  # sets: a hub has thousands
     for i, p in enumerate(parent):
         if p is not None:
-            children[p].append(i)
+            children[p].add(i)
     for i in range(m):  # ascending position: each child is visited before its parent
         while alive[i] and parent[i] is not None:
             p = parent[i]
@@ -433,11 +437,12 @@ def junction_tree(sizes: Sequence[int], scopes: Sequence[Sequence[int]],
     home = tuple(min(holding[v], key=lambda c: (states[c], c)) for v in range(n))
 
     assigned: List[List[int]] = [[] for _ in ids]
+    members = [set(vs) for vs in variables]
     for f, scope in enumerate(scopes):
         if scope:
-            cands = set(holding[scope[0]])
-            for v in scope[1:]:
-                cands &= set(holding[v])
+            # the cliques holding the scope, from its rarest variable's (a hub is in thousands)
+            rarest = min(scope, key=lambda v: len(holding[v]))
+            cands = [c for c in holding[rarest] if members[c].issuperset(scope)]
             c = min(cands, key=lambda c: (states[c], c))
         else:
             c = root  # a constant factor scales Z; any clique will do
@@ -457,10 +462,17 @@ def junction_tree(sizes: Sequence[int], scopes: Sequence[Sequence[int]],
             stack.extend((k, False) for k in reversed(kids[c]))
     cliques = tuple(Clique(c, variables[c], par[c], tuple(kids[c]), tuple(assigned[c]),
                            tuple(ev[c])) for c in range(len(ids)))
-    return TreePlan(tuple(sizes), order, cliques, root, tuple(postorder), home)
+    separators = tuple(() if p is None else _shared(variables[c], variables[p])
+                       for c, p in enumerate(par))
+    return TreePlan(tuple(sizes), order, cliques, root, tuple(postorder), home, separators)
 
 
-def _merge(gone: int, *, into: int, parent: List[Optional[int]], children: List[List[int]],
+def _shared(a: Tuple[int, ...], b: Tuple[int, ...]) -> Tuple[int, ...]:
+    vb = set(b)
+    return tuple(v for v in a if v in vb)
+
+
+def _merge(gone: int, *, into: int, parent: List[Optional[int]], children: List[Set[int]],
            alive: List[bool]) -> None:
     """Contract the tree edge gone–into; `into` takes gone's other neighbours."""
     alive[gone] = False
@@ -468,15 +480,16 @@ def _merge(gone: int, *, into: int, parent: List[Optional[int]], children: List[
         gp = parent[gone]
         parent[into] = gp
         if gp is not None:
-            children[gp] = [into if c == gone else c for c in children[gp]]
+            children[gp].discard(gone)
+            children[gp].add(into)
     else:
-        children[into] = [c for c in children[into] if c != gone]
+        children[into].discard(gone)
     for c in children[gone]:
         if c != into:
             parent[c] = into
-            children[into].append(c)
+            children[into].add(c)
     parent[gone] = None
-    children[gone] = []
+    children[gone] = set()
 
 
 def plan_tree(sizes: Sequence[int], scopes: Sequence[Sequence[int]],
