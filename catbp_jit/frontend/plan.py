@@ -343,7 +343,10 @@ class _Greedy:
                 fill[b] += unit[a] * (usum[b] - common_units)
                 if common:
                     pair = unit[a] * unit[b]
-                    (closed.get(pair) or closed.setdefault(pair, Counter())).update(common)
+                    counts = closed.get(pair)
+                    if counts is None:
+                        counts = closed[pair] = Counter()
+                    counts.update(common)  # counted in C, not a Python loop per neighbour
                 na.add(b)
                 nbb.add(a)
                 usum[a] += unit[b]
