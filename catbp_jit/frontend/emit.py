@@ -146,7 +146,8 @@ def emit_downward(plan: TreePlan, n_factors: int, evidence: Sequence[int]) -> Pr
     return e.program()
 
 
-def _suffix_unions(plan: TreePlan, a: int, kids: Sequence[int]) -> List[Tuple[Tuple[int, ...], int]]:
+def _suffix_unions(plan: TreePlan, a: int,
+                   kids: Sequence[int]) -> List[Tuple[Tuple[int, ...], int]]:
     """Per i: the variables of suffix[i], the union of the separators of children i.., and
     its states. One pass from the last child, a new tuple only where the union grows (at
     most once per variable): linear in k, where taking each union afresh was quadratic."""

@@ -105,9 +105,9 @@ class CompiledModel:
                                       progress=lambda msg: say(f"planning {graph.name}: {msg}"))
         except PlanLimitError as e:
             run = e.run
-            raise self._too_large(run.largest_variables, run.largest_states, run.tree_states, run.stopped,
-                                  max_clique_bytes if run.stopped == "clique" else max_total_bytes,
-                                  stopped=True) from None
+            limit = max_clique_bytes if run.stopped == "clique" else max_total_bytes
+            raise self._too_large(run.largest_variables, run.largest_states, run.tree_states,
+                                  run.stopped, limit, stopped=True) from None
         self.plan = junction_tree(sizes, scopes, order, ev_idx)
         self.stats = self.plan.stats()
         self._check_size(max_clique_bytes, max_total_bytes)
@@ -154,7 +154,8 @@ class CompiledModel:
             what = (f"the junction tree's cliques hold {format_count(total)} states "
                     f"({_bytes(total * item)} as {dtype}){more}, the largest {variables} "
                     f"variables and {format_count(states)} states")
-            limit = f"{_bytes(limit_bytes)} for all cliques together (max_total_bytes; default: the available memory)"
+            limit = (f"{_bytes(limit_bytes)} for all cliques together "
+                     "(max_total_bytes; default: the available memory)")
         return ModelTooLargeError(f"{self.graph.name}: {what}; the limit is {limit}")
 
     # -- evidence ----------------------------------------------------------------------------

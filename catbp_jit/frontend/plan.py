@@ -121,7 +121,8 @@ class PlanLimitError(ValueError):
     def __init__(self, run: GreedyRun, limits: PlanLimits):
         self.run, self.limits = run, limits
         super().__init__(f"{run.heuristic} needs a clique of {run.largest_variables} variables "
-                         f"and {format_count(run.largest_states)} states (over the {run.stopped} limit)")
+                         f"and {format_count(run.largest_states)} states "
+                         f"(over the {run.stopped} limit)")
 
 
 def format_count(n: int) -> str:
@@ -202,7 +203,7 @@ def greedy_order(sizes: Sequence[int], scopes: Sequence[Sequence[int]], heuristi
         elif limits.max_total_states is not None and tree_total > limits.max_total_states:
             stopped = "total"
         elif best_total is not None and total >= best_total:
-            stopped = "worse"  # every clique adds states: it can no longer win (ties keep the first)
+            stopped = "worse"  # more cliques only add states: it cannot win (ties keep the first)
         if stopped:
             break
         g.eliminate(x)
@@ -223,7 +224,8 @@ class _KeptCliques:
     """
 
     def __init__(self, n: int):
-        self.waiting: List[List[int]] = [[] for _ in range(n)]  # eliminated u with v among their neighbours
+        # per v: the eliminated u with v among their neighbours
+        self.waiting: List[List[int]] = [[] for _ in range(n)]
         self.claimed = [False] * n  # u's first-eliminated neighbour has come
         self.length = [0] * n
 
@@ -305,7 +307,8 @@ class _Greedy:
             if entry is not current[v]:
                 continue  # stale, or v is eliminated
             if self.log_weight[v] is None:  # a lower bound: sum it, then compare again
-                self.log_weight[v] = self.log_size[v] + sum(map(self.log_size.__getitem__, self.adj[v]))
+                log_size = self.log_size
+                self.log_weight[v] = log_size[v] + sum(map(log_size.__getitem__, self.adj[v]))
                 current[v] = self._key(v)
                 heapq.heappush(heap, current[v])
                 continue
