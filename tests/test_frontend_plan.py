@@ -276,6 +276,20 @@ def test_separators_are_the_shared_variables():
         plan.separator(*far)
 
 
+def test_suffix_unions_are_the_unions_of_the_later_separators():
+    from catbp_jit.frontend.emit import _suffix_unions
+    sizes, scopes = random_graph(random.Random(5), 60, 100)
+    plan = junction_tree(sizes, scopes)
+    checked = 0
+    for c in plan.cliques:
+        kids = c.children
+        for i, (variables, states) in enumerate(_suffix_unions(plan, c.id, kids)):
+            union = sorted({v for k in kids[i:] for v in plan.separator(c.id, k)})
+            assert list(variables) == union and states == math.prod(sizes[v] for v in union)
+            checked += len(kids) >= 3
+    assert checked
+
+
 def dense_graph(n=500, edges=62_500, seed=0):
     """The shape of UAI 2014's relational_1: 500 binary variables, 62,500 pairwise factors."""
     _, pairs = random_graph(random.Random(seed), n, edges)
