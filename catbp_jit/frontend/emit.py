@@ -51,13 +51,13 @@ class _Emitter:
         self.name = name
         self.instructions: List[Instruction] = []
         self.next_reg = 1
-        self.live: List[int] = []
+        self.live: Dict[int, None] = {}  # an ordered set: FREE lists them in definition order
 
     def _def(self, op: OpCode, args: dict, spec=None) -> int:
         r = self.next_reg
         self.next_reg += 1
         self.instructions.append(Instruction(op, r, args, spec))
-        self.live.append(r)
+        self.live[r] = None
         return r
 
     def load_factor(self, fid: int) -> int:
@@ -83,12 +83,13 @@ class _Emitter:
     def release(self, regs: Sequence[int]) -> None:
         """FREE some registers now (the reference VM holds every register until freed)."""
         self.instructions.append(Instruction(OpCode.FREE, None, {"srcs": tuple(regs)}))
-        self.live = [r for r in self.live if r not in regs]
+        for r in regs:
+            self.live.pop(r, None)
 
     def free(self) -> None:
         if self.live:
             self.instructions.append(Instruction(OpCode.FREE, None, {"srcs": tuple(self.live)}))
-            self.live = []
+            self.live = {}
 
     def program(self) -> Program:
         return Program(tuple(self.instructions), self.name)
@@ -167,18 +168,29 @@ def emit_downward(plan: TreePlan, n_factors: int, evidence: Sequence[int],
     return e.program()
 
 
-def _suffix_variables(plan: TreePlan, a: int, kids: Sequence[int], i: int) -> List[int]:
-    """suffix[i] spans the union of the separators of children i.. ."""
-    return sorted({v for c in kids[i:] for v in plan.separator(a, c)})
-
-
-def _suffix_states(plan: TreePlan, a: int, kids: Sequence[int], i: int) -> int:
-    return math.prod(plan.sizes[v] for v in _suffix_variables(plan, a, kids, i))
+def _suffix_unions(plan: TreePlan, a: int,
+                   kids: Sequence[int]) -> List[Tuple[Tuple[int, ...], int]]:
+    """Per i: the variables of suffix[i], the union of the separators of children i.., and
+    its states. One pass from the last child, a new tuple only where the union grows (at
+    most once per variable): linear in k, where taking each union afresh was quadratic."""
+    unions: List[Tuple[Tuple[int, ...], int]] = [((), 1)] * len(kids)
+    seen: set = set()
+    variables: Tuple[int, ...] = ()
+    states = 1
+    for i in range(len(kids) - 1, -1, -1):
+        new = [v for v in plan.separator(a, kids[i]) if v not in seen]
+        if new:
+            seen.update(new)
+            variables = tuple(sorted(seen))
+            states *= math.prod(plan.sizes[v] for v in new)
+        unions[i] = (variables, states)
+    return unions
 
 
 def _suffixes_fit(plan: TreePlan, a: int, kids: Sequence[int]) -> bool:
     """Can every suffix of two or more messages be kept within half the clique's size?"""
-    return sum(_suffix_states(plan, a, kids, i) for i in range(1, len(kids) - 1)) <= plan.states(a) // 2
+    unions = _suffix_unions(plan, a, kids)
+    return sum(states for _, states in unions[1:len(kids) - 1]) <= plan.states(a) // 2
 
 
 def _send_halving(e: _Emitter, plan: TreePlan, a: int, spec: TensorSpec, rest: List[int],
@@ -214,11 +226,11 @@ def _suffixes(e: _Emitter, plan: TreePlan, a: int, kids: Sequence[int],
     directly, which reads small separator-sized tensors instead.
     """
     budget = plan.states(a) // 2
+    unions = _suffix_unions(plan, a, kids)
     suffix: List[List[int]] = [[] for _ in range(len(kids) + 1)]
     for i in range(len(kids) - 1, 0, -1):  # suffix[0] is never used
         rest = [msgs[i]] + suffix[i + 1]
-        union = _suffix_variables(plan, a, kids, i)
-        states = math.prod(plan.sizes[v] for v in union)
+        union, states = unions[i]
         if len(rest) > 1 and states <= budget:
             budget -= states
             suffix[i] = [e.contract(rest, spec_of(plan, union))]

@@ -22,11 +22,13 @@ from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from ..ir import Program
+from ..memory import PlanTooLargeError, format_bytes, memory_limit
 from ..semiring import logsumexp, make_semiring
 from .absorb import absorb, cut_values
 from .emit import emit_programs, factor_specs, scale_slots
 from .graph import FactorGraph, FactorGraphError, factor_graph, semiring_values
-from .plan import TreePlan, elimination_order, junction_tree
+from .plan import (PlanLimitError, PlanLimits, TreePlan, elimination_order, format_count,
+                   junction_tree)
 from .scaling import TINY, NumericalError, ScaledNumber, exp_of_log, pow2_scaled
 
 SEMIRINGS = ("PROB", "LOGPROB", "SAT", "COUNT")
@@ -34,6 +36,11 @@ TARGETS = ("cpu", "reference")
 MAX_CLIQUE_BYTES = 2 << 30  # 2 GiB: a belief larger than this is refused, not attempted
 
 Progress = Callable[[str], None]
+
+
+class ModelTooLargeError(FactorGraphError, PlanTooLargeError):
+    """A model whose junction tree exceeds a memory limit: refused while planning, before
+    anything is emitted or allocated. Both a FactorGraphError and a PlanTooLargeError."""
 
 
 @dataclass
@@ -73,7 +80,8 @@ class CompiledModel:
     def __init__(self, graph: FactorGraph, semiring: str = "prob", *,
                  evidence_vars: Sequence[str] = (), absorb_evidence: bool = False,
                  target: str = "cpu", dtype: Any = None,
-                 max_clique_bytes: int = MAX_CLIQUE_BYTES, progress: Optional[Progress] = None):
+                 max_clique_bytes: int = MAX_CLIQUE_BYTES, max_total_bytes: Optional[int] = None,
+                 progress: Optional[Progress] = None):
         say = progress or (lambda msg: None)
         self.graph = graph
         self.semiring = _semiring_name(semiring)
@@ -97,9 +105,22 @@ class CompiledModel:
 
         t0 = time.perf_counter()
         say(f"planning {graph.name}: {len(sizes)} variables, {len(scopes)} factors")
-        self.plan = junction_tree(sizes, scopes, elimination_order(sizes, scopes), ev_idx)
+        # every belief is kept in a slot: the cliques' states together must fit in memory
+        max_total_bytes = memory_limit(max_total_bytes)
+        item = self.sr.dtype.itemsize
+        limits = PlanLimits(max_clique_states=max_clique_bytes // item,
+                            max_total_states=max_total_bytes // item)
+        try:
+            order = elimination_order(sizes, scopes, limits=limits,
+                                      progress=lambda msg: say(f"planning {graph.name}: {msg}"))
+        except PlanLimitError as e:
+            run = e.run
+            limit = max_clique_bytes if run.stopped == "clique" else max_total_bytes
+            raise self._too_large(run.largest_variables, run.largest_states, run.tree_states,
+                                  run.stopped, limit, stopped=True) from None
+        self.plan = junction_tree(sizes, scopes, order, ev_idx)
         self.stats = self.plan.stats()
-        self._check_size(max_clique_bytes)
+        self._check_size(max_clique_bytes, max_total_bytes)
         self.scaled = self.semiring == "PROB"  # see scaling.py
         self.programs = emit_programs(self.plan, len(scopes), ev_idx, scaled=self.scaled)
         self._scale_slots = scale_slots(self.plan) if self.scaled else ()
@@ -127,16 +148,32 @@ class CompiledModel:
         self.times["compile_s"] = time.perf_counter() - t0
         say("compiled")
 
-    def _check_size(self, max_bytes: int) -> None:
-        item = self.sr.dtype.itemsize
-        for c in self.plan.cliques:
-            states = self.plan.states(c.id)
-            if states * item > max_bytes:
-                raise FactorGraphError(
-                    f"{self.graph.name}: the junction tree's largest clique has "
-                    f"{len(c.variables)} variables and {states:,} states "
-                    f"({states * item / 2**30:.1f} GiB as {self.sr.dtype.name}); the limit is "
-                    f"{max_bytes / 2**30:.1f} GiB per clique (max_clique_bytes)")
+    def _check_size(self, max_clique_bytes: int, max_total_bytes: int) -> None:
+        """The finished plan against the limits (the greedy runs stop at them already)."""
+        plan, item = self.plan, self.sr.dtype.itemsize
+        largest = max(plan.cliques, key=lambda c: plan.states(c.id))
+        states, total = plan.states(largest.id), self.stats["total_states"]
+        if states * item > max_clique_bytes:
+            raise self._too_large(len(largest.variables), states, total, "clique", max_clique_bytes)
+        if total * item > max_total_bytes:
+            raise self._too_large(len(largest.variables), states, total, "total", max_total_bytes)
+
+    def _too_large(self, variables: int, states: int, total: int, over: str,
+                   limit_bytes: int, stopped: bool = False) -> ModelTooLargeError:
+        """The refusal of a plan over a limit: its largest clique, its total and the limit."""
+        item, dtype = self.sr.dtype.itemsize, self.sr.dtype.name
+        more = " or more (each elimination order tried stopped at the limit)" if stopped else ""
+        if over == "clique":
+            what = (f"the junction tree's largest clique has {variables} variables and "
+                    f"{format_count(states)} states ({_bytes(states * item)} as {dtype}){more}")
+            limit = f"{_bytes(limit_bytes)} per clique (max_clique_bytes)"
+        else:
+            what = (f"the junction tree's cliques hold {format_count(total)} states "
+                    f"({_bytes(total * item)} as {dtype}){more}, the largest {variables} "
+                    f"variables and {format_count(states)} states")
+            limit = (f"{_bytes(limit_bytes)} for all cliques together "
+                     "(max_total_bytes; default: the available memory)")
+        return ModelTooLargeError(f"{self.graph.name}: {what}; the limit is {limit}")
 
     def _semiring_values(self, tables: Mapping[int, np.ndarray]) -> Tuple[Dict[int, np.ndarray], int]:
         """Tables as the programs load them, and (PROB) the power of two they were scaled by."""
@@ -265,6 +302,10 @@ class CompiledModel:
         m = np.full(self.graph.variables[v], zero, dtype=z.dtype)
         m[self._state_index(v, value)] = z
         return m
+
+
+def _bytes(n: int) -> str:
+    return format_bytes(n) if n < 1 << 60 else f"{format_count(n >> 30)} GiB"
 
 
 def _finish(semiring: str, z: np.ndarray, raw: Dict[str, np.ndarray]):
