@@ -702,3 +702,40 @@ def test_explicit_total_memory_limit(tmp_path, monkeypatch):
     exe = catbp_jit.compile(progs, sr, factor_specs={}, max_total_bytes=16000)
     z = exe.bind().run()[("Z",)][0]
     assert z.shape == (1000,) and np.all(z == 1.0)
+
+
+# =====================================================================================
+# Drop-in run_program: a program mutated between calls
+# =====================================================================================
+
+def test_dropin_sees_a_program_mutated_in_place():
+    from types import SimpleNamespace as NS
+
+    from catbp_jit.ir.schema import Axis, AxisType, TensorSpec
+    from catbp_jit.reference import run_program as reference_run_program
+
+    sr = catbp_jit.make_semiring("prob", "float64")
+    spec = TensorSpec((Axis(0, AxisType.GEOMETRIC, 3),))
+    tables = {0: np.array([1.0, 2.0, 3.0]), 1: np.array([10.0, 20.0, 30.0]),
+              2: np.array([100.0, 200.0, 300.0])}
+    fp = lambda f: (tables[f], spec)
+    instructions = [
+        NS(op="LOAD_FACTOR", dst=1, args={"factor_id": 0}, spec=None),
+        NS(op="ELIMINATE", dst=2, args={"src": 1, "keep_keys": ()}, spec=None),
+        NS(op="STORE_SLOT", dst=None, args={"slot": ("Z",), "src": 2}, spec=None),
+    ]
+    p = NS(instructions=instructions)
+
+    def both(program):
+        jit = float(catbp_jit.run_program(program, sr, fp, fp)[("Z",)][0])
+        ref = float(reference_run_program(program, sr, fp, fp)[("Z",)][0])
+        return jit, ref
+
+    assert both(p) == (6.0, 6.0)
+    p.instructions[0].args["factor_id"] = 1  # the args dict, in place
+    assert both(p) == (60.0, 60.0)
+    instructions[0] = NS(op="LOAD_FACTOR", dst=1, args={"factor_id": 2}, spec=None)
+    assert both(instructions) == (600.0, 600.0)  # a list-based program, one entry replaced
+    assert both(p) == (600.0, 600.0)  # p holds the same list
+    p.instructions[0].args["factor_id"] = 0  # back to the first content: its cached plan
+    assert both(p) == (6.0, 6.0)
