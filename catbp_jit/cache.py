@@ -81,6 +81,8 @@ from numba.core.caching import (CompileResultCacheImpl, FunctionCache, IndexData
 from numba.core.compiler_lock import global_compiler_lock
 from numba.core.registry import CPUDispatcher
 
+from .errors import CatbpError
+
 try:  # POSIX advisory locks; Windows falls back to msvcrt byte-range locks.
     import fcntl
 except ImportError:  # pragma: no cover - not exercised on Linux CI
@@ -102,15 +104,16 @@ _LOCK_REPORT_AFTER = 2.0  # seconds of waiting before saying who holds a lock
 log = logging.getLogger("catbp_jit.cache")
 
 
-class CacheMissError(RuntimeError):
+# CatbpError: the command line reports these in one line, as it does bad input.
+class CacheMissError(CatbpError, RuntimeError):
     """Policy ``strict`` and no valid cache entry (or no cached code for a signature)."""
 
 
-class CacheCorruptionError(RuntimeError):
+class CacheCorruptionError(CatbpError, RuntimeError):
     """A cache entry failed verification (internal: corrupted entries are rebuilt)."""
 
 
-class CacheDirError(RuntimeError):
+class CacheDirError(CatbpError, RuntimeError):
     """The cache directory cannot be created or written."""
 
 
@@ -914,10 +917,10 @@ class KernelCache:
                           "reason": str(e), "directory": self.directory,
                           "policy": self.policy}
                 if self.policy == "strict":
-                    log.warning("kernel cache refused: %s", e, extra={"catbp_jit": record})
+                    log.warning("%s", e, extra={"catbp_jit": record})
                     raise
                 self._bypassed = str(e)
-                log.warning("kernel cache bypassed, kernels are compiled in memory: %s", e,
+                log.warning("%s; kernel cache bypassed, kernels are compiled in memory", e,
                             extra={"catbp_jit": record})
         return self._access
 
@@ -962,7 +965,7 @@ class KernelCache:
         access = self._prepare_dir()
         if access is None:
             return self._get_in_memory(key, pattern, source, entry_name, signatures, target,
-                                       f"disk cache bypassed ({self._bypassed})")
+                                       "disk cache bypassed (untrusted): compiled in memory")
         entry = _Entry(self.directory, key, access)
         started = time.perf_counter()
         # Lock order: Numba's compiler lock, then the kernel lock. The load/save hooks
