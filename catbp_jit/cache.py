@@ -11,9 +11,13 @@ of every Numba cache file, so a second process verifies and loads, compiling not
 Layout::
 
     <dir>/kernels/k_<key40>.py            "# catbp_jit kernel sha256=<body> key=<key>" + body
-    <dir>/kernels/k_<key40>.json          manifest (pattern, environment, file hashes)
+    <dir>/kernels/k_<key40>.json          manifest (pattern, environment, file hashes, MAC)
     <dir>/kernels/__pycache__/k_<key40>.<func>-<line>.py311.nbi / .N.nbc   (Numba's)
-    <dir>/locks/k_<key40>.lock            advisory flock: one writer per kernel at a time
+    <dir>/locks/k_<key40>.lock            advisory flock: one writer per kernel at a time;
+                                          holds "pid <pid> on <host> since <time>"
+    $CATBP_JIT_KEY_FILE (~/.config/catbp_jit/cache.key)   the key that signs manifests
+
+Directories are 0700 and files 0600; see ``KernelCache`` for what is trusted and why.
 
 What Numba 0.68 does and does not guarantee (numba/core/caching.py), and so what this
 module adds:
@@ -28,8 +32,9 @@ module adds:
   ``flock`` around every Numba save (and load), so that cannot happen here.
 * ``_load_index`` only tolerates a *missing* index; a truncated or garbled ``.nbi`` or
   ``.nbc`` makes ``pickle`` raise out of ``Dispatcher.compile`` (and pickle data is
-  code). Hence every Numba file is hash-checked against the manifest before Numba reads
-  it, both before import and again in each load (``_PinnedCache.load_overload``).
+  code). Hence every Numba file is hash-checked against the manifest before import, and
+  each load unpickles only the bytes it has just hash-checked against the manifest
+  (``_VerifiedCacheFile``); the manifest itself is believed only if its HMAC verifies.
 * The index is stamped with a sha256 of the module file's content, and keyed by the
   function's bytecode and the CPU (``codegen.magic_tuple()``), so a rewritten module
   never loads old code by accident; we delete the old files on a rebuild anyway.
@@ -269,8 +274,7 @@ def load_secret_key(path: str, cache_dir: str) -> bytes:
         raise CacheTrustError(f"cache key file {path} cannot be created or read ({e}); set "
                               f"CATBP_JIT_KEY_FILE to a file of your own") from e
     problem = _ownership_problem(path, st, check_owner=True)
-    euid = _euid()
-    if problem is None and euid is not None and st.st_mode & 0o077:
+    if problem is None and _euid() is not None and st.st_mode & 0o077:
         problem = f"{path} is readable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
     if problem is None and len(key) < 32:
         problem = f"{path} holds {len(key)} bytes, fewer than 32"

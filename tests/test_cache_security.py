@@ -34,9 +34,9 @@ class Payload:
         return (os.system, (f"touch {self.marker}",))
 
 
-def warm(directory, c):
+def warm(directory, c, signatures=SIG):
     kc = KernelCache(directory)
-    assert kc.get(pattern(c), source(c), "kernel", SIG)(2, 3) == 5 + c
+    assert kc.get(pattern(c), source(c), "kernel", signatures)(2, 3) == 5 + c
     return kc
 
 
@@ -79,17 +79,32 @@ def test_planted_pickle_with_its_hash_in_the_manifest_never_runs(tmp_path, caplo
     assert again.stats["hits"] == 1 and not marker.exists()
 
 
-def test_file_swapped_after_the_check_is_never_unpickled(tmp_path):
+@pytest.mark.parametrize("when", ["before_the_first_call", "right_after_the_check"])
+def test_file_swapped_after_the_check_is_never_unpickled(tmp_path, monkeypatch, when):
     # get() without signatures verifies and returns; Numba reads its files at the first
-    # call. A pickle planted in between (manifest untouched) must not be unpickled.
+    # call. A pickle planted in between (manifest untouched) must not be unpickled, not
+    # even when it lands between the load hook's hash check and Numba's read.
     cache_dir, marker = tmp_path / "cache", tmp_path / "PWNED"
-    warm(cache_dir, 41)
+    warm(cache_dir, 41, ["(int64, int64)"])  # what a plain call loads
     kc = KernelCache(cache_dir)
     f = kc.get(pattern(41), source(41), "kernel")
     (nbc,) = entry_files(cache_dir)["nbc"]
-    nbc.write_bytes(pickle.dumps(Payload(marker)))
+    plant = lambda: nbc.write_bytes(pickle.dumps(Payload(marker)))
+    if when == "before_the_first_call":
+        plant()
+    else:
+        check = cache_mod._Entry.verify_numba_files
+
+        def check_then_swap(entry, manifest=None):
+            reason = check(entry, manifest)
+            monkeypatch.setattr(cache_mod._Entry, "verify_numba_files", check)  # once
+            plant()
+            return reason
+
+        monkeypatch.setattr(cache_mod._Entry, "verify_numba_files", check_then_swap)
     assert f(2, 3) == 46
-    assert not marker.exists() and kc.stats["rebuilt"] == 1
+    assert not marker.exists() and kc.stats["rebuilt"] == 1 and kc.stats["compiled"] == 1
+    assert KernelCache(cache_dir).check(pattern(41), source(41))[0] == "ok"
 
 
 @pytest.mark.parametrize("mac", ["missing", "forged", "other_field_changed"])
