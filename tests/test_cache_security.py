@@ -301,7 +301,12 @@ def test_held_lock_is_reported_then_fallback_compiles_in_memory(tmp_path, caplog
         pattern(50), source(50))[0] == "ok"
 
 
-def test_lock_timeout_from_environment(monkeypatch):
+def test_lock_timeout_and_trust_from_environment(monkeypatch):
+    monkeypatch.delenv("CATBP_JIT_LOCK_TIMEOUT", raising=False)
+    monkeypatch.delenv("CATBP_JIT_TRUSTED_CACHE", raising=False)
+    assert KernelCache().lock_timeout == 120 and not KernelCache().trust_owner
+    monkeypatch.setenv("CATBP_JIT_TRUSTED_CACHE", "1")
+    assert KernelCache().trust_owner and not KernelCache(trust_owner=False).trust_owner
     monkeypatch.setenv("CATBP_JIT_LOCK_TIMEOUT", "7.5")
     assert KernelCache().lock_timeout == 7.5
     assert KernelCache(lock_timeout=2).lock_timeout == 2
