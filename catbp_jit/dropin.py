@@ -45,7 +45,7 @@ def _fingerprint(program: Any) -> Optional[bytes]:
     """A digest of the program's whole content, recomputed per call: a program mutated in
     place between calls (an instruction's args, a replaced instruction) gets a new one,
     where id(program) would return the old program's executable. pickle walks the
-    objects in C (about 10x faster than adapting them); nothing is ever unpickled.
+    objects in C (several times faster than adapting them); nothing is ever unpickled.
     None for a program that cannot be pickled (then nothing is cached for it)."""
     try:
         content = (getattr(program, "name", None), getattr(program, "instructions", program))
