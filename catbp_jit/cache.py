@@ -970,39 +970,9 @@ class KernelCache:
         if access is None:
             return self._get_in_memory(key, pattern, source, entry_name, signatures, target,
                                        "disk cache bypassed (untrusted): compiled in memory")
-        entry = _Entry(self.directory, key, access)
-        started = time.perf_counter()
-        # Lock order: Numba's compiler lock, then the kernel lock. The load/save hooks
-        # run inside Numba's lock and take the kernel lock; the reverse order here could
-        # deadlock two threads.
         try:
-            with global_compiler_lock, entry.lock:
-                status, reason, data = entry.check(source)
-                if status != "ok":
-                    if self.policy == "strict":
-                        self._emit("refused", None, reason, None, level=logging.WARNING,
-                                   key=key, pattern=pattern, target=target)
-                        raise CacheMissError(
-                            f"kernel {_describe(pattern)} (key {key}): {reason} in "
-                            f"{self.directory!r}; policy 'strict' forbids compiling")
-                    if status == "invalid":
-                        # Never executed: the damaged entry is deleted and rebuilt below.
-                        entry.purge()
-                        self._count("rebuilt")
-                    entry.purge_numba_files()  # stale leftovers of a crashed writer
-                    data = entry.write_source(source)
-                    entry.record(format=MANIFEST_FORMAT, key=key, pattern=pattern,
-                                 target=target, environment=environment_identity(),
-                                 codegen_version=CODEGEN_VERSION,
-                                 source_sha256=_sha256(source.encode("utf-8")),
-                                 created=time.time(), pid=os.getpid())
-                loaded = self._load_module(key, pattern, target, source, entry, data)
-                fn = loaded.function(entry_name)
-                compiled_before = self.stats["compiled"]
-                if signatures:
-                    self._compile_in_get(loaded, fn, signatures)
-                if self.stats["compiled"] != compiled_before:
-                    entry.record()  # also catch dispatchers that are not ours to pin
+            return self._get_locked(_Entry(self.directory, key, access), key, pattern,
+                                    source, entry_name, signatures, target)
         except CacheLockTimeout as e:
             level = logging.WARNING
             if self.policy == "strict":
@@ -1014,6 +984,39 @@ class KernelCache:
                        target=target)
             return self._get_in_memory(key, pattern, source, entry_name, signatures, target,
                                        "kernel lock not acquired; compiled in memory")
+
+    def _get_locked(self, entry, key, pattern, source, entry_name, signatures, target):
+        started = time.perf_counter()
+        # Lock order: Numba's compiler lock, then the kernel lock. The load/save hooks
+        # run inside Numba's lock and take the kernel lock; the reverse order here could
+        # deadlock two threads.
+        with global_compiler_lock, entry.lock:
+            status, reason, data = entry.check(source)
+            if status != "ok":
+                if self.policy == "strict":
+                    self._emit("refused", None, reason, None, level=logging.WARNING,
+                               key=key, pattern=pattern, target=target)
+                    raise CacheMissError(
+                        f"kernel {_describe(pattern)} (key {key}): {reason} in "
+                        f"{self.directory!r}; policy 'strict' forbids compiling")
+                if status == "invalid":
+                    # Never executed: the damaged entry is deleted and rebuilt below.
+                    entry.purge()
+                    self._count("rebuilt")
+                entry.purge_numba_files()  # stale leftovers of a crashed writer
+                data = entry.write_source(source)
+                entry.record(format=MANIFEST_FORMAT, key=key, pattern=pattern,
+                             target=target, environment=environment_identity(),
+                             codegen_version=CODEGEN_VERSION,
+                             source_sha256=_sha256(source.encode("utf-8")),
+                             created=time.time(), pid=os.getpid())
+            loaded = self._load_module(key, pattern, target, source, entry, data)
+            fn = loaded.function(entry_name)
+            compiled_before = self.stats["compiled"]
+            if signatures:
+                self._compile_in_get(loaded, fn, signatures)
+            if self.stats["compiled"] != compiled_before:
+                entry.record()  # also catch dispatchers that are not ours to pin
         seconds = time.perf_counter() - started
         self._memo[key] = loaded
         if status == "ok" and loaded.get_misses == 0:
