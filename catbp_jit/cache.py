@@ -11,9 +11,13 @@ of every Numba cache file, so a second process verifies and loads, compiling not
 Layout::
 
     <dir>/kernels/k_<key40>.py            "# catbp_jit kernel sha256=<body> key=<key>" + body
-    <dir>/kernels/k_<key40>.json          manifest (pattern, environment, file hashes)
+    <dir>/kernels/k_<key40>.json          manifest (pattern, environment, file hashes, MAC)
     <dir>/kernels/__pycache__/k_<key40>.<func>-<line>.py311.nbi / .N.nbc   (Numba's)
-    <dir>/locks/k_<key40>.lock            advisory flock: one writer per kernel at a time
+    <dir>/locks/k_<key40>.lock            advisory flock: one writer per kernel at a time;
+                                          holds "pid <pid> on <host> since <time>"
+    $CATBP_JIT_KEY_FILE (~/.config/catbp_jit/cache.key)   the key that signs manifests
+
+Directories are 0700 and files 0600; see ``KernelCache`` for what is trusted and why.
 
 What Numba 0.68 does and does not guarantee (numba/core/caching.py), and so what this
 module adds:
@@ -28,8 +32,9 @@ module adds:
   ``flock`` around every Numba save (and load), so that cannot happen here.
 * ``_load_index`` only tolerates a *missing* index; a truncated or garbled ``.nbi`` or
   ``.nbc`` makes ``pickle`` raise out of ``Dispatcher.compile`` (and pickle data is
-  code). Hence every Numba file is hash-checked against the manifest before Numba reads
-  it, both before import and again in each load (``_PinnedCache.load_overload``).
+  code). Hence every Numba file is hash-checked against the manifest before import, and
+  each load unpickles only the bytes it has just hash-checked against the manifest
+  (``_VerifiedCacheFile``); the manifest itself is believed only if its HMAC verifies.
 * The index is stamped with a sha256 of the module file's content, and keyed by the
   function's bytecode and the CPU (``codegen.magic_tuple()``), so a rewritten module
   never loads old code by accident; we delete the old files on a rebuild anyway.
@@ -48,18 +53,25 @@ from __future__ import annotations
 import contextlib
 import glob
 import hashlib
+import hmac
 import importlib.util
+import io
 import json
 import linecache
 import logging
 import os
+import pickle
 import platform
 import re
+import socket
+import stat
 import sys
 import tempfile
 import threading
 import time
 import types
+import uuid
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -69,9 +81,12 @@ import numba
 import numpy
 from numba.core import config as numba_config
 from numba.core import sigutils
-from numba.core.caching import CompileResultCacheImpl, FunctionCache, InTreeCacheLocator
+from numba.core.caching import (CompileResultCacheImpl, FunctionCache, IndexDataCacheFile,
+                                InTreeCacheLocator)
 from numba.core.compiler_lock import global_compiler_lock
 from numba.core.registry import CPUDispatcher
+
+from .errors import CatbpError
 
 try:  # POSIX advisory locks; Windows falls back to msvcrt byte-range locks.
     import fcntl
@@ -88,20 +103,32 @@ _SHORT = 40  # key characters in file names (160 bits)
 _HEADER_RE = re.compile(r"^# catbp_jit kernel sha256=([0-9a-f]{64}) key=([0-9a-f]{64})$")
 _CACHE_TRUE_RE = re.compile(r"\bcache\s*=\s*True\b")
 _PACKAGE = "catbp_jit_kernels"  # parent of the kernel modules in sys.modules
+DEFAULT_LOCK_TIMEOUT = 120.0  # seconds; CATBP_JIT_LOCK_TIMEOUT overrides
+_LOCK_REPORT_AFTER = 2.0  # seconds of waiting before saying who holds a lock
 
 log = logging.getLogger("catbp_jit.cache")
 
 
-class CacheMissError(RuntimeError):
+# CatbpError: the command line reports these in one line, as it does bad input.
+class CacheMissError(CatbpError, RuntimeError):
     """Policy ``strict`` and no valid cache entry (or no cached code for a signature)."""
 
 
-class CacheCorruptionError(RuntimeError):
+class CacheCorruptionError(CatbpError, RuntimeError):
     """A cache entry failed verification (internal: corrupted entries are rebuilt)."""
 
 
-class CacheDirError(RuntimeError):
+class CacheDirError(CatbpError, RuntimeError):
     """The cache directory cannot be created or written."""
+
+
+class CacheTrustError(CacheDirError):
+    """The cache directory, an entry file or the key file could be written by someone
+    else: loading from it could run their code (Numba's cache files are pickles)."""
+
+
+class CacheLockTimeout(CacheDirError):
+    """A kernel's lock stayed held by another process for longer than the lock timeout."""
 
 
 # ---------------------------------------------------------------------------- identity
@@ -165,6 +192,113 @@ def default_cache_dir() -> str:
     return os.path.join(base, "catbp_jit")
 
 
+# ---------------------------------------------------------------------------- trust
+
+def key_file_path() -> str:
+    """$CATBP_JIT_KEY_FILE, else the user's config directory: outside the cache, so that
+    whoever can write the cache cannot also sign its manifests."""
+    env = os.environ.get("CATBP_JIT_KEY_FILE")
+    if env:
+        return os.path.abspath(os.path.expanduser(env))
+    xdg = os.environ.get("XDG_CONFIG_HOME")
+    base = xdg if xdg and os.path.isabs(xdg) else os.path.join(os.path.expanduser("~"), ".config")
+    return os.path.join(base, "catbp_jit", "cache.key")
+
+
+def _euid() -> Optional[int]:
+    return os.geteuid() if hasattr(os, "geteuid") else None  # None: no POSIX owners
+
+
+def _ownership_problem(path: str, st: os.stat_result, check_owner: bool) -> Optional[str]:
+    """Why someone other than this user could have written `path`, or None."""
+    euid = _euid()
+    if euid is None:  # pragma: no cover - Windows: ACLs, not mode bits
+        return None
+    if check_owner and st.st_uid != euid:
+        return f"{path} is owned by uid {st.st_uid}, not by this user (uid {euid})"
+    if st.st_mode & 0o022:
+        return f"{path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
+def _file_problem(path: str, check_owner: bool) -> Optional[str]:
+    """Why an entry file must not be read, or None (also None when it does not exist)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return f"{path} is not a regular file"
+    return _ownership_problem(path, st, check_owner)
+
+
+def _write_error(directory: str) -> Optional[OSError]:
+    """Why no file can be created in `directory` (tried, not guessed from mode bits:
+    ACLs, read-only mounts), or None."""
+    try:
+        tempfile.TemporaryFile(dir=directory).close()
+    except OSError as e:
+        return e
+    return None
+
+
+def _create_key_file(path: str) -> None:
+    d = os.path.dirname(path)
+    os.makedirs(d, 0o700, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".cache.key.")  # mode 0600
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(os.urandom(32))
+            f.flush()
+            os.fsync(f.fileno())
+        with contextlib.suppress(FileExistsError):  # another process made it first
+            os.link(tmp, path)  # appears whole, never half-written
+    finally:
+        _unlink(tmp)
+
+
+def load_secret_key(path: str, cache_dir: str) -> bytes:
+    """The per-user key that signs manifests, created (32 random bytes, mode 0600) on
+    first use. Raises CacheTrustError for a key others could read or write."""
+    real, root = os.path.realpath(path), os.path.realpath(cache_dir)
+    if os.path.commonpath([real, root]) == root:
+        raise CacheTrustError(f"cache key file {path} lies inside the cache directory "
+                              f"{cache_dir}; set CATBP_JIT_KEY_FILE to a path outside it")
+    try:
+        if not os.path.exists(path):
+            _create_key_file(path)
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            key = f.read()
+    except OSError as e:
+        raise CacheTrustError(f"cache key file {path} cannot be created or read ({e}); set "
+                              f"CATBP_JIT_KEY_FILE to a file of your own") from e
+    problem = _ownership_problem(path, st, check_owner=True)
+    if problem is None and _euid() is not None and st.st_mode & 0o077:
+        problem = f"{path} is readable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
+    if problem is None and len(key) < 32:
+        problem = f"{path} holds {len(key)} bytes, fewer than 32"
+    if problem:
+        raise CacheTrustError(f"cache key file refused: {problem}; anyone who can read it "
+                              f"can forge cache entries (chmod 600 it, or delete it to make "
+                              f"a new one)")
+    return key
+
+
+def _manifest_mac(secret: bytes, manifest: dict) -> str:
+    body = {k: v for k, v in manifest.items() if k != "mac"}
+    return hmac.new(secret, _canonical_json(body).encode("ascii"), hashlib.sha256).hexdigest()
+
+
+@dataclass(frozen=True)
+class _Access:
+    """How this process may use one cache directory, settled once by KernelCache."""
+    secret: bytes  # signs manifests
+    check_owner: bool  # False: CATBP_JIT_TRUSTED_CACHE=1, another user's files accepted
+    read_only: bool  # strict on a read-only warm cache: no locks, nothing written
+    lock_timeout: float
+
+
 # ---------------------------------------------------------------------------- files
 
 def _sha256(data: bytes) -> str:
@@ -198,6 +332,10 @@ class _FileLock:
     flock locks belong to an open file description, so a second open+flock in the same
     process would deadlock against the first; the depth counter makes nesting (get ->
     Numba load/save hooks) take the OS lock once. One instance per path per process.
+    The holder writes its pid, host and start time into the file, so that a process kept
+    waiting (by a writer stopped mid-compile, say) can say whom it waits for; the wait
+    is bounded. Lock files are 0600 in a 0700 directory: nobody else can open one, and
+    so nobody else can hold it (flock works on a read-only descriptor).
     """
 
     _registry: Dict[str, "_FileLock"] = {}
@@ -217,33 +355,26 @@ class _FileLock:
         self._depth = 0
         self._fd: Optional[int] = None
 
-    def __enter__(self):
-        self._thread_lock.acquire()
+    def acquire(self, timeout: float) -> None:
+        if not self._thread_lock.acquire(timeout=timeout):
+            raise CacheLockTimeout(f"kernel cache lock {self.path} is still held by another "
+                                   f"thread of this process after {timeout:g}s")
         try:
             if self._depth == 0:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
-                try:
-                    if fcntl is not None:
-                        fcntl.flock(fd, fcntl.LOCK_EX)
-                    else:  # pragma: no cover
-                        msvcrt.locking(fd, msvcrt.LK_LOCK, 1)
-                except BaseException:
-                    os.close(fd)
-                    raise
-                self._fd = fd
+                self._fd = self._lock_file(timeout)
             self._depth += 1
         except BaseException:
             self._thread_lock.release()
             raise
-        return self
 
-    def __exit__(self, *exc):
+    def release(self) -> None:
         try:
             self._depth -= 1
             if self._depth == 0:
                 fd, self._fd = self._fd, None
                 try:
                     if fcntl is not None:
+                        os.ftruncate(fd, 0)  # nobody holds it now
                         fcntl.flock(fd, fcntl.LOCK_UN)
                     else:  # pragma: no cover
                         os.lseek(fd, 0, os.SEEK_SET)
@@ -253,18 +384,87 @@ class _FileLock:
         finally:
             self._thread_lock.release()
 
+    def _lock_file(self, timeout: float) -> int:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            if fcntl is None:  # pragma: no cover
+                msvcrt.locking(fd, msvcrt.LK_LOCK, 1)
+                return fd
+            st = os.fstat(fd)
+            if stat.S_IMODE(st.st_mode) & 0o077 and st.st_uid == _euid():
+                os.fchmod(fd, 0o600)  # made by an older version, 0644
+            self._wait(fd, timeout)
+            os.ftruncate(fd, 0)
+            os.write(fd, (f"pid {os.getpid()} on {socket.gethostname()} since "
+                          f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n").encode("utf-8", "replace"))
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def _wait(self, fd: int, timeout: float) -> None:
+        started = time.monotonic()
+        reported, pause = False, 0.005
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                pass
+            waited = time.monotonic() - started
+            if waited >= timeout:
+                raise CacheLockTimeout(
+                    f"kernel cache lock {self.path} is still held by {self.holder()} after "
+                    f"{waited:.0f}s (CATBP_JIT_LOCK_TIMEOUT={timeout:g}); if that process "
+                    f"is stopped or hung, end it; the entry it writes is verified before use")
+            if not reported and waited >= _LOCK_REPORT_AFTER:
+                reported = True
+                log.warning("kernel cache: waiting for lock %s, held by %s (giving up after "
+                            "%gs)", self.path, self.holder(), timeout,
+                            extra={"catbp_jit_lock": {"lock": self.path, "holder": self.holder(),
+                                                      "timeout": timeout}})
+            time.sleep(pause)
+            pause = min(2 * pause, 0.2)
+
+    def holder(self) -> str:
+        """Who holds the lock, as its holder wrote it."""
+        try:
+            with open(self.path, "rb") as f:
+                text = f.read(300).decode("utf-8", "replace").strip()
+        except OSError:
+            text = ""
+        return text or "a process that did not say who it is"
+
+
+class _EntryLock:
+    """A kernel's lock as used by one cache: bounded wait, none at all when read-only."""
+
+    def __init__(self, path: str, access: "_Access"):
+        self.file_lock = None if access.read_only else _FileLock.for_path(path)
+        self.timeout = access.lock_timeout
+
+    def __enter__(self):
+        if self.file_lock is not None:
+            self.file_lock.acquire(self.timeout)
+        return self
+
+    def __exit__(self, *exc):
+        if self.file_lock is not None:
+            self.file_lock.release()
+
 
 class _Entry:
     """The files of one kernel on disk, and how to verify, write and remove them."""
 
-    def __init__(self, directory: str, key: str):
+    def __init__(self, directory: str, key: str, access: _Access):
         self.key = key
+        self.access = access
         self.stem = "k_" + key[:_SHORT]
         self.kernels_dir = os.path.join(directory, "kernels")
         self.pycache = os.path.join(self.kernels_dir, "__pycache__")  # Numba's InTree dir
         self.source_path = os.path.join(self.kernels_dir, self.stem + ".py")
         self.manifest_path = os.path.join(self.kernels_dir, self.stem + ".json")
-        self.lock = _FileLock.for_path(os.path.join(directory, "locks", self.stem + ".lock"))
+        self.lock = _EntryLock(os.path.join(directory, "locks", self.stem + ".lock"), access)
 
     # -- Numba's files for this module: "<stem>.<qualname>-<line>.pyXY.nbi" / ".N.nbc"
     def numba_files(self) -> Dict[str, str]:
@@ -283,23 +483,39 @@ class _Entry:
                     out[name] = _sha256(f.read())
         return out
 
-    def read_manifest(self) -> Optional[dict]:
+    def read_manifest(self) -> Tuple[Optional[dict], str]:
+        """(manifest, "verified") if it is ours and signed with our key, else (None, why).
+        The manifest's hashes are what every other file is checked against, so nothing
+        it says is believed before its MAC verifies."""
+        problem = _file_problem(self.manifest_path, self.access.check_owner)
+        if problem:
+            return None, problem
         try:
             with open(self.manifest_path, "rb") as f:
                 m = json.loads(f.read().decode("utf-8"))
         except FileNotFoundError:
-            return None
+            return None, "manifest is missing"
         except (OSError, ValueError):
-            return {}  # present but unreadable: invalid, not missing
-        return m if isinstance(m, dict) else {}
+            return None, "manifest is unreadable"
+        if not isinstance(m, dict):
+            return None, "manifest is unreadable"
+        if self.access.check_owner:
+            mac = m.get("mac")
+            if not isinstance(mac, str):
+                return None, "manifest carries no MAC (not written by this user's catbp_jit)"
+            if not hmac.compare_digest(mac, _manifest_mac(self.access.secret, m)):
+                return None, ("manifest MAC does not verify (altered, forged, or signed with "
+                              "another key)")
+        return m, "verified"
 
     def write_manifest(self, manifest: dict) -> None:
+        manifest = dict(manifest, mac=_manifest_mac(self.access.secret, manifest))
         data = json.dumps(manifest, sort_keys=True, indent=1).encode("utf-8")
         _atomic_write(self.manifest_path, data)
 
     def record(self, **fields) -> dict:
         """Rewrite the manifest with the current hashes of Numba's files (lock held)."""
-        m = self.read_manifest() or {}
+        m = self.read_manifest()[0] or {}  # a manifest we did not sign contributes nothing
         m.update(fields)
         m["numba_files"] = self.hash_numba_files()
         m["updated"] = time.time()
@@ -307,11 +523,15 @@ class _Entry:
         return m
 
     def verify_numba_files(self, manifest: Optional[dict] = None) -> Optional[str]:
-        """None if Numba's files are exactly those in the manifest, else the reason."""
-        m = self.read_manifest() if manifest is None else manifest
+        """None if Numba's files are exactly those in the (verified) manifest, else why."""
+        m, why = self.read_manifest() if manifest is None else (manifest, "")
         recorded = (m or {}).get("numba_files")
         if not isinstance(recorded, dict):
-            return "manifest missing or unreadable"
+            return why or "manifest records no Numba files"
+        for path in self.numba_files().values():
+            problem = _file_problem(path, self.access.check_owner)
+            if problem:
+                return problem
         actual = self.hash_numba_files()
         for name in sorted(set(recorded) | set(actual)):
             if name not in actual:
@@ -324,11 +544,14 @@ class _Entry:
 
     def check(self, source: str) -> Tuple[str, str, Optional[bytes]]:
         """("ok" | "missing" | "invalid", reason, verified file bytes to execute)."""
+        problem = _file_problem(self.source_path, self.access.check_owner)
+        if problem:
+            return "invalid", problem, None
         try:
             with open(self.source_path, "rb") as f:
                 data = f.read()
         except FileNotFoundError:
-            if self.read_manifest() is None and not self.numba_files():
+            if not os.path.lexists(self.manifest_path) and not self.numba_files():
                 return "missing", "no cache entry", None
             return "invalid", "module source file is missing", None
         head, nl, body = data.partition(b"\n")
@@ -341,9 +564,9 @@ class _Entry:
             return "invalid", "module belongs to another key", None
         if body != source.encode("utf-8"):
             return "invalid", "stored source differs from the generated source (stale)", None
-        m = self.read_manifest()
-        if not m:
-            return "invalid", "manifest is missing or unreadable", None
+        m, why = self.read_manifest()
+        if m is None:
+            return "invalid", why, None
         if m.get("key") != self.key or m.get("source_sha256") != _sha256(body):
             return "invalid", "manifest does not match the module", None
         reason = self.verify_numba_files(m)
@@ -391,16 +614,71 @@ class _PinnedImpl(CompileResultCacheImpl):
                                                      getattr(sys, "abiflags", ""))
 
 
+class _VerifiedCacheFile(IndexDataCacheFile):
+    """Numba's index and data files, unpickled only from bytes whose sha256 the verified
+    manifest records: the check and the read are one read, so a file swapped after the
+    check is never unpickled. Written 0600, whatever the umask."""
+
+    expected: Dict[str, str] = {}  # file name -> sha256, set under the kernel lock
+
+    def _verified_bytes(self, path: str) -> bytes:
+        with open(path, "rb") as f:
+            data = f.read()
+        name = os.path.basename(path)
+        if self.expected.get(name) != _sha256(data):
+            raise CacheCorruptionError(f"Numba cache file {name} does not match the sha256 "
+                                       f"in its manifest")
+        return data
+
+    def _load_index(self):
+        try:
+            stream = io.BytesIO(self._verified_bytes(self._index_path))
+        except FileNotFoundError:
+            return {}
+        if pickle.load(stream) != self._version:  # as Numba's: another version's index
+            return {}
+        stamp, overloads = pickle.loads(stream.read())
+        return overloads if stamp == self._source_stamp else {}
+
+    def _load_data(self, name):
+        return pickle.loads(self._verified_bytes(self._data_path(name)))
+
+    @contextlib.contextmanager
+    def _open_for_write(self, filepath):
+        tmp = f"{filepath}.tmp.{uuid.uuid4().hex[:16]}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                yield f
+            os.replace(tmp, filepath)
+        except BaseException:
+            _unlink(tmp)
+            raise
+
+
 class _PinnedCache(FunctionCache):
     """Numba's function cache with the kernel lock and hash checks around it."""
 
     _impl_class = _PinnedImpl
     owner: "_Loaded"
 
+    def __init__(self, py_func):
+        super().__init__(py_func)
+        self._cache_file = _VerifiedCacheFile(self._cache_path, self._impl.filename_base,
+                                              self._cache_file._source_stamp)
+
+    def _expect(self) -> Optional[str]:
+        """Arm the hash checks from the verified manifest (lock held); None, or why not."""
+        entry = self.owner.entry
+        m, why = entry.read_manifest()
+        reason = why if m is None else entry.verify_numba_files(m)
+        self._cache_file.expected = {} if reason else dict(m["numba_files"])
+        return reason
+
     def load_overload(self, sig, target_context):
         owner = self.owner
         with owner.entry.lock:
-            reason = owner.entry.verify_numba_files()
+            reason = self._expect()
             data = None
             if reason is None:
                 try:
@@ -416,6 +694,9 @@ class _PinnedCache(FunctionCache):
     def save_overload(self, sig, data):
         owner = self.owner
         with owner.entry.lock:
+            reason = self._expect()
+            if reason is not None:  # Numba reads the index to extend it: never unverified
+                owner.corrupt(reason)
             super().save_overload(sig, data)
             owner.entry.record()
         owner.saved(sig)
@@ -520,13 +801,24 @@ class KernelCache:
     """Compiled kernels by pattern identity, kept on disk across processes.
 
     ``get`` is safe to call from several threads and processes at once: per kernel, one
-    process compiles while the others wait on its lock file and then load its result.
-    In fallback and strict modes the directory must be writable (lock files, Numba's
-    own index updates); a directory that is not raises ``CacheDirError`` rather than
-    compiling every time in silence.
+    process compiles while the others wait on its lock file (at most `lock_timeout`
+    seconds, then: fallback compiles in memory, strict raises ``CacheLockTimeout``) and
+    then load its result. Under fallback the directory must be writable (lock files,
+    Numba's own index updates); one that is not raises ``CacheDirError`` rather than
+    compiling every time in silence. Under strict a read-only, warm directory is used
+    as it is: nothing needs writing, so nothing is locked.
+
+    Trust: the directory, its files and the key file must be this user's and writable by
+    nobody else, and every manifest must carry this user's MAC (see ``load_secret_key``),
+    since loading Numba's cache files unpickles them. An untrusted directory raises
+    ``CacheTrustError`` under strict and is bypassed (compiled in memory, one warning)
+    under fallback. `trust_owner` (CATBP_JIT_TRUSTED_CACHE=1) accepts a directory
+    populated by another user, e.g. a deployment's read-only shared cache: their files
+    and their manifests' hashes are then believed without a MAC.
     """
 
-    def __init__(self, directory: Optional[str] = None, policy: Optional[str] = None):
+    def __init__(self, directory: Optional[str] = None, policy: Optional[str] = None, *,
+                 lock_timeout: Optional[float] = None, trust_owner: Optional[bool] = None):
         self.directory = os.path.abspath(directory) if directory else default_cache_dir()
         policy = policy or os.environ.get("CATBP_JIT_CACHE") or "fallback"
         policy = policy.strip().lower()
@@ -536,7 +828,20 @@ class KernelCache:
         self.stats: Dict[str, int] = {"hits": 0, "misses": 0, "rebuilt": 0, "compiled": 0,
                                       "memo_hits": 0}
         self._memo: Dict[str, _Loaded] = {}
-        self._dir_ready = False
+        if lock_timeout is None:
+            env = os.environ.get("CATBP_JIT_LOCK_TIMEOUT")
+            try:
+                lock_timeout = float(env) if env else DEFAULT_LOCK_TIMEOUT
+            except ValueError:
+                raise ValueError(f"CATBP_JIT_LOCK_TIMEOUT={env!r} is not a number of "
+                                 f"seconds") from None
+        self.lock_timeout = float(lock_timeout)
+        if trust_owner is None:
+            trust_owner = os.environ.get("CATBP_JIT_TRUSTED_CACHE", "").strip().lower() in (
+                "1", "true", "yes")
+        self.trust_owner = bool(trust_owner)
+        self._access: Optional[_Access] = None  # settled by _prepare_dir
+        self._bypassed: Optional[str] = None  # why the disk is not used (fallback only)
 
     def __repr__(self):
         return f"KernelCache({self.directory!r}, policy={self.policy!r})"
@@ -571,8 +876,10 @@ class KernelCache:
 
     def check(self, pattern: dict, source: str, target: str = "cpu") -> Tuple[str, str]:
         """("ok" | "missing" | "invalid", reason) for the entry on disk; changes nothing."""
-        self._prepare_dir()
-        entry = _Entry(self.directory, self.key_for(pattern, target))
+        access = self._prepare_dir()
+        if access is None:
+            return "invalid", self._bypassed
+        entry = _Entry(self.directory, self.key_for(pattern, target), access)
         with entry.lock:
             status, reason, _ = entry.check(source)
         return status, reason
@@ -584,40 +891,101 @@ class KernelCache:
         kernels = os.path.join(self.directory, "kernels")
         if self.policy == "off" or not os.path.isdir(kernels):
             return
-        self._prepare_dir()
+        access = self._prepare_dir()
+        if access is None:
+            return
+        if access.read_only:
+            raise CacheDirError(f"kernel cache directory {self.directory!r} is read-only; "
+                                f"it cannot be cleared")
         stems = set()
         for path in glob.glob(os.path.join(glob.escape(kernels), "k_*")):
             stems.add(os.path.basename(path).split(".")[0])
         for path in glob.glob(os.path.join(glob.escape(kernels), "__pycache__", "k_*")):
             stems.add(os.path.basename(path).split(".")[0])
         for stem in sorted(stems):
-            entry = _Entry(self.directory, stem[2:].ljust(64, "0"))  # only the stem matters
+            entry = _Entry(self.directory, stem[2:].ljust(64, "0"), access)  # stem only
             with entry.lock:
                 entry.purge()
                 for tmp in glob.glob(os.path.join(glob.escape(kernels), "." + stem + ".*")):
                     _unlink(tmp)
 
     # -- disk -------------------------------------------------------------------------
-    def _prepare_dir(self) -> None:
-        if self._dir_ready:
-            return
+    def _prepare_dir(self) -> Optional[_Access]:
+        """Settle once how the directory may be used: its _Access, or None when the disk
+        is bypassed (fallback, untrusted directory or key file: one warning)."""
+        if self._access is None and self._bypassed is None:
+            try:
+                self._access = self._settle_access()
+            except CacheTrustError as e:
+                record = {"outcome": "refused" if self.policy == "strict" else "bypassed",
+                          "reason": str(e), "directory": self.directory,
+                          "policy": self.policy}
+                if self.policy == "strict":
+                    log.warning("%s", e, extra={"catbp_jit": record})
+                    raise
+                self._bypassed = str(e)
+                log.warning("%s; kernel cache bypassed, kernels are compiled in memory", e,
+                            extra={"catbp_jit": record})
+        return self._access
+
+    def _settle_access(self) -> _Access:
         kernels = os.path.join(self.directory, "kernels")
+        locks = os.path.join(self.directory, "locks")
+        dirs = (self.directory, kernels, os.path.join(kernels, "__pycache__"), locks)
+        error: Optional[OSError] = None
         try:
-            os.makedirs(os.path.join(kernels, "__pycache__"), exist_ok=True)
-            os.makedirs(os.path.join(self.directory, "locks"), exist_ok=True)
-            for d in (kernels, os.path.join(kernels, "__pycache__"),
-                      os.path.join(self.directory, "locks")):
-                tempfile.TemporaryFile(dir=d).close()
+            for d in dirs:
+                os.makedirs(d, 0o700, exist_ok=True)
         except OSError as e:
+            error = e
+        for d in dirs:
+            try:
+                st = os.stat(d)
+            except OSError:
+                continue  # not there (makedirs failed): nothing in it to trust
+            problem = _ownership_problem(d, st, not self.trust_owner)
+            if problem:
+                raise CacheTrustError(
+                    f"kernel cache directory refused: {problem}; its files are pickles, "
+                    f"which run code when loaded (chmod go-w it, or set "
+                    f"CATBP_JIT_CACHE_DIR to a directory of your own)")
+        for d in dirs[1:]:
+            error = error or _write_error(d)
+        warm = all(os.path.isdir(d) for d in dirs[1:3])
+        if error is not None and not (self.policy == "strict" and warm):
             raise CacheDirError(
-                f"kernel cache directory {self.directory!r} is not writable ({e}); set "
-                f"CATBP_JIT_CACHE_DIR to a writable directory, or CATBP_JIT_CACHE=off to "
-                f"compile in memory") from e
-        self._dir_ready = True
+                f"kernel cache directory {self.directory!r} is not writable ({error}); set "
+                f"CATBP_JIT_CACHE_DIR to a writable directory, CATBP_JIT_CACHE=off to "
+                f"compile in memory, or CATBP_JIT_CACHE=strict to use a read-only warm "
+                f"cache") from error
+        if error is None and stat.S_IMODE(os.stat(locks).st_mode) & 0o077:
+            with contextlib.suppress(OSError):  # only we may open (and so hold) a lock
+                os.chmod(locks, 0o700)
+        secret = load_secret_key(key_file_path(), self.directory)
+        return _Access(secret, check_owner=not self.trust_owner, read_only=error is not None,
+                       lock_timeout=self.lock_timeout)
 
     def _get_from_disk(self, key, pattern, source, entry_name, signatures, target):
-        self._prepare_dir()
-        entry = _Entry(self.directory, key)
+        access = self._prepare_dir()
+        if access is None:
+            return self._get_in_memory(key, pattern, source, entry_name, signatures, target,
+                                       "disk cache bypassed (untrusted): compiled in memory")
+        try:
+            return self._get_locked(_Entry(self.directory, key, access), key, pattern,
+                                    source, entry_name, signatures, target)
+        except CacheLockTimeout as e:
+            level = logging.WARNING
+            if self.policy == "strict":
+                self._emit("refused", None, str(e), None, level, key=key, pattern=pattern,
+                           target=target)
+                raise
+            # Never touch an entry another process may be writing: compile privately.
+            self._emit("bypassed", None, str(e), None, level, key=key, pattern=pattern,
+                       target=target)
+            return self._get_in_memory(key, pattern, source, entry_name, signatures, target,
+                                       "kernel lock not acquired; compiled in memory")
+
+    def _get_locked(self, entry, key, pattern, source, entry_name, signatures, target):
         started = time.perf_counter()
         # Lock order: Numba's compiler lock, then the kernel lock. The load/save hooks
         # run inside Numba's lock and take the kernel lock; the reverse order here could
@@ -696,7 +1064,8 @@ class KernelCache:
             loaded.in_get = False
 
     # -- memory (policy "off") ----------------------------------------------------------
-    def _get_in_memory(self, key, pattern, source, entry_name, signatures, target):
+    def _get_in_memory(self, key, pattern, source, entry_name, signatures, target,
+                       why: str = "policy 'off': compiled in memory"):
         started = time.perf_counter()
         # cache=True needs a real file; with no disk, turn it off in the text we run.
         text = _CACHE_TRUE_RE.sub("cache=False", source)
@@ -712,8 +1081,7 @@ class KernelCache:
                 self._compile_in_get(loaded, fn, signatures)
         self._memo[key] = loaded
         self._count("misses")
-        self._emit("compiled", loaded, "policy 'off': compiled in memory",
-                   time.perf_counter() - started)
+        self._emit("compiled", loaded, why, time.perf_counter() - started)
         return fn
 
     # -- bookkeeping --------------------------------------------------------------------

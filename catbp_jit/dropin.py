@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import pickle
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional, Tuple
@@ -27,7 +28,7 @@ Provider = Callable[[int], Tuple[np.ndarray, Any]]
 MAX_EXECUTABLES = 64
 
 _executables: "OrderedDict[tuple, Tuple[Executable, Any]]" = OrderedDict()
-_programs: Dict[int, Tuple[Any, "_Shape"]] = {}  # id(program) -> (program, what run_program needs)
+_programs: Dict[bytes, "_Shape"] = {}  # program fingerprint -> what run_program needs
 
 
 @dataclass(frozen=True)
@@ -40,10 +41,25 @@ class _Shape:
     slots_read: frozenset
 
 
+def _fingerprint(program: Any) -> Optional[bytes]:
+    """A digest of the program's whole content, recomputed per call: a program mutated in
+    place between calls (an instruction's args, a replaced instruction) gets a new one,
+    where id(program) would return the old program's executable. pickle walks the
+    objects in C (several times faster than adapting them); nothing is ever unpickled.
+    None for a program that cannot be pickled (then nothing is cached for it)."""
+    try:
+        content = (getattr(program, "name", None), getattr(program, "instructions", program))
+        data = pickle.dumps(content, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:  # foreign objects pickle cannot reach (lambdas, locals)
+        return None
+    return hashlib.blake2b(data, digest_size=32).digest()
+
+
 def _shape(program: Any) -> _Shape:
-    hit = _programs.get(id(program))
-    if hit is not None and hit[0] is program:
-        return hit[1]
+    fingerprint = _fingerprint(program)
+    hit = _programs.get(fingerprint) if fingerprint is not None else None
+    if hit is not None:
+        return hit
     from .bundle import program_to_json
 
     prog = adapt_program(program)
@@ -52,9 +68,10 @@ def _shape(program: Any) -> _Shape:
     shape = _Shape(prog, digest, ids(OpCode.LOAD_FACTOR, "factor_id"),
                    ids(OpCode.LOAD_SELECTOR, "selector_id"),
                    frozenset(ins.args["slot"] for ins in prog.instructions if ins.op == OpCode.LOAD_SLOT))
-    if len(_programs) > 4 * MAX_EXECUTABLES:
-        _programs.clear()
-    _programs[id(program)] = (program, shape)
+    if fingerprint is not None:
+        if len(_programs) > 4 * MAX_EXECUTABLES:
+            _programs.clear()
+        _programs[fingerprint] = shape
     return shape
 
 

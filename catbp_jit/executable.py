@@ -21,6 +21,7 @@ from .ir.adapt import adapt_programs, adapt_slot_key, adapt_spec
 from .ir.ops import Program
 from .ir.schema import TensorSpec, format_spec
 from .ir.validate import DEFAULT_MAX_BYTES, validate_programs
+from .memory import PlanTooLargeError, format_bytes, memory_limit
 from .plan.arena import MemoryPlan, plan_memory
 from .plan.fusion import Fused, fuse
 from .plan.graph import Graph, build_graph
@@ -208,13 +209,16 @@ def compile(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
             selector_specs: Optional[Mapping[int, Any]] = None,
             slot_specs: Optional[Mapping[Any, Any]] = None, target: str = "cpu",
             mode: str = "compiled", cache: Optional[KernelCache] = None,
-            max_bytes: int = DEFAULT_MAX_BYTES,
+            max_bytes: int = DEFAULT_MAX_BYTES, max_total_bytes: Optional[int] = None,
             progress: Optional[Callable[[str], None]] = None) -> Executable:
     """Plan, lower and compile linked programs for inputs of the given specs.
 
     programs: one program or a list run in order with slots carried over (upward,
     downward, finalize), as our IR or any CatBP-like objects. slot_specs: slots that
-    exist before the first program (handed to Session.run(slots=...)). progress: called
+    exist before the first program (handed to Session.run(slots=...)). max_bytes: the
+    limit for one tensor; max_total_bytes: for all arenas together (default
+    catbp_jit.memory.memory_limit(): CATBP_JIT_MAX_BYTES, else the available memory); a
+    plan over it raises PlanTooLargeError before any kernel is compiled. progress: called
     with a line of text before each kernel is loaded (a cold one takes seconds to compile).
     """
     if mode not in MODES:
@@ -231,6 +235,7 @@ def compile(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
     graph = optimize(build_graph(checked, sr.name, lspecs))
     fused = fuse(graph)
     memory = plan_memory(fused, sr.dtype.itemsize)
+    check_plan_fits(progs, memory, max_total_bytes)
     schedule = build_schedule(fused, memory, sr.dtype.name, choose_layouts(fused))
 
     cache = cache or default_cache()
@@ -248,3 +253,19 @@ def compile(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
     used = {k: cache.stats.get(k, 0) - before.get(k, 0) for k in cache.stats}
     return Executable(progs, sr, fspecs, sspecs, lspecs, mode, target, graph, fused, memory,
                       schedule, kernels, dispatcher, dsource, used)
+
+
+def check_plan_fits(programs: List[Program], memory: MemoryPlan,
+                    max_total_bytes: Optional[int] = None) -> None:
+    """Refuse a plan whose arenas cannot all be allocated, before seconds of compiling
+    end in numpy's "Unable to allocate" at bind()."""
+    limit = memory_limit(max_total_bytes)
+    if memory.total_bytes <= limit:
+        return
+    names = ", ".join(p.name or f"p{i}" for i, p in enumerate(programs))
+    arenas = ", ".join(f"{c} {format_bytes(b)}" for c, b in memory.class_bytes().items())
+    raise PlanTooLargeError(
+        f"programs [{names}]: the memory plan needs {format_bytes(memory.total_bytes)} "
+        f"({memory.total_bytes} bytes; arenas: {arenas}), over the limit of "
+        f"{format_bytes(limit)} ({limit} bytes); nothing was compiled or allocated "
+        f"(compile(max_total_bytes=...) or CATBP_JIT_MAX_BYTES sets the limit)")

@@ -35,3 +35,6 @@ def corpus_dirs():
 def _own_cache_dir(tmp_path_factory):
     # Tests never touch the user's kernel cache.
     os.environ.setdefault("CATBP_JIT_CACHE_DIR", str(tmp_path_factory.mktemp("kernel_cache")))
+    # ... nor the user's cache key (~/.config/catbp_jit/cache.key).
+    os.environ.setdefault("CATBP_JIT_KEY_FILE",
+                          str(tmp_path_factory.mktemp("cache_key") / "cache.key"))

@@ -103,7 +103,8 @@ def _worker(directory, c, barrier, queue):
 
     class Collect(logging.Handler):
         def emit(self, record):
-            outcomes.append(record.catbp_jit["outcome"])
+            if hasattr(record, "catbp_jit"):  # not the "waiting for lock" notices
+                outcomes.append(record.catbp_jit["outcome"])
 
     logger = logging.getLogger("catbp_jit.cache")
     logger.addHandler(Collect())

@@ -660,3 +660,82 @@ def test_save_and_load_give_identical_slots(api_bundle, mode, tmp_path):
     assert_bit_identical(a, c, "saved and loaded")
     specs = {k: s for k, (_, s) in loaded.bind().slots.items()}
     assert specs == {k: s for k, (_, s) in exe.bind().slots.items()}
+
+
+# =====================================================================================
+# Whole-plan memory limit
+# =====================================================================================
+
+BIG_UNIT = """program big
+  [0] UNIT dst=1 spec={G0: 1500000000}
+  [1] STORE_SLOT args={'slot': ('Z',), 'src': 1}
+"""
+
+
+def test_plan_over_available_memory_is_refused_before_compiling(tmp_path, monkeypatch):
+    from catbp_jit import memory
+    from catbp_jit.ir.text import parse_programs
+
+    monkeypatch.delenv("CATBP_JIT_MAX_BYTES", raising=False)
+    monkeypatch.setattr(memory, "available_memory_bytes", lambda: 8 << 30)  # an 8 GiB host
+    cold = KernelCache(str(tmp_path / "cold"), policy="fallback")
+    with pytest.raises(memory.PlanTooLargeError) as info:
+        catbp_jit.compile(parse_programs(BIG_UNIT), catbp_jit.make_semiring("prob", "float64"),
+                          factor_specs={}, cache=cold)
+    msg = str(info.value)
+    # 1.5e9 float64 values, planned twice (the constant and the slot it is stored to)
+    assert "[big]" in msg and "24000000000 bytes" in msg and str(8 << 30) in msg, msg
+    assert "constants 11.18 GiB" in msg and "slots 11.18 GiB" in msg, msg
+    assert cold.stats["compiled"] == cold.stats["misses"] == 0
+    assert not (tmp_path / "cold").exists()  # no kernel was even looked up
+
+
+def test_explicit_total_memory_limit(tmp_path, monkeypatch):
+    from catbp_jit.ir.text import parse_programs
+    from catbp_jit.memory import PlanTooLargeError
+
+    monkeypatch.setenv("CATBP_JIT_MAX_BYTES", "1")  # the argument wins over the environment
+    progs = parse_programs(BIG_UNIT.replace("1500000000", "1000"))
+    sr = catbp_jit.make_semiring("prob", "float64")
+    with pytest.raises(PlanTooLargeError, match=r"16000 bytes.*limit of 15\.62 KiB \(15999 bytes\)"):
+        catbp_jit.compile(progs, sr, factor_specs={}, max_total_bytes=15999)
+    exe = catbp_jit.compile(progs, sr, factor_specs={}, max_total_bytes=16000)
+    z = exe.bind().run()[("Z",)][0]
+    assert z.shape == (1000,) and np.all(z == 1.0)
+
+
+# =====================================================================================
+# Drop-in run_program: a program mutated between calls
+# =====================================================================================
+
+def test_dropin_sees_a_program_mutated_in_place():
+    from types import SimpleNamespace as NS
+
+    from catbp_jit.ir.schema import Axis, AxisType, TensorSpec
+    from catbp_jit.reference import run_program as reference_run_program
+
+    sr = catbp_jit.make_semiring("prob", "float64")
+    spec = TensorSpec((Axis(0, AxisType.GEOMETRIC, 3),))
+    tables = {0: np.array([1.0, 2.0, 3.0]), 1: np.array([10.0, 20.0, 30.0]),
+              2: np.array([100.0, 200.0, 300.0])}
+    fp = lambda f: (tables[f], spec)
+    instructions = [
+        NS(op="LOAD_FACTOR", dst=1, args={"factor_id": 0}, spec=None),
+        NS(op="ELIMINATE", dst=2, args={"src": 1, "keep_keys": ()}, spec=None),
+        NS(op="STORE_SLOT", dst=None, args={"slot": ("Z",), "src": 2}, spec=None),
+    ]
+    p = NS(instructions=instructions)
+
+    def both(program):
+        jit = float(catbp_jit.run_program(program, sr, fp, fp)[("Z",)][0])
+        ref = float(reference_run_program(program, sr, fp, fp)[("Z",)][0])
+        return jit, ref
+
+    assert both(p) == (6.0, 6.0)
+    p.instructions[0].args["factor_id"] = 1  # the args dict, in place
+    assert both(p) == (60.0, 60.0)
+    instructions[0] = NS(op="LOAD_FACTOR", dst=1, args={"factor_id": 2}, spec=None)
+    assert both(instructions) == (600.0, 600.0)  # a list-based program, one entry replaced
+    assert both(p) == (600.0, 600.0)  # p holds the same list
+    p.instructions[0].args["factor_id"] = 0  # back to the first content: its cached plan
+    assert both(p) == (6.0, 6.0)
