@@ -221,7 +221,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     graph = read_model(args.model)
     evidence = read_evidence(args, graph)
     model = CompiledModel(graph, "prob", evidence_vars=tuple(evidence), absorb_evidence=True,
-                          target="reference")
+                          target="reference", progress=_progress(args.quiet))
     st = model.stats
     print(f"model:              {graph.name}")
     print(f"variables:          {len(graph.variables)}" +
@@ -248,6 +248,7 @@ def add_commands(sub) -> None:
                        help="observed values: a UAI .evid file, or JSON {variable: state}")
         p.add_argument("--observe", metavar="VAR=STATE", action="append",
                        help="one observed value (state name or index); may be repeated")
+        p.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
 
     p = sub.add_parser("solve", help="exact log Z and marginals of a model",
                        epilog=EXIT_STATUS_HELP)
@@ -258,7 +259,6 @@ def add_commands(sub) -> None:
                    help="text (default), uai (the UAI MAR format) or json")
     p.add_argument("--target", choices=("cpu", "reference"), default="cpu",
                    help="the JIT on the CPU (default) or the reference interpreter")
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
     p.set_defaults(func=_guarded(cmd_solve))
 
     p = sub.add_parser("plan", help="junction tree statistics and the program listing")
