@@ -195,16 +195,17 @@ def compile(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
     cache = cache or default_cache()
     before = dict(cache.stats)
     say = progress or (lambda line: None)
-    in_workers = _compile_cold_in_workers(schedule.patterns, mode, cache,
+    in_workers = _compile_cold_in_workers(schedule.patterns, cache,
                                       WorkerOptions.resolve(workers), say)
     kernels = []
     for i, pattern in enumerate(schedule.patterns):
         say(f"kernel {i + 1}/{len(schedule.patterns)}: {pattern.name}")
         kernels.append(load_kernel(pattern, cache))
-    dispatcher, dsource = (None, "")
-    if mode == "compiled":
-        say("dispatcher")
-        dispatcher, dsource = load_dispatcher(cache)
+    # Loop mode does not call the dispatcher, but loads it too (a moment when it is cached,
+    # once per cache directory when not), so a cache filled in either mode serves both,
+    # also under the strict policy.
+    say("dispatcher")
+    dispatcher, dsource = load_dispatcher(cache)
     used = {k: cache.stats.get(k, 0) - before.get(k, 0) for k in cache.stats}
     if in_workers:  # what workers compiled was a miss, though this process found it on disk
         used.update(hits=used["hits"] - in_workers, misses=used["misses"] + in_workers,
@@ -214,7 +215,7 @@ def compile(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
                       schedule, kernels, dispatcher, dsource, used, addresses)
 
 
-def _compile_cold_in_workers(patterns, mode: str, cache: KernelCache, options: WorkerOptions,
+def _compile_cold_in_workers(patterns, cache: KernelCache, options: WorkerOptions,
                              say: Callable[[str], None]) -> int:
     """Compile the cold kernels (and dispatcher) of a schedule side by side, in this
     process and worker processes, into the disk cache, when two or more are cold and two
@@ -222,7 +223,7 @@ def _compile_cold_in_workers(patterns, mode: str, cache: KernelCache, options: W
     memory). The number the workers compiled."""
     if cache.policy != "fallback":  # strict compiles nothing; off has no disk to share
         return 0
-    units = [kernel_unit(p) for p in patterns] + ([dispatcher_unit()] if mode == "compiled" else [])
+    units = [kernel_unit(p) for p in patterns] + [dispatcher_unit()]
     cold = [u for u in units if cache.check(u.identity, u.source)[0] != "ok"]
     n_workers = options.pool_size(len(cold))
     if not n_workers:

@@ -142,7 +142,7 @@ from catbp_jit.codegen.intrinsics import {pointers}
 ZERO = np.int64(0)
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy"{inline})
 def {part}(mem, P, p, lo, hi, idx):
     """{part_doc}"""
     out = P[p]
@@ -165,6 +165,8 @@ def kernel_source(pattern: KernelPattern) -> str:
         tables="one per leaf" if pattern.reduce else "one for the output, then one per leaf",
         pointers=", ".join(sorted({"pointer_int64", "pointer_" + pattern.dtype})),
         part="run_chunk" if pattern.reduce else "run_rows",
+        # called once, by a serial kernel: inlined, one function less to compile (~15%)
+        inline="" if pattern.parallel else ', inline="always"',
         part_doc=("Output elements lo..hi-1 (flat, C order)." if pattern.reduce else
                   "Rows lo..hi-1: a row is one position of the odometer axes."),
     ).rstrip("\n").split("\n")
