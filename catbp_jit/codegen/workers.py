@@ -103,7 +103,7 @@ class _Worker:
             self.proc.stdin.write(json.dumps(asdict(unit)) + "\n")
             self.proc.stdin.flush()
             line = self.proc.stdout.readline()
-        except (BrokenPipeError, OSError):
+        except (OSError, ValueError):  # a dead worker's pipe, or one closed on us
             line = ""
         if line:
             return json.loads(line)
@@ -214,6 +214,8 @@ def compile_in_workers(units: Sequence[CompileUnit], cache: "KernelCache", n_wor
             if i not in finished:
                 errors[i] = "not compiled: every worker process had exited"
     finally:
+        while not todo.empty():  # on an error here, hand the workers nothing more
+            todo.get_nowait()
         for w in workers:
             w.close()
     if errors:
