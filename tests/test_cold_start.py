@@ -167,7 +167,7 @@ def test_worker_options(monkeypatch):
     assert WorkerOptions.resolve().workers == 3
     assert WorkerOptions.resolve(0).workers == 0  # an explicit value wins
     monkeypatch.setenv(workers_mod.ENV, "many")
-    with pytest.raises(ValueError, match=workers_mod.ENV):
+    with pytest.raises(workers_mod.WorkerOptionError, match=workers_mod.ENV):
         WorkerOptions.resolve()
     monkeypatch.delenv(workers_mod.ENV)
     assert WorkerOptions.resolve().workers == workers_mod.available_cpus()
@@ -177,3 +177,12 @@ def test_worker_options(monkeypatch):
     assert WorkerOptions(1).pool_size(10) == 0
     cpus = workers_mod.available_cpus()
     assert WorkerOptions(8).pool_size(10) == (min(8, cpus) if cpus > 1 else 0)
+
+
+def test_cli_reports_a_bad_worker_count_in_one_line(monkeypatch, capsys):
+    from catbp_jit.cli import main
+
+    monkeypatch.setenv(workers_mod.ENV, "two")
+    assert main(["run", str(EXAMPLE)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and workers_mod.ENV in err and "'two'" in err, err

@@ -41,6 +41,10 @@ class KernelCompileError(RuntimeError):
     """A kernel failed to compile in a worker process (or the worker died compiling it)."""
 
 
+class WorkerOptionError(ValueError):
+    """A worker count that is not a whole number of processes."""
+
+
 @dataclass(frozen=True)
 class WorkerOptions:
     """How many worker processes compile cold kernels. 0 or 1: compile in this process."""
@@ -57,12 +61,12 @@ class WorkerOptions:
                 try:
                     workers = int(text)
                 except ValueError:
-                    raise ValueError(f"{ENV} must be a whole number of worker processes "
+                    raise WorkerOptionError(f"{ENV} must be a whole number of worker processes "
                                      f"(0 or 1: compile in this process), not {text!r}") from None
             else:
                 workers = available_cpus()
         if workers < 0:
-            raise ValueError(f"compile workers must be 0 or more, not {workers}")
+            raise WorkerOptionError(f"compile workers must be 0 or more, not {workers}")
         return cls(workers)
 
     def pool_size(self, n_units: int) -> int:
