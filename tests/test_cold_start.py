@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import List, NamedTuple
 
 import numpy as np
 import pytest
@@ -33,11 +34,12 @@ def bundle():
     return load_bundle(str(EXAMPLE))
 
 
-def compile_into(bundle, directory, mode, workers, policy="fallback"):
+def compile_into(bundle, directory, mode, workers, policy="fallback", progress=None):
     return catbp_jit.compile(bundle.programs, bundle.semiring_runtime(),
                              factor_specs=bundle.factor_specs(),
                              selector_specs=bundle.selector_specs(), mode=mode,
-                             cache=KernelCache(str(directory), policy), workers=workers)
+                             cache=KernelCache(str(directory), policy), workers=workers,
+                             progress=progress)
 
 
 def results(exe, bundle):
@@ -46,11 +48,17 @@ def results(exe, bundle):
     return {key: view.copy() for key, (view, _) in slots.items()}
 
 
+class Filled(NamedTuple):
+    directory: Path
+    exe: catbp_jit.Executable
+    progress: List[str]
+
+
 @pytest.fixture(scope="module")
 def serial(bundle, tmp_path_factory):
     """Compiled mode, everything compiled in this process."""
     directory = tmp_path_factory.mktemp("serial_cache")
-    return directory, compile_into(bundle, directory, "compiled", workers=0)
+    return Filled(directory, compile_into(bundle, directory, "compiled", workers=0), [])
 
 
 @pytest.fixture(scope="module")
@@ -59,14 +67,16 @@ def parallel(bundle, tmp_path_factory):
     if workers_mod.available_cpus() < 2:
         pytest.skip("one CPU: kernels compile in this process only")
     directory = tmp_path_factory.mktemp("parallel_cache")
-    return directory, compile_into(bundle, directory, "loop", workers=2)
+    lines = []
+    exe = compile_into(bundle, directory, "loop", workers=2, progress=lines.append)
+    return Filled(directory, exe, lines)
 
 
 def test_a_cold_compile_compiles_each_function_once(serial):
     """Per kernel its one entry (and, for a parallel kernel, the chunk function it calls),
     plus the dispatcher: no loop-mode-only entry point, no second specialization of a
     callee (a literal argument once made Numba compile every chunk function twice)."""
-    _, exe = serial
+    exe = serial.exe
     n_parallel = sum(k.pattern.parallel for k in exe.kernels)
     assert exe.cache_stats["misses"] == len(exe.kernels) + 1, exe.cache_stats
     assert exe.cache_stats["compiled"] == len(exe.kernels) + n_parallel + 1, exe.cache_stats
@@ -82,8 +92,8 @@ def test_a_cold_compile_compiles_each_function_once(serial):
 
 
 def test_other_mode_needs_nothing_compiled_even_strict(serial, bundle):
-    directory, exe = serial
-    loop = compile_into(bundle, directory, "loop", workers=0, policy="strict")
+    exe = serial.exe
+    loop = compile_into(bundle, serial.directory, "loop", workers=0, policy="strict")
     assert loop.cache_stats["compiled"] == 0 and loop.cache_stats["misses"] == 0, loop.cache_stats
     want, got = results(exe, bundle), results(loop, bundle)
     assert want.keys() == got.keys()
@@ -94,11 +104,13 @@ def test_other_mode_needs_nothing_compiled_even_strict(serial, bundle):
 
 
 def test_parallel_compile_gives_the_same_kernels_and_bits(serial, parallel, bundle):
-    _, exe = serial
-    _, par = parallel
+    exe, par = serial.exe, parallel.exe
     assert par.cache_stats["compiled_in_workers"] >= 1, par.cache_stats
     assert par.cache_stats["misses"] == len(par.kernels) + 1, par.cache_stats
     assert [k.key for k in par.kernels] == [k.key for k in exe.kernels]
+    compiled_lines = [line for line in parallel.progress if line.startswith("compiled ")]
+    for name in [k.pattern.name for k in par.kernels] + ["dispatcher"]:  # one line each
+        assert sum(line.split()[1] == name for line in compiled_lines) == 1, (name, compiled_lines)
     want, got = results(exe, bundle), results(par, bundle)
     for key in want:
         assert want[key].tobytes() == got[key].tobytes(), key
@@ -125,7 +137,7 @@ def test_a_cache_filled_in_one_mode_serves_the_other_strict_in_a_new_process(
         filled_by, mode, request, bundle):
     """What an ahead-of-time fill promises: a later process under CATBP_JIT_CACHE=strict
     compiles nothing, whichever mode filled the cache and whichever it runs."""
-    directory, exe = request.getfixturevalue(filled_by)
+    directory, exe, _ = request.getfixturevalue(filled_by)
     env = {k: v for k, v in os.environ.items() if k != "CATBP_JIT_CACHE"}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "tests")])
     proc = subprocess.run([sys.executable, "-c", STRICT_CHILD, str(EXAMPLE), str(directory), mode],
