@@ -198,3 +198,16 @@ def test_cli_reports_a_bad_worker_count_in_one_line(monkeypatch, capsys):
     assert main(["run", str(EXAMPLE)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and workers_mod.ENV in err and "'two'" in err, err
+
+
+def tiny_unit(c):
+    source = f"import numba\n\n\n@numba.njit(cache=True)\ndef kernel(a):\n    return a + {c}\n"
+    return CompileUnit(f"tiny_{c}", {"template": "test_tiny", "c": c}, source, "kernel", "(int64,)")
+
+
+def test_no_worker_can_start_then_this_process_compiles_everything(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no_such_python"))
+    cache = KernelCache(str(tmp_path / "cache"))
+    units = [tiny_unit(c) for c in range(3)]
+    assert compile_in_workers(units, cache, 2) == 0  # nothing compiled by a worker
+    assert all(cache.check(u.identity, u.source)[0] == "ok" for u in units)

@@ -189,7 +189,10 @@ def compile_in_workers(units: Sequence[CompileUnit], cache: "KernelCache", n_wor
 
     try:
         for _ in range(min(n_workers - 1, len(units) - 1)):
-            workers.append(_Worker(cache.directory))
+            try:
+                workers.append(_Worker(cache.directory))
+            except OSError:  # no interpreter to start (embedded Python): this process does all
+                break
         threads = [threading.Thread(target=_serve, args=(w, todo, done), daemon=True)
                    for w in workers]
         for t in threads:
