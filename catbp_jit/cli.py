@@ -24,6 +24,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .bundle import Bundle, load_bundle
+from .codegen.workers import KernelCompileError, WorkerOptionError
 from .errors import CatbpError
 
 EXIT_OK, EXIT_MISMATCH, EXIT_ERROR = 0, 1, 2
@@ -176,6 +177,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             slots = run()
             times.append(time.perf_counter() - t0)
     except CatbpError as e:  # a malformed program or input: the bundle's fault, not ours
+        raise CliError(f"bundle {bundle.name!r}: {e}") from None
+    except (KernelCompileError, WorkerOptionError) as e:  # our environment's, named so
         raise CliError(f"bundle {bundle.name!r}: {e}") from None
 
     counts = ", ".join(f"{p.name} {len(p)}" for p in bundle.programs)

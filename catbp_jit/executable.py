@@ -15,7 +15,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Union
 import numpy as np
 
 from .cache import KernelCache, default_cache
-from .codegen.loader import Kernel, load_dispatcher, load_kernel
+from .codegen.loader import Kernel, dispatcher_unit, kernel_unit, load_dispatcher, load_kernel
+from .codegen.workers import WorkerOptions, compile_in_workers
 from .errors import CatbpError
 from .ir.adapt import adapt_programs, adapt_slot_key, adapt_spec
 from .ir.ops import Program
@@ -52,6 +53,8 @@ class Executable:
     dispatcher: Any = None
     dispatcher_source: str = ""
     cache_stats: Dict[str, int] = field(default_factory=dict)
+    # C entry point of each kernel's compiled code, by kernel id (the dispatcher's calls)
+    kernel_addresses: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     @property
     def dtype(self) -> np.dtype:
@@ -210,7 +213,8 @@ def compile(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
             slot_specs: Optional[Mapping[Any, Any]] = None, target: str = "cpu",
             mode: str = "compiled", cache: Optional[KernelCache] = None,
             max_bytes: int = DEFAULT_MAX_BYTES, max_total_bytes: Optional[int] = None,
-            progress: Optional[Callable[[str], None]] = None) -> Executable:
+            progress: Optional[Callable[[str], None]] = None,
+            workers: Optional[int] = None) -> Executable:
     """Plan, lower and compile linked programs for inputs of the given specs.
 
     programs: one program or a list run in order with slots carried over (upward,
@@ -219,7 +223,10 @@ def compile(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
     limit for one tensor; max_total_bytes: for all arenas together (default
     catbp_jit.memory.memory_limit(): CATBP_JIT_MAX_BYTES, else the available memory); a
     plan over it raises PlanTooLargeError before any kernel is compiled. progress: called
-    with a line of text before each kernel is loaded (a cold one takes seconds to compile).
+    with a line of text before each kernel is loaded (a cold one takes seconds to compile)
+    and as each is compiled in a worker. workers: processes that compile cold kernels side
+    by side (default: $CATBP_JIT_COMPILE_WORKERS, else the number of CPUs; 0 or 1: in this
+    process).
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -240,19 +247,25 @@ def compile(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
 
     cache = cache or default_cache()
     before = dict(cache.stats)
+    say = progress or (lambda line: None)
+    in_workers = _compile_cold_in_workers(schedule.patterns, cache,
+                                      WorkerOptions.resolve(workers), say)
     kernels = []
     for i, pattern in enumerate(schedule.patterns):
-        if progress is not None:
-            progress(f"kernel {i + 1}/{len(schedule.patterns)}: {pattern.name}")
+        say(f"kernel {i + 1}/{len(schedule.patterns)}: {pattern.name}")
         kernels.append(load_kernel(pattern, cache))
-    dispatcher, dsource = (None, "")
-    if mode == "compiled":
-        if progress is not None:
-            progress("dispatcher")
-        dispatcher, dsource = load_dispatcher(kernels, sr.dtype.name, cache)
+    # Loop mode does not call the dispatcher, but loads it too (a moment when it is cached,
+    # once per cache directory when not), so a cache filled in either mode serves both,
+    # also under the strict policy.
+    say("dispatcher")
+    dispatcher, dsource = load_dispatcher(cache)
     used = {k: cache.stats.get(k, 0) - before.get(k, 0) for k in cache.stats}
+    if in_workers:  # what workers compiled was a miss, though this process found it on disk
+        used.update(hits=used["hits"] - in_workers, misses=used["misses"] + in_workers,
+                    compiled_in_workers=in_workers)
+    addresses = np.array([k.address for k in kernels], dtype=np.int64)
     return Executable(progs, sr, fspecs, sspecs, lspecs, mode, target, graph, fused, memory,
-                      schedule, kernels, dispatcher, dsource, used)
+                      schedule, kernels, dispatcher, dsource, used, addresses)
 
 
 def check_plan_fits(programs: List[Program], memory: MemoryPlan,
@@ -269,3 +282,21 @@ def check_plan_fits(programs: List[Program], memory: MemoryPlan,
         f"({memory.total_bytes} bytes; arenas: {arenas}), over the limit of "
         f"{format_bytes(limit)} ({limit} bytes); nothing was compiled or allocated "
         f"(compile(max_total_bytes=...) or CATBP_JIT_MAX_BYTES sets the limit)")
+
+
+def _compile_cold_in_workers(patterns, cache: KernelCache, options: WorkerOptions,
+                             say: Callable[[str], None]) -> int:
+    """Compile the cold kernels (and dispatcher) of a schedule side by side, in this
+    process and worker processes, into the disk cache, when two or more are cold and two
+    or more CPUs are there to run them; the caller then loads everything from disk (or
+    memory). The number the workers compiled."""
+    if cache.policy != "fallback":  # strict compiles nothing; off has no disk to share
+        return 0
+    units = [kernel_unit(p) for p in patterns] + [dispatcher_unit()]
+    cold = [u for u in units if cache.check(u.identity, u.source)[0] != "ok"]
+    n_workers = options.pool_size(len(cold))
+    if not n_workers:
+        return 0
+    say(f"compiling {len(cold)} cold kernels in {n_workers} processes")
+    return compile_in_workers(cold, cache, n_workers, lambda unit, seconds, in_worker: say(
+        f"compiled {unit.name} in {seconds:.1f} s{' in a worker' if in_worker else ''}"))

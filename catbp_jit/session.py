@@ -61,10 +61,14 @@ class Session:
             self.slots[key] = (view(v).reshape(spec.shape), spec)
 
         self._n_steps = len(exe.schedule.steps)
+        # kernels get addresses, not arrays: no NRT record per call (the executable keeps
+        # the kernel address array alive, this session its buffer and table)
+        mem_at, tab_at = self.mem.ctypes.data, self.table.ctypes.data
+        self._dispatch_args = (mem_at, self.mem.size, tab_at, self.table.size,
+                               exe.kernel_addresses.ctypes.data, exe.kernel_addresses.size,
+                               self._n_steps)
         if exe.mode == "loop":
-            # loop mode hands kernels addresses, not arrays: no NRT record per call
-            mem_at, tab_at = self.mem.ctypes.data, self.table.ctypes.data
-            self._calls = [(exe.kernels[exe.schedule.kernel_id(i)].kernel_at,
+            self._calls = [(exe.kernels[exe.schedule.kernel_id(i)].entry,
                             (mem_at, self.mem.size, tab_at, self.table.size,
                              exe.schedule.param_offset(i)))
                            for i in range(self._n_steps)]
@@ -126,7 +130,7 @@ class Session:
         if factors or selectors or slots or self._unset:
             self._bind_inputs(factors, selectors, slots)
         if self.exe.mode == "compiled":
-            self.exe.dispatcher(self.mem, self.table, self._n_steps)
+            self.exe.dispatcher(*self._dispatch_args)
         elif self.before is None and self.after is None:
             for fn, args in self._calls:
                 fn(*args)

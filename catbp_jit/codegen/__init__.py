@@ -1,1 +1,2 @@
-"""Code generation: kernel and dispatcher source, and loading them through the disk cache."""
+"""Code generation: kernel and dispatcher source, loading them through the disk cache, and
+compiling cold ones in worker processes."""

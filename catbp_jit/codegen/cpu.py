@@ -14,6 +14,11 @@ output axes) run in three layers:
     precomputed at plan time (no index arithmetic per element);
   - every remaining axis, an odometer whose counters live in P's scratch area.
 
+A module has one entry, `kernel(mem_address, mem_length, P_address, P_length, p)`, that
+both dispatch modes call (loop mode from Python, the compiled-mode dispatcher at its C
+address), so a kernel compiles once whatever the mode, and a cache entry filled by one
+mode serves the other.
+
 Every output element is computed by the same sequential code whatever the chunking or the
 thread count, so results are bit-identical across runs and NUMBA_NUM_THREADS. float32
 sums accumulate in float64. LOGPROB reduces with a max-shifted logsumexp in two passes
@@ -132,8 +137,12 @@ from numba import carray, njit, prange
 
 from catbp_jit.codegen.intrinsics import {pointers}
 
+# Arguments are typed int64, never as literals: Numba compiles a callee once per argument
+# type it sees while typing its caller, and a literal 0 or 1 would cost a second compile.
+ZERO = np.int64(0)
 
-@njit(cache=True, nogil=True, error_model="numpy")
+
+@njit(cache=True, nogil=True, error_model="numpy"{inline})
 def {part}(mem, P, p, lo, hi, idx):
     """{part_doc}"""
     out = P[p]
@@ -156,6 +165,8 @@ def kernel_source(pattern: KernelPattern) -> str:
         tables="one per leaf" if pattern.reduce else "one for the output, then one per leaf",
         pointers=", ".join(sorted({"pointer_int64", "pointer_" + pattern.dtype})),
         part="run_chunk" if pattern.reduce else "run_rows",
+        # called once, by a serial kernel: inlined, one function less to compile (~15%)
+        inline="" if pattern.parallel else ', inline="always"',
         part_doc=("Output elements lo..hi-1 (flat, C order)." if pattern.reduce else
                   "Rows lo..hi-1: a row is one position of the odometer axes."),
     ).rstrip("\n").split("\n")
@@ -190,16 +201,21 @@ def kernel_source(pattern: KernelPattern) -> str:
     part = "run_chunk" if pattern.reduce else "run_rows"
     lines += ["", "",
               f"@njit(cache=True, nogil=True, error_model=\"numpy\"{', parallel=True' if pattern.parallel else ''})",
-              "def kernel(mem, P, p):",
+              f"def {ENTRY}(mem_address, mem_length, P_address, P_length, p):",
+              '    """Segment p of the table. Called with addresses, not arrays: from Python (loop',
+              "    mode) no MemInfo is made per call, and the compiled-mode dispatcher calls the",
+              '    compiled code at its C address."""',
+              f"    mem = carray(pointer_{pattern.dtype}(mem_address), mem_length)",
+              "    P = carray(pointer_int64(P_address), P_length)",
               "    R = P[p + 1]",
               "    D = R + P[p + 2]",
-              "    n_out = 1",
+              "    n_out = np.int64(1)  # not the literal 1: see ZERO",
               "    for d in range(R):",
               "        n_out *= P[p + 8 + d]"]
     if pattern.reduce:
         lines += ["    n_work = n_out  # a chunk is a range of output elements"]
     else:
-        lines += ["    n_work = 1  # a chunk is a range of rows",
+        lines += ["    n_work = np.int64(1)  # a chunk is a range of rows",
                   "    for d in range(D - 1 - P[p + 5]):",
                   "        n_work *= P[p + 8 + d]"]
     lines += ["    scratch = P[p + 3]", "    chunks = P[p + 4]"]
@@ -207,15 +223,8 @@ def kernel_source(pattern: KernelPattern) -> str:
         lines += ["    for c in prange(chunks):  # fixed chunks: results do not depend on threads",
                   f"        {part}(mem, P, p, n_work * c // chunks, n_work * (c + 1) // chunks, scratch + c * D)"]
     else:
-        lines += [f"    {part}(mem, P, p, 0, n_work, scratch)"]
+        lines += [f"    {part}(mem, P, p, ZERO, n_work, scratch)"]
     if pattern.normalize:
         lines += ["    out = P[p]"] + _normalize(sr)
-    lines += ["", "",
-              "@njit(cache=True, nogil=True)",
-              "def kernel_at(mem_address, mem_length, P_address, P_length, p):",
-              '    """The same kernel called with addresses: loop mode passes no arrays (no MemInfo)."""',
-              f"    mem = carray(pointer_{pattern.dtype}(mem_address), mem_length)",
-              "    P = carray(pointer_int64(P_address), P_length)",
-              "    kernel(mem, P, p)",
-              ""]
+    lines += [""]
     return "\n".join(lines)

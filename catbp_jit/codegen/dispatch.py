@@ -1,36 +1,32 @@
 """Source of the compiled-mode dispatcher: the whole schedule walked inside Numba.
 
-The schedule is data (the int64 table: one (kernel id, parameter offset) row per step);
-the dispatcher is specialized only on the set of kernels it may call, so programs that use
-the same kernels share it.
+The schedule is data (the int64 table: one (kernel id, parameter offset) row per step),
+and so are the kernels: the dispatcher calls each through the C address of its compiled
+entry (an int64 array indexed by kernel id). It is therefore not linked against any
+kernel, and one dispatcher, compiled once per machine, serves every schedule. (Linking
+would make its compile re-optimize and re-emit every kernel it calls: seconds per
+kernel set.)
 """
 
 from __future__ import annotations
 
-from typing import List, Sequence
-
 ENTRY = "run_schedule"
 
+SOURCE = '''"""catbp_jit dispatcher: runs steps 0..n_steps-1 of a schedule, each kernel at its address."""
+from numba import carray, njit
 
-def dispatcher_source(keys: Sequence[str], names: Sequence[str]) -> str:
-    lines: List[str] = [
-        f'"""catbp_jit dispatcher over {len(keys)} kernels: runs steps 0..n_steps-1 of a schedule."""',
-        "from numba import njit",
-        "",
-        "from catbp_jit.codegen.loader import loaded",
-        "",
-    ]
-    lines += [f'k{i} = loaded("{key}")  # {name}' for i, (key, name) in enumerate(zip(keys, names))]
-    lines += ["", "",
-              "@njit(cache=True, nogil=True)",
-              "def run_schedule(mem, P, n_steps):",
-              "    for s in range(n_steps):",
-              "        kid = P[2 * s]",
-              "        p = P[2 * s + 1]"]
-    for i in range(len(keys)):
-        lines += [f"        {'if' if i == 0 else 'elif'} kid == {i}:",
-                  f"            k{i}(mem, P, p)"]
-    if not keys:
-        lines += ["        pass"]
-    lines += [""]
-    return "\n".join(lines)
+from catbp_jit.codegen.intrinsics import call_kernel, pointer_int64
+
+
+@njit(cache=True, nogil=True)
+def run_schedule(mem_address, mem_length, P_address, P_length, kernels_address, n_kernels,
+                 n_steps):
+    P = carray(pointer_int64(P_address), P_length)
+    K = carray(pointer_int64(kernels_address), n_kernels)
+    for s in range(n_steps):
+        call_kernel(K[P[2 * s]], mem_address, mem_length, P_address, P_length, P[2 * s + 1])
+'''
+
+
+def dispatcher_source() -> str:
+    return SOURCE

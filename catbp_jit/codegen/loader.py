@@ -1,27 +1,35 @@
-"""Kernels by pattern: generated, compiled (or fetched from the disk cache), remembered.
+"""Kernels by pattern: generated, compiled (or fetched from the disk cache), addressed.
 
-Generated dispatcher modules look kernels up here by key (`loaded(key)`), so a kernel is
-always loaded before any dispatcher that calls it.
+Every module compiled here (a kernel, the dispatcher) is first described as a
+`CompileUnit`: plain data (name, cache identity, source, entry, signature) that a worker
+process can compile into the shared disk cache as well as this process can.
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any, Dict, Sequence
+from typing import Any, Dict
 
-from numba import types
+from numba.core import sigutils
 
 from ..cache import KernelCache
 from ..plan.schedule import KernelPattern
 from . import cpu, dispatch
 
-_loaded: Dict[str, Any] = {}
+# Every entry takes int64s (addresses, lengths, an offset): no array, so no MemInfo per
+# call, and one C calling convention for the dispatcher to call kernels through.
+KERNEL_SIGNATURE = "(int64, int64, int64, int64, int64)"
+DISPATCHER_SIGNATURE = "(int64, int64, int64, int64, int64, int64, int64)"
 
 
-def loaded(key: str) -> Any:
-    """The compiled `kernel` of an already loaded kernel module (used by dispatchers)."""
-    return _loaded[key]
+@dataclass(frozen=True)
+class CompileUnit:
+    name: str  # readable: the kernel's pattern name, or "dispatcher"
+    identity: Dict[str, Any]  # what the cache keys it by: the pattern plus the source's digest
+    source: str
+    entry: str  # the function the caller needs compiled
+    signature: str
 
 
 @dataclass
@@ -29,35 +37,48 @@ class Kernel:
     pattern: KernelPattern
     key: str
     source: str
-    kernel: Any  # njit dispatcher: kernel(mem, P, p)
-    kernel_at: Any  # the same kernel taking addresses: kernel_at(mem_addr, mem_len, P_addr, P_len, p)
+    entry: Any  # njit dispatcher: entry(mem_addr, mem_len, P_addr, P_len, p)
+    address: int  # C entry point of its compiled code (the compiled-mode dispatcher calls it)
 
 
-def numba_dtype(dtype: str):
-    return {"float64": types.float64, "float32": types.float32, "bool": types.boolean,
-            "int64": types.int64}[dtype]
+def _identity(fields: Dict[str, Any], source: str) -> Dict[str, Any]:
+    return dict(fields, source_sha256=hashlib.sha256(source.encode()).hexdigest())
 
 
-def kernel_signature(dtype: str):
-    return types.void(types.Array(numba_dtype(dtype), 1, "C"),
-                      types.Array(types.int64, 1, "C"), types.int64)
+def kernel_unit(pattern: KernelPattern) -> CompileUnit:
+    source = cpu.kernel_source(pattern)
+    return CompileUnit(pattern.name, _identity(pattern.as_dict(), source), source, cpu.ENTRY,
+                       KERNEL_SIGNATURE)
+
+
+def dispatcher_unit() -> CompileUnit:
+    source = dispatch.dispatcher_source()
+    return CompileUnit("dispatcher", _identity({"template": "dispatch"}, source), source,
+                       dispatch.ENTRY, DISPATCHER_SIGNATURE)
+
+
+def load_unit(unit: CompileUnit, cache: KernelCache) -> Any:
+    """The compiled entry of `unit`, from the disk cache when it is there."""
+    return cache.get(unit.identity, unit.source, unit.entry, signatures=[unit.signature])
+
+
+def entry_address(fn: Any, signature: str) -> int:
+    """The C entry point of fn's compiled code for `signature` (Numba's cfunc wrapper)."""
+    args, _ = sigutils.normalize_signature(signature)
+    cres = fn.overloads[tuple(args)]
+    address = cres.library.get_pointer_to_function(cres.fndesc.llvm_cfunc_wrapper_name)
+    if not address:
+        raise RuntimeError(f"compiled code of {fn.__name__}{signature} has no C entry point")
+    return address
 
 
 def load_kernel(pattern: KernelPattern, cache: KernelCache) -> Kernel:
-    source = cpu.kernel_source(pattern)
-    ident = dict(pattern.as_dict(), source_sha256=hashlib.sha256(source.encode()).hexdigest())
-    fn = cache.get(ident, source, cpu.ENTRY, signatures=[kernel_signature(pattern.dtype)])
-    key = cache.key_for(ident)
-    cfn = cache.get(ident, source, "kernel_at", signatures=[(types.int64,) * 5])
-    _loaded[key] = fn
-    return Kernel(pattern, key, source, fn, cfn)
+    unit = kernel_unit(pattern)
+    fn = load_unit(unit, cache)
+    return Kernel(pattern, cache.key_for(unit.identity), unit.source, fn,
+                  entry_address(fn, unit.signature))
 
 
-def load_dispatcher(kernels: Sequence[Kernel], dtype: str, cache: KernelCache):
-    keys = [k.key for k in kernels]
-    source = dispatch.dispatcher_source(keys, [k.pattern.name for k in kernels])
-    ident = {"template": "dispatch", "dtype": dtype, "kernels": keys,
-             "source_sha256": hashlib.sha256(source.encode()).hexdigest()}
-    sig = types.void(types.Array(numba_dtype(dtype), 1, "C"), types.Array(types.int64, 1, "C"),
-                     types.int64)
-    return cache.get(ident, source, dispatch.ENTRY, signatures=[sig]), source
+def load_dispatcher(cache: KernelCache):
+    unit = dispatcher_unit()
+    return load_unit(unit, cache), unit.source
