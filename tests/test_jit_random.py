@@ -9,9 +9,9 @@ the same places. A bound session is run twice, on two different sets of inputs.
 
 Cost: kernels are compiled once per pattern (semiring, dtype, leaves, reduce, normalize)
 and cached on disk; the generator bounds the patterns it can reach (36 in all, see
-random_programs.LIMITS). The 2,000-program test runs in loop mode (no per-executable
-compile); compiled mode and the drop-in API, which compile a dispatcher per distinct set
-of kernels, run fewer examples.
+random_programs.LIMITS). The 2,000-program test runs in loop mode; compiled mode and the
+drop-in API, which also walk the schedule through the dispatcher and (the drop-in) copy
+results, run fewer examples.
 
 Bugs these tests found keep a plain regression test each.
 """
