@@ -24,24 +24,10 @@ import numpy as np
 from catbp_jit.errors import CatbpError
 from catbp_jit.frontend import compile_model
 from catbp_jit.frontend.graph import FactorGraphError
-from catbp_jit.frontend.uai import read_evidence, read_uai
+from catbp_jit.frontend.uai import read_evidence, read_mar, read_uai
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_DIR = HERE.parent.parent / "shared" / "uai2014"
-
-
-def read_mar(path: Path) -> list:
-    """The competition's MAR file: 'MAR', n, then per variable its size and values."""
-    toks = path.read_text().split()
-    i = 1 if toks[0] == "MAR" else 0
-    n = int(toks[i])
-    i += 1
-    out = []
-    for _ in range(n):
-        k = int(toks[i])
-        out.append(np.array([float(t) for t in toks[i + 1:i + 1 + k]]))
-        i += 1 + k
-    return out
 
 
 def virtual_best(root: Path) -> dict:
@@ -62,7 +48,7 @@ def check(name: str, root: Path, max_bytes: int) -> dict:
     graph = read_uai(d / f"{name}.uai")
     evid = d / f"{name}.uai.evid"
     evidence = read_evidence(evid, graph) if evid.exists() else {}
-    want = read_mar(d / f"{name}.uai.MAR")
+    want = read_mar(d / f"{name}.uai.MAR", graph)
     row = {"name": name, "vars": len(graph.variables), "factors": len(graph.factors),
            "evidence": len(evidence)}
     for semiring in ("prob", "logprob"):
@@ -83,7 +69,7 @@ def check(name: str, root: Path, max_bytes: int) -> dict:
             times.append(time.perf_counter() - t0)
         row[f"{semiring}_s"] = min(times)
         row[f"{semiring}_log_Z"] = sol.log_Z
-        err = max(float(np.max(np.abs(sol.marginals[v] - m))) for v, m in zip(graph.names, want))
+        err = max(float(np.max(np.abs(sol.marginals[v] - m))) for v, m in want.items())
         row[f"{semiring}_mar_err"] = err
         finite = math.isfinite(sol.log_Z) and all(np.isfinite(m).all() for m in sol.marginals.values())
         row[f"{semiring}_finite"] = finite

@@ -21,7 +21,7 @@ from bn_helpers import pyagrum_network
 from catbp_jit.frontend import bnlearn
 from catbp_jit.frontend.bif import read_bif
 from catbp_jit.frontend.graph import FactorGraphError, factor_graph
-from catbp_jit.frontend.uai import format_mar, read_evidence, read_uai, write_uai
+from catbp_jit.frontend.uai import format_mar, read_evidence, read_mar, read_uai, write_uai
 
 # ---------------------------------------------------------------------------------------
 # UAI
@@ -464,3 +464,16 @@ def test_fetch_downloads_pgmpy_wheel(tmp_path, monkeypatch):
     assert bnlearn.available() == list(bnlearn.NETWORKS)
     g = bnlearn.load_network("asia")
     assert len(g.variables) == 8 and g.states["asia"] == ("yes", "no")
+
+
+def test_read_mar_round_trips_and_refuses_mismatches():
+    g = factor_graph({"a": 2, "b": 3}, [])
+    marg = {"a": np.array([0.25, 0.75]), "b": np.array([0.5, 0.25, 0.25])}
+    back = read_mar(format_mar(g, marg), g)
+    assert all(np.array_equal(back[v], marg[v]) for v in marg)
+    with pytest.raises(FactorGraphError, match="marginals of 1 variables"):
+        read_mar("MAR\n1 2 0.5 0.5", g)
+    with pytest.raises(FactorGraphError, match="domain size is 3"):
+        read_mar("MAR\n2 2 0.5 0.5 2 0.5 0.5", g)
+    with pytest.raises(FactorGraphError, match="not a MAR file"):
+        read_mar("MAR\n2 2 0.5 0.5 3 0.5", g)

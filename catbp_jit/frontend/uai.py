@@ -357,6 +357,33 @@ def format_mar(graph: FactorGraph, marginals: Mapping[str, np.ndarray]) -> str:
     return "MAR\n" + " ".join(parts) + "\n"
 
 
+def read_mar(source: Source, graph: FactorGraph) -> Dict[str, np.ndarray]:
+    """Marginals in the MAR format (`format_mar`'s, or a competition's answer file), by
+    variable of `graph`: each variable's domain size must match."""
+    text, label, _ = read_source(source, "MAR")
+    toks = text.split()
+    if toks and toks[0] == "MAR":
+        toks = toks[1:]
+    try:
+        n, i, out = int(toks[0]), 1, {}
+        if n != len(graph.variables):
+            raise FactorGraphError(f"{label}: marginals of {n} variables, the model has "
+                                   f"{len(graph.variables)}")
+        for var, size in graph.variables.items():
+            k = int(toks[i])
+            if k != size:
+                raise FactorGraphError(f"{label}: {var!r} has {k} values, its domain size is {size}")
+            out[var] = np.array([float(t) for t in toks[i + 1:i + 1 + k]], dtype=np.float64)
+            if out[var].size != k:
+                raise IndexError
+            i += 1 + k
+    except FactorGraphError:
+        raise
+    except (IndexError, ValueError):
+        raise FactorGraphError(f"{label}: not a MAR file (truncated or not numbers)") from None
+    return out
+
+
 def write_uai(graph: FactorGraph) -> str:
     """`graph` as a MARKOV .uai file; variables are numbered in graph order."""
     index = graph.index()
