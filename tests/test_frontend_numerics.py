@@ -153,3 +153,24 @@ def test_uai2014_instances_exact_in_prob_and_logprob(name):
     for sol in sols:
         for v, m in want.items():
             np.testing.assert_allclose(sol.marginals[v], m, rtol=0, atol=1e-5)
+
+
+def test_count_beyond_int64_is_an_error_not_a_wrapped_number():
+    # 64 free binary variables: 2^64 models, which int64 arithmetic wraps to 0
+    names = [f"v{i}" for i in range(64)]
+    g = factor_graph({v: 2 for v in names}, [((v,), [1.0, 1.0]) for v in names])
+    with pytest.raises(NumericalError, match="int64"):
+        solve(g, semiring="count")
+    assert solve(g, semiring="logprob").log_Z == pytest.approx(64 * math.log(2), rel=1e-12)
+
+
+def test_count_with_many_assignments_but_few_models_is_exact():
+    # 70 binary variables chained by equality: 2^70 assignments, 2 models
+    names = [f"v{i}" for i in range(70)]
+    eq = np.eye(2)
+    g = factor_graph({v: 2 for v in names}, [((a, b), eq) for a, b in zip(names, names[1:])])
+    s = solve(g, semiring="count")
+    assert s.Z == 2 and np.array_equal(s.raw_marginals["v5"], [1, 1])
+    # 62 free variables (2^62 models) also fit
+    free = factor_graph({f"w{i}": 2 for i in range(62)}, [])
+    assert solve(free, semiring="count").Z == 2**62

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -26,7 +26,7 @@ from ..memory import PlanTooLargeError, format_bytes, memory_limit
 from ..semiring import logsumexp, make_semiring
 from .absorb import absorb, cut_values
 from .emit import emit_programs, factor_specs, scale_slots
-from .graph import FactorGraph, FactorGraphError, factor_graph, semiring_values
+from .graph import Factor, FactorGraph, FactorGraphError, factor_graph, semiring_values
 from .plan import (PlanLimitError, PlanLimits, TreePlan, elimination_order, format_count,
                    junction_tree)
 from .scaling import TINY, NumericalError, ScaledNumber, exp_of_log, pow2_scaled
@@ -137,7 +137,11 @@ class CompiledModel:
             {f: fac.values for f, fac in enumerate(self.planned.factors) if f not in rebound})
         self._values.update(self._semiring_values(
             {f: self.planned.factors[f].values for f in rebound})[0])  # placeholders
-        self._sat_model: Optional[CompiledModel] = None  # built if PROB ever says Z = 0
+        # models that certify an answer, built on first need (see _companion)
+        self._companions: Dict[str, CompiledModel] = {}
+        # COUNT computes modulo 2^64 (int64 wraps); exact whenever the true count < 2^63,
+        # which is certain when there are fewer assignments than that
+        self._count_may_wrap = self.semiring == "COUNT" and math.prod(sizes) >= 2**63
         if target == "cpu":
             from ..executable import compile as jit_compile
             from ..session import Session
@@ -261,6 +265,8 @@ class CompiledModel:
                for v in self.graph.names}
         if self.scaled:
             return self._scaled_solution(evidence, slots, raw)
+        if self._count_may_wrap:
+            self._check_count_fits(evidence)
         return Solution(self.semiring, *_finish(self.semiring, z, raw), raw, evidence, self)
 
     def _scaled_solution(self, evidence: Dict[str, Any], slots: Dict[tuple, Any],
@@ -282,17 +288,37 @@ class CompiledModel:
         return Solution("PROB", value, z.log, marginals, marginals, evidence, self,
                         raw_log_scale=z.log)
 
+    def _companion(self, semiring: str) -> "CompiledModel":
+        """The same graph, evidence and target in another semiring, built on first need.
+        Its PROB tables are the 0/1 support of ours, so its Z counts the models."""
+        if semiring not in self._companions:
+            graph = self.graph
+            if semiring == "PROB":
+                graph = replace(graph, factors=tuple(
+                    Factor(f.scope, (f.values != 0).astype(np.float64)) for f in graph.factors))
+            self._companions[semiring] = CompiledModel(
+                graph, semiring, evidence_vars=self.evidence_vars,
+                absorb_evidence=self.absorbed is not None, target=self.target)
+        return self._companions[semiring]
+
     def _check_infeasible(self, evidence: Mapping[str, Any]) -> None:
         """PROB says Z = 0: true only if no assignment is allowed, which SAT decides exactly
         (a product can underflow to 0 where the model is merely very unlikely)."""
-        if self._sat_model is None:
-            self._sat_model = CompiledModel(
-                self.graph, "sat", evidence_vars=self.evidence_vars,
-                absorb_evidence=self.absorbed is not None, target=self.target)
-        if self._sat_model.solve(evidence).Z:
+        if self._companion("SAT").solve(evidence).Z:
             raise NumericalError(
                 f"{self.graph.name}: PROB underflowed to Z = 0, but the model has assignments "
                 "of non-zero weight; solve with semiring='logprob'")
+
+    def _check_count_fits(self, evidence: Mapping[str, Any]) -> None:
+        """COUNT's sums and products wrap modulo 2^64, which keeps them exact modulo 2^64:
+        the answer is the count whenever the count is below 2^63. Scaled PROB on the 0/1
+        tables measures the count (as log) to decide."""
+        log_count = self._companion("PROB").solve(evidence).log_Z
+        if log_count >= _LOG_INT64_LIMIT:
+            raise NumericalError(
+                f"{self.graph.name}: about 10^{log_count / math.log(10):.2f} models, more than "
+                "int64 holds (COUNT would wrap); semiring='logprob' on 0/1 tables gives the "
+                "log of the count")
 
     def _observed(self, v: str, value: Any, z: np.ndarray) -> np.ndarray:
         """An absorbed variable's raw marginal: Z at its observed state, the semiring's zero
@@ -306,6 +332,9 @@ class CompiledModel:
 
 def _bytes(n: int) -> str:
     return format_bytes(n) if n < 1 << 60 else f"{format_count(n >> 30)} GiB"
+
+
+_LOG_INT64_LIMIT = 63 * math.log(2.0) - 1e-9  # a count at or above 2^63 (or just below)
 
 
 def _finish(semiring: str, z: np.ndarray, raw: Dict[str, np.ndarray]):
