@@ -278,7 +278,8 @@ def plan_and_load(progs: List[Program], sr: VMSemiringRuntime, fspecs: Dict[int,
     fused = fuse(graph)
     memory = plan_memory(fused, sr.dtype.itemsize)
     check_plan_fits(progs, memory, max_total_bytes)
-    schedule = build_schedule(fused, memory, sr.dtype.name, choose_layouts(fused), batch_key)
+    schedule = build_schedule(fused, memory, sr.dtype.name, choose_layouts(fused, batch_key),
+                              batch_key)
 
     cache = cache or default_cache()
     before = dict(cache.stats)
