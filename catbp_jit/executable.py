@@ -214,7 +214,9 @@ def compile(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
             mode: str = "compiled", cache: Optional[KernelCache] = None,
             max_bytes: int = DEFAULT_MAX_BYTES, max_total_bytes: Optional[int] = None,
             progress: Optional[Callable[[str], None]] = None,
-            workers: Optional[int] = None) -> Executable:
+            workers: Optional[int] = None, batched_factors: Optional[Any] = None,
+            batched_selectors: Optional[Any] = None,
+            buckets: Optional[Any] = None) -> Union[Executable, "BatchedExecutable"]:
     """Plan, lower and compile linked programs for inputs of the given specs.
 
     programs: one program or a list run in order with slots carried over (upward,
@@ -227,7 +229,30 @@ def compile(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
     and as each is compiled in a worker. workers: processes that compile cold kernels side
     by side (default: $CATBP_JIT_COMPILE_WORKERS, else the number of CPUs; 0 or 1: in this
     process).
+
+    batched_factors / batched_selectors: ids of inputs that get a leading batch axis;
+    then the result is a BatchedExecutable with one plan per batch size in `buckets`
+    (default (1, 8, 64, 512)), see batched.py.
     """
+    if batched_factors or batched_selectors or buckets is not None:
+        from .batched import compile_batched
+
+        return compile_batched(programs, sr, factor_specs=factor_specs,
+                               selector_specs=selector_specs, slot_specs=slot_specs,
+                               target=target, mode=mode, cache=cache, max_bytes=max_bytes,
+                               max_total_bytes=max_total_bytes, progress=progress,
+                               workers=workers, batched_factors=batched_factors or (),
+                               batched_selectors=batched_selectors or (), buckets=buckets)
+    return plan_and_load(*adapt_inputs(programs, sr, factor_specs, selector_specs, slot_specs,
+                                       target, mode),
+                         target=target, mode=mode, cache=cache, max_bytes=max_bytes,
+                         max_total_bytes=max_total_bytes, progress=progress, workers=workers)
+
+
+def adapt_inputs(programs: Any, sr: Any, factor_specs: Mapping[int, Any],
+                 selector_specs: Optional[Mapping[int, Any]],
+                 slot_specs: Optional[Mapping[Any, Any]], target: str, mode: str):
+    """(programs, semiring, factor specs, selector specs, slot specs) in our own types."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if target not in TARGETS:
@@ -237,13 +262,24 @@ def compile(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
     fspecs = {int(k): adapt_spec(v) for k, v in (factor_specs or {}).items()}
     sspecs = {int(k): adapt_spec(v) for k, v in (selector_specs or {}).items()}
     lspecs = {adapt_slot_key(k): adapt_spec(v) for k, v in (slot_specs or {}).items()}
+    return progs, sr, fspecs, sspecs, lspecs
+
+
+def plan_and_load(progs: List[Program], sr: VMSemiringRuntime, fspecs: Dict[int, TensorSpec],
+                  sspecs: Dict[int, TensorSpec], lspecs: Dict[tuple, TensorSpec], *,
+                  target: str, mode: str, cache: Optional[KernelCache], max_bytes: int,
+                  max_total_bytes: Optional[int], progress: Optional[Callable[[str], None]],
+                  workers: Optional[int], batch_key: Optional[tuple] = None) -> Executable:
+    """The pipeline on adapted inputs. batch_key: the batch axis of programs rewritten
+    by ir/batch.py (their NORMALIZEs work per row), else None."""
     checked = validate_programs(progs, factor_specs=fspecs, selector_specs=sspecs,
                                 slot_specs=lspecs, itemsize=sr.dtype.itemsize, max_bytes=max_bytes)
     graph = optimize(build_graph(checked, sr.name, lspecs))
     fused = fuse(graph)
     memory = plan_memory(fused, sr.dtype.itemsize)
     check_plan_fits(progs, memory, max_total_bytes)
-    schedule = build_schedule(fused, memory, sr.dtype.name, choose_layouts(fused))
+    schedule = build_schedule(fused, memory, sr.dtype.name, choose_layouts(fused, batch_key),
+                              batch_key)
 
     cache = cache or default_cache()
     before = dict(cache.stats)

@@ -28,9 +28,13 @@ def aligned_empty(n: int, dtype: np.dtype) -> np.ndarray:
 
 
 class Session:
-    def __init__(self, exe, *, before: Optional[Hook] = None, after: Optional[Hook] = None):
+    def __init__(self, exe, *, before: Optional[Hook] = None, after: Optional[Hook] = None,
+                 mem: Optional[np.ndarray] = None):
+        """mem: a buffer of at least exe.memory.total elements to work in instead of a
+        new one (the bucket sessions of a batched executable share one); its owner then
+        calls fill_constants() whenever another session wrote over it."""
         self.exe = exe
-        self.mem = aligned_empty(exe.memory.total, exe.dtype)
+        self.mem = aligned_empty(exe.memory.total, exe.dtype) if mem is None else mem
         self.table = exe.schedule.table.copy()  # kernels keep loop counters in its tail
         self.before, self.after = before, after
         fused, regions = exe.fused, exe.memory.regions
@@ -42,6 +46,7 @@ class Session:
         self._factors: Dict[int, np.ndarray] = {}
         self._selectors: Dict[int, np.ndarray] = {}
         self._slots_in: Dict[tuple, np.ndarray] = {}
+        self._constants = []
         for v, kind in fused.kinds.items():
             if kind == FACTOR:
                 self._factors[fused.attrs[v]] = view(v)
@@ -50,7 +55,8 @@ class Session:
             elif kind == SLOT_IN:
                 self._slots_in[fused.attrs[v]] = view(v)
             elif kind == UNIT:
-                view(v).fill(ONE[exe.semiring.name])
+                self._constants.append(view(v))
+        self.fill_constants()
         self._unset = {("factor", k) for k in self._factors} | \
                       {("selector", k) for k in self._selectors} | \
                       {("slot", k) for k in self._slots_in}
@@ -72,6 +78,10 @@ class Session:
                             (mem_at, self.mem.size, tab_at, self.table.size,
                              exe.schedule.param_offset(i)))
                            for i in range(self._n_steps)]
+
+    def fill_constants(self) -> None:
+        for c in self._constants:
+            c.fill(ONE[self.exe.semiring.name])
 
     # -- inputs --------------------------------------------------------------------------
 

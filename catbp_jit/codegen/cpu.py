@@ -99,24 +99,31 @@ def _reduced_value(k: int, semiring: str) -> List[str]:
     return lines + [f"{i}v = acc"]
 
 
-def _normalize(semiring: str) -> List[str]:
-    i = "    "
+def _normalize(semiring: str, k: int) -> List[str]:
+    """NORMALIZE the output, which is contiguous, in `groups` equal parts (the batch rows)."""
+    i = "        "
+    head = [f"    groups = P[p + 8 + D + R + {k} * (1 + D)]  # after the last leaf's strides",
+            "    size = n_out // groups",
+            "    for g in range(groups):",
+            "        base = out + g * size"]
     if semiring == "PROB":
-        return [f"{i}total = 0.0",
-                f"{i}for o in range(n_out):", f"{i}    total += mem[out + o]",
-                f"{i}if total != 0.0:",
-                f"{i}    for o in range(n_out):", f"{i}        mem[out + o] = mem[out + o] / total"]
+        return head + [f"{i}total = 0.0",
+                       f"{i}for o in range(size):", f"{i}    total += mem[base + o]",
+                       f"{i}if total != 0.0:",
+                       f"{i}    for o in range(size):",
+                       f"{i}        mem[base + o] = mem[base + o] / total"]
     if semiring == "LOGPROB":
-        return [f"{i}top_x = -np.inf",
-                f"{i}for o in range(n_out):",
-                f"{i}    if mem[out + o] > top_x or mem[out + o] != mem[out + o]:",
-                f"{i}        top_x = mem[out + o]",
-                f"{i}z = top_x",
-                f"{i}if top_x != -np.inf:",
-                f"{i}    acc = 0.0",
-                f"{i}    for o in range(n_out):", f"{i}        acc += math.exp(mem[out + o] - top_x)",
-                f"{i}    z = top_x + math.log(acc)",
-                f"{i}for o in range(n_out):", f"{i}    mem[out + o] = mem[out + o] - z"]
+        return head + [f"{i}top_x = -np.inf",
+                       f"{i}for o in range(size):",
+                       f"{i}    if mem[base + o] > top_x or mem[base + o] != mem[base + o]:",
+                       f"{i}        top_x = mem[base + o]",
+                       f"{i}z = top_x",
+                       f"{i}if top_x != -np.inf:",
+                       f"{i}    acc = 0.0",
+                       f"{i}    for o in range(size):",
+                       f"{i}        acc += math.exp(mem[base + o] - top_x)",
+                       f"{i}    z = top_x + math.log(acc)",
+                       f"{i}for o in range(size):", f"{i}    mem[base + o] = mem[base + o] - z"]
     return []  # SAT and COUNT do not normalize
 
 
@@ -225,6 +232,6 @@ def kernel_source(pattern: KernelPattern) -> str:
     else:
         lines += [f"    {part}(mem, P, p, ZERO, n_work, scratch)"]
     if pattern.normalize:
-        lines += ["    out = P[p]"] + _normalize(sr)
+        lines += ["    out = P[p]"] + _normalize(sr, k)
     lines += [""]
     return "\n".join(lines)

@@ -4,18 +4,20 @@ Slot results, inputs and constants are stored in their spec's order (users see t
 A computed workspace value is ours to lay out: when a reducing segment reads it, store it
 with that segment's kept axes outermost (in the segment's output order), so that for each
 output element the reduction walks one contiguous stretch of memory. Among several such
-readers the one with the most work wins. The layout changes addresses only.
+readers the one with the most work wins (work per batch row, in batched programs: so the
+same reader wins as in the unbatched program, and each row's sums run in the same order).
+The layout changes addresses only.
 """
 
 from __future__ import annotations
 
-from typing import Dict
+from typing import Dict, Optional
 
 from ..ir.schema import TensorSpec
 from .fusion import Fused
 
 
-def choose_layouts(fused: Fused) -> Dict[int, TensorSpec]:
+def choose_layouts(fused: Fused, batch_key: Optional[tuple] = None) -> Dict[int, TensorSpec]:
     outputs = set(fused.outputs.values())
     best: Dict[int, tuple] = {}  # value -> (work, segment index)
     for i, seg in enumerate(fused.segments):
@@ -23,7 +25,7 @@ def choose_layouts(fused: Fused) -> Dict[int, TensorSpec]:
             continue
         work = 1
         for ax in tuple(seg.out_spec.axes) + tuple(seg.red_axes):
-            work *= ax.size
+            work *= ax.size if ax.key != batch_key else 1
         for leaf in seg.leaves:
             if fused.kinds[leaf] == "computed" and leaf not in outputs:
                 if leaf not in best or work > best[leaf][0]:

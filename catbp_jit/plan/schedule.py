@@ -12,11 +12,13 @@ the offset tables, then scratch space for the kernels' loop counters:
     [kid_0, p_0, kid_1, p_1, ..., params..., tables..., scratch...]
 and a segment's parameters are
     [out_offset, R, Q, scratch_offset, chunks, nb, blk, table_offset, n_0 .. n_{D-1},
-     out_stride_0 .. out_stride_{R-1}, (leaf_offset, leaf_stride_0 .. leaf_stride_{D-1}) per leaf]
+     out_stride_0 .. out_stride_{R-1}, (leaf_offset, leaf_stride_0 .. leaf_stride_{D-1}) per leaf,
+     groups]
 with R output axes, Q reduced axes, D = R + Q, output axes first. The nb axes before the
 last one (blk elements in all) are walked through offset tables precomputed here: for a
 kernel that does not reduce, one table for the output then one per leaf; for a reducing
-kernel, one per leaf over the reduced axes. Kernels are therefore
+kernel, one per leaf over the reduced axes. `groups` is what a NORMALIZE divides its
+(contiguous) output into, each normalized alone: the batch rows, or 1. Kernels are therefore
 specialized on (semiring, dtype, leaves, reduce, normalize, parallel) and nothing else.
 """
 
@@ -112,7 +114,7 @@ BLOCK = 256  # elements of the axes walked through offset tables, at most
 
 
 def lower_segment(seg: Segment, fused: Fused, memory: MemoryPlan, dtype: str,
-                  layouts: Dict[int, TensorSpec]) -> Step:
+                  layouts: Dict[int, TensorSpec], batch_key: Optional[tuple] = None) -> Step:
     loop_axes = list(seg.out_spec.axes) + list(seg.red_axes)
     groups = [0] * seg.out_spec.ndim + [1] * len(seg.red_axes)
     sizes = [ax.size for ax in loop_axes]
@@ -153,7 +155,10 @@ def lower_segment(seg: Segment, fused: Fused, memory: MemoryPlan, dtype: str,
         # Walk the biggest leaf in its memory order: output axes and reduced axes each
         # sorted by its strides, largest first, so the tight loop has its smallest stride.
         # This changes only the fixed order of a sum's terms, never what is multiplied.
-        main = 1 + max(range(len(seg.leaves)), key=lambda l: (element_count(fused.specs[seg.leaves[l]]), -l))
+        # (counted without the batch axis: a batched segment walks each row in the order
+        # the unbatched one does, so its sums round alike)
+        main = 1 + max(range(len(seg.leaves)),
+                       key=lambda l: (row_count(fused.specs[seg.leaves[l]], batch_key), -l))
         order = sorted(range(out_rank), key=lambda d: -operands[main][d]) + \
             sorted(range(out_rank, rank), key=lambda d: -operands[main][d])
         sizes = [sizes[d] for d in order]
@@ -185,7 +190,23 @@ def lower_segment(seg: Segment, fused: Fused, memory: MemoryPlan, dtype: str,
     params += sizes + operands[0][:out_rank]
     for leaf, row in zip(seg.leaves, operands[1:]):
         params += [memory.regions[leaf].offset] + row
+    params.append(normalize_groups(seg, layouts[seg.out], batch_key))
     return Step(seg, pattern, tuple(int(x) for x in params), work, tuple(tables))
+
+
+def row_count(spec: TensorSpec, batch_key: Optional[tuple]) -> int:
+    """Elements of one batch row of a value (all of them if it is not batched)."""
+    return element_count(TensorSpec(tuple(ax for ax in spec.axes if ax.key != batch_key)))
+
+
+def normalize_groups(seg: Segment, layout: TensorSpec, batch_key: Optional[tuple]) -> int:
+    """How many contiguous groups a NORMALIZE divides its output into: one per batch row
+    (each row is normalized alone, as the unbatched program normalizes its value), else 1."""
+    if not seg.normalize or batch_key is None or not seg.out_spec.has_key(batch_key):
+        return 1
+    if layout.axes[0].key != batch_key:  # ir/batch.py puts the batch axis first everywhere
+        raise AssertionError(f"segment v{seg.out}: batch axis not outermost in {layout}")
+    return layout.axes[0].size
 
 
 def scratch_size(step: Step) -> int:
@@ -194,9 +215,12 @@ def scratch_size(step: Step) -> int:
 
 
 def build_schedule(fused: Fused, memory: MemoryPlan, dtype: str,
-                   layouts: Optional[Dict[int, TensorSpec]] = None) -> Schedule:
+                   layouts: Optional[Dict[int, TensorSpec]] = None,
+                   batch_key: Optional[tuple] = None) -> Schedule:
+    """batch_key: the batch axis of programs rewritten by ir/batch.py, if any."""
     layouts = layouts if layouts is not None else dict(fused.specs)
-    steps = [lower_segment(seg, fused, memory, dtype, layouts) for seg in fused.segments]
+    steps = [lower_segment(seg, fused, memory, dtype, layouts, batch_key)
+             for seg in fused.segments]
     # kernels in a canonical order, so that schedules using the same kernels share one
     # compiled dispatcher
     patterns = sorted({st.pattern for st in steps}, key=lambda p: p.name)

@@ -1,0 +1,297 @@
+"""Profiles: one executable for many input rows at once, planned per batch size (bucket).
+
+`compile(..., batched_factors={fid, ...}, batched_selectors={sid, ...}, buckets=(1, 8, 64,
+512))` rewrites the programs once per bucket B (ir/batch.py: the named inputs get a leading
+batch axis of size B, everything computed from them too, the rest is left alone and so
+computed once per run) and plans and compiles each; the buckets share their kernels, since
+sizes are runtime data. `bind()` allocates one buffer, the largest bucket's, which every
+bucket's schedule addresses from its start, and one private table per bucket.
+
+`run(factors={fid: array (n, *spec.shape)}, ...)` runs the smallest bucket of at least n
+rows: batched inputs are copied into its first n rows and the other rows are filled with
+the semiring's one (products and sums of ones are finite: no NaN, no warning), and slots
+computed from batched inputs come back as views of their first n rows. Every run gives
+every batched input (the rows are the run's); unbatched inputs keep their last values, as
+in a plain session. A run of n rows up to the largest bucket allocates nothing: switching
+buckets refills the bucket's constants and unbatched inputs from copies kept at bind. More
+rows than the largest bucket run in chunks of it, into result arrays made for that run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
+
+import numpy as np
+
+from .errors import CatbpError, InputMismatchError, UnknownInputError
+from .executable import DEFAULT_MAX_BYTES, Executable, adapt_inputs, plan_and_load
+from .ir.adapt import adapt_slot_key
+from .ir.batch import (batch_axis, batch_axis_id, batch_input_specs, batch_programs,
+                       unbatched_spec)
+from .ir.schema import Axis, TensorSpec
+from .session import ONE, Session, aligned_empty
+
+DEFAULT_BUCKETS = (1, 8, 64, 512)
+
+
+class BatchedCompileError(CatbpError, ValueError):
+    """Batched inputs or buckets that compile() cannot use."""
+
+
+@dataclass
+class BatchedExecutable:
+    profiles: Dict[int, Executable]  # bucket (batch size) -> the executable planned for it
+    buckets: Tuple[int, ...]  # ascending
+    batched_factors: frozenset
+    batched_selectors: frozenset
+    batch_axis_id: int  # a GEOMETRIC axis id the programs do not use
+
+    @property
+    def largest(self) -> Executable:
+        return self.profiles[self.buckets[-1]]
+
+    @property
+    def semiring(self):
+        return self.largest.semiring
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.largest.dtype
+
+    @property
+    def mode(self) -> str:
+        return self.largest.mode
+
+    @property
+    def factor_specs(self) -> Dict[int, TensorSpec]:
+        """One row's specs, as the user declared them."""
+        return self._user_specs(self.largest.factor_specs)
+
+    @property
+    def selector_specs(self) -> Dict[int, TensorSpec]:
+        return self._user_specs(self.largest.selector_specs)
+
+    def _user_specs(self, specs):
+        ax = self.axis(self.buckets[-1])
+        return {k: unbatched_spec(v, ax) for k, v in specs.items()}
+
+    def axis(self, bucket: int) -> Axis:
+        return batch_axis(self.batch_axis_id, bucket)
+
+    def bind(self, **hooks) -> "BatchedSession":
+        return BatchedSession(self, **hooks)
+
+    def stats(self) -> Dict[str, Any]:
+        kernels = {k.key for exe in self.profiles.values() for k in exe.kernels}
+        return {"buckets": self.buckets, "kernels": len(kernels),
+                "total_bytes": max(exe.memory.total_bytes for exe in self.profiles.values()),
+                "profiles": {b: exe.stats() for b, exe in self.profiles.items()}}
+
+    def kernel_source(self, k: Any = 0) -> str:
+        return self.largest.kernel_source(k)
+
+    def as_text(self) -> str:
+        return "\n\n".join(f"bucket {b}:\n{exe.as_text()}" for b, exe in self.profiles.items())
+
+    def save(self, path: Any) -> None:
+        raise BatchedCompileError(
+            f"cannot save {path!r}: saving a batched executable (buckets {self.buckets}) is "
+            f"not supported yet; save the unbatched one, or compile the batched one again")
+
+
+def _ids(ids: Any, specs: Mapping[int, TensorSpec], kind: str) -> frozenset:
+    try:
+        out = frozenset(int(i) for i in ids)
+    except (TypeError, ValueError):
+        raise BatchedCompileError(f"batched_{kind}s must be a collection of {kind} ids, "
+                                  f"got {ids!r}") from None
+    unknown = sorted(out - set(specs))
+    if unknown:
+        raise BatchedCompileError(f"batched_{kind}s: no {kind} spec for id(s) {unknown} "
+                                  f"(declared: {sorted(specs)[:10]})")
+    return out
+
+
+def _buckets(buckets: Any) -> Tuple[int, ...]:
+    try:
+        out = tuple(sorted({int(b) for b in buckets}))
+        ok = bool(out) and all(float(b) == int(b) for b in buckets)
+    except (TypeError, ValueError):
+        ok = False
+    if not ok or out[0] < 1:
+        raise BatchedCompileError(f"buckets must be positive integers (batch sizes), "
+                                  f"got {buckets!r}")
+    return out
+
+
+def compile_batched(programs: Any, sr: Any, *, factor_specs, selector_specs, slot_specs,
+                    target: str, mode: str, cache, max_bytes: int = DEFAULT_MAX_BYTES,
+                    max_total_bytes: Optional[int], progress: Optional[Callable[[str], None]],
+                    workers: Optional[int], batched_factors: Any, batched_selectors: Any,
+                    buckets: Any) -> BatchedExecutable:
+    progs, sr, fspecs, sspecs, lspecs = adapt_inputs(programs, sr, factor_specs,
+                                                     selector_specs, slot_specs, target, mode)
+    bf = _ids(batched_factors, fspecs, "factor")
+    bs = _ids(batched_selectors, sspecs, "selector")
+    if not bf and not bs:
+        raise BatchedCompileError("buckets given but no batched_factors or batched_selectors: "
+                                  "name the inputs that have a batch axis")
+    sizes = _buckets(DEFAULT_BUCKETS if buckets is None else buckets)
+    aid = batch_axis_id(progs, list(fspecs.values()) + list(sspecs.values())
+                        + list(lspecs.values()))
+    say = progress or (lambda line: None)
+    profiles = {}
+    for b in sizes:
+        ax = batch_axis(aid, b)
+        bprogs, _ = batch_programs(progs, ax, bf, bs)
+        say(f"bucket {b}")
+        profiles[b] = plan_and_load(
+            bprogs, sr, batch_input_specs(fspecs, bf, ax), batch_input_specs(sspecs, bs, ax),
+            lspecs, target=target, mode=mode, cache=cache, max_bytes=max_bytes,
+            max_total_bytes=max_total_bytes, progress=progress, workers=workers,
+            batch_key=ax.key)
+    return BatchedExecutable(profiles, sizes, bf, bs, aid)
+
+
+class BatchedSession:
+    def __init__(self, exe: BatchedExecutable, **hooks):
+        self.exe = exe
+        total = max(p.memory.total for p in exe.profiles.values())
+        self.mem = aligned_empty(total, exe.dtype)  # shared by every bucket
+        self.sessions = {b: Session(p, mem=self.mem, **hooks) for b, p in exe.profiles.items()}
+        for s in self.sessions.values():
+            s._unset.clear()  # inputs are tracked here, across buckets
+        self.one = np.array(ONE[exe.semiring.name], dtype=exe.dtype)
+        big = self.sessions[exe.buckets[-1]]
+        # last values of unbatched inputs, copied into a bucket's regions when it is chosen
+        self._kept = {("factor", k): np.empty_like(v) for k, v in big._factors.items()
+                      if k not in exe.batched_factors}
+        self._kept.update({("selector", k): np.empty_like(v) for k, v in big._selectors.items()
+                           if k not in exe.batched_selectors})
+        self._kept.update({("slot", k): np.empty_like(v) for k, v in big._slots_in.items()})
+        self._unset = set(self._kept)
+        self._current: Optional[int] = None
+        ax = exe.axis(exe.buckets[-1])
+        self.batched_slots: Set[tuple] = {k for k, (_, spec) in big.slots.items()
+                                          if spec.axes and spec.axes[0].key == ax.key}
+        self.slot_specs = {k: unbatched_spec(spec, ax) for k, (_, spec) in big.slots.items()}
+        self.slots: Dict[tuple, Tuple[np.ndarray, TensorSpec]] = {}
+
+    # -- inputs ----------------------------------------------------------------------------
+
+    def _spec(self, kind: str, ident: Any) -> Optional[TensorSpec]:
+        specs = {"factor": self.exe.factor_specs, "selector": self.exe.selector_specs,
+                 "slot": self.exe.largest.slot_specs}[kind]
+        return specs.get(ident)
+
+    def _batched(self, kind: str, ident: Any) -> bool:
+        return (kind == "factor" and ident in self.exe.batched_factors) or \
+               (kind == "selector" and ident in self.exe.batched_selectors)
+
+    def _inputs(self, factors, selectors, slots):
+        """(kind, id, array) of every input given, checked; and the number of rows."""
+        given: List[Tuple[str, Any, np.ndarray]] = []
+        for kind, table in (("factor", factors), ("selector", selectors), ("slot", slots)):
+            for ident, arr in (table or {}).items():
+                if kind == "slot":
+                    ident = adapt_slot_key(ident)
+                    arr = arr[0] if isinstance(arr, tuple) else arr
+                given.append((kind, ident, arr))
+        rows = None
+        for kind, ident, arr in given:
+            spec = self._spec(kind, ident)
+            if spec is None:
+                raise UnknownInputError(f"this executable has no {kind} {ident!r}")
+            if not isinstance(arr, np.ndarray):
+                raise InputMismatchError(f"{kind} {ident!r}: expected a numpy array, "
+                                         f"got {type(arr).__name__}")
+            batched = self._batched(kind, ident)
+            want = ((arr.shape[0] if arr.ndim else -1,) if batched else ()) + spec.shape
+            if arr.dtype != self.mem.dtype or arr.shape != want:
+                form = f"(n, *{list(spec.shape)})" if batched else f"{list(spec.shape)}"
+                raise InputMismatchError(
+                    f"{kind} {ident!r}: got {arr.dtype}{list(arr.shape)}, compiled for "
+                    f"{self.mem.dtype} {form}{' (a batched input)' if batched else ''}")
+            if batched:
+                if rows is not None and arr.shape[0] != rows:
+                    raise InputMismatchError(
+                        f"{kind} {ident!r}: {arr.shape[0]} rows, but another batched input "
+                        f"has {rows}; every batched input of a run has the same rows")
+                rows = arr.shape[0]
+        missing = [f"factor {k!r}" for k in sorted(self.exe.batched_factors)
+                   if k not in (factors or {})]
+        missing += [f"selector {k!r}" for k in sorted(self.exe.batched_selectors)
+                    if k not in (selectors or {})]
+        if missing:
+            raise UnknownInputError(f"every run gives every batched input (its rows); missing "
+                                    f"{', '.join(missing[:10])}")
+        unset = self._unset - {(kind, ident) for kind, ident, _ in given}
+        if unset:
+            names = sorted(f"{k} {i!r}" for k, i in unset)
+            raise UnknownInputError(f"no value given yet for {', '.join(names[:10])}")
+        return given, rows
+
+    def _choose(self, bucket: int) -> Session:
+        sess = self.sessions[bucket]
+        if self._current != bucket:  # another bucket wrote over this one's regions
+            sess.fill_constants()
+            for (kind, ident), kept in self._kept.items():
+                if (kind, ident) not in self._unset:
+                    np.copyto(self._target(sess, kind, ident), kept)
+            self._current = bucket
+        return sess
+
+    @staticmethod
+    def _target(sess: Session, kind: str, ident: Any) -> Optional[np.ndarray]:
+        return {"factor": sess._factors, "selector": sess._selectors,
+                "slot": sess._slots_in}[kind].get(ident)
+
+    def _copy_in(self, sess: Session, given, lo: int, n: int) -> None:
+        for kind, ident, arr in given:
+            target = self._target(sess, kind, ident)
+            if self._batched(kind, ident):
+                if target is not None:  # (None: an input the optimized schedule never reads)
+                    np.copyto(target[:n], arr[lo:lo + n])
+                    target[n:].fill(self.one)  # padding rows: the semiring's one
+            else:
+                np.copyto(self._kept[(kind, ident)], arr)
+                self._unset.discard((kind, ident))
+                if target is not None:
+                    np.copyto(target, arr)
+
+    # -- running ---------------------------------------------------------------------------
+
+    def run(self, factors: Optional[Mapping[int, np.ndarray]] = None,
+            selectors: Optional[Mapping[int, np.ndarray]] = None,
+            slots: Optional[Mapping[Any, Any]] = None) -> Dict[tuple, Tuple[np.ndarray, TensorSpec]]:
+        """Run the rows given (see the module docstring). Returns `self.slots`: slot key ->
+        (array, spec of one row); a batched slot's array has the rows first. Views valid
+        until the next run (arrays of their own when the run was split into chunks)."""
+        given, n = self._inputs(factors, selectors, slots)
+        buckets = self.exe.buckets
+        if n <= buckets[-1]:
+            bucket = next(b for b in buckets if b >= n)
+            sess = self._choose(bucket)
+            self._copy_in(sess, given, 0, n)
+            sess.run()
+            for key, (view, _) in sess.slots.items():
+                self.slots[key] = (view[:n] if key in self.batched_slots else view,
+                                   self.slot_specs[key])
+            return self.slots
+        return self._run_chunks(given, n)
+
+    def _run_chunks(self, given, n: int):
+        big = self.exe.buckets[-1]
+        sess = self._choose(big)
+        results = {key: np.empty((n,) + self.slot_specs[key].shape, self.mem.dtype)
+                   for key in self.batched_slots}
+        for lo in range(0, n, big):
+            m = min(big, n - lo)
+            self._copy_in(sess, given, lo, m)
+            sess.run()
+            for key in self.batched_slots:
+                results[key][lo:lo + m] = sess.slots[key][0][:m]
+        for key, (view, _) in sess.slots.items():
+            self.slots[key] = (results.get(key, view), self.slot_specs[key])
+        return self.slots

@@ -1,0 +1,103 @@
+"""Batching: rewrite linked programs so that chosen inputs carry a leading batch axis.
+
+The batch axis is one more GEOMETRIC axis, with an id no spec or instruction of the
+programs uses, put first in the spec of every batched factor and selector. Each value
+computed from a batched value gets it too, first: a CONTRACT that reads one has it
+prepended to its out_spec, an ELIMINATE of one keeps it (first in keep_keys), NORMALIZE
+rewrites in place, and a slot holds whatever was stored last. Values that depend on no
+batched input are left exactly as written, so the planner computes them once per run and
+every batch element shares them.
+
+Because the axis is first in every batched spec, the element order of each row is the
+unbatched order: a batched kernel reduces, and NORMALIZE sums, each row in the order the
+unbatched program would, so PROB, SAT and COUNT results equal row-by-row runs bit for bit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Iterable, List, Mapping, Set, Tuple
+
+from .ops import Instruction, OpCode, Program
+from .schema import Axis, AxisType, TensorSpec
+
+
+def batch_axis_id(programs: List[Program], specs: Iterable[TensorSpec]) -> int:
+    """An axis id used by no axis of either kind anywhere in the programs or input specs
+    (legacy ELIMINATE `drop` lists ids of both kinds, so both namespaces count)."""
+    used = {ax.id for spec in specs for ax in spec.axes}
+    for prog in programs:
+        for ins in prog.instructions:
+            for spec in (ins.spec, ins.args.get("out_spec")):
+                if isinstance(spec, TensorSpec):
+                    used.update(ax.id for ax in spec.axes)
+            used.update(aid for _, aid in ins.args.get("keep_keys", ()))
+            used.update(ins.args.get("drop", ()))
+    return max(used, default=-1) + 1
+
+
+def batch_axis(aid: int, size: int) -> Axis:
+    return Axis(aid, AxisType.GEOMETRIC, size)
+
+
+def batched_spec(spec: TensorSpec, axis: Axis) -> TensorSpec:
+    return TensorSpec((axis,) + tuple(spec.axes))
+
+
+def unbatched_spec(spec: TensorSpec, axis: Axis) -> TensorSpec:
+    """The spec as the user sees one row of it (the batch axis, if any, is first)."""
+    if spec.axes and spec.axes[0].key == axis.key:
+        return TensorSpec(spec.axes[1:])
+    return spec
+
+
+def batch_programs(programs: List[Program], axis: Axis, batched_factors: Set[int],
+                   batched_selectors: Set[int]) -> Tuple[List[Program], Set[tuple]]:
+    """The programs rewritten for the batch axis, and the slots that end up batched."""
+    slots: Set[tuple] = set()
+    out: List[Program] = []
+    for prog in programs:
+        regs: Set[int] = set()  # registers holding a batched value
+        rewritten = []
+        for ins in prog.instructions:
+            ins, batched = _rewrite(ins, axis, regs, slots, batched_factors, batched_selectors)
+            if ins.op == OpCode.STORE_SLOT:
+                (slots.add if batched else slots.discard)(ins.args["slot"])
+            elif ins.op == OpCode.FREE:
+                regs.difference_update(ins.args["srcs"])
+            elif ins.dst is not None and ins.op != OpCode.NORMALIZE:
+                (regs.add if batched else regs.discard)(ins.dst)
+            rewritten.append(ins)
+        out.append(Program(tuple(rewritten), prog.name))
+    return out, slots
+
+
+def _rewrite(ins: Instruction, axis: Axis, regs: Set[int], slots: Set[tuple],
+             factors: Set[int], selectors: Set[int]) -> Tuple[Instruction, bool]:
+    """(the instruction for the batched programs, whether what it defines is batched)."""
+    op, args = ins.op, ins.args
+    if op == OpCode.LOAD_FACTOR:
+        return ins, args["factor_id"] in factors
+    if op == OpCode.LOAD_SELECTOR:
+        return ins, args["selector_id"] in selectors
+    if op == OpCode.LOAD_SLOT:
+        return ins, args["slot"] in slots
+    if op in (OpCode.STORE_SLOT, OpCode.NORMALIZE):
+        return ins, args["src"] in regs
+    if op == OpCode.CONTRACT:
+        if not any(r in regs for r in args["inputs"]):
+            return ins, False
+        spec = batched_spec(args["out_spec"], axis)
+        return replace(ins, args={**args, "out_spec": spec}, spec=spec), True
+    if op == OpCode.ELIMINATE:
+        if args["src"] not in regs:
+            return ins, False
+        if "keep_keys" in args:  # (legacy `drop` keeps every axis it does not name)
+            ins = replace(ins, args={**args, "keep_keys": (axis.key,) + tuple(args["keep_keys"])})
+        return ins, True
+    return ins, False  # UNIT, FREE
+
+
+def batch_input_specs(specs: Mapping[int, TensorSpec], batched: Set[int],
+                      axis: Axis) -> dict:
+    return {k: batched_spec(v, axis) if k in batched else v for k, v in specs.items()}

@@ -1,0 +1,258 @@
+"""Batched executables (batched.py, ir/batch.py): results equal row-by-row runs.
+
+The oracle is the unbatched executable run on each row: PROB, SAT and COUNT bit for bit
+(a batched kernel walks each row as the unbatched one walks its value), LOGPROB within
+DESIGN tolerances. Rows come in every count that matters: 0, 1, fewer than a bucket (the
+rest is padding, which must never show), a bucket exactly, more than the largest bucket
+(chunks), and one session runs them in turn, switching buckets.
+"""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
+
+import catbp_jit
+from catbp_jit import Axis, AxisType, Instruction, OpCode, Program, TensorSpec
+from catbp_jit.alloc_counter import NrtAllocCounter, NumpyAllocCounter, enable_nrt_stats
+from catbp_jit.batched import BatchedCompileError
+from catbp_jit.bundle import load_bundle
+from catbp_jit.errors import InputMismatchError, UnknownInputError
+from catbp_jit.ir.batch import batch_axis, batch_axis_id, batch_programs
+
+from conftest import CORPUS
+from jit_helpers import executable, inputs
+from random_programs import cases, random_values, selector_values
+from test_jit_random import TOLERANCES
+
+G = AxisType.GEOMETRIC
+
+
+def rows_of(arr: np.ndarray, n: int, rng: np.random.Generator, make) -> np.ndarray:
+    """n rows: the first is `arr` itself, the others fresh values of its kind."""
+    out = np.empty((n,) + arr.shape, arr.dtype)
+    for i in range(n):
+        out[i] = arr if i == 0 else make(rng)
+    return out
+
+
+def assert_rows_equal(got: dict, want_rows: list, batched: set, semiring: str, dtype) -> None:
+    """got: one batched run's slots; want_rows: the unbatched run's slots per row."""
+    for i, want in enumerate(want_rows):
+        assert set(got) == set(want)
+        for key, (w, wspec) in want.items():
+            arr, spec = got[key]
+            assert spec == wspec, (key, spec, wspec)
+            have = arr[i] if key in batched else arr
+            assert have.shape == w.shape and have.dtype == w.dtype, (key, have.shape, w.shape)
+            if semiring == "LOGPROB":
+                rtol, atol = TOLERANCES[(semiring, np.dtype(dtype).name)]
+                assert np.array_equal(np.isnan(have), np.isnan(w)), (key, i, have, w)
+                assert np.allclose(have, w, rtol=rtol, atol=atol, equal_nan=True), (key, i, have, w)
+            else:
+                assert np.array_equal(have, w, equal_nan=dtype.kind == "f"), (key, i, have, w)
+    for key in batched:
+        assert got[key][0].shape[0] == len(want_rows), (key, got[key][0].shape)
+
+
+def unbatched_rows(plain, factors, selectors, slots, batched_f, batched_s, n) -> list:
+    out = []
+    for i in range(n):
+        f = {k: (v[i] if k in batched_f else v) for k, v in factors.items()}
+        s = {k: (v[i] if k in batched_s else v) for k, v in selectors.items()}
+        res = plain.run(factors=f, selectors=s, slots=slots)
+        out.append({k: (np.array(v, copy=True), spec) for k, (v, spec) in res.items()})
+    return out
+
+
+# --------------------------------------------------------------------- random programs
+
+@settings(max_examples=40, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                 HealthCheck.filter_too_much])
+@given(st.data())
+def test_random_programs_batched_equal_row_by_row(data):
+    case = data.draw(cases())
+    ids = [("f", k) for k in case.factor_specs] + [("s", k) for k in case.selector_specs]
+    if not ids:
+        return
+    chosen = data.draw(st.lists(st.sampled_from(ids), min_size=1, unique=True))
+    bf = {k for kind, k in chosen if kind == "f"}
+    bs = {k for kind, k in chosen if kind == "s"}
+    buckets = tuple(sorted(data.draw(st.sets(st.integers(1, 6), min_size=1, max_size=3))))
+    mode = data.draw(st.sampled_from(["compiled", "loop"]))
+    largest = buckets[-1]
+    counts = data.draw(st.permutations([0, 1, max(1, largest - 1), largest + 1, 2 * largest + 3]))
+    note(f"{case.listing()}\nbatched factors {bf}, selectors {bs}, buckets {buckets}, "
+         f"rows {counts}, mode {mode}")
+
+    sr = case.sr()
+    kw = dict(factor_specs=case.factor_specs, selector_specs=case.selector_specs,
+              slot_specs=case.slot_specs or None, mode=mode)
+    plain = catbp_jit.compile(case.programs, sr, **kw).bind()
+    sess = catbp_jit.compile(case.programs, sr, batched_factors=bf, batched_selectors=bs,
+                             buckets=buckets, **kw).bind()
+    rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1)))
+    base = case.inputs[0]
+    for n in counts:
+        factors = {k: rows_of(v, n, rng, lambda r, k=k: random_values(
+            r, case.factor_specs[k], case.semiring, case.dtype)) if k in bf else v
+            for k, v in base.factors.items()}
+        selectors = {k: rows_of(v, n, rng, lambda r, k=k: selector_values(
+            r, case.selector_specs[k], case.semiring, case.dtype)) if k in bs else v
+            for k, v in base.selectors.items()}
+        with np.errstate(all="ignore"):  # COUNT wraps around on purpose
+            want = unbatched_rows(plain, factors, selectors, base.slots, bf, bs, n)
+        got = sess.run(factors=factors, selectors=selectors, slots=base.slots)
+        assert_rows_equal(got, want, sess.batched_slots, case.semiring, case.dtype)
+
+
+# -------------------------------------------------------------------- hand-made programs
+
+A0, A1 = Axis(0, G, 3), Axis(1, G, 2)
+
+
+def sp(*axes):
+    return TensorSpec(axes)
+
+
+def normalize_program():
+    """bel = NORMALIZE(f0 ⊗ f1); m = ⊕_{G0} bel; Z = ⊕ f1 (which no batched input reaches)."""
+    return Program([
+        Instruction(OpCode.LOAD_FACTOR, 0, {"factor_id": 0}),
+        Instruction(OpCode.LOAD_FACTOR, 1, {"factor_id": 1}),
+        Instruction(OpCode.CONTRACT, 2, {"inputs": (0, 1), "out_spec": sp(A0, A1)}),
+        Instruction(OpCode.NORMALIZE, None, {"src": 2}),
+        Instruction(OpCode.STORE_SLOT, None, {"slot": ("bel",), "src": 2}),
+        Instruction(OpCode.ELIMINATE, 3, {"src": 2, "keep_keys": ((G, 1),)}),
+        Instruction(OpCode.STORE_SLOT, None, {"slot": ("m",), "src": 3}),
+        Instruction(OpCode.ELIMINATE, 4, {"src": 1, "keep_keys": ()}),
+        Instruction(OpCode.STORE_SLOT, None, {"slot": ("Z",), "src": 4}),
+    ], "p")
+
+
+SPECS = {0: sp(A0), 1: sp(A0, A1)}
+
+
+@pytest.mark.parametrize("semiring", ["PROB", "LOGPROB"])
+def test_normalize_works_per_row(semiring):
+    """Each row is normalized alone (the whole batched tensor normalized at once would
+    give every row a share of one total)."""
+    sr = catbp_jit.make_semiring(semiring, np.float64)
+    plain = catbp_jit.compile([normalize_program()], sr, factor_specs=SPECS).bind()
+    sess = catbp_jit.compile([normalize_program()], sr, factor_specs=SPECS,
+                             batched_factors={0}, buckets=(4,)).bind()
+    rng = np.random.default_rng(1)
+    f0, f1 = rng.uniform(0.1, 3.0, (3, 3)), rng.uniform(0.1, 3.0, (3, 2))
+    got = sess.run(factors={0: f0, 1: f1})
+    assert sess.batched_slots == {("bel",), ("m",)}
+    assert got[("bel",)][0].shape == (3, 3, 2) and got[("Z",)][0].shape == ()
+    want = unbatched_rows(plain, {0: f0, 1: f1}, {}, None, {0}, set(), 3)
+    assert_rows_equal(got, want, sess.batched_slots, semiring, np.dtype(np.float64))
+
+
+def test_rewrite_batches_only_what_depends_on_batched_inputs():
+    ax = batch_axis(batch_axis_id([normalize_program()], SPECS.values()), 5)
+    assert ax.id == 2  # ids 0 and 1 are taken
+    progs, slots = batch_programs([normalize_program()], ax, {0}, set())
+    ins = progs[0].instructions
+    assert ins[2].args["out_spec"] == sp(ax, A0, A1)
+    assert ins[5].args["keep_keys"] == (ax.key, (G, 1))
+    assert ins[7].args["keep_keys"] == ()  # f1 is not batched
+    assert slots == {("bel",), ("m",)}
+
+
+def test_unbatched_inputs_keep_their_values_across_bucket_switches():
+    sr = catbp_jit.vm_prob_semiring()
+    plain = catbp_jit.compile([normalize_program()], sr, factor_specs=SPECS).bind()
+    sess = catbp_jit.compile([normalize_program()], sr, factor_specs=SPECS,
+                             batched_factors={0}, buckets=(1, 2, 4)).bind()
+    rng = np.random.default_rng(2)
+    f1 = rng.uniform(0.1, 3.0, (3, 2))
+    sess.run(factors={0: rng.random((1, 3)), 1: f1})
+    for n in (3, 1, 2, 0, 4, 9, 1):  # f1 given once, above
+        f0 = rng.uniform(0.1, 3.0, (n, 3))
+        got = sess.run(factors={0: f0})
+        want = unbatched_rows(plain, {0: f0, 1: f1}, {}, None, {0}, set(), n)
+        assert_rows_equal(got, want, sess.batched_slots, "PROB", np.dtype(np.float64))
+
+
+def test_batched_run_errors_are_clear():
+    sr = catbp_jit.vm_prob_semiring()
+    sess = catbp_jit.compile([normalize_program()], sr, factor_specs=SPECS,
+                             batched_factors={0}, buckets=(2,)).bind()
+    f1 = np.ones((3, 2))
+    with pytest.raises(UnknownInputError, match="batched input.*factor 0"):
+        sess.run(factors={1: f1})
+    with pytest.raises(InputMismatchError, match=r"factor 0: got float64\[3\].*\(n, \*\[3\]\)"):
+        sess.run(factors={0: np.ones(3), 1: f1})
+    with pytest.raises(InputMismatchError, match="factor 1"):
+        sess.run(factors={0: np.ones((1, 3)), 1: np.ones((1, 3, 2))})
+    with pytest.raises(UnknownInputError, match="no value given yet for factor 1"):
+        sess.run(factors={0: np.ones((1, 3))})
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(batched_factors={7}), r"no factor spec for id\(s\) \[7\]"),
+    (dict(batched_selectors={0}), r"no selector spec"),
+    (dict(batched_factors={0}, buckets=(0, 4)), "buckets must be positive integers"),
+    (dict(batched_factors={0}, buckets=()), "buckets must be positive integers"),
+    (dict(buckets=(1, 8)), "no batched_factors or batched_selectors"),
+])
+def test_batched_compile_errors_are_clear(kw, match):
+    with pytest.raises(BatchedCompileError, match=match):
+        catbp_jit.compile([normalize_program()], catbp_jit.vm_prob_semiring(),
+                          factor_specs=SPECS, **kw)
+
+
+def test_batched_executable_refuses_to_save(tmp_path):
+    exe = catbp_jit.compile([normalize_program()], catbp_jit.vm_prob_semiring(),
+                            factor_specs=SPECS, batched_factors={0}, buckets=(2,))
+    with pytest.raises(BatchedCompileError, match="saving a batched executable"):
+        exe.save(tmp_path / "x.json")
+    assert not (tmp_path / "x.json").exists()
+
+
+# ------------------------------------------------------------------------------ corpus
+
+@pytest.mark.parametrize("path", CORPUS, ids=[p.name for p in CORPUS])
+def test_corpus_batched_over_one_factor(path):
+    bundle = load_bundle(path)
+    factors, selectors = inputs(bundle)
+    fid = sorted(factors)[len(factors) // 2]
+    plain = executable(bundle, "compiled").bind()
+    sess = catbp_jit.compile(bundle.programs, bundle.semiring_runtime(),
+                             factor_specs=bundle.factor_specs(),
+                             selector_specs=bundle.selector_specs(),
+                             batched_factors={fid}, buckets=(2, 4)).bind()
+    rng = np.random.default_rng(3)
+    for n in (3, 5, 1):
+        rows = np.stack([factors[fid]] + [rng.permutation(factors[fid].ravel()).reshape(
+            factors[fid].shape) for _ in range(n - 1)])
+        given = {**factors, fid: rows}
+        want = unbatched_rows(plain, given, selectors, None, {fid}, set(), n)
+        got = sess.run(factors=given, selectors=selectors)
+        assert_rows_equal(got, want, sess.batched_slots, bundle.semiring, bundle.dtype)
+
+
+# ------------------------------------------------------------------------- allocations
+
+@pytest.mark.parametrize("mode", ["compiled", "loop"])
+def test_switching_buckets_allocates_nothing(mode):
+    enable_nrt_stats()
+    sess = catbp_jit.compile([normalize_program()], catbp_jit.vm_prob_semiring(),
+                             factor_specs=SPECS, batched_factors={0}, buckets=(1, 2, 4),
+                             mode=mode).bind()
+    f1 = np.ones((3, 2))
+    rows = {n: {0: np.full((n, 3), 0.5)} for n in (0, 1, 2, 3, 4)}
+    sess.run(factors={0: rows[1][0], 1: f1})
+    for n in rows:  # warm up every bucket
+        sess.run(factors=rows[n])
+    nrt_counts = []
+    with NumpyAllocCounter() as numpy_count:
+        for n in (1, 4, 2, 3, 0, 4, 1):
+            with NrtAllocCounter() as nrt:
+                sess.run(factors=rows[n])
+            nrt_counts.append((nrt.allocations, nrt.frees))
+    assert numpy_count.allocations == 0, numpy_count
+    assert len(set(nrt_counts)) == 1, nrt_counts
