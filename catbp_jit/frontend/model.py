@@ -81,7 +81,7 @@ class CompiledModel:
                  evidence_vars: Sequence[str] = (), absorb_evidence: bool = False,
                  target: str = "cpu", dtype: Any = None,
                  max_clique_bytes: int = MAX_CLIQUE_BYTES, max_total_bytes: Optional[int] = None,
-                 progress: Optional[Progress] = None):
+                 buckets: Optional[Sequence[int]] = None, progress: Optional[Progress] = None):
         say = progress or (lambda msg: None)
         self.graph = graph
         self.semiring = _semiring_name(semiring)
@@ -95,6 +95,8 @@ class CompiledModel:
             raise FactorGraphError(f"{graph.name}: evidence on unknown variable(s) "
                                    f"{', '.join(map(repr, unknown))}")
         self.evidence_vars = tuple(sorted(set(evidence_vars), key=index.__getitem__))
+        # the columns of solve_batch's evidence tables: the variables in the order given
+        self.evidence_columns = tuple(dict.fromkeys(evidence_vars))
         # the graph the plan is over: without the observed variables when they are absorbed
         self.absorbed = absorb(graph, self.evidence_vars) if absorb_evidence else None
         self.planned = self.absorbed.graph if self.absorbed else graph
@@ -149,8 +151,31 @@ class CompiledModel:
                                           progress=progress)
             self._session = Session(self.executable)
             self._bound = False
+        self._progress = progress
+        self.buckets = tuple(buckets) if buckets is not None else None
+        self.batch_executable = None  # compiled here when buckets are given, else on first need
+        self._batch_session = None
+        if self.buckets is not None and target == "cpu" and self._batched_factor_ids():
+            self._compile_batched()
         self.times["compile_s"] = time.perf_counter() - t0
         say("compiled")
+
+    def _batched_factor_ids(self) -> Tuple[int, ...]:
+        """The factors whose values carry the evidence: indicators, or the cut factors."""
+        if self.absorbed is not None:
+            return tuple(self.absorbed.cut)
+        n = len(self.graph.factors)
+        return tuple(range(n, n + len(self.evidence_vars)))
+
+    def _compile_batched(self) -> None:
+        from ..batched import DEFAULT_BUCKETS
+        from ..executable import compile as jit_compile
+        self.batch_executable = jit_compile(
+            list(self.programs), self.sr, factor_specs=self.factor_specs,
+            batched_factors=set(self._batched_factor_ids()),
+            buckets=self.buckets or DEFAULT_BUCKETS, progress=self._progress)
+        self._batch_session = self.batch_executable.bind()
+        self._batch_bound = False
 
     def _check_size(self, max_clique_bytes: int, max_total_bytes: int) -> None:
         """The finished plan against the limits (the greedy runs stop at them already)."""
@@ -319,6 +344,27 @@ class CompiledModel:
                 f"{self.graph.name}: about 10^{log_count / math.log(10):.2f} models, more than "
                 "int64 holds (COUNT would wrap); semiring='logprob' on 0/1 tables gives the "
                 "log of the count")
+
+    def solve_batch(self, rows: Any) -> "BatchSolution":
+        """Answers for many evidence rows in one run (batch.py): rows is a sequence of
+        {variable: state} or a 2-D integer array (rows x evidence_columns, -1 unobserved
+        where the model keeps indicators). log_Z has shape (n,), marginals[v] (n, k)."""
+        from .batch import (batch_solution, evidence_factors, evidence_table, stack_solutions)
+        table = evidence_table(self, rows)
+        if self.target == "reference" or not self._batched_factor_ids():
+            # the oracle, row by row; or no evidence variables: every row is the same model
+            evidence = [{v: int(s) for v, s in zip(self.evidence_columns, row) if s >= 0}
+                        for row in table]
+            return stack_solutions(self, [self.solve(e) for e in evidence], table)
+        if self._batch_session is None:
+            self._compile_batched()
+        factors, exponent = evidence_factors(self, table)
+        if not self._batch_bound:
+            static = set(self._batched_factor_ids())
+            factors.update({f: a for f, a in self._values.items() if f not in static})
+        slots = self._batch_session.run(factors=factors)
+        self._batch_bound = True
+        return batch_solution(self, {k: a for k, (a, _) in slots.items()}, table, exponent)
 
     def _observed(self, v: str, value: Any, z: np.ndarray) -> np.ndarray:
         """An absorbed variable's raw marginal: Z at its observed state, the semiring's zero
