@@ -7,8 +7,8 @@ fetched by `python -m catbp_jit.frontend.bnlearn` (asia, alarm, ...).
 from __future__ import annotations
 
 import argparse
-import json
 import decimal
+import json
 import math
 import sys
 import time
@@ -127,6 +127,8 @@ def _state_labels(graph: FactorGraph, v: str):
 
 def cmd_solve(args: argparse.Namespace) -> int:
     graph = read_model(args.model)
+    if args.evidence_table:
+        return solve_table(args, graph)
     evidence = read_evidence(args, graph)
     if args.target == "cpu":
         from ..cli import check_kernel_cache
@@ -180,6 +182,51 @@ def cmd_solve(args: argparse.Namespace) -> int:
         cells = "  ".join(f"{s}={_fmt(x)}" for s, x in zip(labels, np.asarray(m).tolist()))
         print(f"  {v:<{width}}  {cells}")
     return status
+
+
+TABLE_BUCKETS = (1, 64, 1024)  # 1024 rows a run measured fastest on alarm (cache-sized)
+
+
+def solve_table(args: argparse.Namespace, graph: FactorGraph) -> int:
+    """--evidence-table: every row of the table solved in batches, one posterior row each."""
+    from .table import PosteriorWriter, count_rows, posterior_rows, read_chunks, table_columns
+    if args.evidence or args.observe:
+        raise CommandError("--evidence-table cannot be combined with --evidence or --observe "
+                           "(put those columns in the table)")
+    if args.format != "text":
+        raise CommandError("--evidence-table writes a table (CSV, or Parquet with -o FILE.parquet); "
+                           "--format does not apply")
+    path = Path(args.evidence_table)
+    if not path.is_file():
+        raise CommandError(f"{path}: no such evidence table")
+    columns = table_columns(path)
+    unknown = [c for c in columns if c not in graph.variables]
+    if unknown or len(set(columns)) != len(columns):
+        raise CommandError(f"{path}: the header must name distinct variables of {graph.name}; "
+                           f"unknown or repeated: {', '.join(map(repr, unknown)) or 'repeated'}")
+    if args.target == "cpu":
+        from ..cli import check_kernel_cache
+        check_kernel_cache()
+    model = CompiledModel(graph, args.semiring, evidence_vars=columns, target=args.target,
+                          buckets=TABLE_BUCKETS, progress=_progress(args.quiet))
+    from tqdm import tqdm
+    out = Path(args.output) if args.output else None
+    writer = PosteriorWriter(graph, out, sys.stdout)
+    rows = impossible = 0
+    with tqdm(total=count_rows(path), unit="rows", desc=f"solving {path.name}", file=sys.stderr,
+              disable=args.quiet, dynamic_ncols=True) as bar:
+        for chunk in read_chunks(path, graph, columns):
+            res = model.solve_batch(chunk)
+            writer.write(posterior_rows(graph, res, rows))
+            rows += len(chunk)
+            impossible += int(np.count_nonzero(res.log_Z == -math.inf))
+            bar.update(len(chunk))
+    writer.close()
+    if not args.quiet:
+        print(f"catbp-jit: {rows} rows solved" + (f", {impossible} with impossible evidence "
+              "(empty posteriors)" if impossible else "") + (f", written to {out}" if out else ""),
+              file=sys.stderr)
+    return EXIT_OK
 
 
 def _no_answer(sol, evidence: Dict[str, object]) -> Optional[str]:
@@ -257,6 +304,13 @@ def add_commands(sub) -> None:
                    help="prob (default), logprob, sat (satisfiable?) or count (number of models)")
     p.add_argument("--format", choices=("text", "uai", "json"), default="text",
                    help="text (default), uai (the UAI MAR format) or json")
+    p.add_argument("--evidence-table", metavar="FILE",
+                   help="a CSV (or .parquet) table of cases: a header naming evidence "
+                        "variables, a row per case (state names or indices; empty: "
+                        "unobserved); writes one row of posteriors per case")
+    p.add_argument("--output", "-o", metavar="FILE",
+                   help="with --evidence-table: write the posteriors here (.csv, or .parquet "
+                        "with pyarrow) instead of standard output")
     p.add_argument("--target", choices=("cpu", "reference"), default="cpu",
                    help="the JIT on the CPU (default) or the reference interpreter")
     p.set_defaults(func=_guarded(cmd_solve))
@@ -271,6 +325,8 @@ def _guarded(cmd):
     def run(args: argparse.Namespace) -> int:
         try:
             return cmd(args)
+        except BrokenPipeError:  # output piped into `head`: main() stops quietly
+            raise
         except (CommandError, FactorGraphError, CatbpError, OSError) as e:
             from ..cli import CliError
             raise CliError(str(e)) from None

@@ -1,0 +1,168 @@
+"""Evidence tables in, posterior tables out: scoring a data set with a model.
+
+An evidence table has one column per evidence variable (the header names them) and one
+row per case: a cell is a state name or index, and an empty cell (or NA, ?, -1) leaves
+the variable unobserved. CSV is read with the standard library, a chunk of rows at a
+time; Parquet (`.parquet`) needs pyarrow (the `parquet` extra). The output has one row
+per case: its row number, log Z, then one column per variable and state, `var=state`,
+holding the posterior probability (SAT: 0/1 possible; a row whose evidence is impossible
+has empty posteriors and log Z -inf).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+from typing import IO, Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .graph import FactorGraph, FactorGraphError
+
+UNOBSERVED_CELLS = {"", "na", "nan", "?", "-1", "none", "null"}
+CHUNK_ROWS = 8192
+
+
+def _parquet():
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise FactorGraphError("reading or writing .parquet needs pyarrow "
+                               "(pip install 'catbp_jit[parquet]')") from None
+    return pq
+
+
+def table_columns(path: Path) -> Tuple[str, ...]:
+    """The evidence variables a table names (its header)."""
+    if path.suffix == ".parquet":
+        return tuple(_parquet().read_schema(path).names)
+    with open(path, newline="", encoding="utf-8") as f:
+        header = next(csv.reader(f), None)
+    if not header:
+        raise FactorGraphError(f"{path}: an evidence table needs a header naming its variables")
+    return tuple(h.strip() for h in header)
+
+
+def count_rows(path: Path) -> int:
+    """Rows below the header (for a progress bar's total: quoted newlines count double)."""
+    if path.suffix == ".parquet":
+        return _parquet().ParquetFile(path).metadata.num_rows
+    lines, last = 0, b"\n"
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            lines += chunk.count(b"\n")
+            last = chunk[-1:]
+    return max(0, lines + (last != b"\n") - 1)
+
+
+def read_chunks(path: Path, graph: FactorGraph, columns: Sequence[str],
+                chunk_rows: int = CHUNK_ROWS) -> Iterator[np.ndarray]:
+    """The table as int64 state-index chunks (rows, len(columns)), -1 unobserved."""
+    codes = [_state_codes(graph, v) for v in columns]
+    if path.suffix == ".parquet":
+        for batch in _parquet().ParquetFile(path).iter_batches(batch_size=chunk_rows):
+            cells = [[None if x is None else str(x) for x in col.to_pylist()]
+                     for col in batch.columns]
+            yield _encode(path, list(zip(*cells)), codes, columns, batch_start=None)
+        return
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.reader(f)
+        next(reader, None)
+        start = 1
+        while True:
+            rows = [r for _, r in zip(range(chunk_rows), reader)]
+            if not rows:
+                return
+            yield _encode(path, rows, codes, columns, batch_start=start)
+            start += len(rows)
+
+
+def _state_codes(graph: FactorGraph, v: str) -> dict:
+    """Cell text -> state index for variable v: its state names and its indices."""
+    d = graph.variables[v]
+    codes = {str(i): i for i in range(d)}
+    codes.update({name: i for i, name in enumerate(graph.states.get(v, ()))})
+    codes.update({c: -1 for c in UNOBSERVED_CELLS})
+    return codes
+
+
+def _encode(path: Path, rows: List[Sequence[Optional[str]]], codes: List[dict],
+            columns: Sequence[str], batch_start: Optional[int]) -> np.ndarray:
+    out = np.empty((len(rows), len(columns)), dtype=np.int64)
+    for i, row in enumerate(rows):
+        if len(row) != len(columns):
+            where = f"line {batch_start + i + 1}" if batch_start else f"row {i}"
+            raise FactorGraphError(f"{path}: {where} has {len(row)} cells, the header names "
+                                   f"{len(columns)} variables")
+        for j, cell in enumerate(row):
+            text = "" if cell is None else cell.strip()
+            state = codes[j].get(text, codes[j].get(text.lower()))
+            if state is None:
+                where = f"line {batch_start + i + 1}" if batch_start else f"row {i}"
+                raise FactorGraphError(f"{path}: {where}: {text!r} is not a state of "
+                                       f"{columns[j]!r}")
+            out[i, j] = state
+    return out
+
+
+def posterior_header(graph: FactorGraph) -> List[str]:
+    cols = ["row", "log_Z"]
+    for v, d in graph.variables.items():
+        names = graph.states.get(v) or tuple(str(i) for i in range(d))
+        cols += [f"{v}={s}" for s in names]
+    return cols
+
+
+def posterior_rows(graph: FactorGraph, res, first_row: int) -> np.ndarray:
+    """One chunk's answers as a float matrix in posterior_header's column order."""
+    n = len(res)
+    parts = [np.arange(first_row, first_row + n, dtype=np.float64)[:, None], res.log_Z[:, None]]
+    parts += [np.asarray(res.marginals[v], dtype=np.float64) for v in graph.variables]
+    return np.concatenate(parts, axis=1) if n else np.zeros((0, len(posterior_header(graph))))
+
+
+class PosteriorWriter:
+    """Writes posterior rows to CSV (a stream or file) or Parquet, chunk by chunk."""
+
+    def __init__(self, graph: FactorGraph, out: Optional[Path], stdout: IO[str]):
+        self.header = posterior_header(graph)
+        self.path = out
+        self._parquet_writer = None
+        if out is not None and out.suffix == ".parquet":
+            self._pq = _parquet()
+            self._file = None
+        else:
+            self._file = open(out, "w", newline="", encoding="utf-8") if out else stdout
+            self._csv = csv.writer(self._file)
+            self._csv.writerow(self.header)
+
+    def write(self, matrix: np.ndarray) -> None:
+        if self._file is None:
+            import pyarrow as pa
+            cols = {name: matrix[:, j] for j, name in enumerate(self.header)}
+            cols["row"] = matrix[:, 0].astype(np.int64)
+            batch = pa.table(cols)
+            if self._parquet_writer is None:
+                self._parquet_writer = self._pq.ParquetWriter(self.path, batch.schema)
+            self._parquet_writer.write_table(batch)
+            return
+        for r in matrix:
+            self._csv.writerow([int(r[0])] + [_cell(x) for x in r[1:]])
+
+    def close(self) -> None:
+        if self._parquet_writer is not None:
+            self._parquet_writer.close()
+        elif self._file is None:  # no rows at all: an empty table with the header
+            import pyarrow as pa
+            self._pq.write_table(pa.table({h: [] for h in self.header}), self.path)
+        elif self.path is not None:
+            self._file.close()
+        else:
+            self._file.flush()
+
+
+def _cell(x: float) -> str:
+    if math.isnan(x):
+        return ""
+    return repr(float(x))
