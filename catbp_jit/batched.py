@@ -24,19 +24,15 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
 
 import numpy as np
 
-from .errors import CatbpError, InputMismatchError, UnknownInputError
+from .errors import InputMismatchError, UnknownInputError
 from .executable import DEFAULT_MAX_BYTES, Executable, adapt_inputs, plan_and_load
 from .ir.adapt import adapt_slot_key
-from .ir.batch import (batch_axis, batch_axis_id, batch_input_specs, batch_programs,
-                       unbatched_spec)
+from .ir.batch import (BatchedCompileError, batch_axis, batch_axis_id, batch_input_specs,
+                       batch_programs, unbatched_spec)
 from .ir.schema import Axis, TensorSpec
 from .session import ONE, Session, aligned_empty
 
 DEFAULT_BUCKETS = (1, 8, 64, 512)
-
-
-class BatchedCompileError(CatbpError, ValueError):
-    """Batched inputs or buckets that compile() cannot use."""
 
 
 @dataclass
@@ -144,7 +140,7 @@ def compile_batched(programs: Any, sr: Any, *, factor_specs, selector_specs, slo
     profiles = {}
     for b in sizes:
         ax = batch_axis(aid, b)
-        bprogs, _ = batch_programs(progs, ax, bf, bs)
+        bprogs, _ = batch_programs(progs, ax, bf, bs, lspecs)
         say(f"bucket {b}")
         profiles[b] = plan_and_load(
             bprogs, sr, batch_input_specs(fspecs, bf, ax), batch_input_specs(sspecs, bs, ax),
@@ -254,11 +250,10 @@ class BatchedSession:
                 if target is not None:  # (None: an input the optimized schedule never reads)
                     np.copyto(target[:n], arr[lo:lo + n])
                     target[n:].fill(self.one)  # padding rows: the semiring's one
-            else:
+            elif (kind, ident) in self._kept:  # (else declared, but read by no schedule)
                 np.copyto(self._kept[(kind, ident)], arr)
                 self._unset.discard((kind, ident))
-                if target is not None:
-                    np.copyto(target, arr)
+                np.copyto(target, arr)
 
     # -- running ---------------------------------------------------------------------------
 

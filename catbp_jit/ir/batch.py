@@ -18,8 +18,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Iterable, List, Mapping, Set, Tuple
 
+from ..errors import CatbpError
 from .ops import Instruction, OpCode, Program
 from .schema import Axis, AxisType, TensorSpec
+
+
+class BatchedCompileError(CatbpError, ValueError):
+    """Batched inputs, buckets or programs that a batched compile cannot use."""
 
 
 def batch_axis_id(programs: List[Program], specs: Iterable[TensorSpec]) -> int:
@@ -52,17 +57,31 @@ def unbatched_spec(spec: TensorSpec, axis: Axis) -> TensorSpec:
 
 
 def batch_programs(programs: List[Program], axis: Axis, batched_factors: Set[int],
-                   batched_selectors: Set[int]) -> Tuple[List[Program], Set[tuple]]:
-    """The programs rewritten for the batch axis, and the slots that end up batched."""
+                   batched_selectors: Set[int],
+                   outside_slots: Iterable[tuple] = ()) -> Tuple[List[Program], Set[tuple]]:
+    """The programs rewritten for the batch axis, and the slots that end up batched.
+
+    A slot's spec is fixed at its first write (outside_slots: handed in, unbatched), so a
+    slot that would hold a batched value at one time and an unbatched one at another is
+    refused, naming the program and instruction."""
     slots: Set[tuple] = set()
+    first: dict = {key: "handed in to run() unbatched" for key in outside_slots}
     out: List[Program] = []
-    for prog in programs:
+    for pi, prog in enumerate(programs):
         regs: Set[int] = set()  # registers holding a batched value
         rewritten = []
-        for ins in prog.instructions:
+        for index, ins in enumerate(prog.instructions):
             ins, batched = _rewrite(ins, axis, regs, slots, batched_factors, batched_selectors)
             if ins.op == OpCode.STORE_SLOT:
-                (slots.add if batched else slots.discard)(ins.args["slot"])
+                key = ins.args["slot"]
+                where = f"program {prog.name or f'p{pi}'!r}, instruction [{index}] STORE_SLOT"
+                was = first.setdefault(key, f"{'' if batched else 'un'}batched at {where}")
+                if was.startswith("batched") != batched:
+                    raise BatchedCompileError(
+                        f"{where}: slot {key!r} would hold a {'' if batched else 'un'}batched "
+                        f"value, but its spec was fixed {was}: batch an input it depends on, "
+                        f"or none")
+                (slots.add if batched else slots.discard)(key)
             elif ins.op == OpCode.FREE:
                 regs.difference_update(ins.args["srcs"])
             elif ins.dst is not None and ins.op != OpCode.NORMALIZE:
