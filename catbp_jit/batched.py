@@ -173,13 +173,13 @@ class BatchedSession:
                                           if spec.axes and spec.axes[0].key == ax.key}
         self.slot_specs = {k: unbatched_spec(spec, ax) for k, (_, spec) in big.slots.items()}
         self.slots: Dict[tuple, Tuple[np.ndarray, TensorSpec]] = {}
+        self._specs = {"factor": exe.factor_specs, "selector": exe.selector_specs,
+                       "slot": exe.largest.slot_specs}  # one row's, as declared
 
     # -- inputs ----------------------------------------------------------------------------
 
     def _spec(self, kind: str, ident: Any) -> Optional[TensorSpec]:
-        specs = {"factor": self.exe.factor_specs, "selector": self.exe.selector_specs,
-                 "slot": self.exe.largest.slot_specs}[kind]
-        return specs.get(ident)
+        return self._specs[kind].get(ident)
 
     def _batched(self, kind: str, ident: Any) -> bool:
         return (kind == "factor" and ident in self.exe.batched_factors) or \
