@@ -28,7 +28,7 @@ from .errors import InputMismatchError, UnknownInputError
 from .executable import DEFAULT_MAX_BYTES, Executable, adapt_inputs, plan_and_load
 from .ir.adapt import adapt_slot_key
 from .ir.batch import (BatchedCompileError, batch_axis, batch_axis_id, batch_input_specs,
-                       batch_programs, unbatched_spec)
+                       batch_programs, is_batched, unbatched_spec)
 from .ir.schema import Axis, TensorSpec
 from .session import ONE, Session, aligned_empty
 
@@ -170,7 +170,17 @@ class BatchedSession:
         self._current: Optional[int] = None
         ax = exe.axis(exe.buckets[-1])
         self.batched_slots: Set[tuple] = {k for k, (_, spec) in big.slots.items()
-                                          if spec.axes and spec.axes[0].key == ax.key}
+                                          if is_batched(spec, ax)}
+        # the batch axis is innermost inside (ir/batch.py); users see it first: these
+        # strided views of each bucket's regions put it first
+        rows = lambda view: np.moveaxis(view, -1, 0)
+        self._rows_in = {b: {**{("factor", k): rows(v) for k, v in s._factors.items()
+                                if k in exe.batched_factors},
+                             **{("selector", k): rows(v) for k, v in s._selectors.items()
+                                if k in exe.batched_selectors}}
+                         for b, s in self.sessions.items()}
+        self._rows_out = {b: {k: rows(s.slots[k][0]) for k in self.batched_slots}
+                          for b, s in self.sessions.items()}
         self.slot_specs = {k: unbatched_spec(spec, ax) for k, (_, spec) in big.slots.items()}
         self.slots: Dict[tuple, Tuple[np.ndarray, TensorSpec]] = {}
         self._specs = {"factor": exe.factor_specs, "selector": exe.selector_specs,
@@ -243,17 +253,17 @@ class BatchedSession:
         return {"factor": sess._factors, "selector": sess._selectors,
                 "slot": sess._slots_in}[kind].get(ident)
 
-    def _copy_in(self, sess: Session, given, lo: int, n: int) -> None:
+    def _copy_in(self, bucket: int, given, lo: int, n: int) -> None:
         for kind, ident, arr in given:
-            target = self._target(sess, kind, ident)
             if self._batched(kind, ident):
-                if target is not None:  # (None: an input the optimized schedule never reads)
-                    np.copyto(target[:n], arr[lo:lo + n])
-                    target[n:].fill(self.one)  # padding rows: the semiring's one
+                rows = self._rows_in[bucket].get((kind, ident))
+                if rows is not None:  # (None: an input the optimized schedule never reads)
+                    np.copyto(rows[:n], arr[lo:lo + n])
+                    rows[n:].fill(self.one)  # padding rows: the semiring's one
             elif (kind, ident) in self._kept:  # (else declared, but read by no schedule)
                 np.copyto(self._kept[(kind, ident)], arr)
                 self._unset.discard((kind, ident))
-                np.copyto(target, arr)
+                np.copyto(self._target(self.sessions[bucket], kind, ident), arr)
 
     # -- running ---------------------------------------------------------------------------
 
@@ -268,11 +278,11 @@ class BatchedSession:
         if n <= buckets[-1]:
             bucket = next(b for b in buckets if b >= n)
             sess = self._choose(bucket)
-            self._copy_in(sess, given, 0, n)
+            self._copy_in(bucket, given, 0, n)
             sess.run()
+            rows = self._rows_out[bucket]
             for key, (view, _) in sess.slots.items():
-                self.slots[key] = (view[:n] if key in self.batched_slots else view,
-                                   self.slot_specs[key])
+                self.slots[key] = (rows[key][:n] if key in rows else view, self.slot_specs[key])
             return self.slots
         return self._run_chunks(given, n)
 
@@ -283,10 +293,10 @@ class BatchedSession:
                    for key in self.batched_slots}
         for lo in range(0, n, big):
             m = min(big, n - lo)
-            self._copy_in(sess, given, lo, m)
+            self._copy_in(big, given, lo, m)
             sess.run()
-            for key in self.batched_slots:
-                results[key][lo:lo + m] = sess.slots[key][0][:m]
+            for key, rows in self._rows_out[big].items():
+                results[key][lo:lo + m] = rows[:m]
         for key, (view, _) in sess.slots.items():
             self.slots[key] = (results.get(key, view), self.slot_specs[key])
         return self.slots

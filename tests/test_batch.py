@@ -164,8 +164,8 @@ def test_rewrite_batches_only_what_depends_on_batched_inputs():
     assert ax.id == 2  # ids 0 and 1 are taken
     progs, slots = batch_programs([normalize_program()], ax, {0}, set())
     ins = progs[0].instructions
-    assert ins[2].args["out_spec"] == sp(ax, A0, A1)
-    assert ins[5].args["keep_keys"] == (ax.key, (G, 1))
+    assert ins[2].args["out_spec"] == sp(A0, A1, ax)
+    assert ins[5].args["keep_keys"] == ((G, 1), ax.key)
     assert ins[7].args["keep_keys"] == ()  # f1 is not batched
     assert slots == {("bel",), ("m",)}
 
