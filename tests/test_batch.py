@@ -219,6 +219,17 @@ def test_batched_executable_refuses_to_save(tmp_path):
     with pytest.raises(BatchedCompileError, match="saving a batched executable"):
         exe.save(tmp_path / "x.json")
     assert not (tmp_path / "x.json").exists()
+    assert "bucket 2:" in exe.as_text() and exe.stats()["buckets"] == (2,)
+
+
+def test_buckets_share_their_kernels():
+    """Sizes are runtime data: more buckets add plans, not kernels."""
+    sr = catbp_jit.vm_prob_semiring()
+    one = catbp_jit.compile([normalize_program()], sr, factor_specs=SPECS,
+                            batched_factors={0}, buckets=(3,))
+    many = catbp_jit.compile([normalize_program()], sr, factor_specs=SPECS,
+                             batched_factors={0}, buckets=(1, 2, 3, 5, 8))
+    assert many.stats()["kernels"] == one.stats()["kernels"] == len(one.largest.kernels)
 
 
 # ------------------------------------------------------------------------------ corpus
