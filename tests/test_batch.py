@@ -290,3 +290,29 @@ def test_slot_batched_at_one_write_and_not_another_is_refused():
     # the same slot, not handed in: batched from its first write, fine
     catbp_jit.compile([prog], catbp_jit.vm_prob_semiring(), factor_specs={0: sp(A0)},
                       batched_factors={0}, buckets=(2,))
+
+
+def test_rows_sum_in_the_unbatched_order():
+    """A reduction walks its biggest leaf in memory order. Counted with the batch axis, the
+    batched f0 (4 rows of 4x4) would outgrow f1 (4x4x2) and turn the order of the sum
+    around (G0 outer instead of G1): rows would differ from row-by-row runs in the last
+    bits. The leaves are compared by the size of one row."""
+    a0, a1, a2 = Axis(0, G, 4), Axis(1, G, 4), Axis(2, G, 2)
+    prog = Program([
+        Instruction(OpCode.LOAD_FACTOR, 0, {"factor_id": 0}),
+        Instruction(OpCode.LOAD_FACTOR, 1, {"factor_id": 1}),
+        Instruction(OpCode.CONTRACT, 2, {"inputs": (0, 1), "out_spec": sp(a0, a1, a2)}),
+        Instruction(OpCode.ELIMINATE, 3, {"src": 2, "keep_keys": ((G, 2),)}),
+        Instruction(OpCode.STORE_SLOT, None, {"slot": ("m",), "src": 3}),
+    ], "p")
+    specs = {0: sp(a0, a1), 1: sp(a1, a0, a2)}
+    sr = catbp_jit.vm_prob_semiring()
+    plain = catbp_jit.compile([prog], sr, factor_specs=specs).bind()
+    sess = catbp_jit.compile([prog], sr, factor_specs=specs, batched_factors={0},
+                             buckets=(4,)).bind()
+    rng = np.random.default_rng(5)
+    for _ in range(5):
+        f0, f1 = rng.random((4, 4, 4)) * 10, rng.random((4, 4, 2)) / 3
+        got = sess.run(factors={0: f0, 1: f1})
+        want = unbatched_rows(plain, {0: f0, 1: f1}, {}, None, {0}, set(), 4)
+        assert_rows_equal(got, want, sess.batched_slots, "PROB", np.dtype(np.float64))
