@@ -15,6 +15,7 @@ every batched input (the rows are the run's); unbatched inputs keep their last v
 in a plain session. A run of n rows up to the largest bucket allocates nothing: switching
 buckets refills the bucket's constants and unbatched inputs from copies kept at bind. More
 rows than the largest bucket run in chunks of it, into result arrays made for that run.
+`save` and `load` work as for an unbatched executable (the ids and buckets are saved too).
 """
 
 from __future__ import annotations
@@ -25,10 +26,12 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
 import numpy as np
 
 from .errors import InputMismatchError, UnknownInputError
-from .executable import DEFAULT_MAX_BYTES, Executable, adapt_inputs, plan_and_load
+from .executable import (DEFAULT_MAX_BYTES, Executable, adapt_inputs, plan_and_load,
+                         saved_document, write_saved)
 from .ir.adapt import adapt_slot_key
 from .ir.batch import (BatchedCompileError, batch_axis, batch_axis_id, batch_input_specs,
                        batch_programs, is_batched, unbatched_spec)
+from .ir.ops import Program
 from .ir.schema import Axis, TensorSpec
 from .session import ONE, Session, aligned_empty
 
@@ -42,6 +45,7 @@ class BatchedExecutable:
     batched_factors: frozenset
     batched_selectors: frozenset
     batch_axis_id: int  # a GEOMETRIC axis id the programs do not use
+    programs: List[Program]  # as given (adapted), before the batch rewrite
 
     @property
     def largest(self) -> Executable:
@@ -91,9 +95,16 @@ class BatchedExecutable:
         return "\n\n".join(f"bucket {b}:\n{exe.as_text()}" for b, exe in self.profiles.items())
 
     def save(self, path: Any) -> None:
-        raise BatchedCompileError(
-            f"cannot save {path!r}: saving a batched executable (buckets {self.buckets}) is "
-            f"not supported yet; save the unbatched one, or compile the batched one again")
+        """As Executable.save, with the batched ids and the buckets: `load` plans every
+        bucket again and takes the kernels from the disk cache."""
+        big = self.largest
+        kernels = {k.key: k for exe in self.profiles.values() for k in exe.kernels}
+        doc = saved_document(self.programs, self.semiring, self.mode, big.target,
+                             self.factor_specs, self.selector_specs, big.slot_specs,
+                             list(kernels.values()))
+        doc.update(batched_factors=sorted(self.batched_factors),
+                   batched_selectors=sorted(self.batched_selectors), buckets=list(self.buckets))
+        write_saved(path, doc)
 
 
 def _ids(ids: Any, specs: Mapping[int, TensorSpec], kind: str) -> frozenset:
@@ -147,7 +158,7 @@ def compile_batched(programs: Any, sr: Any, *, factor_specs, selector_specs, slo
             lspecs, target=target, mode=mode, cache=cache, max_bytes=max_bytes,
             max_total_bytes=max_total_bytes, progress=progress, workers=workers,
             batch_key=ax.key)
-    return BatchedExecutable(profiles, sizes, bf, bs, aid)
+    return BatchedExecutable(profiles, sizes, bf, bs, aid, progs)
 
 
 class BatchedSession:

@@ -7,6 +7,8 @@ rest is padding, which must never show), a bucket exactly, more than the largest
 (chunks), and one session runs them in turn, switching buckets.
 """
 
+import json
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, event, given, note, settings
@@ -213,13 +215,31 @@ def test_batched_compile_errors_are_clear(kw, match):
                           factor_specs=SPECS, **kw)
 
 
-def test_batched_executable_refuses_to_save(tmp_path):
+def test_batched_executable_saves_and_loads(tmp_path):
+    sr = catbp_jit.vm_prob_semiring()
+    exe = catbp_jit.compile([normalize_program()], sr, factor_specs=SPECS,
+                            batched_factors={0}, buckets=(2, 4))
+    exe.save(tmp_path / "x.json")
+    loaded = catbp_jit.load(tmp_path / "x.json")
+    assert loaded.buckets == (2, 4) and loaded.batched_factors == {0}
+    assert loaded.as_text() == exe.as_text() and "bucket 2:" in exe.as_text()
+    assert exe.stats()["buckets"] == (2, 4)
+    f = {0: np.random.default_rng(4).random((3, 3)), 1: np.ones((3, 2))}
+    a, b = exe.bind().run(factors=f), loaded.bind().run(factors=f)
+    for key, (arr, spec) in a.items():
+        assert np.array_equal(arr, b[key][0]) and spec == b[key][1]
+
+
+def test_load_refuses_bad_batched_fields(tmp_path):
+    from catbp_jit.executable import SavedExecutableError
     exe = catbp_jit.compile([normalize_program()], catbp_jit.vm_prob_semiring(),
                             factor_specs=SPECS, batched_factors={0}, buckets=(2,))
-    with pytest.raises(BatchedCompileError, match="saving a batched executable"):
-        exe.save(tmp_path / "x.json")
-    assert not (tmp_path / "x.json").exists()
-    assert "bucket 2:" in exe.as_text() and exe.stats()["buckets"] == (2,)
+    exe.save(tmp_path / "x.json")
+    doc = json.loads((tmp_path / "x.json").read_text())
+    doc["buckets"] = ["2"]
+    (tmp_path / "x.json").write_text(json.dumps(doc))
+    with pytest.raises(SavedExecutableError, match="'buckets': expected an integer, got str"):
+        catbp_jit.load(tmp_path / "x.json")
 
 
 def test_buckets_share_their_kernels():
