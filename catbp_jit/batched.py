@@ -161,6 +161,15 @@ def compile_batched(programs: Any, sr: Any, *, factor_specs, selector_specs, slo
     return BatchedExecutable(profiles, sizes, bf, bs, aid, progs)
 
 
+@dataclass(frozen=True)
+class _Input:
+    """A declared input, as a batched session copies it in."""
+    shape: Tuple[int, ...]  # one row's
+    batched: bool
+    views: Dict[int, np.ndarray]  # bucket -> its region (rows first); none if never read
+    kept: Optional[np.ndarray]  # an unbatched input's last value (None: batched or unread)
+
+
 class BatchedSession:
     def __init__(self, exe: BatchedExecutable, **hooks):
         self.exe = exe
@@ -170,111 +179,103 @@ class BatchedSession:
         for s in self.sessions.values():
             s._unset.clear()  # inputs are tracked here, across buckets
         self.one = np.array(ONE[exe.semiring.name], dtype=exe.dtype)
-        big = self.sessions[exe.buckets[-1]]
-        # last values of unbatched inputs, copied into a bucket's regions when it is chosen
-        self._kept = {("factor", k): np.empty_like(v) for k, v in big._factors.items()
-                      if k not in exe.batched_factors}
-        self._kept.update({("selector", k): np.empty_like(v) for k, v in big._selectors.items()
-                           if k not in exe.batched_selectors})
-        self._kept.update({("slot", k): np.empty_like(v) for k, v in big._slots_in.items()})
-        self._unset = set(self._kept)
-        self._current: Optional[int] = None
-        ax = exe.axis(exe.buckets[-1])
-        self.batched_slots: Set[tuple] = {k for k, (_, spec) in big.slots.items()
-                                          if is_batched(spec, ax)}
         # the batch axis is innermost inside (ir/batch.py); users see it first: these
         # strided views of each bucket's regions put it first
         rows = lambda view: np.moveaxis(view, -1, 0)
-        self._rows_in = {b: {**{("factor", k): rows(v) for k, v in s._factors.items()
-                                if k in exe.batched_factors},
-                             **{("selector", k): rows(v) for k, v in s._selectors.items()
-                                if k in exe.batched_selectors}}
-                         for b, s in self.sessions.items()}
+        self._by: Dict[Tuple[str, Any], _Input] = {}
+        for kind, specs, batched, regions in (
+                ("factor", exe.factor_specs, exe.batched_factors, lambda s: s._factors),
+                ("selector", exe.selector_specs, exe.batched_selectors, lambda s: s._selectors),
+                ("slot", exe.largest.slot_specs, frozenset(), lambda s: s._slots_in)):
+            for ident, spec in specs.items():
+                views = {b: regions(s)[ident] for b, s in self.sessions.items()
+                         if ident in regions(s)}
+                if ident in batched:
+                    self._by[kind, ident] = _Input(spec.shape, True,
+                                                   {b: rows(v) for b, v in views.items()}, None)
+                else:  # kept here: another bucket's run writes over its regions
+                    kept = np.empty(spec.shape, exe.dtype) if views else None
+                    self._by[kind, ident] = _Input(spec.shape, False, views, kept)
+        self._kept = [(key, i) for key, i in self._by.items() if i.kept is not None]
+        self._unset = {key for key, _ in self._kept}
+        self._current: Optional[int] = None
+
+        ax = exe.axis(exe.buckets[-1])
+        big = self.sessions[exe.buckets[-1]]
+        self.batched_slots: Set[tuple] = {k for k, (_, spec) in big.slots.items()
+                                          if is_batched(spec, ax)}
+        self.slot_specs = {k: unbatched_spec(spec, ax) for k, (_, spec) in big.slots.items()}
         self._rows_out = {b: {k: rows(s.slots[k][0]) for k in self.batched_slots}
                           for b, s in self.sessions.items()}
-        self.slot_specs = {k: unbatched_spec(spec, ax) for k, (_, spec) in big.slots.items()}
+        self._whole_out = {b: {k: (v, self.slot_specs[k]) for k, (v, _) in s.slots.items()
+                               if k not in self.batched_slots}
+                           for b, s in self.sessions.items()}
         self.slots: Dict[tuple, Tuple[np.ndarray, TensorSpec]] = {}
-        self._specs = {"factor": exe.factor_specs, "selector": exe.selector_specs,
-                       "slot": exe.largest.slot_specs}  # one row's, as declared
 
     # -- inputs ----------------------------------------------------------------------------
 
-    def _spec(self, kind: str, ident: Any) -> Optional[TensorSpec]:
-        return self._specs[kind].get(ident)
-
-    def _batched(self, kind: str, ident: Any) -> bool:
-        return (kind == "factor" and ident in self.exe.batched_factors) or \
-               (kind == "selector" and ident in self.exe.batched_selectors)
-
     def _inputs(self, factors, selectors, slots):
-        """(kind, id, array) of every input given, checked; and the number of rows."""
-        given: List[Tuple[str, Any, np.ndarray]] = []
+        """(input, array) for every input given, all checked; and the number of rows."""
+        given: List[Tuple[_Input, np.ndarray]] = []
+        seen = set()
+        rows = None
         for kind, table in (("factor", factors), ("selector", selectors), ("slot", slots)):
             for ident, arr in (table or {}).items():
                 if kind == "slot":
                     ident = adapt_slot_key(ident)
                     arr = arr[0] if isinstance(arr, tuple) else arr
-                given.append((kind, ident, arr))
-        rows = None
-        for kind, ident, arr in given:
-            spec = self._spec(kind, ident)
-            if spec is None:
-                raise UnknownInputError(f"this executable has no {kind} {ident!r}")
-            if not isinstance(arr, np.ndarray):
-                raise InputMismatchError(f"{kind} {ident!r}: expected a numpy array, "
-                                         f"got {type(arr).__name__}")
-            batched = self._batched(kind, ident)
-            want = ((arr.shape[0] if arr.ndim else -1,) if batched else ()) + spec.shape
-            if arr.dtype != self.mem.dtype or arr.shape != want:
-                form = f"(n, *{list(spec.shape)})" if batched else f"{list(spec.shape)}"
-                raise InputMismatchError(
-                    f"{kind} {ident!r}: got {arr.dtype}{list(arr.shape)}, compiled for "
-                    f"{self.mem.dtype} {form}{' (a batched input)' if batched else ''}")
-            if batched:
-                if rows is not None and arr.shape[0] != rows:
+                inp = self._by.get((kind, ident))
+                if inp is None:
+                    raise UnknownInputError(f"this executable has no {kind} {ident!r}")
+                if not isinstance(arr, np.ndarray):
+                    raise InputMismatchError(f"{kind} {ident!r}: expected a numpy array, "
+                                             f"got {type(arr).__name__}")
+                want = ((arr.shape[0] if arr.ndim else -1,) if inp.batched else ()) + inp.shape
+                if arr.dtype != self.mem.dtype or arr.shape != want:
+                    form = f"(n, *{list(inp.shape)})" if inp.batched else f"{list(inp.shape)}"
                     raise InputMismatchError(
-                        f"{kind} {ident!r}: {arr.shape[0]} rows, but another batched input "
-                        f"has {rows}; every batched input of a run has the same rows")
-                rows = arr.shape[0]
-        missing = [f"factor {k!r}" for k in sorted(self.exe.batched_factors)
-                   if k not in (factors or {})]
-        missing += [f"selector {k!r}" for k in sorted(self.exe.batched_selectors)
-                    if k not in (selectors or {})]
+                        f"{kind} {ident!r}: got {arr.dtype}{list(arr.shape)}, compiled for "
+                        f"{self.mem.dtype} {form}{' (a batched input)' if inp.batched else ''}")
+                if inp.batched:
+                    if rows is not None and arr.shape[0] != rows:
+                        raise InputMismatchError(
+                            f"{kind} {ident!r}: {arr.shape[0]} rows, but another batched "
+                            f"input has {rows}; every batched input of a run has the same rows")
+                    rows = arr.shape[0]
+                given.append((inp, arr))
+                seen.add((kind, ident))
+        missing = [f"{kind} {ident!r}" for (kind, ident), inp in self._by.items()
+                   if inp.batched and (kind, ident) not in seen]
         if missing:
             raise UnknownInputError(f"every run gives every batched input (its rows); missing "
-                                    f"{', '.join(missing[:10])}")
-        unset = self._unset - {(kind, ident) for kind, ident, _ in given}
+                                    f"{', '.join(sorted(missing)[:10])}")
+        unset = self._unset - seen
         if unset:
             names = sorted(f"{k} {i!r}" for k, i in unset)
             raise UnknownInputError(f"no value given yet for {', '.join(names[:10])}")
+        self._unset.clear()  # (all checked: from here on, nothing can fail)
         return given, rows
 
     def _choose(self, bucket: int) -> Session:
         sess = self.sessions[bucket]
         if self._current != bucket:  # another bucket wrote over this one's regions
             sess.fill_constants()
-            for (kind, ident), kept in self._kept.items():
-                if (kind, ident) not in self._unset:
-                    np.copyto(self._target(sess, kind, ident), kept)
+            for _, inp in self._kept:
+                np.copyto(inp.views[bucket], inp.kept)
             self._current = bucket
         return sess
 
-    @staticmethod
-    def _target(sess: Session, kind: str, ident: Any) -> Optional[np.ndarray]:
-        return {"factor": sess._factors, "selector": sess._selectors,
-                "slot": sess._slots_in}[kind].get(ident)
-
     def _copy_in(self, bucket: int, given, lo: int, n: int) -> None:
-        for kind, ident, arr in given:
-            if self._batched(kind, ident):
-                rows = self._rows_in[bucket].get((kind, ident))
-                if rows is not None:  # (None: an input the optimized schedule never reads)
-                    np.copyto(rows[:n], arr[lo:lo + n])
-                    rows[n:].fill(self.one)  # padding rows: the semiring's one
-            elif (kind, ident) in self._kept:  # (else declared, but read by no schedule)
-                np.copyto(self._kept[(kind, ident)], arr)
-                self._unset.discard((kind, ident))
-                np.copyto(self._target(self.sessions[bucket], kind, ident), arr)
+        for inp, arr in given:
+            view = inp.views.get(bucket)
+            if view is None:
+                continue  # declared, but read by no schedule
+            if inp.batched:
+                np.copyto(view[:n], arr[lo:lo + n])
+                view[n:].fill(self.one)  # padding rows: the semiring's one
+            else:
+                np.copyto(inp.kept, arr)
+                np.copyto(view, arr)
 
     # -- running ---------------------------------------------------------------------------
 
@@ -291,9 +292,9 @@ class BatchedSession:
             sess = self._choose(bucket)
             self._copy_in(bucket, given, 0, n)
             sess.run()
-            rows = self._rows_out[bucket]
-            for key, (view, _) in sess.slots.items():
-                self.slots[key] = (rows[key][:n] if key in rows else view, self.slot_specs[key])
+            self.slots.update(self._whole_out[bucket])
+            for key, rows in self._rows_out[bucket].items():
+                self.slots[key] = (rows[:n], self.slot_specs[key])
             return self.slots
         return self._run_chunks(given, n)
 
@@ -308,6 +309,7 @@ class BatchedSession:
             sess.run()
             for key, rows in self._rows_out[big].items():
                 results[key][lo:lo + m] = rows[:m]
-        for key, (view, _) in sess.slots.items():
-            self.slots[key] = (results.get(key, view), self.slot_specs[key])
+        self.slots.update(self._whole_out[big])
+        for key, rows in results.items():
+            self.slots[key] = (rows, self.slot_specs[key])
         return self.slots
