@@ -336,3 +336,17 @@ def test_rows_sum_in_the_unbatched_order():
         got = sess.run(factors={0: f0, 1: f1})
         want = unbatched_rows(plain, {0: f0, 1: f1}, {}, None, {0}, set(), 4)
         assert_rows_equal(got, want, sess.batched_slots, "PROB", np.dtype(np.float64))
+
+
+def test_a_refused_run_changes_nothing():
+    sr = catbp_jit.vm_prob_semiring()
+    sess = catbp_jit.compile([normalize_program()], sr, factor_specs=SPECS,
+                             batched_factors={0}, buckets=(2, 4)).bind()
+    f0, f1 = np.full((3, 3), 0.5), np.full((3, 2), 2.0)
+    before = {k: np.array(v, copy=True) for k, (v, _) in sess.run(factors={0: f0, 1: f1}).items()}
+    for bad in ({0: np.ones((1, 3)), 1: np.ones((2, 3))},  # f1 of the wrong shape
+                {0: np.ones(3), 1: np.ones((3, 2))}):  # f0 without rows
+        with pytest.raises(InputMismatchError):
+            sess.run(factors=bad)
+    for key, (view, _) in sess.run(factors={0: f0}).items():  # f1 kept: still 2.0
+        assert np.array_equal(view, before[key]), key
