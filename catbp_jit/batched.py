@@ -15,6 +15,7 @@ every batched input (the rows are the run's); unbatched inputs keep their last v
 in a plain session. A run of n rows up to the largest bucket allocates nothing: switching
 buckets refills the bucket's constants and unbatched inputs from copies kept at bind. More
 rows than the largest bucket run in chunks of it, into result arrays made for that run.
+`save` and `load` work as for an unbatched executable (the ids and buckets are saved too).
 """
 
 from __future__ import annotations
@@ -24,19 +25,17 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
 
 import numpy as np
 
-from .errors import CatbpError, InputMismatchError, UnknownInputError
-from .executable import DEFAULT_MAX_BYTES, Executable, adapt_inputs, plan_and_load
+from .errors import InputMismatchError, UnknownInputError
+from .executable import (DEFAULT_MAX_BYTES, Executable, adapt_inputs, plan_and_load,
+                         saved_document, write_saved)
 from .ir.adapt import adapt_slot_key
-from .ir.batch import (batch_axis, batch_axis_id, batch_input_specs, batch_programs,
-                       unbatched_spec)
+from .ir.batch import (BatchedCompileError, batch_axis, batch_axis_id, batch_input_specs,
+                       batch_programs, is_batched, unbatched_spec)
+from .ir.ops import Program
 from .ir.schema import Axis, TensorSpec
 from .session import ONE, Session, aligned_empty
 
 DEFAULT_BUCKETS = (1, 8, 64, 512)
-
-
-class BatchedCompileError(CatbpError, ValueError):
-    """Batched inputs or buckets that compile() cannot use."""
 
 
 @dataclass
@@ -46,6 +45,7 @@ class BatchedExecutable:
     batched_factors: frozenset
     batched_selectors: frozenset
     batch_axis_id: int  # a GEOMETRIC axis id the programs do not use
+    programs: List[Program]  # as given (adapted), before the batch rewrite
 
     @property
     def largest(self) -> Executable:
@@ -95,9 +95,16 @@ class BatchedExecutable:
         return "\n\n".join(f"bucket {b}:\n{exe.as_text()}" for b, exe in self.profiles.items())
 
     def save(self, path: Any) -> None:
-        raise BatchedCompileError(
-            f"cannot save {path!r}: saving a batched executable (buckets {self.buckets}) is "
-            f"not supported yet; save the unbatched one, or compile the batched one again")
+        """As Executable.save, with the batched ids and the buckets: `load` plans every
+        bucket again and takes the kernels from the disk cache."""
+        big = self.largest
+        kernels = {k.key: k for exe in self.profiles.values() for k in exe.kernels}
+        doc = saved_document(self.programs, self.semiring, self.mode, big.target,
+                             self.factor_specs, self.selector_specs, big.slot_specs,
+                             list(kernels.values()))
+        doc.update(batched_factors=sorted(self.batched_factors),
+                   batched_selectors=sorted(self.batched_selectors), buckets=list(self.buckets))
+        write_saved(path, doc)
 
 
 def _ids(ids: Any, specs: Mapping[int, TensorSpec], kind: str) -> frozenset:
@@ -144,14 +151,23 @@ def compile_batched(programs: Any, sr: Any, *, factor_specs, selector_specs, slo
     profiles = {}
     for b in sizes:
         ax = batch_axis(aid, b)
-        bprogs, _ = batch_programs(progs, ax, bf, bs)
+        bprogs, _ = batch_programs(progs, ax, bf, bs, lspecs)
         say(f"bucket {b}")
         profiles[b] = plan_and_load(
             bprogs, sr, batch_input_specs(fspecs, bf, ax), batch_input_specs(sspecs, bs, ax),
             lspecs, target=target, mode=mode, cache=cache, max_bytes=max_bytes,
             max_total_bytes=max_total_bytes, progress=progress, workers=workers,
             batch_key=ax.key)
-    return BatchedExecutable(profiles, sizes, bf, bs, aid)
+    return BatchedExecutable(profiles, sizes, bf, bs, aid, progs)
+
+
+@dataclass(frozen=True)
+class _Input:
+    """A declared input, as a batched session copies it in."""
+    shape: Tuple[int, ...]  # one row's
+    batched: bool
+    views: Dict[int, np.ndarray]  # bucket -> its region (rows first); none if never read
+    kept: Optional[np.ndarray]  # an unbatched input's last value (None: batched or unread)
 
 
 class BatchedSession:
@@ -163,102 +179,103 @@ class BatchedSession:
         for s in self.sessions.values():
             s._unset.clear()  # inputs are tracked here, across buckets
         self.one = np.array(ONE[exe.semiring.name], dtype=exe.dtype)
-        big = self.sessions[exe.buckets[-1]]
-        # last values of unbatched inputs, copied into a bucket's regions when it is chosen
-        self._kept = {("factor", k): np.empty_like(v) for k, v in big._factors.items()
-                      if k not in exe.batched_factors}
-        self._kept.update({("selector", k): np.empty_like(v) for k, v in big._selectors.items()
-                           if k not in exe.batched_selectors})
-        self._kept.update({("slot", k): np.empty_like(v) for k, v in big._slots_in.items()})
-        self._unset = set(self._kept)
+        # the batch axis is innermost inside (ir/batch.py); users see it first: these
+        # strided views of each bucket's regions put it first
+        rows = lambda view: np.moveaxis(view, -1, 0)
+        self._by: Dict[Tuple[str, Any], _Input] = {}
+        for kind, specs, batched, regions in (
+                ("factor", exe.factor_specs, exe.batched_factors, lambda s: s._factors),
+                ("selector", exe.selector_specs, exe.batched_selectors, lambda s: s._selectors),
+                ("slot", exe.largest.slot_specs, frozenset(), lambda s: s._slots_in)):
+            for ident, spec in specs.items():
+                views = {b: regions(s)[ident] for b, s in self.sessions.items()
+                         if ident in regions(s)}
+                if ident in batched:
+                    self._by[kind, ident] = _Input(spec.shape, True,
+                                                   {b: rows(v) for b, v in views.items()}, None)
+                else:  # kept here: another bucket's run writes over its regions
+                    kept = np.empty(spec.shape, exe.dtype) if views else None
+                    self._by[kind, ident] = _Input(spec.shape, False, views, kept)
+        self._kept = [(key, i) for key, i in self._by.items() if i.kept is not None]
+        self._unset = {key for key, _ in self._kept}
         self._current: Optional[int] = None
+
         ax = exe.axis(exe.buckets[-1])
+        big = self.sessions[exe.buckets[-1]]
         self.batched_slots: Set[tuple] = {k for k, (_, spec) in big.slots.items()
-                                          if spec.axes and spec.axes[0].key == ax.key}
+                                          if is_batched(spec, ax)}
         self.slot_specs = {k: unbatched_spec(spec, ax) for k, (_, spec) in big.slots.items()}
+        self._rows_out = {b: {k: rows(s.slots[k][0]) for k in self.batched_slots}
+                          for b, s in self.sessions.items()}
+        self._whole_out = {b: {k: (v, self.slot_specs[k]) for k, (v, _) in s.slots.items()
+                               if k not in self.batched_slots}
+                           for b, s in self.sessions.items()}
         self.slots: Dict[tuple, Tuple[np.ndarray, TensorSpec]] = {}
 
     # -- inputs ----------------------------------------------------------------------------
 
-    def _spec(self, kind: str, ident: Any) -> Optional[TensorSpec]:
-        specs = {"factor": self.exe.factor_specs, "selector": self.exe.selector_specs,
-                 "slot": self.exe.largest.slot_specs}[kind]
-        return specs.get(ident)
-
-    def _batched(self, kind: str, ident: Any) -> bool:
-        return (kind == "factor" and ident in self.exe.batched_factors) or \
-               (kind == "selector" and ident in self.exe.batched_selectors)
-
     def _inputs(self, factors, selectors, slots):
-        """(kind, id, array) of every input given, checked; and the number of rows."""
-        given: List[Tuple[str, Any, np.ndarray]] = []
+        """(input, array) for every input given, all checked; and the number of rows."""
+        given: List[Tuple[_Input, np.ndarray]] = []
+        seen = set()
+        rows = None
         for kind, table in (("factor", factors), ("selector", selectors), ("slot", slots)):
             for ident, arr in (table or {}).items():
                 if kind == "slot":
                     ident = adapt_slot_key(ident)
                     arr = arr[0] if isinstance(arr, tuple) else arr
-                given.append((kind, ident, arr))
-        rows = None
-        for kind, ident, arr in given:
-            spec = self._spec(kind, ident)
-            if spec is None:
-                raise UnknownInputError(f"this executable has no {kind} {ident!r}")
-            if not isinstance(arr, np.ndarray):
-                raise InputMismatchError(f"{kind} {ident!r}: expected a numpy array, "
-                                         f"got {type(arr).__name__}")
-            batched = self._batched(kind, ident)
-            want = ((arr.shape[0] if arr.ndim else -1,) if batched else ()) + spec.shape
-            if arr.dtype != self.mem.dtype or arr.shape != want:
-                form = f"(n, *{list(spec.shape)})" if batched else f"{list(spec.shape)}"
-                raise InputMismatchError(
-                    f"{kind} {ident!r}: got {arr.dtype}{list(arr.shape)}, compiled for "
-                    f"{self.mem.dtype} {form}{' (a batched input)' if batched else ''}")
-            if batched:
-                if rows is not None and arr.shape[0] != rows:
+                inp = self._by.get((kind, ident))
+                if inp is None:
+                    raise UnknownInputError(f"this executable has no {kind} {ident!r}")
+                if not isinstance(arr, np.ndarray):
+                    raise InputMismatchError(f"{kind} {ident!r}: expected a numpy array, "
+                                             f"got {type(arr).__name__}")
+                want = ((arr.shape[0] if arr.ndim else -1,) if inp.batched else ()) + inp.shape
+                if arr.dtype != self.mem.dtype or arr.shape != want:
+                    form = f"(n, *{list(inp.shape)})" if inp.batched else f"{list(inp.shape)}"
                     raise InputMismatchError(
-                        f"{kind} {ident!r}: {arr.shape[0]} rows, but another batched input "
-                        f"has {rows}; every batched input of a run has the same rows")
-                rows = arr.shape[0]
-        missing = [f"factor {k!r}" for k in sorted(self.exe.batched_factors)
-                   if k not in (factors or {})]
-        missing += [f"selector {k!r}" for k in sorted(self.exe.batched_selectors)
-                    if k not in (selectors or {})]
+                        f"{kind} {ident!r}: got {arr.dtype}{list(arr.shape)}, compiled for "
+                        f"{self.mem.dtype} {form}{' (a batched input)' if inp.batched else ''}")
+                if inp.batched:
+                    if rows is not None and arr.shape[0] != rows:
+                        raise InputMismatchError(
+                            f"{kind} {ident!r}: {arr.shape[0]} rows, but another batched "
+                            f"input has {rows}; every batched input of a run has the same rows")
+                    rows = arr.shape[0]
+                given.append((inp, arr))
+                seen.add((kind, ident))
+        missing = [f"{kind} {ident!r}" for (kind, ident), inp in self._by.items()
+                   if inp.batched and (kind, ident) not in seen]
         if missing:
             raise UnknownInputError(f"every run gives every batched input (its rows); missing "
-                                    f"{', '.join(missing[:10])}")
-        unset = self._unset - {(kind, ident) for kind, ident, _ in given}
+                                    f"{', '.join(sorted(missing)[:10])}")
+        unset = self._unset - seen
         if unset:
             names = sorted(f"{k} {i!r}" for k, i in unset)
             raise UnknownInputError(f"no value given yet for {', '.join(names[:10])}")
+        self._unset.clear()  # (all checked: from here on, nothing can fail)
         return given, rows
 
     def _choose(self, bucket: int) -> Session:
         sess = self.sessions[bucket]
         if self._current != bucket:  # another bucket wrote over this one's regions
             sess.fill_constants()
-            for (kind, ident), kept in self._kept.items():
-                if (kind, ident) not in self._unset:
-                    np.copyto(self._target(sess, kind, ident), kept)
+            for _, inp in self._kept:
+                np.copyto(inp.views[bucket], inp.kept)
             self._current = bucket
         return sess
 
-    @staticmethod
-    def _target(sess: Session, kind: str, ident: Any) -> Optional[np.ndarray]:
-        return {"factor": sess._factors, "selector": sess._selectors,
-                "slot": sess._slots_in}[kind].get(ident)
-
-    def _copy_in(self, sess: Session, given, lo: int, n: int) -> None:
-        for kind, ident, arr in given:
-            target = self._target(sess, kind, ident)
-            if self._batched(kind, ident):
-                if target is not None:  # (None: an input the optimized schedule never reads)
-                    np.copyto(target[:n], arr[lo:lo + n])
-                    target[n:].fill(self.one)  # padding rows: the semiring's one
+    def _copy_in(self, bucket: int, given, lo: int, n: int) -> None:
+        for inp, arr in given:
+            view = inp.views.get(bucket)
+            if view is None:
+                continue  # declared, but read by no schedule
+            if inp.batched:
+                np.copyto(view[:n], arr[lo:lo + n])
+                view[n:].fill(self.one)  # padding rows: the semiring's one
             else:
-                np.copyto(self._kept[(kind, ident)], arr)
-                self._unset.discard((kind, ident))
-                if target is not None:
-                    np.copyto(target, arr)
+                np.copyto(inp.kept, arr)
+                np.copyto(view, arr)
 
     # -- running ---------------------------------------------------------------------------
 
@@ -273,11 +290,11 @@ class BatchedSession:
         if n <= buckets[-1]:
             bucket = next(b for b in buckets if b >= n)
             sess = self._choose(bucket)
-            self._copy_in(sess, given, 0, n)
+            self._copy_in(bucket, given, 0, n)
             sess.run()
-            for key, (view, _) in sess.slots.items():
-                self.slots[key] = (view[:n] if key in self.batched_slots else view,
-                                   self.slot_specs[key])
+            self.slots.update(self._whole_out[bucket])
+            for key, rows in self._rows_out[bucket].items():
+                self.slots[key] = (rows[:n], self.slot_specs[key])
             return self.slots
         return self._run_chunks(given, n)
 
@@ -288,10 +305,11 @@ class BatchedSession:
                    for key in self.batched_slots}
         for lo in range(0, n, big):
             m = min(big, n - lo)
-            self._copy_in(sess, given, lo, m)
+            self._copy_in(big, given, lo, m)
             sess.run()
-            for key in self.batched_slots:
-                results[key][lo:lo + m] = sess.slots[key][0][:m]
-        for key, (view, _) in sess.slots.items():
-            self.slots[key] = (results.get(key, view), self.slot_specs[key])
+            for key, rows in self._rows_out[big].items():
+                results[key][lo:lo + m] = rows[:m]
+        self.slots.update(self._whole_out[big])
+        for key, rows in results.items():
+            self.slots[key] = (rows, self.slot_specs[key])
         return self.slots

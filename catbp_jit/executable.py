@@ -126,31 +126,43 @@ class Executable:
     def save(self, path: Union[str, os.PathLike]) -> None:
         """The programs, specs and options as JSON; `load` re-plans (cheap) and takes the
         kernels from the disk cache, so a saved executable runs under CATBP_JIT_CACHE=strict."""
-        from .bundle import program_to_json, slot_key_to_json, spec_to_json
+        write_saved(path, saved_document(self.programs, self.semiring, self.mode, self.target,
+                                         self.factor_specs, self.selector_specs,
+                                         self.slot_specs, self.kernels))
 
-        doc = {
-            "format": SAVE_FORMAT, "version": 1,
-            "semiring": self.semiring.name, "dtype": self.dtype.name,
-            "mode": self.mode, "target": self.target,
-            "factor_specs": {str(k): spec_to_json(v) for k, v in self.factor_specs.items()},
-            "selector_specs": {str(k): spec_to_json(v) for k, v in self.selector_specs.items()},
-            "slot_specs": [[slot_key_to_json(k), spec_to_json(v)] for k, v in self.slot_specs.items()],
-            "programs": [program_to_json(p) for p in self.programs],
-            "kernels": [k.key for k in self.kernels],
-        }
-        tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(doc, f)
-        os.replace(tmp, path)
+
+def saved_document(programs: List[Program], sr: VMSemiringRuntime, mode: str, target: str,
+                   fspecs: Dict[int, TensorSpec], sspecs: Dict[int, TensorSpec],
+                   lspecs: Dict[tuple, TensorSpec], kernels: List[Kernel]) -> dict:
+    """What `save` writes (a batched executable adds its batched ids and buckets)."""
+    from .bundle import program_to_json, slot_key_to_json, spec_to_json
+
+    return {
+        "format": SAVE_FORMAT, "version": 1,
+        "semiring": sr.name, "dtype": sr.dtype.name, "mode": mode, "target": target,
+        "factor_specs": {str(k): spec_to_json(v) for k, v in fspecs.items()},
+        "selector_specs": {str(k): spec_to_json(v) for k, v in sspecs.items()},
+        "slot_specs": [[slot_key_to_json(k), spec_to_json(v)] for k, v in lspecs.items()],
+        "programs": [program_to_json(p) for p in programs],
+        "kernels": [k.key for k in kernels],
+    }
+
+
+def write_saved(path: Union[str, os.PathLike], doc: dict) -> None:
+    tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(doc, f)
+    os.replace(tmp, path)
 
 
 class SavedExecutableError(CatbpError, ValueError):
     """A file that `load` cannot read as a saved executable."""
 
 
-def load(path: Union[str, os.PathLike], *, cache: Optional[KernelCache] = None) -> Executable:
-    """The Executable saved at `path` by Executable.save. A file that is not one (binary,
-    truncated, another JSON document, a field of the wrong kind) raises
+def load(path: Union[str, os.PathLike], *,
+         cache: Optional[KernelCache] = None) -> Union[Executable, "BatchedExecutable"]:
+    """The Executable (or BatchedExecutable) saved at `path` by its save(). A file that is
+    not one (binary, truncated, another JSON document, a field of the wrong kind) raises
     SavedExecutableError naming the file and the field; a missing file FileNotFoundError."""
     from .bundle import program_from_json
     from .semiring import make_semiring
@@ -189,6 +201,14 @@ def load(path: Union[str, os.PathLike], *, cache: Optional[KernelCache] = None) 
             raise ValueError(f"{x!r} is not a numeric dtype")
         return dtype
 
+    def ids(x):
+        return [_as_int(i) for i in _items(x, list)]
+
+    batched = {}
+    if "buckets" in doc:  # a batched executable
+        batched = dict(batched_factors=field("batched_factors", ids),
+                       batched_selectors=field("batched_selectors", ids),
+                       buckets=field("buckets", ids))
     dtype = field("dtype", numeric_dtype)
     return compile(
         field("programs", lambda x: [program_from_json(p) for p in _items(x, list)]),
@@ -198,7 +218,13 @@ def load(path: Union[str, os.PathLike], *, cache: Optional[KernelCache] = None) 
         slot_specs=field("slot_specs", lambda x: {adapt_slot_key(k): adapt_spec(v)
                                                   for k, v in _items(x, list)}),
         target=field("target", one_of(TARGETS)), mode=field("mode", one_of(MODES)),
-        cache=cache)
+        cache=cache, **batched)
+
+
+def _as_int(x: Any) -> int:
+    if isinstance(x, bool) or not isinstance(x, int):
+        raise TypeError(f"expected an integer, got {type(x).__name__}")
+    return x
 
 
 def _items(x: Any, kind: type = dict) -> Any:

@@ -11,7 +11,10 @@ Runs every bundle of ../shared/bench through a session, in both modes ("compiled
   again within the runs (net 0).
 
 Two calls are checked: `sess.run(factors=..., selectors=...)` (inputs copied in each run)
-and `sess.run()` (inputs already bound).
+and `sess.run()` (inputs already bound). A third, `run(rows)`, checks a batched executable
+(one factor batched, buckets --buckets) whose runs cycle through row counts that switch
+buckets at every run (1, the largest bucket, a count just over each smaller bucket, ...):
+choosing a bucket must allocate nothing either.
 
 How to run (from the repository root):
 
@@ -29,7 +32,8 @@ Columns of the printed table:
     bundle    the bundle directory name
     mode      compiled (one Numba dispatcher runs every step) or loop (a Python loop)
     steps     steps in the schedule (len(exe.schedule.steps))
-    call      run(inputs) = sess.run(factors=..., selectors=...), run() = sess.run()
+    call      run(inputs) = sess.run(factors=..., selectors=...), run() = sess.run(),
+              run(rows) = batched sess.run(factors=...) with the row count changing each run
     runs      counted runs (after one warm-up run of each call); "*" = reduced count
     numpy     numpy data buffers allocated over all counted runs (must be 0)
     nrt min / nrt max   NRT allocations (NRT_Allocate + MemInfo) per run, min and max
@@ -70,19 +74,38 @@ def bench_bundles(shared: Path, names) -> list:
     return dirs
 
 
-def count_runs(sess, kwargs: dict, runs: int) -> dict:
-    """Run `sess.run(**kwargs)` `runs` times under both counters; return the counts."""
-    sess.run(**kwargs)  # warm-up for this call
+def count_runs(sess, kwargs, runs: int) -> dict:
+    """Run `sess.run(**kwargs)` `runs` times under both counters; return the counts.
+    kwargs: one dict, or a list of them used in turn."""
+    calls = kwargs if isinstance(kwargs, list) else [kwargs]
+    for call in calls:
+        sess.run(**call)  # warm-up for this call
     nrt_per_run = []
     nrt_net = 0
     with NumpyAllocCounter() as numpy_count:
-        for _ in range(runs):
+        for i in range(runs):
             with NrtAllocCounter() as nrt:
-                sess.run(**kwargs)
+                sess.run(**calls[i % len(calls)])
             nrt_per_run.append(nrt.allocations)
             nrt_net += nrt.allocations - nrt.frees
     return {"numpy": numpy_count.allocations, "nrt_min": min(nrt_per_run),
             "nrt_max": max(nrt_per_run), "nrt_net": nrt_net}
+
+
+def batched_session(bundle, factors: dict, selectors: dict, mode: str, buckets):
+    """A session of the bundle batched over its first factor, and run() arguments whose
+    row counts switch buckets at every run."""
+    import numpy as np
+
+    fid = min(factors)
+    exe = compile(bundle.programs, bundle.semiring_runtime(), factor_specs=bundle.factor_specs(),
+                  selector_specs=bundle.selector_specs(), mode=mode,
+                  batched_factors={fid}, buckets=buckets)
+    sess = exe.bind()
+    counts = [1, buckets[-1]] + [b + 1 for b in buckets[:-1]] + [0]
+    calls = [{"factors": {**factors, fid: np.repeat(factors[fid][None], n, axis=0)},
+              "selectors": selectors} for n in counts]
+    return sess, calls
 
 
 def self_test() -> None:
@@ -126,6 +149,9 @@ def main(argv=None) -> int:
                              f"{LARGE_ARENA_BYTES >> 20} MB (default 10)")
     parser.add_argument("--skip-large", action="store_true",
                         help=f"skip bundles whose arena exceeds {LARGE_ARENA_BYTES >> 20} MB")
+    parser.add_argument("--buckets", type=lambda x: tuple(int(b) for b in x.split(",") if b),
+                        default=(1, 8, 64), metavar="B,B,...",
+                        help="buckets of the batched check (default 1,8,64; '' skips it)")
     parser.add_argument("--bundles", nargs="+", metavar="NAME",
                         help="only bundles whose name contains one of these strings")
     args = parser.parse_args(argv)
@@ -173,6 +199,15 @@ def main(argv=None) -> int:
                              str(counts["numpy"]), str(counts["nrt_min"]),
                              str(counts["nrt_max"]), str(counts["nrt_net"]), v))
             del sess, exe  # give the arena back before the next compile
+            if large or not args.buckets:
+                continue
+            counts = count_runs(*batched_session(bundle, factors, selectors, mode,
+                                                 args.buckets), runs)
+            v = verdict(counts)
+            failed = failed or v != "ok"
+            rows.append((path.name, mode, "-", f"run(rows) {args.buckets}", runs_text,
+                         str(counts["numpy"]), str(counts["nrt_min"]),
+                         str(counts["nrt_max"]), str(counts["nrt_net"]), v))
 
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
               for i, h in enumerate(header)]

@@ -100,30 +100,33 @@ def _reduced_value(k: int, semiring: str) -> List[str]:
 
 
 def _normalize(semiring: str, k: int) -> List[str]:
-    """NORMALIZE the output, which is contiguous, in `groups` equal parts (the batch rows)."""
+    """NORMALIZE the output in `groups` parts (the batch rows) of `size` elements each,
+    part g at out + g * gs, its elements es apart (plan/schedule.py: normalize_groups)."""
     i = "        "
-    head = [f"    groups = P[p + 8 + D + R + {k} * (1 + D)]  # after the last leaf's strides",
+    x = "mem[base + o * es]"
+    head = [f"    G = p + 8 + D + R + {k} * (1 + D)  # after the last leaf's strides",
+            "    groups, gs, es = P[G], P[G + 1], P[G + 2]",
             "    size = n_out // groups",
             "    for g in range(groups):",
-            "        base = out + g * size"]
+            "        base = out + g * gs"]
     if semiring == "PROB":
         return head + [f"{i}total = 0.0",
-                       f"{i}for o in range(size):", f"{i}    total += mem[base + o]",
+                       f"{i}for o in range(size):", f"{i}    total += {x}",
                        f"{i}if total != 0.0:",
                        f"{i}    for o in range(size):",
-                       f"{i}        mem[base + o] = mem[base + o] / total"]
+                       f"{i}        {x} = {x} / total"]
     if semiring == "LOGPROB":
         return head + [f"{i}top_x = -np.inf",
                        f"{i}for o in range(size):",
-                       f"{i}    if mem[base + o] > top_x or mem[base + o] != mem[base + o]:",
-                       f"{i}        top_x = mem[base + o]",
+                       f"{i}    if {x} > top_x or {x} != {x}:",
+                       f"{i}        top_x = {x}",
                        f"{i}z = top_x",
                        f"{i}if top_x != -np.inf:",
                        f"{i}    acc = 0.0",
                        f"{i}    for o in range(size):",
-                       f"{i}        acc += math.exp(mem[base + o] - top_x)",
+                       f"{i}        acc += math.exp({x} - top_x)",
                        f"{i}    z = top_x + math.log(acc)",
-                       f"{i}for o in range(size):", f"{i}    mem[base + o] = mem[base + o] - z"]
+                       f"{i}for o in range(size):", f"{i}    {x} = {x} - z"]
     return []  # SAT and COUNT do not normalize
 
 

@@ -6,7 +6,8 @@ with that segment's kept axes outermost (in the segment's output order), so that
 output element the reduction walks one contiguous stretch of memory. Among several such
 readers the one with the most work wins (work per batch row, in batched programs: so the
 same reader wins as in the unbatched program, and each row's sums run in the same order).
-The layout changes addresses only.
+A batch axis (ir/batch.py) stays innermost, as in every batched spec, so each row is laid
+out as the unbatched value is. The layout changes addresses only.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ def choose_layouts(fused: Fused, batch_key: Optional[tuple] = None) -> Dict[int,
     layouts = {v: spec for v, spec in fused.specs.items()}
     for v, (_, i) in best.items():
         spec = fused.specs[v]
-        kept = [k for k in fused.segments[i].out_spec.keys if spec.has_key(k)]
-        rest = [k for k in spec.keys if k not in kept]
-        layouts[v] = TensorSpec(tuple(spec.get_axis(k) for k in kept + rest))
+        kept = [k for k in fused.segments[i].out_spec.keys if spec.has_key(k) and k != batch_key]
+        rest = [k for k in spec.keys if k not in kept and k != batch_key]
+        last = [batch_key] if spec.has_key(batch_key) else []
+        layouts[v] = TensorSpec(tuple(spec.get_axis(k) for k in kept + rest + last))
     return layouts

@@ -13,12 +13,12 @@ the offset tables, then scratch space for the kernels' loop counters:
 and a segment's parameters are
     [out_offset, R, Q, scratch_offset, chunks, nb, blk, table_offset, n_0 .. n_{D-1},
      out_stride_0 .. out_stride_{R-1}, (leaf_offset, leaf_stride_0 .. leaf_stride_{D-1}) per leaf,
-     groups]
+     groups, group_stride, element_stride]
 with R output axes, Q reduced axes, D = R + Q, output axes first. The nb axes before the
 last one (blk elements in all) are walked through offset tables precomputed here: for a
 kernel that does not reduce, one table for the output then one per leaf; for a reducing
-kernel, one per leaf over the reduced axes. `groups` is what a NORMALIZE divides its
-(contiguous) output into, each normalized alone: the batch rows, or 1. Kernels are therefore
+kernel, one per leaf over the reduced axes. The last three say which parts of its output
+a NORMALIZE normalizes alone (the batch rows; else one part, the whole output). Kernels are therefore
 specialized on (semiring, dtype, leaves, reduce, normalize, parallel) and nothing else.
 """
 
@@ -190,7 +190,7 @@ def lower_segment(seg: Segment, fused: Fused, memory: MemoryPlan, dtype: str,
     params += sizes + operands[0][:out_rank]
     for leaf, row in zip(seg.leaves, operands[1:]):
         params += [memory.regions[leaf].offset] + row
-    params.append(normalize_groups(seg, layouts[seg.out], batch_key))
+    params += normalize_groups(seg, layouts[seg.out], batch_key)
     return Step(seg, pattern, tuple(int(x) for x in params), work, tuple(tables))
 
 
@@ -199,14 +199,17 @@ def row_count(spec: TensorSpec, batch_key: Optional[tuple]) -> int:
     return element_count(TensorSpec(tuple(ax for ax in spec.axes if ax.key != batch_key)))
 
 
-def normalize_groups(seg: Segment, layout: TensorSpec, batch_key: Optional[tuple]) -> int:
-    """How many contiguous groups a NORMALIZE divides its output into: one per batch row
-    (each row is normalized alone, as the unbatched program normalizes its value), else 1."""
+def normalize_groups(seg: Segment, layout: TensorSpec, batch_key: Optional[tuple]) -> List[int]:
+    """[groups, group stride, element stride]: a NORMALIZE normalizes each of `groups`
+    parts of its output alone, part g being the elements at g * group stride + i *
+    element stride: one part per batch row (the batch axis is innermost), else [1, 0, 1].
+    The rest of a row is walked in its memory order, the unbatched value's order."""
     if not seg.normalize or batch_key is None or not seg.out_spec.has_key(batch_key):
-        return 1
-    if layout.axes[0].key != batch_key:  # ir/batch.py puts the batch axis first everywhere
-        raise AssertionError(f"segment v{seg.out}: batch axis not outermost in {layout}")
-    return layout.axes[0].size
+        return [1, 0, 1]
+    if layout.axes[-1].key != batch_key:  # ir/batch.py and layout.py keep it innermost
+        raise AssertionError(f"segment v{seg.out}: batch axis not innermost in {layout}")
+    rows = layout.axes[-1].size
+    return [rows, 1, rows]
 
 
 def scratch_size(step: Step) -> int:
