@@ -149,16 +149,23 @@ def compile_batched(programs: Any, sr: Any, *, factor_specs, selector_specs, slo
                         + list(lspecs.values()))
     say = progress or (lambda line: None)
     profiles = {}
+    for b, bprogs, bfspecs, bsspecs, key in bucket_inputs(progs, fspecs, sspecs, lspecs,
+                                                          bf, bs, aid, sizes):
+        say(f"bucket {b}")
+        profiles[b] = plan_and_load(
+            bprogs, sr, bfspecs, bsspecs, lspecs, target=target, mode=mode, cache=cache,
+            max_bytes=max_bytes, max_total_bytes=max_total_bytes, progress=progress,
+            workers=workers, batch_key=key)
+    return BatchedExecutable(profiles, sizes, bf, bs, aid, progs)
+
+
+def bucket_inputs(progs, fspecs, sspecs, lspecs, bf, bs, aid: int, sizes):
+    """Per bucket: (size, its rewritten programs, factor specs, selector specs, batch axis key)."""
     for b in sizes:
         ax = batch_axis(aid, b)
         bprogs, _ = batch_programs(progs, ax, bf, bs, lspecs)
-        say(f"bucket {b}")
-        profiles[b] = plan_and_load(
-            bprogs, sr, batch_input_specs(fspecs, bf, ax), batch_input_specs(sspecs, bs, ax),
-            lspecs, target=target, mode=mode, cache=cache, max_bytes=max_bytes,
-            max_total_bytes=max_total_bytes, progress=progress, workers=workers,
-            batch_key=ax.key)
-    return BatchedExecutable(profiles, sizes, bf, bs, aid, progs)
+        yield (b, bprogs, batch_input_specs(fspecs, bf, ax), batch_input_specs(sspecs, bs, ax),
+               ax.key)
 
 
 @dataclass(frozen=True)

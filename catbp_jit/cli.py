@@ -19,6 +19,7 @@ import statistics
 import sys
 import time
 import warnings
+from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -246,9 +247,83 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("bundle", metavar="BUNDLE_DIR", help="bundle directory (or its bundle.json)")
     p.set_defaults(func=cmd_list)
 
-    from .frontend.commands import add_commands
+    p = sub.add_parser(
+        "aot", help="plan every bucket, compile every kernel into the cache, save the profile",
+        description="Compile ahead of time: afterwards catbp_jit.load(PROFILE) (or the same "
+                    "model solved again) compiles nothing, even with CATBP_JIT_CACHE=strict.")
+    p.add_argument("input", metavar="INPUT",
+                   help="a catbp-bundle directory, or a model (.uai, .bif, a bnlearn name)")
+    p.add_argument("--buckets", metavar="N,N,...",
+                   help="batch sizes to plan (with --batched-factors/--evidence-vars); "
+                        "default: no batch axis (a bundle), 1,64,1024 (a model)")
+    p.add_argument("--batched-factors", metavar="ID,ID,...",
+                   help="bundle factor ids that get a batch axis")
+    p.add_argument("--batched-selectors", metavar="ID,ID,...",
+                   help="bundle selector ids that get a batch axis")
+    p.add_argument("--evidence-vars", metavar="VAR,VAR,...",
+                   help="a model's evidence variables (their indicators are batched)")
+    p.add_argument("--semiring", choices=("prob", "logprob", "sat", "count"), default="prob",
+                   help="a model's semiring (default prob)")
+    p.add_argument("--mode", choices=("compiled", "loop"), default="compiled")
+    p.add_argument("-o", "--output", metavar="PROFILE",
+                   help="where to save the executable (JSON; default INPUT's name + .profile.json)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    from .frontend.commands import _guarded, add_commands
+    p.set_defaults(func=_guarded(cmd_aot))
     add_commands(sub)
     return parser
+
+
+def _id_list(text: Optional[str], what: str) -> tuple:
+    if not text:
+        return ()
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise CliError(f"{what} must be comma-separated integers, got {text!r}") from None
+
+
+def cmd_aot(args: argparse.Namespace) -> int:
+    """catbp-jit aot: see catbp_jit/aot.py."""
+    from tqdm import tqdm
+
+    from .aot import compile_ahead
+    from .frontend.commands import read_model
+    buckets = _id_list(args.buckets, "--buckets") or None
+    path = Path(args.input)
+    if (path / "bundle.json").exists() or path.name == "bundle.json":
+        bundle = _load(args.input)
+        programs, sr = bundle.programs, bundle.semiring_runtime()
+        fspecs, sspecs = bundle.factor_specs(), bundle.selector_specs()
+        bf = _id_list(args.batched_factors, "--batched-factors")
+        bs = _id_list(args.batched_selectors, "--batched-selectors")
+        name = bundle.name
+    else:
+        from .frontend.model import CompiledModel
+        graph = read_model(args.input)  # CommandError for what is no model
+        ev = tuple(v for v in (args.evidence_vars or "").split(",") if v)
+        # the plan and programs only (the reference target compiles nothing)
+        model = CompiledModel(graph, args.semiring, evidence_vars=ev, target="reference")
+        programs, sr, fspecs, sspecs = list(model.programs), model.sr, model.factor_specs, {}
+        bf, bs = model._batched_factor_ids(), ()
+        buckets = (buckets or (1, 64, 1024)) if bf else None
+        name = graph.name
+    out = Path(args.output) if args.output else Path(f"{name}.profile.json")
+
+    def bar(total: int):
+        return tqdm(total=total, unit="kernel", desc=f"compiling {name}", file=sys.stderr,
+                    disable=args.quiet, dynamic_ncols=True)
+
+    exe, report = compile_ahead(programs, sr, factor_specs=fspecs, selector_specs=sspecs,
+                                batched_factors=bf, batched_selectors=bs, buckets=buckets,
+                                mode=args.mode, bar=bar)
+    exe.save(out)
+    print(f"{name}: {report.kernels} kernels ({report.compiled} compiled now, "
+          f"{report.kernels - report.compiled} already cached) in {report.cache_dir}")
+    print(f"profile: {out} ({args.mode} mode"
+          + (f", buckets {','.join(map(str, report.buckets))}" if report.buckets else "")
+          + f"), {report.seconds:.1f} s")
+    return EXIT_OK
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -291,13 +291,12 @@ def adapt_inputs(programs: Any, sr: Any, factor_specs: Mapping[int, Any],
     return progs, sr, fspecs, sspecs, lspecs
 
 
-def plan_and_load(progs: List[Program], sr: VMSemiringRuntime, fspecs: Dict[int, TensorSpec],
+def plan_programs(progs: List[Program], sr: VMSemiringRuntime, fspecs: Dict[int, TensorSpec],
                   sspecs: Dict[int, TensorSpec], lspecs: Dict[tuple, TensorSpec], *,
-                  target: str, mode: str, cache: Optional[KernelCache], max_bytes: int,
-                  max_total_bytes: Optional[int], progress: Optional[Callable[[str], None]],
-                  workers: Optional[int], batch_key: Optional[tuple] = None) -> Executable:
-    """The pipeline on adapted inputs. batch_key: the batch axis of programs rewritten
-    by ir/batch.py (their NORMALIZEs work per row), else None."""
+                  max_bytes: int = DEFAULT_MAX_BYTES, max_total_bytes: Optional[int] = None,
+                  batch_key: Optional[tuple] = None):
+    """Everything before kernels are loaded: (graph, fused, memory, schedule). The
+    schedule's patterns are the kernels a run needs (what `catbp-jit aot` compiles)."""
     checked = validate_programs(progs, factor_specs=fspecs, selector_specs=sspecs,
                                 slot_specs=lspecs, itemsize=sr.dtype.itemsize, max_bytes=max_bytes)
     graph = optimize(build_graph(checked, sr.name, lspecs))
@@ -306,7 +305,20 @@ def plan_and_load(progs: List[Program], sr: VMSemiringRuntime, fspecs: Dict[int,
     check_plan_fits(progs, memory, max_total_bytes)
     schedule = build_schedule(fused, memory, sr.dtype.name, choose_layouts(fused, batch_key),
                               batch_key)
+    return graph, fused, memory, schedule
 
+
+def plan_and_load(progs: List[Program], sr: VMSemiringRuntime, fspecs: Dict[int, TensorSpec],
+                  sspecs: Dict[int, TensorSpec], lspecs: Dict[tuple, TensorSpec], *,
+                  target: str, mode: str, cache: Optional[KernelCache], max_bytes: int,
+                  max_total_bytes: Optional[int], progress: Optional[Callable[[str], None]],
+                  workers: Optional[int], batch_key: Optional[tuple] = None) -> Executable:
+    """The pipeline on adapted inputs. batch_key: the batch axis of programs rewritten
+    by ir/batch.py (their NORMALIZEs work per row), else None."""
+    graph, fused, memory, schedule = plan_programs(progs, sr, fspecs, sspecs, lspecs,
+                                                   max_bytes=max_bytes,
+                                                   max_total_bytes=max_total_bytes,
+                                                   batch_key=batch_key)
     cache = cache or default_cache()
     before = dict(cache.stats)
     say = progress or (lambda line: None)

@@ -1,0 +1,103 @@
+"""Ahead of time: plan every bucket, compile every kernel into the disk cache, save the profile.
+
+`catbp-jit aot INPUT [--buckets 1,8,64,512] [--batched-factors ...] -o PROFILE` (cli.py)
+runs `compile_ahead`: the plans of every bucket are made first (`kernel_units`, no
+compiling), so the number of cold kernels is known and a progress bar can count them
+down with an ETA while they compile side by side in worker processes (codegen/workers.py);
+then the executable is compiled from the now warm cache and saved. Later, in any process,
+`catbp_jit.load(PROFILE)` plans again and takes every kernel from the cache: under
+`CATBP_JIT_CACHE=strict` a kernel that was not compiled ahead is an error, so a run that
+succeeds there proves the profile covered it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from .cache import KernelCache, default_cache
+from .codegen.loader import CompileUnit, dispatcher_unit, kernel_unit, load_unit
+from .codegen.workers import WorkerOptions, compile_in_workers
+from .executable import adapt_inputs, compile, plan_programs
+
+
+@dataclass(frozen=True)
+class AheadReport:
+    kernels: int  # distinct kernels (and the dispatcher) the profile needs
+    compiled: int  # of those, compiled now (the rest were in the cache already)
+    seconds: float
+    cache_dir: str
+    buckets: Optional[Tuple[int, ...]]
+
+
+def kernel_units(programs: Any, sr: Any, *, factor_specs, selector_specs=None, slot_specs=None,
+                 batched_factors=(), batched_selectors=(), buckets=None,
+                 max_total_bytes: Optional[int] = None) -> List[CompileUnit]:
+    """Every compile unit a profile needs, planned for every bucket, none compiled."""
+    progs, sr, fspecs, sspecs, lspecs = adapt_inputs(programs, sr, factor_specs,
+                                                     selector_specs, slot_specs, "cpu", "compiled")
+    plans = [(progs, fspecs, sspecs, None)]  # unbatched too: a model's solve() runs it
+    if batched_factors or batched_selectors or buckets is not None:
+        from .batched import DEFAULT_BUCKETS, _buckets, _ids, batch_axis_id, bucket_inputs
+        bf, bs = _ids(batched_factors, fspecs, "factor"), _ids(batched_selectors, sspecs, "selector")
+        aid = batch_axis_id(progs, list(fspecs.values()) + list(sspecs.values())
+                            + list(lspecs.values()))
+        sizes = _buckets(DEFAULT_BUCKETS if buckets is None else buckets)
+        plans += [(p, f, s, key) for _, p, f, s, key in
+                  bucket_inputs(progs, fspecs, sspecs, lspecs, bf, bs, aid, sizes)]
+    units: Dict[str, CompileUnit] = {}
+    for bprogs, bfspecs, bsspecs, key in plans:
+        schedule = plan_programs(bprogs, sr, bfspecs, bsspecs, lspecs,
+                                 max_total_bytes=max_total_bytes, batch_key=key)[3]
+        for pattern in schedule.patterns:
+            unit = kernel_unit(pattern)
+            units.setdefault(unit.name + unit.identity["source_sha256"], unit)
+    unit = dispatcher_unit()
+    units.setdefault(unit.name, unit)
+    return list(units.values())
+
+
+def compile_ahead(programs: Any, sr: Any, *, factor_specs, selector_specs=None, slot_specs=None,
+                  batched_factors=(), batched_selectors=(), buckets=None, mode: str = "compiled",
+                  cache: Optional[KernelCache] = None, workers: Optional[int] = None,
+                  max_total_bytes: Optional[int] = None,
+                  bar: Optional[Callable[[int], Any]] = None) -> Tuple[Any, AheadReport]:
+    """Compile every kernel of every bucket into the cache, then the executable (all hits).
+
+    bar(total) -> an object with update(n) and set_postfix_str(text) (a tqdm bar), made
+    once the number of cold kernels is known; None shows nothing.
+    """
+    cache = cache or default_cache()
+    t0 = time.perf_counter()
+    units = kernel_units(programs, sr, factor_specs=factor_specs, selector_specs=selector_specs,
+                         slot_specs=slot_specs, batched_factors=batched_factors,
+                         batched_selectors=batched_selectors, buckets=buckets,
+                         max_total_bytes=max_total_bytes)
+    cold = [u for u in units if cache.check(u.identity, u.source)[0] != "ok"]
+    progress = bar(len(cold)) if bar is not None else None
+
+    def done(unit: CompileUnit, seconds: float = 0.0, in_worker: bool = False) -> None:
+        if progress is not None:
+            progress.set_postfix_str(f"{unit.name} {seconds:.1f} s", refresh=False)
+            progress.update(1)
+
+    n_workers = WorkerOptions.resolve(workers).pool_size(len(cold))
+    if cold and n_workers and cache.policy == "fallback":
+        compile_in_workers(cold, cache, n_workers, done)
+    else:
+        for unit in cold:
+            started = time.perf_counter()
+            load_unit(unit, cache)
+            done(unit, time.perf_counter() - started)
+    if progress is not None:
+        progress.close()
+    exe = compile(programs, sr, factor_specs=factor_specs, selector_specs=selector_specs,
+                  slot_specs=slot_specs, mode=mode, cache=cache, workers=0,
+                  max_total_bytes=max_total_bytes,
+                  **({"batched_factors": batched_factors, "batched_selectors": batched_selectors,
+                      "buckets": buckets} if batched_factors or batched_selectors or buckets
+                     else {}))
+    report = AheadReport(len(units), len(cold), time.perf_counter() - t0, cache.directory,
+                         tuple(exe.buckets) if hasattr(exe, "buckets") else None)
+    return exe, report
