@@ -25,6 +25,7 @@ from .ir.adapt import adapt_program, adapt_programs
 from .ir.validate import validate_programs
 from .dropin import VirtualMachine, run_program
 from .executable import Executable, compile, load
+from .batched import BatchedExecutable, BatchedSession
 from .session import Session
 from .frontend import FactorGraph, Solution, compile_model, factor_graph, solve
 from .semiring import (VMSemiringRuntime, adapt_semiring, logsumexp, make_semiring,
@@ -35,6 +36,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Executable", "Session", "VirtualMachine", "compile", "load", "run_program",
+    "BatchedExecutable", "BatchedSession",
     "FactorGraph", "Solution", "compile_model", "factor_graph", "solve",
     "AlignmentError", "Axis", "AxisKey", "AxisType", "CatbpError", "DoubleDefinitionError",
     "Instruction", "MissingArgumentError", "OpCode", "Program", "ProgramKeyError",
