@@ -220,7 +220,11 @@ def main(argv=None) -> int:
     ap.add_argument("--budget", type=float, default=1.0, help="seconds per measurement")
     ap.add_argument("--no-pyagrum", action="store_true")
     ap.add_argument("--no-bundles", action="store_true")
+    ap.add_argument("--batches", default=",".join(map(str, BATCHES)),
+                    help="rows per batch to measure (default 1,64,1024,16384)")
     args = ap.parse_args(argv)
+    global BATCHES
+    BATCHES = tuple(int(x) for x in args.batches.split(","))
     with_pyagrum = not args.no_pyagrum
     if with_pyagrum:
         try:
