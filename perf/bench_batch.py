@@ -215,6 +215,7 @@ def plot(results, path: Path):
 
 
 def main(argv=None) -> int:
+    global BATCHES
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--networks", default=",".join(NETWORKS))
     ap.add_argument("--budget", type=float, default=1.0, help="seconds per measurement")
@@ -223,7 +224,6 @@ def main(argv=None) -> int:
     ap.add_argument("--batches", default=",".join(map(str, BATCHES)),
                     help="rows per batch to measure (default 1,64,1024,16384)")
     args = ap.parse_args(argv)
-    global BATCHES
     BATCHES = tuple(int(x) for x in args.batches.split(","))
     with_pyagrum = not args.no_pyagrum
     if with_pyagrum:
