@@ -235,7 +235,8 @@ def main(argv=None) -> int:
     results = bench_networks([n for n in args.networks.split(",") if n], args.budget, with_pyagrum)
     if not args.no_bundles:
         bench_bundles(args.budget)
-    plot(results, HERE / "out" / "bench_batch.png")
+    if results:
+        plot(results, HERE / "out" / "bench_batch.png")
     return 0
 
 
