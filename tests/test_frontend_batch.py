@@ -111,3 +111,25 @@ def test_reference_target_answers_batches_row_by_row():
     table = np.array([[0], [1], [-1]])
     np.testing.assert_allclose(ref.solve_batch(table).log_Z, jit.solve_batch(table).log_Z,
                                rtol=1e-15)
+
+
+@pytest.mark.parametrize("semiring", ["prob", "logprob", "sat", "count"])
+def test_answers_are_not_overwritten_by_the_next_batch(semiring):
+    g = factor_graph({"a": 2, "b": 2}, [(("a", "b"), [[1.0, 0.0], [2.0, 3.0]])])
+    model = compile_model(g, semiring, evidence_vars=["a"], buckets=(2,))
+    first = model.solve_batch(np.array([[0], [1]]))
+    kept = (first.log_Z.copy(), {v: m.copy() for v, m in first.marginals.items()},
+            None if first.counts is None else first.counts.copy())
+    model.solve_batch(np.array([[1], [1]]))
+    model.solve_batch(np.array([[1], [0], [1]]))  # more rows than the bucket: chunks
+    np.testing.assert_array_equal(first.log_Z, kept[0])
+    for v in g.names:
+        np.testing.assert_array_equal(first.marginals[v], kept[1][v])
+    if kept[2] is not None:
+        np.testing.assert_array_equal(first.counts, kept[2])
+
+
+def test_large_models_batch_in_cache_sized_runs():
+    g = ising_grid(4, 4, 1.0, 3)
+    model = compile_model(g, "prob", evidence_vars=["x0_0"], buckets=(1, 8, 1 << 30))
+    assert model.batch_buckets() == (1, 8)  # a run of 2^30 rows would not fit in BATCH_BYTES

@@ -151,9 +151,10 @@ def batch_solution(model: "CompiledModel", slots: Mapping[tuple, np.ndarray], ta
     z = _rows(slots, ("Z",), n, ())
     raw = {v: _raw_marginal(model, slots, table, v, z) for v in model.graph.names}
     columns = model.evidence_columns
+    # every array below is a copy: the slots are views the next run writes over
     if sr == "SAT":
-        sat = np.asarray(z, dtype=bool)
-        marg = {v: np.asarray(m, dtype=bool) for v, m in raw.items()}
+        sat = np.array(z, dtype=bool)
+        marg = {v: np.array(m, dtype=bool) for v, m in raw.items()}
         return BatchSolution(sr, np.where(sat, 0.0, -math.inf), marg, table, columns, sat)
     if sr == "COUNT":
         counts = np.asarray(z, dtype=np.int64).copy()
@@ -228,6 +229,16 @@ def _nan_where_zero(marg: Dict[str, np.ndarray], log_z: np.ndarray) -> Dict[str,
         for m in marg.values():
             m[dead] = np.nan
     return marg
+
+
+def concatenate(parts: Sequence[BatchSolution]) -> BatchSolution:
+    """The answers of consecutive chunks of rows as one."""
+    first = parts[0]
+    cat = lambda xs: np.concatenate(xs, axis=0)
+    return BatchSolution(first.semiring, cat([p.log_Z for p in parts]),
+                         {v: cat([p.marginals[v] for p in parts]) for v in first.marginals},
+                         cat([p.states for p in parts]), first.columns,
+                         None if first.counts is None else cat([p.counts for p in parts]))
 
 
 def _row_evidence(model: "CompiledModel", states: np.ndarray) -> Dict[str, int]:

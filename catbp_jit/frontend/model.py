@@ -34,6 +34,9 @@ from .scaling import TINY, NumericalError, ScaledNumber, exp_of_log, pow2_scaled
 SEMIRINGS = ("PROB", "LOGPROB", "SAT", "COUNT")
 TARGETS = ("cpu", "reference")
 MAX_CLIQUE_BYTES = 2 << 30  # 2 GiB: a belief larger than this is refused, not attempted
+# the beliefs of one batched run at most (solve_batch): the knee measured on water and
+# pathfinder, beyond which rows per second fall as a run streams through memory
+BATCH_BYTES = 512 << 20
 
 Progress = Callable[[str], None]
 
@@ -167,13 +170,22 @@ class CompiledModel:
         n = len(self.graph.factors)
         return tuple(range(n, n + len(self.evidence_vars)))
 
-    def _compile_batched(self) -> None:
+    def batch_buckets(self) -> Tuple[int, ...]:
+        """The buckets solve_batch plans: those asked for (default batched.DEFAULT_BUCKETS)
+        whose beliefs fit in BATCH_BYTES, at least the smallest. A larger batch runs in
+        chunks of the largest: past that size rows stream through memory and get slower
+        (water, 3 observed: 166 rows/s at 16 rows a run, 109 at 256, 44 at 1024)."""
         from ..batched import DEFAULT_BUCKETS
+        asked = tuple(sorted(self.buckets or DEFAULT_BUCKETS))
+        row_bytes = max(1, self.stats["total_states"] * self.sr.dtype.itemsize)
+        return tuple(b for b in asked if b * row_bytes <= BATCH_BYTES) or asked[:1]
+
+    def _compile_batched(self) -> None:
         from ..executable import compile as jit_compile
         self.batch_executable = jit_compile(
             list(self.programs), self.sr, factor_specs=self.factor_specs,
             batched_factors=set(self._batched_factor_ids()),
-            buckets=self.buckets or DEFAULT_BUCKETS, progress=self._progress)
+            buckets=self.batch_buckets(), progress=self._progress)
         self._batch_session = self.batch_executable.bind()
         self._batch_bound = False
 
@@ -349,7 +361,8 @@ class CompiledModel:
         """Answers for many evidence rows in one run (batch.py): rows is a sequence of
         {variable: state} or a 2-D integer array (rows x evidence_columns, -1 unobserved
         where the model keeps indicators). log_Z has shape (n,), marginals[v] (n, k)."""
-        from .batch import (batch_solution, evidence_factors, evidence_table, stack_solutions)
+        from .batch import (batch_solution, concatenate, evidence_factors, evidence_table,
+                            stack_solutions)
         table = evidence_table(self, rows)
         if self.target == "reference" or not self._batched_factor_ids():
             # the oracle, row by row; or no evidence variables: every row is the same model
@@ -358,13 +371,22 @@ class CompiledModel:
             return stack_solutions(self, [self.solve(e) for e in evidence], table)
         if self._batch_session is None:
             self._compile_batched()
-        factors, exponent = evidence_factors(self, table)
-        if not self._batch_bound:
-            static = set(self._batched_factor_ids())
-            factors.update({f: a for f, a in self._values.items() if f not in static})
-        slots = self._batch_session.run(factors=factors)
-        self._batch_bound = True
-        return batch_solution(self, {k: a for k, (a, _) in slots.items()}, table, exponent)
+        # runs of at most the largest bucket, each answered from its views of Z, the scales
+        # and the marginals: the session's own chunking would copy every belief out too
+        largest = self.batch_executable.buckets[-1]
+        wanted = [("Z",)] + [("marg", i) for i in self._planned_index.values()]
+        wanted += list(self._scale_slots)
+        answers = []
+        for lo in range(0, max(len(table), 1), largest):
+            chunk = table[lo:lo + largest]
+            factors, exponent = evidence_factors(self, chunk)
+            if not self._batch_bound:
+                static = set(self._batched_factor_ids())
+                factors.update({f: a for f, a in self._values.items() if f not in static})
+            slots = self._batch_session.run(factors=factors)
+            self._batch_bound = True
+            answers.append(batch_solution(self, {k: slots[k][0] for k in wanted}, chunk, exponent))
+        return answers[0] if len(answers) == 1 else concatenate(answers)
 
     def _observed(self, v: str, value: Any, z: np.ndarray) -> np.ndarray:
         """An absorbed variable's raw marginal: Z at its observed state, the semiring's zero
