@@ -9,6 +9,7 @@ physical pages elsewhere); `CATBP_JIT_MAX_BYTES` overrides it.
 from __future__ import annotations
 
 import os
+from decimal import Decimal
 from typing import Optional
 
 from .errors import CatbpError
@@ -48,7 +49,10 @@ def memory_limit(limit: Optional[int] = None) -> int:
 
 
 def format_bytes(n: int) -> str:
+    """2.00 GiB; a count of bytes past float64's range as 2.70e+67 GiB (exact ints of a
+    refused plan can have hundreds of digits, so no float division)."""
     for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= size:
-            return f"{n / size:.2f} {unit}"
+            value = Decimal(int(n)) / size
+            return f"{value:.2f} {unit}" if value < 10**15 else f"{value:.2e} {unit}"
     return f"{n} B"

@@ -206,13 +206,13 @@ class CompiledModel:
         more = " or more (each elimination order tried stopped at the limit)" if stopped else ""
         if over == "clique":
             what = (f"the junction tree's largest clique has {variables} variables and "
-                    f"{format_count(states)} states ({_bytes(states * item)} as {dtype}){more}")
-            limit = f"{_bytes(limit_bytes)} per clique (max_clique_bytes)"
+                    f"{format_count(states)} states ({format_bytes(states * item)} as {dtype}){more}")
+            limit = f"{format_bytes(limit_bytes)} per clique (max_clique_bytes)"
         else:
             what = (f"the junction tree's cliques hold {format_count(total)} states "
-                    f"({_bytes(total * item)} as {dtype}){more}, the largest {variables} "
+                    f"({format_bytes(total * item)} as {dtype}){more}, the largest {variables} "
                     f"variables and {format_count(states)} states")
-            limit = (f"{_bytes(limit_bytes)} for all cliques together "
+            limit = (f"{format_bytes(limit_bytes)} for all cliques together "
                      "(max_total_bytes; default: the available memory)")
         return ModelTooLargeError(f"{self.graph.name}: {what}; the limit is {limit}")
 
@@ -398,8 +398,6 @@ class CompiledModel:
         return m
 
 
-def _bytes(n: int) -> str:
-    return format_bytes(n) if n < 1 << 60 else f"{format_count(n >> 30)} GiB"
 
 
 _LOG_INT64_LIMIT = 63 * math.log(2.0) - 1e-9  # a count at or above 2^63 (or just below)
