@@ -158,10 +158,14 @@ def test_tables_read_in_chunks_equal_the_whole(monkeypatch):
     (b"MARKOV 1 " + b"9" * 5000, "expected the domain size of variable 0 (an integer)"),
 ])
 def test_garbage_uai_files_give_one_clear_error(tmp_path, data, message):
-    path = tmp_path / "bad.uai"
+    assert_one_clear_error(read_uai, tmp_path / "bad.uai", data, message)
+
+
+def assert_one_clear_error(read, path, data, message):
+    """Reading `data` from `path` fails with one short line that names the file."""
     path.write_bytes(data)
     with pytest.raises(FactorGraphError) as err:
-        read_uai(path)
+        read(path)
     assert str(err.value).startswith(f"{path}") and message in str(err.value)
     assert "\n" not in str(err.value) and len(str(err.value)) < 300
 
@@ -240,12 +244,7 @@ def test_a_default_row_cannot_ask_for_a_table_larger_than_memory():
     ((BIF_A + BIF_A).encode(), "variable 'a' is declared twice"),
 ])
 def test_garbage_bif_files_give_one_clear_error(tmp_path, data, message):
-    path = tmp_path / "bad.bif"
-    path.write_bytes(data)
-    with pytest.raises(FactorGraphError) as err:
-        read_bif(path)
-    assert str(err.value).startswith(f"{path}") and message in str(err.value)
-    assert "\n" not in str(err.value) and len(str(err.value)) < 300
+    assert_one_clear_error(read_bif, tmp_path / "bad.bif", data, message)
 
 
 # ---------------------------------------------------------------------------------------
