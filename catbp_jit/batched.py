@@ -33,7 +33,7 @@ from .ir.batch import (BatchedCompileError, batch_axis, batch_axis_id, batch_inp
                        batch_programs, is_batched, unbatched_spec)
 from .ir.ops import Program
 from .ir.schema import Axis, TensorSpec
-from .session import ONE, Session, aligned_empty
+from .session import Session, aligned_empty
 
 DEFAULT_BUCKETS = (1, 8, 64, 512)
 
@@ -185,7 +185,7 @@ class BatchedSession:
         self.sessions = {b: Session(p, mem=self.mem, **hooks) for b, p in exe.profiles.items()}
         for s in self.sessions.values():
             s._unset.clear()  # inputs are tracked here, across buckets
-        self.one = np.array(ONE[exe.semiring.name], dtype=exe.dtype)
+        self.one = np.array(exe.semiring.kind.one, dtype=exe.dtype)
         # the batch axis is innermost inside (ir/batch.py); users see it first: these
         # strided views of each bucket's regions put it first
         rows = lambda view: np.moveaxis(view, -1, 0)

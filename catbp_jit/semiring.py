@@ -19,6 +19,65 @@ import numpy as np
 SEMIRING_NAMES = ("SAT", "PROB", "LOGPROB", "COUNT")
 
 
+@dataclass(frozen=True)
+class Semiring:
+    """What the planner and every code generator know of a semiring: one description,
+    read by every stage, so that a target renders the same plan (no name switches)."""
+    name: str
+    default_dtype: str
+    one: Any  # ⊗'s identity: what UNIT loads
+    zero: Any  # ⊕'s identity: an empty sum, an impossible state
+    product_op: str  # ⊗ between terms in kernel source
+    reduction: str  # ⊕: "sum", "any" (stops at the first true term), "logsumexp" (two passes)
+    normalization: Optional[str]  # NORMALIZE: "divide_by_total", "subtract_logsumexp", or none
+    # ⊕ over a single term gives the term back (logsumexp of +inf gives NaN: it does not)
+    single_term_reduction_is_identity: bool = True
+
+    @property
+    def normalizes(self) -> bool:
+        return self.normalization is not None
+
+    def product(self, terms) -> str:
+        """⊗ of the terms, left to right as written, as source."""
+        return self.product_op.join(terms)
+
+    def accumulator(self, dtype: str) -> str:
+        """The source of ⊕'s starting value; float sums accumulate in float64."""
+        if self.reduction == "any":
+            return "False"
+        return "0" if np.dtype(dtype).kind in "iu" else "0.0"
+
+    def potentials(self, values: np.ndarray, dtype: Any) -> np.ndarray:
+        """Non-negative potentials as this semiring's programs load them. PROB: as given.
+        LOGPROB: natural log (0 -> -inf). SAT: non-zero. COUNT: 1 where non-zero, so Z
+        counts the assignments every factor allows."""
+        values = np.asarray(values)
+        if self.name == "LOGPROB":
+            with np.errstate(divide="ignore"):
+                values = np.log(values)
+        elif self.name in ("SAT", "COUNT"):
+            values = values != 0
+        # np.asarray: numpy turns 0-d results into scalars, the executor wants arrays
+        return np.asarray(values, dtype=dtype)
+
+
+SEMIRINGS = {
+    "SAT": Semiring("SAT", "bool", True, False, " and ", "any", None),
+    "PROB": Semiring("PROB", "float64", 1.0, 0.0, " * ", "sum", "divide_by_total"),
+    "LOGPROB": Semiring("LOGPROB", "float64", 0.0, -np.inf, " + ", "logsumexp",
+                        "subtract_logsumexp", single_term_reduction_is_identity=False),
+    "COUNT": Semiring("COUNT", "int64", 1, 0, " * ", "sum", None),
+}
+
+
+def semiring(name: str) -> Semiring:
+    """The description of a semiring by name."""
+    try:
+        return SEMIRINGS[str(name).upper()]
+    except KeyError:
+        raise ValueError(f"unknown semiring {name!r} (known: {', '.join(SEMIRING_NAMES)})") from None
+
+
 def logsumexp(x: np.ndarray, axis: Optional[Tuple[int, ...]] = None) -> np.ndarray:
     """Max-shifted logsumexp; an all -inf (or empty) reduction gives -inf, never NaN."""
     x = np.asarray(x)
@@ -53,6 +112,11 @@ class VMSemiringRuntime:
 
     def supports_normalize(self) -> bool:
         return self.normalize is not None
+
+    @property
+    def kind(self) -> Semiring:
+        """The description every compile stage reads."""
+        return SEMIRINGS[self.name]
 
 
 def vm_sat_semiring() -> VMSemiringRuntime:

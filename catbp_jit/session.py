@@ -14,8 +14,6 @@ from .ir.schema import TensorSpec
 from .plan.arena import ALIGN_BYTES
 from .plan.graph import FACTOR, SELECTOR, SLOT_IN, UNIT
 
-ONE = {"PROB": 1, "LOGPROB": 0, "SAT": True, "COUNT": 1}
-
 Hook = Callable[[int, Any], None]
 
 
@@ -81,7 +79,7 @@ class Session:
 
     def fill_constants(self) -> None:
         for c in self._constants:
-            c.fill(ONE[self.exe.semiring.name])
+            c.fill(self.exe.semiring.kind.one)
 
     # -- inputs --------------------------------------------------------------------------
 

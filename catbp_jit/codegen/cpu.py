@@ -30,17 +30,16 @@ from __future__ import annotations
 
 from typing import List
 
+from .. import abi
 from ..plan.schedule import KernelPattern
+from ..semiring import SEMIRINGS, Semiring
 
 ENTRY = "kernel"
 
 
-def _product(k: int, semiring: str, offsets: List[str]) -> str:
+def _product(k: int, sr: Semiring, offsets: List[str]) -> str:
     """The ⊗-product of the k leaves at the given offsets, left to right as written."""
-    terms = [f"mem[{off}]" for off in offsets[:k]]
-    if semiring == "SAT":
-        return " and ".join(terms)
-    return (" + " if semiring == "LOGPROB" else " * ").join(terms)
+    return sr.product([f"mem[{off}]" for off in offsets[:k]])
 
 
 def _advance(ind: str, first: str, last: str, names: List[str], strides: List[str]) -> List[str]:
@@ -79,43 +78,43 @@ def _sweep(ind: str, k: int, body: List[str], stop: bool) -> List[str]:
     return lines
 
 
-def _reduced_value(k: int, semiring: str) -> List[str]:
+def _reduced_value(k: int, sr: Semiring, dtype: str) -> List[str]:
     """Lines leaving ⊕ over the reduced axes of the current output element in `v`."""
-    x = _product(k, semiring, [f"c{l} + j * s{l}" for l in range(k)])
+    x = _product(k, sr, [f"c{l} + j * s{l}" for l in range(k)])
     i = "        "
-    if semiring == "LOGPROB":
+    if sr.reduction == "logsumexp":
         lines = [f"{i}top_x = -np.inf  # pass 1: the largest term (a NaN sticks)"]
         lines += _sweep(i, k, [f"x = {x}", "if x > top_x or x != x:", "    top_x = x"], False)
         lines += [f"{i}if top_x == -np.inf:", f"{i}    v = top_x",
                   f"{i}else:", f"{i}    acc = 0.0  # pass 2: the sum of exp(x - top_x)"]
         lines += _sweep(i + "    ", k, [f"acc += math.exp({x} - top_x)"], False)
         return lines + [f"{i}    v = top_x + math.log(acc)"]
-    if semiring == "SAT":
-        lines = [f"{i}acc = False"]
+    if sr.reduction == "any":
+        lines = [f"{i}acc = {sr.accumulator(dtype)}"]
         lines += _sweep(i, k, [f"if {x}:", "    acc = True", "    break"], True)
         return lines + [f"{i}v = acc"]
-    lines = [f"{i}acc = {'0' if semiring == 'COUNT' else '0.0'}"]  # float32 sums in float64
+    lines = [f"{i}acc = {sr.accumulator(dtype)}"]  # float32 sums in float64
     lines += _sweep(i, k, [f"acc += {x}"], False)
     return lines + [f"{i}v = acc"]
 
 
-def _normalize(semiring: str, k: int) -> List[str]:
+def _normalize(sr: Semiring, k: int) -> List[str]:
     """NORMALIZE the output in `groups` parts (the batch rows) of `size` elements each,
     part g at out + g * gs, its elements es apart (plan/schedule.py: normalize_groups)."""
     i = "        "
     x = "mem[base + o * es]"
-    head = [f"    G = p + 8 + D + R + {k} * (1 + D)  # after the last leaf's strides",
+    head = [f"    G = p + {abi.groups_source(k)}  # after the last leaf's strides",
             "    groups, gs, es = P[G], P[G + 1], P[G + 2]",
             "    size = n_out // groups",
             "    for g in range(groups):",
             "        base = out + g * gs"]
-    if semiring == "PROB":
+    if sr.normalization == "divide_by_total":
         return head + [f"{i}total = 0.0",
                        f"{i}for o in range(size):", f"{i}    total += {x}",
                        f"{i}if total != 0.0:",
                        f"{i}    for o in range(size):",
                        f"{i}        {x} = {x} / total"]
-    if semiring == "LOGPROB":
+    if sr.normalization == "subtract_logsumexp":
         return head + [f"{i}top_x = -np.inf",
                        f"{i}for o in range(size):",
                        f"{i}    if {x} > top_x or {x} != {x}:",
@@ -134,11 +133,12 @@ HEADER = '''"""catbp_jit kernel {name}
 
 out[o] = {formula}   ({semiring}, {dtype}{then})
 
-P[p:] holds: out offset, R output axes, Q reduced axes, scratch offset, chunks, nb block
-axes, blk block elements, table offset, sizes n[0..D-1], output strides so[0..R-1], and
-per leaf its offset and strides on all D = R + Q axes (in elements of `mem`). Axis D-1 is
-the tight loop; the nb axes before it are walked through offset tables of blk entries
-({tables}); the other hot axes by an odometer with counters at P[idx:].
+P[p:] holds this step's parameters (catbp_jit/abi.py): out offset, R output axes, Q
+reduced axes, scratch offset, chunks, nb block axes, blk block elements, table offset,
+sizes n[0..D-1], output strides so[0..R-1], and per leaf its offset and strides on all
+D = R + Q axes (in elements of `mem`). Axis D-1 is the tight loop; the nb axes before it
+are walked through offset tables of blk entries ({tables}); the other hot axes by an
+odometer with counters at P[idx:].
 """
 import math
 
@@ -147,6 +147,7 @@ from numba import carray, njit, prange
 
 from catbp_jit.codegen.intrinsics import {pointers}
 
+{abi}
 # Arguments are typed int64, never as literals: Numba compiles a callee once per argument
 # type it sees while typing its caller, and a literal 0 or 1 would cost a second compile.
 ZERO = np.int64(0)
@@ -155,22 +156,23 @@ ZERO = np.int64(0)
 @njit(cache=True, nogil=True, error_model="numpy"{inline})
 def {part}(mem, P, p, lo, hi, idx):
     """{part_doc}"""
-    out = P[p]
-    R = P[p + 1]
-    D = R + P[p + 2]
-    nb = P[p + 5]
-    blk = P[p + 6]
-    N = p + 8  # P[N + d]: size of axis d
-    SO = N + D  # P[SO + d]: output stride of axis d < R
+    out = P[p + OUT]
+    R = P[p + OUT_RANK]
+    D = R + P[p + RED_RANK]
+    nb = P[p + BLOCK_AXES]
+    blk = P[p + BLOCK_SIZE]
+    N = p + SIZES  # P[N + d]: size of axis d
+    SO = p + {out_strides}  # P[SO + d]: output stride of axis d < R
 '''
 
 
 def kernel_source(pattern: KernelPattern) -> str:
     """The whole module source of the kernel for `pattern`: readable and deterministic."""
-    k, sr = pattern.leaves, pattern.semiring
+    k, sr = pattern.leaves, SEMIRINGS[pattern.semiring]
     terms = " ⊗ ".join(f"leaf{l}[o{', r' if pattern.reduce else ''}]" for l in range(k))
     lines = HEADER.format(
-        name=pattern.name, formula=("⊕_r " if pattern.reduce else "") + terms, semiring=sr,
+        name=pattern.name, formula=("⊕_r " if pattern.reduce else "") + terms, semiring=sr.name,
+        abi=abi.source_constants(), out_strides=abi.OUT_STRIDES_SOURCE,
         dtype=pattern.dtype, then=", then NORMALIZE" if pattern.normalize else "",
         tables="one per leaf" if pattern.reduce else "one for the output, then one per leaf",
         pointers=", ".join(sorted({"pointer_int64", "pointer_" + pattern.dtype})),
@@ -180,7 +182,7 @@ def kernel_source(pattern: KernelPattern) -> str:
         part_doc=("Output elements lo..hi-1 (flat, C order)." if pattern.reduce else
                   "Rows lo..hi-1: a row is one position of the odometer axes."),
     ).rstrip("\n").split("\n")
-    lines += [f"    L{l} = {'SO + R' if l == 0 else f'L{l - 1} + 1 + D'}  # leaf {l}: offset, then strides"
+    lines += [f"    L{l} = p + {abi.leaf_source(l)}  # leaf {l}: offset, then strides"
               for l in range(k)]
     lines += ["    top = D - 1 - nb  # odometer axes end here; block axes top..D-2; tight axis D-1",
               "    m = P[N + D - 1]"]
@@ -188,15 +190,15 @@ def kernel_source(pattern: KernelPattern) -> str:
     b = [f"b{l}" for l in range(k)]
     leaf_strides = [f"L{l} + 1" for l in range(k)]
     if pattern.reduce:
-        lines += [f"    T{l} = P[p + 7]{f' + {l} * blk' if l else ''}  # leaf {l}'s offset table" for l in range(k)]
+        lines += [f"    T{l} = P[p + TABLES]{f' + {l} * blk' if l else ''}  # leaf {l}'s offset table" for l in range(k)]
         lines += ["    o_off = out"] + [f"    b{l} = P[L{l}]" for l in range(k)]
         lines += _place("    ", "0", "R - 1", "lo", ["o_off"] + b, ["SO"] + leaf_strides)
         lines += ["    for o in range(lo, hi):"]
-        lines += _reduced_value(k, sr)
+        lines += _reduced_value(k, sr, pattern.dtype)
         lines += ["        mem[o_off] = v"]
         lines += _advance("        ", "0", "R - 1", ["o_off"] + b, ["SO"] + leaf_strides)
     else:
-        lines += ["    so = P[SO + D - 1]", "    TO = P[p + 7]  # output offsets, then each leaf's"]
+        lines += ["    so = P[SO + D - 1]", "    TO = P[p + TABLES]  # output offsets, then each leaf's"]
         lines += [f"    T{l} = TO + {f'{l + 1} * ' if l else ''}blk  # leaf {l}'s offset table" for l in range(k)]
         lines += ["    o_off = out"] + [f"    b{l} = P[L{l}]" for l in range(k)]
         lines += _place("    ", "0", "top - 1", "lo", ["o_off"] + b, ["SO"] + leaf_strides)
@@ -217,24 +219,24 @@ def kernel_source(pattern: KernelPattern) -> str:
               '    compiled code at its C address."""',
               f"    mem = carray(pointer_{pattern.dtype}(mem_address), mem_length)",
               "    P = carray(pointer_int64(P_address), P_length)",
-              "    R = P[p + 1]",
-              "    D = R + P[p + 2]",
+              "    R = P[p + OUT_RANK]",
+              "    D = R + P[p + RED_RANK]",
               "    n_out = np.int64(1)  # not the literal 1: see ZERO",
               "    for d in range(R):",
-              "        n_out *= P[p + 8 + d]"]
+              "        n_out *= P[p + SIZES + d]"]
     if pattern.reduce:
         lines += ["    n_work = n_out  # a chunk is a range of output elements"]
     else:
         lines += ["    n_work = np.int64(1)  # a chunk is a range of rows",
-                  "    for d in range(D - 1 - P[p + 5]):",
-                  "        n_work *= P[p + 8 + d]"]
-    lines += ["    scratch = P[p + 3]", "    chunks = P[p + 4]"]
+                  "    for d in range(D - 1 - P[p + BLOCK_AXES]):",
+                  "        n_work *= P[p + SIZES + d]"]
+    lines += ["    scratch = P[p + SCRATCH]", "    chunks = P[p + CHUNKS]"]
     if pattern.parallel:
         lines += ["    for c in prange(chunks):  # fixed chunks: results do not depend on threads",
                   f"        {part}(mem, P, p, n_work * c // chunks, n_work * (c + 1) // chunks, scratch + c * D)"]
     else:
         lines += [f"    {part}(mem, P, p, ZERO, n_work, scratch)"]
     if pattern.normalize:
-        lines += ["    out = P[p]"] + _normalize(sr, k)
+        lines += ["    out = P[p + OUT]"] + _normalize(sr, k)
     lines += [""]
     return "\n".join(lines)

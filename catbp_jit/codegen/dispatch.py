@@ -10,6 +10,8 @@ kernel set.)
 
 from __future__ import annotations
 
+from .. import abi
+
 ENTRY = "run_schedule"
 
 SOURCE = '''"""catbp_jit dispatcher: runs steps 0..n_steps-1 of a schedule, each kernel at its address."""
@@ -17,6 +19,7 @@ from numba import carray, njit
 
 from catbp_jit.codegen.intrinsics import call_kernel, pointer_int64
 
+{abi}
 
 @njit(cache=True, nogil=True)
 def run_schedule(mem_address, mem_length, P_address, P_length, kernels_address, n_kernels,
@@ -24,9 +27,11 @@ def run_schedule(mem_address, mem_length, P_address, P_length, kernels_address, 
     P = carray(pointer_int64(P_address), P_length)
     K = carray(pointer_int64(kernels_address), n_kernels)
     for s in range(n_steps):
-        call_kernel(K[P[2 * s]], mem_address, mem_length, P_address, P_length, P[2 * s + 1])
+        row = STEP_ROW * s
+        call_kernel(K[P[row + STEP_KERNEL]], mem_address, mem_length, P_address, P_length,
+                    P[row + STEP_PARAMS])
 '''
 
 
 def dispatcher_source() -> str:
-    return SOURCE
+    return SOURCE.format(abi=abi.source_constants())

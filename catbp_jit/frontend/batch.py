@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Dict, Mapping, Sequence, Tuple
 import numpy as np
 
 from ..semiring import logsumexp
-from .graph import FactorGraphError, semiring_values
+from .graph import FactorGraphError
 from .scaling import TINY, NumericalError, exp_of_log
 
 if TYPE_CHECKING:
@@ -139,7 +139,7 @@ def _pow2_rows(rows: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
 
 
 def _as_semiring(model: "CompiledModel", values: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(semiring_values(values, model.semiring, model.sr.dtype))
+    return np.ascontiguousarray(model.sr.kind.potentials(values, model.sr.dtype))
 
 
 def batch_solution(model: "CompiledModel", slots: Mapping[tuple, np.ndarray], table: np.ndarray,
@@ -218,7 +218,7 @@ def _raw_marginal(model: "CompiledModel", slots, table: np.ndarray, v: str,
         return _rows(slots, ("marg", planned[v]), n, (d,))
     hit = np.zeros((n, d), dtype=bool)
     hit[np.arange(n), table[:, model.evidence_columns.index(v)]] = True
-    zero = {"LOGPROB": -math.inf, "SAT": False}.get(model.semiring, 0)
+    zero = model.sr.kind.zero
     return np.where(hit, np.asarray(z)[:, None], zero)
 
 

@@ -162,22 +162,3 @@ def _dtype_name(arr: np.ndarray) -> str:
     if arr.dtype.kind == "O":
         return "non-numeric (object)"
     return f"{arr.dtype} (non-numeric)"
-
-
-def semiring_values(values: np.ndarray, semiring: str, dtype: np.dtype) -> np.ndarray:
-    """Potentials as a semiring's program loads them.
-
-    PROB: as given. LOGPROB: natural log (0 -> -inf). SAT: non-zero. COUNT: 1 where
-    non-zero, so Z counts the assignments every factor allows (the models).
-    """
-    # np.asarray: numpy turns 0-d results into scalars, the executor wants arrays
-    if semiring == "PROB":
-        return np.asarray(values, dtype=dtype)
-    if semiring == "LOGPROB":
-        with np.errstate(divide="ignore"):
-            return np.asarray(np.log(values), dtype=dtype)
-    if semiring == "SAT":
-        return np.asarray(values != 0)
-    if semiring == "COUNT":
-        return np.asarray(values != 0, dtype=np.int64)
-    raise ValueError(f"unknown semiring {semiring!r}")

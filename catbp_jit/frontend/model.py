@@ -26,7 +26,7 @@ from ..memory import PlanTooLargeError, format_bytes, memory_limit
 from ..semiring import logsumexp, make_semiring
 from .absorb import absorb, cut_values
 from .emit import emit_programs, factor_specs, scale_slots
-from .graph import Factor, FactorGraph, FactorGraphError, factor_graph, semiring_values
+from .graph import Factor, FactorGraph, FactorGraphError, factor_graph
 from .plan import (PlanLimitError, PlanLimits, TreePlan, elimination_order, format_count,
                    junction_tree)
 from .scaling import TINY, NumericalError, ScaledNumber, exp_of_log, pow2_scaled
@@ -219,12 +219,12 @@ class CompiledModel:
     def _semiring_values(self, tables: Mapping[int, np.ndarray]) -> Tuple[Dict[int, np.ndarray], int]:
         """Tables as the programs load them, and (PROB) the power of two they were scaled by."""
         if not self.scaled:
-            return {f: semiring_values(a, self.semiring, self.sr.dtype) for f, a in tables.items()}, 0
+            return {f: self.sr.kind.potentials(a, self.sr.dtype) for f, a in tables.items()}, 0
         out, exponent = {}, 0
         for f, a in tables.items():
             out[f], k = pow2_scaled(a)
             exponent += k
-        return {f: semiring_values(a, self.semiring, self.sr.dtype) for f, a in out.items()}, exponent
+        return {f: self.sr.kind.potentials(a, self.sr.dtype) for f, a in out.items()}, exponent
 
     # -- evidence ----------------------------------------------------------------------------
 
@@ -257,7 +257,7 @@ class CompiledModel:
             if v in evidence:
                 ind[:] = 0.0
                 ind[self._state_index(v, evidence[v])] = 1.0
-            out[n + k] = semiring_values(ind, self.semiring, self.sr.dtype)
+            out[n + k] = self.sr.kind.potentials(ind, self.sr.dtype)
         return out
 
     def _state_index(self, v: str, value: Any) -> int:
@@ -392,7 +392,7 @@ class CompiledModel:
         """An absorbed variable's raw marginal: Z at its observed state, the semiring's zero
         elsewhere (what the indicator model computes)."""
         z = np.asarray(z)
-        zero = -np.inf if self.semiring == "LOGPROB" else 0
+        zero = self.sr.kind.zero
         m = np.full(self.graph.variables[v], zero, dtype=z.dtype)
         m[self._state_index(v, value)] = z
         return m

@@ -14,6 +14,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 from ..ir.ops import OpCode, SlotKey
 from ..ir.schema import TensorSpec
 from ..ir.validate import ValidatedPrograms
+from ..semiring import SEMIRINGS
 
 # Node ops. Inputs come from outside the schedule; the others compute.
 FACTOR, SELECTOR, SLOT_IN = "factor", "selector", "slot_in"
@@ -69,7 +70,7 @@ def build_graph(checked: ValidatedPrograms, semiring: str,
     for key, spec in (slot_specs or {}).items():
         slots[key] = load(SLOT_IN, key, spec, ())
 
-    normalizes = semiring in ("PROB", "LOGPROB")
+    normalizes = SEMIRINGS[semiring].normalizes
     for prog, specs in zip(checked.programs, checked.value_specs):
         regs: Dict[int, int] = {}
         for index, ins in enumerate(prog.instructions):

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Dict
 
+from ..semiring import SEMIRINGS
 from .graph import CONTRACT, ELIMINATE, INPUT_OPS, NORMALIZE, UNIT, VIEW, Graph, Node
 
 
@@ -61,7 +62,7 @@ def is_realignment(g: Graph, node: Node) -> bool:
         src = g.nodes[node.inputs[0]].spec
         kept = set(node.spec.keys)
         dropped = [ax for ax in src.axes if ax.key not in kept]
-        if g.semiring == "LOGPROB":
+        if not SEMIRINGS[g.semiring].single_term_reduction_is_identity:
             return not dropped
         return all(ax.size == 1 for ax in dropped)
     return False

@@ -7,29 +7,22 @@ across programs and models (seed 004). To keep patterns few, the loop space is p
 canonical form first: size-1 axes are dropped and neighbouring axes that are contiguous in
 every operand are merged, as numpy's iterator does.
 
-The table holds one (kernel id, parameter offset) row per step, then the parameters, then
-the offset tables, then scratch space for the kernels' loop counters:
-    [kid_0, p_0, kid_1, p_1, ..., params..., tables..., scratch...]
-and a segment's parameters are
-    [out_offset, R, Q, scratch_offset, chunks, nb, blk, table_offset, n_0 .. n_{D-1},
-     out_stride_0 .. out_stride_{R-1}, (leaf_offset, leaf_stride_0 .. leaf_stride_{D-1}) per leaf,
-     groups, group_stride, element_stride]
-with R output axes, Q reduced axes, D = R + Q, output axes first. The nb axes before the
-last one (blk elements in all) are walked through offset tables precomputed here: for a
-kernel that does not reduce, one table for the output then one per leaf; for a reducing
-kernel, one per leaf over the reduced axes. The last three say which parts of its output
-a NORMALIZE normalizes alone (the batch rows; else one part, the whole output). Kernels are therefore
-specialized on (semiring, dtype, leaves, reduce, normalize, parallel) and nothing else.
+The table's layout, the kernel ABI, is defined in abi.py: one (kernel id, parameter
+offset) row per step, then the parameters, then the offset tables, then scratch space for
+the kernels' loop counters. Kernels are therefore specialized on (semiring, dtype,
+leaves, reduce, normalize, parallel) and nothing else.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from .. import abi
 from ..ir.schema import TensorSpec, element_count
+from ..semiring import SEMIRINGS
 from .arena import MemoryPlan
 from .fusion import Fused, Segment
 
@@ -64,7 +57,7 @@ class KernelPattern:
 class Step:
     segment: Segment
     pattern: KernelPattern
-    params: Tuple[int, ...]
+    params: abi.StepParams
     work: int  # output elements x reduced elements x leaves
     tables: Tuple[int, ...] = ()  # offset tables of the block axes
 
@@ -76,10 +69,10 @@ class Schedule:
     table: np.ndarray  # int64, see the module docstring
 
     def kernel_id(self, i: int) -> int:
-        return int(self.table[2 * i])
+        return int(self.table[abi.STEP_ROW * i + abi.STEP_KERNEL])
 
     def param_offset(self, i: int) -> int:
-        return int(self.table[2 * i + 1])
+        return int(self.table[abi.STEP_ROW * i + abi.STEP_PARAMS])
 
 
 def c_strides(spec: TensorSpec) -> Dict[tuple, int]:
@@ -140,7 +133,7 @@ def lower_segment(seg: Segment, fused: Fused, memory: MemoryPlan, dtype: str,
     sizes, groups, operands = canonical_loops(sizes, groups, operands)
     out_rank, red_rank = groups.count(0), groups.count(1)
     # logsumexp of one element is not the identity for +inf (it gives NaN): keep it.
-    reduce = red_rank > 0 or (seg.reduce and fused.semiring == "LOGPROB")
+    reduce = red_rank > 0 or (seg.reduce and not SEMIRINGS[fused.semiring].single_term_reduction_is_identity)
     if (reduce and red_rank == 0) or (not reduce and out_rank == 0):
         sizes.append(1)  # the hot axes (reduced, or else output) are never empty
         for op in operands:
@@ -185,13 +178,14 @@ def lower_segment(seg: Segment, fused: Fused, memory: MemoryPlan, dtype: str,
     parallel = n_work >= 8 and work >= PARALLEL_MIN_WORK
     pattern = KernelPattern(fused.semiring, dtype, len(seg.leaves), reduce, seg.normalize, parallel)
     chunks = min(n_work, CHUNKS) if parallel else 1
-    # the scratch and table offsets (indices 3 and 7) are filled in by build_schedule
-    params = [memory.regions[seg.out].offset, out_rank, red_rank, -1, chunks, nb, blk, -1]
-    params += sizes + operands[0][:out_rank]
-    for leaf, row in zip(seg.leaves, operands[1:]):
-        params += [memory.regions[leaf].offset] + row
-    params += normalize_groups(seg, layouts[seg.out], batch_key)
-    return Step(seg, pattern, tuple(int(x) for x in params), work, tuple(tables))
+    params = abi.StepParams(
+        out=memory.regions[seg.out].offset, out_rank=out_rank, red_rank=red_rank,
+        chunks=chunks, block_axes=nb, block_size=blk, sizes=tuple(sizes),
+        out_strides=tuple(operands[0][:out_rank]),
+        leaves=tuple((memory.regions[leaf].offset, tuple(row))
+                     for leaf, row in zip(seg.leaves, operands[1:])),
+        groups=tuple(normalize_groups(seg, layouts[seg.out], batch_key)))
+    return Step(seg, pattern, params, work, tuple(tables))
 
 
 def row_count(spec: TensorSpec, batch_key: Optional[tuple]) -> int:
@@ -212,11 +206,6 @@ def normalize_groups(seg: Segment, layout: TensorSpec, batch_key: Optional[tuple
     return [rows, 1, rows]
 
 
-def scratch_size(step: Step) -> int:
-    """Loop counters: one per axis, per chunk."""
-    return max(1, step.params[1] + step.params[2]) * step.params[4]
-
-
 def build_schedule(fused: Fused, memory: MemoryPlan, dtype: str,
                    layouts: Optional[Dict[int, TensorSpec]] = None,
                    batch_key: Optional[tuple] = None) -> Schedule:
@@ -228,21 +217,22 @@ def build_schedule(fused: Fused, memory: MemoryPlan, dtype: str,
     # compiled dispatcher
     patterns = sorted({st.pattern for st in steps}, key=lambda p: p.name)
     ids: Dict[KernelPattern, int] = {p: i for i, p in enumerate(patterns)}
+    # laid out in order: step rows, parameters, offset tables, scratch
+    cursor = abi.STEP_ROW * len(steps) + sum(len(st.params.pack()) for st in steps)
+    table_at = []
+    for st in steps:
+        table_at.append(cursor)
+        cursor += len(st.tables)
+    placed = []
+    for st, tables in zip(steps, table_at):
+        placed.append(replace(st, params=replace(st.params, tables=tables, scratch=cursor)))
+        cursor += st.params.scratch_size()
     head: List[int] = []
     params: List[int] = []
-    base = 2 * len(steps)
-    cursor = base + sum(len(st.params) for st in steps)  # tables, then scratch, follow
-    for st in steps:
-        row = list(st.params)
-        row[7] = cursor
-        cursor += len(st.tables)
-        head += [ids[st.pattern], base + len(params)]
-        params += row
-    tables = [t for st in steps for t in st.tables]
-    for st, p in zip(steps, head[1::2]):
-        params[p - base + 3] = cursor
-        cursor += scratch_size(st)
+    for st in placed:
+        head += [ids[st.pattern], abi.STEP_ROW * len(placed) + len(params)]
+        params += st.params.pack()
     table = np.zeros(cursor, dtype=np.int64)
-    body = head + params + tables
+    body = head + params + [t for st in placed for t in st.tables]
     table[:len(body)] = body
-    return Schedule(steps, patterns, table)
+    return Schedule(placed, patterns, table)

@@ -1,0 +1,149 @@
+"""The kernel ABI: where everything a kernel reads sits in the int64 table P.
+
+Defined once, here: plan/schedule.py packs the table with these offsets and every code
+generator (codegen/cpu.py, codegen/cuda.py) emits kernels that read it with them.
+
+The table holds one step row per step, then each step's parameters, then the offset
+tables of the block axes, then scratch space for loop counters:
+
+    [kernel_0, params_0, kernel_1, params_1, ..., params..., tables..., scratch...]
+
+A step's parameters, from its offset p (R output axes, Q reduced axes, D = R + Q; output
+axes first, the last axis is the tight loop):
+
+    p + OUT          offset of the output in the arena (elements)
+    p + OUT_RANK     R
+    p + RED_RANK     Q
+    p + SCRATCH      offset of the step's loop counters (D per chunk) in P
+    p + CHUNKS       fixed chunks of work (parallel CPU kernels)
+    p + BLOCK_AXES   nb: axes before the tight one walked through offset tables
+    p + BLOCK_SIZE   blk: elements of those axes, the length of each offset table
+    p + TABLES       offset in P of the offset tables (reducing: one per leaf over the
+                     reduced axes; else one for the output, then one per leaf)
+    p + SIZES + d    size of axis d, d < D
+    out_strides(D) + d     output stride of axis d, d < R
+    leaf(D, l)             leaf l's arena offset; its stride on axis d at leaf(D, l) + 1 + d
+    groups(D, R, k) + 0/1/2  NORMALIZE groups: [groups, group stride, element stride]
+
+All of it is runtime data: kernels are specialized on their pattern, never on sizes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Sequence, Tuple
+
+# a step row: (kernel id, parameter offset)
+STEP_ROW = 2
+STEP_KERNEL = 0
+STEP_PARAMS = 1
+
+# a step's header, offsets from p
+OUT = 0
+OUT_RANK = 1
+RED_RANK = 2
+SCRATCH = 3
+CHUNKS = 4
+BLOCK_AXES = 5
+BLOCK_SIZE = 6
+TABLES = 7
+SIZES = 8  # the sizes of the D axes start here; everything after depends on D, R, k
+HEADER = SIZES
+
+GROUP_FIELDS = 3  # groups, group stride, element stride
+
+
+def out_strides(D: int) -> int:
+    """Offset (from p) of the output strides."""
+    return SIZES + D
+
+
+def leaf(D: int, R: int, l: int) -> int:
+    """Offset (from p) of leaf l's arena offset; its D strides follow it."""
+    return SIZES + D + R + l * (1 + D)
+
+
+def groups(D: int, R: int, k: int) -> int:
+    """Offset (from p) of the NORMALIZE groups of a step with k leaves."""
+    return leaf(D, R, k)
+
+
+def param_count(D: int, R: int, k: int) -> int:
+    return groups(D, R, k) + GROUP_FIELDS
+
+
+@dataclass(frozen=True)
+class StepParams:
+    """A step's parameters by name; `pack` gives the row the table holds, in this order.
+    scratch and tables are offsets into the table, known only once every step is laid
+    out (plan/schedule.build_schedule fills them with `placed`)."""
+    out: int
+    out_rank: int
+    red_rank: int
+    chunks: int
+    block_axes: int
+    block_size: int
+    sizes: Tuple[int, ...]
+    out_strides: Tuple[int, ...]
+    leaves: Tuple[Tuple[int, Tuple[int, ...]], ...]  # (arena offset, strides) per leaf
+    groups: Tuple[int, int, int]
+    scratch: int = -1
+    tables: int = -1
+
+    def pack(self) -> List[int]:
+        row = [0] * HEADER
+        row[OUT], row[OUT_RANK], row[RED_RANK] = self.out, self.out_rank, self.red_rank
+        row[SCRATCH], row[CHUNKS], row[BLOCK_AXES] = self.scratch, self.chunks, self.block_axes
+        row[BLOCK_SIZE], row[TABLES] = self.block_size, self.tables
+        row += list(self.sizes) + list(self.out_strides)
+        for offset, strides in self.leaves:
+            row += [offset] + list(strides)
+        row += list(self.groups)
+        D, R, k = len(self.sizes), self.out_rank, len(self.leaves)
+        assert len(row) == param_count(D, R, k) and R + self.red_rank == D
+        return [int(x) for x in row]
+
+    @property
+    def rank(self) -> int:
+        return len(self.sizes)
+
+    def scratch_size(self) -> int:
+        """Loop counters: one per axis, per chunk."""
+        return max(1, self.rank) * self.chunks
+
+
+def unpack(P: Sequence[int], p: int, k: int) -> StepParams:
+    """The parameters of a step with k leaves at offset p of table P (tests, inspection)."""
+    R, Q = int(P[p + OUT_RANK]), int(P[p + RED_RANK])
+    D = R + Q
+    at = lambda i, n: tuple(int(x) for x in P[p + i:p + i + n])
+    return StepParams(
+        out=int(P[p + OUT]), out_rank=R, red_rank=Q, chunks=int(P[p + CHUNKS]),
+        block_axes=int(P[p + BLOCK_AXES]), block_size=int(P[p + BLOCK_SIZE]),
+        sizes=at(SIZES, D), out_strides=at(out_strides(D), R),
+        leaves=tuple((int(P[p + leaf(D, R, l)]), at(leaf(D, R, l) + 1, D)) for l in range(k)),
+        groups=at(groups(D, R, k), GROUP_FIELDS),
+        scratch=int(P[p + SCRATCH]), tables=int(P[p + TABLES]))
+
+
+# -- the same offsets in kernel source ---------------------------------------------------
+
+def source_constants() -> str:
+    """Module-level constants a generated kernel reads the table with (Numba folds them)."""
+    return ("# the kernel ABI (catbp_jit/abi.py): offsets of a step's parameters from p\n"
+            f"OUT, OUT_RANK, RED_RANK, SCRATCH = {OUT}, {OUT_RANK}, {RED_RANK}, {SCRATCH}\n"
+            f"CHUNKS, BLOCK_AXES, BLOCK_SIZE, TABLES, SIZES = {CHUNKS}, {BLOCK_AXES}, "
+            f"{BLOCK_SIZE}, {TABLES}, {SIZES}\n"
+            f"STEP_ROW, STEP_KERNEL, STEP_PARAMS = {STEP_ROW}, {STEP_KERNEL}, {STEP_PARAMS}\n")
+
+
+# offsets from p as source over the names above and D, R (mirrors out_strides/leaf/groups)
+OUT_STRIDES_SOURCE = "SIZES + D"
+
+
+def leaf_source(l: int) -> str:
+    return f"SIZES + D + R + {l} * (1 + D)" if l else "SIZES + D + R"
+
+
+def groups_source(k: int) -> str:
+    return leaf_source(k)
