@@ -19,7 +19,9 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from .cache import KernelCache, default_cache
 from .codegen.loader import CompileUnit, dispatcher_unit, kernel_unit, load_unit
 from .codegen.workers import WorkerOptions, compile_in_workers
-from .executable import adapt_inputs, compile, plan_programs
+from .executable import adapt_inputs, compile
+from .plan.options import PlanOptions
+from .plan.pipeline import plan
 
 
 @dataclass(frozen=True)
@@ -48,8 +50,8 @@ def kernel_units(programs: Any, sr: Any, *, factor_specs, selector_specs=None, s
                   bucket_inputs(progs, fspecs, sspecs, lspecs, bf, bs, aid, sizes)]
     units: Dict[str, CompileUnit] = {}
     for bprogs, bfspecs, bsspecs, key in plans:
-        schedule = plan_programs(bprogs, sr, bfspecs, bsspecs, lspecs,
-                                 max_total_bytes=max_total_bytes, batch_key=key)[3]
+        schedule = plan(bprogs, sr, bfspecs, bsspecs, lspecs,
+                        PlanOptions(max_total_bytes=max_total_bytes), key).schedule
         for pattern in schedule.patterns:
             unit = kernel_unit(pattern)
             units.setdefault(unit.name + unit.identity["source_sha256"], unit)

@@ -26,13 +26,15 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
 import numpy as np
 
 from .errors import InputMismatchError, UnknownInputError
-from .executable import (DEFAULT_MAX_BYTES, Executable, adapt_inputs, plan_and_load,
+from .executable import (DEFAULT_MAX_BYTES, Executable, adapt_inputs, build, plan_options,
                          saved_document, write_saved)
 from .ir.adapt import adapt_slot_key
 from .ir.batch import (BatchedCompileError, batch_axis, batch_axis_id, batch_input_specs,
                        batch_programs, is_batched, unbatched_spec)
 from .ir.ops import Program
 from .ir.schema import Axis, TensorSpec
+from .plan.options import PlanOptions
+from .plan.pipeline import Plan, plan
 from .session import Session, aligned_empty
 
 DEFAULT_BUCKETS = (1, 8, 64, 512)
@@ -132,13 +134,20 @@ def _buckets(buckets: Any) -> Tuple[int, ...]:
     return out
 
 
-def compile_batched(programs: Any, sr: Any, *, factor_specs, selector_specs, slot_specs,
-                    target: str, mode: str, cache, max_bytes: int = DEFAULT_MAX_BYTES,
-                    max_total_bytes: Optional[int], progress: Optional[Callable[[str], None]],
-                    workers: Optional[int], batched_factors: Any, batched_selectors: Any,
-                    buckets: Any) -> BatchedExecutable:
-    progs, sr, fspecs, sspecs, lspecs = adapt_inputs(programs, sr, factor_specs,
-                                                     selector_specs, slot_specs, target, mode)
+@dataclass
+class BatchedPlan:
+    """One plan per bucket (plan/pipeline.py), nothing compiled."""
+    plans: Dict[int, Plan]  # bucket -> its plan
+    buckets: Tuple[int, ...]
+    batched_factors: frozenset
+    batched_selectors: frozenset
+    batch_axis_id: int
+    programs: List[Program]  # as given (adapted), before the batch rewrite
+
+
+def plan_batched(progs, sr, fspecs, sspecs, lspecs, *, batched_factors: Any,
+                 batched_selectors: Any, buckets: Any, options: PlanOptions) -> BatchedPlan:
+    """Every bucket's plan, from adapted inputs."""
     bf = _ids(batched_factors, fspecs, "factor")
     bs = _ids(batched_selectors, sspecs, "selector")
     if not bf and not bs:
@@ -147,16 +156,37 @@ def compile_batched(programs: Any, sr: Any, *, factor_specs, selector_specs, slo
     sizes = _buckets(DEFAULT_BUCKETS if buckets is None else buckets)
     aid = batch_axis_id(progs, list(fspecs.values()) + list(sspecs.values())
                         + list(lspecs.values()))
+    plans = {b: plan(bprogs, sr, bfspecs, bsspecs, lspecs, options, key)
+             for b, bprogs, bfspecs, bsspecs, key in bucket_inputs(progs, fspecs, sspecs, lspecs,
+                                                                   bf, bs, aid, sizes)}
+    return BatchedPlan(plans, sizes, bf, bs, aid, progs)
+
+
+def build_batched(bplan: BatchedPlan, *, target: str, mode: str, cache,
+                  progress: Optional[Callable[[str], None]] = None,
+                  workers: Optional[int] = None) -> BatchedExecutable:
     say = progress or (lambda line: None)
     profiles = {}
-    for b, bprogs, bfspecs, bsspecs, key in bucket_inputs(progs, fspecs, sspecs, lspecs,
-                                                          bf, bs, aid, sizes):
+    for b, p in bplan.plans.items():
         say(f"bucket {b}")
-        profiles[b] = plan_and_load(
-            bprogs, sr, bfspecs, bsspecs, lspecs, target=target, mode=mode, cache=cache,
-            max_bytes=max_bytes, max_total_bytes=max_total_bytes, progress=progress,
-            workers=workers, batch_key=key)
-    return BatchedExecutable(profiles, sizes, bf, bs, aid, progs)
+        profiles[b] = build(p, target=target, mode=mode, cache=cache, progress=progress,
+                            workers=workers)
+    return BatchedExecutable(profiles, bplan.buckets, bplan.batched_factors,
+                             bplan.batched_selectors, bplan.batch_axis_id, bplan.programs)
+
+
+def compile_batched(programs: Any, sr: Any, *, factor_specs, selector_specs, slot_specs,
+                    target: str, mode: str, cache, max_bytes: int = DEFAULT_MAX_BYTES,
+                    max_total_bytes: Optional[int], progress: Optional[Callable[[str], None]],
+                    workers: Optional[int], batched_factors: Any, batched_selectors: Any,
+                    buckets: Any, options: Optional[PlanOptions] = None) -> BatchedExecutable:
+    progs, sr, fspecs, sspecs, lspecs = adapt_inputs(programs, sr, factor_specs,
+                                                     selector_specs, slot_specs, target, mode)
+    bplan = plan_batched(progs, sr, fspecs, sspecs, lspecs, batched_factors=batched_factors,
+                         batched_selectors=batched_selectors, buckets=buckets,
+                         options=plan_options(target, options, max_bytes, max_total_bytes))
+    return build_batched(bplan, target=target, mode=mode, cache=cache, progress=progress,
+                         workers=workers)
 
 
 def bucket_inputs(progs, fspecs, sspecs, lspecs, bf, bs, aid: int, sizes):

@@ -1,8 +1,12 @@
 """compile(): programs -> Executable, the planned, lowered and compiled form you can print,
-inspect, save and bind. The pipeline, one plain function per stage:
+inspect, save and bind. Two stages:
 
-    adapt + validate -> build_graph -> optimize -> fuse -> plan_memory -> build_schedule
-    -> load kernels (disk cache or codegen) -> Executable
+    plan(...)   adapt + validate -> build_graph -> optimize -> fuse -> plan_memory
+                -> build_schedule -> binding table          (plan/pipeline.py, no Numba)
+    build(plan, target)   kernels rendered for the target, loaded from the disk cache or
+                compiled -> Executable
+
+compile(...) is build(plan(...)).
 """
 
 from __future__ import annotations
@@ -15,40 +19,32 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Union
 import numpy as np
 
 from .cache import KernelCache, default_cache
-from .codegen.loader import Kernel, dispatcher_unit, kernel_unit, load_dispatcher, load_kernel
+from .codegen.loader import (Kernel, dispatcher_unit, identity_digest, kernel_unit,
+                             load_dispatcher, load_kernel)
 from .codegen.workers import WorkerOptions, compile_in_workers
 from .errors import CatbpError
 from .ir.adapt import adapt_programs, adapt_slot_key, adapt_spec
 from .ir.ops import Program
 from .ir.schema import TensorSpec, format_spec
-from .ir.validate import DEFAULT_MAX_BYTES, validate_programs
-from .memory import PlanTooLargeError, format_bytes, memory_limit
-from .plan.arena import MemoryPlan, plan_memory
-from .plan.fusion import Fused, fuse
-from .plan.graph import Graph, build_graph
-from .plan.layout import choose_layouts
-from .plan.passes import optimize
-from .plan.schedule import Schedule, build_schedule
+from .ir.validate import DEFAULT_MAX_BYTES
+from .plan.arena import MemoryPlan
+from .plan.fusion import Fused
+from .plan.graph import Graph
+from .plan.options import PlanOptions
+from .plan.pipeline import Plan, plan as plan_adapted
+from .plan.schedule import Schedule
 from .semiring import VMSemiringRuntime, adapt_semiring
 
 MODES = ("compiled", "loop")
-TARGETS = ("cpu",)
+TARGETS = ("cpu", "cuda")
 SAVE_FORMAT = "catbp-jit-executable"
 
 
 @dataclass
 class Executable:
-    programs: List[Program]
-    semiring: VMSemiringRuntime
-    factor_specs: Dict[int, TensorSpec]
-    selector_specs: Dict[int, TensorSpec]
-    slot_specs: Dict[tuple, TensorSpec]
+    plan: Plan
     mode: str
     target: str
-    graph: Graph
-    fused: Fused
-    memory: MemoryPlan
-    schedule: Schedule
     kernels: List[Kernel]
     dispatcher: Any = None
     dispatcher_source: str = ""
@@ -56,12 +52,28 @@ class Executable:
     # C entry point of each kernel's compiled code, by kernel id (the dispatcher's calls)
     kernel_addresses: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
+    # what the plan holds, by the names users and tools have read it by
+    programs = property(lambda self: self.plan.programs)
+    semiring = property(lambda self: self.plan.semiring)
+    factor_specs = property(lambda self: self.plan.factor_specs)
+    selector_specs = property(lambda self: self.plan.selector_specs)
+    slot_specs = property(lambda self: self.plan.slot_specs)
+    graph = property(lambda self: self.plan.graph)
+    fused = property(lambda self: self.plan.fused)
+    memory = property(lambda self: self.plan.memory)
+    schedule = property(lambda self: self.plan.schedule)
+
     @property
     def dtype(self) -> np.dtype:
         return self.semiring.dtype
 
     def bind(self, **hooks):
-        """A Session: the arenas and the schedule table, allocated here, once."""
+        """A Session: the arenas and the schedule table, allocated here, once (on the
+        device too, for target "cuda")."""
+        if self.target == "cuda":
+            from .cuda_session import CudaSession
+
+            return CudaSession(self, **hooks)
         from .session import Session
 
         return Session(self, **hooks)
@@ -145,6 +157,7 @@ def saved_document(programs: List[Program], sr: VMSemiringRuntime, mode: str, ta
         "slot_specs": [[slot_key_to_json(k), spec_to_json(v)] for k, v in lspecs.items()],
         "programs": [program_to_json(p) for p in programs],
         "kernels": [k.key for k in kernels],
+        "kernel_identities": sorted({identity_digest(k.pattern, target) for k in kernels}),
     }
 
 
@@ -210,15 +223,43 @@ def load(path: Union[str, os.PathLike], *,
                        batched_selectors=field("batched_selectors", ids),
                        buckets=field("buckets", ids))
     dtype = field("dtype", numeric_dtype)
-    return compile(
-        field("programs", lambda x: [program_from_json(p) for p in _items(x, list)]),
-        field("semiring", lambda x: make_semiring(x, dtype)),
-        factor_specs=field("factor_specs", specs),
-        selector_specs=field("selector_specs", specs),
-        slot_specs=field("slot_specs", lambda x: {adapt_slot_key(k): adapt_spec(v)
-                                                  for k, v in _items(x, list)}),
-        target=field("target", one_of(TARGETS)), mode=field("mode", one_of(MODES)),
-        cache=cache, **batched)
+    strings = lambda x: [_items(k, str) for k in _items(x, list)]
+    saved = field("kernel_identities", strings) if "kernel_identities" in doc else None
+    programs = field("programs", lambda x: [program_from_json(p) for p in _items(x, list)])
+    sr = field("semiring", lambda x: make_semiring(x, dtype))
+    fspecs, sspecs = field("factor_specs", specs), field("selector_specs", specs)
+    lspecs = field("slot_specs", lambda x: {adapt_slot_key(k): adapt_spec(v)
+                                            for k, v in _items(x, list)})
+    target, mode = field("target", one_of(TARGETS)), field("mode", one_of(MODES))
+    adapted = adapt_inputs(programs, sr, fspecs, sspecs, lspecs, target, mode)
+    options = PlanOptions.for_target(target)
+    if batched:
+        from .batched import build_batched, plan_batched
+
+        bplan = plan_batched(*adapted, options=options, **batched)
+        plans = list(bplan.plans.values())
+    else:
+        plans = [plan_adapted(*adapted, options)]
+    if saved is not None:  # (files saved before kernel identities were recorded: unchecked)
+        check_saved_kernels(where, saved, {identity_digest(p, target) for pl in plans
+                                           for p in pl.schedule.patterns})
+    if batched:
+        return build_batched(bplan, target=target, mode=mode, cache=cache)
+    return build(plans[0], target=target, mode=mode, cache=cache)
+
+
+def check_saved_kernels(where: str, saved: List[str], planned: set) -> None:
+    """The plan made again from the saved programs must need exactly the kernels that were
+    saved, checked before any is compiled: anything else means this catbp_jit plans or
+    renders differently from the one that saved the file (or the file was edited), so
+    what runs would not be the profile that was saved and compiled ahead of time."""
+    if planned != set(saved):
+        missing, extra = sorted(set(saved) - planned), sorted(planned - set(saved))
+        raise SavedExecutableError(
+            f"{where}: its kernels are not the ones this catbp_jit plans for it "
+            f"({len(missing)} saved but not planned now, {len(extra)} planned now but not "
+            f"saved): it was saved by another version of catbp_jit or edited; compile it "
+            f"again from its programs")
 
 
 def _as_int(x: Any) -> int:
@@ -241,8 +282,8 @@ def compile(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
             max_bytes: int = DEFAULT_MAX_BYTES, max_total_bytes: Optional[int] = None,
             progress: Optional[Callable[[str], None]] = None,
             workers: Optional[int] = None, batched_factors: Optional[Any] = None,
-            batched_selectors: Optional[Any] = None,
-            buckets: Optional[Any] = None) -> Union[Executable, "BatchedExecutable"]:
+            batched_selectors: Optional[Any] = None, buckets: Optional[Any] = None,
+            options: Optional[PlanOptions] = None) -> Union[Executable, "BatchedExecutable"]:
     """Plan, lower and compile linked programs for inputs of the given specs.
 
     programs: one program or a list run in order with slots carried over (upward,
@@ -259,7 +300,11 @@ def compile(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
     batched_factors / batched_selectors: ids of inputs that get a leading batch axis;
     then the result is a BatchedExecutable with one plan per batch size in `buckets`
     (default (1, 8, 64, 512)), see batched.py.
+
+    options: the planner's knobs (plan/options.py; default PlanOptions.for_target(target));
+    max_bytes and max_total_bytes, when given, override its fields of those names.
     """
+    options = plan_options(target, options, max_bytes, max_total_bytes)
     if batched_factors or batched_selectors or buckets is not None:
         from .batched import compile_batched
 
@@ -268,11 +313,34 @@ def compile(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
                                target=target, mode=mode, cache=cache, max_bytes=max_bytes,
                                max_total_bytes=max_total_bytes, progress=progress,
                                workers=workers, batched_factors=batched_factors or (),
-                               batched_selectors=batched_selectors or (), buckets=buckets)
-    return plan_and_load(*adapt_inputs(programs, sr, factor_specs, selector_specs, slot_specs,
-                                       target, mode),
-                         target=target, mode=mode, cache=cache, max_bytes=max_bytes,
-                         max_total_bytes=max_total_bytes, progress=progress, workers=workers)
+                               batched_selectors=batched_selectors or (), buckets=buckets,
+                               options=options)
+    the_plan = plan_adapted(*adapt_inputs(programs, sr, factor_specs, selector_specs,
+                                          slot_specs, target, mode), options)
+    return build(the_plan, target=target, mode=mode, cache=cache, progress=progress,
+                 workers=workers)
+
+
+def plan_options(target: str, options: Optional[PlanOptions], max_bytes: int = DEFAULT_MAX_BYTES,
+                 max_total_bytes: Optional[int] = None) -> PlanOptions:
+    """`options` (else the target's defaults) with the byte limits given as arguments."""
+    options = options or PlanOptions.for_target(target)
+    if max_bytes != DEFAULT_MAX_BYTES:
+        options = options.with_(max_bytes=max_bytes)
+    if max_total_bytes is not None:
+        options = options.with_(max_total_bytes=max_total_bytes)
+    return options
+
+
+def plan(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
+         selector_specs: Optional[Mapping[int, Any]] = None,
+         slot_specs: Optional[Mapping[Any, Any]] = None, target: str = "cpu",
+         options: Optional[PlanOptions] = None) -> Plan:
+    """Only the planning half of compile(): no kernel is rendered or compiled. options:
+    the planner's knobs (default PlanOptions.for_target(target))."""
+    return plan_adapted(*adapt_inputs(programs, sr, factor_specs, selector_specs, slot_specs,
+                                      target, "compiled"),
+                        options or PlanOptions.for_target(target))
 
 
 def adapt_inputs(programs: Any, sr: Any, factor_specs: Mapping[int, Any],
@@ -291,39 +359,20 @@ def adapt_inputs(programs: Any, sr: Any, factor_specs: Mapping[int, Any],
     return progs, sr, fspecs, sspecs, lspecs
 
 
-def plan_programs(progs: List[Program], sr: VMSemiringRuntime, fspecs: Dict[int, TensorSpec],
-                  sspecs: Dict[int, TensorSpec], lspecs: Dict[tuple, TensorSpec], *,
-                  max_bytes: int = DEFAULT_MAX_BYTES, max_total_bytes: Optional[int] = None,
-                  batch_key: Optional[tuple] = None):
-    """Everything before kernels are loaded: (graph, fused, memory, schedule). The
-    schedule's patterns are the kernels a run needs (what `catbp-jit aot` compiles)."""
-    checked = validate_programs(progs, factor_specs=fspecs, selector_specs=sspecs,
-                                slot_specs=lspecs, itemsize=sr.dtype.itemsize, max_bytes=max_bytes)
-    graph = optimize(build_graph(checked, sr.name, lspecs))
-    fused = fuse(graph)
-    memory = plan_memory(fused, sr.dtype.itemsize)
-    check_plan_fits(progs, memory, max_total_bytes)
-    schedule = build_schedule(fused, memory, sr.dtype.name, choose_layouts(fused, batch_key),
-                              batch_key)
-    return graph, fused, memory, schedule
+def build(plan: Plan, *, target: str = "cpu", mode: str = "compiled",
+          cache: Optional[KernelCache] = None, progress: Optional[Callable[[str], None]] = None,
+          workers: Optional[int] = None) -> Executable:
+    """The kernels of a plan's schedule for a target, from the disk cache or compiled."""
+    if target == "cuda":
+        from .codegen.cuda_build import build_cuda
 
-
-def plan_and_load(progs: List[Program], sr: VMSemiringRuntime, fspecs: Dict[int, TensorSpec],
-                  sspecs: Dict[int, TensorSpec], lspecs: Dict[tuple, TensorSpec], *,
-                  target: str, mode: str, cache: Optional[KernelCache], max_bytes: int,
-                  max_total_bytes: Optional[int], progress: Optional[Callable[[str], None]],
-                  workers: Optional[int], batch_key: Optional[tuple] = None) -> Executable:
-    """The pipeline on adapted inputs. batch_key: the batch axis of programs rewritten
-    by ir/batch.py (their NORMALIZEs work per row), else None."""
-    graph, fused, memory, schedule = plan_programs(progs, sr, fspecs, sspecs, lspecs,
-                                                   max_bytes=max_bytes,
-                                                   max_total_bytes=max_total_bytes,
-                                                   batch_key=batch_key)
+        return build_cuda(plan, mode=mode, cache=cache, progress=progress)
+    schedule = plan.schedule
     cache = cache or default_cache()
     before = dict(cache.stats)
     say = progress or (lambda line: None)
     in_workers = _compile_cold_in_workers(schedule.patterns, cache,
-                                      WorkerOptions.resolve(workers), say)
+                                          WorkerOptions.resolve(workers), say)
     kernels = []
     for i, pattern in enumerate(schedule.patterns):
         say(f"kernel {i + 1}/{len(schedule.patterns)}: {pattern.name}")
@@ -338,24 +387,7 @@ def plan_and_load(progs: List[Program], sr: VMSemiringRuntime, fspecs: Dict[int,
         used.update(hits=used["hits"] - in_workers, misses=used["misses"] + in_workers,
                     compiled_in_workers=in_workers)
     addresses = np.array([k.address for k in kernels], dtype=np.int64)
-    return Executable(progs, sr, fspecs, sspecs, lspecs, mode, target, graph, fused, memory,
-                      schedule, kernels, dispatcher, dsource, used, addresses)
-
-
-def check_plan_fits(programs: List[Program], memory: MemoryPlan,
-                    max_total_bytes: Optional[int] = None) -> None:
-    """Refuse a plan whose arenas cannot all be allocated, before seconds of compiling
-    end in numpy's "Unable to allocate" at bind()."""
-    limit = memory_limit(max_total_bytes)
-    if memory.total_bytes <= limit:
-        return
-    names = ", ".join(p.name or f"p{i}" for i, p in enumerate(programs))
-    arenas = ", ".join(f"{c} {format_bytes(b)}" for c, b in memory.class_bytes().items())
-    raise PlanTooLargeError(
-        f"programs [{names}]: the memory plan needs {format_bytes(memory.total_bytes)} "
-        f"({memory.total_bytes} bytes; arenas: {arenas}), over the limit of "
-        f"{format_bytes(limit)} ({limit} bytes); nothing was compiled or allocated "
-        f"(compile(max_total_bytes=...) or CATBP_JIT_MAX_BYTES sets the limit)")
+    return Executable(plan, mode, target, kernels, dispatcher, dsource, used, addresses)
 
 
 def _compile_cold_in_workers(patterns, cache: KernelCache, options: WorkerOptions,

@@ -12,7 +12,8 @@ from .errors import InputMismatchError, UnknownInputError
 from .ir.adapt import adapt_slot_key
 from .ir.schema import TensorSpec
 from .plan.arena import ALIGN_BYTES
-from .plan.graph import FACTOR, SELECTOR, SLOT_IN, UNIT
+from .plan.pipeline import (CONSTANT, FACTOR_INPUT, RESULT, SELECTOR_INPUT, SLOT_INPUT,
+                            Binding)
 
 Hook = Callable[[int, Any], None]
 
@@ -35,34 +36,22 @@ class Session:
         self.mem = aligned_empty(exe.memory.total, exe.dtype) if mem is None else mem
         self.table = exe.schedule.table.copy()  # kernels keep loop counters in its tail
         self.before, self.after = before, after
-        fused, regions = exe.fused, exe.memory.regions
+        plan = exe.plan
 
-        def view(v: int) -> np.ndarray:
-            r = regions[v]
-            return self.mem[r.offset:r.offset + r.size].reshape(fused.specs[v].shape)
+        def view(b: Binding) -> np.ndarray:
+            return self.mem[b.offset:b.offset + b.size].reshape(b.shape)
 
-        self._factors: Dict[int, np.ndarray] = {}
-        self._selectors: Dict[int, np.ndarray] = {}
-        self._slots_in: Dict[tuple, np.ndarray] = {}
-        self._constants = []
-        for v, kind in fused.kinds.items():
-            if kind == FACTOR:
-                self._factors[fused.attrs[v]] = view(v)
-            elif kind == SELECTOR:
-                self._selectors[fused.attrs[v]] = view(v)
-            elif kind == SLOT_IN:
-                self._slots_in[fused.attrs[v]] = view(v)
-            elif kind == UNIT:
-                self._constants.append(view(v))
+        self._factors = {b.ident: view(b) for b in plan.bound(FACTOR_INPUT)}
+        self._selectors = {b.ident: view(b) for b in plan.bound(SELECTOR_INPUT)}
+        self._slots_in = {b.ident: view(b) for b in plan.bound(SLOT_INPUT)}
+        self._constants = [view(b) for b in plan.bound(CONSTANT)]
         self.fill_constants()
         self._unset = {("factor", k) for k in self._factors} | \
                       {("selector", k) for k in self._selectors} | \
                       {("slot", k) for k in self._slots_in}
         # results: views into the slot arena, valid until the next run
-        self.slots: Dict[tuple, Tuple[np.ndarray, TensorSpec]] = {}
-        for key, v in fused.outputs.items():
-            spec = fused.output_specs.get(key, fused.specs[v])
-            self.slots[key] = (view(v).reshape(spec.shape), spec)
+        self.slots: Dict[tuple, Tuple[np.ndarray, TensorSpec]] = {
+            b.ident: (view(b), b.spec) for b in plan.bound(RESULT)}
 
         self._n_steps = len(exe.schedule.steps)
         # kernels get addresses, not arrays: no NRT record per call (the executable keeps

@@ -295,17 +295,17 @@ THREADS_CHILD = textwrap.dedent("""
     import numba
     import numpy as np
     import catbp_jit
-    import catbp_jit.plan.schedule as schedule
     from catbp_jit.bundle import load_bundle
+    from catbp_jit.plan.options import PlanOptions
     path, out, min_work = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    schedule.PARALLEL_MIN_WORK = min_work  # the same schedule as the parent's
+    options = PlanOptions(parallel_min_work=min_work)  # the same schedule as the parent's
     b = load_bundle(path)
     f = {k: np.ascontiguousarray(a, dtype=b.dtype) for k, (a, _) in b.factors.items()}
     s = {k: np.ascontiguousarray(a, dtype=b.dtype) for k, (a, _) in b.selectors.items()}
     arrays, info = {}, {"threads": numba.get_num_threads(), "keys": [], "par": {}}
     for mode in ("compiled", "loop"):
         exe = catbp_jit.compile(b.programs, b.semiring_runtime(), factor_specs=b.factor_specs(),
-                                selector_specs=b.selector_specs(), mode=mode)
+                                selector_specs=b.selector_specs(), mode=mode, options=options)
         info["par"][mode] = sum(st.pattern.parallel for st in exe.schedule.steps)
         slots = exe.bind().run(factors=f, selectors=s)
         keys = sorted(slots, key=repr)
@@ -343,11 +343,11 @@ def test_bit_identical_across_thread_counts(tmp_path, monkeypatch):
     """Parallel kernels give the same bits with 2 threads (here) and 1 (a child process).
 
     The bench bundles' segments may all be below the planner's parallel threshold
-    (PARALLEL_MIN_WORK is tuned for speed); the threshold is lowered here, and in the
+    (PlanOptions.parallel_min_work is tuned for speed); the threshold is lowered here, and in the
     child, until the schedule has parallel kernels, so the check is never moot."""
     import numba
 
-    import catbp_jit.plan.schedule as schedule
+    from catbp_jit.plan.options import PlanOptions
 
     path = bench_path("grid4x8_d2__prob_float64")
     if not (path / "bundle.json").exists():
@@ -358,13 +358,14 @@ def test_bit_identical_across_thread_counts(tmp_path, monkeypatch):
     factors, selectors = inputs(b)
 
     def compile_all(min_work):
-        monkeypatch.setattr(schedule, "PARALLEL_MIN_WORK", min_work)
+        options = PlanOptions(parallel_min_work=min_work)
         return {mode: catbp_jit.compile(b.programs, b.semiring_runtime(),
                                         factor_specs=b.factor_specs(),
-                                        selector_specs=b.selector_specs(), mode=mode)
+                                        selector_specs=b.selector_specs(), mode=mode,
+                                        options=options)
                 for mode in MODES}
 
-    min_work = schedule.PARALLEL_MIN_WORK
+    min_work = PlanOptions().parallel_min_work
     exes = compile_all(min_work)
     while not any(k.pattern.parallel for k in exes["loop"].kernels):
         assert min_work > 1 << 10, "no segment of the bundle is ever run in parallel"
@@ -372,7 +373,7 @@ def test_bit_identical_across_thread_counts(tmp_path, monkeypatch):
         exes = compile_all(min_work)
     n_par = sum(st.pattern.parallel for st in exes["compiled"].schedule.steps)
     assert any(k.pattern.name.endswith("_par") for k in exes["compiled"].kernels)
-    print(f"{b.name}: PARALLEL_MIN_WORK {min_work}, {n_par} of "
+    print(f"{b.name}: parallel_min_work {min_work}, {n_par} of "
           f"{len(exes['compiled'].schedule.steps)} steps parallel")
 
     here = {}
@@ -660,6 +661,25 @@ def test_save_and_load_give_identical_slots(api_bundle, mode, tmp_path):
     assert_bit_identical(a, c, "saved and loaded")
     specs = {k: s for k, (_, s) in loaded.bind().slots.items()}
     assert specs == {k: s for k, (_, s) in exe.bind().slots.items()}
+
+
+def test_load_checks_the_saved_kernels_before_compiling(api_bundle, tmp_path):
+    """A saved executable records what its kernels are; a file whose programs now plan to
+    other kernels (edited, or saved by a catbp_jit that planned differently) is refused
+    before anything is compiled, and nothing is left in the cache."""
+    from catbp_jit.cache import KernelCache
+    from catbp_jit.executable import SavedExecutableError
+
+    path = tmp_path / "exe.json"
+    executable(api_bundle, "compiled").save(path)
+    doc = json.loads(path.read_text())
+    assert doc["kernel_identities"] and len(doc["kernel_identities"]) == len(doc["kernels"])
+    doc["kernel_identities"][0] = "0" * 64
+    path.write_text(json.dumps(doc))
+    empty = KernelCache(str(tmp_path / "cache"), policy="fallback")
+    with pytest.raises(SavedExecutableError, match="kernels are not the ones"):
+        catbp_jit.load(path, cache=empty)
+    assert empty.stats.get("misses", 0) == 0 and empty.stats.get("compiled", 0) == 0
 
 
 # =====================================================================================

@@ -415,12 +415,13 @@ def test_dropin_slot_rebound_to_another_given_slot(mode):
     assert_same_slots(ref, run_dropin(case, 0, mode), case, f"drop-in ({mode})")
 
 
-def test_wide_products_run_as_chains_of_partial_products(monkeypatch):
-    """A product of more than fusion.MAX_LEAVES leaves (a clique with many children) is
+def test_wide_products_run_as_chains_of_partial_products():
+    """A product of more than PlanOptions.max_leaves leaves (a clique with many children) is
     split into a chain of materialized partial products: no kernel multiplies more leaves,
     the results agree with the reference, and the product is bit for bit the unsplit one
     (the same left-to-right order)."""
-    from catbp_jit.plan import fusion
+    from catbp_jit.executable import build, plan
+    from catbp_jit.plan.options import PlanOptions
 
     axes = [(G, 0, 2), (G, 1, 3), (G, 2, 2), (T, 0, 3)]
     full = sp(*axes)
@@ -442,9 +443,10 @@ def test_wide_products_run_as_chains_of_partial_products(monkeypatch):
     check_all_paths(case)
 
     split = compile_case(case, "loop")
-    assert max(p.leaves for p in split.schedule.patterns) == fusion.MAX_LEAVES
-    monkeypatch.setattr(fusion, "MAX_LEAVES", 64)
-    whole = compile_case(case, "loop")
+    assert max(p.leaves for p in split.schedule.patterns) == PlanOptions().max_leaves
+    wide = plan(case.programs, case.sr(), factor_specs=case.factor_specs,
+                options=PlanOptions(max_leaves=64))
+    whole = build(wide, mode="loop")
     assert max(p.leaves for p in whole.schedule.patterns) == 20
     a, b = session_results(split.bind(), case.inputs[0]), session_results(whole.bind(), case.inputs[0])
     assert np.array_equal(a[("product",)][0], b[("product",)][0])

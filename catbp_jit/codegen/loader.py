@@ -8,6 +8,7 @@ process can compile into the shared disk cache as well as this process can.
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any, Dict
 
@@ -45,10 +46,23 @@ def _identity(fields: Dict[str, Any], source: str) -> Dict[str, Any]:
     return dict(fields, source_sha256=hashlib.sha256(source.encode()).hexdigest())
 
 
-def kernel_unit(pattern: KernelPattern) -> CompileUnit:
+def kernel_unit(pattern: KernelPattern, target: str = "cpu") -> CompileUnit:
+    if target == "cuda":
+        from . import cuda
+
+        source = cuda.kernel_source(pattern)
+        return CompileUnit(pattern.name, _identity(dict(pattern.as_dict(), target="cuda"), source),
+                           source, cuda.ENTRY, "")
     source = cpu.kernel_source(pattern)
     return CompileUnit(pattern.name, _identity(pattern.as_dict(), source), source, cpu.ENTRY,
                        KERNEL_SIGNATURE)
+
+
+def identity_digest(pattern: KernelPattern, target: str = "cpu") -> str:
+    """What a kernel computes and how it is written (its pattern and its source's digest),
+    independent of the machine: what a saved executable records to be checked on load."""
+    identity = kernel_unit(pattern, target).identity
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
 
 
 def dispatcher_unit() -> CompileUnit:

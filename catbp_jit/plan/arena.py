@@ -1,6 +1,7 @@
-"""Memory plan: every materialized value gets a 64-byte-aligned region of one buffer.
+"""Memory plan: every materialized value gets an aligned region of one buffer (64 bytes by
+default, PlanOptions.align_bytes: 256 for CUDA).
 
-The buffer is split into arenas by class, each starting on a 64-byte boundary:
+The buffer is split into arenas by class, each starting on such a boundary:
   inputs     factors and selectors, written by `Session.run` before the schedule runs
   constants  UNIT tensors, written once at bind time
   slots      slot results (and slots handed in), which must survive the whole run
@@ -86,8 +87,8 @@ def first_fit(intervals: List[Interval], sizes: Dict[int, int], step: int) -> Tu
     return placed, high
 
 
-def plan_memory(fused: Fused, itemsize: int) -> MemoryPlan:
-    step = max(1, ALIGN_BYTES // itemsize)  # elements per 64 bytes
+def plan_memory(fused: Fused, itemsize: int, align_bytes: int = ALIGN_BYTES) -> MemoryPlan:
+    step = max(1, align_bytes // itemsize)  # elements per alignment unit
     sizes = {v: max(1, element_count(spec)) for v, spec in fused.specs.items()}
     classes = value_classes(fused)
     by_class: Dict[str, List[int]] = {c: [] for c in CLASSES}

@@ -25,11 +25,12 @@ from .graph import CONTRACT, ELIMINATE, NORMALIZE, SLOT_IN, VIEW, Graph
 
 MAX_READERS = 3  # a product is recomputed by at most this many readers
 MAX_RECOMPUTED = 3  # ... and only if it multiplies at most this many leaves
-# A segment multiplies at most this many leaves. A wider product (a clique with many
-# children) becomes a chain of partial products, materialized in turn, ((l0 ⊗ … ⊗ l7) ⊗
-# l8 ⊗ …): the same left-to-right order, so the same rounding. This bounds the number of
-# distinct kernels (one per leaf count) and the size of each, and so the compile time.
-MAX_LEAVES = 8
+# A segment multiplies at most max_leaves leaves (PlanOptions, default 8). A wider product
+# (a clique with many children) becomes a chain of partial products, materialized in turn,
+# ((l0 ⊗ … ⊗ l7) ⊗ l8 ⊗ …): the same left-to-right order, so the same rounding. This
+# bounds the number of distinct kernels (one per leaf count) and the size of each, and so
+# the compile time.
+DEFAULT_MAX_LEAVES = 8
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ def base_of(g: Graph, nid: int) -> int:
     return nid
 
 
-def fuse(g: Graph) -> Fused:
+def fuse(g: Graph, max_leaves: int = DEFAULT_MAX_LEAVES) -> Fused:
     consumers = g.consumers()
     outputs = set(g.outputs.values())
     users: Dict[int, List[int]] = {nid: [] for nid in g.nodes}
@@ -107,17 +108,17 @@ def fuse(g: Graph) -> Fused:
     next_id = max(g.nodes, default=-1) + 1  # values made here: partial products, copies
 
     def narrow(leaves: Tuple[int, ...], space: Tuple[Axis, ...], nodes) -> Tuple[int, ...]:
-        """At most MAX_LEAVES leaves: the first ones become partial-product segments."""
+        """At most max_leaves leaves: the first ones become partial-product segments."""
         nonlocal next_id
-        while len(leaves) > MAX_LEAVES:
-            head = leaves[:MAX_LEAVES]
+        while len(leaves) > max_leaves:
+            head = leaves[:max_leaves]
             head_specs = [partial_specs[l] if l in partial_specs else g.nodes[l].spec for l in head]
             spec = TensorSpec(tuple(ax for ax in space if any(
                 s.has_key(ax.key) and s.get_axis(ax.key).size == ax.size for s in head_specs)))
             partial_specs[next_id] = spec
             by_out[next_id] = len(segments)
             segments.append(Segment(next_id, spec, (), head, False, False, nodes))
-            leaves = (next_id,) + leaves[MAX_LEAVES:]
+            leaves = (next_id,) + leaves[max_leaves:]
             next_id += 1
         return leaves
 

@@ -25,12 +25,7 @@ from ..ir.schema import TensorSpec, element_count
 from ..semiring import SEMIRINGS
 from .arena import MemoryPlan
 from .fusion import Fused, Segment
-
-# A segment runs on all threads only when it has this much work (elements x reduced
-# elements x leaves: ~3 ms on one core). Below that a parallel region costs more than it
-# saves, and far more when the machine is busy: each region then waits for a scheduler
-# time slice (seen: 10 ms for a 0.1 ms segment on a loaded 2-core machine).
-PARALLEL_MIN_WORK = 1 << 22
+from .options import PlanOptions
 
 
 @dataclass(frozen=True)
@@ -102,12 +97,9 @@ def canonical_loops(sizes: List[int], groups: List[int], operands: List[List[int
     return sizes, groups, operands
 
 
-CHUNKS = 64  # parallel segments split their work into this many fixed chunks
-BLOCK = 256  # elements of the axes walked through offset tables, at most
-
-
 def lower_segment(seg: Segment, fused: Fused, memory: MemoryPlan, dtype: str,
-                  layouts: Dict[int, TensorSpec], batch_key: Optional[tuple] = None) -> Step:
+                  layouts: Dict[int, TensorSpec], batch_key: Optional[tuple] = None,
+                  options: PlanOptions = PlanOptions()) -> Step:
     loop_axes = list(seg.out_spec.axes) + list(seg.red_axes)
     groups = [0] * seg.out_spec.ndim + [1] * len(seg.red_axes)
     sizes = [ax.size for ax in loop_axes]
@@ -158,7 +150,7 @@ def lower_segment(seg: Segment, fused: Fused, memory: MemoryPlan, dtype: str,
         operands = [[op[d] for d in order] for op in operands]
     nb, blk = 0, 1
     for d in range(rank - 2, hot - 1, -1):
-        if blk * sizes[d] > BLOCK:
+        if blk * sizes[d] > options.block:
             break
         nb, blk = nb + 1, blk * sizes[d]
     block_axes = range(rank - 1 - nb, rank - 1)
@@ -175,9 +167,9 @@ def lower_segment(seg: Segment, fused: Fused, memory: MemoryPlan, dtype: str,
     n_red = int(np.prod(sizes[out_rank:], dtype=np.int64))
     n_work = n_out if reduce else int(np.prod(sizes[:rank - 1 - nb], dtype=np.int64))
     work = n_out * n_red * max(1, len(seg.leaves))
-    parallel = n_work >= 8 and work >= PARALLEL_MIN_WORK
+    parallel = n_work >= 8 and work >= options.parallel_min_work
     pattern = KernelPattern(fused.semiring, dtype, len(seg.leaves), reduce, seg.normalize, parallel)
-    chunks = min(n_work, CHUNKS) if parallel else 1
+    chunks = min(n_work, options.chunks) if parallel else 1
     params = abi.StepParams(
         out=memory.regions[seg.out].offset, out_rank=out_rank, red_rank=red_rank,
         chunks=chunks, block_axes=nb, block_size=blk, sizes=tuple(sizes),
@@ -208,10 +200,11 @@ def normalize_groups(seg: Segment, layout: TensorSpec, batch_key: Optional[tuple
 
 def build_schedule(fused: Fused, memory: MemoryPlan, dtype: str,
                    layouts: Optional[Dict[int, TensorSpec]] = None,
-                   batch_key: Optional[tuple] = None) -> Schedule:
+                   batch_key: Optional[tuple] = None,
+                   options: PlanOptions = PlanOptions()) -> Schedule:
     """batch_key: the batch axis of programs rewritten by ir/batch.py, if any."""
     layouts = layouts if layouts is not None else dict(fused.specs)
-    steps = [lower_segment(seg, fused, memory, dtype, layouts, batch_key)
+    steps = [lower_segment(seg, fused, memory, dtype, layouts, batch_key, options)
              for seg in fused.segments]
     # kernels in a canonical order, so that schedules using the same kernels share one
     # compiled dispatcher

@@ -1,0 +1,40 @@
+"""The planner's knobs, as one frozen object handed down the pipeline (no module globals).
+
+The defaults are what the CPU target was tuned with; a target may ask for others (CUDA
+wants 256-byte-aligned regions, the transaction size of its memory).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Optional
+
+from ..ir.validate import DEFAULT_MAX_BYTES
+
+# target -> byte alignment of every arena and region
+ALIGNMENT = {"cpu": 64, "cuda": 256}
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    # a product of more leaves is split into a chain of partial products (one kernel
+    # pattern per leaf count: more leaves mean more patterns to compile)
+    max_leaves: int = 8
+    # a segment runs on all CPU threads only when it has this much work (elements x
+    # reduced elements x leaves: ~3 ms on one core). Below that a parallel region costs
+    # more than it saves, and far more when the machine is busy: each region then waits
+    # for a scheduler time slice (seen: 10 ms for a 0.1 ms segment on a loaded 2-core
+    # machine).
+    parallel_min_work: int = 1 << 22
+    chunks: int = 64  # parallel segments split their work into this many fixed chunks
+    block: int = 256  # elements of the axes walked through offset tables, at most
+    align_bytes: int = 64
+    max_bytes: int = DEFAULT_MAX_BYTES  # one tensor
+    max_total_bytes: Optional[int] = None  # all arenas (None: catbp_jit.memory.memory_limit())
+
+    @classmethod
+    def for_target(cls, target: str, **fields) -> "PlanOptions":
+        return cls(align_bytes=ALIGNMENT.get(target, 64), **fields)
+
+    def with_(self, **fields) -> "PlanOptions":
+        return replace(self, **fields)

@@ -1,0 +1,114 @@
+"""plan(): adapted programs -> Plan, everything that does not need a compiler.
+
+    validate -> build_graph -> optimize -> fuse -> plan_memory -> choose_layouts
+    -> build_schedule, and the binding table
+
+A Plan is plain data: a target renders its schedule's kernel patterns (codegen/cpu.py,
+codegen/cuda.py) and a session binds its memory by reading `bindings` alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+from ..ir.ops import Program
+from ..ir.schema import TensorSpec
+from ..ir.validate import validate_programs
+from ..memory import PlanTooLargeError, format_bytes, memory_limit
+from ..semiring import VMSemiringRuntime
+from .arena import MemoryPlan, plan_memory
+from .fusion import Fused, fuse
+from .graph import FACTOR, SELECTOR, SLOT_IN, UNIT, Graph, build_graph
+from .layout import choose_layouts
+from .options import PlanOptions
+from .passes import optimize
+from .schedule import Schedule, build_schedule
+
+# Binding kinds: what a session writes before a run, and what it reads after one.
+FACTOR_INPUT, SELECTOR_INPUT, SLOT_INPUT = "factor", "selector", "slot"
+CONSTANT, RESULT = "constant", "result"
+INPUT_KINDS = {FACTOR: FACTOR_INPUT, SELECTOR: SELECTOR_INPUT, SLOT_IN: SLOT_INPUT, UNIT: CONSTANT}
+
+
+@dataclass(frozen=True)
+class Binding:
+    """Where one input, constant or result lives in the session's buffer."""
+    kind: str  # factor, selector, slot (handed in), constant, result
+    ident: Any  # factor or selector id, slot key; None for a constant
+    offset: int  # in elements from the start of the buffer
+    size: int  # elements of its region
+    spec: TensorSpec  # as stored (a result: as the program declared it)
+
+    @property
+    def shape(self) -> Tuple[int, ...]:
+        return self.spec.shape
+
+
+@dataclass
+class Plan:
+    programs: List[Program]
+    semiring: VMSemiringRuntime
+    factor_specs: Dict[int, TensorSpec]
+    selector_specs: Dict[int, TensorSpec]
+    slot_specs: Dict[tuple, TensorSpec]
+    options: PlanOptions
+    batch_key: Optional[tuple]
+    graph: Graph
+    fused: Fused
+    memory: MemoryPlan
+    schedule: Schedule
+    bindings: List[Binding] = field(default_factory=list)
+
+    def bound(self, kind: str) -> List[Binding]:
+        return [b for b in self.bindings if b.kind == kind]
+
+
+def plan(progs: List[Program], sr: VMSemiringRuntime, fspecs: Dict[int, TensorSpec],
+         sspecs: Dict[int, TensorSpec], lspecs: Dict[tuple, TensorSpec],
+         options: PlanOptions = PlanOptions(), batch_key: Optional[tuple] = None) -> Plan:
+    """The plan of adapted programs. batch_key: the batch axis of programs rewritten by
+    ir/batch.py (their NORMALIZEs work per row), else None. A plan whose arenas exceed
+    options.max_total_bytes raises PlanTooLargeError."""
+    checked = validate_programs(progs, factor_specs=fspecs, selector_specs=sspecs,
+                                slot_specs=lspecs, itemsize=sr.dtype.itemsize,
+                                max_bytes=options.max_bytes)
+    graph = optimize(build_graph(checked, sr.name, lspecs))
+    fused = fuse(graph, options.max_leaves)
+    memory = plan_memory(fused, sr.dtype.itemsize, options.align_bytes)
+    check_plan_fits(progs, memory, options.max_total_bytes)
+    schedule = build_schedule(fused, memory, sr.dtype.name, choose_layouts(fused, batch_key),
+                              batch_key, options)
+    return Plan(progs, sr, fspecs, sspecs, lspecs, options, batch_key, graph, fused, memory,
+                schedule, binding_table(fused, memory))
+
+
+def binding_table(fused: Fused, memory: MemoryPlan) -> List[Binding]:
+    """Inputs and constants in value order, then results in slot order."""
+    table = []
+    for v, kind in sorted(fused.kinds.items()):
+        if kind in INPUT_KINDS:
+            r = memory.regions[v]
+            ident = None if kind == UNIT else fused.attrs[v]
+            table.append(Binding(INPUT_KINDS[kind], ident, r.offset, r.size, fused.specs[v]))
+    for key, v in fused.outputs.items():
+        r = memory.regions[v]
+        table.append(Binding(RESULT, key, r.offset, r.size,
+                             fused.output_specs.get(key, fused.specs[v])))
+    return table
+
+
+def check_plan_fits(programs: List[Program], memory: MemoryPlan,
+                    max_total_bytes: Optional[int] = None) -> None:
+    """Refuse a plan whose arenas cannot all be allocated, before seconds of compiling
+    end in numpy's "Unable to allocate" at bind()."""
+    limit = memory_limit(max_total_bytes)
+    if memory.total_bytes <= limit:
+        return
+    names = ", ".join(p.name or f"p{i}" for i, p in enumerate(programs))
+    arenas = ", ".join(f"{c} {format_bytes(b)}" for c, b in memory.class_bytes().items())
+    raise PlanTooLargeError(
+        f"programs [{names}]: the memory plan needs {format_bytes(memory.total_bytes)} "
+        f"({memory.total_bytes} bytes; arenas: {arenas}), over the limit of "
+        f"{format_bytes(limit)} ({limit} bytes); nothing was compiled or allocated "
+        f"(compile(max_total_bytes=...) or CATBP_JIT_MAX_BYTES sets the limit)")
