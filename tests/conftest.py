@@ -1,4 +1,10 @@
 import os
+
+# The CUDA kernels run under Numba's simulator here, unless the environment says otherwise
+# (a GPU machine runs the same tests with NUMBA_ENABLE_CUDASIM=0). Numba reads this when it
+# is first imported, so it is set before anything imports it.
+os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+
 from pathlib import Path
 
 import pytest

@@ -1,0 +1,80 @@
+"""CUDA kernels on the device: load a module per pattern, launch a schedule's steps in order.
+
+The launches of a schedule are worked out once (`launches`: each step's configured entry,
+blocks and parameter offset) and replayed by `run_launches`, which allocates nothing but
+the launches themselves; `run_schedule` does both. Steps run in order because every launch
+goes to the default stream. Numba must see NUMBA_ENABLE_CUDASIM before it is first
+imported for the kernels to run under the simulator (see codegen/cuda.py).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, List, Sequence, Tuple
+
+from ..plan.schedule import KernelPattern, Schedule
+from . import cuda
+
+# Blocks per launch at most: the grid-stride loop covers the rest (on a GPU, a few waves of
+# the multiprocessors are enough to keep them busy).
+MAX_BLOCKS = 1024
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    threads_per_block: int = cuda.THREADS_PER_BLOCK
+    max_blocks: int = MAX_BLOCKS
+
+    def blocks(self, threads: int) -> int:
+        return max(1, min(-(-threads // self.threads_per_block), self.max_blocks))
+
+
+def load_module(pattern: KernelPattern, directory: str | os.PathLike) -> ModuleType:
+    """The kernel module of `pattern`, its source written to `directory` and imported
+    from there (a file, so tracebacks and the simulator show the kernel's lines)."""
+    source = cuda.kernel_source(pattern)
+    path = os.path.join(os.fspath(directory), f"catbp_cuda_{pattern.name}.py")
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(source)
+    os.replace(tmp, path)  # a reader never sees half a module
+    spec = importlib.util.spec_from_file_location(f"catbp_cuda_{pattern.name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def load_modules(schedule: Schedule, directory: str | os.PathLike) -> List[ModuleType]:
+    """One module per kernel id of the schedule."""
+    return [load_module(pattern, directory) for pattern in schedule.patterns]
+
+
+def launches(modules: Sequence[ModuleType], schedule: Schedule,
+             options: LaunchOptions = LaunchOptions()) -> Tuple[Tuple[Any, int], ...]:
+    """(configured entry, parameter offset) per launch, in order: every step's `kernel`,
+    then its `normalize` if it normalizes."""
+    out = []
+    for i, step in enumerate(schedule.steps):
+        module, p = modules[schedule.kernel_id(i)], schedule.param_offset(i)
+        threads, groups = cuda.launch_shape(step.params)
+        entries = [(getattr(module, cuda.ENTRY), threads)]
+        if step.pattern.normalize:
+            entries.append((getattr(module, cuda.NORMALIZE_ENTRY), groups))
+        for entry, n in entries:
+            out.append((entry[options.blocks(n), options.threads_per_block], p))
+    return tuple(out)
+
+
+def run_launches(planned: Sequence[Tuple[Any, int]], d_mem: Any, d_P: Any) -> None:
+    """Launch them in order on the device arena and table (device arrays)."""
+    for entry, p in planned:
+        entry(d_mem, d_P, p)
+
+
+def run_schedule(modules: Sequence[ModuleType], schedule: Schedule, d_mem: Any, d_P: Any,
+                 options: LaunchOptions = LaunchOptions()) -> None:
+    """Every step of `schedule`, in order, on the device arena d_mem and table d_P."""
+    run_launches(launches(modules, schedule, options), d_mem, d_P)

@@ -1,0 +1,326 @@
+"""The CUDA kernels (codegen/cuda.py) compute what the CPU kernels compute, bit for bit.
+
+Each case is planned once and run twice on the same memory plan and table: on the CPU
+target (compile + bind + run, loop mode) and on the device (codegen/cuda_run.py) from a
+copy of the CPU arena taken when the inputs are bound, just before the first step. Every
+slot must agree: PROB, SAT and COUNT bit for bit (and the whole arena too: every
+intermediate), LOGPROB within test_jit_random's tolerances (exp and log differ between a
+GPU's libdevice and the CPU's libm); the table comes back unchanged (the device kernels
+keep no loop counters in it).
+
+Without a GPU the kernels run under Numba's CUDA simulator (conftest.py sets
+NUMBA_ENABLE_CUDASIM=1 unless the environment sets it), which runs every thread as
+Python: sizes stay small. Measured on a 2-core machine: the corpus bundles take 0.1-7 s
+each, but star5_d3 (720k arena elements) 50-95 s, so its three bundles are left out.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, event, given, note, settings
+from hypothesis import strategies as st
+
+nb_cuda = pytest.importorskip(
+    "numba.cuda", reason="numba-cuda is not installed: the CUDA target needs it, even to "
+                         "run under the simulator (pip install numba-cuda)")
+
+import catbp_jit
+from catbp_jit import Axis, AxisType, Instruction, OpCode, Program, TensorSpec, abi
+from catbp_jit.batched import BatchedCompileError
+from catbp_jit.bundle import load_bundle
+from catbp_jit.codegen import cuda, cuda_run
+from catbp_jit.plan.schedule import KernelPattern
+from catbp_jit.semiring import SEMIRINGS
+
+from conftest import CORPUS
+from jit_helpers import inputs
+from random_programs import cases
+from test_jit_random import TOLERANCES
+
+# simulator seconds each on a 2-core machine: 51 (prob), 88 (sat), 95 (logprob)
+TOO_SLOW_FOR_THE_SIMULATOR = {"star5_d3__prob_float64", "star5_d3__sat_bool",
+                              "star5_d3__logprob_float64"}
+BUNDLES = [p for p in CORPUS if p.name not in TOO_SLOW_FOR_THE_SIMULATOR]
+
+# The simulator computes with numpy scalars in threads of its own, where np.errstate does
+# not reach: COUNT wraps around int64 and LOGPROB's -inf - -inf is NaN on purpose.
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:overflow encountered in scalar:RuntimeWarning",
+    "ignore:invalid value encountered in scalar:RuntimeWarning")
+
+_MODULES = {}  # KernelPattern -> kernel module, loaded once per test process
+
+
+@pytest.fixture(scope="module")
+def module_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("cuda_kernels")
+
+
+def modules_for(schedule, directory):
+    for pattern in schedule.patterns:
+        if pattern not in _MODULES:
+            _MODULES[pattern] = cuda_run.load_module(pattern, directory)
+    return [_MODULES[p] for p in schedule.patterns]
+
+
+# ------------------------------------------------------------------------ running both
+
+@dataclass
+class Run:
+    """A CPU session that keeps a copy of its arena as the first step sees it."""
+    exe: object  # the Executable whose schedule runs (a batched one's bucket)
+    session: object
+    start: np.ndarray = None
+
+    @classmethod
+    def bind(cls, compiled, exe):
+        run = cls(exe, None)
+
+        def before(i, step):
+            if i == 0:
+                run.start = run.session.mem.copy()
+
+        run.session = compiled.bind(before=before)
+        return run
+
+    def run(self, **values) -> None:
+        self.start = None
+        with np.errstate(over="ignore"):  # COUNT wraps around int64 on purpose
+            self.session.run(**values)
+        if self.start is None:  # no step ran: the arena is as the inputs left it
+            self.start = self.session.mem.copy()
+
+
+def on_device(exe, start: np.ndarray, directory, options=cuda_run.LaunchOptions()):
+    """The arena and the table after running exe's schedule on the device from `start`."""
+    d_mem = nb_cuda.to_device(start)
+    d_P = nb_cuda.to_device(exe.schedule.table)
+    cuda_run.run_schedule(modules_for(exe.schedule, directory), exe.schedule, d_mem, d_P, options)
+    return d_mem.copy_to_host(), d_P.copy_to_host()
+
+
+def assert_close(got: np.ndarray, want: np.ndarray, semiring: str, what: str) -> None:
+    """Bit for bit, except LOGPROB: NaN and ±inf in the same places, the rest within
+    test_jit_random's tolerances."""
+    assert got.dtype == want.dtype and got.shape == want.shape, what
+    if semiring != "LOGPROB":
+        same = np.array_equal(got.view(np.uint8), want.view(np.uint8))
+        assert same, (what, "differs", got, want)
+        return
+    rtol, atol = TOLERANCES[(semiring, want.dtype.name)]
+    assert np.array_equal(np.isnan(got), np.isnan(want)), (what, "NaN positions", got, want)
+    inf = np.isinf(want)
+    assert np.array_equal(np.isinf(got), inf) and np.array_equal(got[inf], want[inf]), (
+        what, "inf positions or signs", got, want)
+    assert np.allclose(got, want, rtol=rtol, atol=atol, equal_nan=True), (what, got, want)
+
+
+def check_against_cpu(run: Run, semiring: str, directory, options=cuda_run.LaunchOptions()):
+    """Run the device on the arena the CPU started from and compare with the CPU's."""
+    exe, cpu = run.exe, run.session.mem
+    mem, table = on_device(exe, run.start, directory, options)
+    regions, mem_cpu = exe.memory.regions, cpu[:exe.memory.total]
+    for key, v in exe.fused.outputs.items():
+        r = regions[v]
+        assert_close(mem[r.offset:r.offset + r.size], mem_cpu[r.offset:r.offset + r.size],
+                     semiring, f"slot {key!r}")
+    if semiring != "LOGPROB":
+        assert_close(mem, mem_cpu, semiring, "arena")
+    assert np.array_equal(table, exe.schedule.table), "the device kernels wrote into the table"
+    return mem
+
+
+# -------------------------------------------------------------------------- the corpus
+
+@pytest.mark.parametrize("path", BUNDLES, ids=[p.name for p in BUNDLES])
+def test_corpus_bundle_matches_cpu(path, module_dir):
+    bundle = load_bundle(path)
+    exe = catbp_jit.compile(bundle.programs, bundle.semiring_runtime(),
+                            factor_specs=bundle.factor_specs(),
+                            selector_specs=bundle.selector_specs(), mode="loop")
+    run = Run.bind(exe, exe)
+    factors, selectors = inputs(bundle)
+    run.run(factors=factors, selectors=selectors)
+    check_against_cpu(run, bundle.semiring, module_dir)
+
+
+# --------------------------------------------------------------------- random programs
+
+def _settings(n: int):
+    return settings(max_examples=n, deadline=None, database=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                           HealthCheck.filter_too_much,
+                                           HealthCheck.function_scoped_fixture])
+
+
+def check_random_case(case, directory):
+    note(case.listing())
+    event(f"{case.semiring} {case.dtype.name}")
+    exe = catbp_jit.compile(case.programs, case.sr(), factor_specs=case.factor_specs,
+                            selector_specs=case.selector_specs,
+                            slot_specs=case.slot_specs or None, mode="loop")
+    run = Run.bind(exe, exe)
+    for values in case.inputs:  # one session, two sets of inputs
+        run.run(factors=values.factors, selectors=values.selectors, slots=values.slots)
+        check_against_cpu(run, case.semiring, directory)
+
+
+@_settings(100)
+@given(case=cases())
+def test_random_programs_match_cpu(case, module_dir):
+    check_random_case(case, module_dir)
+
+
+@pytest.mark.slow
+@_settings(400)
+@given(case=cases())
+def test_random_programs_match_cpu_many(case, module_dir):
+    check_random_case(case, module_dir)
+
+
+@_settings(25)
+@given(data=st.data())
+def test_random_batched_programs_match_cpu(data, module_dir):
+    """Batched plans: NORMALIZE works per row (groups > 1), the batch axis innermost."""
+    case = data.draw(cases())
+    if not case.factor_specs:
+        return
+    batched = data.draw(st.sets(st.sampled_from(sorted(case.factor_specs)), min_size=1))
+    rows = data.draw(st.integers(2, 3))
+    note(f"{case.listing()}\nbatched factors {batched}, {rows} rows")
+    try:
+        compiled = catbp_jit.compile(case.programs, case.sr(), factor_specs=case.factor_specs,
+                                     selector_specs=case.selector_specs,
+                                     slot_specs=case.slot_specs or None, mode="loop",
+                                     batched_factors=batched, buckets=(rows,))
+    except BatchedCompileError:
+        event("refused by the batch rewrite")
+        return
+    run = Run.bind(compiled, compiled.profiles[rows])
+    rng = np.random.default_rng(0)
+    factors = {k: (np.stack([v] + [rng.permutation(v.ravel()).reshape(v.shape)
+                                   for _ in range(rows - 1)]) if k in batched else v)
+               for k, v in case.inputs[0].factors.items()}
+    run.run(factors=factors, selectors=case.inputs[0].selectors, slots=case.inputs[0].slots)
+    by_rows = any(step.params.groups[0] > 1 for step in run.exe.schedule.steps)
+    event(f"{case.semiring}: {'a' if by_rows else 'no'} NORMALIZE by rows")
+    check_against_cpu(run, case.semiring, module_dir)
+
+
+G = AxisType.GEOMETRIC
+
+
+def batched_normalize_program() -> Program:
+    """bel = NORMALIZE(f0 ⊗ f1) per row; m = ⊕_{G0} bel."""
+    a0, a1 = Axis(0, G, 3), Axis(1, G, 2)
+    return Program((
+        Instruction(OpCode.LOAD_FACTOR, 0, {"factor_id": 0}),
+        Instruction(OpCode.LOAD_FACTOR, 1, {"factor_id": 1}),
+        Instruction(OpCode.CONTRACT, 2, {"inputs": (0, 1), "out_spec": TensorSpec((a0, a1))}),
+        Instruction(OpCode.NORMALIZE, None, {"src": 2}),
+        Instruction(OpCode.STORE_SLOT, None, {"slot": ("bel",), "src": 2}),
+        Instruction(OpCode.ELIMINATE, 3, {"src": 2, "keep_keys": ((G, 1),)}),
+        Instruction(OpCode.STORE_SLOT, None, {"slot": ("m",), "src": 3}),
+    ), "upward")
+
+
+@pytest.mark.parametrize("semiring", ["PROB", "LOGPROB"])
+def test_normalize_per_row_matches_cpu(semiring, module_dir):
+    """Four rows: four NORMALIZE groups, each summed alone, as the CPU sums them."""
+    a0, a1 = Axis(0, G, 3), Axis(1, G, 2)
+    specs = {0: TensorSpec((a0, a1)), 1: TensorSpec((a1,))}
+    compiled = catbp_jit.compile(batched_normalize_program(), catbp_jit.make_semiring(semiring),
+                                 factor_specs=specs, mode="loop", batched_factors={0},
+                                 buckets=(4,))
+    run = Run.bind(compiled, compiled.profiles[4])
+    assert any(step.params.groups[0] == 4 for step in run.exe.schedule.steps)
+    rng = np.random.default_rng(7)
+    f0 = rng.uniform(0.1, 2.0, (4, 3, 2))
+    f0[2] = 0.0  # a row of zeros: PROB leaves it, LOGPROB gives NaN
+    f1 = rng.uniform(0.1, 2.0, (2,))
+    sr = SEMIRINGS[semiring]
+    run.run(factors={0: sr.potentials(f0, np.float64), 1: sr.potentials(f1, np.float64)})
+    check_against_cpu(run, semiring, module_dir)
+
+
+# --------------------------------------------------------------------- launch shapes
+
+SHAPES = [cuda_run.LaunchOptions(1, 1024), cuda_run.LaunchOptions(32, 1024),
+          cuda_run.LaunchOptions(128, 1024), cuda_run.LaunchOptions(32, 1),
+          cuda_run.LaunchOptions(1, 3)]
+
+
+@pytest.mark.parametrize("name", ["grid3_d2__prob_float64_normalized", "z4_cycle__prob_float32",
+                                  "z4_cycle__logprob_float64_normalized"])
+def test_launch_shapes_give_identical_bits(name, module_dir):
+    """Threads per block 1, 32, 128, and grids capped to 1 or 3 blocks (the grid-stride
+    loop covers the rest): the same arena, bit for bit (LOGPROB too)."""
+    path = next((p for p in CORPUS if p.name == name), None)
+    if path is None:
+        pytest.skip(f"bundle {name} is not in {CORPUS[0].parent if CORPUS else 'the corpus'}")
+    bundle = load_bundle(path)
+    exe = catbp_jit.compile(bundle.programs, bundle.semiring_runtime(),
+                            factor_specs=bundle.factor_specs(),
+                            selector_specs=bundle.selector_specs(), mode="loop")
+    run = Run.bind(exe, exe)
+    factors, selectors = inputs(bundle)
+    run.run(factors=factors, selectors=selectors)
+    first = None
+    for options in SHAPES:
+        mem = check_against_cpu(run, bundle.semiring, module_dir, options)
+        if first is None:
+            first = mem
+        assert np.array_equal(mem.view(np.uint8), first.view(np.uint8)), options
+
+
+# --------------------------------------------------------------------------- the source
+
+def _patterns():
+    return [KernelPattern(sr, dt, k, reduce, norm, False)
+            for sr, dt in [("PROB", "float64"), ("PROB", "float32"), ("LOGPROB", "float64"),
+                           ("SAT", "bool"), ("COUNT", "int64")]
+            for k in (1, 2, 3) for reduce in (False, True)
+            for norm in ((False, True) if SEMIRINGS[sr].normalizes else (False,))]
+
+
+def test_source_is_deterministic_and_ignores_parallel():
+    for pattern in _patterns():
+        src = cuda.kernel_source(pattern)
+        assert src == cuda.kernel_source(KernelPattern(**pattern.as_dict()))
+        par = KernelPattern(**dict(pattern.as_dict(), parallel=True))
+        assert cuda.kernel_source(par) == src, pattern.name
+        compile(src, pattern.name, "exec")
+        assert ("def normalize(" in src) == pattern.normalize, pattern.name
+        assert "SCRATCH]" not in src and "CHUNKS]" not in src, pattern.name
+
+
+def test_float_products_in_sums_are_rounded_alone():
+    """Only float products that feed a sum go through `mul` (dmul_rn / fmul_rn on a GPU):
+    NVVM would fuse them with the add."""
+    for pattern in _patterns():
+        src = cuda.kernel_source(pattern)
+        sums_products = (pattern.reduce and pattern.leaves > 1 and pattern.semiring == "PROB")
+        assert ("mul(mem[" in src) == sums_products, pattern.name
+        if sums_products:
+            rn = {"float64": "dmul_rn", "float32": "fmul_rn"}[pattern.dtype]
+            assert f"from numba.cuda.libdevice import {rn} as mul" in src
+            assert " * mem[" not in src, pattern.name
+
+
+def test_unsupported_float_dtype_is_refused_by_name():
+    with pytest.raises(ValueError, match=r"contract_reduce_prob_float16_k2_reduce.*float16"):
+        cuda.kernel_source(KernelPattern("PROB", "float16", 2, True, False, False))
+
+
+def test_launch_shape_counts_outputs_and_groups():
+    params = abi.StepParams(out=0, out_rank=2, red_rank=1, chunks=1, block_axes=0,
+                            block_size=1, sizes=(3, 4, 5), out_strides=(4, 1),
+                            leaves=((0, (20, 5, 1)),), groups=(3, 4, 1))
+    assert cuda.launch_shape(params) == (12, 3)
+    assert cuda_run.LaunchOptions(32, 1024).blocks(12) == 1
+    assert cuda_run.LaunchOptions(5, 1024).blocks(12) == 3
+    assert cuda_run.LaunchOptions(5, 2).blocks(12) == 2
