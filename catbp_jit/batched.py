@@ -211,8 +211,17 @@ class BatchedSession:
     def __init__(self, exe: BatchedExecutable, **hooks):
         self.exe = exe
         total = max(p.memory.total for p in exe.profiles.values())
-        self.mem = aligned_empty(total, exe.dtype)  # shared by every bucket
-        self.sessions = {b: Session(p, mem=self.mem, **hooks) for b, p in exe.profiles.items()}
+        if exe.largest.target == "cuda":
+            from .cuda_session import CudaSession, host_and_device_arenas
+
+            arenas = host_and_device_arenas(total, exe.dtype)  # shared by every bucket
+            self.mem = arenas[0]
+            self.sessions = {b: CudaSession(p, arenas=arenas, **hooks)
+                             for b, p in exe.profiles.items()}
+        else:
+            self.mem = aligned_empty(total, exe.dtype)  # shared by every bucket
+            self.sessions = {b: Session(p, mem=self.mem, **hooks)
+                             for b, p in exe.profiles.items()}
         for s in self.sessions.values():
             s._unset.clear()  # inputs are tracked here, across buckets
         self.one = np.array(exe.semiring.kind.one, dtype=exe.dtype)
@@ -329,6 +338,7 @@ class BatchedSession:
             sess = self._choose(bucket)
             self._copy_in(bucket, given, 0, n)
             sess.run()
+            sess.fetch()
             self.slots.update(self._whole_out[bucket])
             for key, rows in self._rows_out[bucket].items():
                 self.slots[key] = (rows[:n], self.slot_specs[key])
@@ -344,6 +354,7 @@ class BatchedSession:
             m = min(big, n - lo)
             self._copy_in(big, given, lo, m)
             sess.run()
+            sess.fetch()
             for key, rows in self._rows_out[big].items():
                 results[key][lo:lo + m] = rows[:m]
         self.slots.update(self._whole_out[big])

@@ -82,3 +82,7 @@ class UnknownInputError(ProgramKeyError):
 
 class InputMismatchError(ProgramValueError):
     """An input array whose shape or dtype does not match its declared spec."""
+
+
+class CudaUnavailableError(CatbpError, RuntimeError):
+    """target="cuda" asked for where it cannot run: numba-cuda missing, or no GPU."""

@@ -54,6 +54,11 @@ class Session:
             b.ident: (view(b), b.spec) for b in plan.bound(RESULT)}
 
         self._n_steps = len(exe.schedule.steps)
+        self._prepare()
+
+    def _prepare(self) -> None:
+        """What the CPU's run needs, worked out once."""
+        exe = self.exe
         # kernels get addresses, not arrays: no NRT record per call (the executable keeps
         # the kernel address array alive, this session its buffer and table)
         mem_at, tab_at = self.mem.ctypes.data, self.table.ctypes.data
@@ -126,6 +131,14 @@ class Session:
         """
         if factors or selectors or slots or self._unset:
             self._bind_inputs(factors, selectors, slots)
+        self._execute()
+        return self.slots
+
+    def fetch(self) -> None:
+        """Make every result readable on the host: here they already are (a CUDA session
+        copies them back)."""
+
+    def _execute(self) -> None:
         if self.exe.mode == "compiled":
             self.exe.dispatcher(*self._dispatch_args)
         elif self.before is None and self.after is None:
@@ -139,4 +152,3 @@ class Session:
                 fn(*args)
                 if self.after is not None:
                     self.after(i, steps[i])
-        return self.slots

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Dict
 
 from numba.core import sigutils
@@ -50,6 +50,7 @@ def kernel_unit(pattern: KernelPattern, target: str = "cpu") -> CompileUnit:
     if target == "cuda":
         from . import cuda
 
+        pattern = replace(pattern, parallel=False)  # a CPU notion: one GPU kernel for both
         source = cuda.kernel_source(pattern)
         return CompileUnit(pattern.name, _identity(dict(pattern.as_dict(), target="cuda"), source),
                            source, cuda.ENTRY, "")

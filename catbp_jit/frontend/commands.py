@@ -130,7 +130,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
     if args.evidence_table:
         return solve_table(args, graph)
     evidence = read_evidence(args, graph)
-    if args.target == "cpu":
+    if args.target != "reference":
         from ..cli import check_kernel_cache
         check_kernel_cache()
     model = CompiledModel(graph, args.semiring, evidence_vars=tuple(evidence), absorb_evidence=True,
@@ -204,7 +204,7 @@ def solve_table(args: argparse.Namespace, graph: FactorGraph) -> int:
     if unknown or len(set(columns)) != len(columns):
         raise CommandError(f"{path}: the header must name distinct variables of {graph.name}; "
                            f"unknown or repeated: {', '.join(map(repr, unknown)) or 'repeated'}")
-    if args.target == "cpu":
+    if args.target != "reference":
         from ..cli import check_kernel_cache
         check_kernel_cache()
     model = CompiledModel(graph, args.semiring, evidence_vars=columns, target=args.target,
@@ -311,8 +311,9 @@ def add_commands(sub) -> None:
     p.add_argument("--output", "-o", metavar="FILE",
                    help="with --evidence-table: write the posteriors here (.csv, or .parquet "
                         "with pyarrow) instead of standard output")
-    p.add_argument("--target", choices=("cpu", "reference"), default="cpu",
-                   help="the JIT on the CPU (default) or the reference interpreter")
+    p.add_argument("--target", choices=("cpu", "cuda", "reference"), default="cpu",
+                   help="the JIT on the CPU (default) or an NVIDIA GPU (needs numba-cuda: "
+                        "pip install -e '.[cuda]'), or the reference interpreter")
     p.set_defaults(func=_guarded(cmd_solve))
 
     p = sub.add_parser("plan", help="junction tree statistics and the program listing")

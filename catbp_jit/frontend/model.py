@@ -32,7 +32,7 @@ from .plan import (PlanLimitError, PlanLimits, TreePlan, elimination_order, form
 from .scaling import TINY, NumericalError, ScaledNumber, exp_of_log, pow2_scaled
 
 SEMIRINGS = ("PROB", "LOGPROB", "SAT", "COUNT")
-TARGETS = ("cpu", "reference")
+TARGETS = ("cpu", "cuda", "reference")  # the JIT on the CPU or a GPU; the reference VM
 MAX_CLIQUE_BYTES = 2 << 30  # 2 GiB: a belief larger than this is refused, not attempted
 # the beliefs of one batched run at most (solve_batch): the knee measured on water and
 # pathfinder, beyond which rows per second fall as a run streams through memory
@@ -147,18 +147,17 @@ class CompiledModel:
         # COUNT computes modulo 2^64 (int64 wraps); exact whenever the true count < 2^63,
         # which is certain when there are fewer assignments than that
         self._count_may_wrap = self.semiring == "COUNT" and math.prod(sizes) >= 2**63
-        if target == "cpu":
+        if target != "reference":
             from ..executable import compile as jit_compile
-            from ..session import Session
             self.executable = jit_compile(list(self.programs), self.sr, factor_specs=self.factor_specs,
-                                          progress=progress)
-            self._session = Session(self.executable)
+                                          target=target, progress=progress)
+            self._session = self.executable.bind()
             self._bound = False
         self._progress = progress
         self.buckets = tuple(buckets) if buckets is not None else None
         self.batch_executable = None  # compiled here when buckets are given, else on first need
         self._batch_session = None
-        if self.buckets is not None and target == "cpu" and self._batched_factor_ids():
+        if self.buckets is not None and target != "reference" and self._batched_factor_ids():
             self._compile_batched()
         self.times["compile_s"] = time.perf_counter() - t0
         say("compiled")
@@ -185,7 +184,7 @@ class CompiledModel:
         self.batch_executable = jit_compile(
             list(self.programs), self.sr, factor_specs=self.factor_specs,
             batched_factors=set(self._batched_factor_ids()),
-            buckets=self.batch_buckets(), progress=self._progress)
+            buckets=self.batch_buckets(), target=self.target, progress=self._progress)
         self._batch_session = self.batch_executable.bind()
         self._batch_bound = False
 
@@ -289,7 +288,8 @@ class CompiledModel:
             given = changing if self._bound else {**self._values, **changing}
             slots = self._session.run(factors=given)
             self._bound = True
-            out = {k: np.array(a) for k, (a, _) in slots.items() if k[0] in ("Z", "marg", "scale")}
+            # (by key first: a CUDA session copies back only the slots read)
+            out = {k: np.array(slots[k][0]) for k in slots if k[0] in ("Z", "marg", "scale")}
         out[("exponent",)] = exponent
         return out
 

@@ -1,0 +1,107 @@
+"""build(plan, target="cuda"): a plan's kernels rendered by codegen/cuda.py, loaded through
+the kernel cache, and the launches of its schedule worked out once.
+
+A CUDA kernel's cache identity is its pattern, its source's digest and the device it is
+compiled for (compute capability, or "simulator"), so a cache shared by machines with
+different GPUs never hands one the other's code. Under the strict policy a kernel not in
+the cache is refused, as on the CPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Callable, List, Optional
+
+import numpy as np
+
+from ..cache import KernelCache, default_cache
+from ..errors import CudaUnavailableError
+from ..plan.pipeline import Plan
+from ..plan.schedule import KernelPattern
+from .loader import Kernel, kernel_unit
+
+INSTALL_HINT = "pip install -e '.[cuda]' (or pip install numba-cuda)"
+
+
+def cuda_module():
+    """numba.cuda, once we know it can run kernels here; else CudaUnavailableError naming
+    what is missing."""
+    try:
+        import numba_cuda  # noqa: F401  (the maintained CUDA target; numba's own is gone)
+        from numba import cuda
+    except ImportError as e:
+        raise CudaUnavailableError(
+            f"target 'cuda' needs the numba-cuda package, which is not installed ({e}); "
+            f"{INSTALL_HINT}") from None
+    if cuda.is_available():  # (always true under the simulator, NUMBA_ENABLE_CUDASIM=1)
+        return cuda
+    try:
+        cuda.detect()  # says why on stdout; its reason is what we want in the error
+    except Exception as e:  # the driver raises when it is there but broken
+        why = repr(e)
+    else:
+        why = "numba.cuda.is_available() is False"
+    raise CudaUnavailableError(
+        f"target 'cuda' needs an NVIDIA GPU with a working driver, and none can be used "
+        f"here ({why}); NUMBA_ENABLE_CUDASIM=1 runs the CUDA kernels in Numba's simulator "
+        f"(slow: for tests), or use target 'cpu'")
+
+
+def device_name(cuda) -> str:
+    """What compiled CUDA code depends on besides its source: the simulator, or the
+    device's compute capability."""
+    from numba import config
+
+    if config.ENABLE_CUDASIM:
+        return "simulator"
+    major, minor = cuda.get_current_device().compute_capability
+    return f"sm_{major}{minor}"
+
+
+@dataclass
+class CudaKernel(Kernel):
+    normalize: Any = None  # the NORMALIZE entry (patterns that normalize), else None
+
+
+def signature(dtype: str) -> str:
+    """The one signature of every entry: (arena, table, parameter offset)."""
+    return f"(Array({dtype}, 1, 'C'), Array(int64, 1, 'C'), int64)"
+
+
+def load_cuda_kernel(pattern: KernelPattern, cache: KernelCache, device: str,
+                     simulated: bool) -> CudaKernel:
+    from . import cuda as render
+
+    unit = kernel_unit(pattern, "cuda")
+    identity = dict(unit.identity, device=device)
+    # the simulator compiles nothing (it runs the Python); on a GPU, compile now, under the
+    # kernel's lock, so the cache records the compiled files with the source
+    sigs = None if simulated else [signature(pattern.dtype)]
+    entry = cache.get(identity, unit.source, render.ENTRY, signatures=sigs, target="cuda")
+    normalize = None
+    if pattern.normalize:
+        normalize = cache.get(identity, unit.source, render.NORMALIZE_ENTRY, signatures=sigs,
+                              target="cuda")
+    return CudaKernel(pattern, cache.key_for(identity, "cuda"), unit.source, entry, 0, normalize)
+
+
+def build_cuda(plan: Plan, *, mode: str = "compiled", cache: Optional[KernelCache] = None,
+               progress: Optional[Callable[[str], None]] = None):
+    """The Executable of a plan on the GPU. Both modes launch the same kernels in schedule
+    order from Python (a GPU has no compiled dispatcher to call them through)."""
+    from numba import config
+
+    from ..executable import Executable
+
+    cuda = cuda_module()
+    device = device_name(cuda)
+    cache = cache or default_cache()
+    before = dict(cache.stats)
+    say = progress or (lambda line: None)
+    kernels: List[CudaKernel] = []
+    for i, pattern in enumerate(plan.schedule.patterns):
+        say(f"kernel {i + 1}/{len(plan.schedule.patterns)}: {pattern.name} ({device})")
+        kernels.append(load_cuda_kernel(replace(pattern, parallel=False), cache, device,
+                                        bool(config.ENABLE_CUDASIM)))
+    used = {k: cache.stats.get(k, 0) - before.get(k, 0) for k in cache.stats}
+    return Executable(plan, mode, "cuda", kernels, None, "", used, np.zeros(0, np.int64))

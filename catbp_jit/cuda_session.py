@@ -1,0 +1,123 @@
+"""CudaSession: an executable bound to GPU memory.
+
+At bind: one device arena (the plan's regions are 256-byte aligned on target "cuda"), the
+schedule table on the device, and a pinned host staging arena of the same layout, whose
+views the inputs are copied into (the checks are Session's). A run makes one host ->
+device transfer of the inputs and constants (they lead the arena, plan/arena.py), one per
+slot handed in, then launches every step's kernels in schedule order on the default
+stream. Results stay on the device until read: `sess.slots[key]` copies that slot into
+its pinned view on first access after a run; `sess.device_slots[key]` is the device array
+itself (`__cuda_array_interface__`: CuPy, PyTorch and others read it without a copy).
+Nothing is allocated per run, on the host or the device, besides the launches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Dict, Iterator, Optional, Tuple
+
+import numpy as np
+
+from .codegen.cuda import THREADS_PER_BLOCK, launch_shape
+from .codegen.cuda_build import cuda_module
+from .ir.schema import TensorSpec
+from .plan.pipeline import RESULT, SLOT_INPUT
+from .session import Hook, Session
+
+MAX_BLOCKS = 1024  # per launch; the kernels' grid-stride loops cover the rest
+
+
+def host_and_device_arenas(n: int, dtype: np.dtype):
+    """A pinned host staging arena and a device arena of n elements each."""
+    cuda = cuda_module()
+    return cuda.pinned_array(n, dtype=dtype), cuda.device_array(n, dtype=dtype)
+
+
+class _HostSlots(Mapping):
+    """slot key -> (host view, spec), each copied back from the device on first access
+    after a run."""
+
+    def __init__(self, session: "CudaSession"):
+        self._s = session
+
+    def __getitem__(self, key) -> Tuple[np.ndarray, TensorSpec]:
+        s = self._s
+        if key not in s._fresh:
+            host, device, spec = s._results[key]  # KeyError for an unknown slot
+            device.copy_to_host(host)
+            s._fresh.add(key)
+        host, _, spec = s._results[key]
+        return host, spec
+
+    def __iter__(self) -> Iterator[tuple]:
+        return iter(self._s._results)
+
+    def __len__(self) -> int:
+        return len(self._s._results)
+
+
+class CudaSession(Session):
+    def __init__(self, exe, *, before: Optional[Hook] = None, after: Optional[Hook] = None,
+                 arenas: Optional[Tuple[Any, Any]] = None):
+        """arenas: (pinned host, device) arenas of at least exe.memory.total elements to
+        work in (the bucket sessions of a batched executable share one pair)."""
+        self.cuda = cuda_module()
+        host, device = arenas or host_and_device_arenas(exe.memory.total, exe.dtype)
+        self.device_mem = device
+        super().__init__(exe, before=before, after=after, mem=host)
+
+    def _prepare(self) -> None:
+        cuda, plan = self.cuda, self.exe.plan
+        self.device_table = cuda.to_device(self.table)
+        dev = self.device_mem
+        # inputs and constants lead the buffer: one transfer moves both
+        mem = plan.memory
+        end = mem.class_base["constants"] + mem.class_size["constants"]
+        self._uploads = [(self.mem[:end], dev[:end])] if end else []
+        self._uploads += [(self.mem[b.offset:b.offset + b.size], dev[b.offset:b.offset + b.size])
+                          for b in plan.bound(SLOT_INPUT)]
+        self._results: Dict[tuple, Tuple[np.ndarray, Any, TensorSpec]] = {}
+        for b in plan.bound(RESULT):
+            host = self.mem[b.offset:b.offset + b.size]
+            self._results[b.ident] = (host.reshape(b.shape),
+                                      dev[b.offset:b.offset + b.size].reshape(b.shape), b.spec)
+        self.device_slots: Dict[tuple, Tuple[Any, TensorSpec]] = {
+            key: (d, spec) for key, (_, d, spec) in self._results.items()}
+        self._fresh: set = set()
+        self.slots = _HostSlots(self)
+        self._launches = []
+        for i, step in enumerate(self.exe.schedule.steps):
+            kernel = self.exe.kernels[self.exe.schedule.kernel_id(i)]
+            p = self.exe.schedule.param_offset(i)
+            threads, norm_threads = launch_shape(step.params)
+            launches = [(kernel.entry[self._blocks(threads), THREADS_PER_BLOCK], p)]
+            if kernel.normalize is not None:
+                launches.append((kernel.normalize[self._blocks(norm_threads), THREADS_PER_BLOCK], p))
+            self._launches.append(launches)
+
+    @staticmethod
+    def _blocks(threads: int) -> int:
+        return max(1, min(-(-threads // THREADS_PER_BLOCK), MAX_BLOCKS))
+
+    def fill_constants(self) -> None:
+        super().fill_constants()  # on the host; the next run's upload takes them across
+
+    def fetch(self) -> None:
+        """Copy every result back now (a batched session reads them through its own views)."""
+        for key in self._results:
+            self.slots[key]
+
+    def _execute(self) -> None:
+        for host, device in self._uploads:
+            device.copy_to_device(host)
+        mem, table = self.device_mem, self.device_table
+        steps = self.exe.schedule.steps
+        for i, launches in enumerate(self._launches):
+            if self.before is not None:
+                self.before(i, steps[i])
+            for launch, p in launches:
+                launch(mem, table, p)
+            if self.after is not None:
+                self.cuda.synchronize()  # so a timing hook times this step
+                self.after(i, steps[i])
+        self._fresh.clear()

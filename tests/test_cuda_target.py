@@ -1,0 +1,226 @@
+"""target="cuda" end to end: compile, bind, run, read back, batches, save/load, the kernel
+cache, the front end and the command line, against the CPU target bit for bit.
+
+Runs under Numba's CUDA simulator unless the environment says otherwise (conftest.py sets
+NUMBA_ENABLE_CUDASIM=1 when it is not set: NUMBA_ENABLE_CUDASIM=0 runs the same tests on a
+real GPU). The kernels themselves are checked on the whole corpus and on random programs
+in test_cuda_kernels.py; here it is everything around them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("numba_cuda", reason="the CUDA target needs numba-cuda: pip install -e '.[cuda]'")
+
+import catbp_jit  # noqa: E402
+from catbp_jit.bundle import load_bundle  # noqa: E402
+from catbp_jit.cache import CacheMissError, KernelCache  # noqa: E402
+
+from conftest import shared_dir  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+ASIA = str(REPO / "examples" / "asia.bif")
+# small bundles the simulator runs in well under a second each: every semiring and dtype,
+# normalized messages, a CONTRACT of many leaves
+FAST = ["z4_cycle__prob_float64_normalized", "z4_cycle__count_int64", "z4_cycle__prob_float32",
+        "grid3_d2__logprob_float64_normalized", "chain8__sat_bool", "coloring_cycle5__prob_float64"]
+
+
+def bundle(name):
+    return load_bundle(shared_dir() / "corpus" / name)
+
+
+def inputs(b):
+    return ({f: np.ascontiguousarray(a, dtype=b.dtype) for f, (a, _) in b.factors.items()},
+            {s: np.ascontiguousarray(a, dtype=b.dtype) for s, (a, _) in b.selectors.items()})
+
+
+def compile_for(b, target, **kw):
+    return catbp_jit.compile(b.programs, b.semiring_runtime(), factor_specs=b.factor_specs(),
+                             selector_specs=b.selector_specs(), target=target, **kw)
+
+
+def snapshot(slots):
+    return {k: np.array(slots[k][0], copy=True) for k in slots}
+
+
+def assert_same(a, b, what):
+    assert a.keys() == b.keys(), what
+    for k in a:
+        assert a[k].dtype == b[k].dtype and a[k].shape == b[k].shape, (what, k)
+        assert np.array_equal(a[k], b[k], equal_nan=True), (what, k, a[k], b[k])
+
+
+@pytest.mark.parametrize("name", FAST)
+def test_session_gives_the_cpu_bits(name):
+    b = bundle(name)
+    f, s = inputs(b)
+    want = snapshot(compile_for(b, "cpu").bind().run(factors=f, selectors=s))
+    exe = compile_for(b, "cuda")
+    assert exe.target == "cuda" and exe.stats()["target"] == "cuda"
+    sess = exe.bind()
+    assert_same(want, snapshot(sess.run(factors=f, selectors=s)), f"{name} cuda vs cpu")
+    # a second run with nothing given reuses the inputs already on the device
+    assert_same(want, snapshot(sess.run()), f"{name} second run")
+    # every result is on the device too, readable without a copy by CuPy or PyTorch
+    from numba import config
+
+    for key, (dev, spec) in sess.device_slots.items():
+        assert dev.shape == spec.shape
+        if not config.ENABLE_CUDASIM:  # (the simulator's arrays are numpy arrays inside)
+            assert dev.__cuda_array_interface__["shape"] == spec.shape
+        assert np.array_equal(dev.copy_to_host(), want[key], equal_nan=True)
+
+
+def test_results_are_copied_back_only_when_read_and_refreshed_by_each_run():
+    b = bundle("coloring_cycle5__prob_float64")
+    f, s = inputs(b)
+    cpu, sess = compile_for(b, "cpu").bind(), compile_for(b, "cuda").bind()
+    sess.run(factors=f, selectors=s)
+    assert sess._fresh == set()  # nothing copied back yet
+    key = next(iter(sess.slots))
+    first = sess.slots[key][0]
+    assert sess._fresh == {key}
+    # other inputs: the same host view now holds the new run's values
+    f2 = {k: np.ascontiguousarray(v[::-1].copy() if v.ndim else v) for k, v in f.items()}
+    f2 = {k: v * (1.0 + 0.5 * i) for i, (k, v) in enumerate(f2.items())}
+    sess.run(factors=f2)
+    assert sess._fresh == set()
+    want = snapshot(cpu.run(factors=f2, selectors=s))
+    assert sess.slots[key][0] is first
+    assert_same(want, snapshot(sess.slots), "after new inputs")
+
+
+def test_bad_input_changes_nothing():
+    b = bundle("z4_cycle__prob_float64")
+    f, s = inputs(b)
+    sess = compile_for(b, "cuda").bind()
+    before = snapshot(sess.run(factors=f, selectors=s))
+    fid = next(iter(f))
+    with pytest.raises(catbp_jit.errors.InputMismatchError, match=f"factor {fid}"):
+        sess.run(factors={fid: np.zeros((9, 9))})
+    assert_same(before, snapshot(sess.run()), "after a refused run")
+
+
+def test_batched_profiles_on_cuda_equal_the_cpu_rows():
+    b = bundle("grid3_d2__prob_float64_normalized")
+    f, s = inputs(b)
+    fid = sorted(f)[0]
+    rng = np.random.default_rng(3)
+    rows = rng.uniform(0.1, 2.0, (11,) + f[fid].shape)
+    kw = dict(batched_factors={fid}, buckets=(1, 4, 8))
+    cpu = compile_for(b, "cpu", **kw).bind()
+    gpu_exe = compile_for(b, "cuda", **kw)
+    gpu = gpu_exe.bind()
+    for n in (1, 3, 8, 11, 2):  # bucket switches, chunks past the largest
+        given = {**f, fid: np.ascontiguousarray(rows[:n])}
+        assert_same(snapshot(cpu.run(factors=given, selectors=s)),
+                    snapshot(gpu.run(factors=given, selectors=s)), f"{n} rows")
+
+
+def test_save_and_load_a_cuda_executable(tmp_path):
+    b = bundle("z4_cycle__count_int64")
+    f, s = inputs(b)
+    exe = compile_for(b, "cuda")
+    path = tmp_path / "exe.json"
+    exe.save(path)
+    assert json.loads(path.read_text())["target"] == "cuda"
+    loaded = catbp_jit.load(path)
+    assert loaded.target == "cuda" and [k.key for k in loaded.kernels] == [k.key for k in exe.kernels]
+    assert_same(snapshot(exe.bind().run(factors=f, selectors=s)),
+                snapshot(loaded.bind().run(factors=f, selectors=s)), "loaded")
+
+
+def test_cuda_kernels_go_through_the_kernel_cache(tmp_path):
+    """Keyed apart from the CPU's, refused under strict when cold, served when warm."""
+    b = bundle("z4_cycle__prob_float64")
+    directory = str(tmp_path / "cache")
+    with pytest.raises(CacheMissError, match="strict"):
+        compile_for(b, "cuda", cache=KernelCache(directory, policy="strict"))
+    warm = compile_for(b, "cuda", cache=KernelCache(directory, policy="fallback"))
+    assert warm.cache_stats["misses"] == len(warm.kernels)
+    again = compile_for(b, "cuda", cache=KernelCache(directory, policy="strict"))
+    assert again.cache_stats["hits"] == len(again.kernels) and again.cache_stats["misses"] == 0
+    cpu_keys = {k.key for k in compile_for(b, "cpu").kernels}
+    assert cpu_keys.isdisjoint(k.key for k in again.kernels)
+    for k in again.kernels:
+        assert "cuda.jit" in k.source and again.kernel_source(k.pattern.name) == k.source
+
+
+def test_front_end_solve_and_solve_batch_on_cuda():
+    from catbp_jit.frontend import compile_model
+    from catbp_jit.frontend.bif import read_bif
+
+    graph = read_bif(ASIA)
+    for semiring in ("prob", "logprob", "sat", "count"):
+        cpu = compile_model(graph, semiring, evidence_vars=["dysp", "xray"])
+        gpu = compile_model(graph, semiring, evidence_vars=["dysp", "xray"], target="cuda")
+        for ev in ({}, {"dysp": "yes"}, {"dysp": "no", "xray": "yes"}):
+            a, c = cpu.solve(ev), gpu.solve(ev)
+            assert a.log_Z == c.log_Z or (np.isnan(a.log_Z) and np.isnan(c.log_Z)), (semiring, ev)
+            for v in a.marginals:
+                assert np.array_equal(a.marginals[v], c.marginals[v], equal_nan=True), (semiring, v)
+    table = np.array([[0, 1], [1, -1], [-1, 0], [1, 1], [0, 0]], dtype=np.int64)
+    cpu = compile_model(graph, "prob", evidence_vars=["dysp", "xray"], buckets=(1, 4))
+    gpu = compile_model(graph, "prob", evidence_vars=["dysp", "xray"], buckets=(1, 4),
+                        target="cuda")
+    a, c = cpu.solve_batch(table), gpu.solve_batch(table)
+    assert np.array_equal(a.log_Z, c.log_Z)
+    for v in a.marginals:
+        assert np.array_equal(a.marginals[v], c.marginals[v], equal_nan=True)
+
+
+def test_command_line_solve_on_cuda(capsys):
+    from catbp_jit.cli import main
+
+    assert main(["solve", ASIA, "--observe", "dysp=yes", "--format", "json", "-q"]) == 0
+    want = json.loads(capsys.readouterr().out)
+    assert main(["solve", ASIA, "--observe", "dysp=yes", "--format", "json", "-q",
+                 "--target", "cuda"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    del got["times"], want["times"]
+    assert got == want
+
+
+UNAVAILABLE = textwrap.dedent("""
+    import sys
+    if sys.argv[1] == "no-package":  # as if numba-cuda were not installed
+        sys.modules["numba_cuda"] = None
+    import catbp_jit
+    from catbp_jit.bundle import load_bundle
+    b = load_bundle(sys.argv[2])
+    try:
+        catbp_jit.compile(b.programs, b.semiring_runtime(), factor_specs=b.factor_specs(),
+                          selector_specs=b.selector_specs(), target="cuda")
+    except catbp_jit.errors.CudaUnavailableError as e:
+        print("REFUSED", e)
+""")
+
+
+@pytest.mark.parametrize("case, env, says", [
+    ("no-package", {}, "numba-cuda package, which is not installed"),
+    ("no-gpu", {"NUMBA_ENABLE_CUDASIM": "0"}, "needs an NVIDIA GPU"),
+])
+def test_cuda_unavailable_is_one_clear_error(case, env, says):
+    from numba import cuda
+
+    if case == "no-gpu" and os.environ.get("NUMBA_ENABLE_CUDASIM") == "0" and cuda.is_available():
+        pytest.skip("a GPU is here: there is no missing GPU to report")
+    env = dict(os.environ, **env)
+    proc = subprocess.run([sys.executable, "-c", UNAVAILABLE, case,
+                           str(shared_dir() / "corpus" / "z4_cycle__prob_float64")],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    line = proc.stdout.strip().splitlines()[-1]
+    assert line.startswith("REFUSED") and says in line, line
+    if case == "no-package":
+        assert "pip install -e '.[cuda]'" in line
