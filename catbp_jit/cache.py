@@ -1015,8 +1015,11 @@ class KernelCache:
             compiled_before = self.stats["compiled"]
             if signatures:
                 self._compile_in_get(loaded, fn, signatures)
-            if self.stats["compiled"] != compiled_before:
-                entry.record()  # also catch dispatchers that are not ours to pin
+            if self.stats["compiled"] != compiled_before or (status != "ok" and signatures):
+                # also catch dispatchers that are not ours to pin (CUDA kernels, whose
+                # compiles the load/save hooks do not see): the manifest must record
+                # every compiled file, or the next process finds the entry invalid
+                entry.record()
         seconds = time.perf_counter() - started
         self._memo[key] = loaded
         if status == "ok" and loaded.get_misses == 0:

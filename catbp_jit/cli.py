@@ -75,13 +75,13 @@ def _reference_engine(bundle: Bundle) -> Callable[[], Slots]:
     return run
 
 
-def _jit_engine(bundle: Bundle, mode: str = "compiled") -> Callable[[], Slots]:
+def _jit_engine(bundle: Bundle, mode: str = "compiled", target: str = "cpu") -> Callable[[], Slots]:
     from .executable import compile  # imported lazily: numba takes a moment to load
 
     check_kernel_cache()
     t0 = time.perf_counter()
     exe = compile(bundle.programs, bundle.semiring_runtime(), factor_specs=bundle.factor_specs(),
-                  selector_specs=bundle.selector_specs(), mode=mode)
+                  selector_specs=bundle.selector_specs(), mode=mode, target=target)
     session = exe.bind()
     factors = {fid: arr for fid, (arr, _) in bundle.factors.items()}
     selectors = {sid: arr for sid, (arr, _) in bundle.selectors.items()}
@@ -92,7 +92,9 @@ def _jit_engine(bundle: Bundle, mode: str = "compiled") -> Callable[[], Slots]:
                            f"{stats['total_bytes']} bytes")
 
     def run() -> Slots:
-        return session.run(factors=factors, selectors=selectors)
+        slots = session.run(factors=factors, selectors=selectors)
+        session.fetch()  # a GPU run is timed until its results are back on the host
+        return slots
 
     return run
 
@@ -169,7 +171,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     try:
         if args.engine == "jit":
-            run = _jit_engine(bundle, args.mode)
+            run = _jit_engine(bundle, args.mode, args.target)
         else:
             run = ENGINES[args.engine](bundle)
         times, slots = [], {}
@@ -194,7 +196,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         out(f"Z (exact): {bundle.Z_bruteforce!r}")
     out(f"slots:     {len(slots)}")
     ms = [t * 1e3 for t in times]
-    engine = args.engine + (f", {args.mode} mode" if args.engine == "jit" else "")
+    engine = args.engine + (f", {args.mode} mode, target {args.target}" if args.engine == "jit" else "")
     out(f"time:      best {min(ms):.3f} ms, median {statistics.median(ms):.3f} ms "
         f"over {len(ms)} run{'s' if len(ms) != 1 else ''} ({engine} engine)")
     if args.engine == "jit":
@@ -237,6 +239,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="executor to run the programs with (default: jit)")
     p.add_argument("--mode", choices=("compiled", "loop"), default="compiled",
                    help="jit dispatch: one compiled dispatcher, or a Python loop (default: compiled)")
+    p.add_argument("--target", choices=("cpu", "cuda"), default="cpu",
+                   help="jit target: the CPU (default) or an NVIDIA GPU (needs numba-cuda: "
+                        "pip install -e '.[cuda]')")
     p.add_argument("--repeat", type=int, default=3,
                    help="number of timed runs; best and median are reported (default: 3)")
     p.add_argument("--quiet", "-q", action="store_true",

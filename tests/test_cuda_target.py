@@ -224,3 +224,12 @@ def test_cuda_unavailable_is_one_clear_error(case, env, says):
     assert line.startswith("REFUSED") and says in line, line
     if case == "no-package":
         assert "pip install -e '.[cuda]'" in line
+
+
+def test_command_line_run_on_cuda(capsys):
+    from catbp_jit.cli import main
+
+    assert main(["run", str(REPO / "examples" / "grid3_d2__prob_float64"), "--target", "cuda",
+                 "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "target cuda" in out and "expected slots: 62/62 match" in out

@@ -37,8 +37,8 @@ def cuda_module():
         return cuda
     try:
         cuda.detect()  # says why on stdout; its reason is what we want in the error
-    except Exception as e:  # the driver raises when it is there but broken
-        why = repr(e)
+    except Exception as e:  # the driver raises when it is missing or broken
+        why = f"{type(e).__name__}: {' '.join(str(e).split())}"  # one line
     else:
         why = "numba.cuda.is_available() is False"
     raise CudaUnavailableError(
