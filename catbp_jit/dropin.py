@@ -21,6 +21,7 @@ import numpy as np
 from .executable import Executable, compile
 from .ir.adapt import adapt_program, adapt_spec
 from .ir.ops import OpCode, Program
+from .plan.pipeline import RESULT, SLOT_INPUT
 from .reference.vm import SlotStore, adapt_slots
 from .semiring import VMSemiringRuntime, adapt_semiring
 
@@ -97,23 +98,28 @@ def run_program(program: Any, sr: Any, factor_provider: Provider, selector_provi
         exe = compile(prog, sr, factor_specs={f: s for f, (_, s) in factors.items()},
                       selector_specs={i: s for i, (_, s) in selectors.items()},
                       slot_specs={k: s for k, (_, s) in slot_in.items()}, target=target, mode=mode)
-        entry = (exe, exe.bind())
+        entry = (exe, exe.bind(), untouched_slots(exe))
         _executables[key] = entry
         while len(_executables) > MAX_EXECUTABLES:
             _executables.popitem(last=False)
     else:
         _executables.move_to_end(key)
-    exe, session = entry
+    exe, session, untouched = entry
     out = session.run(factors={f: a for f, (a, _) in factors.items()},
                       selectors={i: a for i, (a, _) in selectors.items()},
                       slots={k: a for k, (a, _) in slot_in.items()})
     result = dict(given)
     for k, (view, spec) in out.items():
-        v = exe.fused.outputs[k]
-        if k in given and exe.fused.kinds.get(v) == "slot_in" and exe.fused.attrs.get(v) == k:
-            continue  # untouched: hand back the caller's own array, as the reference does
-        result[k] = (view.copy(), spec)
+        if k not in untouched:  # (untouched: the caller's own array, as the reference does)
+            result[k] = (view.copy(), spec)
     return result
+
+
+def untouched_slots(exe: Executable) -> frozenset:
+    """Slots a program hands back as they were handed in: results stored in the region of
+    their own slot input."""
+    handed_in = {(b.ident, b.offset) for b in exe.plan.bound(SLOT_INPUT)}
+    return frozenset(b.ident for b in exe.plan.bound(RESULT) if (b.ident, b.offset) in handed_in)
 
 
 def _input(pair: Tuple[np.ndarray, Any], sr: VMSemiringRuntime) -> Tuple[np.ndarray, Any]:

@@ -63,7 +63,6 @@ class Plan:
     def bound(self, kind: str) -> List[Binding]:
         return [b for b in self.bindings if b.kind == kind]
 
-
 def plan(progs: List[Program], sr: VMSemiringRuntime, fspecs: Dict[int, TensorSpec],
          sspecs: Dict[int, TensorSpec], lspecs: Dict[tuple, TensorSpec],
          options: PlanOptions = PlanOptions(), batch_key: Optional[tuple] = None) -> Plan:
