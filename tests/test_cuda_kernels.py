@@ -16,7 +16,11 @@ each, but star5_d3 (720k arena elements) 50-95 s, so its three bundles are left 
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+import textwrap
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,7 +40,7 @@ from catbp_jit.codegen import cuda, cuda_run
 from catbp_jit.plan.schedule import KernelPattern
 from catbp_jit.semiring import SEMIRINGS
 
-from conftest import CORPUS
+from conftest import CORPUS, REPO
 from jit_helpers import inputs
 from random_programs import cases
 from test_jit_random import TOLERANCES
@@ -182,7 +186,7 @@ def test_random_programs_match_cpu_many(case, module_dir):
     check_random_case(case, module_dir)
 
 
-@_settings(25)
+@_settings(50)
 @given(data=st.data())
 def test_random_batched_programs_match_cpu(data, module_dir):
     """Batched plans: NORMALIZE works per row (groups > 1), the batch axis innermost."""
@@ -324,3 +328,56 @@ def test_launch_shape_counts_outputs_and_groups():
     assert cuda_run.LaunchOptions(32, 1024).blocks(12) == 1
     assert cuda_run.LaunchOptions(5, 1024).blocks(12) == 3
     assert cuda_run.LaunchOptions(5, 2).blocks(12) == 2
+
+
+# Lowers every pattern for a GPU (NUMBA_ENABLE_CUDASIM=0): Numba types and lowers the
+# kernels to NVVM IR, which needs numba-cuda but neither a GPU nor NVRTC. The simulator
+# runs kernels as plain Python and types nothing, so this is where a kernel that a GPU
+# would refuse shows up without one.
+LOWER_FOR_A_GPU = textwrap.dedent("""
+    import importlib.util, json, os, re, sys
+    from numba import types
+    from numba.cuda.compiler import compile_cuda
+    from catbp_jit.codegen import cuda
+    from catbp_jit.plan.schedule import KernelPattern
+
+    DTYPES = {"float64": types.float64, "float32": types.float32, "bool": types.boolean,
+              "int64": types.int64}
+    out = {}
+    for fields in json.loads(sys.argv[1]):
+        pattern = KernelPattern(**fields)
+        path = os.path.join(sys.argv[2], pattern.name + ".py")
+        with open(path, "w") as f:
+            f.write(cuda.kernel_source(pattern))
+        spec = importlib.util.spec_from_file_location(pattern.name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        args = (DTYPES[pattern.dtype][::1], types.int64[::1], types.int64)
+        for entry in [cuda.ENTRY] + ([cuda.NORMALIZE_ENTRY] if pattern.normalize else []):
+            ir = compile_cuda(getattr(module, entry).py_func, types.void, args,
+                              cc=(7, 5)).library.get_llvm_str()
+            out[pattern.name + "." + entry] = {
+                "fmul": len(re.findall(r"= fmul ", ir)),
+                "mul_rn": len(re.findall(r'call \\w+ @"__nv_[df]mul_rn"', ir))}
+    print(json.dumps(out))
+""")
+
+
+def test_kernels_lower_for_a_gpu(tmp_path):
+    """Every pattern types and lowers for a real GPU; a float product that feeds a sum is a
+    libdevice call there (never an fmul that NVVM could fuse with the add into an fma)."""
+    pytest.importorskip("numba.cuda.compiler", reason="numba-cuda's compiler is not there")
+    patterns = _patterns() + [KernelPattern("LOGPROB", "float32", 2, True, True, False)]
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0",
+               PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    child = subprocess.run(
+        [sys.executable, "-c", LOWER_FOR_A_GPU, json.dumps([p.as_dict() for p in patterns]),
+         str(tmp_path)], capture_output=True, text=True, env=env, cwd=str(REPO), timeout=600)
+    assert child.returncode == 0, child.stderr[-3000:]
+    lowered = json.loads(child.stdout.strip().splitlines()[-1])
+    for pattern in patterns:
+        found = lowered[pattern.name + ".kernel"]
+        if pattern.reduce and pattern.leaves > 1 and pattern.semiring == "PROB":
+            assert found == {"fmul": 0, "mul_rn": pattern.leaves - 1}, (pattern.name, found)
+        if pattern.normalize:
+            assert pattern.name + ".normalize" in lowered
