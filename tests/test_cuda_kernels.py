@@ -320,6 +320,22 @@ def test_unsupported_float_dtype_is_refused_by_name():
         cuda.kernel_source(KernelPattern("PROB", "float16", 2, True, False, False))
 
 
+def test_load_module_writes_the_source_it_imports(tmp_path):
+    pattern = KernelPattern("LOGPROB", "float64", 2, True, True, False)
+    module = cuda_run.load_module(pattern, tmp_path)
+    path = tmp_path / f"catbp_cuda_{pattern.name}.py"
+    assert path.read_text(encoding="utf-8") == cuda.kernel_source(pattern)
+    assert module.__file__ == str(path)
+    assert callable(getattr(module, cuda.ENTRY)) and callable(getattr(module, cuda.NORMALIZE_ENTRY))
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary file left
+
+
+@pytest.mark.parametrize("threads, blocks", [(0, 8), (1025, 8), (32, 0), (2.0, 8), (True, 8)])
+def test_bad_launch_options_are_refused_by_name(threads, blocks):
+    with pytest.raises(ValueError, match=r"LaunchOptions: (threads_per_block|max_blocks) must"):
+        cuda_run.LaunchOptions(threads, blocks)
+
+
 def test_launch_shape_counts_outputs_and_groups():
     params = abi.StepParams(out=0, out_rank=2, red_rank=1, chunks=1, block_axes=0,
                             block_size=1, sizes=(3, 4, 5), out_strides=(4, 1),
