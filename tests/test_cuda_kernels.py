@@ -107,11 +107,18 @@ def on_device(exe, start: np.ndarray, directory, options=cuda_run.LaunchOptions(
     return d_mem.copy_to_host(), d_P.copy_to_host()
 
 
+def bit_identical(semiring: str) -> bool:
+    """Whether a GPU must give the CPU's bits: yes unless exp and log are involved, whose
+    libdevice and libm versions differ in the last bits."""
+    sr = SEMIRINGS[semiring]
+    return sr.reduction != "logsumexp" and sr.normalization != "subtract_logsumexp"
+
+
 def assert_close(got: np.ndarray, want: np.ndarray, semiring: str, what: str) -> None:
-    """Bit for bit, except LOGPROB: NaN and ±inf in the same places, the rest within
-    test_jit_random's tolerances."""
+    """Bit for bit, except with exp and log (LOGPROB): NaN and ±inf in the same places,
+    the rest within test_jit_random's tolerances."""
     assert got.dtype == want.dtype and got.shape == want.shape, what
-    if semiring != "LOGPROB":
+    if bit_identical(semiring):
         same = np.array_equal(got.view(np.uint8), want.view(np.uint8))
         assert same, (what, "differs", got, want)
         return
@@ -132,7 +139,7 @@ def check_against_cpu(run: Run, semiring: str, directory, options=cuda_run.Launc
         r = regions[v]
         assert_close(mem[r.offset:r.offset + r.size], mem_cpu[r.offset:r.offset + r.size],
                      semiring, f"slot {key!r}")
-    if semiring != "LOGPROB":
+    if bit_identical(semiring):
         assert_close(mem, mem_cpu, semiring, "arena")
     assert np.array_equal(table, exe.schedule.table), "the device kernels wrote into the table"
     return mem
