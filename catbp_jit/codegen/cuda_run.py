@@ -21,12 +21,22 @@ from . import cuda
 # Blocks per launch at most: the grid-stride loop covers the rest (on a GPU, a few waves of
 # the multiprocessors are enough to keep them busy).
 MAX_BLOCKS = 1024
+MAX_THREADS_PER_BLOCK = 1024  # every CUDA GPU's limit
 
 
 @dataclass(frozen=True)
 class LaunchOptions:
+    """How a launch is cut: any choice gives the same results (grid-stride kernels)."""
     threads_per_block: int = cuda.THREADS_PER_BLOCK
     max_blocks: int = MAX_BLOCKS
+
+    def __post_init__(self):
+        for name, most in (("threads_per_block", MAX_THREADS_PER_BLOCK), ("max_blocks", None)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1 or \
+                    (most is not None and value > most):
+                limit = f"1..{most}" if most else "at least 1"
+                raise ValueError(f"LaunchOptions: {name} must be an integer {limit}, got {value!r}")
 
     def blocks(self, threads: int) -> int:
         return max(1, min(-(-threads // self.threads_per_block), self.max_blocks))
