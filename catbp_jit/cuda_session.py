@@ -18,14 +18,11 @@ from typing import Any, Dict, Iterator, Optional, Tuple
 
 import numpy as np
 
-from .codegen.cuda import THREADS_PER_BLOCK, launch_shape
 from .codegen.cuda_build import cuda_module
+from .codegen.cuda_run import step_launches
 from .ir.schema import TensorSpec
 from .plan.pipeline import RESULT, SLOT_INPUT
 from .session import Hook, Session
-
-MAX_BLOCKS = 1024  # per launch; the kernels' grid-stride loops cover the rest
-
 
 def host_and_device_arenas(n: int, dtype: np.dtype):
     """A pinned host staging arena and a device arena of n elements each."""
@@ -85,19 +82,8 @@ class CudaSession(Session):
             key: (d, spec) for key, (_, d, spec) in self._results.items()}
         self._fresh: set = set()
         self.slots = _HostSlots(self)
-        self._launches = []
-        for i, step in enumerate(self.exe.schedule.steps):
-            kernel = self.exe.kernels[self.exe.schedule.kernel_id(i)]
-            p = self.exe.schedule.param_offset(i)
-            threads, norm_threads = launch_shape(step.params)
-            launches = [(kernel.entry[self._blocks(threads), THREADS_PER_BLOCK], p)]
-            if kernel.normalize is not None:
-                launches.append((kernel.normalize[self._blocks(norm_threads), THREADS_PER_BLOCK], p))
-            self._launches.append(launches)
-
-    @staticmethod
-    def _blocks(threads: int) -> int:
-        return max(1, min(-(-threads // THREADS_PER_BLOCK), MAX_BLOCKS))
+        self._launches = step_launches([(k.entry, k.normalize) for k in self.exe.kernels],
+                                       self.exe.schedule)
 
     def fill_constants(self) -> None:
         super().fill_constants()  # on the host; the next run's upload takes them across

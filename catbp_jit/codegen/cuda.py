@@ -25,7 +25,7 @@ the CPU rounds twice. The simulator (NUMBA_ENABLE_CUDASIM=1) runs kernels as Pyt
 has no libdevice; there `*` rounds each product already, so the module picks it then.
 
 The host launches `launch_shape(params)` work items per entry, THREADS_PER_BLOCK to a
-block (codegen/cuda_run.py). docs/cuda_segment.md shows one segment on both targets.
+block (codegen/cuda_run.py). docs/architecture.md, section 11, shows one segment on both targets.
 """
 
 from __future__ import annotations

@@ -62,20 +62,30 @@ def load_modules(schedule: Schedule, directory: str | os.PathLike) -> List[Modul
     return [load_module(pattern, directory) for pattern in schedule.patterns]
 
 
-def launches(modules: Sequence[ModuleType], schedule: Schedule,
-             options: LaunchOptions = LaunchOptions()) -> Tuple[Tuple[Any, int], ...]:
-    """(configured entry, parameter offset) per launch, in order: every step's `kernel`,
-    then its `normalize` if it normalizes."""
+Launch = Tuple[Any, int]  # (configured entry, parameter offset)
+
+
+def step_launches(entries: Sequence[Tuple[Any, Any]], schedule: Schedule,
+                  options: LaunchOptions = LaunchOptions()) -> Tuple[Tuple[Launch, ...], ...]:
+    """Per step, its launches in order: the kernel's `kernel`, then its `normalize` if it
+    normalizes. entries: (kernel, normalize or None) per kernel id."""
     out = []
     for i, step in enumerate(schedule.steps):
-        module, p = modules[schedule.kernel_id(i)], schedule.param_offset(i)
+        kernel, normalize = entries[schedule.kernel_id(i)]
+        p = schedule.param_offset(i)
         threads, groups = cuda.launch_shape(step.params)
-        entries = [(getattr(module, cuda.ENTRY), threads)]
+        mine = [(kernel[options.blocks(threads), options.threads_per_block], p)]
         if step.pattern.normalize:
-            entries.append((getattr(module, cuda.NORMALIZE_ENTRY), groups))
-        for entry, n in entries:
-            out.append((entry[options.blocks(n), options.threads_per_block], p))
+            mine.append((normalize[options.blocks(groups), options.threads_per_block], p))
+        out.append(tuple(mine))
     return tuple(out)
+
+
+def launches(modules: Sequence[ModuleType], schedule: Schedule,
+             options: LaunchOptions = LaunchOptions()) -> Tuple[Launch, ...]:
+    """Every launch of the schedule in order, from one loaded module per kernel id."""
+    entries = [(getattr(m, cuda.ENTRY), getattr(m, cuda.NORMALIZE_ENTRY, None)) for m in modules]
+    return tuple(launch for step in step_launches(entries, schedule, options) for launch in step)
 
 
 def run_launches(planned: Sequence[Tuple[Any, int]], d_mem: Any, d_P: Any) -> None:
