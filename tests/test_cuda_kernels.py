@@ -11,7 +11,8 @@ keep no loop counters in it).
 Without a GPU the kernels run under Numba's CUDA simulator (conftest.py sets
 NUMBA_ENABLE_CUDASIM=1 unless the environment sets it), which runs every thread as
 Python: sizes stay small. Measured on a 2-core machine: the corpus bundles take 0.1-7 s
-each, but star5_d3 (720k arena elements) 50-95 s, so its three bundles are left out.
+each, but star5_d3 (720k arena elements) 50-95 s, so its three bundles run with the slow
+tests (pytest -m slow, as CI does).
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ from test_jit_random import TOLERANCES
 # simulator seconds each on a 2-core machine: 51 (prob), 88 (sat), 95 (logprob)
 TOO_SLOW_FOR_THE_SIMULATOR = {"star5_d3__prob_float64", "star5_d3__sat_bool",
                               "star5_d3__logprob_float64"}
-BUNDLES = [p for p in CORPUS if p.name not in TOO_SLOW_FOR_THE_SIMULATOR]
+BUNDLES = [p if p.name not in TOO_SLOW_FOR_THE_SIMULATOR else
+           pytest.param(p, marks=pytest.mark.slow) for p in CORPUS]
 
 # The simulator computes with numpy scalars in threads of its own, where np.errstate does
 # not reach: COUNT wraps around int64 and LOGPROB's -inf - -inf is NaN on purpose.
@@ -147,7 +149,7 @@ def check_against_cpu(run: Run, semiring: str, directory, options=cuda_run.Launc
 
 # -------------------------------------------------------------------------- the corpus
 
-@pytest.mark.parametrize("path", BUNDLES, ids=[p.name for p in BUNDLES])
+@pytest.mark.parametrize("path", BUNDLES, ids=[p.name for p in CORPUS])
 def test_corpus_bundle_matches_cpu(path, module_dir):
     bundle = load_bundle(path)
     exe = catbp_jit.compile(bundle.programs, bundle.semiring_runtime(),
