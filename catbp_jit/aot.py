@@ -35,10 +35,10 @@ class AheadReport:
 
 def kernel_units(programs: Any, sr: Any, *, factor_specs, selector_specs=None, slot_specs=None,
                  batched_factors=(), batched_selectors=(), buckets=None,
-                 max_total_bytes: Optional[int] = None) -> List[CompileUnit]:
+                 max_total_bytes: Optional[int] = None, target: str = "cpu") -> List[CompileUnit]:
     """Every compile unit a profile needs, planned for every bucket, none compiled."""
     progs, sr, fspecs, sspecs, lspecs = adapt_inputs(programs, sr, factor_specs,
-                                                     selector_specs, slot_specs, "cpu", "compiled")
+                                                     selector_specs, slot_specs, target, "compiled")
     plans = [(progs, fspecs, sspecs, None)]  # unbatched too: a model's solve() runs it
     if batched_factors or batched_selectors or buckets is not None:
         from .batched import DEFAULT_BUCKETS, _buckets, _ids, batch_axis_id, bucket_inputs
@@ -51,19 +51,21 @@ def kernel_units(programs: Any, sr: Any, *, factor_specs, selector_specs=None, s
     units: Dict[str, CompileUnit] = {}
     for bprogs, bfspecs, bsspecs, key in plans:
         schedule = plan(bprogs, sr, bfspecs, bsspecs, lspecs,
-                        PlanOptions(max_total_bytes=max_total_bytes), key).schedule
+                        PlanOptions.for_target(target, max_total_bytes=max_total_bytes),
+                        key).schedule
         for pattern in schedule.patterns:
-            unit = kernel_unit(pattern)
+            unit = kernel_unit(pattern, target)
             units.setdefault(unit.name + unit.identity["source_sha256"], unit)
-    unit = dispatcher_unit()
-    units.setdefault(unit.name, unit)
+    if target == "cpu":  # (a GPU has no compiled dispatcher)
+        unit = dispatcher_unit()
+        units.setdefault(unit.name, unit)
     return list(units.values())
 
 
 def compile_ahead(programs: Any, sr: Any, *, factor_specs, selector_specs=None, slot_specs=None,
                   batched_factors=(), batched_selectors=(), buckets=None, mode: str = "compiled",
                   cache: Optional[KernelCache] = None, workers: Optional[int] = None,
-                  max_total_bytes: Optional[int] = None,
+                  max_total_bytes: Optional[int] = None, target: str = "cpu",
                   bar: Optional[Callable[[int], Any]] = None) -> Tuple[Any, AheadReport]:
     """Compile every kernel of every bucket into the cache, then the executable (all hits).
 
@@ -75,7 +77,12 @@ def compile_ahead(programs: Any, sr: Any, *, factor_specs, selector_specs=None, 
     units = kernel_units(programs, sr, factor_specs=factor_specs, selector_specs=selector_specs,
                          slot_specs=slot_specs, batched_factors=batched_factors,
                          batched_selectors=batched_selectors, buckets=buckets,
-                         max_total_bytes=max_total_bytes)
+                         max_total_bytes=max_total_bytes, target=target)
+    batched = ({"batched_factors": batched_factors, "batched_selectors": batched_selectors,
+                "buckets": buckets} if batched_factors or batched_selectors or buckets else {})
+    if target == "cuda":
+        return _compile_ahead_cuda(programs, sr, units, factor_specs, selector_specs, slot_specs,
+                                   batched, mode, cache, max_total_bytes, bar, t0)
     cold = [u for u in units if cache.check(u.identity, u.source)[0] != "ok"]
     progress = bar(len(cold)) if bar is not None else None
 
@@ -96,10 +103,33 @@ def compile_ahead(programs: Any, sr: Any, *, factor_specs, selector_specs=None, 
         progress.close()
     exe = compile(programs, sr, factor_specs=factor_specs, selector_specs=selector_specs,
                   slot_specs=slot_specs, mode=mode, cache=cache, workers=0,
-                  max_total_bytes=max_total_bytes,
-                  **({"batched_factors": batched_factors, "batched_selectors": batched_selectors,
-                      "buckets": buckets} if batched_factors or batched_selectors or buckets
-                     else {}))
+                  max_total_bytes=max_total_bytes, **batched)
     report = AheadReport(len(units), len(cold), time.perf_counter() - t0, cache.directory,
                          tuple(exe.buckets) if hasattr(exe, "buckets") else None)
+    return exe, report
+
+
+def _compile_ahead_cuda(programs, sr, units, factor_specs, selector_specs, slot_specs,
+                        batched, mode, cache, max_total_bytes, bar, t0):
+    """On a GPU, loading a kernel compiles it into the cache (for the device at hand, which
+    is part of its key): compile() does it all, one kernel after another (compiling for a
+    GPU needs the GPU; no worker processes)."""
+    progress = bar(len(units)) if bar is not None else None
+    seen = set()
+
+    def said(line: str) -> None:
+        if progress is not None and line.startswith("kernel ") and line not in seen:
+            seen.add(line)  # (every bucket names its kernels again: count each once)
+            progress.set_postfix_str(line.split(": ", 1)[-1], refresh=False)
+            progress.update(1)
+
+    exe = compile(programs, sr, factor_specs=factor_specs, selector_specs=selector_specs,
+                  slot_specs=slot_specs, mode=mode, cache=cache, target="cuda",
+                  max_total_bytes=max_total_bytes, progress=said, **batched)
+    if progress is not None:
+        progress.close()
+    profiles = exe.profiles.values() if hasattr(exe, "profiles") else [exe]
+    compiled = sum(p.cache_stats.get("misses", 0) for p in profiles)
+    report = AheadReport(len(units), min(compiled, len(units)), time.perf_counter() - t0,
+                         cache.directory, tuple(exe.buckets) if hasattr(exe, "buckets") else None)
     return exe, report

@@ -270,6 +270,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--semiring", choices=("prob", "logprob", "sat", "count"), default="prob",
                    help="a model's semiring (default prob)")
     p.add_argument("--mode", choices=("compiled", "loop"), default="compiled")
+    p.add_argument("--target", choices=("cpu", "cuda"), default="cpu",
+                   help="compile for the CPU (default) or this machine's NVIDIA GPU")
     p.add_argument("-o", "--output", metavar="PROFILE",
                    help="where to save the executable (JSON; default INPUT's name + .profile.json)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
@@ -321,7 +323,7 @@ def cmd_aot(args: argparse.Namespace) -> int:
 
     exe, report = compile_ahead(programs, sr, factor_specs=fspecs, selector_specs=sspecs,
                                 batched_factors=bf, batched_selectors=bs, buckets=buckets,
-                                mode=args.mode, bar=bar)
+                                mode=args.mode, target=args.target, bar=bar)
     exe.save(out)
     print(f"{name}: {report.kernels} kernels ({report.compiled} compiled now, "
           f"{report.kernels - report.compiled} already cached) in {report.cache_dir}")

@@ -233,3 +233,27 @@ def test_command_line_run_on_cuda(capsys):
                  "--repeat", "1"]) == 0
     out = capsys.readouterr().out
     assert "target cuda" in out and "expected slots: 62/62 match" in out
+
+
+def test_aot_for_cuda_then_a_strict_load_compiles_nothing(tmp_path):
+    """catbp-jit aot --target cuda fills a cache of its own; a new process under the
+    strict policy loads the profile from it (every bucket) without compiling."""
+    grid = REPO / "examples" / "grid3_d2__prob_float64"
+    profile = tmp_path / "grid.cuda.json"
+    env = dict(os.environ, CATBP_JIT_CACHE_DIR=str(tmp_path / "cache"))
+    aot = subprocess.run([sys.executable, "-m", "catbp_jit", "aot", str(grid), "--buckets",
+                          "1,4", "--batched-factors", "0", "--target", "cuda", "-o",
+                          str(profile), "-q"], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert aot.returncode == 0, aot.stderr[-2000:]
+    assert "12 kernels (12 compiled now" in aot.stdout, aot.stdout
+    assert json.loads(profile.read_text())["target"] == "cuda"
+    script = ("import catbp_jit as cj, sys\n"
+              "exe = cj.load(sys.argv[1])\n"
+              "print(exe.largest.target, sum(p.cache_stats.get('hits', 0) for p in exe.profiles.values()))\n")
+    done = subprocess.run([sys.executable, "-c", script, str(profile)],
+                          env=dict(env, CATBP_JIT_CACHE="strict"), capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    target, hits = done.stdout.split()
+    assert target == "cuda" and int(hits) >= 12
