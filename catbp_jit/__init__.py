@@ -24,7 +24,8 @@ from .ir import Axis, AxisKey, AxisType, Instruction, OpCode, Program, TensorSpe
 from .ir.adapt import adapt_program, adapt_programs
 from .ir.validate import validate_programs
 from .dropin import VirtualMachine, run_program
-from .executable import Executable, compile, load
+from .executable import Executable, build, compile, load
+from .plan.options import PlanOptions
 from .batched import BatchedExecutable, BatchedSession
 from .session import Session
 from .frontend import FactorGraph, Solution, compile_model, factor_graph, solve
@@ -35,7 +36,8 @@ from .semiring import (VMSemiringRuntime, adapt_semiring, logsumexp, make_semiri
 __version__ = "0.1.0"
 
 __all__ = [
-    "Executable", "Session", "VirtualMachine", "compile", "load", "run_program",
+    "Executable", "PlanOptions", "Session", "VirtualMachine", "build", "compile", "load",
+    "run_program",
     "BatchedExecutable", "BatchedSession",
     "FactorGraph", "Solution", "compile_model", "factor_graph", "solve",
     "AlignmentError", "Axis", "AxisKey", "AxisType", "CatbpError", "DoubleDefinitionError",

@@ -257,3 +257,18 @@ def test_aot_for_cuda_then_a_strict_load_compiles_nothing(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     target, hits = done.stdout.split()
     assert target == "cuda" and int(hits) >= 12
+
+
+def test_drop_in_virtual_machine_on_cuda():
+    """CatBP's VirtualMachine API with target="cuda": program by program, slots carried
+    over, the CPU drop-in's results bit for bit."""
+    b = bundle("grid3_d2__logprob_float64_normalized")
+    results = {}
+    for target in ("cpu", "cuda"):
+        vm = catbp_jit.VirtualMachine(b.semiring_runtime(), target=target)
+        for p in b.programs:
+            vm.run(p, b.factor_provider, b.selector_provider)
+        results[target] = {k: np.array(a) for k, (a, _) in vm.slots.data.items()}
+    assert results["cpu"].keys() == results["cuda"].keys()
+    for k, a in results["cpu"].items():
+        np.testing.assert_allclose(results["cuda"][k], a, rtol=1e-12, atol=0)
