@@ -148,7 +148,10 @@ def gpu_status():
         return str(e), None
     if config.ENABLE_CUDASIM:
         return None, "Numba's CUDA simulator (NUMBA_ENABLE_CUDASIM=1): GPU times mean nothing"
-    dev = cuda.get_current_device()
+    try:
+        dev = cuda.get_current_device()
+    except Exception as e:  # a driver that loads but gives no device
+        return f"no CUDA device can be used ({e!r})", None
     name = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
     major, minor = dev.compute_capability
     return None, f"{name} (sm_{major}{minor})"
@@ -171,9 +174,13 @@ def compare_results(cpu: dict, gpu: dict, semiring: str, dtype) -> list:
             if want.dtype != got.dtype or want.shape != got.shape:
                 problems.append(f"{key!r}: {got.dtype}{list(got.shape)} on the GPU, "
                                 f"{want.dtype}{list(want.shape)} on the CPU")
-            elif not np.array_equal(want, got, equal_nan=want.dtype.kind in "fc"):
-                problems.append(f"{key!r}: {int(np.count_nonzero(want != got))} of "
-                                f"{want.size} entries differ")
+            else:
+                differ = want != got
+                if want.dtype.kind in "fc":  # NaN on both sides is the same answer
+                    differ &= ~(np.isnan(want) & np.isnan(got))
+                if differ.any():
+                    problems.append(f"{key!r}: {int(np.count_nonzero(differ))} of "
+                                    f"{want.size} entries differ")
         else:
             reason = compare_slot(got, want, dtype)
             if reason is not None:
@@ -263,14 +270,14 @@ def bench_bundles(bundles, args, gpu: bool) -> list:
 # Batches: the timing and the rows, shared by batched bundles and networks
 
 
-def time_batches(run, batches, args) -> dict:
-    """n -> (median seconds of run(n), runs, its answers), one warm-up run of each n
-    first (a new bucket refills its constants)."""
+def time_batches(run, keep, batches, args) -> dict:
+    """n -> (median seconds of run(n), runs, keep(the answers of its warm-up run)): one
+    warm-up run of each n first (a new bucket refills its constants), kept to compare."""
     from bench import time_runs
 
     out = {}
     for n in batches:
-        answers = run(n)
+        answers = keep(run(n))
         seconds, runs, _ = time_runs(lambda: run(n), args.min_runs, MAX_RUNS, args.budget)
         out[n] = (seconds, runs, answers)
     return out
@@ -352,10 +359,10 @@ def bench_batched_bundle(bundle, name: str, args, gpu: bool) -> list:
         sess = exe.bind()
         sess.run(factors={**factors, fid: table[:1]}, selectors=selectors)  # binds the rest
 
-        def run(n):
-            return snapshot(sess.run(factors={fid: table[:n]}))
+        def run(n):  # (a batched CUDA session reads every slot back)
+            return sess.run(factors={fid: table[:n]})
 
-        return time_batches(run, args.batches, args), compile_s, buckets
+        return time_batches(run, snapshot, args.batches, args), compile_s, buckets
 
     print(f"... bench/{name} batched: cpu", file=sys.stderr, flush=True)
     cpu, cpu_compile_s, buckets = measure("cpu")
@@ -415,9 +422,9 @@ def bench_network(name: str, args, gpu: bool) -> list:
         compile_s = time.perf_counter() - t0
 
         def run(n):
-            return answers_of(model.solve_batch(table[:n]))
+            return model.solve_batch(table[:n])
 
-        return time_batches(run, args.batches, args), compile_s, model.batch_buckets()
+        return time_batches(run, answers_of, args.batches, args), compile_s, model.batch_buckets()
 
     print(f"... network {name}: cpu", file=sys.stderr, flush=True)
     cpu, cpu_compile_s, buckets = measure("cpu")
@@ -452,16 +459,12 @@ def fmt_compile(row: dict, t: str) -> str:
     return f"{s:.2f} s" + (f" ({misses} miss)" if misses is not None else "")
 
 
-def fmt_ratio(x) -> str:
-    return "-" if x is None else f"{x:.2f}"
-
-
 def fmt_rate(x) -> str:
     return "-" if x is None else f"{x:,.0f}/s"
 
 
 def bundle_line(row: dict) -> list:
-    from bench import fmt_time
+    from bench import fmt_ratio, fmt_time
 
     return [row["name"], str(row.get("steps", "-")), fmt_compile(row, "cpu"),
             fmt_compile(row, "gpu"), fmt_time(row.get("cpu_inputs_s")),
@@ -472,7 +475,7 @@ def bundle_line(row: dict) -> list:
 
 def batch_line(row: dict, first: bool) -> list:
     """A batch row; the model's columns only on its first row."""
-    from bench import fmt_time
+    from bench import fmt_ratio, fmt_time
 
     model = ([row["name"], row.get("batched", "-"), row.get("buckets", "-"),
               fmt_compile(row, "cpu"), fmt_compile(row, "gpu")] if first else [""] * 5)
@@ -511,7 +514,7 @@ def header_lines(args, gpu_line: str, load_at_start: str) -> list:
         f"- python {platform.python_version()}, numpy {np.__version__}, "
         f"numba {numba.__version__}, numba threads {numba.get_num_threads()}",
         f"- kernel cache: {os.environ.get('CATBP_JIT_CACHE_DIR') or '(default)'}",
-        f"- times are medians of at least {args.min_runs} runs within {args.budget:.2f} s "
+        f"- times are medians of at least {args.min_runs} run(s) within {args.budget:.2f} s "
         f"per measurement, each run reading every result back; gpu/cpu = GPU time / CPU "
         f"time" + ("; --quick" if args.quick else ""),
     ]
