@@ -311,8 +311,8 @@ def fitting(compile_with, batches, what: str):
         except (CatbpError, MemoryError) as e:
             if len(buckets) == 1:
                 raise
-            print(f"  {what}: bucket {buckets[-1]} refused ({str(e).splitlines()[0][:90]})",
-                  file=sys.stderr)
+            print(f"  {what}: buckets {','.join(map(str, buckets))} refused "
+                  f"({str(e).splitlines()[0][:90]}); without {buckets[-1]}", file=sys.stderr)
             buckets.pop()
 
 
@@ -346,7 +346,7 @@ def bench_batched_bundle(bundle, name: str, args, gpu: bool) -> list:
     base = {"part": "batched", "group": "bench", "name": name, "semiring": bundle.semiring,
             "dtype": bundle.dtype.name, "batched": f"factor {fid}"}
 
-    def measure(target: str, buckets=None):
+    def session(target: str, buckets):
         def compile_with(bs):
             return compile(bundle.programs, bundle.semiring_runtime(),
                            factor_specs=bundle.factor_specs(),
@@ -354,24 +354,38 @@ def bench_batched_bundle(bundle, name: str, args, gpu: bool) -> list:
                            batched_factors={fid}, buckets=bs, max_total_bytes=args.batch_bytes)
 
         t0 = time.perf_counter()
-        exe, buckets = fitting(compile_with, buckets or args.batches, f"{name} ({target})")
+        exe, buckets = fitting(compile_with, buckets, f"{name} ({target})")
         compile_s = time.perf_counter() - t0
         sess = exe.bind()
         sess.run(factors={**factors, fid: table[:1]}, selectors=selectors)  # binds the rest
+        return sess, compile_s, buckets
 
+    def timed(sess, batches):
         def run(n):  # (a batched CUDA session reads every slot back)
             return sess.run(factors={fid: table[:n]})
 
-        return time_batches(run, snapshot, args.batches, args), compile_s, buckets
+        return time_batches(run, snapshot, batches, args)
 
     print(f"... bench/{name} batched: cpu", file=sys.stderr, flush=True)
-    cpu, cpu_compile_s, buckets = measure("cpu")
+    sess, cpu_compile_s, buckets = session("cpu", args.batches)
+    # a batch past the largest bucket gets result arrays of its own, and every batch's
+    # results are copied to compare: n rows of every batched slot, twice
+    row_bytes = bundle.dtype.itemsize * sum(int(np.prod(sess.slot_specs[k].shape))
+                                            for k in sess.batched_slots)
+    batches = [n for n in args.batches if 2 * n * row_bytes <= args.batch_bytes]
     base.update(buckets=",".join(map(str, buckets)), cpu_compile_s=cpu_compile_s)
+    cpu = timed(sess, batches)
     result = None
     if gpu:
         print(f"... bench/{name} batched: cuda", file=sys.stderr, flush=True)
-        result, base["gpu_compile_s"], _ = measure("cuda", buckets)  # the CPU's buckets
-    return batch_rows(base, args.batches, cpu, result, bundle.semiring, bundle.dtype)
+        sess = None  # (the CPU session's arena goes first)
+        sess, base["gpu_compile_s"], _ = session("cuda", buckets)  # the CPU's buckets
+        result = timed(sess, batches)
+    skipped = [dict(base, rows=n, check="skipped",
+                    detail=f"{n} rows of results, copied, need {2 * n * row_bytes / 2**20:.0f} "
+                           f"MiB, over --batch-mib {args.batch_mib}")
+               for n in args.batches if n not in batches]
+    return batch_rows(base, batches, cpu, result, bundle.semiring, bundle.dtype) + skipped
 
 
 def bench_batched_bundles(bundles, args, gpu: bool) -> list:
@@ -621,6 +635,10 @@ def main(argv=None) -> int:
         lines += ["", "Problems:", ""]
         lines += [f"- {r['name']}" + (f" (rows {r['rows']})" if "rows" in r else "")
                   + f": {r['check']}: {r['detail']}" for r in problems]
+    skipped = [r for r in rows if r["check"] == "skipped"]
+    if skipped:
+        lines += ["", "Skipped:", ""] + [f"- {r['name']} (rows {r['rows']}): {r['detail']}"
+                                         for r in skipped]
     text = "\n".join(lines) + "\n"
 
     args.out.mkdir(parents=True, exist_ok=True)
