@@ -4,8 +4,9 @@ Three tables, every row timing the same work on target "cpu" (compiled mode) and
 target "cuda", and checking that both give the same answers:
 
 1. Bundles: every bundle of ../shared/corpus and ../shared/bench (`--only`, `--bundles`).
-2. Batched bundles: a few bench bundles (`--batch-bundles`) with their first factor
-   batched, in batches of `--batches` rows (the executor alone).
+2. Batched bundles: a few bench bundles (`--batch-bundles`, which may name corpus ones
+   too) with their first factor batched, in batches of `--batches` rows (the executor
+   alone).
 3. Networks: bnlearn networks (`--networks`), `compile_model(..., evidence_vars=E,
    absorb_evidence=True, buckets=...).solve_batch(rows)` in batches of `--batches` rows of
    evidence (as perf/bench_batch.py).
@@ -342,7 +343,7 @@ def perturbed_rows(base: np.ndarray, n: int, semiring: str, rng) -> np.ndarray:
     return np.ascontiguousarray(rows, dtype=base.dtype)
 
 
-def bench_batched_bundle(bundle, name: str, args, gpu: bool) -> list:
+def bench_batched_bundle(bundle, group: str, name: str, args, gpu: bool) -> list:
     from catbp_jit.executable import compile
 
     factors = {f: np.ascontiguousarray(a, dtype=bundle.dtype) for f, (a, _) in bundle.factors.items()}
@@ -350,7 +351,7 @@ def bench_batched_bundle(bundle, name: str, args, gpu: bool) -> list:
     fid = min(factors)
     table = perturbed_rows(factors[fid], max(args.batches), bundle.semiring,
                            np.random.default_rng(0))
-    base = {"part": "batched", "group": "bench", "name": name, "semiring": bundle.semiring,
+    base = {"part": "batched", "group": group, "name": name, "semiring": bundle.semiring,
             "dtype": bundle.dtype.name, "batched": f"factor {fid}"}
 
     def session(target: str, buckets):
@@ -373,7 +374,7 @@ def bench_batched_bundle(bundle, name: str, args, gpu: bool) -> list:
 
         return time_batches(run, snapshot, batches, args)
 
-    print(f"... bench/{name} batched: cpu", file=sys.stderr, flush=True)
+    print(f"... {group}/{name} batched: cpu", file=sys.stderr, flush=True)
     sess, cpu_compile_s, buckets = session("cpu", args.batches)
     # a batch past the largest bucket gets result arrays of its own, and every batch's
     # results are copied to compare: n rows of every batched slot, twice
@@ -384,7 +385,7 @@ def bench_batched_bundle(bundle, name: str, args, gpu: bool) -> list:
     cpu = timed(sess, batches)
     result = None
     if gpu:
-        print(f"... bench/{name} batched: cuda", file=sys.stderr, flush=True)
+        print(f"... {group}/{name} batched: cuda", file=sys.stderr, flush=True)
         sess = None  # (the CPU session's arena goes first)
         sess, base["gpu_compile_s"], _ = session("cuda", buckets)  # the CPU's buckets
         result = timed(sess, batches)
@@ -399,11 +400,11 @@ def bench_batched_bundles(bundles, args, gpu: bool) -> list:
     from catbp_jit.bundle import load_bundle
 
     rows = []
-    for _, path in bundles:
+    for group, path in bundles:
         try:
-            rows += bench_batched_bundle(load_bundle(path), path.name, args, gpu)
+            rows += bench_batched_bundle(load_bundle(path), group, path.name, args, gpu)
         except Exception as e:
-            rows.append(error_row({"part": "batched", "group": "bench", "name": path.name}, e))
+            rows.append(error_row({"part": "batched", "group": group, "name": path.name}, e))
         gc.collect()
     return rows
 
@@ -559,8 +560,8 @@ def parse_args(argv):
                         help="only bundles whose name contains one of these strings "
                              "(given empty: no bundle table)")
     parser.add_argument("--batch-bundles", nargs="*", metavar="NAME",
-                        help=f"bench bundles to batch (default: {', '.join(BATCH_BUNDLES)}; "
-                             f"given empty: none)")
+                        help=f"bundles to batch, by name as --bundles (default: "
+                             f"{', '.join(BATCH_BUNDLES)}; given empty: none)")
     parser.add_argument("--networks", help=f"bnlearn networks, comma-separated (default: "
                                            f"{','.join(NETWORKS)}; '' for none)")
     parser.add_argument("--batches", help=f"rows per batch, comma-separated (default: "
@@ -615,13 +616,13 @@ def main(argv=None) -> int:
 
     args.shared = args.shared or default_shared_dir()
     bundles = find_bundles(args.shared, args.only, args.bundles) if args.bundles != [] else []
-    batch_bundles = (find_bundles(args.shared, "bench", args.batch_bundles)
+    batch_bundles = (find_bundles(args.shared, None, args.batch_bundles)
                      if args.batch_bundles else [])
     if args.bundles != [] and not bundles:
         parser.error(f"no bundles found under {args.shared} (--shared DIR; --bundles with "
                      f"no name skips them)")
     if args.batch_bundles and not batch_bundles:
-        parser.error(f"no bundles to batch under {args.shared / 'bench'} (--shared DIR; "
+        parser.error(f"no bundles to batch under {args.shared} (--shared DIR; "
                      f"--batch-bundles with no name skips them)")
     load_at_start = load_average()
     reason, device = gpu_status()
