@@ -31,8 +31,8 @@ How to run (from the repository root; on a GPU machine numba-cuda must be instal
 --batch-bundles, or --networks '', skips that table). --simulate sets
 NUMBA_ENABLE_CUDASIM=1 before numba is imported, so the CUDA kernels run in Numba's
 simulator (Python, one thread at a time): its times mean nothing, and unless told
-otherwise it takes tiny settings (a few corpus bundles, no batched bundle, batches 1 and 4,
-the network asia).
+otherwise it takes tiny settings (a few corpus bundles, one batched corpus bundle, batches
+1 and 4, the network asia).
 
 How things are measured:
 * compile: `catbp_jit.compile(...)` (or `compile_model`) timed as is; the time depends on
@@ -116,6 +116,7 @@ MAX_RUNS = 5000
 
 # the simulator runs every GPU thread as Python: tiny settings unless told otherwise
 SIM_BUNDLES = ("z4_cycle__prob_float64", "grid3_d2__logprob_float64", "chain8__sat_bool")
+SIM_BATCH_BUNDLES = ("z4_cycle__count_int64",)
 SIM_BATCHES = (1, 4)
 SIM_NETWORKS = ("asia",)
 
@@ -482,7 +483,9 @@ def fmt_compile(row: dict, t: str) -> str:
 
 
 def fmt_rate(x) -> str:
-    return "-" if x is None else f"{x:,.0f}/s"
+    if x is None:
+        return "-"
+    return f"{x:,.0f}/s" if x >= 10 else f"{x:.2g}/s"
 
 
 def bundle_line(row: dict) -> list:
@@ -586,7 +589,7 @@ def parse_args(argv):
         args.bundles = list(SIM_BUNDLES)
         args.only = args.only or "corpus"
     if args.batch_bundles is None:
-        args.batch_bundles = [] if sim else list(BATCH_BUNDLES)
+        args.batch_bundles = list(SIM_BATCH_BUNDLES if sim else BATCH_BUNDLES)
     networks = (",".join(SIM_NETWORKS if sim else NETWORKS) if args.networks is None
                 else args.networks)
     args.networks = [n for n in networks.split(",") if n]
