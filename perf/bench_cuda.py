@@ -101,7 +101,8 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
-sys.path.insert(0, str(HERE))  # bench.py, bench_batch.py: imported once numba may be
+sys.path.insert(0, str(HERE))  # bench.py, bench_batch.py; imported in functions: bench.py
+# imports numba, which reads NUMBA_ENABLE_CUDASIM (--simulate) once, when first imported
 
 BATCHES = (1, 64, 1024, 16384)
 NETWORKS = ("alarm", "hailfinder", "win95pts", "pathfinder", "water")
@@ -600,6 +601,8 @@ def parse_args(argv):
         parser.error(f"--batches: comma-separated row counts, got {batches!r}")
     if not args.batches or min(args.batches) < 1:
         parser.error(f"--batches: positive row counts, got {batches!r}")
+    if args.observed < 1:
+        parser.error("--observed: at least 1 (the rows of a batch are evidence rows)")
     if args.budget is None:
         args.budget = QUICK_BUDGET_S if args.quick else BUDGET_S
     args.min_runs = 1 if sim else MIN_RUNS
