@@ -348,13 +348,14 @@ def perturbed_rows(base: np.ndarray, n: int, semiring: str, rng) -> np.ndarray:
 def bench_batched_bundle(bundle, group: str, name: str, args, gpu: bool) -> list:
     from catbp_jit.executable import compile
 
-    factors = {f: np.ascontiguousarray(a, dtype=bundle.dtype) for f, (a, _) in bundle.factors.items()}
-    selectors = {s: np.ascontiguousarray(a, dtype=bundle.dtype) for s, (a, _) in bundle.selectors.items()}
+    dtype = bundle.dtype
+    factors = {f: np.ascontiguousarray(a, dtype=dtype) for f, (a, _) in bundle.factors.items()}
+    selectors = {s: np.ascontiguousarray(a, dtype=dtype) for s, (a, _) in bundle.selectors.items()}
     fid = min(factors)
     table = perturbed_rows(factors[fid], max(args.batches), bundle.semiring,
                            np.random.default_rng(0))
     base = {"part": "batched", "group": group, "name": name, "semiring": bundle.semiring,
-            "dtype": bundle.dtype.name, "batched": f"factor {fid}"}
+            "dtype": dtype.name, "batched": f"factor {fid}"}
 
     def session(target: str, buckets):
         def compile_with(bs):
@@ -380,7 +381,7 @@ def bench_batched_bundle(bundle, group: str, name: str, args, gpu: bool) -> list
     sess, cpu_compile_s, buckets = session("cpu", args.batches)
     # a batch past the largest bucket gets result arrays of its own, and every batch's
     # results are copied to compare: n rows of every batched slot, twice
-    row_bytes = bundle.dtype.itemsize * sum(int(np.prod(sess.slot_specs[k].shape))
+    row_bytes = dtype.itemsize * sum(int(np.prod(sess.slot_specs[k].shape))
                                             for k in sess.batched_slots)
     batches = [n for n in args.batches if 2 * n * row_bytes <= args.batch_bytes]
     base.update(buckets=",".join(map(str, buckets)), cpu_compile_s=cpu_compile_s)
@@ -395,7 +396,7 @@ def bench_batched_bundle(bundle, group: str, name: str, args, gpu: bool) -> list
                     detail=f"{n} rows of results, copied, need {2 * n * row_bytes / 2**20:.0f} "
                            f"MiB, over --batch-mib {args.batch_mib}")
                for n in args.batches if n not in batches]
-    return batch_rows(base, batches, cpu, result, bundle.semiring, bundle.dtype) + skipped
+    return batch_rows(base, batches, cpu, result, bundle.semiring, dtype) + skipped
 
 
 def bench_batched_bundles(bundles, args, gpu: bool) -> list:
@@ -642,7 +643,8 @@ def main(argv=None) -> int:
     if bundle_rows:
         lines += ["", "## Bundles", ""] + table(BUNDLE_COLUMNS, map(bundle_line, bundle_rows))
     if batched_rows:
-        lines += ["", "## Batched bundles (the first factor batched)", ""] + batch_table(batched_rows)
+        lines += ["", "## Batched bundles (the first factor batched)", ""]
+        lines += batch_table(batched_rows)
     if network_rows:
         lines += ["", f"## Networks (solve_batch, {args.observed} observed)", ""]
         lines += batch_table(network_rows)
