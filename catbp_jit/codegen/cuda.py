@@ -193,7 +193,7 @@ def _n_out() -> List[str]:
 def _kernel(pattern: KernelPattern, sr: Semiring) -> List[str]:
     k = pattern.leaves
     b = [f"b{l}" for l in range(k)]
-    lines = ["", "", "@cuda.jit",
+    lines = ["", "", "@cuda.jit(cache=True)",
              f"def {ENTRY}(mem, P, p):",
              '    """Segment p of the table: one output element per thread, grid-stride."""',
              "    out = P[p + OUT]",
@@ -231,7 +231,7 @@ def _kernel(pattern: KernelPattern, sr: Semiring) -> List[str]:
 
 
 def _normalize(pattern: KernelPattern, sr: Semiring) -> List[str]:
-    lines = ["", "", "@cuda.jit",
+    lines = ["", "", "@cuda.jit(cache=True)",
              f"def {NORMALIZE_ENTRY}(mem, P, p):",
              '    """NORMALIZE the output of segment p (after `kernel`): one group per thread, its',
              "    groups, gs, es: part g at out + g * gs, its elements es apart",

@@ -14,7 +14,7 @@ from typing import Any, Callable, List, Optional
 
 import numpy as np
 
-from ..cache import KernelCache, default_cache
+from ..cache import CacheMissError, KernelCache, default_cache
 from ..errors import CudaUnavailableError
 from ..plan.pipeline import Plan
 from ..plan.schedule import KernelPattern
@@ -82,7 +82,17 @@ def load_cuda_kernel(pattern: KernelPattern, cache: KernelCache, device: str,
     if pattern.normalize:
         normalize = cache.get(identity, unit.source, render.NORMALIZE_ENTRY, signatures=sigs,
                               target="cuda")
-    return CudaKernel(pattern, cache.key_for(identity, "cuda"), unit.source, entry, 0, normalize)
+    key = cache.key_for(identity, "cuda")
+    if cache.policy == "strict":
+        # numba-cuda loads its compiled code itself (our load hooks pin CPU dispatchers
+        # only): a signature it had to compile is a miss the strict policy forbids
+        compiled = sum(sum(getattr(fn, "_cache_misses", {}).values())
+                       for fn in (entry, normalize) if fn is not None)
+        if compiled:
+            raise CacheMissError(f"CUDA kernel {pattern.name} (key {key}): compiled, not "
+                                 f"found in {cache.directory!r}; policy 'strict' forbids "
+                                 f"compiling")
+    return CudaKernel(pattern, key, unit.source, entry, 0, normalize)
 
 
 def build_cuda(plan: Plan, *, mode: str = "compiled", cache: Optional[KernelCache] = None,
