@@ -98,6 +98,8 @@ class Executable:
     def kernel_source(self, k: Union[int, str] = 0) -> str:
         """Generated source of kernel k (its index, pattern name or key), or 'dispatcher'."""
         if k == "dispatcher":
+            if not self.dispatcher_source:  # a GPU's steps are launched from Python
+                raise KeyError(f"target {self.target!r} has no compiled dispatcher")
             return self.dispatcher_source
         for i, kern in enumerate(self.kernels):
             if k in (i, kern.pattern.name, kern.key):

@@ -272,3 +272,15 @@ def test_drop_in_virtual_machine_on_cuda():
     assert results["cpu"].keys() == results["cuda"].keys()
     for k, a in results["cpu"].items():
         np.testing.assert_allclose(results["cuda"][k], a, rtol=1e-12, atol=0)
+
+
+def test_kernel_source_and_listing_on_cuda():
+    b = bundle("z4_cycle__prob_float64")
+    exe = compile_for(b, "cuda")
+    text = exe.as_text()
+    assert "target cuda" in text and f"kernels ({len(exe.kernels)})" in text
+    for i, k in enumerate(exe.kernels):
+        assert exe.kernel_source(i) == exe.kernel_source(k.pattern.name) == k.source
+        assert "@cuda.jit(cache=True)" in k.source and "def kernel(mem, P, p)" in k.source
+    with pytest.raises(KeyError, match="no compiled dispatcher"):
+        exe.kernel_source("dispatcher")
