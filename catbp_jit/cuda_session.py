@@ -5,7 +5,7 @@ schedule table on the device, and a pinned host staging arena of the same layout
 views the inputs are copied into (the checks are Session's). A run makes one host ->
 device transfer of the inputs and constants (they lead the arena, plan/arena.py), one per
 slot handed in, then launches every step's kernels in schedule order on the default
-stream. Results stay on the device until read: `sess.slots[key]` copies that slot into
+stream (the static steps only when Session.run says so: see session.py). Results stay on the device until read: `sess.slots[key]` copies that slot into
 its pinned view on first access after a run; `sess.device_slots[key]` is the device array
 itself (`__cuda_array_interface__`: CuPy, PyTorch and others read it without a copy).
 Nothing is allocated per run, on the host or the device, besides the launches.
@@ -93,12 +93,13 @@ class CudaSession(Session):
         for key in self._results:
             self.slots[key]
 
-    def _execute(self) -> None:
+    def _execute(self, first: int) -> None:
         for host, device in self._uploads:
             device.copy_to_device(host)
         mem, table = self.device_mem, self.device_table
         steps = self.exe.schedule.steps
-        for i, launches in enumerate(self._launches):
+        for i in range(first, len(self._launches)):  # first: 0, or the first dynamic step
+            launches = self._launches[i]
             if self.before is not None:
                 self.before(i, steps[i])
             for launch, p in launches:

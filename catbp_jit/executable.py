@@ -33,6 +33,7 @@ from .plan.graph import Graph
 from .plan.options import PlanOptions
 from .plan.pipeline import Plan, plan as plan_adapted
 from .plan.schedule import Schedule
+from .plan.static import StaticInputs
 from .semiring import VMSemiringRuntime, adapt_semiring
 
 MODES = ("compiled", "loop")
@@ -87,6 +88,7 @@ class Executable:
             "instructions": n_ins,
             "graph_nodes": len(self.graph.nodes),
             "segments": len(self.schedule.steps),
+            "static_segments": self.plan.n_static,
             "kernels": len(self.kernels),
             "cache": dict(self.cache_stats),
             "arena_bytes": self.memory.class_bytes(),
@@ -118,7 +120,8 @@ class Executable:
                  + f"; total {m.total_bytes}",
                  f"kernels ({len(self.kernels)}):"]
         lines += [f"  K{i} {k.pattern.name}  key {k.key[:16]}" for i, k in enumerate(self.kernels)]
-        lines.append(f"schedule ({len(self.schedule.steps)} steps):")
+        static = f", the first {self.plan.n_static} static" if self.plan.n_static else ""
+        lines.append(f"schedule ({len(self.schedule.steps)} steps{static}):")
         for i, st in enumerate(self.schedule.steps):
             seg = st.segment
             leaves = ", ".join(f"v{l}@{region(l)}" for l in seg.leaves)
@@ -140,9 +143,13 @@ class Executable:
     def save(self, path: Union[str, os.PathLike]) -> None:
         """The programs, specs and options as JSON; `load` re-plans (cheap) and takes the
         kernels from the disk cache, so a saved executable runs under CATBP_JIT_CACHE=strict."""
-        write_saved(path, saved_document(self.programs, self.semiring, self.mode, self.target,
-                                         self.factor_specs, self.selector_specs,
-                                         self.slot_specs, self.kernels))
+        doc = saved_document(self.programs, self.semiring, self.mode, self.target,
+                             self.factor_specs, self.selector_specs, self.slot_specs,
+                             self.kernels)
+        if self.plan.static:
+            doc.update(static_factors=sorted(self.plan.static.factors),
+                       static_selectors=sorted(self.plan.static.selectors))
+        write_saved(path, doc)
 
 
 def saved_document(programs: List[Program], sr: VMSemiringRuntime, mode: str, target: str,
@@ -235,13 +242,15 @@ def load(path: Union[str, os.PathLike], *,
     target, mode = field("target", one_of(TARGETS)), field("mode", one_of(MODES))
     adapted = adapt_inputs(programs, sr, fspecs, sspecs, lspecs, target, mode)
     options = PlanOptions.for_target(target)
+    static = StaticInputs(frozenset(field("static_factors", ids) if "static_factors" in doc else ()),
+                          frozenset(field("static_selectors", ids) if "static_selectors" in doc else ()))
     if batched:
         from .batched import build_batched, plan_batched
 
         bplan = plan_batched(*adapted, options=options, **batched)
         plans = list(bplan.plans.values())
     else:
-        plans = [plan_adapted(*adapted, options)]
+        plans = [plan_adapted(*adapted, options, static=static)]
     if saved is not None:  # (files saved before kernel identities were recorded: unchecked)
         check_saved_kernels(where, saved, {identity_digest(p, target) for pl in plans
                                            for p in pl.schedule.patterns})
@@ -285,7 +294,8 @@ def compile(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
             progress: Optional[Callable[[str], None]] = None,
             workers: Optional[int] = None, batched_factors: Optional[Any] = None,
             batched_selectors: Optional[Any] = None, buckets: Optional[Any] = None,
-            options: Optional[PlanOptions] = None) -> Union[Executable, "BatchedExecutable"]:
+            options: Optional[PlanOptions] = None, static_factors: Optional[Any] = None,
+            static_selectors: Optional[Any] = None) -> Union[Executable, "BatchedExecutable"]:
     """Plan, lower and compile linked programs for inputs of the given specs.
 
     programs: one program or a list run in order with slots carried over (upward,
@@ -305,9 +315,21 @@ def compile(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
 
     options: the planner's knobs (plan/options.py; default PlanOptions.for_target(target));
     max_bytes and max_total_bytes, when given, override its fields of those names.
+
+    static_factors / static_selectors: ids of inputs whose values stay fixed until a run
+    gives them again; the segments computed from them alone run only then (partial
+    evaluation, plan/static.py and Session.run). Not with batched inputs.
     """
     options = plan_options(target, options, max_bytes, max_total_bytes)
+    static = static_inputs(static_factors, static_selectors)
     if batched_factors or batched_selectors or buckets is not None:
+        if static:
+            from .ir.batch import BatchedCompileError
+
+            raise BatchedCompileError(
+                "static_factors / static_selectors are not supported with batched inputs "
+                "(a batched executable already computes its unbatched inputs' segments once "
+                "per run, for every row); compile without batching to declare static inputs")
         from .batched import compile_batched
 
         return compile_batched(programs, sr, factor_specs=factor_specs,
@@ -318,9 +340,21 @@ def compile(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
                                batched_selectors=batched_selectors or (), buckets=buckets,
                                options=options)
     the_plan = plan_adapted(*adapt_inputs(programs, sr, factor_specs, selector_specs,
-                                          slot_specs, target, mode), options)
+                                          slot_specs, target, mode), options, static=static)
     return build(the_plan, target=target, mode=mode, cache=cache, progress=progress,
                  workers=workers)
+
+
+def static_inputs(factors: Optional[Any], selectors: Optional[Any]) -> StaticInputs:
+    """The static ids as given to compile() or plan(), checked to be integers."""
+    def ids(given, kind):
+        try:
+            return frozenset(_as_int(int(i) if isinstance(i, np.integer) else i)
+                             for i in (given or ()))
+        except TypeError:
+            raise TypeError(f"static_{kind}s must be a collection of {kind} ids, "
+                            f"got {given!r}") from None
+    return StaticInputs(ids(factors, "factor"), ids(selectors, "selector"))
 
 
 def plan_options(target: str, options: Optional[PlanOptions], max_bytes: int = DEFAULT_MAX_BYTES,
@@ -337,12 +371,14 @@ def plan_options(target: str, options: Optional[PlanOptions], max_bytes: int = D
 def plan(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
          selector_specs: Optional[Mapping[int, Any]] = None,
          slot_specs: Optional[Mapping[Any, Any]] = None, target: str = "cpu",
-         options: Optional[PlanOptions] = None) -> Plan:
+         options: Optional[PlanOptions] = None, static_factors: Optional[Any] = None,
+         static_selectors: Optional[Any] = None) -> Plan:
     """Only the planning half of compile(): no kernel is rendered or compiled. options:
-    the planner's knobs (default PlanOptions.for_target(target))."""
+    the planner's knobs (default PlanOptions.for_target(target)); static_*: as compile's."""
     return plan_adapted(*adapt_inputs(programs, sr, factor_specs, selector_specs, slot_specs,
                                       target, "compiled"),
-                        options or PlanOptions.for_target(target))
+                        options or PlanOptions.for_target(target),
+                        static=static_inputs(static_factors, static_selectors))
 
 
 def adapt_inputs(programs: Any, sr: Any, factor_specs: Mapping[int, Any],

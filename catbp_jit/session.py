@@ -1,5 +1,12 @@
 """Session: an executable bound to its memory. `run` copies inputs in and walks the
 schedule; it allocates nothing (no numpy buffer, a constant number of Numba NRT records).
+
+Static inputs (compile(static_factors=..., static_selectors=...), plan/static.py): the
+schedule's first `plan.n_static` steps read only static inputs, constants and each other.
+They run in the first run after bind and in every run that is given a value for any
+static input (whatever the value); every other run starts at the first dynamic step and
+reads the static results the last such run left in memory. Results written by static
+steps are results like any other.
 """
 
 from __future__ import annotations
@@ -8,6 +15,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 import numpy as np
 
+from . import abi
 from .errors import InputMismatchError, UnknownInputError
 from .ir.adapt import adapt_slot_key
 from .ir.schema import TensorSpec
@@ -54,6 +62,8 @@ class Session:
             b.ident: (view(b), b.spec) for b in plan.bound(RESULT)}
 
         self._n_steps = len(exe.schedule.steps)
+        self._n_static = exe.plan.n_static
+        self._static = exe.plan.static
         self._prepare()
 
     def _prepare(self) -> None:
@@ -65,6 +75,13 @@ class Session:
         self._dispatch_args = (mem_at, self.mem.size, tab_at, self.table.size,
                                exe.kernel_addresses.ctypes.data, exe.kernel_addresses.size,
                                self._n_steps)
+        # the dynamic steps alone: the dispatcher runs rows 0..n-1 of its table, so a copy
+        # of the table whose head lists only the dynamic steps' rows (params unchanged)
+        self.dynamic_table = (dynamic_table(self.table, self._n_static, self._n_steps)
+                              if self._n_static else self.table)
+        self._dynamic_args = (mem_at, self.mem.size, self.dynamic_table.ctypes.data,
+                              self.dynamic_table.size) + self._dispatch_args[4:6] + \
+            (self._n_steps - self._n_static,)
         if exe.mode == "loop":
             self._calls = [(exe.kernels[exe.schedule.kernel_id(i)].entry,
                             (mem_at, self.mem.size, tab_at, self.table.size,
@@ -74,6 +91,7 @@ class Session:
     def fill_constants(self) -> None:
         for c in self._constants:
             c.fill(self.exe.semiring.kind.one)
+        self.stale = True  # static steps read constants (and another session wrote here)
 
     # -- inputs --------------------------------------------------------------------------
 
@@ -115,6 +133,8 @@ class Session:
             if target is not None:
                 np.copyto(target, arr)
                 self._unset.discard((kind, ident))
+                if self._static.holds(kind, ident):
+                    self.stale = True
         if self._unset:
             missing = sorted(f"{k} {i!r}" for k, i in self._unset)
             raise UnknownInputError(f"no value given yet for {', '.join(missing[:10])}"
@@ -125,30 +145,45 @@ class Session:
     def run(self, factors: Optional[Mapping[int, np.ndarray]] = None,
             selectors: Optional[Mapping[int, np.ndarray]] = None,
             slots: Optional[Mapping[Any, Any]] = None) -> Dict[tuple, Tuple[np.ndarray, TensorSpec]]:
-        """Copy the given inputs in (inputs not given keep their last values) and run.
+        """Copy the given inputs in (inputs not given keep their last values) and run: the
+        static steps only in the first run and when a static input is given (see the
+        module docstring), then the dynamic steps.
 
         Returns `self.slots`: slot key -> (view, spec), valid until the next run.
         """
         if factors or selectors or slots or self._unset:
             self._bind_inputs(factors, selectors, slots)
-        self._execute()
+        self._execute(0 if self.stale else self._n_static)
+        self.stale = False
         return self.slots
 
     def fetch(self) -> None:
         """Make every result readable on the host: here they already are (a CUDA session
         copies them back)."""
 
-    def _execute(self) -> None:
+    def _execute(self, first: int) -> None:
+        """Run steps first..n-1 (first: 0, or the first dynamic step)."""
         if self.exe.mode == "compiled":
-            self.exe.dispatcher(*self._dispatch_args)
+            self.exe.dispatcher(*(self._dispatch_args if first == 0 else self._dynamic_args))
         elif self.before is None and self.after is None:
-            for fn, args in self._calls:
+            for i in range(first, self._n_steps):
+                fn, args = self._calls[i]
                 fn(*args)
         else:
             steps = self.exe.schedule.steps
-            for i, (fn, args) in enumerate(self._calls):
+            for i in range(first, self._n_steps):
+                fn, args = self._calls[i]
                 if self.before is not None:
                     self.before(i, steps[i])
                 fn(*args)
                 if self.after is not None:
                     self.after(i, steps[i])
+
+
+def dynamic_table(table: np.ndarray, n_static: int, n_steps: int) -> np.ndarray:
+    """A copy of a schedule table whose first rows are those of steps n_static..n_steps-1
+    (abi.py: the rows are (kernel id, parameter offset); the parameters stay put)."""
+    out = table.copy()
+    rows = slice(abi.STEP_ROW * n_static, abi.STEP_ROW * n_steps)
+    out[:abi.STEP_ROW * (n_steps - n_static)] = table[rows]
+    return out

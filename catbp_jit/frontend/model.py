@@ -6,6 +6,9 @@ evidence as factor values and runs: no recompilation. Evidence enters either as 
 factors (the default: any subset of the evidence variables may be observed in a call) or,
 with absorb_evidence=True, as the factors cut at the observed states (absorb.py: smaller
 cliques, and every call observes all of them). `solve` does both steps, absorbing.
+The factors that do not carry evidence are static inputs of the executable (partial
+evaluation, plan/static.py): the messages computed from them alone run in the first solve
+only; each later solve runs just the evidence-dependent part.
 PROB runs scaled (scaling.py): tables and messages are kept near 1 and Z is rebuilt from
 their scales, so log Z in the thousands neither overflows nor underflows. An answer that
 is not exact is never returned: a Z of 0 in PROB is checked with SAT, and lost precision
@@ -84,7 +87,11 @@ class CompiledModel:
                  evidence_vars: Sequence[str] = (), absorb_evidence: bool = False,
                  target: str = "cpu", dtype: Any = None,
                  max_clique_bytes: int = MAX_CLIQUE_BYTES, max_total_bytes: Optional[int] = None,
-                 buckets: Optional[Sequence[int]] = None, progress: Optional[Progress] = None):
+                 buckets: Optional[Sequence[int]] = None, progress: Optional[Progress] = None,
+                 partial_evaluation: bool = True):
+        """partial_evaluation: the factors that carry no evidence are static inputs, so
+        each solve runs only the segments that depend on the evidence (False: every
+        segment in every solve; the answers are the same bits)."""
         say = progress or (lambda msg: None)
         self.graph = graph
         self.semiring = _semiring_name(semiring)
@@ -149,8 +156,11 @@ class CompiledModel:
         self._count_may_wrap = self.semiring == "COUNT" and math.prod(sizes) >= 2**63
         if target != "reference":
             from ..executable import compile as jit_compile
+            # every factor but the cut factors or indicators keeps its value for good
+            static = {f for f in range(len(self.planned.factors))
+                      if f not in rebound and f in self.factor_specs} if partial_evaluation else ()
             self.executable = jit_compile(list(self.programs), self.sr, factor_specs=self.factor_specs,
-                                          target=target, progress=progress)
+                                          target=target, progress=progress, static_factors=static)
             self._session = self.executable.bind()
             self._bound = False
         self._progress = progress

@@ -5,6 +5,9 @@ The buffer is split into arenas by class, each starting on such a boundary:
   inputs     factors and selectors, written by `Session.run` before the schedule runs
   constants  UNIT tensors, written once at bind time
   slots      slot results (and slots handed in), which must survive the whole run
+  static     values of static segments that dynamic ones read (plan/static.py): they must
+             survive from the run that computed them to every later run, so nothing shares
+             their memory
   workspace  every other value, placed by linear-scan first fit over live intervals, so
              values whose lifetimes do not overlap share memory
 """
@@ -12,7 +15,7 @@ The buffer is split into arenas by class, each starting on such a boundary:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Tuple
+from typing import AbstractSet, Dict, List, Tuple
 
 from ..ir.schema import element_count
 from .fusion import Fused
@@ -20,7 +23,7 @@ from .graph import FACTOR, SELECTOR, SLOT_IN, UNIT
 from .liveness import Interval, live_intervals
 
 ALIGN_BYTES = 64
-CLASSES = ("inputs", "constants", "slots", "workspace")
+CLASSES = ("inputs", "constants", "slots", "static", "workspace")
 
 
 @dataclass(frozen=True)
@@ -51,8 +54,8 @@ def _round_up(n: int, step: int) -> int:
     return -(-n // step) * step
 
 
-def value_classes(fused: Fused) -> Dict[int, str]:
-    """The arena each value lives in."""
+def value_classes(fused: Fused, persistent: AbstractSet[int] = frozenset()) -> Dict[int, str]:
+    """The arena each value lives in (persistent: see plan/static.py)."""
     stored = set(fused.outputs.values())
     classes = {}
     for value in fused.specs:
@@ -63,6 +66,8 @@ def value_classes(fused: Fused) -> Dict[int, str]:
             classes[value] = "constants"
         elif kind == SLOT_IN or value in stored:
             classes[value] = "slots"
+        elif value in persistent:
+            classes[value] = "static"
         else:
             classes[value] = "workspace"
     return classes
@@ -87,10 +92,12 @@ def first_fit(intervals: List[Interval], sizes: Dict[int, int], step: int) -> Tu
     return placed, high
 
 
-def plan_memory(fused: Fused, itemsize: int, align_bytes: int = ALIGN_BYTES) -> MemoryPlan:
+def plan_memory(fused: Fused, itemsize: int, align_bytes: int = ALIGN_BYTES,
+                persistent: AbstractSet[int] = frozenset()) -> MemoryPlan:
+    """persistent: values that keep their own region across runs (plan/static.py)."""
     step = max(1, align_bytes // itemsize)  # elements per alignment unit
     sizes = {v: max(1, element_count(spec)) for v, spec in fused.specs.items()}
-    classes = value_classes(fused)
+    classes = value_classes(fused, persistent)
     by_class: Dict[str, List[int]] = {c: [] for c in CLASSES}
     for v in fused.specs:
         by_class[classes[v]].append(v)
@@ -98,7 +105,7 @@ def plan_memory(fused: Fused, itemsize: int, align_bytes: int = ALIGN_BYTES) -> 
     intervals = live_intervals(fused.segments)
     local: Dict[int, int] = {}
     used: Dict[str, int] = {}
-    for cls in ("inputs", "constants", "slots"):
+    for cls in ("inputs", "constants", "slots", "static"):
         cursor = 0
         for v in sorted(by_class[cls]):
             local[v] = cursor

@@ -1,7 +1,7 @@
 """plan(): adapted programs -> Plan, everything that does not need a compiler.
 
-    validate -> build_graph -> optimize -> fuse -> plan_memory -> choose_layouts
-    -> build_schedule, and the binding table
+    validate -> build_graph -> optimize -> fuse -> choose_layouts -> static_first
+    -> plan_memory -> build_schedule, and the binding table
 
 A Plan is plain data: a target renders its schedule's kernel patterns (codegen/cpu.py,
 codegen/cuda.py) and a session binds its memory by reading `bindings` alone.
@@ -24,6 +24,7 @@ from .layout import choose_layouts
 from .options import PlanOptions
 from .passes import optimize
 from .schedule import Schedule, build_schedule
+from .static import StaticInputs, check_static_ids, persistent_values, static_first
 
 # Binding kinds: what a session writes before a run, and what it reads after one.
 FACTOR_INPUT, SELECTOR_INPUT, SLOT_INPUT = "factor", "selector", "slot"
@@ -59,27 +60,39 @@ class Plan:
     memory: MemoryPlan
     schedule: Schedule
     bindings: List[Binding] = field(default_factory=list)
+    static: StaticInputs = StaticInputs()  # inputs declared static (plan/static.py)
+    n_static: int = 0  # schedule.steps[:n_static] are the static steps
 
     def bound(self, kind: str) -> List[Binding]:
         return [b for b in self.bindings if b.kind == kind]
 
 def plan(progs: List[Program], sr: VMSemiringRuntime, fspecs: Dict[int, TensorSpec],
          sspecs: Dict[int, TensorSpec], lspecs: Dict[tuple, TensorSpec],
-         options: PlanOptions = PlanOptions(), batch_key: Optional[tuple] = None) -> Plan:
+         options: PlanOptions = PlanOptions(), batch_key: Optional[tuple] = None,
+         static: StaticInputs = StaticInputs()) -> Plan:
     """The plan of adapted programs. batch_key: the batch axis of programs rewritten by
-    ir/batch.py (their NORMALIZEs work per row), else None. A plan whose arenas exceed
+    ir/batch.py (their NORMALIZEs work per row), else None. static: the inputs whose
+    segments run only when they change (plan/static.py). A plan whose arenas exceed
     options.max_total_bytes raises PlanTooLargeError."""
+    check_static_ids(static, fspecs.keys(), sspecs.keys(), program_names(progs))
     checked = validate_programs(progs, factor_specs=fspecs, selector_specs=sspecs,
                                 slot_specs=lspecs, itemsize=sr.dtype.itemsize,
                                 max_bytes=options.max_bytes)
     graph = optimize(build_graph(checked, sr.name, lspecs))
     fused = fuse(graph, options.max_leaves)
-    memory = plan_memory(fused, sr.dtype.itemsize, options.align_bytes)
+    # layouts first: they break ties by program order, and must not depend on `static`
+    layouts = choose_layouts(fused, batch_key)
+    fused, n_static = static_first(fused, static)
+    memory = plan_memory(fused, sr.dtype.itemsize, options.align_bytes,
+                         persistent_values(fused, n_static))
     check_plan_fits(progs, memory, options.max_total_bytes)
-    schedule = build_schedule(fused, memory, sr.dtype.name, choose_layouts(fused, batch_key),
-                              batch_key, options)
+    schedule = build_schedule(fused, memory, sr.dtype.name, layouts, batch_key, options)
     return Plan(progs, sr, fspecs, sspecs, lspecs, options, batch_key, graph, fused, memory,
-                schedule, binding_table(fused, memory))
+                schedule, binding_table(fused, memory), static, n_static)
+
+
+def program_names(programs: List[Program]) -> str:
+    return ", ".join(p.name or f"p{i}" for i, p in enumerate(programs))
 
 
 def binding_table(fused: Fused, memory: MemoryPlan) -> List[Binding]:
@@ -104,7 +117,7 @@ def check_plan_fits(programs: List[Program], memory: MemoryPlan,
     limit = memory_limit(max_total_bytes)
     if memory.total_bytes <= limit:
         return
-    names = ", ".join(p.name or f"p{i}" for i, p in enumerate(programs))
+    names = program_names(programs)
     arenas = ", ".join(f"{c} {format_bytes(b)}" for c, b in memory.class_bytes().items())
     raise PlanTooLargeError(
         f"programs [{names}]: the memory plan needs {format_bytes(memory.total_bytes)} "
