@@ -110,13 +110,15 @@ def test_an_answer_stays_valid_after_the_next_solve():
 @pytest.mark.parametrize("semiring", ["prob", "logprob", "sat", "count"])
 @pytest.mark.parametrize("absorb", [False, True])
 def test_raw_marginals_are_the_programs_slots(semiring, absorb):
-    """Each variable's raw marginal is its marginal slot (an absorbed one: Z at its state)."""
+    """Each variable's raw marginal is its marginal slot (an absorbed one: Z at its state;
+    x2 has 4 states and x3 2, so the flat array, grouped by domain size, lists them in the
+    other order than the graph)."""
     graph = chain(7)
     if semiring == "count":
         graph = factor_graph(graph.variables, [(f.scope, (f.values > 0.5).astype(float))
                                                for f in graph.factors])
-    model = compile_model(graph, semiring, evidence_vars=["x3", "x5"], absorb_evidence=absorb)
-    evidence = {"x3": 1, "x5": 2}
+    model = compile_model(graph, semiring, evidence_vars=["x3", "x2"], absorb_evidence=absorb)
+    evidence = {"x3": 1, "x2": 3}
     sol = model.solve(evidence)
     slots = model.run_slots(evidence)
     index = model.planned.index()

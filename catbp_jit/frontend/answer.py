@@ -56,7 +56,7 @@ class AnswerLayout:
     groups: Tuple[Tuple[int, int, int], ...]  # (start, stop, domain size) of each group
     planned: np.ndarray  # flat positions the planned marginal slots fill, in keys' order
     # (ascending: keys list the planned variables in the flat array's order)
-    observed: np.ndarray  # start of each absorbed variable's segment
+    observed: np.ndarray  # start of each absorbed variable's segment, in the graph's order
     observed_all: np.ndarray  # every flat position of the absorbed variables
 
     @property
@@ -72,7 +72,7 @@ class AnswerLayout:
     def raw(self, values: np.ndarray, states: Sequence[int], zero, dtype) -> np.ndarray:
         """The flat raw marginals from the gathered values (Z, scales, planned marginals):
         an absorbed variable's is Z at its observed state and zero elsewhere (what the
-        indicator model computes)."""
+        indicator model computes). states: the absorbed variables', in the graph's order."""
         marg = values[1 + self.n_scales:]
         if not self.observed.size:
             return marg.astype(dtype, copy=False)
@@ -98,7 +98,7 @@ def answer_layout(names: Sequence[str], domains: Mapping[str, int],
     # the marginal slots are read in the flat array's order: without absorbed variables
     # the gathered values are the flat array itself
     planned = [v for v in by_size if v in planned_index]
-    absorbed = [v for v in by_size if v not in planned_index]
+    absorbed = [v for v in names if v not in planned_index]  # as the model lists them
     at = {v: at[v] for v in names}  # iterated in the graph's order
 
     def positions(vs):
