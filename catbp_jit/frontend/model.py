@@ -319,7 +319,9 @@ class CompiledModel:
             values = [np.ravel(slots[k]) for k in self._answer.keys]
             return np.concatenate(values), slots[("exponent",)]
         exponent = self._run(evidence)
-        self._session.fetch()  # (a CUDA session copies its results to the host buffer)
+        if self.target == "cuda":  # copy back these slots only (not the beliefs and messages)
+            for k in self._answer.keys:
+                self._session.slots[k]
         return self._session.mem[self._gather], exponent
 
     def solve(self, evidence: Optional[Mapping[str, Any]] = None) -> Solution:
