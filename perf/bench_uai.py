@@ -109,8 +109,11 @@ def child_ours(path: Path, max_bytes: int, repeat: int, budget_s: float) -> None
             model = compile_model(graph, s, evidence_vars=list(evidence), absorb_evidence=True,
                                   max_clique_bytes=max_bytes, max_total_bytes=max_bytes)
         except (FactorGraphError, CatbpError, MemoryError) as e:
-            _emit(refused=str(e).splitlines()[0])
-            return
+            if s == "prob":
+                _emit(refused=str(e).splitlines()[0])
+                return
+            _emit(**{f"{s}_error": str(e).splitlines()[0]})  # PROB's answer stays in the row
+            continue
         _emit(max_clique_states=model.stats["max_clique_states"],
               **{f"{s}_plan_s": model.times["plan_s"], f"{s}_compile_s": model.times["compile_s"]})
         try:
@@ -264,8 +267,8 @@ RULE = "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|--:|--:|"
 
 def table_row(r: dict) -> str:
     name = r["name"] + (" **WRONG**" if r.get("wrong") else "")
-    if "status" in r and "prob_best_s" in r:  # PROB answered, LOGPROB not
-        name += f" (LOGPROB: {r['status']})"
+    if "prob_best_s" in r and ("status" in r or "logprob_error" in r):  # LOGPROB unanswered
+        name += f" (LOGPROB: {r.get('logprob_error') or r['status']})"
     pub = (f"{fmt_s(r['published_s'])} {r['published_library']}" if "published_s" in r else "-")
     if "refused" in r or "prob_best_s" not in r:
         why = r.get("refused") and f"refused: {r['refused']}" or r.get("status") \
