@@ -121,7 +121,8 @@ def child_ours(path: Path, max_bytes: int, repeat: int, budget_s: float) -> None
         except CatbpError as e:
             _emit(**{f"{s}_error": str(e).splitlines()[0]})
             continue
-        finite = math.isfinite(sol.log_Z) and all(np.isfinite(m).all() for m in sol.marginals.values())
+        finite = math.isfinite(sol.log_Z) and all(np.isfinite(m).all()
+                                                  for m in sol.marginals.values())
         _emit(**{f"{s}_best_s": best, f"{s}_median_s": median, f"{s}_runs": runs,
                  f"{s}_log_Z": sol.log_Z, f"{s}_finite": bool(finite),
                  f"{s}_mar_err": mar_error(sol.marginals, want) if want else None})
@@ -136,7 +137,8 @@ def pyagrum_mrf(gum, graph):
         key = frozenset(f.scope)
         if key in merged:
             scope, values = merged[key]
-            merged[key] = (scope, values * np.transpose(f.values, [f.scope.index(v) for v in scope]))
+            axes = [f.scope.index(v) for v in scope]
+            merged[key] = (scope, values * np.transpose(f.values, axes))
         else:
             merged[key] = (tuple(f.scope), np.asarray(f.values, dtype=np.float64))
     mrf = gum.MarkovRandomField()
@@ -147,7 +149,8 @@ def pyagrum_mrf(gum, graph):
         # pyAgrum fills with its first variable changing fastest: numpy's C order over
         # the variables reversed
         names = list(pot.names)
-        pot.fillWith(np.transpose(values, [scope.index(v) for v in reversed(names)]).ravel().tolist())
+        axes = [scope.index(v) for v in reversed(names)]
+        pot.fillWith(np.transpose(values, axes).ravel().tolist())
     return mrf
 
 
@@ -273,7 +276,8 @@ def table_row(r: dict) -> str:
     if "refused" in r or "prob_best_s" not in r:
         why = r.get("refused") and f"refused: {r['refused']}" or r.get("status") \
             or r.get("prob_error") or "no answer"
-        return f"| {name} | {r.get('vars', '-')} | {r.get('evidence', '-')} | {why[:150]} |||||||| {pub} ||||"
+        return (f"| {name} | {r.get('vars', '-')} | {r.get('evidence', '-')} | {why[:150]} "
+                f"|||||||| {pub} ||||")
     err = max((r.get(f"{s}_mar_err") or 0.0) for s in ("prob", "logprob"))
     if "pyagrum_s" in r:
         pya = fmt_s(r["pyagrum_s"])
@@ -320,11 +324,12 @@ def header(args, dirs) -> list:
         pya = pyagrum.__version__
     except ImportError:
         pya = "not installed"
-    env = {k: os.environ[k] for k in ("CATBP_JIT_CACHE_DIR", "NUMBA_NUM_THREADS", "OMP_WAIT_POLICY",
-                                      "OMP_NUM_THREADS") if k in os.environ}
+    env = {k: os.environ[k] for k in ("CATBP_JIT_CACHE_DIR", "NUMBA_NUM_THREADS",
+                                      "OMP_WAIT_POLICY", "OMP_NUM_THREADS") if k in os.environ}
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     return [f"# bench_uai {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC", "",
-            f"{platform.node()}: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-            f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; python "
+            f"{platform.node()}: {platform.processor() or platform.machine()}, "
+            f"{os.cpu_count()} CPUs, load average {load}; python "
             f"{platform.python_version()}, numpy {numpy.__version__}, numba {numba.__version__}, "
             f"pyAgrum {pya}; {env or 'no thread or cache variables set'}",
             f"instances from {', '.join(map(str, dirs))}; --max-gib {args.max_gib}, --budget "

@@ -53,7 +53,8 @@ def test_marginals_have_the_bits_of_one_normalization_per_variable(sizes, semiri
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(0, 3000), st.integers(0, 2**32 - 1), st.sampled_from(["", "zero", "inf", "nan"]))
+@given(st.integers(0, 3000), st.integers(0, 2**32 - 1),
+       st.sampled_from(["", "zero", "inf", "nan"]))
 def test_product_of_has_the_bits_of_the_loop(n, seed, special):
     rng = np.random.default_rng(seed)
     x = np.exp(rng.uniform(-700, 700, size=n))
