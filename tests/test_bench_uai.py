@@ -81,3 +81,22 @@ def test_pyagrum_network_reads_tables_in_uai_order():
                          target="reference").solve({"c": 2})
     for v in graph.names:
         assert np.allclose(ie.posterior(v).toarray(), ours.marginals[v], atol=1e-12), v
+
+
+def test_summary_and_wrong_answers():
+    rows = [{"name": "A", "ratio": 4.0, "prob_best_s": 1e-3, "prob_median_s": 2e-3,
+             "prob_finite": True},
+            {"name": "Promedus_26", "ratio": 0.25, "prob_best_s": 1.25e-4,
+             "prob_median_s": 1.5e-4, "published_s": 6.28e-4},
+            {"name": "B", "refused": "B: too large"},
+            {"name": "C", "status": "timeout (5 s)"},
+            {"name": "D", "prob_best_s": 1.0, "prob_finite": True, "prob_mar_err": 2e-5,
+             "logprob_best_s": 1.0, "logprob_finite": False, "log_Z_rel": 1e-6}]
+    rows[-1]["wrong"] = bench_uai.wrong(rows[-1])
+    assert rows[-1]["wrong"] == "prob MAR error 2.0e-05; logprob not finite; log Z rel 1.0e-06"
+    assert not bench_uai.wrong(rows[0])
+    lines = bench_uai.summary(rows)
+    assert lines[0].startswith("- geometric mean of virtual best / ours over 2 instances: 1x")
+    assert lines[1].startswith("- worst: Promedus_26 at 0.25x")
+    assert lines[2].startswith("- Promedus_26: 0.125 ms best, 0.15 ms median")
+    assert lines[3:] == ["- refused: B", "- no answer: C", "- WRONG: D"]
