@@ -43,12 +43,22 @@ def virtual_best(root: Path) -> dict:
     return best
 
 
-def check(name: str, root: Path, max_bytes: int) -> dict:
-    d = root / "problems" / name
-    graph = read_uai(d / f"{name}.uai")
-    evid = d / f"{name}.uai.evid"
+def load_instance(path: Path):
+    """NAME.uai's graph, its evidence (NAME.uai.evid, else none) and the competition's
+    marginals (NAME.uai.MAR, else None)."""
+    graph = read_uai(path)
+    evid, mar = path.with_name(path.name + ".evid"), path.with_name(path.name + ".MAR")
     evidence = read_evidence(evid, graph) if evid.exists() else {}
-    want = read_mar(d / f"{name}.uai.MAR", graph)
+    return graph, evidence, (read_mar(mar, graph) if mar.exists() else None)
+
+
+def mar_error(marginals, want: dict) -> float:
+    """max |marginal - MAR| over every variable."""
+    return max(float(np.max(np.abs(marginals[v] - m))) for v, m in want.items())
+
+
+def check(name: str, root: Path, max_bytes: int) -> dict:
+    graph, evidence, want = load_instance(root / "problems" / name / f"{name}.uai")
     row = {"name": name, "vars": len(graph.variables), "factors": len(graph.factors),
            "evidence": len(evidence)}
     for semiring in ("prob", "logprob"):
@@ -69,8 +79,7 @@ def check(name: str, root: Path, max_bytes: int) -> dict:
             times.append(time.perf_counter() - t0)
         row[f"{semiring}_s"] = min(times)
         row[f"{semiring}_log_Z"] = sol.log_Z
-        err = max(float(np.max(np.abs(sol.marginals[v] - m))) for v, m in want.items())
-        row[f"{semiring}_mar_err"] = err
+        row[f"{semiring}_mar_err"] = mar_error(sol.marginals, want)
         finite = math.isfinite(sol.log_Z) and all(np.isfinite(m).all() for m in sol.marginals.values())
         row[f"{semiring}_finite"] = finite
     row["log_Z_rel"] = abs(row["prob_log_Z"] - row["logprob_log_Z"]) / max(1.0, abs(row["logprob_log_Z"]))

@@ -26,13 +26,15 @@ import numpy as np
 
 from ..ir import Program
 from ..memory import PlanTooLargeError, format_bytes, memory_limit
-from ..semiring import logsumexp, make_semiring
+from ..plan.pipeline import RESULT
+from ..semiring import make_semiring
 from .absorb import absorb, cut_values
+from .answer import Marginals, answer_layout, finish
 from .emit import emit_programs, factor_specs, scale_slots
 from .graph import Factor, FactorGraph, FactorGraphError, factor_graph
 from .plan import (PlanLimitError, PlanLimits, TreePlan, elimination_order, format_count,
                    junction_tree)
-from .scaling import TINY, NumericalError, ScaledNumber, exp_of_log, pow2_scaled
+from .scaling import TINY, NumericalError, ScaledNumber, pow2_scaled
 
 SEMIRINGS = ("PROB", "LOGPROB", "SAT", "COUNT")
 TARGETS = ("cpu", "cuda", "reference")  # the JIT on the CPU or a GPU; the reference VM
@@ -51,16 +53,18 @@ class ModelTooLargeError(FactorGraphError, PlanTooLargeError):
 
 @dataclass
 class Solution:
-    """What one run answers. `marginals` are normalized (SAT: which values are possible)."""
+    """What one run answers. `marginals` are normalized (SAT: which values are possible);
+    `marginals` and `raw_marginals` map each variable to a view of one flat array that
+    the solve made (answer.Marginals: a later solve does not change them)."""
     semiring: str
     # PROB, LOGPROB: exp(log_Z), a float, or a decimal.Decimal where a float would be inf or
     # lose bits (|log Z| beyond ~708); COUNT: int; SAT: bool
     Z: Any
     log_Z: float
-    marginals: Dict[str, np.ndarray]  # NaN only where Z = 0 (then they are undefined)
+    marginals: Mapping[str, np.ndarray]  # NaN only where Z = 0 (then they are undefined)
     # in the semiring, unnormalized, times exp(-raw_log_scale): PROB's raw_log_scale is
     # log Z when Z is not a float (the raw marginals then sum to 1), else 0
-    raw_marginals: Dict[str, np.ndarray]
+    raw_marginals: Mapping[str, np.ndarray]
     evidence: Dict[str, int]
     model: "CompiledModel" = field(repr=False)
     raw_log_scale: float = 0.0
@@ -137,6 +141,8 @@ class CompiledModel:
         self.programs = emit_programs(self.plan, len(scopes), ev_idx, scaled=self.scaled)
         self._scale_slots = scale_slots(self.plan) if self.scaled else ()
         self.factor_specs = factor_specs(self.plan, scopes, ev_idx)
+        self._answer = answer_layout(graph.names, graph.variables, self._planned_index,
+                                     self._scale_slots)
         self.times = {"plan_s": time.perf_counter() - t0}
 
         t0 = time.perf_counter()
@@ -163,6 +169,9 @@ class CompiledModel:
                                           target=target, progress=progress, static_factors=static)
             self._session = self.executable.bind()
             self._bound = False
+            results = {b.ident: b for b in self.executable.plan.bound(RESULT)}
+            self._gather = self._answer.gather_index(
+                {k: b.offset for k, b in results.items()}, {k: b.size for k, b in results.items()})
         self._progress = progress
         self.buckets = tuple(buckets) if buckets is not None else None
         self.batch_executable = None  # compiled here when buckets are given, else on first need
@@ -285,52 +294,76 @@ class CompiledModel:
     def run_slots(self, evidence: Optional[Mapping[str, Any]] = None) -> Dict[tuple, np.ndarray]:
         """Z, the marginals and (PROB) the scales, as the programs computed them; ("exponent",)
         is the power of two the tables were scaled by."""
-        changing, exponent = self._evidence_values(evidence or {})  # all that differs between calls
-        exponent += self._exponent
-        if self.target == "reference":
-            from ..reference import run_programs
-            values = {**self._values, **changing}
-            specs = self.factor_specs
-            slots = run_programs(list(self.programs), self.sr, lambda f: (values[f], specs[f]),
-                                 lambda s: (_ for _ in ()).throw(KeyError(s)))
-            out = {k: np.asarray(a) for k, (a, _) in slots.items()}
-        else:
-            given = changing if self._bound else {**self._values, **changing}
-            slots = self._session.run(factors=given)
-            self._bound = True
+        if self.target != "reference":
+            exponent = self._run(evidence or {})
+            slots = self._session.slots
             # (by key first: a CUDA session copies back only the slots read)
             out = {k: np.array(slots[k][0]) for k in slots if k[0] in ("Z", "marg", "scale")}
+            out[("exponent",)] = exponent
+            return out
+        from ..reference import run_programs
+        changing, exponent = self._evidence_values(evidence or {})  # all that differs between calls
+        exponent += self._exponent
+        values = {**self._values, **changing}
+        specs = self.factor_specs
+        slots = run_programs(list(self.programs), self.sr, lambda f: (values[f], specs[f]),
+                             lambda s: (_ for _ in ()).throw(KeyError(s)))
+        out = {k: np.asarray(a) for k, (a, _) in slots.items()}
         out[("exponent",)] = exponent
         return out
 
+    def _run(self, evidence: Mapping[str, Any]) -> int:
+        """Bind the evidence and run the session (whose results then hold the answer); the
+        power of two the tables were scaled by."""
+        changing, exponent = self._evidence_values(evidence)  # all that differs between calls
+        given = changing if self._bound else {**self._values, **changing}
+        self._session.run(factors=given)
+        self._bound = True
+        return exponent + self._exponent
+
+    def _results(self, evidence: Mapping[str, Any]) -> Tuple[np.ndarray, int]:
+        """Z, the scales and the planned marginals, flat in the answer layout's order (one
+        index into the session's buffer), and the tables' power of two."""
+        if self.target == "reference":
+            slots = self.run_slots(evidence)
+            values = [np.ravel(slots[k]) for k in self._answer.keys]
+            return np.concatenate(values), slots[("exponent",)]
+        exponent = self._run(evidence)
+        if self.target == "cuda":  # copy back these slots only (not the beliefs and messages)
+            for k in self._answer.keys:
+                self._session.slots[k]
+        return self._session.mem[self._gather], exponent
+
     def solve(self, evidence: Optional[Mapping[str, Any]] = None) -> Solution:
         evidence = dict(evidence or {})
-        slots = self.run_slots(evidence)
-        z = slots[("Z",)]
-        planned = self._planned_index
-        raw = {v: slots[("marg", planned[v])] if v in planned else self._observed(v, evidence[v], z)
-               for v in self.graph.names}
+        values, exponent = self._results(evidence)
+        z = values[0]
+        states = ([self._state_index(v, evidence[v]) for v in self.evidence_vars]
+                  if self.absorbed else ())
+        raw = self._answer.raw(values, states, self.sr.kind.zero, self.sr.dtype)
         if self.scaled:
-            return self._scaled_solution(evidence, slots, raw)
+            return self._scaled_solution(evidence, values, exponent, raw)
         if self._count_may_wrap:
             self._check_count_fits(evidence)
-        return Solution(self.semiring, *_finish(self.semiring, z, raw), raw, evidence, self)
+        return Solution(self.semiring, *finish(self.semiring, z, raw, self._answer),
+                        Marginals(raw, self._answer.at), evidence, self)
 
-    def _scaled_solution(self, evidence: Dict[str, Any], slots: Dict[tuple, Any],
-                         raw: Dict[str, np.ndarray]) -> Solution:
+    def _scaled_solution(self, evidence: Dict[str, Any], values: np.ndarray, exponent: int,
+                         raw: np.ndarray) -> Solution:
         """PROB: Z from the root's total and the scales; raw marginals rescaled to Z."""
-        parts = [float(slots[("Z",)])] + [float(slots[k]) for k in self._scale_slots]
-        z = ScaledNumber.product(parts, slots[("exponent",)])
+        parts = values[:1 + self._answer.n_scales].astype(np.float64)
+        z = ScaledNumber.product_of(parts, exponent)
         if z.mantissa == 0.0:
             self._check_infeasible(evidence)
-        elif min(parts) < TINY:
+        elif parts.min() < TINY:
             raise NumericalError(
                 f"{self.graph.name}: PROB underflowed (a message's total fell below "
                 f"{TINY:.3g}, so its bits are lost); solve with semiring='logprob'")
         value = z.value()
-        marginals = _finish("PROB", 1.0, raw)[2]  # each raw marginal normalized on its own
+        marginals = finish("PROB", 1.0, raw, self._answer)[2]  # each normalized on its own
+        at = self._answer.at
         if isinstance(value, float):
-            scaled_raw = {v: m * value for v, m in marginals.items()} if value else raw
+            scaled_raw = Marginals(marginals.flat * value if value else raw, at)
             return Solution("PROB", value, z.log, marginals, scaled_raw, evidence, self)
         return Solution("PROB", value, z.log, marginals, marginals, evidence, self,
                         raw_log_scale=z.log)
@@ -398,49 +431,8 @@ class CompiledModel:
             answers.append(batch_solution(self, {k: slots[k][0] for k in wanted}, chunk, exponent))
         return answers[0] if len(answers) == 1 else concatenate(answers)
 
-    def _observed(self, v: str, value: Any, z: np.ndarray) -> np.ndarray:
-        """An absorbed variable's raw marginal: Z at its observed state, the semiring's zero
-        elsewhere (what the indicator model computes)."""
-        z = np.asarray(z)
-        zero = self.sr.kind.zero
-        m = np.full(self.graph.variables[v], zero, dtype=z.dtype)
-        m[self._state_index(v, value)] = z
-        return m
-
-
-
 
 _LOG_INT64_LIMIT = 63 * math.log(2.0) - 1e-9  # a count at or above 2^63 (or just below)
-
-
-def _finish(semiring: str, z: np.ndarray, raw: Dict[str, np.ndarray]):
-    """Z, log Z and normalized marginals from the semiring's raw values."""
-    if semiring == "SAT":
-        sat = bool(z)
-        return sat, (0.0 if sat else -math.inf), {v: np.asarray(m, dtype=bool) for v, m in raw.items()}
-    if semiring == "LOGPROB":
-        log_z = float(z)
-        marg = {}
-        for v, m in raw.items():
-            m = np.asarray(m, dtype=np.float64)
-            total = float(logsumexp(m))
-            marg[v] = np.exp(m - total) if total > -math.inf else np.full(m.shape, np.nan)
-        return exp_of_log(log_z), log_z, marg
-    if semiring == "COUNT":
-        count = int(z)
-        log_z = math.log(count) if count > 0 else -math.inf
-        marg = {v: (np.asarray(m, dtype=np.float64) / count if count > 0
-                    else np.full(m.shape, np.nan)) for v, m in raw.items()}
-        return count, log_z, marg
-    zf = float(z)
-    with np.errstate(divide="ignore"):
-        log_z = float(np.log(zf))
-    marg = {}
-    for v, m in raw.items():
-        m = np.asarray(m, dtype=np.float64)
-        total = m.sum()
-        marg[v] = m / total if total > 0 else np.full(m.shape, np.nan)
-    return zf, log_z, marg
 
 
 def compile_model(graph: FactorGraph, semiring: str = "prob", **options) -> CompiledModel:

@@ -58,6 +58,23 @@ class ScaledNumber:
                 return ScaledNumber(0.0, 0)
         return ScaledNumber(mant, exp)
 
+    @staticmethod
+    def product_of(factors: np.ndarray, exponent: int = 0) -> "ScaledNumber":
+        """product() of an array, vectorized, with the same bits: frexp is exact, and the
+        running product of mantissas (each in [0.5, 1)) rounds as product()'s does while it
+        stays a normal float, which renormalizing every _RUN factors guarantees. Zeros,
+        inf and NaN go through product() itself."""
+        x = np.asarray(factors, dtype=np.float64).ravel()
+        mants, exps = np.frexp(x)
+        if not (np.isfinite(mants).all() and mants.all()):
+            return ScaledNumber.product(x.tolist(), exponent)
+        mant, exp = 1.0, exponent + int(exps.sum())
+        for lo in range(0, x.size, _RUN):
+            run = np.multiply.accumulate(np.concatenate(([mant], mants[lo:lo + _RUN])))
+            mant, e = math.frexp(float(run[-1]))
+            exp += e
+        return ScaledNumber(mant, exp)
+
     @property
     def log(self) -> float:
         if self.mantissa == 0.0:
@@ -75,6 +92,7 @@ class ScaledNumber:
                                  _DECIMAL.power(decimal.Decimal(2), self.exponent))
 
 
+_RUN = 1000  # mantissas in [0.5, 1): a product of 1001 of them is at least 2**-1001, normal
 _DECIMAL = decimal.Context(prec=17, Emax=decimal.MAX_EMAX, Emin=decimal.MIN_EMIN)
 # exp(x) is a normal float64 for x in this range
 _FLOAT_LOG_RANGE = (math.log(TINY), math.log(np.finfo(np.float64).max))
