@@ -228,3 +228,20 @@ def test_catbp_jit_plan_prints_the_estimate_and_the_planner(plan_dir, capsys):
     assert "planner:            greedy" in out
     assert main(["plan", str(path), "--plan-time", "-1"]) == 2
     assert "--plan-time: expected a number of seconds >= 0" in capsys.readouterr().err
+
+
+def test_a_refused_greedy_plan_is_searched_only_when_near_the_limit(monkeypatch):
+    from catbp_jit.frontend.model import ModelTooLargeError
+    calls = []
+    monkeypatch.setattr(search_mod, "searched_order", lambda *a: calls.append(a) or None)
+    graph = factor_graph({"a": 16, "b": 16, "c": 16}, [(("a", "b", "c"), np.ones((16, 16, 16))),
+                                                       (("a",), np.ones(16))])
+    near = PlanSearch(time_s=1, min_flops=0, cache=False)
+    with pytest.raises(ModelTooLargeError, match="4,096 states"):  # 4x the limit: near
+        compile_model(graph, "prob", target="reference", max_clique_bytes=8 * 1024,
+                      plan_search=near)
+    assert len(calls) == 1
+    with pytest.raises(ModelTooLargeError, match="4,096 states"):  # 4096x: hopeless
+        compile_model(graph, "prob", target="reference", max_clique_bytes=8,
+                      plan_search=near)
+    assert len(calls) == 1
