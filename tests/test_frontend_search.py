@@ -233,7 +233,7 @@ def test_catbp_jit_plan_prints_the_estimate_and_the_planner(plan_dir, capsys):
 def test_a_refused_greedy_plan_is_searched_only_when_near_the_limit(monkeypatch):
     from catbp_jit.frontend.model import ModelTooLargeError
     calls = []
-    monkeypatch.setattr(search_mod, "searched_order", lambda *a: calls.append(a) or None)
+    monkeypatch.setattr(search_mod, "searched_order", lambda *a, **k: calls.append(a) or None)
     graph = factor_graph({"a": 16, "b": 16, "c": 16}, [(("a", "b", "c"), np.ones((16, 16, 16))),
                                                        (("a",), np.ones(16))])
     near = PlanSearch(time_s=1, min_flops=0, cache=False)

@@ -19,7 +19,7 @@ import time
 import warnings
 from collections import Counter
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import plan_cache
 from .plan_cache import PlanKey
@@ -35,6 +35,9 @@ SEARCH_ABOVE_FLOPS = 1e7
 # shrink the largest clique 2^3-2^7 on UAI 2014 models, and on a hopeless graph
 # (relational_1: a clique of 2^251 states) a search would only delay the refusal
 RESCUE_WITHIN = 2**10
+# a search trial is scored as a junction tree when its flops (cotengra's count) are within
+# this factor of the best trial's so far
+SCORED_WITHIN = 8.0
 
 
 @dataclass(frozen=True)
@@ -133,7 +136,8 @@ def choose_order(sizes: Sequence[int], scopes: Sequence[Sequence[int]], *,
             raise refused
         return PlanChoice(greedy.order, "greedy", greedy.cost, greedy_cost=greedy.cost)
     t0 = time.perf_counter()
-    found = searched_order(sizes, scopes, search.time_s)
+    found = searched_order(sizes, scopes, search.time_s, score=lambda order: _score(
+        _cost(sizes, scopes, order), limits))
     search_s = time.perf_counter() - t0
     best = greedy
     if found is not None:
@@ -150,6 +154,10 @@ def choose_order(sizes: Sequence[int], scopes: Sequence[Sequence[int]], *,
                       greedy.cost if greedy else None)
 
 
+def _score(cost: PlanCost, limits: PlanLimits) -> float:
+    return cost.flops if within(cost, limits) else math.inf
+
+
 def _near(run, limits: PlanLimits) -> bool:
     """Did a greedy run refused at a limit come within RESCUE_WITHIN of it?"""
     if run.stopped == "clique":
@@ -161,23 +169,41 @@ def _cost(sizes, scopes, order) -> PlanCost:
     return plan_cost(junction_tree(sizes, scopes, order))
 
 
-def searched_order(sizes: Sequence[int], scopes: Sequence[Sequence[int]],
-                   time_s: float) -> Optional[Tuple[int, ...]]:
-    """cotengra's best contraction tree in `time_s`, as an elimination order (None when the
-    network has fewer than two tensors: nothing to search)."""
+def searched_order(sizes: Sequence[int], scopes: Sequence[Sequence[int]], time_s: float,
+                   score: Optional[Callable[[Tuple[int, ...]], float]] = None,
+                   ) -> Optional[Tuple[int, ...]]:
+    """The best order cotengra's trials give in `time_s` (None when the network has fewer
+    than two tensors: nothing to search). Each promising trial (within SCORED_WITHIN of
+    the fewest flops so far) is turned into an order and judged by `score` (lower is
+    better; default: cotengra's own flops, its best tree only): the trees cotengra ranks
+    first are often not the cheapest junction trees, and trials vary a lot."""
     import cotengra as ctg
     inputs = [tuple(sorted(set(s))) for s in scopes if s]
     if len(inputs) < 2:
         return None
     symbol = {v: ctg.get_symbol(v) for s in inputs for v in s}
     methods = ["greedy", "kahypar" if importlib.util.find_spec("kahypar") else "labels"]
-    opt = ctg.HyperOptimizer(methods=methods, minimize="flops", max_time=time_s,
-                             max_repeats=10**9, parallel=False, progbar=False,
-                             on_trial_error="ignore")
+    kept: List[Tuple[float, Tuple[int, ...]]] = []
+    least = [math.inf]  # the fewest flops of any trial so far
+
+    class Scored(ctg.HyperOptimizer):
+        def _maybe_report_result(self, setting, trial):
+            super()._maybe_report_result(setting, trial)
+            flops, tree = trial.get("flops", math.inf), trial.get("tree")
+            if score is None or tree is None or not flops <= least[0] * SCORED_WITHIN:
+                return
+            least[0] = min(least[0], flops)
+            order = tree_order(tree, inputs, len(sizes))
+            kept.append((score(order), order))
+
+    opt = Scored(methods=methods, minimize="flops", max_time=time_s, max_repeats=10**9,
+                 parallel=False, progbar=False, on_trial_error="ignore")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         tree = opt.search([tuple(symbol[v] for v in s) for s in inputs], (),
                           {symbol[v]: sizes[v] for v in symbol})
+    if kept:
+        return min(kept, key=lambda k: k[0])[1]
     return tree_order(tree, inputs, len(sizes))
 
 
