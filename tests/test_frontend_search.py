@@ -245,3 +245,13 @@ def test_a_refused_greedy_plan_is_searched_only_when_near_the_limit(monkeypatch)
         compile_model(graph, "prob", target="reference", max_clique_bytes=8,
                       plan_search=near)
     assert len(calls) == 1
+
+
+def test_a_companion_model_plans_with_the_same_search(monkeypatch):
+    # PROB certifies a Z of 0 with a SAT model of the same graph: it must not search anew
+    monkeypatch.setattr(search_mod, "searched_order", _no_search)
+    graph = factor_graph({"a": 2, "b": 2}, [(("a", "b"), np.array([[1.0, 0.0], [0.0, 1.0]]))])
+    model = compile_model(graph, "prob", evidence_vars=["a", "b"], target="reference",
+                          plan_search=PlanSearch(time_s=0, min_flops=0))
+    assert model.solve({"a": 0, "b": 1}).log_Z == -math.inf
+    assert model._companions["SAT"].plan_search == model.plan_search

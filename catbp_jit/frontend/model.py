@@ -93,6 +93,7 @@ class CompiledModel:
             plan_search = PlanSearch() if plan_time is None else PlanSearch(time_s=plan_time)
         elif plan_time is not None:
             plan_search = replace(plan_search, time_s=plan_time)
+        self.plan_search = plan_search
         self.graph = graph
         self.semiring = _semiring_name(semiring)
         if target not in TARGETS:
@@ -351,7 +352,8 @@ class CompiledModel:
                     Factor(f.scope, (f.values != 0).astype(np.float64)) for f in graph.factors))
             self._companions[semiring] = CompiledModel(
                 graph, semiring, evidence_vars=self.evidence_vars,
-                absorb_evidence=self.absorbed is not None, target=self.target)
+                absorb_evidence=self.absorbed is not None, target=self.target,
+                plan_search=self.plan_search)
         return self._companions[semiring]
 
     def _check_infeasible(self, evidence: Mapping[str, Any]) -> None:
