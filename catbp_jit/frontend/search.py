@@ -27,8 +27,9 @@ from .plan import (PlanLimitError, PlanLimits, Progress, TreePlan, elimination_o
                    junction_tree)
 
 # seconds; paid once per model structure (plans are cached). cotengra's trials take
-# 0.3-1 s each on the UAI Promedus/Pedigree models: 2 s often found nothing, 5 s did
-DEFAULT_PLAN_TIME = 5.0
+# 0.3-2 s each on UAI 2014's Pedigree/Promedus/linkage models and vary a lot: 5 s often
+# found nothing better than greedy there, 10 s mostly did (Pedigree_11: 2^25 -> 2^20)
+DEFAULT_PLAN_TIME = 10.0
 # below this the greedy plan runs in about a millisecond: a search cannot pay for itself
 SEARCH_ABOVE_FLOPS = 1e7
 # when greedy passes a limit, search only if it came within this factor of it: searches
