@@ -188,6 +188,8 @@ def searched_order(sizes: Sequence[int], scopes: Sequence[Sequence[int]], time_s
     least = [math.inf]  # the fewest flops of any trial so far
 
     class Scored(ctg.HyperOptimizer):
+        # cotengra's hook for each finished trial (private: in a version without it,
+        # `kept` stays empty and cotengra's own best tree is used)
         def _maybe_report_result(self, setting, trial):
             super()._maybe_report_result(setting, trial)
             flops, tree = trial.get("flops", math.inf), trial.get("tree")
