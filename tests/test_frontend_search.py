@@ -30,7 +30,8 @@ ALWAYS = PlanSearch(time_s=0.05, min_flops=0, cache=False)  # search even tiny g
 
 def scopes_of(graph):
     index = graph.index()
-    return tuple(graph.variables.values()), [tuple(index[v] for v in f.scope) for f in graph.factors]
+    scopes = [tuple(index[v] for v in f.scope) for f in graph.factors]
+    return tuple(graph.variables.values()), scopes
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -183,7 +184,8 @@ def test_a_damaged_plan_file_is_replanned_with_a_warning(plan_dir, damage):
     else:
         doc = json.loads(path.read_text())
         n = len(doc["order"])
-        doc["order"] = [0] * n if damage == "order-not-a-permutation" else [str(v) for v in range(n)]
+        bad = [0] * n if damage == "order-not-a-permutation" else [str(v) for v in range(n)]
+        doc["order"] = bad
         path.write_text(json.dumps(doc))
     with pytest.warns(PlanCacheWarning, match="damaged plan cache file"):
         model = compile_model(graph, "prob", target="reference", plan_search=CACHED)
