@@ -6,7 +6,7 @@ and PROB's log Z with LOGPROB's. Instances whose plan does not fit in memory are
 reported with the refusal. Times are set beside the fastest published solver's (the
 "virtual best" of published_times.csv, measured on another machine: indicative only).
 
-    python perf/uai2014.py [NAME ...] [--dir ../shared/uai2014] [--max-gib 8]
+    python perf/uai2014.py [NAME ...] [--dir ../shared/uai2014] [--max-gib 8] [--plan-time S]
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
@@ -57,7 +58,7 @@ def mar_error(marginals, want: dict) -> float:
     return max(float(np.max(np.abs(marginals[v] - m))) for v, m in want.items())
 
 
-def check(name: str, root: Path, max_bytes: int) -> dict:
+def check(name: str, root: Path, max_bytes: int, plan_time: Optional[float] = None) -> dict:
     graph, evidence, want = load_instance(root / "problems" / name / f"{name}.uai")
     row = {"name": name, "vars": len(graph.variables), "factors": len(graph.factors),
            "evidence": len(evidence)}
@@ -65,7 +66,8 @@ def check(name: str, root: Path, max_bytes: int) -> dict:
         t0 = time.perf_counter()
         try:
             model = compile_model(graph, semiring, evidence_vars=list(evidence),
-                                  absorb_evidence=True, max_clique_bytes=max_bytes)
+                                  absorb_evidence=True, max_clique_bytes=max_bytes,
+                                  plan_time=plan_time)
         except (FactorGraphError, CatbpError, MemoryError) as e:
             row["refused"] = str(e).splitlines()[0]
             return row
@@ -91,6 +93,8 @@ def main(argv=None) -> int:
     ap.add_argument("names", nargs="*")
     ap.add_argument("--dir", type=Path, default=Path(os.environ.get("CATBP_UAI2014", DEFAULT_DIR)))
     ap.add_argument("--max-gib", type=float, default=2.0, help="largest clique allowed, GiB")
+    ap.add_argument("--plan-time", type=float, default=None,
+                    help="plan search budget, seconds (default: compile_model's; 0 = greedy)")
     args = ap.parse_args(argv)
     names = args.names or sorted(p.name for p in (args.dir / "problems").iterdir())
     best = virtual_best(args.dir)
@@ -98,7 +102,7 @@ def main(argv=None) -> int:
           f"{'MAR err P/L':>17} {'PROB':>9} {'LOGPROB':>9} {'best published':>22}")
     ok = True
     for name in names:
-        row = check(name, args.dir, int(args.max_gib * 2**30))
+        row = check(name, args.dir, int(args.max_gib * 2**30), args.plan_time)
         b = best.get(name)
         pub = f"{b[0] * 1e3:9.2f} ms {b[1][:10]}" if b else "-"
         if "refused" in row:

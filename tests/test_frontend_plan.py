@@ -219,8 +219,8 @@ def test_the_refusal_is_a_factor_graph_error_and_a_plan_too_large_error():
 
 def test_a_finished_plan_is_checked_against_the_limits_too(monkeypatch):
     """The check after planning stays: an order that did not stop at the limits is refused."""
-    from catbp_jit.frontend import model
-    monkeypatch.setattr(model, "elimination_order",
+    from catbp_jit.frontend import search
+    monkeypatch.setattr(search, "elimination_order",
                         lambda sizes, scopes, **unused: elimination_order(sizes, scopes))
     with pytest.raises(ModelTooLargeError, match=r"largest clique has 2 variables and 100 states "
                                                  r"\(800 B as float64\); the limit is 512 B per clique"):

@@ -19,7 +19,9 @@ import numpy as np
 
 from ..errors import CatbpError
 from .graph import FactorGraph, FactorGraphError
+from ..memory import format_bytes
 from .model import SEMIRINGS, CompiledModel
+from .search import DEFAULT_PLAN_TIME
 
 SUFFIXES = (".uai", ".uai.gz", ".bif", ".bif.gz")
 
@@ -134,7 +136,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
         from ..cli import check_kernel_cache
         check_kernel_cache()
     model = CompiledModel(graph, args.semiring, evidence_vars=tuple(evidence), absorb_evidence=True,
-                          target=args.target, progress=_progress(args.quiet))
+                          target=args.target, plan_time=args.plan_time,
+                          progress=_progress(args.quiet))
     t0 = time.perf_counter()
     sol = model.solve(evidence)
     run_s = time.perf_counter() - t0
@@ -208,7 +211,8 @@ def solve_table(args: argparse.Namespace, graph: FactorGraph) -> int:
         from ..cli import check_kernel_cache
         check_kernel_cache()
     model = CompiledModel(graph, args.semiring, evidence_vars=columns, target=args.target,
-                          buckets=TABLE_BUCKETS, progress=_progress(args.quiet))
+                          buckets=TABLE_BUCKETS, plan_time=args.plan_time,
+                          progress=_progress(args.quiet))
     from tqdm import tqdm
     out = Path(args.output) if args.output else None
     writer = PosteriorWriter(graph, out, sys.stdout)
@@ -268,8 +272,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     graph = read_model(args.model)
     evidence = read_evidence(args, graph)
     model = CompiledModel(graph, "prob", evidence_vars=tuple(evidence), absorb_evidence=True,
-                          target="reference", progress=_progress(args.quiet))
-    st = model.stats
+                          target="reference", plan_time=args.plan_time,
+                          progress=_progress(args.quiet))
+    st, choice = model.stats, model.plan_choice
     print(f"model:              {graph.name}")
     print(f"variables:          {len(graph.variables)}" +
           (f" ({len(evidence)} observed, cut into the factors: {st['variables']} planned)"
@@ -279,11 +284,28 @@ def cmd_plan(args: argparse.Namespace) -> int:
     print(f"max clique:         {st['max_clique_states']:,} states, {st['max_clique_variables']} variables")
     print(f"total states:       {st['total_states']:,} (beliefs), {st['separator_states']:,} (separators)")
     print("instructions:       " + ", ".join(f"{p.name} {len(p)}" for p in model.programs))
+    print(f"estimated cost:     {st['estimated_flops']:.3g} flops (upward and downward), "
+          f"peak memory {format_bytes(st['peak_bytes'])} (beliefs and messages, float64)")
+    greedy = choice.greedy_cost
+    print(f"planner:            {choice.planner}" + (
+        f", search {choice.search_s:.2f} s" if choice.search_s else "") + (
+        f" (greedy: {greedy.flops:.3g} flops, largest clique {greedy.largest_states:,} states)"
+        if greedy is not None and choice.planner != "greedy" else ""))
     print(f"plan time:          {model.times['plan_s']:.3f} s")
     if not args.no_listing:
         print()
         print("\n\n".join(str(p) for p in model.programs))
     return 0
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {text!r}")
+    return value
 
 
 def add_commands(sub) -> None:
@@ -296,6 +318,9 @@ def add_commands(sub) -> None:
         p.add_argument("--observe", metavar="VAR=STATE", action="append",
                        help="one observed value (state name or index); may be repeated")
         p.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
+        p.add_argument("--plan-time", metavar="S", type=_seconds, default=DEFAULT_PLAN_TIME,
+                       help=f"seconds to search for a faster plan (default {DEFAULT_PLAN_TIME:g}; "
+                            "0: greedy only; a searched plan is cached by the model's structure)")
 
     p = sub.add_parser("solve", help="exact log Z and marginals of a model",
                        epilog=EXIT_STATUS_HELP)

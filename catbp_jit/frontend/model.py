@@ -32,8 +32,9 @@ from .absorb import absorb, cut_values
 from .answer import Marginals, answer_layout, finish
 from .emit import emit_programs, factor_specs, scale_slots
 from .graph import Factor, FactorGraph, FactorGraphError, factor_graph
-from .plan import (PlanLimitError, PlanLimits, TreePlan, elimination_order, format_count,
-                   junction_tree)
+from .plan import PlanLimitError, PlanLimits, TreePlan, format_count, junction_tree
+from .plan_cache import PlanKey
+from .search import PlanSearch, choose_order, plan_cost
 from .scaling import TINY, NumericalError, ScaledNumber, pow2_scaled
 
 SEMIRINGS = ("PROB", "LOGPROB", "SAT", "COUNT")
@@ -92,11 +93,18 @@ class CompiledModel:
                  target: str = "cpu", dtype: Any = None,
                  max_clique_bytes: int = MAX_CLIQUE_BYTES, max_total_bytes: Optional[int] = None,
                  buckets: Optional[Sequence[int]] = None, progress: Optional[Progress] = None,
-                 partial_evaluation: bool = True):
+                 partial_evaluation: bool = True, plan_time: Optional[float] = None,
+                 plan_search: Optional[PlanSearch] = None):
         """partial_evaluation: the factors that carry no evidence are static inputs, so
         each solve runs only the segments that depend on the evidence (False: every
         segment in every solve; the answers are the same bits)."""
         say = progress or (lambda msg: None)
+        # plan_time: the search budget in seconds (0: greedy only); plan_search: every option
+        if plan_search is None:
+            plan_search = PlanSearch() if plan_time is None else PlanSearch(time_s=plan_time)
+        elif plan_time is not None:
+            plan_search = replace(plan_search, time_s=plan_time)
+        self.plan_search = plan_search
         self.graph = graph
         self.semiring = _semiring_name(semiring)
         if target not in TARGETS:
@@ -122,20 +130,29 @@ class CompiledModel:
         t0 = time.perf_counter()
         say(f"planning {graph.name}: {len(sizes)} variables, {len(scopes)} factors")
         # every belief is kept in a slot: the cliques' states together must fit in memory
+        total_given = max_total_bytes
         max_total_bytes = memory_limit(max_total_bytes)
         item = self.sr.dtype.itemsize
         limits = PlanLimits(max_clique_states=max_clique_bytes // item,
                             max_total_states=max_total_bytes // item)
+        # filed under the limits asked for, not the memory free at the moment (a cached plan
+        # is checked against the current limits before use)
+        key = PlanKey(sizes, tuple(map(tuple, scopes)), tuple(ev_idx),
+                      self.evidence_vars if self.absorbed else (),
+                      replace(limits, max_total_states=None) if total_given is None else limits)
         try:
-            order = elimination_order(sizes, scopes, limits=limits,
-                                      progress=lambda msg: say(f"planning {graph.name}: {msg}"))
+            self.plan_choice = choose_order(
+                sizes, scopes, limits=limits, search=plan_search, key=key,
+                progress=lambda msg: say(f"planning {graph.name}: {msg}"))
         except PlanLimitError as e:
             run = e.run
             limit = max_clique_bytes if run.stopped == "clique" else max_total_bytes
             raise self._too_large(run.largest_variables, run.largest_states, run.tree_states,
                                   run.stopped, limit, stopped=True) from None
-        self.plan = junction_tree(sizes, scopes, order, ev_idx)
+        self.plan = junction_tree(sizes, scopes, self.plan_choice.order, ev_idx)
         self.stats = self.plan.stats()
+        cost = plan_cost(self.plan)  # with the evidence indicators the search left out
+        self.stats.update(estimated_flops=cost.flops, peak_bytes=cost.peak_bytes(item))
         self._check_size(max_clique_bytes, max_total_bytes)
         self.scaled = self.semiring == "PROB"  # see scaling.py
         self.programs = emit_programs(self.plan, len(scopes), ev_idx, scaled=self.scaled)
@@ -378,7 +395,8 @@ class CompiledModel:
                     Factor(f.scope, (f.values != 0).astype(np.float64)) for f in graph.factors))
             self._companions[semiring] = CompiledModel(
                 graph, semiring, evidence_vars=self.evidence_vars,
-                absorb_evidence=self.absorbed is not None, target=self.target)
+                absorb_evidence=self.absorbed is not None, target=self.target,
+                plan_search=self.plan_search)
         return self._companions[semiring]
 
     def _check_infeasible(self, evidence: Mapping[str, Any]) -> None:

@@ -1,0 +1,118 @@
+"""Searched plans on disk, so that a search is paid once per model structure.
+
+A plan is filed under the sha256 of what the order depends on: variable sizes, factor
+scopes, evidence variables, whether they are absorbed, and the limits (PlanKey). Files live
+in the kernel cache directory's `plans/` (CATBP_JIT_CACHE_DIR; none with
+CATBP_JIT_CACHE=off), written whole or not at all (temp file, then rename). A file is
+data, never trusted: it is used only if it parses, names the same key, and its order is a
+permutation of the variables. Any order gives right answers (only speed and size depend on
+it) and the finished plan is checked against the limits again, so a wrong but valid order
+cannot give a wrong answer. A damaged file is replanned with a warning and rewritten.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import warnings
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+from ..cache import _atomic_write, default_cache_dir
+from .plan import PlanLimits
+
+FORMAT = 1  # bump when the file layout or what an order means changes
+
+
+class PlanCacheWarning(UserWarning):
+    """A cached plan file was unreadable or inconsistent: it was ignored and replanned."""
+
+
+@dataclass(frozen=True)
+class PlanKey:
+    sizes: Tuple[int, ...]
+    scopes: Tuple[Tuple[int, ...], ...]
+    evidence: Tuple[int, ...]  # evidence variables kept as indicators (indices)
+    absorbed: Tuple[str, ...]  # evidence variables cut out of the graph (names)
+    limits: PlanLimits
+
+    def digest(self) -> str:
+        doc = [FORMAT, list(self.sizes), [list(s) for s in self.scopes], list(self.evidence),
+               list(self.absorbed), self.limits.max_clique_states, self.limits.max_total_states]
+        return hashlib.sha256(json.dumps(doc, separators=(",", ":")).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class CachedPlan:
+    order: Tuple[int, ...]
+    planner: str  # who found it: "greedy" or "cotengra"
+    plan_time: float  # the budget it was searched with
+
+
+def plan_dir() -> Optional[str]:
+    """Where plans are kept, or None when the kernel cache is off."""
+    if os.environ.get("CATBP_JIT_CACHE", "").strip().lower() == "off":
+        return None
+    return os.path.join(default_cache_dir(), "plans")
+
+
+def load(key: PlanKey, directory: Optional[str] = None) -> Optional[CachedPlan]:
+    """The plan filed under `key`, or None (missing; damaged: PlanCacheWarning)."""
+    directory = directory or plan_dir()
+    if directory is None:
+        return None
+    digest = key.digest()
+    path = os.path.join(directory, f"{digest}.json")
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        warnings.warn(f"{path}: cannot read the cached plan ({e}); planning anew", PlanCacheWarning)
+        return None
+    why = None
+    try:
+        doc = json.loads(data.decode("utf-8"))
+        why = _problem(doc, digest, len(key.sizes))
+    except (UnicodeDecodeError, ValueError) as e:
+        why = f"not valid JSON: {e}"
+    if why:
+        warnings.warn(f"{path}: damaged plan cache file ({why}); planning anew", PlanCacheWarning)
+        return None
+    return CachedPlan(tuple(doc["order"]), doc["planner"], float(doc["plan_time"]))
+
+
+def _problem(doc, digest: str, n: int) -> Optional[str]:
+    """Why `doc` is not a plan for this key, or None."""
+    if not isinstance(doc, dict):
+        return "not an object"
+    if doc.get("format") != FORMAT or doc.get("key") != digest:
+        return "written for another format or model"
+    order = doc.get("order")
+    if not isinstance(order, list) or not all(type(v) is int for v in order) \
+            or sorted(order) != list(range(n)):
+        return f"the order is not a permutation of the {n} variables"
+    if doc.get("planner") not in ("greedy", "cotengra"):
+        return "unknown planner"
+    plan_time = doc.get("plan_time")
+    if type(plan_time) not in (int, float) or not plan_time >= 0:
+        return "bad plan_time"
+    return None
+
+
+def store(key: PlanKey, plan: CachedPlan, directory: Optional[str] = None) -> None:
+    """File `plan` under `key`; an unwritable directory only costs the next search."""
+    directory = directory or plan_dir()
+    if directory is None:
+        return
+    digest = key.digest()
+    doc = {"format": FORMAT, "key": digest, "planner": plan.planner,
+           "plan_time": plan.plan_time, "order": list(plan.order)}
+    try:
+        os.makedirs(directory, 0o700, exist_ok=True)
+        _atomic_write(os.path.join(directory, f"{digest}.json"), json.dumps(doc).encode())
+    except OSError as e:
+        warnings.warn(f"{directory}: cannot keep the searched plan ({e})", PlanCacheWarning)
+

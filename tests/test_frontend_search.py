@@ -1,0 +1,259 @@
+"""Plan search (frontend/search.py) and the plan cache (frontend/plan_cache.py).
+
+Searched orders are checked the way greedy ones are: on random small graphs the answers
+equal enumeration; the cache is used on a second compile, survives damaged files with a
+warning, and does not mix up structures; plan_time=0 is the greedy plan.
+"""
+
+import json
+import math
+import time
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import catbp_jit.frontend.search as search_mod
+from catbp_jit.frontend import compile_model, factor_graph, junction_tree
+from catbp_jit.frontend.plan import elimination_order
+from catbp_jit.frontend.plan_cache import PlanCacheWarning
+from catbp_jit.frontend.search import PlanSearch, plan_cost, tree_order
+
+from test_frontend_solve import SEMIRINGS, brute_force, check_solution, graphs
+
+ctg = pytest.importorskip("cotengra")  # the `plan` extra; `test` installs it
+
+ALWAYS = PlanSearch(time_s=0.05, min_flops=0, cache=False)  # search even tiny graphs
+
+
+def scopes_of(graph):
+    index = graph.index()
+    scopes = [tuple(index[v] for v in f.scope) for f in graph.factors]
+    return tuple(graph.variables.values()), scopes
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graphs(), st.sampled_from(SEMIRINGS), st.booleans())
+def test_searched_plans_match_enumeration(ge, semiring, absorb):
+    graph, evidence = ge
+    joint, marg = brute_force(graph, evidence)
+    model = compile_model(graph, semiring, evidence_vars=list(evidence), absorb_evidence=absorb,
+                          target="reference", plan_search=ALWAYS)
+    check_solution(model.solve(evidence), joint, marg, semiring)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graphs(max_vars=9))
+def test_a_searched_order_is_a_permutation_and_its_tree_is_sound(ge):
+    graph, _ = ge
+    sizes, scopes = scopes_of(graph)
+    order = search_mod.searched_order(sizes, scopes, 0.02)
+    if order is None:  # fewer than two tensors: nothing to search
+        assert sum(1 for s in scopes if s) < 2
+        return
+    assert sorted(order) == list(range(len(sizes)))
+    plan = junction_tree(sizes, scopes, order)
+    for f, scope in enumerate(scopes):
+        assert any(f in c.factors and set(scope) <= set(c.variables) for c in plan.cliques)
+
+
+def test_tree_order_eliminates_each_index_where_it_is_summed_out():
+    # chain a-b-c-d as tensors (a,b), (b,c), (c,d), contracted left to right
+    inputs = [(0, 1), (1, 2), (2, 3)]
+    sym = ctg.get_symbol
+    tree = ctg.ContractionTree.from_path([tuple(map(sym, s)) for s in inputs], (),
+                                         {sym(v): 2 for v in range(4)}, path=[(0, 1), (0, 1)])
+    # a and d are in one tensor each (first); b goes with the first contraction, c the last
+    assert tree_order(tree, inputs, 5) == (0, 3, 1, 2, 4)  # 4 is in no tensor: last
+
+
+def test_a_searched_plan_answers_like_the_greedy_one():
+    graph = ring_graph(24, seed=1)
+    greedy = compile_model(graph, "prob", target="reference", plan_time=0)
+    searched = compile_model(graph, "prob", target="reference",
+                             plan_search=PlanSearch(time_s=0.3, min_flops=0, cache=False))
+    a, b = greedy.solve(), searched.solve()
+    assert b.log_Z == pytest.approx(a.log_Z, rel=1e-12)
+    for v in graph.variables:
+        np.testing.assert_allclose(b.marginals[v], a.marginals[v], rtol=1e-10, atol=1e-14)
+    # the cheaper estimate wins; the greedy plan is always a candidate
+    assert searched.stats["estimated_flops"] <= greedy.stats["estimated_flops"] * 1.01
+
+
+def ring_graph(n, seed, chords=None):
+    """Binary variables on a ring with random chords: treewidth to search over."""
+    rng = np.random.default_rng(seed)
+    names = [f"x{i}" for i in range(n)]
+    scopes = [(names[i], names[(i + 1) % n]) for i in range(n)]
+    for _ in range(chords if chords is not None else n // 2):
+        a, b = rng.choice(n, 2, replace=False)
+        scopes.append((names[a], names[b]))
+    factors = [(s, rng.uniform(0.1, 2.0, (2, 2))) for s in scopes]
+    return factor_graph({v: 2 for v in names}, factors)
+
+
+def test_plan_time_zero_is_the_greedy_plan(monkeypatch):
+    monkeypatch.setattr(search_mod, "searched_order", _no_search)
+    graph = ring_graph(30, seed=2)
+    model = compile_model(graph, "prob", target="reference",
+                          plan_search=PlanSearch(time_s=0, min_flops=0))
+    sizes, scopes = scopes_of(graph)
+    assert model.plan_choice.planner == "greedy"
+    assert model.plan.order == elimination_order(sizes, scopes)
+
+
+def test_without_cotengra_the_greedy_plan_is_used(monkeypatch):
+    monkeypatch.setattr(search_mod, "search_available", lambda: False)
+    monkeypatch.setattr(search_mod, "searched_order", _no_search)
+    model = compile_model(ring_graph(30, seed=2), "prob", target="reference",
+                          plan_search=PlanSearch(time_s=1, min_flops=0))
+    assert model.plan_choice.planner == "greedy"
+
+
+def _no_search(*args, **kwargs):
+    raise AssertionError("searched although it should not have")
+
+
+def test_the_search_keeps_to_its_budget():
+    graph = ring_graph(120, seed=3, chords=120)
+    t0 = time.perf_counter()
+    model = compile_model(graph, "prob", target="reference",
+                          plan_search=PlanSearch(time_s=0.5, min_flops=0, cache=False))
+    assert time.perf_counter() - t0 < 0.5 + 20  # generous: one trial may run past the budget
+    assert model.plan_choice.search_s > 0
+
+
+# -- the cache -------------------------------------------------------------------------------
+
+CACHED = PlanSearch(time_s=0.2, min_flops=0)
+
+
+def plan_files(tmp_path):
+    return sorted((tmp_path / "plans").glob("*.json"))
+
+
+@pytest.fixture
+def plan_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("CATBP_JIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("CATBP_JIT_CACHE", raising=False)
+    return tmp_path
+
+
+def test_a_second_compile_of_the_same_structure_does_not_search(plan_dir, monkeypatch):
+    graph = ring_graph(24, seed=4)
+    first = compile_model(graph, "prob", target="reference", plan_search=CACHED)
+    assert len(plan_files(plan_dir)) == 1
+    monkeypatch.setattr(search_mod, "searched_order", _no_search)
+    second = compile_model(graph, "logprob", target="reference", plan_search=CACHED)
+    assert second.plan_choice.planner == "cache"
+    assert second.plan.order == first.plan.order
+    # a larger budget than the filed one searches again
+    monkeypatch.undo()
+    monkeypatch.setenv("CATBP_JIT_CACHE_DIR", str(plan_dir))
+    third = compile_model(graph, "prob", target="reference",
+                          plan_search=PlanSearch(time_s=0.3, min_flops=0))
+    assert third.plan_choice.planner != "cache"
+
+
+def test_another_structure_is_planned_anew(plan_dir, monkeypatch):
+    compile_model(ring_graph(24, seed=4), "prob", target="reference", plan_search=CACHED)
+    other = ring_graph(24, seed=5)  # other chords: another structure
+    model = compile_model(other, "prob", target="reference", plan_search=CACHED)
+    assert model.plan_choice.planner != "cache"
+    assert len(plan_files(plan_dir)) == 2
+    # the same structure with evidence on a variable is another key too
+    compile_model(other, "prob", evidence_vars=["x0"], target="reference", plan_search=CACHED)
+    assert len(plan_files(plan_dir)) == 3
+
+
+@pytest.mark.parametrize("damage", [
+    b"{not json",
+    b"\xff\xfe",
+    b"[1, 2, 3]",
+    "order-not-a-permutation",
+    "order-of-strings",
+])
+def test_a_damaged_plan_file_is_replanned_with_a_warning(plan_dir, damage):
+    graph = ring_graph(24, seed=6)
+    compile_model(graph, "prob", target="reference", plan_search=CACHED)
+    (path,) = plan_files(plan_dir)
+    if isinstance(damage, bytes):
+        path.write_bytes(damage)
+    else:
+        doc = json.loads(path.read_text())
+        n = len(doc["order"])
+        bad = [0] * n if damage == "order-not-a-permutation" else [str(v) for v in range(n)]
+        doc["order"] = bad
+        path.write_text(json.dumps(doc))
+    with pytest.warns(PlanCacheWarning, match="damaged plan cache file"):
+        model = compile_model(graph, "prob", target="reference", plan_search=CACHED)
+    assert model.plan_choice.planner != "cache"
+    assert sorted(model.plan.order) == list(range(24))
+    with warnings.catch_warnings():  # rewritten whole: the next compile uses it quietly
+        warnings.simplefilter("error")
+        again = compile_model(graph, "prob", target="reference", plan_search=CACHED)
+    assert again.plan_choice.planner == "cache"
+
+
+def test_no_plan_files_when_the_cache_is_off(plan_dir, monkeypatch):
+    monkeypatch.setenv("CATBP_JIT_CACHE", "off")
+    compile_model(ring_graph(24, seed=7), "prob", target="reference", plan_search=CACHED)
+    assert plan_files(plan_dir) == []
+
+
+def test_plan_cost_counts_each_pass():
+    # one clique of 4 states with two factors: upward 2 tables, no downward pass
+    graph = factor_graph({"a": 2, "b": 2}, [(("a", "b"), np.ones((2, 2))), (("a",), np.ones(2))])
+    sizes, scopes = scopes_of(graph)
+    cost = plan_cost(junction_tree(sizes, scopes))
+    assert (cost.flops, cost.largest_states, cost.total_states) == (8, 4, 4)
+    assert cost.peak_bytes(8) == 32
+
+
+def test_bad_plan_time_is_refused():
+    with pytest.raises(ValueError, match="plan_time"):
+        compile_model(ring_graph(6, seed=0), "prob", target="reference", plan_time=-1)
+    with pytest.raises(ValueError, match="plan_time"):
+        PlanSearch(time_s=math.nan)
+
+
+def test_catbp_jit_plan_prints_the_estimate_and_the_planner(plan_dir, capsys):
+    from catbp_jit.cli import main
+    from catbp_jit.frontend.uai import write_uai
+    path = plan_dir / "ring.uai"
+    path.write_text(write_uai(ring_graph(20, seed=8)))
+    assert main(["plan", str(path), "--no-listing", "-q", "--plan-time", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "estimated cost:" in out and "flops (upward and downward), peak memory" in out
+    assert "planner:            greedy" in out
+    assert main(["plan", str(path), "--plan-time", "-1"]) == 2
+    assert "--plan-time: expected a number of seconds >= 0" in capsys.readouterr().err
+
+
+def test_a_refused_greedy_plan_is_searched_only_when_near_the_limit(monkeypatch):
+    from catbp_jit.frontend.model import ModelTooLargeError
+    calls = []
+    monkeypatch.setattr(search_mod, "searched_order", lambda *a, **k: calls.append(a) or None)
+    graph = factor_graph({"a": 16, "b": 16, "c": 16}, [(("a", "b", "c"), np.ones((16, 16, 16))),
+                                                       (("a",), np.ones(16))])
+    near = PlanSearch(time_s=1, min_flops=0, cache=False)
+    with pytest.raises(ModelTooLargeError, match="4,096 states"):  # 4x the limit: near
+        compile_model(graph, "prob", target="reference", max_clique_bytes=8 * 1024,
+                      plan_search=near)
+    assert len(calls) == 1
+    with pytest.raises(ModelTooLargeError, match="4,096 states"):  # 4096x: hopeless
+        compile_model(graph, "prob", target="reference", max_clique_bytes=8,
+                      plan_search=near)
+    assert len(calls) == 1
+
+
+def test_a_companion_model_plans_with_the_same_search(monkeypatch):
+    # PROB certifies a Z of 0 with a SAT model of the same graph: it must not search anew
+    monkeypatch.setattr(search_mod, "searched_order", _no_search)
+    graph = factor_graph({"a": 2, "b": 2}, [(("a", "b"), np.array([[1.0, 0.0], [0.0, 1.0]]))])
+    model = compile_model(graph, "prob", evidence_vars=["a", "b"], target="reference",
+                          plan_search=PlanSearch(time_s=0, min_flops=0))
+    assert model.solve({"a": 0, "b": 1}).log_Z == -math.inf
+    assert model._companions["SAT"].plan_search == model.plan_search
