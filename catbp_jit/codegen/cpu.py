@@ -33,6 +33,7 @@ from typing import List
 from .. import abi
 from ..plan.schedule import KernelPattern
 from ..semiring import SEMIRINGS, Semiring
+from .reduction import reduced_value
 
 ENTRY = "kernel"
 
@@ -80,22 +81,8 @@ def _sweep(ind: str, k: int, body: List[str], stop: bool) -> List[str]:
 
 def _reduced_value(k: int, sr: Semiring, dtype: str) -> List[str]:
     """Lines leaving ⊕ over the reduced axes of the current output element in `v`."""
-    x = _product(k, sr, [f"c{l} + j * s{l}" for l in range(k)])
-    i = "        "
-    if sr.reduction == "logsumexp":
-        lines = [f"{i}top_x = -np.inf  # pass 1: the largest term (a NaN sticks)"]
-        lines += _sweep(i, k, [f"x = {x}", "if x > top_x or x != x:", "    top_x = x"], False)
-        lines += [f"{i}if top_x == -np.inf:", f"{i}    v = top_x",
-                  f"{i}else:", f"{i}    acc = 0.0  # pass 2: the sum of exp(x - top_x)"]
-        lines += _sweep(i + "    ", k, [f"acc += math.exp({x} - top_x)"], False)
-        return lines + [f"{i}    v = top_x + math.log(acc)"]
-    if sr.reduction == "any":
-        lines = [f"{i}acc = {sr.accumulator(dtype)}"]
-        lines += _sweep(i, k, [f"if {x}:", "    acc = True", "    break"], True)
-        return lines + [f"{i}v = acc"]
-    lines = [f"{i}acc = {sr.accumulator(dtype)}"]  # float32 sums in float64
-    lines += _sweep(i, k, [f"acc += {x}"], False)
-    return lines + [f"{i}v = acc"]
+    terms = [f"mem[c{l} + j * s{l}]" for l in range(k)]
+    return reduced_value(k, sr, terms, _sweep, sr.accumulator(dtype), sr.product(terms))
 
 
 def _normalize(sr: Semiring, k: int) -> List[str]:

@@ -39,6 +39,7 @@ import numpy as np
 from .. import abi
 from ..plan.schedule import KernelPattern
 from ..semiring import SEMIRINGS, Semiring
+from .reduction import reduced_value
 
 ENTRY = "kernel"
 NORMALIZE_ENTRY = "normalize"
@@ -111,23 +112,8 @@ def _sweep(ind: str, k: int, body: List[str], stop: bool) -> List[str]:
 def _reduced_value(k: int, sr: Semiring, dtype: str) -> List[str]:
     """Lines leaving ⊕ over the reduced axes of the current output element in `v`."""
     terms = [f"mem[c{l} + j * s{l}]" for l in range(k)]
-    i = "        "
-    if sr.reduction == "logsumexp":
-        x = sr.product(terms)
-        lines = [f"{i}top_x = np.float64(-np.inf)  # pass 1: the largest term (a NaN sticks)"]
-        lines += _sweep(i, k, [f"x = {x}", "if x > top_x or x != x:", "    top_x = np.float64(x)"],
-                        False)
-        lines += [f"{i}if top_x == -np.inf:", f"{i}    v = top_x",
-                  f"{i}else:", f"{i}    acc = np.float64(0.0)  # pass 2: the sum of exp(x - top_x)"]
-        lines += _sweep(i + "    ", k, [f"acc += math.exp({x} - top_x)"], False)
-        return lines + [f"{i}    v = top_x + math.log(acc)"]
-    if sr.reduction == "any":
-        lines = [f"{i}acc = {_accumulator(sr, dtype)}"]
-        lines += _sweep(i, k, [f"if {sr.product(terms)}:", "    acc = True", "    break"], True)
-        return lines + [f"{i}v = acc"]
-    lines = [f"{i}acc = {_accumulator(sr, dtype)}"]  # float32 sums in float64
-    lines += _sweep(i, k, [f"acc += {_summed_product(sr, dtype, terms)}"], False)
-    return lines + [f"{i}v = acc"]
+    return reduced_value(k, sr, terms, _sweep, _accumulator(sr, dtype),
+                         _summed_product(sr, dtype, terms), lambda x: f"np.float64({x})")
 
 
 def _normalize_group(sr: Semiring) -> List[str]:

@@ -1,0 +1,39 @@
+"""⊕ over a segment's reduced axes, as kernel source: one template for both targets.
+
+The targets differ only in how they walk the terms (`sweep`: the CPU's odometer with
+counters in P, a GPU thread's div/mod), in how a float literal is typed (CUDA types them:
+under its simulator a Python 0.0 plus a float32 would stay float32) and in how a product
+that feeds a sum is written (CUDA rounds it alone, see codegen/cuda.py).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, List
+
+from ..semiring import Semiring
+
+Sweep = Callable[[str, int, List[str], bool], List[str]]
+
+
+def reduced_value(k: int, sr: Semiring, terms: List[str], sweep: Sweep, acc: str,
+                  summed: str, literal: Callable[[str], str] = lambda x: x) -> List[str]:
+    """Lines leaving ⊕ over the reduced axes of the current output element in `v`.
+    terms: the k leaves' current elements; acc: ⊕'s starting value; summed: the product
+    of the terms as a term of a sum."""
+    i = "        "
+    if sr.reduction == "logsumexp":  # max-shifted, two passes; -inf for an all -inf sum
+        x = sr.product(terms)
+        lines = [f"{i}top_x = {literal('-np.inf')}  # pass 1: the largest term (a NaN sticks)"]
+        lines += sweep(i, k, [f"x = {x}", "if x > top_x or x != x:",
+                              f"    top_x = {literal('x')}"], False)
+        lines += [f"{i}if top_x == -np.inf:", f"{i}    v = top_x",
+                  f"{i}else:", f"{i}    acc = {literal('0.0')}  # pass 2: the sum of exp(x - top_x)"]
+        lines += sweep(i + "    ", k, [f"acc += math.exp({x} - top_x)"], False)
+        return lines + [f"{i}    v = top_x + math.log(acc)"]
+    if sr.reduction == "any":  # stops at the first true term
+        lines = [f"{i}acc = {acc}"]
+        lines += sweep(i, k, [f"if {sr.product(terms)}:", "    acc = True", "    break"], True)
+        return lines + [f"{i}v = acc"]
+    lines = [f"{i}acc = {acc}"]  # float32 sums in float64
+    lines += sweep(i, k, [f"acc += {summed}"], False)
+    return lines + [f"{i}v = acc"]
