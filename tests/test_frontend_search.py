@@ -112,6 +112,28 @@ def test_without_cotengra_the_greedy_plan_is_used(monkeypatch):
     assert model.plan_choice.planner == "greedy"
 
 
+class FakePanic(BaseException):
+    """As pyo3's PanicException: a Rust path finder's panic, not an Exception."""
+
+
+def test_a_panicking_path_finder_leaves_the_greedy_plan(monkeypatch):
+    """Regression: cotengrust's greedy panicked on bnlearn's pathfinder, and the panic (a
+    BaseException) went through cotengra's on_trial_error="ignore" and out of compile_model."""
+    cotengra = pytest.importorskip("cotengra")
+
+    def panic(self, *args, **kwargs):
+        raise FakePanic("no entry found for key")
+
+    monkeypatch.setattr(cotengra.HyperOptimizer, "search", panic)
+    graph = ring_graph(24, seed=1)
+    with pytest.warns(search_mod.PlanSearchWarning, match="FakePanic: no entry found"):
+        model = compile_model(graph, "prob", target="reference",
+                              plan_search=PlanSearch(time_s=0.3, min_flops=0, cache=False))
+    assert model.plan_choice.planner == "greedy"
+    greedy = compile_model(graph, "prob", target="reference", plan_time=0)
+    assert model.solve().log_Z == greedy.solve().log_Z
+
+
 def _no_search(*args, **kwargs):
     raise AssertionError("searched although it should not have")
 

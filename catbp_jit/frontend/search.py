@@ -201,13 +201,28 @@ def searched_order(sizes: Sequence[int], scopes: Sequence[Sequence[int]], time_s
 
     opt = Scored(methods=methods, minimize="flops", max_time=time_s, max_repeats=10**9,
                  parallel=False, progbar=False, on_trial_error="ignore")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        tree = opt.search([tuple(symbol[v] for v in s) for s in inputs], (),
-                          {symbol[v]: sizes[v] for v in symbol})
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tree = opt.search([tuple(symbol[v] for v in s) for s in inputs], (),
+                              {symbol[v]: sizes[v] for v in symbol})
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as e:  # noqa: B036  a Rust path finder's panic is no Exception
+        # (cotengrust's greedy panicked on bnlearn's pathfinder: pyo3's PanicException
+        # derives from BaseException, so on_trial_error="ignore" lets it through): the
+        # trials scored so far stand; without any, the caller keeps the greedy plan
+        warnings.warn(f"plan search stopped by a failing cotengra trial ({type(e).__name__}: "
+                      f"{str(e)[:200]}); {len(kept)} trial(s) scored before it are used",
+                      PlanSearchWarning)
+        tree = None
     if kept:
         return min(kept, key=lambda k: k[0])[1]
-    return tree_order(tree, inputs, len(sizes))
+    return None if tree is None else tree_order(tree, inputs, len(sizes))
+
+
+class PlanSearchWarning(UserWarning):
+    """The plan search failed part-way; the plan is the best found before (or greedy)."""
 
 
 def tree_order(tree, inputs: Sequence[Tuple[int, ...]], n: int) -> Tuple[int, ...]:
