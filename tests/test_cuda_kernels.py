@@ -149,8 +149,8 @@ def check_against_cpu(run: Run, semiring: str, directory, options=cuda_run.Launc
 
 # -------------------------------------------------------------------------- the corpus
 
-@pytest.mark.parametrize("path", BUNDLES, ids=[p.name for p in CORPUS])
-def test_corpus_bundle_matches_cpu(path, module_dir):
+def run_bundle(path):
+    """The bundle, and a run of it on the CPU target (loop mode) with its inputs."""
     bundle = load_bundle(path)
     exe = catbp_jit.compile(bundle.programs, bundle.semiring_runtime(),
                             factor_specs=bundle.factor_specs(),
@@ -158,6 +158,12 @@ def test_corpus_bundle_matches_cpu(path, module_dir):
     run = Run.bind(exe, exe)
     factors, selectors = inputs(bundle)
     run.run(factors=factors, selectors=selectors)
+    return bundle, run
+
+
+@pytest.mark.parametrize("path", BUNDLES, ids=[p.name for p in CORPUS])
+def test_corpus_bundle_matches_cpu(path, module_dir):
+    bundle, run = run_bundle(path)
     check_against_cpu(run, bundle.semiring, module_dir)
 
 
@@ -312,13 +318,7 @@ def test_launch_shapes_give_identical_bits(name, module_dir):
     path = next((p for p in CORPUS if p.name == name), None)
     if path is None:
         pytest.skip(f"bundle {name} is not in {CORPUS[0].parent if CORPUS else 'the corpus'}")
-    bundle = load_bundle(path)
-    exe = catbp_jit.compile(bundle.programs, bundle.semiring_runtime(),
-                            factor_specs=bundle.factor_specs(),
-                            selector_specs=bundle.selector_specs(), mode="loop")
-    run = Run.bind(exe, exe)
-    factors, selectors = inputs(bundle)
-    run.run(factors=factors, selectors=selectors)
+    bundle, run = run_bundle(path)
     first = None
     for options in SHAPES:
         mem = check_against_cpu(run, bundle.semiring, module_dir, options)
