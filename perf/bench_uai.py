@@ -35,6 +35,7 @@ import json
 import math
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -195,23 +196,44 @@ def child_pyagrum(path: Path, repeat: int, budget_s: float) -> None:
 # the parent
 
 
+def kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):  # gone already
+        pass
+
+
 def run_child(args: list, timeout_s: float, limit_bytes: int = 0) -> dict:
-    """The fields a child printed; status 'timeout' or 'failed: ...' when it did not end
-    well."""
+    """The fields a child of this script printed; status 'timeout' or 'failed: ...' when it
+    did not end well."""
+    return run_json_child([sys.executable, str(Path(__file__).resolve())] + args, timeout_s,
+                          limit_bytes)
+
+
+def run_json_child(cmd: list, timeout_s: float, limit_bytes: int = 0) -> dict:
+    """Run cmd, killed with all its descendants after timeout_s; the fields of the JSON
+    lines it printed."""
     def limit():  # in the child, before exec
         import resource
         resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))
 
-    cmd = [sys.executable, str(Path(__file__).resolve())] + args
+    # a session (process group) of its own: on a timeout the child's own children die with
+    # it (cotengra's worker processes hold the child's stdout open, and reading it to the end
+    # would wait for them)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=limit if limit_bytes else None)
+                            preexec_fn=limit if limit_bytes else None, start_new_session=True)
     status = None
     try:
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
+        kill_group(proc.pid)
+        try:
+            out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:  # a process outside the group holds the pipes
+            proc.kill()
+            out, err = "", ""
         status = f"timeout ({timeout_s:g} s)"
+    kill_group(proc.pid)  # whatever the child left running
     fields = {}
     for line in out.splitlines():
         if line.startswith("{"):

@@ -59,6 +59,25 @@ def test_an_instance_past_its_timeout_is_a_row(tmp_path):
     assert "- no answer: Pedigree_11" in (tmp_path / "bench_uai.md").read_text()
 
 
+GRANDCHILD = """
+import subprocess, sys, time
+print('{"started": true}', flush=True)
+# a grandchild that holds the child's stdout open, as cotengra's worker processes do
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+time.sleep(600)
+"""
+
+
+def test_a_timeout_kills_the_childs_children_too():
+    """Reading a killed child's output to the end waits for every process holding its
+    pipes: its children must die with it (a CI run once hung here for an hour)."""
+    import time
+    t0 = time.monotonic()
+    fields = bench_uai.run_json_child([sys.executable, "-c", GRANDCHILD], 3)
+    assert time.monotonic() - t0 < 60
+    assert fields == {"started": True, "status": "timeout (3 s)"}
+
+
 def test_bad_arguments(tmp_path, capsys):
     assert bench_uai.main([str(tmp_path / "nowhere")]) == 2
     assert bench_uai.main([str(UAI), "--only", "Nope_1"]) == 2
