@@ -199,4 +199,4 @@ def test_bnlearn_network_is_exact(name, tmp_path):
 def test_a_network_over_the_clique_limit_is_refused():
     graph = _network("barley")
     with pytest.raises(FactorGraphError, match=r"largest clique has \d+ variables and 7,257,600 states"):
-        compile_model(graph, "prob", max_clique_bytes=32 << 20)
+        compile_model(graph, "prob", max_clique_bytes=32 << 20, plan_kind="junction")

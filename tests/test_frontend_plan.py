@@ -197,15 +197,17 @@ def test_a_plan_over_the_total_limit_is_refused_before_emitting(monkeypatch):
                        match=r"chain: the junction tree's cliques hold [\d,]+ states .* or more .*, the "
                              r"largest 2 variables and 100 states; the limit is 32.00 KiB for all "
                              r"cliques together \(max_total_bytes"):
-        compile_model(graph, "prob", target="reference", max_total_bytes=32 << 10)
+        compile_model(graph, "prob", target="reference", max_total_bytes=32 << 10,
+                      plan_kind="junction")
 
 
 def test_the_limit_defaults_to_the_memory_limit(monkeypatch):
     monkeypatch.setenv("CATBP_JIT_MAX_BYTES", str(32 << 10))
     with pytest.raises(ModelTooLargeError, match="32.00 KiB for all cliques together"):
-        compile_model(chain(50, 10), "prob", target="reference")
+        compile_model(chain(50, 10), "prob", target="reference", plan_kind="junction")
     monkeypatch.setenv("CATBP_JIT_MAX_BYTES", str(40 << 10))
-    assert compile_model(chain(50, 10), "prob", target="reference").stats["total_states"] == 4900
+    assert compile_model(chain(50, 10), "prob", target="reference",
+                         plan_kind="junction").stats["total_states"] == 4900
 
 
 def test_the_refusal_is_a_factor_graph_error_and_a_plan_too_large_error():
@@ -224,7 +226,8 @@ def test_a_finished_plan_is_checked_against_the_limits_too(monkeypatch):
                         lambda sizes, scopes, **unused: elimination_order(sizes, scopes))
     with pytest.raises(ModelTooLargeError, match=r"largest clique has 2 variables and 100 states "
                                                  r"\(800 B as float64\); the limit is 512 B per clique"):
-        compile_model(chain(5, 10), "prob", target="reference", max_clique_bytes=512)
+        compile_model(chain(5, 10), "prob", target="reference", max_clique_bytes=512,
+                      plan_kind="junction")
 
 
 def test_the_model_reports_planning_progress():

@@ -163,10 +163,13 @@ def test_plan_is_a_junction_tree(ge):
 def test_programs_print_and_parse_back():
     graph = factor_graph({"a": 2, "b": 3, "c": 2},
                          [(("a", "b"), np.ones((2, 3))), (("b", "c"), np.ones((3, 2)))])
-    model = compile_model(graph, "prob", evidence_vars=["c"], target="reference")
-    text = "\n\n".join(str(p) for p in model.programs)
-    assert tuple(parse_programs(text)) == model.programs
-    assert [p.name for p in model.programs] == ["upward", "downward", "finalize"]
+    for kind, names in (("junction", ["upward", "downward", "finalize"]),
+                        ("contraction", ["upward", "downward"])):
+        model = compile_model(graph, "prob", evidence_vars=["c"], target="reference",
+                              plan_kind=kind)
+        text = "\n\n".join(str(p) for p in model.programs)
+        assert tuple(parse_programs(text)) == model.programs
+        assert [p.name for p in model.programs] == names
 
 
 def test_chain_by_hand():

@@ -320,16 +320,19 @@ def assert_same_solution(a, b):
 
 @pytest.mark.parametrize("semiring", ["prob", "logprob"])
 @pytest.mark.parametrize("absorb", [True, False])
-def test_front_end_solves_run_only_evidence_dependent_steps(semiring, absorb):
+@pytest.mark.parametrize("plan_kind", ["junction", "contraction"])
+def test_front_end_solves_run_only_evidence_dependent_steps(semiring, absorb, plan_kind):
     """Evidence on the chain's last variables: the messages from x0 onwards up to the
     evidence depend on no evidence, so later solves skip them; the answers are the bits of
     the model compiled without partial evaluation (PROB: its scale slots too)."""
     from catbp_jit.frontend import compile_model
     graph = chain_graph()
     ev_vars = ["x6", "x7"]
-    model = compile_model(graph, semiring, evidence_vars=ev_vars, absorb_evidence=absorb)
+    model = compile_model(graph, semiring, evidence_vars=ev_vars, absorb_evidence=absorb,
+                          plan_kind=plan_kind)
     plain = compile_model(graph, semiring, evidence_vars=ev_vars, absorb_evidence=absorb,
-                          partial_evaluation=False)
+                          partial_evaluation=False, plan_kind=plan_kind)
+    assert model.plan_kind == plan_kind
     n_static = model.executable.plan.n_static
     assert n_static > 0 and plain.executable.plan.n_static == 0
     firsts = record_first_steps(model)

@@ -166,8 +166,12 @@ def cmd_solve(args: argparse.Namespace) -> int:
     print(f"semiring:  {sol.semiring}")
     if evidence:
         print(f"evidence:  {', '.join(f'{v}={x}' for v, x in evidence.items())}")
-    print(f"plan:      {st['cliques']} cliques, largest {st['max_clique_states']:,} states "
-          f"({st['max_clique_variables']} variables), {st['total_states']:,} states in all")
+    if model.contraction is not None:
+        print(f"plan:      contraction tree, {st['contractions']} contractions, largest loop "
+              f"{st['max_loop_states']:,} states, {st['stored_states']:,} states kept")
+    else:
+        print(f"plan:      {st['cliques']} cliques, largest {st['max_clique_states']:,} states "
+              f"({st['max_clique_variables']} variables), {st['total_states']:,} states in all")
     print(f"log Z:     {sol.log_Z!r}")
     print(f"Z:         {_text_z(sol.Z)}" + (f" ({why_not})" if why_not else ""))
     print(f"time:      plan {model.times['plan_s']:.3f} s, compile {model.times['compile_s']:.3f} s, "
@@ -283,9 +287,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
     print(f"cliques:            {st['cliques']}")
     print(f"max clique:         {st['max_clique_states']:,} states, {st['max_clique_variables']} variables")
     print(f"total states:       {st['total_states']:,} (beliefs), {st['separator_states']:,} (separators)")
+    other = "junction" if model.plan_kind == "contraction" else "contraction"
+    print(f"programs:           {st['programs']} (estimated {st['estimated_flops']:.3g} flops; "
+          f"the {other} tree's: {st[other + '_flops']:.3g})")
+    if model.contraction is not None:
+        print(f"contractions:       {st['contractions']}, largest loop {st['max_loop_states']:,} "
+              f"states, largest kept tensor {st['max_stored_states']:,}, "
+              f"{st['stored_states']:,} states kept")
     print("instructions:       " + ", ".join(f"{p.name} {len(p)}" for p in model.programs))
+    kept = ("tensors and adjoints" if model.contraction is not None else "beliefs and messages")
     print(f"estimated cost:     {st['estimated_flops']:.3g} flops (upward and downward), "
-          f"peak memory {format_bytes(st['peak_bytes'])} (beliefs and messages, float64)")
+          f"peak memory {format_bytes(st['peak_bytes'])} ({kept}, float64)")
     greedy = choice.greedy_cost
     print(f"planner:            {choice.planner}" + (
         f", search {choice.search_s:.2f} s" if choice.search_s else "") + (

@@ -34,10 +34,13 @@ from .emit import emit_programs, factor_specs, scale_slots
 from .graph import Factor, FactorGraph, FactorGraphError, factor_graph
 from .plan import PlanLimitError, PlanLimits, TreePlan, format_count, junction_tree
 from .plan_cache import PlanKey
-from .search import PlanSearch, choose_order, plan_cost
+from .contraction import contraction_tree, tree_from_path
+from .emit_tree import contraction_scale_slots, emit_contraction_programs
+from .search import PlanSearch, choose_order, plan_cost, tree_cost
 from .scaling import TINY, NumericalError, ScaledNumber, pow2_scaled
 
 SEMIRINGS = ("PROB", "LOGPROB", "SAT", "COUNT")
+PLAN_KINDS = ("auto", "junction", "contraction")
 TARGETS = ("cpu", "cuda", "reference")  # the JIT on the CPU or a GPU; the reference VM
 MAX_CLIQUE_BYTES = 2 << 30  # 2 GiB: a belief larger than this is refused, not attempted
 # the beliefs of one batched run at most (solve_batch): the knee measured on water and
@@ -94,10 +97,13 @@ class CompiledModel:
                  max_clique_bytes: int = MAX_CLIQUE_BYTES, max_total_bytes: Optional[int] = None,
                  buckets: Optional[Sequence[int]] = None, progress: Optional[Progress] = None,
                  partial_evaluation: bool = True, plan_time: Optional[float] = None,
-                 plan_search: Optional[PlanSearch] = None):
+                 plan_search: Optional[PlanSearch] = None, plan_kind: str = "auto"):
         """partial_evaluation: the factors that carry no evidence are static inputs, so
         each solve runs only the segments that depend on the evidence (False: every
-        segment in every solve; the answers are the same bits)."""
+        segment in every solve; the answers are the same bits). plan_kind: the programs
+        emitted from the chosen elimination order, "junction" (a junction tree),
+        "contraction" (a contraction tree and its adjoint) or "auto" (the cheaper by
+        estimated cost)."""
         say = progress or (lambda msg: None)
         # plan_time: the search budget in seconds (0: greedy only); plan_search: every option
         if plan_search is None:
@@ -105,6 +111,8 @@ class CompiledModel:
         elif plan_time is not None:
             plan_search = replace(plan_search, time_s=plan_time)
         self.plan_search = plan_search
+        if plan_kind not in PLAN_KINDS:
+            raise ValueError(f"plan_kind must be one of {', '.join(PLAN_KINDS)}, got {plan_kind!r}")
         self.graph = graph
         self.semiring = _semiring_name(semiring)
         if target not in TARGETS:
@@ -137,35 +145,58 @@ class CompiledModel:
                             max_total_states=max_total_bytes // item)
         # filed under the limits asked for, not the memory free at the moment (a cached plan
         # is checked against the current limits before use)
+        kinds = ("junction", "contraction") if plan_kind == "auto" else (plan_kind,)
         key = PlanKey(sizes, tuple(map(tuple, scopes)), tuple(ev_idx),
                       self.evidence_vars if self.absorbed else (),
-                      replace(limits, max_total_states=None) if total_given is None else limits)
+                      replace(limits, max_total_states=None) if total_given is None else limits,
+                      kinds)
         try:
             self.plan_choice = choose_order(
                 sizes, scopes, limits=limits, search=plan_search, key=key,
-                progress=lambda msg: say(f"planning {graph.name}: {msg}"))
+                progress=lambda msg: say(f"planning {graph.name}: {msg}"),
+                kinds=kinds)
         except PlanLimitError as e:
             run = e.run
             limit = max_clique_bytes if run.stopped == "clique" else max_total_bytes
             raise self._too_large(run.largest_variables, run.largest_states, run.tree_states,
                                   run.stopped, limit, stopped=True) from None
+        # both plans of the order, with the evidence indicators the search left out
         self.plan = junction_tree(sizes, scopes, self.plan_choice.order, ev_idx)
         self.stats = self.plan.stats()
-        cost = plan_cost(self.plan)  # with the evidence indicators the search left out
-        self.stats.update(estimated_flops=cost.flops, peak_bytes=cost.peak_bytes(item))
+        path = self.plan_choice.path  # a searched tree, else the order's
+        tree = (tree_from_path(sizes, scopes, path, ev_idx) if path is not None
+                else contraction_tree(sizes, scopes, self.plan_choice.order, ev_idx))
+        costs = {"junction": plan_cost(self.plan), "contraction": tree_cost(tree)}
+        if plan_kind == "auto":
+            plan_kind = min(costs, key=lambda k: (costs[k].flops, k != "junction"))
+        self.plan_kind = plan_kind
+        # the contraction tree when its programs run (the junction tree is kept either way)
+        self.contraction = tree if plan_kind == "contraction" else None
+        cost = costs[plan_kind]
+        self.stats.update(programs=f"{plan_kind} tree", estimated_flops=cost.flops,
+                          peak_bytes=cost.peak_bytes(item),
+                          junction_flops=costs["junction"].flops,
+                          contraction_flops=costs["contraction"].flops)
+        if self.contraction is not None:
+            self.stats.update(self.contraction.stats())
         self._check_size(max_clique_bytes, max_total_bytes)
         self.scaled = self.semiring == "PROB"  # see scaling.py
-        self.programs = emit_programs(self.plan, len(scopes), ev_idx, scaled=self.scaled)
-        self._scale_slots = scale_slots(self.plan) if self.scaled else ()
+        if self.contraction is not None:
+            self.programs = emit_contraction_programs(tree, len(scopes), ev_idx, scaled=self.scaled)
+            self._scale_slots = contraction_scale_slots(tree) if self.scaled else ()
+        else:
+            self.programs = emit_programs(self.plan, len(scopes), ev_idx, scaled=self.scaled)
+            self._scale_slots = scale_slots(self.plan) if self.scaled else ()
         self.factor_specs = factor_specs(self.plan, scopes, ev_idx)
         self._answer = answer_layout(graph.names, graph.variables, self._planned_index,
                                      self._scale_slots)
         self.times = {"plan_s": time.perf_counter() - t0}
 
         t0 = time.perf_counter()
-        say(f"compiling {sum(len(p) for p in self.programs)} instructions "
-            f"({self.stats['cliques']} cliques, largest {self.stats['max_clique_states']} states)"
-            f" for {target}")
+        shape = (f"{self.stats['contractions']} contractions, largest loop "
+                 f"{self.stats['max_loop_states']} states" if self.contraction is not None else
+                 f"{self.stats['cliques']} cliques, largest {self.stats['max_clique_states']} states")
+        say(f"compiling {sum(len(p) for p in self.programs)} instructions ({shape}) for {target}")
         # cut factors are bound anew per solve, with their own scales
         rebound = set(self.absorbed.cut) if self.absorbed else set()
         self._values, self._exponent = self._semiring_values(
@@ -212,7 +243,8 @@ class CompiledModel:
         (water, 3 observed: 166 rows/s at 16 rows a run, 109 at 256, 44 at 1024)."""
         from ..batched import DEFAULT_BUCKETS
         asked = tuple(sorted(self.buckets or DEFAULT_BUCKETS))
-        row_bytes = max(1, self.stats["total_states"] * self.sr.dtype.itemsize)
+        kept = "stored_states" if self.contraction is not None else "total_states"
+        row_bytes = max(1, self.stats[kept] * self.sr.dtype.itemsize)
         return tuple(b for b in asked if b * row_bytes <= BATCH_BYTES) or asked[:1]
 
     def _compile_batched(self) -> None:
@@ -226,6 +258,8 @@ class CompiledModel:
 
     def _check_size(self, max_clique_bytes: int, max_total_bytes: int) -> None:
         """The finished plan against the limits (the greedy runs stop at them already)."""
+        if self.contraction is not None:
+            return self._check_tree_size(max_clique_bytes, max_total_bytes)
         plan, item = self.plan, self.sr.dtype.itemsize
         largest = max(plan.cliques, key=lambda c: plan.states(c.id))
         states, total = plan.states(largest.id), self.stats["total_states"]
@@ -233,6 +267,23 @@ class CompiledModel:
             raise self._too_large(len(largest.variables), states, total, "clique", max_clique_bytes)
         if total * item > max_total_bytes:
             raise self._too_large(len(largest.variables), states, total, "total", max_total_bytes)
+
+    def _check_tree_size(self, max_clique_bytes: int, max_total_bytes: int) -> None:
+        """A contraction tree keeps its internal tensors. (Its joint spaces lie within the
+        order's cliques, which planning held to the same limits: the reference VM stores
+        them, the JIT fuses them away.)"""
+        st, item = self.stats, self.sr.dtype.itemsize
+        largest = st["max_stored_states"]
+        if largest * item > max_clique_bytes:
+            raise ModelTooLargeError(
+                f"{self.graph.name}: the contraction tree's largest tensor has "
+                f"{format_count(largest)} states ({format_bytes(largest * item)}); the limit is "
+                f"{format_bytes(max_clique_bytes)} per tensor (max_clique_bytes)")
+        if st["stored_states"] * item > max_total_bytes:
+            raise ModelTooLargeError(
+                f"{self.graph.name}: the contraction tree keeps {format_count(st['stored_states'])} "
+                f"states ({format_bytes(st['stored_states'] * item)}); the limit is "
+                f"{format_bytes(max_total_bytes)} in all (max_total_bytes)")
 
     def _too_large(self, variables: int, states: int, total: int, over: str,
                    limit_bytes: int, stopped: bool = False) -> ModelTooLargeError:
@@ -396,7 +447,7 @@ class CompiledModel:
             self._companions[semiring] = CompiledModel(
                 graph, semiring, evidence_vars=self.evidence_vars,
                 absorb_evidence=self.absorbed is not None, target=self.target,
-                plan_search=self.plan_search)
+                plan_search=self.plan_search, plan_kind=self.plan_kind)
         return self._companions[semiring]
 
     def _check_infeasible(self, evidence: Mapping[str, Any]) -> None:

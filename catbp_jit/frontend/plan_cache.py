@@ -22,7 +22,8 @@ from typing import Optional, Tuple
 from ..cache import _atomic_write, default_cache_dir
 from .plan import PlanLimits
 
-FORMAT = 1  # bump when the file layout or what an order means changes
+FORMAT = 2  # bump when the file layout or what an order means changes (2: scored by
+# the cheaper of its junction and contraction trees)
 
 
 class PlanCacheWarning(UserWarning):
@@ -36,10 +37,12 @@ class PlanKey:
     evidence: Tuple[int, ...]  # evidence variables kept as indicators (indices)
     absorbed: Tuple[str, ...]  # evidence variables cut out of the graph (names)
     limits: PlanLimits
+    kinds: Tuple[str, ...] = ("junction", "contraction")  # the programs the plan may emit
 
     def digest(self) -> str:
         doc = [FORMAT, list(self.sizes), [list(s) for s in self.scopes], list(self.evidence),
-               list(self.absorbed), self.limits.max_clique_states, self.limits.max_total_states]
+               list(self.absorbed), self.limits.max_clique_states, self.limits.max_total_states,
+               list(self.kinds)]
         return hashlib.sha256(json.dumps(doc, separators=(",", ":")).encode()).hexdigest()
 
 
@@ -48,6 +51,8 @@ class CachedPlan:
     order: Tuple[int, ...]
     planner: str  # who found it: "greedy" or "cotengra"
     plan_time: float  # the budget it was searched with
+    # the searched contraction tree (search.Searched.path) when it won, else None
+    path: Optional[Tuple[Tuple[int, int], ...]] = None
 
 
 def plan_dir() -> Optional[str]:
@@ -75,17 +80,20 @@ def load(key: PlanKey, directory: Optional[str] = None) -> Optional[CachedPlan]:
     why = None
     try:
         doc = json.loads(data.decode("utf-8"))
-        why = _problem(doc, digest, len(key.sizes))
+        why = _problem(doc, digest, len(key.sizes), sum(1 for s in key.scopes if s))
     except (UnicodeDecodeError, ValueError) as e:
         why = f"not valid JSON: {e}"
     if why:
         warnings.warn(f"{path}: damaged plan cache file ({why}); planning anew", PlanCacheWarning)
         return None
-    return CachedPlan(tuple(doc["order"]), doc["planner"], float(doc["plan_time"]))
+    path = doc.get("path")
+    return CachedPlan(tuple(doc["order"]), doc["planner"], float(doc["plan_time"]),
+                      None if path is None else tuple(tuple(p) for p in path))
 
 
-def _problem(doc, digest: str, n: int) -> Optional[str]:
-    """Why `doc` is not a plan for this key, or None."""
+def _problem(doc, digest: str, n: int, tensors: int) -> Optional[str]:
+    """Why `doc` is not a plan for this key (n variables, `tensors` factors with a
+    non-empty scope), or None."""
     if not isinstance(doc, dict):
         return "not an object"
     if doc.get("format") != FORMAT or doc.get("key") != digest:
@@ -99,7 +107,25 @@ def _problem(doc, digest: str, n: int) -> Optional[str]:
     plan_time = doc.get("plan_time")
     if type(plan_time) not in (int, float) or not plan_time >= 0:
         return "bad plan_time"
+    path = doc.get("path")
+    if path is not None and not _is_ssa_path(path, tensors):
+        return f"the path is not a contraction of the {tensors} tensors"
     return None
+
+
+def _is_ssa_path(path, tensors: int) -> bool:
+    """Does `path` contract each of `tensors` inputs and each pair made, once at most?"""
+    if not isinstance(path, list) or len(path) >= max(tensors, 1):
+        return False
+    used = set()
+    for k, pair in enumerate(path):
+        made = tensors + k  # the ids so far
+        if not (isinstance(pair, list) and len(pair) == 2
+                and all(type(i) is int and 0 <= i < made and i not in used for i in pair)
+                and pair[0] != pair[1]):
+            return False
+        used.update(pair)
+    return True
 
 
 def store(key: PlanKey, plan: CachedPlan, directory: Optional[str] = None) -> None:
@@ -109,7 +135,8 @@ def store(key: PlanKey, plan: CachedPlan, directory: Optional[str] = None) -> No
         return
     digest = key.digest()
     doc = {"format": FORMAT, "key": digest, "planner": plan.planner,
-           "plan_time": plan.plan_time, "order": list(plan.order)}
+           "plan_time": plan.plan_time, "order": list(plan.order),
+           "path": None if plan.path is None else [list(p) for p in plan.path]}
     try:
         os.makedirs(directory, 0o700, exist_ok=True)
         _atomic_write(os.path.join(directory, f"{digest}.json"), json.dumps(doc).encode())

@@ -13,7 +13,9 @@ cotengra is missing, or when the greedy plan is so cheap that no search could pa
 
 from __future__ import annotations
 
+import heapq
 import importlib.util
+import itertools
 import math
 import time
 import warnings
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import plan_cache
+from .contraction import ContractionTree, contraction_tree, tree_from_path
 from .plan_cache import PlanKey
 from .plan import (PlanLimitError, PlanLimits, Progress, TreePlan, elimination_order,
                    junction_tree)
@@ -36,9 +39,16 @@ SEARCH_ABOVE_FLOPS = 1e7
 # shrink the largest clique 2^3-2^7 on UAI 2014 models, and on a hopeless graph
 # (relational_1: a clique of 2^251 states) a search would only delay the refusal
 RESCUE_WITHIN = 2**10
-# a search trial is scored as a junction tree when its flops (cotengra's count) are within
-# this factor of the best trial's so far
-SCORED_WITHIN = 8.0
+# the trials with the fewest flops (cotengra's count) are scored as junction trees after
+# the search; the trees cotengra ranks first are often not the cheapest junction trees
+SCORED = 4
+# of the budget, what the trials get; the rest is for reconfiguring the RECONFIGURED best
+# trees and the greedy plan's tree (about a second each on linkage_24) and scoring
+TRIAL_SHARE = 0.8
+RECONFIGURED = 2
+# a kernel dispatch, in element operations: a contraction tree runs about three kernels
+# per table where a junction tree runs a few per clique (counts only between close plans)
+STEP_OPERATIONS = 256
 
 
 @dataclass(frozen=True)
@@ -70,11 +80,13 @@ class PlanCost:
 
 def plan_cost(plan: TreePlan) -> PlanCost:
     """Each pass loops over every clique's states once per table it multiplies there (the
-    JIT fuses a product with its elimination, so a loop costs its states times its inputs).
+    JIT fuses a product with its elimination, so a loop costs its states times its inputs;
+    STEP_OPERATIONS per kernel).
     Upward: the clique's factors and indicators and its children's messages. Downward
     (emit_downward): the same base plus the parent's message, and per child about four
     more (the prefix product, the product excluding the child, the suffix, the read)."""
     flops = total = seps = largest = 0
+    steps = len(plan.sizes)  # the marginals
     for c in plan.cliques:
         states = plan.states(c.id)
         local = len(c.factors) + len(c.evidence)
@@ -82,11 +94,43 @@ def plan_cost(plan: TreePlan) -> PlanCost:
         up = max(1, local + k)
         down = (local + (c.parent is not None) + 4 * k) if (k or c.parent is not None) else 0
         flops += states * (up + down)
+        steps += 1 + (k + 1 if down else 0)
         total += states
         largest = max(largest, states)
         if c.parent is not None:
             seps += math.prod(plan.sizes[v] for v in plan.up_separator[c.id])
-    return PlanCost(flops, largest, total, seps)
+    return PlanCost(flops + STEP_OPERATIONS * steps, largest, total, seps)
+
+
+def tree_cost(tree: ContractionTree) -> PlanCost:
+    """A contraction tree's passes (emit_tree.py), in plan_cost's units: each contraction
+    loops over its children's joint states reading two tensors (the root's adjoint is a
+    scalar: one), upward once per internal node, downward once per child on the way to a
+    marginal's home, plus the home tensor times its adjoint; STEP_OPERATIONS per kernel.
+    Memory: every internal node's tensor is kept; adjoints are counted as separators."""
+    parent = tree.parents()
+    homes = set(tree.home)
+    needed = tree.on_paths_to_homes(parent)
+    flops = steps = stored = adjoints = largest = 0
+    for node in tree.internal:
+        flops += 2 * tree.loop_states(node.id)
+        steps += 1
+        if node.id != tree.root:
+            states = tree.states(node.id)
+            stored += states
+            largest = max(largest, states)
+        for c in node.children:
+            if c not in needed:
+                continue
+            (sibling,) = [x for x in node.children if x != c]
+            over = set(tree.adjoint_variables(node.id, parent)) | set(tree.nodes[sibling].variables)
+            flops += (1 if node.id == tree.root else 2) * math.prod(tree.sizes[v] for v in over)
+            adjoints += math.prod(tree.sizes[v] for v in tree.adjoint_variables(c, parent))
+            steps += 1
+    for n in homes:
+        flops += 2 * tree.states(n)
+        steps += 1
+    return PlanCost(flops + STEP_OPERATIONS * steps, largest, stored, adjoints)
 
 
 def within(cost: PlanCost, limits: PlanLimits) -> bool:
@@ -102,6 +146,9 @@ class PlanChoice:
     cost: PlanCost
     search_s: float = 0.0
     greedy_cost: Optional[PlanCost] = None  # None when greedy found no plan within the limits
+    # a searched contraction tree, as tree_from_path takes it, when it won; else the
+    # order's own trees are the candidates
+    path: Optional[Tuple[Tuple[int, int], ...]] = None
 
 
 def search_available() -> bool:
@@ -111,8 +158,11 @@ def search_available() -> bool:
 def choose_order(sizes: Sequence[int], scopes: Sequence[Sequence[int]], *,
                  limits: PlanLimits = PlanLimits(), search: PlanSearch = PlanSearch(),
                  key: Optional[PlanKey] = None,
-                 progress: Optional[Progress] = None) -> PlanChoice:
+                 progress: Optional[Progress] = None,
+                 kinds: Tuple[str, ...] = ("junction", "contraction")) -> PlanChoice:
     """The cheapest order within `limits`: greedy's, or a searched one when `search` allows.
+    Each order is costed as the cheaper of its junction and contraction trees (`kinds`:
+    those allowed), and a searched contraction tree is a candidate of its own.
     With `key` a search is filed on disk (plan_cache.py) and a filed one is reused when it
     was searched with at least this budget. PlanLimitError (greedy's) when no plan found
     is within the limits."""
@@ -120,15 +170,17 @@ def choose_order(sizes: Sequence[int], scopes: Sequence[Sequence[int]], *,
     if search.time_s > 0 and search.cache and key is not None:
         hit = plan_cache.load(key)
         if hit is not None and hit.plan_time >= search.time_s:
-            cost = _cost(sizes, scopes, hit.order)
+            path = hit.path if "contraction" in kinds else None
+            cost = (tree_cost(tree_from_path(sizes, scopes, path)) if path is not None
+                    else _cost(sizes, scopes, hit.order, kinds))
             if within(cost, limits):
                 say(f"plan from the cache ({hit.planner}, searched for {hit.plan_time:g} s)")
-                return PlanChoice(hit.order, "cache", cost)
+                return PlanChoice(hit.order, "cache", cost, path=path)
     greedy: Optional[PlanChoice] = None
     refused: Optional[PlanLimitError] = None
     try:
         order = elimination_order(sizes, scopes, limits=limits, progress=progress)
-        greedy = PlanChoice(order, "greedy", _cost(sizes, scopes, order))
+        greedy = PlanChoice(order, "greedy", _cost(sizes, scopes, order, kinds))
     except PlanLimitError as e:
         refused = e
     worth = _near(refused.run, limits) if greedy is None else greedy.cost.flops >= search.min_flops
@@ -137,22 +189,31 @@ def choose_order(sizes: Sequence[int], scopes: Sequence[Sequence[int]], *,
             raise refused
         return PlanChoice(greedy.order, "greedy", greedy.cost, greedy_cost=greedy.cost)
     t0 = time.perf_counter()
+    # trials are scored as junction trees only: scoring both kinds doubled the search
     found = searched_order(sizes, scopes, search.time_s, score=lambda order: _score(
-        _cost(sizes, scopes, order), limits))
+        plan_cost(junction_tree(sizes, scopes, order)), limits),
+        seed=greedy.order if greedy is not None and "contraction" in kinds else None)
     search_s = time.perf_counter() - t0
     best = greedy
     if found is not None:
-        cost = _cost(sizes, scopes, found)
-        say(f"cotengra: {cost.flops:.3g} flops, largest clique {cost.largest_states:,} states, "
-            f"{search_s:.1f} s")
+        cost = _cost(sizes, scopes, found.order, kinds)
+        say(f"cotengra: {cost.flops:.3g} flops, largest kept table {cost.largest_states:,} "
+            f"states (its order), {search_s:.1f} s")
         if within(cost, limits) and (best is None or cost.flops < best.cost.flops):
-            best = PlanChoice(found, "cotengra", cost)
+            best = PlanChoice(found.order, "cotengra", cost)
+        if "contraction" in kinds:
+            tree = tree_cost(tree_from_path(sizes, scopes, found.path))
+            say(f"cotengra: {tree.flops:.3g} flops, largest kept table "
+                f"{tree.largest_states:,} states (its contraction tree)")
+            if within(tree, limits) and (best is None or tree.flops < best.cost.flops):
+                best = PlanChoice(found.order, "cotengra", tree, path=found.path)
     if best is None:
         raise refused
     if search.cache and key is not None:
-        plan_cache.store(key, plan_cache.CachedPlan(best.order, best.planner, search.time_s))
+        plan_cache.store(key, plan_cache.CachedPlan(best.order, best.planner, search.time_s,
+                                                    best.path))
     return PlanChoice(best.order, best.planner, best.cost, search_s,
-                      greedy.cost if greedy else None)
+                      greedy.cost if greedy else None, best.path)
 
 
 def _score(cost: PlanCost, limits: PlanLimits) -> float:
@@ -166,41 +227,65 @@ def _near(run, limits: PlanLimits) -> bool:
     return run.tree_states <= limits.max_total_states * RESCUE_WITHIN
 
 
-def _cost(sizes, scopes, order) -> PlanCost:
-    return plan_cost(junction_tree(sizes, scopes, order))
+def _cost(sizes, scopes, order, kinds=("junction", "contraction")) -> PlanCost:
+    """The cheaper of the order's two plans (of `kinds`): its junction or contraction tree."""
+    costs = []
+    if "junction" in kinds:
+        costs.append(plan_cost(junction_tree(sizes, scopes, order)))
+    if "contraction" in kinds:
+        costs.append(tree_cost(contraction_tree(sizes, scopes, order)))
+    return min(costs, key=lambda c: c.flops)
+
+
+@dataclass(frozen=True)
+class Searched:
+    """What a search found: the best order as `score` judged it, and the path (cotengra's
+    single-assignment form, over the factors with a non-empty scope) of its tree with the
+    fewest flops, for tree_from_path."""
+    order: Tuple[int, ...]
+    path: Tuple[Tuple[int, int], ...]
 
 
 def searched_order(sizes: Sequence[int], scopes: Sequence[Sequence[int]], time_s: float,
                    score: Optional[Callable[[Tuple[int, ...]], float]] = None,
-                   ) -> Optional[Tuple[int, ...]]:
-    """The best order cotengra's trials give in `time_s` (None when the network has fewer
-    than two tensors: nothing to search). Each promising trial (within SCORED_WITHIN of
-    the fewest flops so far) is turned into an order and judged by `score` (lower is
-    better; default: cotengra's own flops, its best tree only): the trees cotengra ranks
-    first are often not the cheapest junction trees, and trials vary a lot."""
+                   seed: Optional[Sequence[int]] = None) -> Optional[Searched]:
+    """The best order and tree cotengra's trials give in `time_s` (None when the network
+    has fewer than two tensors: nothing to search). The SCORED trials with the fewest
+    flops are turned into orders and judged by `score` (lower is better; default:
+    cotengra's own flops): the trees cotengra ranks first are often not the cheapest
+    junction trees. The tree with the fewest flops is kept as it is, too: the contraction
+    tree rebuilt from its order by bucket elimination can cost far more (linkage_24).
+
+    Trials run without cotengra's per-trial subtree reconfiguration (1-2 s each on
+    linkage_24, so a 10 s search saw five trials); instead the RECONFIGURED best trees and
+    the contraction tree of the `seed` order (the greedy plan's) are reconfigured once
+    after the search, which alone takes linkage_24's greedy tree from 2^28.8 to 2^25.4
+    flops. The path is the reconfigured tree with the fewest flops."""
     import cotengra as ctg
     inputs = [tuple(sorted(set(s))) for s in scopes if s]
     if len(inputs) < 2:
         return None
     symbol = {v: ctg.get_symbol(v) for s in inputs for v in s}
     methods = ["greedy", "kahypar" if importlib.util.find_spec("kahypar") else "labels"]
-    kept: List[Tuple[float, Tuple[int, ...]]] = []
-    least = [math.inf]  # the fewest flops of any trial so far
+    trees: List[Tuple[float, int, object]] = []  # (-flops, trial, tree): the SCORED best
+    arrival = itertools.count()  # tells equal flops apart (trees do not compare)
 
-    class Scored(ctg.HyperOptimizer):
+    class Kept(ctg.HyperOptimizer):
         # cotengra's hook for each finished trial (private: in a version without it,
-        # `kept` stays empty and cotengra's own best tree is used)
+        # `trees` stays empty and cotengra's own best tree is used)
         def _maybe_report_result(self, setting, trial):
             super()._maybe_report_result(setting, trial)
             flops, tree = trial.get("flops", math.inf), trial.get("tree")
-            if score is None or tree is None or not flops <= least[0] * SCORED_WITHIN:
-                return
-            least[0] = min(least[0], flops)
-            order = tree_order(tree, inputs, len(sizes))
-            kept.append((score(order), order))
+            if tree is not None and math.isfinite(flops):
+                # no scoring here: a junction tree of a large model takes a second to
+                # build, and trials scored as they came left linkage_24 two trials in 10 s
+                heapq.heappush(trees, (-flops, next(arrival), tree))
+                if len(trees) > SCORED:
+                    heapq.heappop(trees)
 
-    opt = Scored(methods=methods, minimize="flops", max_time=time_s, max_repeats=10**9,
-                 parallel=False, progbar=False, on_trial_error="ignore")
+    opt = Kept(methods=methods, minimize="flops", max_time=TRIAL_SHARE * time_s,
+               max_repeats=10**9, parallel=False, progbar=False, on_trial_error="ignore",
+               reconf_opts=None)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -211,14 +296,51 @@ def searched_order(sizes: Sequence[int], scopes: Sequence[Sequence[int]], time_s
     except BaseException as e:  # noqa: B036  a Rust path finder's panic is no Exception
         # (cotengrust's greedy panicked on bnlearn's pathfinder: pyo3's PanicException
         # derives from BaseException, so on_trial_error="ignore" lets it through): the
-        # trials scored so far stand; without any, the caller keeps the greedy plan
+        # trials kept so far stand; without any, the caller keeps the greedy plan
         warnings.warn(f"plan search stopped by a failing cotengra trial ({type(e).__name__}: "
-                      f"{str(e)[:200]}); {len(kept)} trial(s) scored before it are used",
+                      f"{str(e)[:200]}); {len(trees)} trial(s) kept before it are used",
                       PlanSearchWarning)
         tree = None
-    if kept:
-        return min(kept, key=lambda k: k[0])[1]
-    return None if tree is None else tree_order(tree, inputs, len(sizes))
+    best = sorted(trees, key=lambda t: (-t[0], t[1]))
+    candidates = [t for _, _, t in best] or ([tree] if tree is not None else [])
+    seeded = _seed_tree(ctg, sizes, scopes, inputs, symbol, seed) if seed is not None else None
+    refined = []
+    for t in ([seeded] if seeded is not None else []) + candidates[:RECONFIGURED]:
+        try:
+            refined.append(t.subtree_reconfigure(minimize="flops"))
+        except Exception as e:  # a failed refinement only loses that candidate
+            warnings.warn(f"plan search: subtree reconfiguration failed ({type(e).__name__}: "
+                          f"{str(e)[:200]})", PlanSearchWarning)
+    candidates += refined
+    if not candidates:
+        return None
+    orders = [tree_order(t, inputs, len(sizes)) for t in candidates]
+    order = orders[0] if score is None else min(orders, key=score)
+    fewest = min(candidates, key=lambda t: t.contraction_cost())
+    return Searched(order, tuple((int(i), int(j)) for i, j in fewest.get_ssa_path()))
+
+
+def _seed_tree(ctg, sizes, scopes, inputs, symbol, order):
+    """cotengra's tree of the order's contraction tree over the factors (None when a
+    variable in no factor, whose unit tensor cotengra does not see, joins it)."""
+    tree = contraction_tree(sizes, [s for s in scopes if s], order)
+    ssa: Dict[int, int] = {}
+    path = []
+    for node in tree.nodes:
+        if node.leaf is not None:
+            if node.leaf.kind != "factor":
+                return None
+            ssa[node.id] = node.leaf.ident
+            continue
+        a, b = node.children
+        if a not in ssa or b not in ssa:
+            return None
+        path.append((ssa[a], ssa[b]))
+        ssa[node.id] = len(inputs) + len(path) - 1
+    if not path:
+        return None
+    return ctg.ContractionTree.from_path([tuple(symbol[v] for v in s) for s in inputs], (),
+                                         {symbol[v]: sizes[v] for v in symbol}, ssa_path=path)
 
 
 class PlanSearchWarning(UserWarning):
