@@ -83,8 +83,8 @@ class Budget:
         self.triad_elements = 2**18 if quick else 2**23  # x 8 bytes x 3 arrays: 6 MB / 200 MB
         self.arith_seconds = 0.02 if quick else 0.3
         self.calibration_runs = 2 if quick else 5
-        self.step_seconds = 0.002 if quick else 0.05  # per batch of calls of one step
-        self.step_batches = 2 if quick else 5
+        self.step_seconds = 0.001 if quick else 0.01  # per batch of calls of one step
+        self.step_batches = 2 if quick else 3
 
 
 # ---------------------------------------------------------------------------------------
