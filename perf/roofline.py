@@ -55,6 +55,7 @@ import gc
 import math
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -68,6 +69,7 @@ from numba import njit, prange  # noqa: E402
 from bench import (GROUPS, cpu_model, default_shared_dir, find_bundles, fmt_bytes,  # noqa: E402
                    fmt_time, load_average, threading_layer)
 from catbp_jit.bundle import load_bundle  # noqa: E402
+from catbp_jit.errors import CatbpError  # noqa: E402
 from catbp_jit.executable import compile  # noqa: E402
 
 # mode name -> compile() keywords selecting it; columns time_<mode>_s and ratio_<mode> each
@@ -76,15 +78,18 @@ SLOW_S = 1e-3      # the issue's bar: every segment slower than this ...
 WITHIN = 3.0       # ... within this factor of its bound (in at least one mode)
 
 
+@dataclass(frozen=True)
 class Budget:
-    """How long calibration and timing may take (full run or --quick)."""
+    """How long calibration and timing may take."""
+    triad_elements: int = 2**23  # x 8 bytes x 3 arrays: 200 MB, far beyond the caches
+    arith_seconds: float = 0.3  # per arithmetic calibration and thread count
+    calibration_runs: int = 5
+    step_seconds: float = 0.01  # per batch of calls of one step
+    step_batches: int = 3
 
-    def __init__(self, quick: bool):
-        self.triad_elements = 2**18 if quick else 2**23  # x 8 bytes x 3 arrays: 6 MB / 200 MB
-        self.arith_seconds = 0.02 if quick else 0.3
-        self.calibration_runs = 2 if quick else 5
-        self.step_seconds = 0.001 if quick else 0.01  # per batch of calls of one step
-        self.step_batches = 2 if quick else 3
+
+QUICK = Budget(triad_elements=2**18, arith_seconds=0.02, calibration_runs=2,
+               step_seconds=0.001, step_batches=2)
 
 
 # ---------------------------------------------------------------------------------------
@@ -259,7 +264,7 @@ def origin(exe, step) -> str:
 def roofline_rows(group: str, path: Path, peaks: dict, budget: Budget) -> list:
     """One row per step of the bundle's schedule, every mode measured."""
     bundle = load_bundle(path)
-    rows = None
+    rows, first = None, next(iter(MODES))
     for mode, keywords in MODES.items():
         exe = compile(bundle.programs, bundle.semiring_runtime(),
                       factor_specs=bundle.factor_specs(), selector_specs=bundle.selector_specs(),
@@ -269,7 +274,7 @@ def roofline_rows(group: str, path: Path, peaks: dict, budget: Budget) -> list:
                     for i, step in enumerate(exe.schedule.steps)]
         elif len(exe.schedule.steps) != len(rows):
             raise RuntimeError(f"{path.name}: mode {mode} has {len(exe.schedule.steps)} "
-                               f"steps, exact has {len(rows)}: no common rows")
+                               f"steps, {first} has {len(rows)}: no common rows")
         for row, seconds in zip(rows, measure_steps(exe, bundle, budget)):
             row[f"time_{mode}_s"] = seconds
             row[f"ratio_{mode}"] = seconds / row["bound_s"]
@@ -442,23 +447,27 @@ def main(argv=None) -> int:
     if not bundles:
         parser.error(f"no {args.group} bundles found under {args.shared}"
                      + (f" matching {' '.join(args.only)}" if args.only else ""))
-    budget = Budget(args.quick)
+    budget = QUICK if args.quick else Budget()
 
     print("... calibrating", file=sys.stderr, flush=True)
     peaks = calibrate(budget)
     overhead_s = call_overhead()
     print(peaks_line(peaks), flush=True)
 
-    all_rows, sums, sections = [], [], []
+    all_rows, sums, sections, problems = [], [], [], []
     for group, path in bundles:
         print(f"... {group}/{path.name}", file=sys.stderr, flush=True)
-        rows = roofline_rows(group, path, peaks, budget)
+        try:
+            rows = roofline_rows(group, path, peaks, budget)
+        except (CatbpError, MemoryError) as e:  # one broken bundle must not stop the table
+            problems.append(f"- {path.name}: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
+            continue
         all_rows += rows
         sums.append(summary(path.name, rows))
         sections += ["", f"## {path.name}", ""] + step_table(rows)
 
     lines = header_lines(peaks, overhead_s, args.quick) + ["", "## Summary", ""] + \
-        summary_table(sums) + sections
+        summary_table(sums) + (["", "Problems:", ""] + problems if problems else []) + sections
     text = "\n".join(lines) + "\n"
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "roofline.md").write_text(text, encoding="utf-8")
@@ -468,10 +477,10 @@ def main(argv=None) -> int:
         writer.writerows(all_rows)
     print(text, end="")
     written = [args.out / "roofline.md", args.out / "roofline.csv"]
-    if plot(all_rows, peaks, args.out / "roofline.png"):
+    if all_rows and plot(all_rows, peaks, args.out / "roofline.png"):
         written.append(args.out / "roofline.png")
     print(f"(written to {', '.join(map(str, written))})")
-    return 0
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 one CSV row per step of the schedule, each with its traffic, work, time and bound."""
 
 import csv
+import shutil
 import sys
 from pathlib import Path
 
@@ -83,3 +84,18 @@ def test_no_bundle_is_one_clear_error(tmp_path, capsys):
                        "--quick", "--out", str(tmp_path)])
     assert e.value.code == 2
     assert "no corpus bundles found" in capsys.readouterr().err
+
+
+def test_a_broken_bundle_is_a_problem_line_not_a_traceback(tmp_path, capsys):
+    corpus = tmp_path / "shared" / "corpus"
+    shutil.copytree(DATA / "corpus" / "chain8__prob_float64", corpus / "chain8__prob_float64")
+    broken = corpus / "chain8__broken"
+    shutil.copytree(DATA / "corpus" / "chain8__prob_float64", broken)
+    (broken / "bundle.json").write_text("{ not json")
+    code = roofline.main(["--shared", str(tmp_path / "shared"), "--group", "corpus", "--quick",
+                          "--out", str(tmp_path / "out")])
+    assert code == 1
+    md = (tmp_path / "out" / "roofline.md").read_text()
+    assert "- chain8__broken: BundleError:" in md and "not valid JSON" in md
+    with open(tmp_path / "out" / "roofline.csv") as f:
+        assert {r["bundle"] for r in csv.DictReader(f)} == {"chain8__prob_float64"}
