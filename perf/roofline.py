@@ -27,7 +27,8 @@ Calibration, once per run, a few seconds, with all the threads Numba uses:
 * exp: a LOGPROB reduction's ⊕ is a logsumexp whose every term costs an exp, next to which
   the term's additions are cheap: for those steps the arithmetic bound is terms / the rate
   of a loop doing acc += exp(x + a). Lenient to the kernel, which makes two passes (the
-  maximum, then the exps).
+  maximum, then the exps); but exp(-inf) returns at once, so steps whose terms are mostly
+  -inf (evidence selectors' zeros) can come in under this bound.
 Each arithmetic peak is the larger of all threads at once and one thread's rate times
 the threads: on a machine other processes share, all threads at once measure those too.
 
