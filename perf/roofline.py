@@ -1,0 +1,488 @@
+"""Roofline of each segment: how close every kernel launch comes to this machine's bounds.
+
+For every bundle (default: those of ../shared/bench, found as perf/bench.py finds them) the
+programs are compiled (kernels from the disk cache) and, for each step of the schedule, one
+kernel launch computing one segment, this measures:
+
+* bytes: the step's compulsory traffic: its output written once plus each distinct leaf
+  read once (sizes from the memory plan). Re-reads of a leaf broadcast over other axes, the
+  second pass of a NORMALIZE over the output, and the offset tables are not counted: what
+  a kernel with perfect cache reuse would still have to move.
+* ops: Step.work = output elements x reduced elements x leaves (plan/schedule.py): a term
+  of k leaves is k - 1 products and one sum, k operations.
+* time: the step's kernel called on its own, in schedule order (so its leaves hold the
+  values a run gives them), repeated, best of several batches. A step's output never
+  shares memory with its leaves, so a repeated call computes the same thing again.
+* bound: max(bytes / bandwidth, ops / arithmetic peak), with both peaks measured by a
+  calibration at the start of the run (below); which of the two it is; and the ratio
+  time / bound (1 = at the roofline).
+
+Calibration, once per run, a few seconds, with all the threads Numba uses:
+* bandwidth: a parallel triad a[i] = b[i] + s * c[i] over arrays far larger than the
+  last-level cache, bytes = 3 x 8 per element (two reads, one write: STREAM's count),
+  best of a few runs.
+* multiply-add: independent x = x * a + b over a block of float64 that stays in registers
+  (2 operations each): the kernels' element operation for PROB and COUNT, and for LOGPROB
+  products (additions).
+* exp: a LOGPROB reduction's ⊕ is a logsumexp whose every term costs an exp, next to which
+  the term's additions are cheap: for those steps the arithmetic bound is terms / the rate
+  of a loop doing acc += exp(x + a). Lenient to the kernel, which makes two passes (the
+  maximum, then the exps); but exp(-inf) returns at once, so steps whose terms are mostly
+  -inf (evidence selectors' zeros) can come in under this bound.
+Each arithmetic peak is the larger of all threads at once and one thread's rate times
+the threads: on a machine other processes share, all threads at once measure those too.
+
+Each step is measured in the "exact" mode, the executor as it is; MODES maps a mode's name
+to the compile() keywords that select it, and each mode gets its own time and ratio
+columns, so a second mode (issue 13's exact=False) becomes one more entry there.
+
+Writes <out>/roofline.md (a table per bundle and the summary), <out>/roofline.csv (one
+row per step) and <out>/roofline.png (the steps as points under the roofline; needs
+matplotlib).
+
+    export CATBP_JIT_CACHE_DIR=/tmp/cjc
+    .venv/bin/python perf/roofline.py [--only NAME ...] [--group bench|corpus]
+                                      [--shared DIR] [--out perf/out] [--quick]
+
+--only keeps the bundles whose name contains one of the strings; --quick: a tiny
+calibration and short timing budgets (for trying things out and for the test).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import gc
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # run from a checkout without installing
+sys.path.insert(0, str(REPO / "perf"))
+
+import numba  # noqa: E402
+import numpy as np  # noqa: E402
+from numba import njit, prange  # noqa: E402
+
+from bench import (GROUPS, cpu_model, default_shared_dir, find_bundles, fmt_bytes,  # noqa: E402
+                   fmt_time, load_average, threading_layer)
+from catbp_jit.bundle import load_bundle  # noqa: E402
+from catbp_jit.errors import CatbpError  # noqa: E402
+from catbp_jit.executable import compile  # noqa: E402
+
+# mode name -> compile() keywords selecting it; columns time_<mode>_s and ratio_<mode> each
+MODES = {"exact": {}}
+SLOW_S = 1e-3      # the issue's bar: every segment slower than this ...
+WITHIN = 3.0       # ... within this factor of its bound (in at least one mode)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How long calibration and timing may take."""
+    triad_elements: int = 2**23  # x 8 bytes x 3 arrays: 200 MB, far beyond the caches
+    arith_seconds: float = 0.3  # per arithmetic calibration and thread count
+    calibration_runs: int = 5
+    step_seconds: float = 0.01  # per batch of calls of one step
+    step_batches: int = 3
+
+
+QUICK = Budget(triad_elements=2**18, arith_seconds=0.02, calibration_runs=2,
+               step_seconds=0.001, step_batches=2)
+
+
+# ---------------------------------------------------------------------------------------
+# Calibration
+
+
+@njit(parallel=True, cache=False)
+def _triad(a, b, c, s):
+    for i in prange(a.size):
+        a[i] = b[i] + s * c[i]
+
+
+LANES = 64  # independent chains per thread: enough to hide the latency of mul and add
+
+
+@njit(parallel=True, cache=False)
+def _multiply_adds(chunks, reps):
+    out = np.empty(chunks)
+    for c in prange(chunks):
+        x = np.empty(LANES)
+        for j in range(LANES):
+            x[j] = 1.0 + (c * LANES + j) * 1e-9
+        for _ in range(reps):
+            for j in range(LANES):
+                x[j] = x[j] * 0.9999999 + 1e-7  # stays near 1: no overflow, no denormals
+        out[c] = x.sum()
+    return out
+
+
+@njit(parallel=True, cache=False)
+def _exps(chunks, reps):
+    out = np.empty(chunks)
+    for c in prange(chunks):
+        x = np.empty(LANES)
+        acc = np.zeros(LANES)
+        for j in range(LANES):
+            x[j] = -1.0 - (c * LANES + j) * 1e-9
+        for r in range(reps):
+            for j in range(LANES):
+                acc[j] += math.exp(x[j] + r * 1e-12)  # a logsumexp's term: one exp, one add
+        out[c] = acc.sum()
+    return out
+
+
+def best_of(fn, runs: int) -> float:
+    best = math.inf
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def loop_rate(loop, chunks: int, budget: Budget) -> float:
+    """Lane updates per second of a calibration loop run as `chunks` parallel chunks."""
+    loop(chunks, 1)  # compile
+    reps = 64
+    while True:  # grow until one run takes about the budget's share
+        t = best_of(lambda: loop(chunks, reps), 1)
+        if t >= budget.arith_seconds / budget.calibration_runs or reps >= 2**30:
+            break
+        reps *= 2
+    return chunks * reps * LANES / best_of(lambda: loop(chunks, reps), budget.calibration_runs)
+
+
+def arithmetic_rate(loop, budget: Budget) -> float:
+    """The larger of: all threads at once, and one thread's rate times the threads. Cores
+    do not share arithmetic units, but on a machine other processes also use, all threads
+    at once measure those processes too."""
+    threads = numba.get_num_threads()
+    together = loop_rate(loop, threads * 4, budget)
+    numba.set_num_threads(1)
+    try:
+        alone = loop_rate(loop, 1, budget) * threads
+    finally:
+        numba.set_num_threads(threads)
+    return max(together, alone)
+
+
+def calibrate(budget: Budget) -> dict:
+    """Peak bandwidth (bytes/s), multiply-adds (operations/s, 2 per multiply-add) and
+    exps (logsumexp terms/s) of this machine."""
+    n = budget.triad_elements
+    b = np.random.default_rng(0).random(n)
+    c = b[::-1].copy()
+    a = np.empty(n)
+    _triad(a, b, c, 0.5)  # compile, and touch every page
+    t = best_of(lambda: _triad(a, b, c, 0.5), budget.calibration_runs)
+    return {"bandwidth": 3 * 8 * n / t,
+            "multiply-add": 2 * arithmetic_rate(_multiply_adds, budget),
+            "exp": arithmetic_rate(_exps, budget)}
+
+
+@njit(cache=False)
+def _nothing(a, b, c, d, e):
+    return None
+
+
+def call_overhead() -> float:
+    """Seconds of one Python call of a Numba function taking five ints (as a kernel's
+    entry does): what the smallest steps' times are made of."""
+    _nothing(0, 0, 0, 0, 0)
+    reps = 10000
+
+    def calls():
+        for _ in range(reps):
+            _nothing(0, 0, 0, 0, 0)
+    return best_of(calls, 3) / reps
+
+
+def arithmetic_kind(step) -> str:
+    """The calibration whose element operation bounds the step's arithmetic: a LOGPROB
+    reduction's terms each cost an exp, next to which its k - 1 additions are cheap."""
+    if step.pattern.semiring == "LOGPROB" and step.pattern.reduce:
+        return "exp"
+    return "multiply-add"
+
+
+def terms(step) -> int:
+    """Output elements x reduced elements: the terms of the step's sums."""
+    return step.work // max(1, len(step.segment.leaves))
+
+
+# ---------------------------------------------------------------------------------------
+# Steps
+
+
+def traffic_bytes(exe, step) -> int:
+    """Compulsory traffic: the output written once, each distinct leaf read once."""
+    regions = exe.memory.regions
+    values = {step.segment.out} | set(step.segment.leaves)
+    return sum(regions[v].size for v in values) * exe.memory.itemsize
+
+
+def time_step(call, budget: Budget) -> float:
+    """Seconds per call, best of budget.step_batches batches of enough calls to fill
+    budget.step_seconds each."""
+    t0 = time.perf_counter()
+    call()
+    first = time.perf_counter() - t0
+    reps = max(1, int(budget.step_seconds / max(first, 1e-9)))
+
+    def batch():
+        for _ in range(reps):
+            call()
+    return best_of(batch, budget.step_batches) / reps
+
+
+def measure_steps(exe, bundle, budget: Budget) -> list:
+    """Seconds per step of exe's schedule, each step timed after every step before it ran
+    once (loop mode: each step is a call of its kernel's entry)."""
+    sess = exe.bind()
+    sess.run(factors={f: a for f, (a, _) in bundle.factors.items()},
+             selectors={s: a for s, (a, _) in bundle.selectors.items()})  # inputs, constants
+    mem_at, tab_at = sess.mem.ctypes.data, sess.table.ctypes.data
+    times = []
+    for i in range(len(exe.schedule.steps)):
+        entry = exe.kernels[exe.schedule.kernel_id(i)].entry
+        args = (mem_at, sess.mem.size, tab_at, sess.table.size, exe.schedule.param_offset(i))
+        times.append(time_step(lambda: entry(*args), budget))
+    return times
+
+
+def origin(exe, step) -> str:
+    """The program instructions a step computes, e.g. 'upward[3] upward[4]'."""
+    graph = exe.graph
+    places = sorted({f"{prog}[{idx}]" for n in step.segment.nodes if n in graph.nodes
+                     for prog, idx in graph.nodes[n].origin})
+    return " ".join(places[:3]) + (" ..." if len(places) > 3 else "")
+
+
+def roofline_rows(group: str, path: Path, peaks: dict, budget: Budget) -> list:
+    """One row per step of the bundle's schedule, every mode measured."""
+    bundle = load_bundle(path)
+    rows, first = None, next(iter(MODES))
+    for mode, keywords in MODES.items():
+        exe = compile(bundle.programs, bundle.semiring_runtime(),
+                      factor_specs=bundle.factor_specs(), selector_specs=bundle.selector_specs(),
+                      mode="loop", **keywords)
+        if rows is None:
+            rows = [step_row(group, path.name, exe, i, step, peaks)
+                    for i, step in enumerate(exe.schedule.steps)]
+        elif len(exe.schedule.steps) != len(rows):
+            raise RuntimeError(f"{path.name}: mode {mode} has {len(exe.schedule.steps)} "
+                               f"steps, {first} has {len(rows)}: no common rows")
+        for row, seconds in zip(rows, measure_steps(exe, bundle, budget)):
+            row[f"time_{mode}_s"] = seconds
+            row[f"ratio_{mode}"] = seconds / row["bound_s"]
+        del exe
+        gc.collect()  # drop the session's arena before the next one
+    return rows
+
+
+def step_row(group: str, name: str, exe, i: int, step, peaks: dict) -> dict:
+    nbytes = traffic_bytes(exe, step)
+    kind = arithmetic_kind(step)
+    memory_s = nbytes / peaks["bandwidth"]
+    arith_s = (step.work if kind == "multiply-add" else terms(step)) / peaks[kind]
+    return {"group": group, "bundle": name, "step": i, "kernel": step.pattern.name,
+            "origin": origin(exe, step), "out_elements": exe.memory.regions[step.segment.out].size,
+            "leaves": len(step.segment.leaves), "bytes": nbytes, "ops": step.work,
+            "terms": terms(step), "intensity": step.work / nbytes, "arith_kind": kind,
+            "memory_bound_s": memory_s, "arith_bound_s": arith_s,
+            "bound_s": max(memory_s, arith_s),
+            "bound": "bandwidth" if memory_s >= arith_s else "arithmetic"}
+
+
+# ---------------------------------------------------------------------------------------
+# Summary, tables, plot
+
+
+def summary(name: str, rows: list) -> dict:
+    """Per bundle, per mode: total time, sum of bounds, and the slow steps' standing."""
+    out = {"bundle": name, "steps": len(rows), "bound_s": sum(r["bound_s"] for r in rows)}
+    for mode in MODES:
+        times = [r[f"time_{mode}_s"] for r in rows]
+        slow = [r for r in rows if r[f"time_{mode}_s"] > SLOW_S]
+        out[f"time_{mode}_s"] = sum(times)
+        out[f"slow_{mode}"] = len(slow)
+        out[f"within_{mode}"] = sum(r[f"ratio_{mode}"] <= WITHIN for r in slow)
+    # the issue's bar: each slow step (in some mode) within WITHIN of its bound in one mode
+    slow_any = [r for r in rows if any(r[f"time_{m}_s"] > SLOW_S for m in MODES)]
+    out["slow_any"] = len(slow_any)
+    out["meets_bar"] = all(any(r[f"ratio_{m}"] <= WITHIN for m in MODES) for r in slow_any)
+    return out
+
+
+def csv_columns() -> list:
+    return (["group", "bundle", "step", "kernel", "origin", "out_elements", "leaves", "bytes",
+             "ops", "terms", "intensity", "arith_kind", "memory_bound_s", "arith_bound_s", "bound_s",
+             "bound"] + [f"{c}_{m}{u}" for m in MODES for c, u in (("time", "_s"), ("ratio", ""))])
+
+
+def fmt_seconds(s: float) -> str:
+    return f"{s * 1e9:.0f} ns" if s < 1e-6 else fmt_time(s)
+
+
+def fmt_count(n: float) -> str:
+    for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f}{unit}"
+    return f"{n:.0f}"
+
+
+def step_table(rows: list) -> list:
+    head = ["step", "kernel", "bytes", "ops", "ops/byte", "bound", "bound by"] + \
+        [c for m in MODES for c in (f"time ({m})", f"x bound ({m})")] + ["computes"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    for r in rows:
+        cells = [str(r["step"]), r["kernel"], fmt_bytes(r["bytes"]), fmt_count(r["ops"]),
+                 f"{r['intensity']:.2f}", fmt_seconds(r["bound_s"]), r["bound"]]
+        for m in MODES:
+            flag = " **" if r[f"time_{m}_s"] > SLOW_S and r[f"ratio_{m}"] > WITHIN else ""
+            cells += [fmt_seconds(r[f"time_{m}_s"]), f"{r[f'ratio_{m}']:.1f}{flag}"]
+        lines.append("| " + " | ".join(cells + [r["origin"]]) + " |")
+    return lines
+
+
+def summary_table(sums: list) -> list:
+    head = ["bundle", "steps", "sum of bounds"] + \
+        [c for m in MODES for c in (f"time ({m})", f"x bound ({m})",
+                                    f"steps > 1 ms ({m})", f"within {WITHIN:.0f}x ({m})")] + \
+        ["bar"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    for s in sums:
+        cells = [s["bundle"], str(s["steps"]), fmt_seconds(s["bound_s"])]
+        for m in MODES:
+            cells += [fmt_seconds(s[f"time_{m}_s"]), f"{s[f'time_{m}_s'] / s['bound_s']:.1f}",
+                      str(s[f"slow_{m}"]), str(s[f"within_{m}"])]
+        bar = "-" if not s["slow_any"] else ("PASS" if s["meets_bar"] else "MISS")
+        lines.append("| " + " | ".join(cells + [bar]) + " |")
+    return lines
+
+
+def plot(rows: list, peaks: dict, path: Path) -> bool:
+    """The steps as points (work per compulsory byte, achieved work per second) under the
+    roofline min(peak, intensity x bandwidth), log-log: one panel per arithmetic kind,
+    work counted in operations (multiply-add) or in terms (exp). False without matplotlib."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("(matplotlib not installed: no plot)", file=sys.stderr)
+        return False
+    mode = next(iter(MODES))
+    kinds = [k for k in ("multiply-add", "exp") if any(r["arith_kind"] == k for r in rows)]
+    fig, axes = plt.subplots(1, len(kinds), figsize=(7 * len(kinds), 5), squeeze=False)
+    for ax, kind in zip(axes[0], kinds):
+        unit = "ops" if kind == "multiply-add" else "terms"
+        mine = [r for r in rows if r["arith_kind"] == kind]
+        x = np.array([r[unit] / r["bytes"] for r in mine])
+        line = np.geomspace(min(x.min(), 1e-2) / 2, max(x.max(), 10.0) * 2, 200)
+        ax.plot(line, np.minimum(peaks[kind], line * peaks["bandwidth"]), "k-", linewidth=1,
+                label=f"roofline: {peaks['bandwidth'] / 1e9:.1f} GB/s, "
+                      f"{peaks[kind] / 1e9:.2f} G{unit}/s")
+        for name in dict.fromkeys(r["bundle"] for r in mine):
+            theirs = [r for r in mine if r["bundle"] == name]
+            ax.scatter([r[unit] / r["bytes"] for r in theirs],
+                       [r[unit] / r[f"time_{mode}_s"] for r in theirs],
+                       s=[10 + 30 * (r[f"time_{mode}_s"] > SLOW_S) for r in theirs],
+                       alpha=0.6, label=name)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel(f"{unit} per compulsory byte")
+        ax.set_ylabel(f"achieved {unit}/s ({mode} mode)")
+        ax.set_title(f"{kind} steps (large points: over 1 ms)")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def peaks_line(peaks: dict) -> str:
+    return (f"bandwidth {peaks['bandwidth'] / 1e9:.2f} GB/s (triad), multiply-add "
+            f"{peaks['multiply-add'] / 1e9:.2f} Gop/s, exp {peaks['exp'] / 1e9:.3f} Gterms/s")
+
+
+def header_lines(peaks: dict, overhead_s: float, quick: bool) -> list:
+    return [
+        "# catbp_jit roofline",
+        "",
+        f"- machine: {cpu_model()}, numba threads {numba.get_num_threads()}, threading layer "
+        f"{threading_layer()}; load average {load_average()} (other processes skew the times)",
+        f"- calibration{' (--quick)' if quick else ''}: {peaks_line(peaks)}",
+        f"- one Python call of a kernel entry costs about {fmt_seconds(overhead_s)}, included "
+        f"in each step's time",
+        "- bytes: output + distinct leaves, once; ops: output x reduced elements x leaves; "
+        "bound: max(bytes / bandwidth, ops / multiply-add peak, or for LOGPROB reductions "
+        "terms / exp peak); x bound: time / bound",
+        f"- ** marks a step over {fmt_time(SLOW_S)} more than {WITHIN:.0f}x from its bound; "
+        f"bar: every such step within {WITHIN:.0f}x in at least one mode",
+    ]
+
+
+# ---------------------------------------------------------------------------------------
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shared", type=Path, default=default_shared_dir(),
+                        help="the shared directory holding bench/ and corpus/ (default: %(default)s)")
+    parser.add_argument("--group", choices=GROUPS, default="bench",
+                        help="which bundles (default: %(default)s)")
+    parser.add_argument("--only", nargs="+", metavar="NAME",
+                        help="only bundles whose name contains one of these strings")
+    parser.add_argument("--out", type=Path, default=REPO / "perf" / "out",
+                        help="where roofline.md, .csv and .png go (default: %(default)s)")
+    parser.add_argument("--quick", action="store_true",
+                        help="a tiny calibration and short timing budgets")
+    args = parser.parse_args(argv)
+    bundles = find_bundles(args.shared, args.group, args.only)
+    if not bundles:
+        parser.error(f"no {args.group} bundles found under {args.shared}"
+                     + (f" matching {' '.join(args.only)}" if args.only else ""))
+    budget = QUICK if args.quick else Budget()
+
+    print("... calibrating", file=sys.stderr, flush=True)
+    peaks = calibrate(budget)
+    overhead_s = call_overhead()
+    print(peaks_line(peaks), flush=True)
+
+    all_rows, sums, sections, problems = [], [], [], []
+    for group, path in bundles:
+        print(f"... {group}/{path.name}", file=sys.stderr, flush=True)
+        try:
+            rows = roofline_rows(group, path, peaks, budget)
+        except (CatbpError, MemoryError) as e:  # one broken bundle must not stop the table
+            problems.append(f"- {path.name}: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
+            continue
+        all_rows += rows
+        sums.append(summary(path.name, rows))
+        sections += ["", f"## {path.name}", ""] + step_table(rows)
+
+    lines = header_lines(peaks, overhead_s, args.quick) + ["", "## Summary", ""] + \
+        summary_table(sums) + (["", "Problems:", ""] + problems if problems else []) + sections
+    text = "\n".join(lines) + "\n"
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "roofline.md").write_text(text, encoding="utf-8")
+    with open(args.out / "roofline.csv", "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=csv_columns(), extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(all_rows)
+    print(text, end="")
+    written = [args.out / "roofline.md", args.out / "roofline.csv"]
+    if all_rows and plot(all_rows, peaks, args.out / "roofline.png"):
+        written.append(args.out / "roofline.png")
+    print(f"(written to {', '.join(map(str, written))})")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
