@@ -5,10 +5,12 @@ Promedus and Pedigree its largest cliques are 2^24–2^27 states where contracti
 2^15–2^18 exist. cotengra (an optional dependency: `pip install 'catbp_jit[plan]'`)
 searches contraction trees of the model's tensor network (factor scopes as tensors, every
 index summed out) for the budget; each tree is an elimination order (a variable is
-eliminated at the contraction that sums its index out), and the junction tree of that
-order is scored like the greedy one (`plan_cost`). The cheapest plan within the limits
-wins; the greedy order is always a candidate, and the only one when plan_time is 0, when
-cotengra is missing, or when the greedy plan is so cheap that no search could pay for itself.
+eliminated at the contraction that sums its index out), whose junction tree is scored like
+the greedy one (`plan_cost`), and the tree with the fewest flops is also a candidate as a
+contraction tree of its own (`tree_cost`). An order costs the cheaper of its junction and
+contraction trees. The cheapest plan within the limits wins; the greedy order is always a
+candidate, and the only one when plan_time is 0, when cotengra is missing, or when the
+greedy plan is so cheap that no search could pay for itself.
 """
 
 from __future__ import annotations
