@@ -27,8 +27,6 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from .contraction import ContractionTree
 from .emit import _Emitter, spec_of
 
-Programs = Tuple["Program", "Program"]  # noqa: F821 (ir.Program)
-
 
 def _load(e: _Emitter, tree: ContractionTree, n: int, n_factors: int,
           indicator: Dict[int, int]) -> int:
@@ -101,7 +99,8 @@ def emit_contraction_downward(tree: ContractionTree, n_factors: int,
             stack.append(c)
             mine += [s, joint]
         # what n used; the children's adjoints stay until they are reached
-        e.release([r for r in e.live if r in set(mine)])
+        done = set(mine)
+        e.release([r for r in e.live if r in done])
     e.free()
     return e.program()
 
