@@ -16,14 +16,24 @@ axes first, the last axis is the tight loop):
     p + RED_RANK     Q
     p + SCRATCH      offset of the step's loop counters (D per chunk) in P
     p + CHUNKS       fixed chunks of work (parallel CPU kernels)
-    p + BLOCK_AXES   nb: axes before the tight one walked through offset tables
-    p + BLOCK_SIZE   blk: elements of those axes, the length of each offset table
-    p + TABLES       offset in P of the offset tables (reducing: one per leaf over the
-                     reduced axes; else one for the output, then one per leaf)
+    p + BLOCK_AXES   nb: the innermost axes, walked as one flat vector of V elements
+                     (the hot axes: the reduced ones if the step reduces, else the output's)
+    p + BLOCK_SIZE   V: elements of those nb axes
     p + SIZES + d    size of axis d, d < D
     out_strides(D) + d     output stride of axis d, d < R
     leaf(D, l)             leaf l's arena offset; its stride on axis d at leaf(D, l) + 1 + d
     groups(D, R, k) + 0/1/2  NORMALIZE groups: [groups, group stride, element stride]
+    access(D, R, k, i) + 0/1/2  how operand i (leaves 0..k-1, then the output) moves along
+                     the vector: [kind, step, table] (below)
+
+An operand's access along the vector (element v of the nb block axes, C order), from the
+offset its odometer axes give it:
+    CONSTANT     the same element for every v (step 0: all its block strides are 0)
+    CONTIGUOUS   + v (step 1)
+    STRIDED      + v * step
+    GATHERED     + P[table + v]: an offset table of V entries, made at plan time
+Kernels branch on the kind once per vector, never per element, so each case is a plain
+loop a compiler can vectorize.
 
 All of it is runtime data: kernels are specialized on their pattern, never on sizes.
 """
@@ -46,11 +56,15 @@ SCRATCH = 3
 CHUNKS = 4
 BLOCK_AXES = 5
 BLOCK_SIZE = 6
-TABLES = 7
-SIZES = 8  # the sizes of the D axes start here; everything after depends on D, R, k
+SIZES = 7  # the sizes of the D axes start here; everything after depends on D, R, k
 HEADER = SIZES
 
 GROUP_FIELDS = 3  # groups, group stride, element stride
+
+# an operand's access along the vector: [kind, step, table]
+ACCESS_FIELDS = 3
+CONSTANT, CONTIGUOUS, STRIDED, GATHERED = 0, 1, 2, 3
+ACCESS_KINDS = ("constant", "contiguous", "strided", "gathered")
 
 
 def out_strides(D: int) -> int:
@@ -68,15 +82,34 @@ def groups(D: int, R: int, k: int) -> int:
     return leaf(D, R, k)
 
 
+def access(D: int, R: int, k: int, i: int) -> int:
+    """Offset (from p) of operand i's access [kind, step, table]: leaves 0..k-1, the
+    output is operand k."""
+    return groups(D, R, k) + GROUP_FIELDS + i * ACCESS_FIELDS
+
+
 def param_count(D: int, R: int, k: int) -> int:
-    return groups(D, R, k) + GROUP_FIELDS
+    return access(D, R, k, k + 1)
+
+
+@dataclass(frozen=True)
+class Access:
+    """How an operand moves along a step's vector (see the module docstring). table: the
+    offsets of a GATHERED access (V of them), placed in P once every step is laid out."""
+    kind: int
+    step: int = 0
+    offsets: Tuple[int, ...] = ()
+    table: int = -1
+
+    def pack(self) -> List[int]:
+        return [self.kind, self.step, self.table]
 
 
 @dataclass(frozen=True)
 class StepParams:
     """A step's parameters by name; `pack` gives the row the table holds, in this order.
-    scratch and tables are offsets into the table, known only once every step is laid
-    out (plan/schedule.build_schedule fills them with `placed`)."""
+    scratch and the accesses' tables are offsets into the table, known only once every step
+    is laid out (plan/schedule.build_schedule fills them in)."""
     out: int
     out_rank: int
     red_rank: int
@@ -87,19 +120,22 @@ class StepParams:
     out_strides: Tuple[int, ...]
     leaves: Tuple[Tuple[int, Tuple[int, ...]], ...]  # (arena offset, strides) per leaf
     groups: Tuple[int, int, int]
+    accesses: Tuple[Access, ...] = ()  # leaves, then the output
     scratch: int = -1
-    tables: int = -1
 
     def pack(self) -> List[int]:
         row = [0] * HEADER
         row[OUT], row[OUT_RANK], row[RED_RANK] = self.out, self.out_rank, self.red_rank
         row[SCRATCH], row[CHUNKS], row[BLOCK_AXES] = self.scratch, self.chunks, self.block_axes
-        row[BLOCK_SIZE], row[TABLES] = self.block_size, self.tables
+        row[BLOCK_SIZE] = self.block_size
         row += list(self.sizes) + list(self.out_strides)
         for offset, strides in self.leaves:
             row += [offset] + list(strides)
         row += list(self.groups)
+        for acc in self.accesses:
+            row += acc.pack()
         D, R, k = len(self.sizes), self.out_rank, len(self.leaves)
+        assert len(self.accesses) == k + 1, "an access per leaf and one for the output"
         assert len(row) == param_count(D, R, k) and R + self.red_rank == D
         return [int(x) for x in row]
 
@@ -123,7 +159,15 @@ def unpack(P: Sequence[int], p: int, k: int) -> StepParams:
         sizes=at(SIZES, D), out_strides=at(out_strides(D), R),
         leaves=tuple((int(P[p + leaf(D, R, l)]), at(leaf(D, R, l) + 1, D)) for l in range(k)),
         groups=at(groups(D, R, k), GROUP_FIELDS),
-        scratch=int(P[p + SCRATCH]), tables=int(P[p + TABLES]))
+        accesses=tuple(_access(P, p + access(D, R, k, i), int(P[p + BLOCK_SIZE]))
+                       for i in range(k + 1)),
+        scratch=int(P[p + SCRATCH]))
+
+
+def _access(P: Sequence[int], at: int, V: int) -> Access:
+    kind, step, table = (int(x) for x in P[at:at + ACCESS_FIELDS])
+    offsets = tuple(int(x) for x in P[table:table + V]) if kind == GATHERED else ()
+    return Access(kind, step, offsets, table)
 
 
 # -- the same offsets in kernel source ---------------------------------------------------
@@ -132,8 +176,10 @@ def source_constants() -> str:
     """Module-level constants a generated kernel reads the table with (Numba folds them)."""
     return ("# the kernel ABI (catbp_jit/abi.py): offsets of a step's parameters from p\n"
             f"OUT, OUT_RANK, RED_RANK, SCRATCH = {OUT}, {OUT_RANK}, {RED_RANK}, {SCRATCH}\n"
-            f"CHUNKS, BLOCK_AXES, BLOCK_SIZE, TABLES, SIZES = {CHUNKS}, {BLOCK_AXES}, "
-            f"{BLOCK_SIZE}, {TABLES}, {SIZES}\n"
+            f"CHUNKS, BLOCK_AXES, BLOCK_SIZE, SIZES = {CHUNKS}, {BLOCK_AXES}, "
+            f"{BLOCK_SIZE}, {SIZES}\n"
+            f"CONSTANT, CONTIGUOUS, STRIDED, GATHERED = {CONSTANT}, {CONTIGUOUS}, {STRIDED}, "
+            f"{GATHERED}  # access kinds\n"
             f"STEP_ROW, STEP_KERNEL, STEP_PARAMS = {STEP_ROW}, {STEP_KERNEL}, {STEP_PARAMS}\n")
 
 
@@ -147,3 +193,8 @@ def leaf_source(l: int) -> str:
 
 def groups_source(k: int) -> str:
     return leaf_source(k)
+
+
+def access_source(k: int, i: int) -> str:
+    """Offset (from p) of operand i's access, as source: mirrors access()."""
+    return f"{groups_source(k)} + {GROUP_FIELDS + i * ACCESS_FIELDS}"

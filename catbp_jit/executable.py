@@ -108,6 +108,18 @@ class Executable:
                 return kern.source
         raise KeyError(f"no kernel {k!r}; kernels: {[kern.pattern.name for kern in self.kernels]}")
 
+    def kernel_asm(self, k: Union[int, str] = 0) -> str:
+        """The machine code of CPU kernel k (index, pattern name or key) as assembly text,
+        to see what LLVM made of its loops (vector instructions: mulpd/vmulpd, vgather...).
+        Cached kernels are stored as object code without their assembly, so the kernel's
+        source is compiled again here, uncached, in a scratch module (a second or so)."""
+        if self.target != "cpu":
+            raise KeyError(f"target {self.target!r}: kernel_asm shows CPU kernels only")
+        from .codegen.loader import scratch_compile
+
+        source = self.kernel_source(k)
+        return scratch_compile(source)
+
     def as_text(self) -> str:
         """The schedule: arenas, kernels, and each step with its operands and offsets."""
         m = self.memory

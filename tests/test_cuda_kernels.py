@@ -38,6 +38,7 @@ from catbp_jit import Axis, AxisType, Instruction, OpCode, Program, TensorSpec, 
 from catbp_jit.batched import BatchedCompileError
 from catbp_jit.bundle import load_bundle
 from catbp_jit.codegen import cuda, cuda_run
+from catbp_jit.plan.options import PlanOptions
 from catbp_jit.plan.schedule import KernelPattern
 from catbp_jit.semiring import SEMIRINGS
 
@@ -268,7 +269,7 @@ def test_normalize_per_row_matches_cpu(semiring, module_dir):
 
 def many_reduced_axes_program() -> tuple:
     """Z[a6] = ⊕ f0[a0..a5] ⊗ f1[a5..a0, a6]: six reduced axes that cannot merge (f1
-    holds them in reverse), more terms than the block tables hold, so the reduction also
+    holds them in reverse), more terms than one vector holds, so the reduction also
     walks axes outside them (the CPU's odometer), which no corpus bundle does."""
     axes = [Axis(i, G, n) for i, n in enumerate((2, 3, 4, 5, 6, 7, 2))]
     f0, f1 = TensorSpec(tuple(axes[:6])), TensorSpec(tuple(axes[5::-1]) + (axes[6],))
@@ -283,14 +284,19 @@ def many_reduced_axes_program() -> tuple:
 
 
 @pytest.mark.parametrize("semiring", ["PROB", "LOGPROB", "SAT", "COUNT"])
-def test_reduction_past_the_block_tables_matches_cpu(semiring, module_dir):
+@pytest.mark.parametrize("across", ["reduced", "outputs"])
+def test_reduction_past_the_vector_matches_cpu(semiring, across, module_dir):
+    """Either CPU vector (plan/loops.py): the GPU's threads add the terms in its order."""
     program, specs = many_reduced_axes_program()
     sr = catbp_jit.make_semiring(semiring)
-    compiled = catbp_jit.compile(program, sr, factor_specs=specs, mode="loop")
+    compiled = catbp_jit.compile(program, sr, factor_specs=specs, mode="loop",
+                                 options=PlanOptions(across=across))
     run = Run.bind(compiled, compiled)
     (step,) = [st_ for st_ in compiled.schedule.steps if st_.pattern.reduce]
-    outer = step.params.rank - 1 - step.params.block_axes - step.params.out_rank
-    assert outer >= 2, step.params  # reduced axes walked outside the tables
+    assert step.pattern.vector == across
+    if across == "reduced":  # reduced axes walked outside the vector too
+        outer = step.params.rank - step.params.block_axes - step.params.out_rank
+        assert outer >= 2, step.params
     rng = np.random.default_rng(3)
     values = {}
     for f, spec in specs.items():

@@ -31,16 +31,12 @@ from __future__ import annotations
 from typing import List
 
 from .. import abi
+from ..plan.loops import ACROSS_OUTPUTS, ACROSS_REDUCED
 from ..plan.schedule import KernelPattern
 from ..semiring import SEMIRINGS, Semiring
 from .reduction import reduced_value
 
 ENTRY = "kernel"
-
-
-def _product(k: int, sr: Semiring, offsets: List[str]) -> str:
-    """The ⊗-product of the k leaves at the given offsets, left to right as written."""
-    return sr.product([f"mem[{off}]" for off in offsets[:k]])
 
 
 def _advance(ind: str, first: str, last: str, names: List[str], strides: List[str]) -> List[str]:
@@ -63,14 +59,26 @@ def _place(ind: str, first: str, last: str, start: str, names: List[str], stride
     return lines
 
 
+def _vector(ind: str, k: int, bases: List[str]) -> List[str]:
+    """The leaves' ⊗-product along the vector, piece by piece, into buf[0:n] (then the
+    caller's lines run on it, inside the piece loop)."""
+    lines = [f"{ind}for v0 in range(0, V, BUFFER):", f"{ind}    n = min(BUFFER, V - v0)"]
+    for l in range(k):
+        walk = "first_leaf" if l == 0 else "times_leaf"
+        lines += [f"{ind}    {walk}(buf, mem, P, A{l}, {bases[l]}, v0, n)"]
+    return lines
+
+
 def _sweep(ind: str, k: int, body: List[str], stop: bool) -> List[str]:
-    """One pass over the reduced axes of the current output element, calling `body` on x."""
+    """One pass over the reduced axes of the current output element, `body` on each term
+    buf[v]: the odometer axes R..top-1 outside, the vector inside, in the order of
+    plan/schedule.py (C order over the reduced axes), the order of every target."""
     pad, r = ind + "    ", [f"r{l}" for l in range(k)]
     lines = [f"{ind}for d in range(R, top):", f"{ind}    P[idx + d] = 0"]
     lines += [f"{ind}r{l} = b{l}" for l in range(k)]
-    lines += [f"{ind}while True:", f"{pad}for t in range(blk):"]
-    lines += [f"{pad}    c{l} = r{l} + P[T{l} + t]" for l in range(k)]
-    lines += [f"{pad}    for j in range(m):"]
+    lines += [f"{ind}while True:"]
+    lines += _vector(pad, k, r)
+    lines += [f"{pad}    for v in range(n):"]
     lines += [f"{pad}        {b}" for b in body]
     if stop:  # SAT: leave every loop once a term is true
         lines += [f"{pad}    if acc:", f"{pad}        break", f"{pad}if acc:", f"{pad}    break"]
@@ -81,8 +89,98 @@ def _sweep(ind: str, k: int, body: List[str], stop: bool) -> List[str]:
 
 def _reduced_value(k: int, sr: Semiring, dtype: str) -> List[str]:
     """Lines leaving ⊕ over the reduced axes of the current output element in `v`."""
-    terms = [f"mem[c{l} + j * s{l}]" for l in range(k)]
-    return reduced_value(k, sr, terms, _sweep, sr.accumulator(dtype), sr.product(terms))
+    return reduced_value(k, sr, ["buf[v]"], _sweep, sr.accumulator(dtype), "buf[v]")
+
+
+def _across_sweep(ind: str, k: int, body: List[str]) -> List[str]:
+    """Every reduced position, in the order of plan/schedule.py (C order over the reduced
+    axes R..D-1, all walked by the odometer), with the vector's products in buf[0:n] and
+    `body` run on them."""
+    pad, r = ind + "    ", [f"r{l}" for l in range(k)]
+    lines = [f"{ind}for d in range(R, D):", f"{ind}    P[idx + d] = 0"]
+    lines += [f"{ind}r{l} = b{l}" for l in range(k)]
+    lines += [f"{ind}while True:"]
+    for l in range(k):
+        walk = "first_leaf" if l == 0 else "times_leaf"
+        lines += [f"{pad}{walk}(buf, mem, P, A{l}, r{l}, v0, n)"]
+    lines += [f"{pad}{b}" for b in body]
+    lines += _advance(pad, "R", "D - 1", r, [f"L{l} + 1" for l in range(k)])
+    lines += [f"{pad}if d < R:", f"{pad}    break"]
+    return lines
+
+
+def _across_outputs(k: int, sr: Semiring, dtype: str) -> List[str]:
+    """⊕ for the n output elements of the vector piece at v0 at once, each adding its terms
+    in the order _sweep would (the same rounding), into `sums` (then stored)."""
+    i, loop = "            ", "for v in range(n):"
+    if sr.reduction == "logsumexp":  # as reduction.py's, one element per v
+        lines = [f"{i}{loop}", f"{i}    tops[v] = -np.inf  # pass 1: the largest term (a NaN sticks)"]
+        lines += _across_sweep(i, k, [loop, "    x = buf[v]", "    if x > tops[v] or x != x:",
+                                      "        tops[v] = x"])
+        lines += [f"{i}{loop}", f"{i}    sums[v] = 0.0  # pass 2: the sum of exp(x - top)"]
+        lines += _across_sweep(i, k, [loop, "    if tops[v] != -np.inf:",
+                                      "        sums[v] += math.exp(buf[v] - tops[v])"])
+        return lines + [f"{i}{loop}", f"{i}    if tops[v] != -np.inf:",
+                        f"{i}        tops[v] = tops[v] + math.log(sums[v])",
+                        f"{i}store(tops, mem, P, AO, o_off, v0, n)"]
+    lines = [f"{i}{loop}", f"{i}    sums[v] = {sr.accumulator(dtype)}"]
+    if sr.reduction == "any":  # no early stop: the other elements of the vector go on
+        lines += _across_sweep(i, k, [loop, "    sums[v] = sums[v] or buf[v]"])
+    else:
+        lines += _across_sweep(i, k, [loop, "    sums[v] += buf[v]"])
+    return lines + [f"{i}store(sums, mem, P, AO, o_off, v0, n)"]
+
+
+def _accumulator_type(sr: Semiring, dtype: str) -> str:
+    """The dtype of the across-outputs sums: what the scalar `acc` would be."""
+    if sr.reduction == "any":
+        return "bool"
+    return "int64" if sr.accumulator(dtype) == "0" else "float64"
+
+
+def _walkers(sr: Semiring, dtype: str) -> str:
+    """The two functions that walk one leaf along the vector, one loop per access kind."""
+    at = {"CONSTANT": "base", "CONTIGUOUS": "c + v", "STRIDED": "c + v * step",
+          "GATHERED": "base + P[u(c + v)]"}
+    start = {"CONSTANT": "", "CONTIGUOUS": "c = base + v0", "STRIDED": "c = base + v0 * step",
+             "GATHERED": "c = table + v0"}
+    parts = []
+    for name, doc, element in (
+            ("first_leaf", "buf[v] = the leaf's element v0 + v, for v < n", lambda x: x),
+            ("times_leaf", "buf[v] = buf[v] ⊗ the leaf's element v0 + v, for v < n",
+             lambda x: sr.product(["buf[v]", x]))):
+        lines = [f"@njit(cache=True, nogil=True, error_model=\"numpy\")",
+                 f"def {name}(buf, mem, P, a, base, v0, n):",
+                 f'    """{doc}; a: the leaf\'s access (abi.py) in P."""',
+                 "    kind, step, table = P[a], P[a + 1], P[a + 2]"]
+        for i, kind in enumerate(("CONSTANT", "CONTIGUOUS", "STRIDED", "GATHERED")):
+            head = "if" if i == 0 else "elif" if i < 3 else "else"
+            lines += [f"    {head} kind == {kind}:" if head != "else" else "    else:  # GATHERED"]
+            if kind == "CONSTANT":
+                lines += ["        x = mem[u(base)]", "        for v in range(n):",
+                          f"            buf[v] = {element('x')}"]
+            else:
+                lines += [f"        {start[kind]}", "        for v in range(n):",
+                          f"            buf[v] = {element(f'mem[u({at[kind]})]')}"]
+        parts.append("\n".join(lines))
+    store = ["@njit(cache=True, nogil=True, error_model=\"numpy\")",
+             "def store(buf, mem, P, a, base, v0, n):",
+             '    """The output\'s elements v0 + v = buf[v], for v < n; a: its access in P."""',
+             "    kind, step, table = P[a], P[a + 1], P[a + 2]",
+             "    if kind == CONTIGUOUS:",
+             "        c = base + v0",
+             "        for v in range(n):",
+             "            mem[u(c + v)] = buf[v]",
+             "    elif kind == STRIDED:",
+             "        c = base + v0 * step",
+             "        for v in range(n):",
+             "            mem[u(c + v * step)] = buf[v]",
+             "    else:  # GATHERED (an output is never CONSTANT: its elements differ)",
+             "        c = table + v0",
+             "        for v in range(n):",
+             "            mem[u(base + P[u(c + v)])] = buf[v]"]
+    parts.append("\n".join(store))
+    return "\n\n\n".join(parts)
 
 
 def _normalize(sr: Semiring, k: int) -> List[str]:
@@ -121,23 +219,30 @@ HEADER = '''"""catbp_jit kernel {name}
 out[o] = {formula}   ({semiring}, {dtype}{then})
 
 P[p:] holds this step's parameters (catbp_jit/abi.py): out offset, R output axes, Q
-reduced axes, scratch offset, chunks, nb block axes, blk block elements, table offset,
-sizes n[0..D-1], output strides so[0..R-1], and per leaf its offset and strides on all
-D = R + Q axes (in elements of `mem`). Axis D-1 is the tight loop; the nb axes before it
-are walked through offset tables of blk entries ({tables}); the other hot axes by an
-odometer with counters at P[idx:].
+reduced axes, scratch offset, chunks, nb vector axes, V vector elements, sizes
+n[0..D-1], output strides so[0..R-1], per leaf its offset and strides on all D = R + Q
+axes (in elements of `mem`), the NORMALIZE groups, then each operand's access along the
+vector. The last nb axes ({hot}) are the vector: each leaf is walked along it
+in a loop of its own, into `buf` (on the stack), in pieces of BUFFER; the hot axes before
+them by an odometer with counters at P[idx:].
 """
 import math
 
 import numpy as np
 from numba import carray, njit, prange
 
-from catbp_jit.codegen.intrinsics import {pointers}
+from catbp_jit.codegen.intrinsics import BUFFER, {pointers}
 
 {abi}
 # Arguments are typed int64, never as literals: Numba compiles a callee once per argument
 # type it sees while typing its caller, and a literal 0 or 1 would cost a second compile.
 ZERO = np.int64(0)
+# Indices into mem and P go through u(): Numba adds a negative-index wraparound to every
+# signed index, which stops LLVM from seeing that a loop reads consecutive elements.
+u = np.uint64
+
+
+{walkers}
 
 
 @njit(cache=True, nogil=True, error_model="numpy"{inline})
@@ -147,9 +252,10 @@ def {part}(mem, P, p, lo, hi, idx):
     R = P[p + OUT_RANK]
     D = R + P[p + RED_RANK]
     nb = P[p + BLOCK_AXES]
-    blk = P[p + BLOCK_SIZE]
+    V = P[p + BLOCK_SIZE]
     N = p + SIZES  # P[N + d]: size of axis d
     SO = p + {out_strides}  # P[SO + d]: output stride of axis d < R
+    buf = carray(stack_buffer_{dtype}(), BUFFER)
 '''
 
 
@@ -157,47 +263,63 @@ def kernel_source(pattern: KernelPattern) -> str:
     """The whole module source of the kernel for `pattern`: readable and deterministic."""
     k, sr = pattern.leaves, SEMIRINGS[pattern.semiring]
     terms = " ⊗ ".join(f"leaf{l}[o{', r' if pattern.reduce else ''}]" for l in range(k))
+    part = "run_chunk" if pattern.reduce and pattern.vector == ACROSS_REDUCED else "run_rows"
+    sums = set()
+    if pattern.reduce and pattern.vector == ACROSS_OUTPUTS:
+        sums = {"stack_buffer_" + _accumulator_type(sr, pattern.dtype)}
+        if sr.reduction == "logsumexp":
+            sums.add("stack_buffer_float64")
     lines = HEADER.format(
         name=pattern.name, formula=("⊕_r " if pattern.reduce else "") + terms, semiring=sr.name,
         abi=abi.source_constants(), out_strides=abi.OUT_STRIDES_SOURCE,
         dtype=pattern.dtype, then=", then NORMALIZE" if pattern.normalize else "",
-        tables="one per leaf" if pattern.reduce else "one for the output, then one per leaf",
-        pointers=", ".join(sorted({"pointer_int64", "pointer_" + pattern.dtype})),
-        part="run_chunk" if pattern.reduce else "run_rows",
+        hot="innermost reduced axes" if part == "run_chunk" else "innermost output axes",
+        walkers=_walkers(sr, pattern.dtype),
+        pointers=", ".join(sorted({"pointer_int64", "pointer_" + pattern.dtype,
+                                   "stack_buffer_" + pattern.dtype} | set(sums))),
+        part=part,
         # called once, by a serial kernel: inlined, one function less to compile (~15%)
         inline="" if pattern.parallel else ', inline="always"',
-        part_doc=("Output elements lo..hi-1 (flat, C order)." if pattern.reduce else
-                  "Rows lo..hi-1: a row is one position of the odometer axes."),
+        part_doc=("Rows lo..hi-1: a row is one position of the odometer axes outside the vector."
+                  if part == "run_rows" else "Output elements lo..hi-1 (flat, C order)."),
     ).rstrip("\n").split("\n")
     lines += [f"    L{l} = p + {abi.leaf_source(l)}  # leaf {l}: offset, then strides"
               for l in range(k)]
-    lines += ["    top = D - 1 - nb  # odometer axes end here; block axes top..D-2; tight axis D-1",
-              "    m = P[N + D - 1]"]
-    lines += [f"    s{l} = P[L{l} + D]" for l in range(k)]
+    lines += [f"    A{l} = p + {abi.access_source(k, l)}  # leaf {l}'s access" for l in range(k)]
+    across_outputs = pattern.reduce and pattern.vector == ACROSS_OUTPUTS
+    if across_outputs:
+        acc = _accumulator_type(sr, pattern.dtype)
+        lines += ["    top = R - nb  # output odometer axes 0..top-1; vector top..R-1; reduced R..D-1",
+                  f"    AO = p + {abi.access_source(k, k)}  # the output's access",
+                  f"    sums = carray(stack_buffer_{acc}(), BUFFER)"]
+        if sr.reduction == "logsumexp":
+            lines += ["    tops = carray(stack_buffer_float64(), BUFFER)"]
+    else:
+        lines += ["    top = D - nb  # odometer axes end here; vector axes top..D-1"]
     b = [f"b{l}" for l in range(k)]
     leaf_strides = [f"L{l} + 1" for l in range(k)]
-    if pattern.reduce:
-        lines += [f"    T{l} = P[p + TABLES]{f' + {l} * blk' if l else ''}  # leaf {l}'s offset table" for l in range(k)]
-        lines += ["    o_off = out"] + [f"    b{l} = P[L{l}]" for l in range(k)]
+    lines += ["    o_off = out"] + [f"    b{l} = P[L{l}]" for l in range(k)]
+    if across_outputs:
+        lines += _place("    ", "0", "top - 1", "lo", ["o_off"] + b, ["SO"] + leaf_strides)
+        lines += ["    for row in range(lo, hi):",
+                  "        for v0 in range(0, V, BUFFER):",
+                  "            n = min(BUFFER, V - v0)"]
+        lines += _across_outputs(k, sr, pattern.dtype)
+        lines += _advance("        ", "0", "top - 1", ["o_off"] + b, ["SO"] + leaf_strides)
+    elif pattern.reduce:
         lines += _place("    ", "0", "R - 1", "lo", ["o_off"] + b, ["SO"] + leaf_strides)
         lines += ["    for o in range(lo, hi):"]
         lines += _reduced_value(k, sr, pattern.dtype)
         lines += ["        mem[o_off] = v"]
         lines += _advance("        ", "0", "R - 1", ["o_off"] + b, ["SO"] + leaf_strides)
     else:
-        lines += ["    so = P[SO + D - 1]", "    TO = P[p + TABLES]  # output offsets, then each leaf's"]
-        lines += [f"    T{l} = TO + {f'{l + 1} * ' if l else ''}blk  # leaf {l}'s offset table" for l in range(k)]
-        lines += ["    o_off = out"] + [f"    b{l} = P[L{l}]" for l in range(k)]
+        lines += [f"    AO = p + {abi.access_source(k, k)}  # the output's access"]
         lines += _place("    ", "0", "top - 1", "lo", ["o_off"] + b, ["SO"] + leaf_strides)
-        lines += ["    for row in range(lo, hi):",
-                  "        for t in range(blk):",
-                  "            oo = o_off + P[TO + t]"]
-        lines += [f"            c{l} = b{l} + P[T{l} + t]" for l in range(k)]
-        lines += ["            for j in range(m):",
-                  f"                mem[oo + j * so] = {_product(k, sr, [f'c{l} + j * s{l}' for l in range(k)])}"]
+        lines += ["    for row in range(lo, hi):"]
+        lines += _vector("        ", k, b)
+        lines += ["            store(buf, mem, P, AO, o_off, v0, n)"]
         lines += _advance("        ", "0", "top - 1", ["o_off"] + b, ["SO"] + leaf_strides)
 
-    part = "run_chunk" if pattern.reduce else "run_rows"
     lines += ["", "",
               f"@njit(cache=True, nogil=True, error_model=\"numpy\"{', parallel=True' if pattern.parallel else ''})",
               f"def {ENTRY}(mem_address, mem_length, P_address, P_length, p):",
@@ -211,11 +333,12 @@ def kernel_source(pattern: KernelPattern) -> str:
               "    n_out = np.int64(1)  # not the literal 1: see ZERO",
               "    for d in range(R):",
               "        n_out *= P[p + SIZES + d]"]
-    if pattern.reduce:
+    if part == "run_chunk":
         lines += ["    n_work = n_out  # a chunk is a range of output elements"]
     else:
+        end = "R" if pattern.reduce else "D"  # the vector's last axis + 1
         lines += ["    n_work = np.int64(1)  # a chunk is a range of rows",
-                  "    for d in range(D - 1 - P[p + BLOCK_AXES]):",
+                  f"    for d in range({end} - P[p + BLOCK_AXES]):",
                   "        n_work *= P[p + SIZES + d]"]
     lines += ["    scratch = P[p + SCRATCH]", "    chunks = P[p + CHUNKS]"]
     if pattern.parallel:

@@ -37,6 +37,7 @@ from typing import List, Tuple
 import numpy as np
 
 from .. import abi
+from ..plan.loops import ACROSS_REDUCED
 from ..plan.schedule import KernelPattern
 from ..semiring import SEMIRINGS, Semiring
 from .reduction import reduced_value
@@ -94,16 +95,17 @@ def _offsets(ind: str, first: str, last: str, start: str, names: List[str],
 
 def _sweep(ind: str, k: int, body: List[str], stop: bool) -> List[str]:
     """One pass over the reduced axes of the current output element, in flat C order (the
-    CPU's: odometer axes R..top-1, block axes by table, tight axis j), `body` on each term."""
+    CPU's: odometer axes R..top-1, then the V elements of the vector, each leaf moving
+    along it by its access, abi.py), `body` on each term."""
     pad = ind + "    "
     lines = [f"{ind}for q in range(n_odo):"]
     lines += [f"{pad}r{l} = b{l}" for l in range(k)]
     lines += _offsets(pad, "R", "top - 1", "q", [f"r{l}" for l in range(k)],
                       [f"L{l} + 1" for l in range(k)])
-    lines += [f"{pad}for t in range(blk):"]
-    lines += [f"{pad}    c{l} = r{l} + P[T{l} + t]" for l in range(k)]
-    lines += [f"{pad}    for j in range(m):"]
-    lines += [f"{pad}        {b}" for b in body]
+    lines += [f"{pad}for v in range(V):"]
+    lines += [f"{pad}    c{l} = r{l} + (P[T{l} + v] if K{l} == GATHERED else v * S{l})"
+              for l in range(k)]
+    lines += [f"{pad}    {b}" for b in body]
     if stop:  # SAT: leave every loop once a term is true
         lines += [f"{pad}    if acc:", f"{pad}        break", f"{pad}if acc:", f"{pad}    break"]
     return lines
@@ -111,7 +113,7 @@ def _sweep(ind: str, k: int, body: List[str], stop: bool) -> List[str]:
 
 def _reduced_value(k: int, sr: Semiring, dtype: str) -> List[str]:
     """Lines leaving ⊕ over the reduced axes of the current output element in `v`."""
-    terms = [f"mem[c{l} + j * s{l}]" for l in range(k)]
+    terms = [f"mem[c{l}]" for l in range(k)]
     return reduced_value(k, sr, terms, _sweep, _accumulator(sr, dtype),
                          _summed_product(sr, dtype, terms), lambda x: f"np.float64({x})")
 
@@ -146,9 +148,10 @@ HEADER = '''"""catbp_jit CUDA kernel {name}
 out[o] = {formula}   ({semiring}, {dtype}{then})
 
 P[p:] holds this step's parameters (catbp_jit/abi.py): out offset, R output axes, Q
-reduced axes, nb block axes, blk block elements, table offset, sizes n[0..D-1], output
-strides so[0..R-1], and per leaf its offset and strides on all D = R + Q axes (in elements
-of `mem`). One thread per output element, grid-stride; {walk}
+reduced axes, nb vector axes, V vector elements, sizes n[0..D-1], output strides
+so[0..R-1], per leaf its offset and strides on all D = R + Q axes (in elements of `mem`),
+and each operand's access along the vector. One thread per output element, grid-stride;
+{walk}
 """
 import math
 
@@ -190,17 +193,19 @@ def _kernel(pattern: KernelPattern, sr: Semiring) -> List[str]:
     lines += [f"    L{l} = p + {abi.leaf_source(l)}  # leaf {l}: offset, then strides"
               for l in range(k)]
     lines += _n_out()
+    if pattern.reduce and pattern.vector == ACROSS_REDUCED:
+        lines += ["    top = D - P[p + BLOCK_AXES]  # odometer axes R..top-1; the vector top..D-1",
+                  "    V = P[p + BLOCK_SIZE]"]
+        for l in range(k):
+            lines += [f"    A = p + {abi.access_source(k, l)}  # leaf {l}'s access along the vector",
+                      f"    K{l}, S{l}, T{l} = P[A], P[A + 1], P[A + 2]"]
+    elif pattern.reduce:  # the CPU's vector runs across outputs: a thread walks all Q axes
+        lines += ["    top = D", "    V = 1"]
+        lines += [f"    K{l}, S{l}, T{l} = CONSTANT, 0, 0" for l in range(k)]
     if pattern.reduce:
-        lines += ["    nb = P[p + BLOCK_AXES]",
-                  "    blk = P[p + BLOCK_SIZE]",
-                  "    top = D - 1 - nb  # odometer axes R..top-1; block axes top..D-2; tight D-1",
-                  "    m = P[N + D - 1]",
-                  "    n_odo = 1",
+        lines += ["    n_odo = 1",
                   "    for d in range(R, top):",
                   "        n_odo *= P[N + d]"]
-        lines += [f"    s{l} = P[L{l} + D]" for l in range(k)]
-        lines += [f"    T{l} = P[p + TABLES]{f' + {l} * blk' if l else ''}  # leaf {l}'s offset table"
-                  for l in range(k)]
     lines += ["    o = cuda.grid(1)",
               "    while o < n_out:",
               "        o_off = out"]
@@ -246,8 +251,8 @@ def kernel_source(pattern: KernelPattern) -> str:
         formula=("⊕_r " if pattern.reduce else "") + terms, semiring=sr.name,
         dtype=pattern.dtype, then=", then NORMALIZE" if pattern.normalize else "",
         walk=("its offsets by div/mod over\nthe R output axes, then ⊕ over the reduced axes "
-              "in the CPU's order: axes R..top-1 by\ndiv/mod, the nb block axes through offset "
-              "tables of blk entries (one per leaf), the\ntight axis D-1 innermost."
+              "in the CPU's order: axes R..top-1 by\ndiv/mod, then (if the CPU's vector runs "
+              "along reduced axes) its V elements, each\nleaf by its access."
               if pattern.reduce else "its offsets by div/mod over\nall D axes."),
         abi=abi.source_constants()).rstrip("\n").split("\n")
     if pattern.reduce and k > 1 and _rounds_products(sr, pattern.dtype):

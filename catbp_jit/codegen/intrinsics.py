@@ -45,3 +45,33 @@ def call_kernel(typingctx, address, mem_address, mem_length, P_address, P_length
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+# Elements of a kernel's vector buffer (codegen/cpu.py): the vector a step walks is cut in
+# pieces of this many. 4 KiB of float64, well inside L1.
+BUFFER = 512
+
+
+def _stack_buffer_intrinsic(nbtype):
+    @intrinsic
+    def stack_buffer(typingctx):
+        """A pointer to BUFFER elements on the calling function's stack: a buffer that costs
+        no allocation, and that LLVM knows no other pointer reaches, so the loops that
+        write it can be vectorized without runtime overlap checks."""
+        sig = types.CPointer(nbtype)()
+
+        def codegen(context, builder, signature, args):
+            from numba.core import cgutils
+            elem = context.get_data_type(nbtype)
+            space = cgutils.alloca_once(builder, ir.ArrayType(elem, BUFFER))  # entry block
+            return builder.bitcast(space, elem.as_pointer())
+
+        return sig, codegen
+
+    return stack_buffer
+
+
+stack_buffer_float64 = _stack_buffer_intrinsic(types.float64)
+stack_buffer_float32 = _stack_buffer_intrinsic(types.float32)
+stack_buffer_int64 = _stack_buffer_intrinsic(types.int64)
+stack_buffer_bool = _stack_buffer_intrinsic(types.boolean)

@@ -97,3 +97,28 @@ def load_kernel(pattern: KernelPattern, cache: KernelCache) -> Kernel:
 def load_dispatcher(cache: KernelCache):
     unit = dispatcher_unit()
     return load_unit(unit, cache), unit.source
+
+
+def scratch_compile(source: str) -> str:
+    """Compile a CPU kernel module's source uncached, in a module of its own, and return
+    the assembly of its entry (with everything LLVM inlined into it)."""
+    import importlib.util
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory(prefix="catbp_jit_asm_") as tmp:
+        name = f"catbp_jit_asm_{hashlib.sha256(source.encode()).hexdigest()[:16]}"
+        path = Path(tmp) / f"{name}.py"
+        path.write_text(source.replace("cache=True", "cache=False"))
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+            fn = getattr(module, cpu.ENTRY)
+            args, _ = sigutils.normalize_signature(KERNEL_SIGNATURE)
+            fn.compile(tuple(args))
+            return fn.inspect_asm(tuple(args))
+        finally:
+            del sys.modules[name]

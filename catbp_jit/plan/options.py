@@ -11,6 +11,10 @@ from typing import Optional
 
 from ..ir.validate import DEFAULT_MAX_BYTES
 
+# a vector's offset tables are walked in pieces of the kernels' stack buffer; keep them
+# within a few pieces
+BUFFER_LIMIT = 4096
+
 # target -> byte alignment of every arena and region
 ALIGNMENT = {"cpu": 64, "cuda": 256}
 
@@ -27,14 +31,32 @@ class PlanOptions:
     # machine).
     parallel_min_work: int = 1 << 22
     chunks: int = 64  # parallel segments split their work into this many fixed chunks
-    block: int = 256  # elements of the axes walked through offset tables, at most
+    # most elements of a kernel's vector when an operand is gathered along it (its offset
+    # table has one entry per element), plan/loops.py
+    block: int = 256
+    # the vector of reducing segments: "reduced", "outputs" (plan/loops.py), or None for
+    # the cheaper by the cost model. Results are bit-identical whichever it is.
+    across: Optional[str] = None
     align_bytes: int = 64
     max_bytes: int = DEFAULT_MAX_BYTES  # one tensor
     max_total_bytes: Optional[int] = None  # all arenas (None: catbp_jit.memory.memory_limit())
 
+    def __post_init__(self):
+        if self.across not in (None, "reduced", "outputs"):
+            raise ValueError(f"PlanOptions: across must be None, 'reduced' or 'outputs', "
+                             f"not {self.across!r}")
+        if not (isinstance(self.block, int) and 1 <= self.block <= BUFFER_LIMIT):
+            raise ValueError(f"PlanOptions: block must be an int in 1..{BUFFER_LIMIT}, "
+                             f"not {self.block!r}")
+
     @classmethod
     def for_target(cls, target: str, **fields) -> "PlanOptions":
-        return cls(align_bytes=ALIGNMENT.get(target, 64), **fields)
+        # A GPU thread sums one output element: the CPU's vector across outputs buys it
+        # nothing, and one vector for every reduction keeps its kernels half as many.
+        defaults = {"align_bytes": ALIGNMENT.get(target, 64)}
+        if target == "cuda":
+            defaults["across"] = "reduced"
+        return cls(**dict(defaults, **fields))
 
     def with_(self, **fields) -> "PlanOptions":
         return replace(self, **fields)

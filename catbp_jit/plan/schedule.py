@@ -25,6 +25,7 @@ from ..ir.schema import TensorSpec, element_count
 from ..semiring import SEMIRINGS
 from .arena import MemoryPlan
 from .fusion import Fused, Segment
+from .loops import ACROSS_OUTPUTS, ACROSS_REDUCED, canonical_loops, loop_nest
 from .options import PlanOptions
 
 
@@ -36,6 +37,9 @@ class KernelPattern:
     reduce: bool
     normalize: bool
     parallel: bool
+    # the axes of its vector (plan/loops.py): ACROSS_OUTPUTS (always, if it does not
+    # reduce) or ACROSS_REDUCED
+    vector: str = ACROSS_OUTPUTS
     template: str = "contract_reduce"
 
     def as_dict(self) -> dict:
@@ -43,8 +47,9 @@ class KernelPattern:
 
     @property
     def name(self) -> str:
-        flags = ("_reduce" if self.reduce else "") + ("_norm" if self.normalize else "") + \
-            ("_par" if self.parallel else "")
+        flags = ("_reduce" if self.reduce else "") + \
+            ("_across_outputs" if self.reduce and self.vector == ACROSS_OUTPUTS else "") + \
+            ("_norm" if self.normalize else "") + ("_par" if self.parallel else "")
         return f"{self.template}_{self.semiring.lower()}_{self.dtype}_k{self.leaves}{flags}"
 
 
@@ -54,7 +59,6 @@ class Step:
     pattern: KernelPattern
     params: abi.StepParams
     work: int  # output elements x reduced elements x leaves
-    tables: Tuple[int, ...] = ()  # offset tables of the block axes
 
 
 @dataclass
@@ -77,24 +81,6 @@ def c_strides(spec: TensorSpec) -> Dict[tuple, int]:
         strides[ax.key] = step
         step *= ax.size
     return strides
-
-
-def canonical_loops(sizes: List[int], groups: List[int], operands: List[List[int]]):
-    """Drop size-1 axes, then merge neighbours of one group contiguous in every operand."""
-    keep = [d for d, n in enumerate(sizes) if n > 1]
-    sizes = [sizes[d] for d in keep]
-    groups = [groups[d] for d in keep]
-    operands = [[op[d] for d in keep] for op in operands]
-    d = len(sizes) - 2
-    while d >= 0:
-        if groups[d] == groups[d + 1] and all(op[d] == op[d + 1] * sizes[d + 1] for op in operands):
-            sizes[d] *= sizes[d + 1]
-            for op in operands:
-                op[d] = op[d + 1]
-                del op[d + 1]
-            del sizes[d + 1], groups[d + 1]
-        d -= 1
-    return sizes, groups, operands
 
 
 def lower_segment(seg: Segment, fused: Fused, memory: MemoryPlan, dtype: str,
@@ -123,61 +109,42 @@ def lower_segment(seg: Segment, fused: Fused, memory: MemoryPlan, dtype: str,
     sizes, groups = [sizes[d] for d in order], [groups[d] for d in order]
     operands = [[op[d] for d in order] for op in operands]
     sizes, groups, operands = canonical_loops(sizes, groups, operands)
-    out_rank, red_rank = groups.count(0), groups.count(1)
     # logsumexp of one element is not the identity for +inf (it gives NaN): keep it.
-    reduce = red_rank > 0 or (seg.reduce and not SEMIRINGS[fused.semiring].single_term_reduction_is_identity)
-    if (reduce and red_rank == 0) or (not reduce and out_rank == 0):
-        sizes.append(1)  # the hot axes (reduced, or else output) are never empty
-        for op in operands:
-            op.append(0)
-        if reduce:
-            red_rank = 1
-        else:
-            out_rank = 1
+    reduce = 1 in groups or (seg.reduce and not SEMIRINGS[fused.semiring].single_term_reduction_is_identity)
+    # The reduced axes are walked in the biggest leaf's memory order, which fixes the order
+    # of a sum's terms for every target and mode (loops.py). Counted without the batch
+    # axis: a batched segment walks each row in the order the unbatched one does, so its
+    # sums round alike.
+    main = 1 + max(range(len(seg.leaves)),
+                   key=lambda l: (row_count(fused.specs[seg.leaves[l]], batch_key), -l))
+    space = int(np.prod(sizes, dtype=np.int64)) * max(1, len(seg.leaves))
+    nest = loop_nest(sizes, groups, operands, reduce, main, options.block,
+                     space >= options.parallel_min_work, options.across)
+    sizes, operands, nb = nest.sizes, nest.operands, nest.nb
+    out_rank, red_rank = nest.out_rank, len(sizes) - nest.out_rank
     rank = out_rank + red_rank
-    hot = out_rank if reduce else 0  # first hot axis; the tight axis is the last one
-    if reduce:
-        # Walk the biggest leaf in its memory order: output axes and reduced axes each
-        # sorted by its strides, largest first, so the tight loop has its smallest stride.
-        # This changes only the fixed order of a sum's terms, never what is multiplied.
-        # (counted without the batch axis: a batched segment walks each row in the order
-        # the unbatched one does, so its sums round alike)
-        main = 1 + max(range(len(seg.leaves)),
-                       key=lambda l: (row_count(fused.specs[seg.leaves[l]], batch_key), -l))
-        order = sorted(range(out_rank), key=lambda d: -operands[main][d]) + \
-            sorted(range(out_rank, rank), key=lambda d: -operands[main][d])
-        sizes = [sizes[d] for d in order]
-        operands = [[op[d] for d in order] for op in operands]
-    nb, blk = 0, 1
-    for d in range(rank - 2, hot - 1, -1):
-        if blk * sizes[d] > options.block:
-            break
-        nb, blk = nb + 1, blk * sizes[d]
-    block_axes = range(rank - 1 - nb, rank - 1)
-    tables: List[int] = []
-    for op in (operands if not reduce else operands[1:]):
-        for t in range(blk):
-            rem, off = t, 0
-            for d in reversed(block_axes):
-                off += (rem % sizes[d]) * op[d]
-                rem //= sizes[d]
-            tables.append(off)
+    block_sizes = nest.vector_sizes()
+    leaf_rows = operands[1:]
+    accesses = tuple(nest.access(i) for i in range(1, len(operands))) + (nest.access(0),)
 
     n_out = int(np.prod(sizes[:out_rank], dtype=np.int64))
     n_red = int(np.prod(sizes[out_rank:], dtype=np.int64))
-    n_work = n_out if reduce else int(np.prod(sizes[:rank - 1 - nb], dtype=np.int64))
+    # a chunk of work: output elements, or rows (positions outside the vector)
+    n_work = n_out if nest.across == ACROSS_REDUCED else int(np.prod(sizes[:nest.end - nb], dtype=np.int64))
     work = n_out * n_red * max(1, len(seg.leaves))
     parallel = n_work >= 8 and work >= options.parallel_min_work
-    pattern = KernelPattern(fused.semiring, dtype, len(seg.leaves), reduce, seg.normalize, parallel)
+    pattern = KernelPattern(fused.semiring, dtype, len(seg.leaves), reduce, seg.normalize, parallel,
+                            nest.across if reduce else ACROSS_OUTPUTS)
     chunks = min(n_work, options.chunks) if parallel else 1
     params = abi.StepParams(
         out=memory.regions[seg.out].offset, out_rank=out_rank, red_rank=red_rank,
-        chunks=chunks, block_axes=nb, block_size=blk, sizes=tuple(sizes),
-        out_strides=tuple(operands[0][:out_rank]),
+        chunks=chunks, block_axes=nb, block_size=int(np.prod(block_sizes, dtype=np.int64)),
+        sizes=tuple(sizes), out_strides=tuple(operands[0][:out_rank]),
         leaves=tuple((memory.regions[leaf].offset, tuple(row))
-                     for leaf, row in zip(seg.leaves, operands[1:])),
-        groups=tuple(normalize_groups(seg, layouts[seg.out], batch_key)))
-    return Step(seg, pattern, params, work, tuple(tables))
+                     for leaf, row in zip(seg.leaves, leaf_rows)),
+        groups=tuple(normalize_groups(seg, layouts[seg.out], batch_key)),
+        accesses=accesses)
+    return Step(seg, pattern, params, work)
 
 
 def row_count(spec: TensorSpec, batch_key: Optional[tuple]) -> int:
@@ -212,13 +179,19 @@ def build_schedule(fused: Fused, memory: MemoryPlan, dtype: str,
     ids: Dict[KernelPattern, int] = {p: i for i, p in enumerate(patterns)}
     # laid out in order: step rows, parameters, offset tables, scratch
     cursor = abi.STEP_ROW * len(steps) + sum(len(st.params.pack()) for st in steps)
-    table_at = []
+    with_tables, tables = [], []
     for st in steps:
-        table_at.append(cursor)
-        cursor += len(st.tables)
+        accesses = []
+        for acc in st.params.accesses:
+            if acc.kind == abi.GATHERED:
+                acc = replace(acc, table=cursor)
+                cursor += len(acc.offsets)
+                tables += acc.offsets
+            accesses.append(acc)
+        with_tables.append(replace(st, params=replace(st.params, accesses=tuple(accesses))))
     placed = []
-    for st, tables in zip(steps, table_at):
-        placed.append(replace(st, params=replace(st.params, tables=tables, scratch=cursor)))
+    for st in with_tables:
+        placed.append(replace(st, params=replace(st.params, scratch=cursor)))
         cursor += st.params.scratch_size()
     head: List[int] = []
     params: List[int] = []
@@ -226,6 +199,6 @@ def build_schedule(fused: Fused, memory: MemoryPlan, dtype: str,
         head += [ids[st.pattern], abi.STEP_ROW * len(placed) + len(params)]
         params += st.params.pack()
     table = np.zeros(cursor, dtype=np.int64)
-    body = head + params + [t for st in placed for t in st.tables]
+    body = head + params + tables
     table[:len(body)] = body
     return Schedule(placed, patterns, table)

@@ -1,0 +1,259 @@
+"""The loop-order cost model: which axes a kernel walks innermost, as one flat vector.
+
+A kernel (codegen/cpu.py) walks its loop space in two layers: odometers over most axes,
+and a few innermost axes as one flat vector of V elements. Along the vector each operand
+is one of four accesses (abi.py): CONSTANT (its strides there are all 0), CONTIGUOUS
+(+v), STRIDED (+v * step) or GATHERED (+table[v], a table made here). The kernel computes
+the ⊗-product of the leaves for the whole vector one leaf at a time, into a buffer on its
+stack: one plain loop per leaf and access kind, which LLVM turns into SIMD loads and
+multiplies (a CONSTANT leaf is one broadcast, a GATHERED one a hardware gather), instead
+of one scalar product per element with an index computation per leaf.
+
+Which axes form the vector:
+  - a segment that does not reduce: any output axes. Each output element is computed alone
+    from the same leaves in the same ⊗ order whatever the loop order, so `vector_order`
+    chooses the order by the cost below.
+  - a segment that reduces: the order in which a sum adds its terms decides its rounding,
+    so the reduced axes keep the order plan/schedule.py fixes for them, and the vector is
+    either their innermost ones (ACROSS_REDUCED: each output element sums its vector's
+    terms in order, one after the other) or the innermost output axes (ACROSS_OUTPUTS: V
+    output elements at once, each adding its terms in that same order, the reduced axes
+    all walked by the odometer; the additions of different outputs are independent, so
+    they vectorize too). Whichever is cheaper.
+Either way the results are bit-identical to those of any other choice, mode or thread
+count. An axis that does not fit in the vector whole is split in two (C order is kept:
+(n, s) becomes (n / b, b) with strides (s * b, s)) so that the vector can fill up.
+
+The cost of a vector, per element: each leaf's access plus the output's store (ACCESS_COST
+and STORE_COST, relative costs measured on one x86-64 core: a broadcast is nearly free, a
+contiguous load a fraction of a gather, a scattered store far worse than a gathered load
+from a small leaf), the sum (SUM_COST), and the per-vector overhead (calling each leaf's
+loop) spread over V.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+from typing import List, Optional, Sequence, Tuple
+
+from .. import abi
+
+ACCESS_COST = {abi.CONSTANT: 0.05, abi.CONTIGUOUS: 0.15, abi.STRIDED: 0.6, abi.GATHERED: 0.8}
+STORE_COST = {abi.CONSTANT: 0.2, abi.CONTIGUOUS: 0.2, abi.STRIDED: 2.0, abi.GATHERED: 2.0}
+VECTOR_COST = 5.0  # per operand and vector: calling its loop, in the same units
+ACROSS_REDUCED, ACROSS_OUTPUTS = "reduced", "outputs"
+# a sum in order is a chain of dependent additions (one per ~4 cycles); sums of different
+# outputs are independent
+SUM_COST = {ACROSS_REDUCED: 1.0, ACROSS_OUTPUTS: 0.2}
+PARALLEL_ROWS = 8  # a parallel step keeps at least this many rows outside its vector
+# Below this many terms a reduction keeps its vector across reduced axes whatever the
+# cost: the difference is a microsecond or two, and a second kernel per pattern would
+# cost every cold start a compile (about a second each).
+SMALL_REDUCTION = 1 << 12
+
+
+@dataclass
+class LoopNest:
+    """A segment's loop space as a kernel walks it: axes in loop order (output axes, then
+    reduced ones), each operand's strides (the output first), and the vector: the nb axes
+    ending at `end` (the last axis, or with ACROSS_OUTPUTS the last output axis)."""
+    sizes: List[int]
+    groups: List[int]  # 0: output axis, 1: reduced axis
+    operands: List[List[int]]
+    nb: int
+    across: str
+
+    @property
+    def out_rank(self) -> int:
+        return self.groups.count(0)
+
+    @property
+    def end(self) -> int:
+        return self.out_rank if self.across == ACROSS_OUTPUTS else len(self.sizes)
+
+    def vector_sizes(self) -> List[int]:
+        return self.sizes[self.end - self.nb:self.end]
+
+    def access(self, i: int) -> abi.Access:
+        """Operand i's access along the vector (0: the output)."""
+        return access_of(self.vector_sizes(), self.operands[i][self.end - self.nb:self.end])
+
+
+def loop_nest(sizes: List[int], groups: List[int], operands: List[List[int]], reduce: bool,
+              main: int, limit: int, parallel: bool, across: Optional[str] = None) -> LoopNest:
+    """The loop nest of a segment in canonical form (plan/schedule.canonical_loops). main:
+    the operand whose memory order fixes the order of the reduced axes; limit: most
+    elements a vector with a GATHERED access may have; parallel: the step will run on all
+    threads, so keep rows outside the vector; across: force a reducing nest's vector
+    (ACROSS_REDUCED or ACROSS_OUTPUTS; None: the cheaper)."""
+    if not sizes:
+        sizes, groups, operands = [1], [0], [op + [0] for op in operands]
+    out_rank = groups.count(0)
+    if not reduce:
+        order = vector_order(sizes, operands, limit)
+        sizes, groups, operands = canonical_loops(*_permute(order, sizes, groups, operands))
+        sizes, groups, operands = _pad(sizes, groups, operands, 0)
+        return _filled(sizes, groups, operands, 0, len(sizes), limit, parallel, ACROSS_OUTPUTS)
+    # reduced axes in main's memory order (largest stride first), the output's likewise
+    order = sorted(range(out_rank), key=lambda d: -operands[main][d]) + \
+        sorted(range(out_rank, len(sizes)), key=lambda d: -operands[main][d])
+    sizes, groups, operands = canonical_loops(*_permute(order, sizes, groups, operands))
+    out_rank = groups.count(0)
+    sizes, groups, operands = _pad(sizes, groups, operands, 1)
+    across_reduced = _filled(sizes, groups, operands, out_rank, len(sizes), limit, False,
+                             ACROSS_REDUCED)
+    if out_rank == 0 or across == ACROSS_REDUCED or (across is None and prod(sizes) < SMALL_REDUCTION):
+        return across_reduced
+    head = vector_order(sizes[:out_rank], [op[:out_rank] for op in operands], limit)
+    order = head + list(range(out_rank, len(sizes)))
+    s2, g2, o2 = canonical_loops(*_permute(order, sizes, groups, operands))
+    if 0 not in g2:
+        return across_reduced
+    across_outputs = _filled(s2, g2, o2, 0, g2.count(0), limit, parallel, ACROSS_OUTPUTS)
+    if across == ACROSS_OUTPUTS:
+        return across_outputs
+    return min((across_reduced, across_outputs), key=nest_cost)
+
+
+def nest_cost(nest: LoopNest) -> float:
+    """Cost per term of a reducing nest (for choosing between its two vectors)."""
+    columns = [op[nest.end - nest.nb:nest.end] for op in nest.operands]
+    if nest.across == ACROSS_REDUCED:
+        columns[0] = [0] * nest.nb  # the output is written once per sum, not per term
+    return vector_cost(nest.vector_sizes(), columns) + SUM_COST[nest.across]
+
+
+def _pad(sizes, groups, operands, group):
+    """A size-1 axis of `group` if it has none: the hot axes are never empty."""
+    if group in groups:
+        return sizes, groups, operands
+    return sizes + [1], groups + [group], [op + [0] for op in operands]
+
+
+def _permute(order, sizes, groups, operands):
+    return ([sizes[d] for d in order], [groups[d] for d in order],
+            [[op[d] for d in order] for op in operands])
+
+
+def _filled(sizes, groups, operands, first: int, end: int, limit: int, parallel: bool,
+            across: str) -> LoopNest:
+    """The vector over axes first..end-1 (innermost first), after splitting the first
+    axis that does not fit whole, so that it can fill up to `limit` elements."""
+    if parallel:  # rows outside the vector for the threads to share
+        space = prod(sizes[first:end])
+        limit = max(1, min(limit, space // PARALLEL_ROWS))
+    sizes, groups, operands = list(sizes), list(groups), [list(op) for op in operands]
+    V, d = 1, end - 1
+    while d >= first and V * sizes[d] <= limit:
+        V, d = V * sizes[d], d - 1
+    if d >= first:
+        b = max((b for b in range(2, limit // V + 1) if sizes[d] % b == 0), default=1)
+        if b > 1 and (d < end - 1 or b >= 16):
+            sizes[d:d + 1] = [sizes[d] // b, b]
+            groups.insert(d, groups[d])
+            for op in operands:
+                op[d:d + 1] = [op[d] * b, op[d]]
+            end += 1
+    nb = vector_axes(sizes, first, end, operands, limit)
+    return LoopNest(sizes, groups, operands, nb, across)
+
+
+def canonical_loops(sizes: List[int], groups: List[int], operands: List[List[int]]):
+    """Drop size-1 axes, then merge neighbours of one group contiguous in every operand."""
+    keep = [d for d, n in enumerate(sizes) if n > 1]
+    sizes = [sizes[d] for d in keep]
+    groups = [groups[d] for d in keep]
+    operands = [[op[d] for d in keep] for op in operands]
+    d = len(sizes) - 2
+    while d >= 0:
+        if groups[d] == groups[d + 1] and all(op[d] == op[d + 1] * sizes[d + 1] for op in operands):
+            sizes[d] *= sizes[d + 1]
+            for op in operands:
+                op[d] = op[d + 1]
+                del op[d + 1]
+            del sizes[d + 1], groups[d + 1]
+        d -= 1
+    return sizes, groups, operands
+
+
+def access_kind(sizes: Sequence[int], strides: Sequence[int]) -> Tuple[int, int]:
+    """(kind, step) of an operand with these strides over vector axes of these sizes."""
+    if prod(sizes) == 1:
+        return abi.CONTIGUOUS, 1  # one element: the same whatever the kind; this one stores
+    if not any(strides):
+        return abi.CONSTANT, 0
+    step = strides[-1]
+    span = 1
+    for n, st in zip(reversed(sizes), reversed(strides)):
+        if st != step * span:
+            return abi.GATHERED, 0
+        span *= n
+    return (abi.CONTIGUOUS, 1) if step == 1 else (abi.STRIDED, step)
+
+
+def access_of(sizes: Sequence[int], strides: Sequence[int]) -> abi.Access:
+    """The operand's access along the vector; a GATHERED one carries its offsets."""
+    kind, step = access_kind(sizes, strides)
+    if kind != abi.GATHERED:
+        return abi.Access(kind, step)
+    offsets = []
+    for v in range(prod(sizes)):
+        off, rem = 0, v
+        for n, st in zip(reversed(sizes), reversed(strides)):
+            off += (rem % n) * st
+            rem //= n
+        offsets.append(off)
+    return abi.Access(kind, 0, tuple(offsets))
+
+
+def vector_axes(sizes: Sequence[int], first: int, end: int, operands: Sequence[Sequence[int]],
+                limit: int) -> int:
+    """How many axes ending at `end` (none before `first`) form the vector: outward while
+    they fit in `limit` elements (a GATHERED access needs a table of V entries) and make
+    it cheaper per element. One axis always does, however long: along one axis every
+    access is an affine one, and the kernel walks a long vector in pieces.
+    operands: the output's strides, then the leaves'."""
+    column = lambda start: [op[start:end] for op in operands]
+    nb, V = 1, sizes[end - 1]
+    cost = vector_cost(sizes[end - 1:end], column(end - 1))
+    for d in range(end - 2, first - 1, -1):
+        if V * sizes[d] > limit:
+            break
+        wider = vector_cost(sizes[d:end], column(d))
+        if wider >= cost:
+            break
+        nb, V, cost = nb + 1, V * sizes[d], wider
+    return nb
+
+
+def vector_cost(sizes: Sequence[int], operands: Sequence[Sequence[int]]) -> float:
+    """Cost per element of a vector over axes of these sizes; operands[0] is the output,
+    its strides over the vector axes, then the leaves'."""
+    cost = STORE_COST[access_kind(sizes, operands[0])[0]]
+    cost += sum(ACCESS_COST[access_kind(sizes, op)[0]] for op in operands[1:])
+    return cost + VECTOR_COST * len(operands) / prod(sizes)
+
+
+def vector_order(sizes: Sequence[int], operands: Sequence[Sequence[int]], limit: int) -> List[int]:
+    """A loop order for axes whose order does not change results: the vector's axes last,
+    chosen greedily from the innermost out (each the axis that makes the vector cheapest
+    per element, while it still fits in `limit` and lowers the cost), and the other axes
+    outside it in the output's memory order, so that consecutive vectors write nearby."""
+    rank = len(sizes)
+    column = lambda axes: [[op[d] for d in axes] for op in operands]
+    by_output = sorted(range(rank), key=lambda d: (-operands[0][d], d))
+    best = min(reversed(by_output), key=lambda d: vector_cost([sizes[d]], column([d])))
+    block, V = [best], sizes[best]
+    cost = vector_cost([sizes[best]], column(block))
+    while V < limit:
+        options = []  # (cost, rank in the output's order, axis): ties go to the nearer axis
+        for i, d in enumerate(by_output):
+            if d not in block and V * sizes[d] <= limit:
+                axes = [d] + block
+                options.append((vector_cost([sizes[a] for a in axes], column(axes)), -i, d))
+        if not options or min(options)[0] >= cost:
+            break
+        cost, _, d = min(options)
+        block, V = [d] + block, V * sizes[d]
+    return [d for d in by_output if d not in block] + block

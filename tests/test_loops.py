@@ -1,0 +1,191 @@
+"""The loop-order cost model (plan/loops.py) and the vector kernels it feeds.
+
+What must hold whatever the cost model chooses: every output element gets the same terms,
+each with the same leaf elements, and a reducing segment adds its terms in the same order
+(so the same rounding). The first tests check the loop nests themselves against a plain
+enumeration; the last ones run kernels with each choice forced and want the same bits.
+"""
+
+from __future__ import annotations
+
+import itertools
+import platform
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import catbp_jit
+from catbp_jit import abi
+from catbp_jit.plan.loops import (ACROSS_OUTPUTS, ACROSS_REDUCED, access_kind, access_of,
+                                  canonical_loops, loop_nest)
+from catbp_jit.plan.options import PlanOptions
+
+from random_programs import cases
+from test_jit_random import compile_case, session_results
+
+
+# ------------------------------------------------------------------------ access kinds
+
+@pytest.mark.parametrize("sizes, strides, kind, step", [
+    ([2, 3], [0, 0], abi.CONSTANT, 0),
+    ([2, 3], [3, 1], abi.CONTIGUOUS, 1),
+    ([2, 3], [6, 2], abi.STRIDED, 2),
+    ([5], [7], abi.STRIDED, 7),
+    ([2, 3], [1, 2], abi.GATHERED, 0),
+    ([2, 3], [0, 1], abi.GATHERED, 0),  # broadcast along one vector axis: a table
+    ([1], [0], abi.CONTIGUOUS, 1),  # one element: any kind reads it; this one stores it
+])
+def test_access_kind(sizes, strides, kind, step):
+    assert access_kind(sizes, strides) == (kind, step)
+
+
+def test_a_gathered_access_carries_its_offsets_in_c_order():
+    acc = access_of([2, 3], [1, 2])
+    assert acc.kind == abi.GATHERED and acc.offsets == (0, 2, 4, 1, 3, 5)
+    assert access_of([2, 3], [3, 1]).offsets == ()  # others need no table
+
+
+# --------------------------------------------------------------------- loop nests
+
+def terms_by_output(sizes, groups, operands):
+    """{output offset: [leaf offsets of each term, in the order they are visited]} for a
+    loop space walked in C order, output axes outermost (what a kernel's odometer and
+    vector amount to, whichever axes the vector takes: it is C order within the nest)."""
+    out_axes = [d for d, g in enumerate(groups) if g == 0]
+    red_axes = [d for d, g in enumerate(groups) if g == 1]
+    terms = {}
+    for o in itertools.product(*(range(sizes[d]) for d in out_axes)):
+        at = dict(zip(out_axes, o))
+        key = sum(i * operands[0][d] for d, i in at.items())
+        seq = terms.setdefault(key, [])
+        for r in itertools.product(*(range(sizes[d]) for d in red_axes)):
+            at.update(zip(red_axes, r))
+            seq.append(tuple(sum(i * op[d] for d, i in at.items()) for op in operands[1:]))
+    return terms
+
+
+def c_strides(shape):
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.insert(0, step)
+        step *= n
+    return strides
+
+
+@st.composite
+def segments(draw):
+    """A segment's loop space: output and reduced axes, the output and 1-3 leaves each
+    holding some of the axes in an order of its own (its layout)."""
+    n_out = draw(st.integers(0, 3))
+    n_red = draw(st.integers(0, 3))
+    sizes = draw(st.lists(st.sampled_from([1, 2, 3, 4, 6, 8]), min_size=n_out + n_red,
+                          max_size=n_out + n_red))
+    groups = [0] * n_out + [1] * n_red
+    rank = n_out + n_red
+
+    def layout(axes):
+        axes = draw(st.permutations(axes))
+        strides = dict(zip(axes, c_strides([sizes[d] for d in axes])))
+        return [strides.get(d, 0) for d in range(rank)]
+
+    operands = [layout(list(range(n_out)))]
+    for _ in range(draw(st.integers(1, 3))):
+        held = [d for d in range(rank) if draw(st.booleans())]
+        operands.append(layout(held))
+    return sizes, groups, operands, draw(st.sampled_from([4, 16, 256]))
+
+
+def reference_order(sizes, groups, operands):
+    """The order the nest must keep: canonical form, reduced axes by the biggest leaf's
+    strides, largest first (stable), as plan/schedule.py fixes it."""
+    order = sorted(range(len(sizes)), key=lambda d: (groups[d], -operands[0][d]))
+    sizes, groups, operands = canonical_loops([sizes[d] for d in order], [groups[d] for d in order],
+                                              [[op[d] for d in order] for op in operands])
+    main = 1 + max(range(len(operands) - 1), key=lambda l: (np.count_nonzero(operands[l + 1]), -l))
+    return sizes, groups, operands, main
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(segments(), st.sampled_from([None, ACROSS_REDUCED, ACROSS_OUTPUTS]), st.booleans())
+def test_a_nest_keeps_every_term_and_the_order_of_each_sum(segment, across, parallel):
+    sizes, groups, operands, limit = segment
+    sizes, groups, operands, main = reference_order(sizes, groups, operands)
+    reduce = 1 in groups
+    ordered = sorted(range(len(sizes)), key=lambda d: (groups[d], -operands[main][d] if groups[d] else 0))
+    want = terms_by_output([sizes[d] for d in ordered], [groups[d] for d in ordered],
+                           [[op[d] for d in ordered] for op in operands])
+    nest = loop_nest(list(sizes), list(groups), [list(op) for op in operands], reduce, main,
+                     limit, parallel, across)
+    assert terms_by_output(nest.sizes, nest.groups, nest.operands) == want
+    assert 1 <= nest.nb <= nest.end and nest.end <= len(nest.sizes)
+    V = int(np.prod(nest.vector_sizes()))
+    for i in range(len(nest.operands)):
+        acc = nest.access(i)
+        if acc.kind == abi.GATHERED:
+            assert len(acc.offsets) == V <= limit  # tables stay within the limit
+    if not reduce:
+        assert nest.across == ACROSS_OUTPUTS
+
+
+def test_a_long_reduced_axis_is_split_so_the_vector_fills_up():
+    # Z[a] = sum_b,c f[a, b, c] g[c, b], (b, c) = (2048, 3): c alone is a vector of 3; b
+    # does not fit whole, so 64 of it join c (f contiguous along them, g gathered)
+    sizes, groups = [4, 2048, 3], [0, 1, 1]
+    operands = [[1, 0, 0], [6144, 3, 1], [0, 1, 2048]]
+    nest = loop_nest(sizes, groups, operands, True, 1, 256, False, ACROSS_REDUCED)
+    assert nest.sizes == [4, 32, 64, 3] and nest.nb == 2
+    assert nest.access(1).kind == abi.CONTIGUOUS and nest.access(2).kind == abi.GATHERED
+
+
+# ------------------------------------------------------------------- kernels, bit for bit
+
+def assert_same_bits(a, b, what):
+    assert set(a) == set(b), what
+    for k in a:
+        x, y = a[k][0], b[k][0]
+        assert x.dtype == y.dtype and x.shape == y.shape, (what, k)
+        bits = lambda a: np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+        assert np.array_equal(bits(x), bits(y)), (what, k, x, y)
+
+
+@settings(max_examples=60, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                 HealthCheck.filter_too_much])
+@given(cases())
+def test_every_vector_choice_gives_the_same_bits(case):
+    """Forcing the vector of every reducing segment across its reduced axes or across its
+    outputs, or shrinking vectors to single axes (block=1): the same bits as the cost
+    model's choice, in every semiring (random programs, loop mode)."""
+    results = []
+    for options in (None, PlanOptions(across="reduced"), PlanOptions(across="outputs"),
+                    PlanOptions(block=1)):
+        exe = catbp_jit.compile(case.programs, case.sr(), factor_specs=case.factor_specs,
+                                selector_specs=case.selector_specs,
+                                slot_specs=case.slot_specs or None, mode="loop", options=options)
+        results.append(session_results(exe.bind(), case.inputs[0]))
+    for other, name in zip(results[1:], ("across reduced", "across outputs", "block=1")):
+        assert_same_bits(results[0], other, name)
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86-64 assembly")
+def test_a_prob_kernel_multiplies_in_simd_registers(tmp_path):
+    """The leaf loops are vectorized: packed double multiplies (mulpd on any x86-64 since
+    SSE2; vmulpd with AVX) in the kernel's assembly."""
+    from catbp_jit.ir.schema import Axis, AxisType
+
+    G = AxisType.GEOMETRIC
+    a, b = Axis(0, G, 64), Axis(1, G, 64)
+    program = catbp_jit.Program((
+        catbp_jit.Instruction(catbp_jit.OpCode.LOAD_FACTOR, 0, {"factor_id": 0}),
+        catbp_jit.Instruction(catbp_jit.OpCode.LOAD_FACTOR, 1, {"factor_id": 1}),
+        catbp_jit.Instruction(catbp_jit.OpCode.CONTRACT, 2,
+                              {"inputs": (0, 1), "out_spec": catbp_jit.TensorSpec((a, b))}),
+        catbp_jit.Instruction(catbp_jit.OpCode.STORE_SLOT, None, {"slot": ("x",), "src": 2}),
+    ), "upward")
+    exe = catbp_jit.compile(program, catbp_jit.make_semiring("PROB"), mode="loop",
+                            factor_specs={0: catbp_jit.TensorSpec((a, b)),
+                                          1: catbp_jit.TensorSpec((b,))})
+    asm = exe.kernel_asm(0)
+    assert "mulpd" in asm, "no packed multiply in the kernel"
