@@ -40,7 +40,9 @@ from typing import List, Optional, Sequence, Tuple
 from .. import abi
 
 ACCESS_COST = {abi.CONSTANT: 0.05, abi.CONTIGUOUS: 0.15, abi.STRIDED: 0.6, abi.GATHERED: 0.8}
-STORE_COST = {abi.CONSTANT: 0.2, abi.CONTIGUOUS: 0.2, abi.STRIDED: 2.0, abi.GATHERED: 2.0}
+# a scattered store into a large output touches a cache line per element (measured: ~30x
+# a contiguous one)
+STORE_COST = {abi.CONSTANT: 0.2, abi.CONTIGUOUS: 0.2, abi.STRIDED: 6.0, abi.GATHERED: 6.0}
 VECTOR_COST = 5.0  # per operand and vector: calling its loop, in the same units
 ACROSS_REDUCED, ACROSS_OUTPUTS = "reduced", "outputs"
 # a sum in order is a chain of dependent additions (one per ~4 cycles); sums of different
@@ -119,9 +121,10 @@ def loop_nest(sizes: List[int], groups: List[int], operands: List[List[int]], re
 def nest_cost(nest: LoopNest) -> float:
     """Cost per term of a reducing nest (for choosing between its two vectors)."""
     columns = [op[nest.end - nest.nb:nest.end] for op in nest.operands]
-    if nest.across == ACROSS_REDUCED:
-        columns[0] = [0] * nest.nb  # the output is written once per sum, not per term
-    return vector_cost(nest.vector_sizes(), columns) + SUM_COST[nest.across]
+    columns[0] = [0] * nest.nb  # the output is written once per sum, not per term:
+    store = STORE_COST[nest.access(0).kind] if nest.across == ACROSS_OUTPUTS else 0.0
+    terms = prod(n for n, g in zip(nest.sizes, nest.groups) if g == 1)
+    return vector_cost(nest.vector_sizes(), columns) + SUM_COST[nest.across] + store / terms
 
 
 def _pad(sizes, groups, operands, group):
@@ -227,33 +230,44 @@ def vector_axes(sizes: Sequence[int], first: int, end: int, operands: Sequence[S
     return nb
 
 
-def vector_cost(sizes: Sequence[int], operands: Sequence[Sequence[int]]) -> float:
+def vector_cost(sizes: Sequence[int], operands: Sequence[Sequence[int]],
+                overhead: bool = True) -> float:
     """Cost per element of a vector over axes of these sizes; operands[0] is the output,
-    its strides over the vector axes, then the leaves'."""
+    its strides over the vector axes, then the leaves'. overhead: count the per-vector
+    cost too (spread over V)."""
     cost = STORE_COST[access_kind(sizes, operands[0])[0]]
     cost += sum(ACCESS_COST[access_kind(sizes, op)[0]] for op in operands[1:])
-    return cost + VECTOR_COST * len(operands) / prod(sizes)
+    return cost + (VECTOR_COST * len(operands) / prod(sizes) if overhead else 0.0)
 
 
 def vector_order(sizes: Sequence[int], operands: Sequence[Sequence[int]], limit: int) -> List[int]:
     """A loop order for axes whose order does not change results: the vector's axes last,
     chosen greedily from the innermost out (each the axis that makes the vector cheapest
-    per element, while it still fits in `limit` and lowers the cost), and the other axes
+    per element, while it fits in `limit` and lowers the cost with the per-vector overhead
+    counted), and the other axes
     outside it in the output's memory order, so that consecutive vectors write nearby."""
     rank = len(sizes)
     column = lambda axes: [[op[d] for d in axes] for op in operands]
     by_output = sorted(range(rank), key=lambda d: (-operands[0][d], d))
-    best = min(reversed(by_output), key=lambda d: vector_cost([sizes[d]], column([d])))
+    # the innermost axis by its cost per element alone: with the overhead, a long axis
+    # would win however it is walked (a short one pays the overhead until others join it)
+    best = min(reversed(by_output), key=lambda d: vector_cost([sizes[d]], column([d]), False))
     block, V = [best], sizes[best]
     cost = vector_cost([sizes[best]], column(block))
     while V < limit:
+        # the next axis by cost per element alone (each choice fills the vector further,
+        # so the overhead would favour long axes however they are walked), kept if the
+        # cost with the overhead goes down
         options = []  # (cost, rank in the output's order, axis): ties go to the nearer axis
         for i, d in enumerate(by_output):
             if d not in block and V * sizes[d] <= limit:
                 axes = [d] + block
-                options.append((vector_cost([sizes[a] for a in axes], column(axes)), -i, d))
-        if not options or min(options)[0] >= cost:
+                options.append((vector_cost([sizes[a] for a in axes], column(axes), False), -i, d))
+        if not options:
             break
-        cost, _, d = min(options)
-        block, V = [d] + block, V * sizes[d]
+        _, _, d = min(options)
+        wider = vector_cost([sizes[a] for a in [d] + block], column([d] + block))
+        if wider >= cost:
+            break
+        cost, block, V = wider, [d] + block, V * sizes[d]
     return [d for d in by_output if d not in block] + block

@@ -37,6 +37,9 @@ class PlanOptions:
     # the vector of reducing segments: "reduced", "outputs" (plan/loops.py), or None for
     # the cheaper by the cost model. Results are bit-identical whichever it is.
     across: Optional[str] = None
+    # multiply a product's first leaves apart when they hold few of its axes
+    # (plan/hoist.py); bit-identical either way
+    hoist: bool = True
     align_bytes: int = 64
     max_bytes: int = DEFAULT_MAX_BYTES  # one tensor
     max_total_bytes: Optional[int] = None  # all arenas (None: catbp_jit.memory.memory_limit())

@@ -1,6 +1,6 @@
 """plan(): adapted programs -> Plan, everything that does not need a compiler.
 
-    validate -> build_graph -> optimize -> fuse -> choose_layouts -> static_first
+    validate -> build_graph -> optimize -> fuse -> hoist_prefixes -> choose_layouts -> static_first
     -> plan_memory -> build_schedule, and the binding table
 
 A Plan is plain data: a target renders its schedule's kernel patterns (codegen/cpu.py,
@@ -20,6 +20,7 @@ from ..semiring import VMSemiringRuntime
 from .arena import MemoryPlan, plan_memory
 from .fusion import Fused, fuse
 from .graph import FACTOR, SELECTOR, SLOT_IN, UNIT, Graph, build_graph
+from .hoist import hoist_prefixes
 from .layout import choose_layouts
 from .options import PlanOptions
 from .passes import optimize
@@ -80,6 +81,8 @@ def plan(progs: List[Program], sr: VMSemiringRuntime, fspecs: Dict[int, TensorSp
                                 max_bytes=options.max_bytes)
     graph = optimize(build_graph(checked, sr.name, lspecs))
     fused = fuse(graph, options.max_leaves)
+    if options.hoist:
+        fused = hoist_prefixes(fused)
     # layouts first: they break ties by program order, and must not depend on `static`
     layouts = choose_layouts(fused, batch_key)
     fused, n_static = static_first(fused, static)
