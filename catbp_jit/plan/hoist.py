@@ -28,7 +28,11 @@ from ..ir.schema import Axis, TensorSpec
 from .fusion import Fused, Segment
 
 LAUNCH_POINTS = 512  # a kernel launch costs about as much as this many loads
-MAX_SHARE = 4  # a prefix has at most 1/MAX_SHARE of the segment's points
+MAX_SHARE = 16  # a prefix has at most 1/MAX_SHARE of the segment's points
+# ... and fits in a core's L2 cache: written out and read back from memory, a big prefix
+# costs more than the loads it saves, which are mostly of small leaves the L1 holds
+# (measured on grid5_d3: prefixes of up to 3.5M elements made it 1.7x slower)
+MAX_POINTS = 1 << 15
 
 
 def hoist_prefixes(fused: Fused) -> Fused:
@@ -68,7 +72,7 @@ def best_prefix(seg: Segment, specs) -> Tuple[object, Tuple[Axis, ...]]:
             continue  # one leaf alone is already one load
         space = tuple(ax for ax in loop if ax.key in held)
         size = _points(space)
-        if size * MAX_SHARE > points:
+        if size * MAX_SHARE > points or size > MAX_POINTS:
             break  # the union only grows
         gain = points * j - size * (j + 2) - LAUNCH_POINTS
         if gain > best_gain:
