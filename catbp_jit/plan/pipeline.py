@@ -1,6 +1,6 @@
 """plan(): adapted programs -> Plan, everything that does not need a compiler.
 
-    validate -> build_graph -> optimize -> fuse -> choose_layouts -> static_first
+    validate -> build_graph -> optimize -> fuse [-> reassociate] -> choose_layouts -> static_first
     -> plan_memory -> build_schedule, and the binding table
 
 A Plan is plain data: a target renders its schedule's kernel patterns (codegen/cpu.py,
@@ -23,6 +23,7 @@ from .graph import FACTOR, SELECTOR, SLOT_IN, UNIT, Graph, build_graph
 from .layout import choose_layouts
 from .options import PlanOptions
 from .passes import optimize
+from .reassociate import reassociate
 from .schedule import Schedule, build_schedule
 from .static import StaticInputs, check_static_ids, persistent_values, static_first
 
@@ -80,6 +81,8 @@ def plan(progs: List[Program], sr: VMSemiringRuntime, fspecs: Dict[int, TensorSp
                                 max_bytes=options.max_bytes)
     graph = optimize(build_graph(checked, sr.name, lspecs))
     fused = fuse(graph, options.max_leaves)
+    if not options.exact:  # opt-in: regroup products and sums (plan/reassociate.py)
+        fused = reassociate(fused, batch_key)
     # layouts first: they break ties by program order, and must not depend on `static`
     layouts = choose_layouts(fused, batch_key)
     fused, n_static = static_first(fused, static)

@@ -1,0 +1,151 @@
+"""Reassociation (opt-in, PlanOptions.exact=False): a segment becomes a contraction path.
+
+A fused segment computes ⊕_r leaf_0 ⊗ ... ⊗ leaf_k over its whole loop space, every
+leaf at every point. When some reduced axis is used by few leaves, that is far more work
+than needed: the semiring laws (⊗ associative and commutative, ⊗ distributing over ⊕)
+allow summing an axis out as soon as no remaining operand nor the output needs it. This
+pass turns such a segment into a sequence of pairwise segments (1 or 2 leaves each) in
+the order a path optimizer (opt_einsum) finds; the intermediates are new "computed"
+values, so the memory planner puts them in workspace arenas and frees them after use.
+
+What it changes: the order of ⊗ and ⊕. For PROB and LOGPROB that changes rounding only
+(results differ from exact mode within DESIGN.md's tolerances, never bit-identical);
+SAT (booleans) and COUNT (int64, a ring modulo 2^64 even when it wraps) are exact. What
+it keeps: each segment's output, spec and value id, slot results, NORMALIZE (on the final
+segment), and a batch axis (ir/batch.py) innermost in every intermediate. Paths are
+chosen with a batch axis counted as size 1, so every bucket of a batched executable, and
+the unbatched program, regroup alike.
+
+A segment is left alone when its path would cost more than the fused loop (work counted
+as loop-space elements x leaves, as plan/schedule.py does).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
+
+import opt_einsum
+
+from ..ir.schema import TensorSpec
+from .fusion import Fused, Segment
+
+OPTIMAL_MAX_LEAVES = 4  # opt_einsum's exhaustive search is cheap up to here; dp beyond
+
+
+@dataclass(frozen=True)
+class Operand:
+    value: int
+    keys: FrozenSet[tuple]  # its axes of size > 1 in the segment's loop space
+
+
+def reassociate(fused: Fused, batch_key: Optional[tuple] = None) -> Fused:
+    """`fused` with every segment that pays split into pairwise segments (pure: the
+    argument is not modified)."""
+    next_id = max(list(fused.specs) + [s.out for s in fused.segments], default=-1) + 1
+    segments: List[Segment] = []
+    specs, kinds = dict(fused.specs), dict(fused.kinds)
+    for seg in fused.segments:
+        steps = contraction_steps(seg, fused.specs, batch_key, next_id)
+        if steps is None:
+            segments.append(seg)
+            continue
+        for step in steps[:-1]:
+            specs[step.out], kinds[step.out] = step.out_spec, "computed"
+        next_id += len(steps) - 1
+        segments += steps
+    return replace(fused, segments=segments, specs=specs, kinds=kinds)
+
+
+def contraction_steps(seg: Segment, specs: Dict[int, TensorSpec], batch_key: Optional[tuple],
+                      first_id: int) -> Optional[List[Segment]]:
+    """The pairwise segments computing `seg` (intermediates numbered from first_id), or
+    None when the fused segment is as cheap."""
+    space = [ax for ax in tuple(seg.out_spec.axes) + tuple(seg.red_axes) if ax.size > 1]
+    axis = {ax.key: ax for ax in space}
+    operands = [Operand(leaf, frozenset(ax.key for ax in specs[leaf].axes
+                                        if ax.size > 1 and ax.key in axis))
+                for leaf in seg.leaves]
+    out_keys = frozenset(ax.key for ax in seg.out_spec.axes if ax.size > 1)
+    if len(operands) < 2 or not out_keys <= frozenset().union(*(op.keys for op in operands)):
+        return None
+    # the batch axis is in every batched value and never reduced: size 1 for choosing
+    size = {k: (1 if k == batch_key else ax.size) for k, ax in axis.items()}
+    order = [ax.key for ax in space]  # intermediates list their axes in this order
+    plan = pairwise_plan([op.keys for op in operands], out_keys, size)
+    if plan_work(plan, size) >= loop_work(order, len(operands), size):
+        return None
+
+    steps: List[Segment] = []
+    pending = list(operands)
+    for n, st in enumerate(plan):
+        ins = [pending[i] for i in st.picked]
+        pending = [op for i, op in enumerate(pending) if i not in st.picked]
+        kept = st.kept
+        red = tuple(axis[k] for k in order if k in st.used and k not in kept)
+        leaves = tuple(op.value for op in ins)
+        if n == len(plan) - 1:  # the segment's own output, spec and NORMALIZE
+            size1 = tuple(ax for ax in seg.red_axes if ax.size == 1)
+            steps.append(Segment(seg.out, seg.out_spec, red + size1, leaves,
+                                 seg.reduce or bool(red), seg.normalize, seg.nodes))
+            continue
+        keys = [k for k in order if k in kept and k != batch_key]
+        keys += [batch_key] if batch_key in kept else []  # innermost, as ir/batch.py has it
+        spec = TensorSpec(tuple(axis[k] for k in keys))
+        value = first_id + n
+        steps.append(Segment(value, spec, red, leaves, bool(red), False, seg.nodes))
+        pending.append(Operand(value, kept))
+    return steps
+
+
+@dataclass(frozen=True)
+class PairStep:
+    picked: Tuple[int, ...]  # positions in the pending list; the result goes to its end
+    used: FrozenSet[tuple]  # the step's loop space
+    kept: FrozenSet[tuple]  # its output: the axes a later operand or the output needs
+
+
+def pairwise_plan(operands: Sequence[FrozenSet[tuple]], out_keys: FrozenSet[tuple],
+                  size: Dict[tuple, int]) -> List[PairStep]:
+    """The steps combining operands (their keys) into the output, as opt_einsum's paths
+    read: each step removes the operands it picks and appends its result. First, each
+    operand's axes nobody else uses are summed out on their own (cheaper than carrying
+    them into a product)."""
+    steps: List[PairStep] = []
+    pending = list(operands)
+    for i, keys in enumerate(operands):
+        others = out_keys.union(*(k for j, k in enumerate(operands) if j != i))
+        if keys - others:
+            at = pending.index(keys)
+            steps.append(PairStep((at,), keys, keys & others))
+            pending = pending[:at] + pending[at + 1:] + [keys & others]
+    symbol = {k: opt_einsum.get_symbol(i) for i, k in enumerate(size)}
+    inputs = [frozenset(symbol[k] for k in keys) for keys in pending]
+    output = frozenset(symbol[k] for k in out_keys)
+    sizes = {symbol[k]: n for k, n in size.items()}
+    finder = (opt_einsum.paths.optimal if len(inputs) <= OPTIMAL_MAX_LEAVES
+              else opt_einsum.paths.dynamic_programming)
+    for picked in finder(inputs, output, sizes):
+        picked = tuple(sorted(picked))
+        rest = [keys for i, keys in enumerate(pending) if i not in picked]
+        used = frozenset().union(*(pending[i] for i in picked))
+        steps.append(PairStep(picked, used, used & out_keys.union(*rest)))
+        pending = rest + [steps[-1].kept]
+    return steps
+
+
+def plan_work(steps: Sequence[PairStep], size: Dict[tuple, int]) -> int:
+    """Loop-space elements x leaves, summed over the steps."""
+    return sum(_space(st.used, size) * len(st.picked) for st in steps)
+
+
+def loop_work(keys, leaves: int, size: Dict[tuple, int]) -> int:
+    """The same count for the fused segment."""
+    return _space(keys, size) * leaves
+
+
+def _space(keys, size: Dict[tuple, int]) -> int:
+    n = 1
+    for k in keys:
+        n *= size[k]
+    return n
