@@ -157,3 +157,18 @@ def test_random_programs(case):
     for which in range(len(case.inputs)):
         got = session_results(sess, case.inputs[which])
         assert_same_slots(run_reference(case, which), got, case, f"exact=False, inputs {which}")
+
+
+def test_axes_no_leaf_has_stay_on_the_last_segment():
+    """Regression: Σ_{i,k} of a product broadcast over k (no leaf has it) counts each term
+    once per k; the pass dropped k and so the factor |k| (hypothesis: PROB Z half of it)."""
+    specs = {0: spec(I, J), 1: spec(J), 2: spec(J), 3: spec()}
+    seg = Segment(3, specs[3], (I, J, K), (0, 1, 2), True, False, (3,))
+    fused = Fused([seg], specs, {0: "factor", 1: "factor", 2: "factor", 3: "computed"},
+                  {0: 0, 1: 1, 2: 2}, {("out",): 3}, "PROB")
+    last = reassociate(fused).segments[-1]
+    assert last.out == 3 and K.key in {a.key for a in last.red_axes}
+    out = Fused([Segment(3, spec(I, K), (J,), (0, 1, 2), True, False, (3,))],
+                {**specs, 3: spec(I, K)}, fused.kinds, fused.attrs, fused.outputs, "PROB")
+    last = reassociate(out).segments[-1]
+    assert last.out_spec == spec(I, K) and {a.key for a in last.red_axes} <= {J.key}

@@ -66,14 +66,19 @@ def contraction_steps(seg: Segment, specs: Dict[int, TensorSpec], batch_key: Opt
     operands = [Operand(leaf, frozenset(ax.key for ax in specs[leaf].axes
                                         if ax.size > 1 and ax.key in axis))
                 for leaf in seg.leaves]
-    out_keys = frozenset(ax.key for ax in seg.out_spec.axes if ax.size > 1)
-    if len(operands) < 2 or not out_keys <= frozenset().union(*(op.keys for op in operands)):
+    if len(operands) < 2:
         return None
+    # axes no leaf has (the product is broadcast over them: an output axis, or a reduced
+    # one, whose sum counts each term once per position) are the last step's
+    broadcast = frozenset(axis) - frozenset().union(*(op.keys for op in operands))
+    out_axes = frozenset(ax.key for ax in seg.out_spec.axes if ax.size > 1)
+    out_keys = out_axes - broadcast
     # the batch axis is in every batched value and never reduced: size 1 for choosing
     size = {k: (1 if k == batch_key else ax.size) for k, ax in axis.items()}
     order = [ax.key for ax in space]  # intermediates list their axes in this order
     plan = pairwise_plan([op.keys for op in operands], out_keys, size)
-    if plan_work(plan, size) >= loop_work(order, len(operands), size):
+    last = replace(plan[-1], used=plan[-1].used | broadcast)
+    if plan_work(plan[:-1] + [last], size) >= loop_work(order, len(operands), size):
         return None
 
     steps: List[Segment] = []
@@ -82,7 +87,8 @@ def contraction_steps(seg: Segment, specs: Dict[int, TensorSpec], batch_key: Opt
         ins = [pending[i] for i in st.picked]
         pending = [op for i, op in enumerate(pending) if i not in st.picked]
         kept = st.kept
-        red = tuple(axis[k] for k in order if k in st.used and k not in kept)
+        used = st.used | broadcast if n == len(plan) - 1 else st.used
+        red = tuple(axis[k] for k in order if k in used and k not in kept and k not in out_axes)
         leaves = tuple(op.value for op in ins)
         if n == len(plan) - 1:  # the segment's own output, spec and NORMALIZE
             size1 = tuple(ax for ax in seg.red_axes if ax.size == 1)
