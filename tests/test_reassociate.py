@@ -172,3 +172,86 @@ def test_axes_no_leaf_has_stay_on_the_last_segment():
                 {**specs, 3: spec(I, K)}, fused.kinds, fused.attrs, fused.outputs, "PROB")
     last = reassociate(out).segments[-1]
     assert last.out_spec == spec(I, K) and {a.key for a in last.red_axes} <= {J.key}
+
+
+# --------------------------------------------------------------------------------- GEMM
+
+from random_programs import Case, Inputs  # noqa: E402
+from test_jit_random import contract, elim, load, normalize, store  # noqa: E402
+
+AI, AJ, AK, AB = ax(10, 12), ax(11, 20), ax(12, 24), ax(13, 3)
+
+
+def gemm_case(semiring, dtype, a_axes, b_axes, keep, norm=False, values=None, seed=0):
+    """Σ_k a ⊗ b kept over `keep` (in that order), as a Case with random inputs."""
+    a_spec, b_spec = spec(*a_axes), spec(*b_axes)
+    both = tuple(dict.fromkeys(a_axes + b_axes))
+    prog = [load(0, 0), load(1, 1), contract(2, (0, 1), spec(*both)),
+            elim(3, 2, [x.key for x in keep])] + ([normalize(3)] if norm else []) + \
+        [store(("out",), 3)]
+    rng = np.random.default_rng(seed)
+    dt = np.dtype(dtype)
+    make = values or (lambda shape: rng.uniform(0.1, 2.0, shape))
+    factors = {0: np.asarray(make(a_spec.shape), dt), 1: np.asarray(make(b_spec.shape), dt)}
+    return Case(semiring, dt, [catbp_jit.Program(tuple(prog), "upward")],
+                {0: a_spec, 1: b_spec}, {}, {}, [Inputs(factors, {}, {})])
+
+
+def run_gemm_case(case, gemm_steps=1):
+    exe = catbp_jit.compile(case.programs, case.sr(), factor_specs=case.factor_specs,
+                            exact=False)
+    chosen = [st for st in exe.schedule.steps if st.pattern.template == "gemm"]
+    assert len(chosen) == gemm_steps, exe.as_text()
+    got = session_results(exe.bind(), case.inputs[0])
+    assert_same_slots(run_reference(case), got, case, "gemm")
+    return exe
+
+
+@pytest.mark.parametrize("a_axes, b_axes, keep", [
+    ((AI, AK), (AK, AJ), (AI, AJ)),  # C-order leaves
+    ((AK, AI), (AJ, AK), (AI, AJ)),  # both transposed
+    ((AI, AK), (AK, AJ), (AJ, AI)),  # out^T = b^T a^T
+    ((AB, AI, AK), (AB, AK, AJ), (AB, AI, AJ)),  # a batch axis outermost
+], ids=["cc", "ff", "swapped", "batched"])
+def test_gemm_prob(a_axes, b_axes, keep):
+    run_gemm_case(gemm_case("PROB", "float64", a_axes, b_axes, keep))
+
+
+def test_gemm_prob_float32_normalized():
+    run_gemm_case(gemm_case("PROB", "float32", (AI, AK), (AK, AJ), (AI, AJ), norm=True))
+
+
+def logprob_values(rng):
+    """Log-potentials with -inf entries, an all -inf row and column, and a spread that
+    underflows the shifted exponentials (those elements are summed directly)."""
+    def make(shape):
+        x = rng.normal(0.0, 3.0, shape)
+        x[rng.random(shape) < 0.3] = -np.inf
+        x[0] = -np.inf
+        x[..., 1] = -np.inf
+        x[2, 2] = 900.0
+        x[3] -= 2000.0
+        return x
+    return make
+
+
+@pytest.mark.parametrize("norm", [False, True])
+def test_gemm_logprob_with_minus_inf(norm):
+    rng = np.random.default_rng(1)
+    case = gemm_case("LOGPROB", "float64", (AI, AK), (AK, AJ), (AI, AJ), norm=norm,
+                     values=logprob_values(rng))
+    exe = run_gemm_case(case)
+    assert exe.memory.scratch  # the exponentials' workspace
+
+
+def test_sat_and_count_keep_loop_kernels():
+    for semiring, dtype in (("SAT", "bool"), ("COUNT", "int64")):
+        case = gemm_case(semiring, dtype, (AI, AK), (AK, AJ), (AI, AJ),
+                         values=lambda shape: np.random.default_rng(2).integers(0, 3, shape))
+        run_gemm_case(case, gemm_steps=0)
+
+
+def test_exact_mode_has_no_gemm():
+    case = gemm_case("PROB", "float64", (AI, AK), (AK, AJ), (AI, AJ))
+    exe = catbp_jit.compile(case.programs, case.sr(), factor_specs=case.factor_specs)
+    assert all(st.pattern.template == "contract_reduce" for st in exe.schedule.steps)

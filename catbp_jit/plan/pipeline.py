@@ -1,7 +1,8 @@
 """plan(): adapted programs -> Plan, everything that does not need a compiler.
 
     validate -> build_graph -> optimize -> fuse [-> reassociate] -> choose_layouts -> static_first
-    -> plan_memory -> build_schedule, and the binding table
+    -> plan_memory -> build_schedule (GEMM steps, plan/gemm.py, else loop kernels), and
+    the binding table
 
 A Plan is plain data: a target renders its schedule's kernel patterns (codegen/cpu.py,
 codegen/cuda.py) and a session binds its memory by reading `bindings` alone.
@@ -19,6 +20,7 @@ from ..memory import PlanTooLargeError, format_bytes, memory_limit
 from ..semiring import VMSemiringRuntime
 from .arena import MemoryPlan, plan_memory
 from .fusion import Fused, fuse
+from .gemm import gemm_workspace
 from .graph import FACTOR, SELECTOR, SLOT_IN, UNIT, Graph, build_graph
 from .layout import choose_layouts
 from .options import PlanOptions
@@ -87,7 +89,8 @@ def plan(progs: List[Program], sr: VMSemiringRuntime, fspecs: Dict[int, TensorSp
     layouts = choose_layouts(fused, batch_key)
     fused, n_static = static_first(fused, static)
     memory = plan_memory(fused, sr.dtype.itemsize, options.align_bytes,
-                         persistent_values(fused, n_static))
+                         persistent_values(fused, n_static),
+                         gemm_workspace(fused, layouts, sr.dtype.name, options))
     check_plan_fits(progs, memory, options.max_total_bytes)
     schedule = build_schedule(fused, memory, sr.dtype.name, layouts, batch_key, options)
     return Plan(progs, sr, fspecs, sspecs, lspecs, options, batch_key, graph, fused, memory,
