@@ -255,3 +255,84 @@ def test_exact_mode_has_no_gemm():
     case = gemm_case("PROB", "float64", (AI, AK), (AK, AJ), (AI, AJ))
     exe = catbp_jit.compile(case.programs, case.sr(), factor_specs=case.factor_specs)
     assert all(st.pattern.template == "contract_reduce" for st in exe.schedule.steps)
+
+
+# ---------------------------------------------------------------- batched, saved, front end
+
+from hypothesis import event, strategies as st  # noqa: E402
+
+from random_programs import random_values  # noqa: E402
+from test_batch import assert_rows_equal, unbatched_rows  # noqa: E402
+
+
+@_settings(60)
+@given(cases(), st.integers(0, 2 ** 32 - 1))
+def test_batched_equals_unbatched(case, seed):
+    """Paths are chosen with the batch axis counted as size 1, so every bucket regroups as
+    the unbatched program does: row by row the same results."""
+    if not case.factor_specs:
+        event("no factor to batch")
+        return
+    note(case.listing())
+    bf = set(case.factor_specs)
+    kw = dict(factor_specs=case.factor_specs, selector_specs=case.selector_specs,
+              slot_specs=case.slot_specs or None, mode="loop", exact=False)
+    plain = catbp_jit.compile(case.programs, case.sr(), **kw).bind()
+    try:
+        sess = catbp_jit.compile(case.programs, case.sr(), batched_factors=bf, buckets=(3,),
+                                 **kw).bind()
+    except catbp_jit.ir.batch.BatchedCompileError:
+        event("refused: a slot batched at one write, not at another")
+        return
+    rng = np.random.default_rng(seed)
+    base = case.inputs[0]
+    factors = {k: np.stack([random_values(rng, case.factor_specs[k], case.semiring, case.dtype)
+                            for _ in range(3)]) for k in bf}
+    with np.errstate(all="ignore"):
+        want = unbatched_rows(plain, factors, base.selectors, base.slots, bf, set(), 3)
+    got = sess.run(factors=factors, selectors=base.selectors, slots=base.slots)
+    assert_rows_equal(got, want, sess.batched_slots, case.semiring, case.dtype)
+
+
+def test_save_and_load_keep_the_mode(tmp_path):
+    case = gemm_case("PROB", "float64", (AI, AK), (AK, AJ), (AI, AJ))
+    for exact in (True, False):
+        exe = catbp_jit.compile(case.programs, case.sr(), factor_specs=case.factor_specs,
+                                exact=exact)
+        exe.save(tmp_path / "exe.json")
+        loaded = catbp_jit.load(tmp_path / "exe.json")
+        assert loaded.plan.options.exact is exact
+        assert [st.pattern for st in loaded.schedule.steps] == \
+            [st.pattern for st in exe.schedule.steps]
+        f = case.inputs[0].factors
+        a, b = exe.bind().run(factors=f), loaded.bind().run(factors=f)
+        assert np.array_equal(a[("out",)][0], b[("out",)][0])
+
+
+def test_load_refuses_a_mode_that_is_not_a_boolean(tmp_path):
+    import json
+
+    case = gemm_case("PROB", "float64", (AI, AK), (AK, AJ), (AI, AJ))
+    catbp_jit.compile(case.programs, case.sr(), factor_specs=case.factor_specs,
+                      exact=False).save(tmp_path / "exe.json")
+    doc = json.loads((tmp_path / "exe.json").read_text())
+    doc["exact"] = "no"
+    (tmp_path / "exe.json").write_text(json.dumps(doc))
+    with pytest.raises(catbp_jit.executable.SavedExecutableError, match="'exact'"):
+        catbp_jit.load(tmp_path / "exe.json")
+
+
+def test_compile_model_passes_the_mode_down():
+    from catbp_jit.frontend import factor_graph
+
+    rng = np.random.default_rng(3)
+    n = 6
+    graph = factor_graph({f"x{i}": 3 for i in range(n)},
+                         [((f"x{i}", f"x{(i + 1) % n}"), rng.uniform(0.1, 1, (3, 3)))
+                          for i in range(n)], name="ring6")
+    exact = catbp_jit.compile_model(graph, "prob")
+    loose = catbp_jit.compile_model(graph, "prob", exact=False)
+    assert loose.executable.plan.options.exact is False
+    assert exact.executable.plan.options.exact is True
+    a, b = exact.solve(), loose.solve()
+    assert np.isclose(a.Z, b.Z, rtol=1e-9)
