@@ -336,3 +336,14 @@ def test_compile_model_passes_the_mode_down():
     assert exact.executable.plan.options.exact is True
     a, b = exact.solve(), loose.solve()
     assert np.isclose(a.Z, b.Z, rtol=1e-9)
+
+
+def test_cuda_plans_reassociate_without_gemm():
+    """GEMM is a CPU kernel: a CUDA plan keeps loop kernels, even with options that ask."""
+    case = gemm_case("PROB", "float64", (AI, AK), (AK, AJ), (AI, AJ))
+    kw = dict(factor_specs=case.factor_specs, exact=False)
+    templates = lambda p: {st.pattern.template for st in p.schedule.steps}
+    assert "gemm" in templates(plan(case.programs, case.sr(), **kw))
+    assert templates(plan(case.programs, case.sr(), target="cuda", **kw)) == {"contract_reduce"}
+    assert templates(plan(case.programs, case.sr(), target="cuda",
+                          options=catbp_jit.PlanOptions(), **kw)) == {"contract_reduce"}
