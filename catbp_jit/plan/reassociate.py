@@ -16,8 +16,9 @@ segment), and a batch axis (ir/batch.py) innermost in every intermediate. Paths 
 chosen with a batch axis counted as size 1, so every bucket of a batched executable, and
 the unbatched program, regroup alike.
 
-A segment is left alone when its path would cost more than the fused loop (work counted
-as loop-space elements x leaves, as plan/schedule.py does).
+A segment is left alone when its path would cost as much as the fused loop or more (work
+counted as loop-space elements x leaves, as plan/schedule.py does, plus the elements each
+step writes).
 """
 
 from __future__ import annotations
@@ -77,8 +78,8 @@ def contraction_steps(seg: Segment, specs: Dict[int, TensorSpec], batch_key: Opt
     size = {k: (1 if k == batch_key else ax.size) for k, ax in axis.items()}
     order = [ax.key for ax in space]  # intermediates list their axes in this order
     plan = pairwise_plan([op.keys for op in operands], out_keys, size)
-    last = replace(plan[-1], used=plan[-1].used | broadcast)
-    if plan_work(plan[:-1] + [last], size) >= loop_work(order, len(operands), size):
+    last = replace(plan[-1], used=plan[-1].used | broadcast, kept=out_axes)
+    if plan_work(plan[:-1] + [last], size) >= loop_work(order, out_axes, len(operands), size):
         return None
 
     steps: List[Segment] = []
@@ -141,13 +142,15 @@ def pairwise_plan(operands: Sequence[FrozenSet[tuple]], out_keys: FrozenSet[tupl
 
 
 def plan_work(steps: Sequence[PairStep], size: Dict[tuple, int]) -> int:
-    """Loop-space elements x leaves, summed over the steps."""
-    return sum(_space(st.used, size) * len(st.picked) for st in steps)
+    """Loop-space elements x leaves, plus the elements written, summed over the steps
+    (an intermediate as large as the output costs its write and its read again: a
+    product without sums rarely pays to split)."""
+    return sum(_space(st.used, size) * len(st.picked) + _space(st.kept, size) for st in steps)
 
 
-def loop_work(keys, leaves: int, size: Dict[tuple, int]) -> int:
+def loop_work(keys, out_keys, leaves: int, size: Dict[tuple, int]) -> int:
     """The same count for the fused segment."""
-    return _space(keys, size) * leaves
+    return _space(keys, size) * leaves + _space(out_keys, size)
 
 
 def _space(keys, size: Dict[tuple, int]) -> int:
