@@ -347,3 +347,50 @@ def test_cuda_plans_reassociate_without_gemm():
     assert templates(plan(case.programs, case.sr(), target="cuda", **kw)) == {"contract_reduce"}
     assert templates(plan(case.programs, case.sr(), target="cuda",
                           options=catbp_jit.PlanOptions(), **kw)) == {"contract_reduce"}
+
+
+@st.composite
+def matrix_products(draw):
+    """Σ_k a ⊗ b with random groups of row, column, summed and batch axes (0-2 each,
+    sizes 1-4), each operand's axes in a random order, PROB or LOGPROB, maybe normalized."""
+    sizes = iter(draw(st.lists(st.integers(1, 4), min_size=8, max_size=8)))
+    counter = iter(range(20, 40))
+    group = lambda: [ax(next(counter), next(sizes)) for _ in range(draw(st.integers(0, 2)))]
+    rows, cols, ks, batch = group(), group(), group(), group()
+    if not any(x.size > 1 for x in ks):
+        ks.append(ax(next(counter), 3))
+    order = lambda axes: tuple(draw(st.permutations(axes)))
+    semiring, dtype = draw(st.sampled_from([("PROB", "float64"), ("PROB", "float32"),
+                                            ("LOGPROB", "float64")]))
+    values = (logprob_values_small(np.random.default_rng(draw(st.integers(0, 99))))
+              if semiring == "LOGPROB" else None)
+    return gemm_case(semiring, dtype, order(batch + rows + ks), order(batch + ks + cols),
+                     order(batch + rows + cols), norm=draw(st.booleans()), values=values,
+                     seed=draw(st.integers(0, 99)))
+
+
+def logprob_values_small(rng):
+    def make(shape):
+        x = rng.normal(0.0, 3.0, shape)
+        x[rng.random(shape) < 0.3] = -np.inf
+        x[rng.random(shape) < 0.1] = rng.choice([-800.0, 800.0])  # underflowing shifts
+        return x
+    return make
+
+
+@_settings(150)
+@given(matrix_products())
+def test_random_matrix_products_with_gemm_at_every_size(case):
+    """GEMM steps at any size (plan/gemm.MIN_WORK lifted): transposed operands, batch
+    axes, NORMALIZE, -inf entries and far-apart terms, against the reference."""
+    import catbp_jit.plan.gemm as gemm
+
+    note(case.listing())
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(gemm, "MIN_WORK", 1)
+        exe = catbp_jit.compile(case.programs, case.sr(), factor_specs=case.factor_specs,
+                                mode="loop", exact=False)
+    event("GEMM" if any(st.pattern.template == "gemm" for st in exe.schedule.steps)
+          else "loop kernels")
+    got = session_results(exe.bind(), case.inputs[0])
+    assert_same_slots(run_reference(case), got, case, "gemm")
