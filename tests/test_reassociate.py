@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, note
+from hypothesis import event, given, note
+from hypothesis import strategies as st
 
 import catbp_jit
 from catbp_jit import Axis, AxisType, TensorSpec
@@ -22,10 +23,11 @@ from catbp_jit.plan.reassociate import reassociate
 
 from conftest import CORPUS
 from jit_helpers import inputs
-from random_programs import cases
+from random_programs import Case, Inputs, cases, random_values
+from test_batch import assert_rows_equal, unbatched_rows
 from test_jit_corpus import compare_slots
-from test_jit_random import (_settings, assert_same_slots, record, run_reference,
-                             session_results)
+from test_jit_random import (_settings, assert_same_slots, contract, elim, load, normalize,
+                             record, run_reference, session_results, store)
 
 G = AxisType.GEOMETRIC
 
@@ -176,8 +178,6 @@ def test_axes_no_leaf_has_stay_on_the_last_segment():
 
 # --------------------------------------------------------------------------------- GEMM
 
-from random_programs import Case, Inputs  # noqa: E402
-from test_jit_random import contract, elim, load, normalize, store  # noqa: E402
 
 AI, AJ, AK, AB = ax(10, 12), ax(11, 20), ax(12, 24), ax(13, 3)
 
@@ -258,11 +258,6 @@ def test_exact_mode_has_no_gemm():
 
 
 # ---------------------------------------------------------------- batched, saved, front end
-
-from hypothesis import event, strategies as st  # noqa: E402
-
-from random_programs import random_values  # noqa: E402
-from test_batch import assert_rows_equal, unbatched_rows  # noqa: E402
 
 
 @_settings(60)

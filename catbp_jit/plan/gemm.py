@@ -23,7 +23,7 @@ short sums for the tolerance's sake.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 from .. import abi
 from ..ir.schema import TensorSpec
