@@ -95,6 +95,16 @@ def test_private_axes_are_summed_out_first():
     assert segs[1].out == 2 and {a.key for a in segs[1].red_axes} == {J.key}
 
 
+def test_own_axes_stored_outermost_are_carried_into_the_product():
+    """An input's private axes stored before its shared ones would be summed from far
+    apart: they are summed in the first pairwise step instead of alone."""
+    specs = {0: spec(K, J), 1: spec(I, J), 2: spec(I)}
+    seg = Segment(2, specs[2], (J, K), (0, 1), True, False, (2,))
+    fused = Fused([seg], specs, {0: "factor", 1: "factor", 2: "computed"}, {0: 0, 1: 1},
+                  {("out",): 2}, "PROB")
+    assert reassociate(fused).segments == [seg]  # one pairwise step: the segment itself
+
+
 def test_left_alone_when_it_does_not_pay():
     """A product of three leaves over the same axes, nothing reduced: pairwise steps would
     write and read an intermediate as large as the output."""
@@ -383,9 +393,28 @@ def test_random_matrix_products_with_gemm_at_every_size(case):
     note(case.listing())
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(gemm, "MIN_WORK", 1)
+        mp.setattr(gemm, "MIN_REUSE", 0)
         exe = catbp_jit.compile(case.programs, case.sr(), factor_specs=case.factor_specs,
                                 mode="loop", exact=False)
     event("GEMM" if any(st.pattern.template == "gemm" for st in exe.schedule.steps)
           else "loop kernels")
     got = session_results(exe.bind(), case.inputs[0])
     assert_same_slots(run_reference(case), got, case, "gemm")
+
+
+def test_an_intermediate_two_segments_need_is_computed_once():
+    """Two sums over a[j, i, k] b[j] and a[j, i, k] c[j, l]: both first sum a's private axes
+    (i, k, stored innermost) out; the second segment reads the first one's intermediate."""
+    specs = {0: spec(J, I, K), 1: spec(J), 2: spec(J, L), 3: spec(), 4: spec(L)}
+    segs = [Segment(3, specs[3], (I, J, K), (0, 1), True, False, (3,)),
+            Segment(4, specs[4], (I, J, K), (0, 2), True, False, (4,))]
+    fused = Fused(segs, specs, {0: "factor", 1: "factor", 2: "factor", 3: "computed",
+                                4: "computed"}, {0: 0, 1: 1, 2: 2}, {("x",): 3, ("y",): 4},
+                  "PROB")
+    out = reassociate(fused).segments
+    pre = [s for s in out if s.leaves == (0,)]
+    assert len(pre) == 1 and keys(pre[0].out_spec) == {J.key}
+    assert [s.out for s in out][-2:] == [3, 4]
+    assert pre[0].out in out[-1].leaves and pre[0].out in out[-2].leaves
+    mem = plan_memory(reassociate(fused), 8)
+    assert mem.intervals[pre[0].out].end == len(out) - 1  # live until its last reader

@@ -36,6 +36,11 @@ GEMM_DTYPES = ("float64", "float32")
 # float32 sums round to ~K x 6e-8; DESIGN.md's float32 tolerance is rtol 1e-5
 FLOAT32_MAX_K = 64
 MIN_WORK = 4096  # below this, a BLAS call costs more than the loop kernel
+# ... and below this many products per element of a, b and out: BLAS gains from reusing
+# each element of a and b across a row or column; a skinny product (a batch of dot
+# products) has nothing to reuse, and LOGPROB's exponentials of a and b would cost as much
+# as the sum itself
+MIN_REUSE = 4
 
 
 @dataclass(frozen=True)
@@ -91,6 +96,8 @@ def _shape(a: int, b: int, rows, cols, ks, shared, out_l: TensorSpec, a_l: Tenso
     size = {ax.key: ax.size for spec in (out_l, a_l, b_l) for ax in spec.axes}
     m, n, k = (_count(g, size) for g in (rows, cols, ks))
     if dtype == "float32" and k > FLOAT32_MAX_K or m * n * k < MIN_WORK:
+        return None
+    if m * n * k < MIN_REUSE * (m * k + k * n + m * n):
         return None
     if _group(cols, so, size) not in (1, None) or _group(rows, so, size) not in (n, None):
         return None

@@ -23,8 +23,9 @@ step writes).
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, replace
-from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
+from typing import AbstractSet, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 import opt_einsum
 
@@ -32,6 +33,9 @@ from ..ir.schema import TensorSpec
 from .fusion import Fused, Segment
 
 OPTIMAL_MAX_LEAVES = 4  # opt_einsum's exhaustive search is cheap up to here; dp beyond
+# LOGPROB's ⊕ takes an exp per term (the loop kernels' logsumexp): about as much time as
+# this many leaf reads and ⊗s, so splitting must save exps too, not only products
+EXP_COST = {"LOGPROB": 8}
 
 
 @dataclass(frozen=True)
@@ -46,20 +50,42 @@ def reassociate(fused: Fused, batch_key: Optional[tuple] = None) -> Fused:
     next_id = max(list(fused.specs) + [s.out for s in fused.segments], default=-1) + 1
     segments: List[Segment] = []
     specs, kinds = dict(fused.specs), dict(fused.kinds)
+    # an intermediate computed again by a later segment (two messages summing the same
+    # belief's private axes out) is computed once: (leaves, spec, reduced axes) -> value
+    made: Dict[tuple, int] = {}
+    # A workspace value is laid out later (plan/layout.py) with its reducing reader's kept
+    # axes outermost: its private axes come innermost when it has one reader. Inputs,
+    # constants and slot results are stored in their spec's order; a workspace value
+    # with several readers suits one of them only (both are then left in the product).
+    outputs = set(fused.outputs.values())
+    readers = Counter(leaf for seg in fused.segments for leaf in set(seg.leaves))
+    free = {v for v, kind in fused.kinds.items()
+            if kind == "computed" and v not in outputs and readers[v] == 1}
+    shared = {v for v, kind in fused.kinds.items() if kind == "computed" and v not in free}
     for seg in fused.segments:
-        steps = contraction_steps(seg, fused.specs, batch_key, next_id)
+        steps = contraction_steps(seg, fused.specs, batch_key, next_id,
+                                  EXP_COST.get(fused.semiring, 0), free, shared - outputs)
         if steps is None:
             segments.append(seg)
             continue
-        for step in steps[:-1]:
-            specs[step.out], kinds[step.out] = step.out_spec, "computed"
         next_id += len(steps) - 1
-        segments += steps
+        same: Dict[int, int] = {}
+        for step in steps:
+            step = replace(step, leaves=tuple(same.get(v, v) for v in step.leaves))
+            key = (step.leaves, step.out_spec, frozenset(ax.key for ax in step.red_axes))
+            if step.out != seg.out and key in made:
+                same[step.out] = made[key]
+                continue
+            if step.out != seg.out:
+                made[key] = step.out
+                specs[step.out], kinds[step.out] = step.out_spec, "computed"
+            segments.append(step)
     return replace(fused, segments=segments, specs=specs, kinds=kinds)
 
 
 def contraction_steps(seg: Segment, specs: Dict[int, TensorSpec], batch_key: Optional[tuple],
-                      first_id: int) -> Optional[List[Segment]]:
+                      first_id: int, exp_cost: int = 0, free: AbstractSet[int] = frozenset(),
+                      unknown: AbstractSet[int] = frozenset()) -> Optional[List[Segment]]:
     """The pairwise segments computing `seg` (intermediates numbered from first_id), or
     None when the fused segment is as cheap."""
     space = [ax for ax in tuple(seg.out_spec.axes) + tuple(seg.red_axes) if ax.size > 1]
@@ -77,9 +103,17 @@ def contraction_steps(seg: Segment, specs: Dict[int, TensorSpec], batch_key: Opt
     # the batch axis is in every batched value and never reduced: size 1 for choosing
     size = {k: (1 if k == batch_key else ax.size) for k, ax in axis.items()}
     order = [ax.key for ax in space]  # intermediates list their axes in this order
-    plan = pairwise_plan([op.keys for op in operands], out_keys, size)
+    # A leaf's own axes are summed out alone only when they are stored innermost (else
+    # each sum gathers its terms from far apart, twice for LOGPROB: seen 3-4x slower than
+    # carrying them into the first product); `free` values get such a layout, the
+    # layout of `unknown` ones is not known yet.
+    inner = [op.value in free or (op.value not in unknown and
+                                  _innermost(specs[op.value], i, out_keys, operands))
+             for i, op in enumerate(operands)]
+    plan = pairwise_plan([op.keys for op in operands], out_keys, size, inner)
     last = replace(plan[-1], used=plan[-1].used | broadcast, kept=out_axes)
-    if plan_work(plan[:-1] + [last], size) >= loop_work(order, out_axes, len(operands), size):
+    fused_work = loop_work(order, out_axes, len(operands), size, exp_cost)
+    if plan_work(plan[:-1] + [last], size, exp_cost) >= fused_work:
         return None
 
     steps: List[Segment] = []
@@ -112,17 +146,27 @@ class PairStep:
     kept: FrozenSet[tuple]  # its output: the axes a later operand or the output needs
 
 
+def _innermost(spec: TensorSpec, i: int, out_keys: FrozenSet[tuple],
+               operands: Sequence[Operand]) -> bool:
+    """Whether the axes only operand i has are its last stored axes."""
+    keys = operands[i].keys
+    own = keys - out_keys.union(*(op.keys for j, op in enumerate(operands) if j != i))
+    stored = [ax.key for ax in spec.axes if ax.key in keys]
+    return set(stored[len(stored) - len(own):]) == own
+
+
 def pairwise_plan(operands: Sequence[FrozenSet[tuple]], out_keys: FrozenSet[tuple],
-                  size: Dict[tuple, int]) -> List[PairStep]:
+                  size: Dict[tuple, int],
+                  alone: Optional[Sequence[bool]] = None) -> List[PairStep]:
     """The steps combining operands (their keys) into the output, as opt_einsum's paths
     read: each step removes the operands it picks and appends its result. First, each
     operand's axes nobody else uses are summed out on their own (cheaper than carrying
-    them into a product)."""
+    them into a product), for the operands `alone` allows (default: all)."""
     steps: List[PairStep] = []
     pending = list(operands)
     for i, keys in enumerate(operands):
         others = out_keys.union(*(k for j, k in enumerate(operands) if j != i))
-        if keys - others:
+        if keys - others and (alone is None or alone[i]):
             at = pending.index(keys)
             steps.append(PairStep((at,), keys, keys & others))
             pending = pending[:at] + pending[at + 1:] + [keys & others]
@@ -141,16 +185,17 @@ def pairwise_plan(operands: Sequence[FrozenSet[tuple]], out_keys: FrozenSet[tupl
     return steps
 
 
-def plan_work(steps: Sequence[PairStep], size: Dict[tuple, int]) -> int:
-    """Loop-space elements x leaves, plus the elements written, summed over the steps
-    (an intermediate as large as the output costs its write and its read again: a
-    product without sums rarely pays to split)."""
-    return sum(_space(st.used, size) * len(st.picked) + _space(st.kept, size) for st in steps)
+def plan_work(steps: Sequence[PairStep], size: Dict[tuple, int], exp_cost: int = 0) -> int:
+    """Loop-space elements x leaves, plus the elements written, plus exp_cost per term
+    of a sum, summed over the steps (an intermediate as large as the output costs its
+    write and its read again: a product without sums rarely pays to split)."""
+    return sum(loop_work(st.used, st.kept, len(st.picked), size, exp_cost) for st in steps)
 
 
-def loop_work(keys, out_keys, leaves: int, size: Dict[tuple, int]) -> int:
-    """The same count for the fused segment."""
-    return _space(keys, size) * leaves + _space(out_keys, size)
+def loop_work(keys, out_keys, leaves: int, size: Dict[tuple, int], exp_cost: int = 0) -> int:
+    """The same count for one loop over `keys` writing `out_keys`."""
+    sums = exp_cost if set(keys) - set(out_keys) else 0
+    return _space(keys, size) * (leaves + sums) + _space(out_keys, size)
 
 
 def _space(keys, size: Dict[tuple, int]) -> int:
