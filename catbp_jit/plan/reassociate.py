@@ -59,12 +59,11 @@ def reassociate(fused: Fused, batch_key: Optional[tuple] = None) -> Fused:
     # with several readers suits one of them only (both are then left in the product).
     outputs = set(fused.outputs.values())
     readers = Counter(leaf for seg in fused.segments for leaf in set(seg.leaves))
-    free = {v for v, kind in fused.kinds.items()
-            if kind == "computed" and v not in outputs and readers[v] == 1}
-    shared = {v for v, kind in fused.kinds.items() if kind == "computed" and v not in free}
+    workspace = {v for v, kind in fused.kinds.items() if kind == "computed" and v not in outputs}
+    free = {v for v in workspace if readers[v] == 1}
     for seg in fused.segments:
         steps = contraction_steps(seg, fused.specs, batch_key, next_id,
-                                  EXP_COST.get(fused.semiring, 0), free, shared - outputs)
+                                  EXP_COST.get(fused.semiring, 0), free, workspace - free)
         if steps is None:
             segments.append(seg)
             continue
