@@ -4,12 +4,12 @@ Defined once, here: plan/schedule.py packs the table with these offsets and ever
 generator (codegen/cpu.py, codegen/cuda.py) emits kernels that read it with them.
 
 The table holds one step row per step, then each step's parameters, then the offset
-tables of the block axes, then scratch space for loop counters:
+tables of the vectors' GATHERED accesses, then scratch space for loop counters:
 
     [kernel_0, params_0, kernel_1, params_1, ..., params..., tables..., scratch...]
 
 A step's parameters, from its offset p (R output axes, Q reduced axes, D = R + Q; output
-axes first, the last axis is the tight loop):
+axes first; the vector, plan/loops.py, is the last nb axes of the hot group):
 
     p + OUT          offset of the output in the arena (elements)
     p + OUT_RANK     R
@@ -198,3 +198,83 @@ def groups_source(k: int) -> str:
 def access_source(k: int, i: int) -> str:
     """Offset (from p) of operand i's access, as source: mirrors access()."""
     return f"{groups_source(k)} + {GROUP_FIELDS + i * ACCESS_FIELDS}"
+
+
+# -- the GEMM template (codegen/cpu_gemm.py, plan/gemm.py) -------------------------------
+#
+# A 2-leaf reducing segment out[b][i][j] = ⊕_k a[b][i][k] ⊗ b[b][k][j] run as one matrix
+# product per position of the batch axes. Its parameters, from p (OUT as above; nb batch
+# axes):
+#
+#     p + OUT          offset of the output: an M x N C-order matrix per batch position
+#     p + GEMM_A       offset of leaf a; p + GEMM_A_T: 0 if stored [M][K], 1 if [K][M]
+#     p + GEMM_B       offset of leaf b; p + GEMM_B_T: 0 if stored [K][N], 1 if [N][K]
+#     p + GEMM_M, GEMM_N, GEMM_K
+#     p + GEMM_WORK    LOGPROB: offset of M*K + K*N + M + N elements of workspace (the
+#                      shifted exponentials of a and b, then their row and column maxima)
+#     p + GEMM_BATCH_RANK   nb
+#     gemm_batch(d) + 0/1/2/3   batch axis d: size, then its stride in out, a and b
+#     gemm_groups(nb) + 0/1/2   NORMALIZE groups, as for contract_reduce
+
+GEMM_A = 1
+GEMM_A_T = 2
+GEMM_B = 3
+GEMM_B_T = 4
+GEMM_M = 5
+GEMM_N = 6
+GEMM_K = 7
+GEMM_WORK = 8
+GEMM_BATCH_RANK = 9
+GEMM_HEADER = 10
+GEMM_BATCH_FIELDS = 4  # size, out stride, a stride, b stride
+
+
+def gemm_batch(d: int) -> int:
+    """Offset (from p) of batch axis d's fields."""
+    return GEMM_HEADER + GEMM_BATCH_FIELDS * d
+
+
+def gemm_groups(nb: int) -> int:
+    return gemm_batch(nb)
+
+
+@dataclass(frozen=True)
+class GemmParams:
+    """A GEMM step's parameters by name (see above); `pack` gives the table's row."""
+    out: int
+    a: int
+    a_t: bool
+    b: int
+    b_t: bool
+    m: int
+    n: int
+    k: int
+    batch: Tuple[Tuple[int, int, int, int], ...]  # (size, out, a, b strides) per batch axis
+    groups: Tuple[int, int, int]
+    work: int = -1  # LOGPROB workspace offset (plan/gemm.py: gemm_workspace), else -1
+    scratch: int = -1  # (loop counters: none; build_schedule places every step alike)
+    accesses: Tuple[Access, ...] = ()  # (no vector, no offset tables)
+
+    def pack(self) -> List[int]:
+        row = [0] * GEMM_HEADER
+        row[OUT], row[GEMM_A], row[GEMM_A_T], row[GEMM_B] = self.out, self.a, self.a_t, self.b
+        row[GEMM_B_T], row[GEMM_M], row[GEMM_N], row[GEMM_K] = self.b_t, self.m, self.n, self.k
+        row[GEMM_WORK], row[GEMM_BATCH_RANK] = self.work, len(self.batch)
+        for fields in self.batch:
+            row += list(fields)
+        row += list(self.groups)
+        assert len(row) == gemm_groups(len(self.batch)) + GROUP_FIELDS
+        return [int(x) for x in row]
+
+    def scratch_size(self) -> int:
+        return 0
+
+
+def gemm_source_constants() -> str:
+    """The GEMM offsets as module-level constants of a generated kernel."""
+    return ("# the GEMM kernel ABI (catbp_jit/abi.py)\n"
+            f"OUT, GEMM_A, GEMM_A_T, GEMM_B, GEMM_B_T = {OUT}, {GEMM_A}, {GEMM_A_T}, {GEMM_B}, "
+            f"{GEMM_B_T}\n"
+            f"GEMM_M, GEMM_N, GEMM_K, GEMM_WORK = {GEMM_M}, {GEMM_N}, {GEMM_K}, {GEMM_WORK}\n"
+            f"GEMM_BATCH_RANK, GEMM_HEADER, GEMM_BATCH_FIELDS = {GEMM_BATCH_RANK}, "
+            f"{GEMM_HEADER}, {GEMM_BATCH_FIELDS}\n")

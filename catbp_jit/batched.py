@@ -103,7 +103,7 @@ class BatchedExecutable:
         kernels = {k.key: k for exe in self.profiles.values() for k in exe.kernels}
         doc = saved_document(self.programs, self.semiring, self.mode, big.target,
                              self.factor_specs, self.selector_specs, big.slot_specs,
-                             list(kernels.values()))
+                             list(kernels.values()), big.plan.options.exact)
         doc.update(batched_factors=sorted(self.batched_factors),
                    batched_selectors=sorted(self.batched_selectors), buckets=list(self.buckets))
         write_saved(path, doc)

@@ -157,7 +157,7 @@ class Executable:
         kernels from the disk cache, so a saved executable runs under CATBP_JIT_CACHE=strict."""
         doc = saved_document(self.programs, self.semiring, self.mode, self.target,
                              self.factor_specs, self.selector_specs, self.slot_specs,
-                             self.kernels)
+                             self.kernels, self.plan.options.exact)
         if self.plan.static:
             doc.update(static_factors=sorted(self.plan.static.factors),
                        static_selectors=sorted(self.plan.static.selectors))
@@ -166,7 +166,8 @@ class Executable:
 
 def saved_document(programs: List[Program], sr: VMSemiringRuntime, mode: str, target: str,
                    fspecs: Dict[int, TensorSpec], sspecs: Dict[int, TensorSpec],
-                   lspecs: Dict[tuple, TensorSpec], kernels: List[Kernel]) -> dict:
+                   lspecs: Dict[tuple, TensorSpec], kernels: List[Kernel],
+                   exact: bool = True) -> dict:
     """What `save` writes (a batched executable adds its batched ids and buckets)."""
     from .bundle import program_to_json, slot_key_to_json, spec_to_json
 
@@ -179,6 +180,7 @@ def saved_document(programs: List[Program], sr: VMSemiringRuntime, mode: str, ta
         "programs": [program_to_json(p) for p in programs],
         "kernels": [k.key for k in kernels],
         "kernel_identities": sorted({identity_digest(k.pattern, target) for k in kernels}),
+        "exact": exact,  # part of the plan: a reassociating executable loads as one
     }
 
 
@@ -253,7 +255,8 @@ def load(path: Union[str, os.PathLike], *,
                                             for k, v in _items(x, list)})
     target, mode = field("target", one_of(TARGETS)), field("mode", one_of(MODES))
     adapted = adapt_inputs(programs, sr, fspecs, sspecs, lspecs, target, mode)
-    options = PlanOptions.for_target(target)
+    exact = field("exact", _as_bool) if "exact" in doc else True  # (older files: exact)
+    options = plan_options(target, None, exact=exact)
     static = StaticInputs(frozenset(field("static_factors", ids) if "static_factors" in doc else ()),
                           frozenset(field("static_selectors", ids) if "static_selectors" in doc else ()))
     if batched:
@@ -285,6 +288,12 @@ def check_saved_kernels(where: str, saved: List[str], planned: set) -> None:
             f"again from its programs")
 
 
+def _as_bool(x: Any) -> bool:
+    if not isinstance(x, bool):
+        raise TypeError(f"expected true or false, got {type(x).__name__}")
+    return x
+
+
 def _as_int(x: Any) -> int:
     if isinstance(x, bool) or not isinstance(x, int):
         raise TypeError(f"expected an integer, got {type(x).__name__}")
@@ -307,7 +316,8 @@ def compile(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
             workers: Optional[int] = None, batched_factors: Optional[Any] = None,
             batched_selectors: Optional[Any] = None, buckets: Optional[Any] = None,
             options: Optional[PlanOptions] = None, static_factors: Optional[Any] = None,
-            static_selectors: Optional[Any] = None) -> Union[Executable, "BatchedExecutable"]:
+            static_selectors: Optional[Any] = None,
+            exact: Optional[bool] = None) -> Union[Executable, "BatchedExecutable"]:
     """Plan, lower and compile linked programs for inputs of the given specs.
 
     programs: one program or a list run in order with slots carried over (upward,
@@ -326,13 +336,18 @@ def compile(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
     (default (1, 8, 64, 512)), see batched.py.
 
     options: the planner's knobs (plan/options.py; default PlanOptions.for_target(target));
-    max_bytes and max_total_bytes, when given, override its fields of those names.
+    max_bytes, max_total_bytes and exact, when given, override its fields of those names.
+
+    exact: True (the default) evaluates every product and sum in the order the programs
+    wrote (the same bits in every mode and thread count); False lets the planner regroup
+    them as the semiring laws allow (contraction paths, BLAS GEMM on the CPU): float
+    results then agree with the reference within DESIGN.md's tolerances, not bit for bit.
 
     static_factors / static_selectors: ids of inputs whose values stay fixed until a run
     gives them again; the segments computed from them alone run only then (partial
     evaluation, plan/static.py and Session.run). Not with batched inputs.
     """
-    options = plan_options(target, options, max_bytes, max_total_bytes)
+    options = plan_options(target, options, max_bytes, max_total_bytes, exact)
     static = static_inputs(static_factors, static_selectors)
     if batched_factors or batched_selectors or buckets is not None:
         if static:
@@ -370,9 +385,14 @@ def static_inputs(factors: Optional[Any], selectors: Optional[Any]) -> StaticInp
 
 
 def plan_options(target: str, options: Optional[PlanOptions], max_bytes: int = DEFAULT_MAX_BYTES,
-                 max_total_bytes: Optional[int] = None) -> PlanOptions:
-    """`options` (else the target's defaults) with the byte limits given as arguments."""
+                 max_total_bytes: Optional[int] = None, exact: Optional[bool] = None) -> PlanOptions:
+    """`options` (else the target's defaults) with the byte limits and mode given as
+    arguments. GEMM kernels exist on the CPU only."""
     options = options or PlanOptions.for_target(target)
+    if exact is not None:
+        options = options.with_(exact=bool(exact))
+    if target != "cpu" and options.gemm:
+        options = options.with_(gemm=False)
     if max_bytes != DEFAULT_MAX_BYTES:
         options = options.with_(max_bytes=max_bytes)
     if max_total_bytes is not None:
@@ -384,12 +404,13 @@ def plan(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
          selector_specs: Optional[Mapping[int, Any]] = None,
          slot_specs: Optional[Mapping[Any, Any]] = None, target: str = "cpu",
          options: Optional[PlanOptions] = None, static_factors: Optional[Any] = None,
-         static_selectors: Optional[Any] = None) -> Plan:
+         static_selectors: Optional[Any] = None, exact: Optional[bool] = None) -> Plan:
     """Only the planning half of compile(): no kernel is rendered or compiled. options:
-    the planner's knobs (default PlanOptions.for_target(target)); static_*: as compile's."""
+    the planner's knobs (default PlanOptions.for_target(target)); static_*, exact: as
+    compile's."""
     return plan_adapted(*adapt_inputs(programs, sr, factor_specs, selector_specs, slot_specs,
                                       target, "compiled"),
-                        options or PlanOptions.for_target(target),
+                        plan_options(target, options, exact=exact),
                         static=static_inputs(static_factors, static_selectors))
 
 

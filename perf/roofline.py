@@ -74,6 +74,10 @@ from catbp_jit.errors import CatbpError  # noqa: E402
 from catbp_jit.executable import compile  # noqa: E402
 
 # mode name -> compile() keywords selecting it; columns time_<mode>_s and ratio_<mode> each
+# The reassociating mode ({"exact": False}) is not one of them: it splits segments into
+# contraction paths, so its step list is not the exact mode's (grid5_d3: 654 steps
+# against 234) and the rows, one per step, have no common row to put its time in; its
+# steps would need a table of their own.
 MODES = {"exact": {}}
 SLOW_S = 1e-3      # the bar: every segment slower than this ...
 WITHIN = 3.0       # ... within this factor of its bound (in at least one mode)

@@ -434,6 +434,28 @@ def test_run_allocates_nothing(path, mode):
         assert per_run[0] <= 8, per_run
 
 
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("semiring", ["PROB", "LOGPROB"])
+def test_reassociating_run_with_gemm_steps_allocates_nothing(semiring, mode):
+    """exact=False: BLAS GEMM steps (np.dot into the arena) and LOGPROB's exponentials
+    (in the step's workspace) allocate nothing per run either."""
+    from test_reassociate import AI, AJ, AK, gemm_case
+
+    case = gemm_case(semiring, "float64", (AI, AK), (AK, AJ), (AI, AJ), norm=True)
+    exe = catbp_jit.compile(case.programs, case.sr(), factor_specs=case.factor_specs,
+                            mode=mode, exact=False)
+    assert any(st.pattern.template == "gemm" for st in exe.schedule.steps)
+    sess = exe.bind()
+    factors = case.inputs[0].factors
+    sess.run(factors=factors)  # warm-up
+    np_count, per_run = count_allocations(sess, factors, {}, RUNS)
+    assert np_count.allocations == 0 and np_count.reallocs == 0, np_count
+    if mode == "loop":
+        assert set(per_run) == {0}, per_run
+    else:
+        assert len(set(per_run)) == 1 and per_run[0] <= 8, per_run
+
+
 # =====================================================================================
 # Refused inputs
 # =====================================================================================

@@ -16,7 +16,7 @@ from numba.core import sigutils
 
 from ..cache import KernelCache
 from ..plan.schedule import KernelPattern
-from . import cpu, dispatch
+from . import cpu, cpu_gemm, dispatch
 
 # Every entry takes int64s (addresses, lengths, an offset): no array, so no MemInfo per
 # call, and one C calling convention for the dispatcher to call kernels through.
@@ -54,9 +54,16 @@ def kernel_unit(pattern: KernelPattern, target: str = "cpu") -> CompileUnit:
         source = cuda.kernel_source(pattern)
         return CompileUnit(pattern.name, _identity(dict(pattern.as_dict(), target="cuda"), source),
                            source, cuda.ENTRY, "")
-    source = cpu.kernel_source(pattern)
+    source = cpu_source(pattern)
     return CompileUnit(pattern.name, _identity(pattern.as_dict(), source), source, cpu.ENTRY,
                        KERNEL_SIGNATURE)
+
+
+def cpu_source(pattern: KernelPattern) -> str:
+    """The CPU module of a pattern, by its template (every template's entry is `kernel`)."""
+    if pattern.template == "gemm":
+        return cpu_gemm.kernel_source(pattern)
+    return cpu.kernel_source(pattern)
 
 
 def identity_digest(pattern: KernelPattern, target: str = "cpu") -> str:

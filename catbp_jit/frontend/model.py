@@ -97,13 +97,15 @@ class CompiledModel:
                  max_clique_bytes: int = MAX_CLIQUE_BYTES, max_total_bytes: Optional[int] = None,
                  buckets: Optional[Sequence[int]] = None, progress: Optional[Progress] = None,
                  partial_evaluation: bool = True, plan_time: Optional[float] = None,
-                 plan_search: Optional[PlanSearch] = None, plan_kind: str = "auto"):
+                 plan_search: Optional[PlanSearch] = None, plan_kind: str = "auto",
+                 exact: bool = True):
         """partial_evaluation: the factors that carry no evidence are static inputs, so
         each solve runs only the segments that depend on the evidence (False: every
         segment in every solve; the answers are the same bits). plan_kind: the programs
         emitted from the chosen elimination order, "junction" (a junction tree),
         "contraction" (a contraction tree and its adjoint) or "auto" (the cheaper by
-        estimated cost)."""
+        estimated cost). exact: False compiles in the reassociating mode (compile(...,
+        exact=False)): faster on large cliques, answers within rounding of exact mode's."""
         say = progress or (lambda msg: None)
         # plan_time: the search budget in seconds (0: greedy only); plan_search: every option
         if plan_search is None:
@@ -118,6 +120,7 @@ class CompiledModel:
         if target not in TARGETS:
             raise ValueError(f"target must be one of {', '.join(TARGETS)}, got {target!r}")
         self.target = target
+        self.exact = bool(exact)
         self.sr = make_semiring(self.semiring, dtype)
         index = graph.index()
         unknown = [v for v in evidence_vars if v not in index]
@@ -214,7 +217,8 @@ class CompiledModel:
             static = {f for f in range(len(self.planned.factors))
                       if f not in rebound and f in self.factor_specs} if partial_evaluation else ()
             self.executable = jit_compile(list(self.programs), self.sr, factor_specs=self.factor_specs,
-                                          target=target, progress=progress, static_factors=static)
+                                          target=target, progress=progress, static_factors=static,
+                                          exact=self.exact)
             self._session = self.executable.bind()
             self._bound = False
             results = {b.ident: b for b in self.executable.plan.bound(RESULT)}
@@ -252,7 +256,8 @@ class CompiledModel:
         self.batch_executable = jit_compile(
             list(self.programs), self.sr, factor_specs=self.factor_specs,
             batched_factors=set(self._batched_factor_ids()),
-            buckets=self.batch_buckets(), target=self.target, progress=self._progress)
+            buckets=self.batch_buckets(), target=self.target, progress=self._progress,
+            exact=self.exact)
         self._batch_session = self.batch_executable.bind()
         self._batch_bound = False
 
@@ -447,7 +452,7 @@ class CompiledModel:
             self._companions[semiring] = CompiledModel(
                 graph, semiring, evidence_vars=self.evidence_vars,
                 absorb_evidence=self.absorbed is not None, target=self.target,
-                plan_search=self.plan_search, plan_kind=self.plan_kind)
+                plan_search=self.plan_search, plan_kind=self.plan_kind, exact=self.exact)
         return self._companions[semiring]
 
     def _check_infeasible(self, evidence: Mapping[str, Any]) -> None:

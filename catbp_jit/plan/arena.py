@@ -9,13 +9,14 @@ The buffer is split into arenas by class, each starting on such a boundary:
              survive from the run that computed them to every later run, so nothing shares
              their memory
   workspace  every other value, placed by linear-scan first fit over live intervals, so
-             values whose lifetimes do not overlap share memory
+             values whose lifetimes do not overlap share memory; and the scratch space a
+             step needs while it runs (a LOGPROB GEMM's exponentials, plan/gemm.py)
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import AbstractSet, Dict, List, Tuple
+from typing import AbstractSet, Dict, List, Mapping, Optional, Tuple
 
 from ..ir.schema import element_count
 from .fusion import Fused
@@ -41,6 +42,7 @@ class MemoryPlan:
     class_size: Dict[str, int]  # elements used by each arena (before padding)
     total: int  # elements in the whole buffer
     intervals: Dict[int, Interval] = field(default_factory=dict)
+    scratch: Dict[int, Region] = field(default_factory=dict)  # segment index -> its scratch
 
     def class_bytes(self) -> Dict[str, int]:
         return {c: n * self.itemsize for c, n in self.class_size.items()}
@@ -93,8 +95,10 @@ def first_fit(intervals: List[Interval], sizes: Dict[int, int], step: int) -> Tu
 
 
 def plan_memory(fused: Fused, itemsize: int, align_bytes: int = ALIGN_BYTES,
-                persistent: AbstractSet[int] = frozenset()) -> MemoryPlan:
-    """persistent: values that keep their own region across runs (plan/static.py)."""
+                persistent: AbstractSet[int] = frozenset(),
+                scratch: Optional[Mapping[int, int]] = None) -> MemoryPlan:
+    """persistent: values that keep their own region across runs (plan/static.py).
+    scratch: segment index -> elements it needs while it runs (live at that index only)."""
     step = max(1, align_bytes // itemsize)  # elements per alignment unit
     sizes = {v: max(1, element_count(spec)) for v, spec in fused.specs.items()}
     classes = value_classes(fused, persistent)
@@ -111,7 +115,12 @@ def plan_memory(fused: Fused, itemsize: int, align_bytes: int = ALIGN_BYTES,
             local[v] = cursor
             cursor += _round_up(sizes[v], step)
         used[cls] = cursor
-    work, used["workspace"] = first_fit([intervals[v] for v in by_class["workspace"]], sizes, step)
+    # scratch takes ids below every value's (values are >= 0), so one first fit places both
+    scratch_id = {i: -1 - i for i in (scratch or {})}
+    sizes.update({scratch_id[i]: max(1, n) for i, n in (scratch or {}).items()})
+    live = [intervals[v] for v in by_class["workspace"]]
+    live += [Interval(v, i, i) for i, v in scratch_id.items()]
+    work, used["workspace"] = first_fit(live, sizes, step)
     local.update(work)
 
     base: Dict[str, int] = {}
@@ -120,4 +129,7 @@ def plan_memory(fused: Fused, itemsize: int, align_bytes: int = ALIGN_BYTES,
         base[cls] = cursor
         cursor += _round_up(used[cls], step)
     regions = {v: Region(classes[v], base[classes[v]] + local[v], sizes[v]) for v in fused.specs}
-    return MemoryPlan(itemsize, regions, base, used, max(cursor, step), intervals)
+    scratch_regions = {i: Region("workspace", base["workspace"] + local[v], sizes[v])
+                       for i, v in scratch_id.items()}
+    return MemoryPlan(itemsize, regions, base, used, max(cursor, step), intervals,
+                      scratch_regions)

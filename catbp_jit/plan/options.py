@@ -43,6 +43,14 @@ class PlanOptions:
     align_bytes: int = 64
     max_bytes: int = DEFAULT_MAX_BYTES  # one tensor
     max_total_bytes: Optional[int] = None  # all arenas (None: catbp_jit.memory.memory_limit())
+    # exact: every segment multiplies and sums in the order the program wrote, so results
+    # are the same bits in every mode and thread count. False (reassociating, opt-in):
+    # products and sums may be regrouped as the semiring laws allow (plan/reassociate.py,
+    # plan/gemm.py), so float results differ from exact mode by rounding only
+    exact: bool = True
+    # reassociating mode may run pairwise contractions as BLAS GEMM (plan/gemm.py): a
+    # CPU kernel, so the CUDA target turns it off
+    gemm: bool = True
 
     def __post_init__(self):
         if self.across not in (None, "reduced", "outputs"):
@@ -56,7 +64,7 @@ class PlanOptions:
     def for_target(cls, target: str, **fields) -> "PlanOptions":
         # A GPU thread sums one output element: the CPU's vector across outputs buys it
         # nothing, and one vector for every reduction keeps its kernels half as many.
-        defaults = {"align_bytes": ALIGNMENT.get(target, 64)}
+        defaults = {"align_bytes": ALIGNMENT.get(target, 64), "gemm": target == "cpu"}
         if target == "cuda":
             defaults["across"] = "reduced"
         return cls(**dict(defaults, **fields))

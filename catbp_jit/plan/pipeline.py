@@ -1,7 +1,8 @@
 """plan(): adapted programs -> Plan, everything that does not need a compiler.
 
-    validate -> build_graph -> optimize -> fuse -> hoist_prefixes -> choose_layouts -> static_first
-    -> plan_memory -> build_schedule, and the binding table
+    validate -> build_graph -> optimize -> fuse -> hoist_prefixes (exact) or reassociate
+    -> choose_layouts -> static_first -> plan_memory -> build_schedule (GEMM steps,
+    plan/gemm.py, else loop kernels), and the binding table
 
 A Plan is plain data: a target renders its schedule's kernel patterns (codegen/cpu.py,
 codegen/cuda.py) and a session binds its memory by reading `bindings` alone.
@@ -19,11 +20,13 @@ from ..memory import PlanTooLargeError, format_bytes, memory_limit
 from ..semiring import VMSemiringRuntime
 from .arena import MemoryPlan, plan_memory
 from .fusion import Fused, fuse
+from .gemm import gemm_workspace
 from .graph import FACTOR, SELECTOR, SLOT_IN, UNIT, Graph, build_graph
 from .hoist import hoist_prefixes
 from .layout import choose_layouts
 from .options import PlanOptions
 from .passes import optimize
+from .reassociate import reassociate
 from .schedule import Schedule, build_schedule
 from .static import StaticInputs, check_static_ids, persistent_values, static_first
 
@@ -81,13 +84,16 @@ def plan(progs: List[Program], sr: VMSemiringRuntime, fspecs: Dict[int, TensorSp
                                 max_bytes=options.max_bytes)
     graph = optimize(build_graph(checked, sr.name, lspecs))
     fused = fuse(graph, options.max_leaves)
-    if options.hoist:
+    if not options.exact:  # opt-in: regroup products and sums (plan/reassociate.py)
+        fused = reassociate(fused, batch_key)
+    elif options.hoist:  # (a path of pairwise products needs no hoisting)
         fused = hoist_prefixes(fused)
     # layouts first: they break ties by program order, and must not depend on `static`
     layouts = choose_layouts(fused, batch_key)
     fused, n_static = static_first(fused, static)
     memory = plan_memory(fused, sr.dtype.itemsize, options.align_bytes,
-                         persistent_values(fused, n_static))
+                         persistent_values(fused, n_static),
+                         gemm_workspace(fused, layouts, sr.dtype.name, options))
     check_plan_fits(progs, memory, options.max_total_bytes)
     schedule = build_schedule(fused, memory, sr.dtype.name, layouts, batch_key, options)
     return Plan(progs, sr, fspecs, sspecs, lspecs, options, batch_key, graph, fused, memory,

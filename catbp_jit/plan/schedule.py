@@ -16,7 +16,7 @@ leaves, reduce, normalize, parallel) and nothing else.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -25,6 +25,7 @@ from ..ir.schema import TensorSpec, element_count
 from ..semiring import SEMIRINGS
 from .arena import MemoryPlan
 from .fusion import Fused, Segment
+from .gemm import gemm_step
 from .loops import ACROSS_OUTPUTS, ACROSS_REDUCED, canonical_loops, loop_nest
 from .options import PlanOptions
 
@@ -47,8 +48,8 @@ class KernelPattern:
 
     @property
     def name(self) -> str:
-        flags = ("_reduce" if self.reduce else "") + \
-            ("_across_outputs" if self.reduce and self.vector == ACROSS_OUTPUTS else "") + \
+        across = self.reduce and self.vector == ACROSS_OUTPUTS and self.template == "contract_reduce"
+        flags = ("_reduce" if self.reduce else "") + ("_across_outputs" if across else "") + \
             ("_norm" if self.normalize else "") + ("_par" if self.parallel else "")
         return f"{self.template}_{self.semiring.lower()}_{self.dtype}_k{self.leaves}{flags}"
 
@@ -57,7 +58,7 @@ class KernelPattern:
 class Step:
     segment: Segment
     pattern: KernelPattern
-    params: abi.StepParams
+    params: Union[abi.StepParams, abi.GemmParams]  # by pattern.template
     work: int  # output elements x reduced elements x leaves
 
 
@@ -171,8 +172,9 @@ def build_schedule(fused: Fused, memory: MemoryPlan, dtype: str,
                    options: PlanOptions = PlanOptions()) -> Schedule:
     """batch_key: the batch axis of programs rewritten by ir/batch.py, if any."""
     layouts = layouts if layouts is not None else dict(fused.specs)
-    steps = [lower_segment(seg, fused, memory, dtype, layouts, batch_key, options)
-             for seg in fused.segments]
+    steps = [gemm_step(i, seg, fused, memory, dtype, layouts, batch_key, options)
+             or lower_segment(seg, fused, memory, dtype, layouts, batch_key, options)
+             for i, seg in enumerate(fused.segments)]
     # kernels in a canonical order, so that schedules using the same kernels share one
     # compiled dispatcher
     patterns = sorted({st.pattern for st in steps}, key=lambda p: p.name)

@@ -1,0 +1,204 @@
+"""Reassociation (opt-in, PlanOptions.exact=False): a segment becomes a contraction path.
+
+A fused segment computes ⊕_r leaf_0 ⊗ ... ⊗ leaf_k over its whole loop space, every
+leaf at every point. When some reduced axis is used by few leaves, that is far more work
+than needed: the semiring laws (⊗ associative and commutative, ⊗ distributing over ⊕)
+allow summing an axis out as soon as no remaining operand nor the output needs it. This
+pass turns such a segment into a sequence of pairwise segments (1 or 2 leaves each) in
+the order a path optimizer (opt_einsum) finds; the intermediates are new "computed"
+values, so the memory planner puts them in workspace arenas and frees them after use.
+
+What it changes: the order of ⊗ and ⊕. For PROB and LOGPROB that changes rounding only
+(results differ from exact mode within DESIGN.md's tolerances, never bit-identical);
+SAT (booleans) and COUNT (int64, a ring modulo 2^64 even when it wraps) are exact. What
+it keeps: each segment's output, spec and value id, slot results, NORMALIZE (on the final
+segment), and a batch axis (ir/batch.py) innermost in every intermediate. Paths are
+chosen with a batch axis counted as size 1, so every bucket of a batched executable, and
+the unbatched program, regroup alike.
+
+A segment is left alone when its path would cost as much as the fused loop or more (work
+counted as loop-space elements x leaves, as plan/schedule.py does, plus the elements each
+step writes).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, replace
+from typing import AbstractSet, Dict, FrozenSet, List, Optional, Sequence, Tuple
+
+import opt_einsum
+
+from ..ir.schema import TensorSpec
+from .fusion import Fused, Segment
+
+OPTIMAL_MAX_LEAVES = 4  # opt_einsum's exhaustive search is cheap up to here; dp beyond
+# LOGPROB's ⊕ takes an exp per term (the loop kernels' logsumexp): about as much time as
+# this many leaf reads and ⊗s, so splitting must save exps too, not only products
+EXP_COST = {"LOGPROB": 8}
+
+
+@dataclass(frozen=True)
+class Operand:
+    value: int
+    keys: FrozenSet[tuple]  # its axes of size > 1 in the segment's loop space
+
+
+def reassociate(fused: Fused, batch_key: Optional[tuple] = None) -> Fused:
+    """`fused` with every segment that pays split into pairwise segments (pure: the
+    argument is not modified)."""
+    next_id = max(list(fused.specs) + [s.out for s in fused.segments], default=-1) + 1
+    segments: List[Segment] = []
+    specs, kinds = dict(fused.specs), dict(fused.kinds)
+    # an intermediate computed again by a later segment (two messages summing the same
+    # belief's private axes out) is computed once: (leaves, spec, reduced axes) -> value
+    made: Dict[tuple, int] = {}
+    # A workspace value is laid out later (plan/layout.py) with its reducing reader's kept
+    # axes outermost: its private axes come innermost when it has one reader. Inputs,
+    # constants and slot results are stored in their spec's order; a workspace value
+    # with several readers suits one of them only (both are then left in the product).
+    outputs = set(fused.outputs.values())
+    readers = Counter(leaf for seg in fused.segments for leaf in set(seg.leaves))
+    workspace = {v for v, kind in fused.kinds.items() if kind == "computed" and v not in outputs}
+    free = {v for v in workspace if readers[v] == 1}
+    for seg in fused.segments:
+        steps = contraction_steps(seg, fused.specs, batch_key, next_id,
+                                  EXP_COST.get(fused.semiring, 0), free, workspace - free)
+        if steps is None:
+            segments.append(seg)
+            continue
+        next_id += len(steps) - 1
+        same: Dict[int, int] = {}
+        for step in steps:
+            step = replace(step, leaves=tuple(same.get(v, v) for v in step.leaves))
+            key = (step.leaves, step.out_spec, frozenset(ax.key for ax in step.red_axes))
+            if step.out != seg.out and key in made:
+                same[step.out] = made[key]
+                continue
+            if step.out != seg.out:
+                made[key] = step.out
+                specs[step.out], kinds[step.out] = step.out_spec, "computed"
+            segments.append(step)
+    return replace(fused, segments=segments, specs=specs, kinds=kinds)
+
+
+def contraction_steps(seg: Segment, specs: Dict[int, TensorSpec], batch_key: Optional[tuple],
+                      first_id: int, exp_cost: int = 0, free: AbstractSet[int] = frozenset(),
+                      unknown: AbstractSet[int] = frozenset()) -> Optional[List[Segment]]:
+    """The pairwise segments computing `seg` (intermediates numbered from first_id), or
+    None when the fused segment is as cheap."""
+    space = [ax for ax in tuple(seg.out_spec.axes) + tuple(seg.red_axes) if ax.size > 1]
+    axis = {ax.key: ax for ax in space}
+    operands = [Operand(leaf, frozenset(ax.key for ax in specs[leaf].axes
+                                        if ax.size > 1 and ax.key in axis))
+                for leaf in seg.leaves]
+    if len(operands) < 2:
+        return None
+    # axes no leaf has (the product is broadcast over them: an output axis, or a reduced
+    # one, whose sum counts each term once per position) are the last step's
+    broadcast = frozenset(axis) - frozenset().union(*(op.keys for op in operands))
+    out_axes = frozenset(ax.key for ax in seg.out_spec.axes if ax.size > 1)
+    out_keys = out_axes - broadcast
+    # the batch axis is in every batched value and never reduced: size 1 for choosing
+    size = {k: (1 if k == batch_key else ax.size) for k, ax in axis.items()}
+    order = [ax.key for ax in space]  # intermediates list their axes in this order
+    # A leaf's own axes are summed out alone only when they are stored innermost (else
+    # each sum gathers its terms from far apart, twice for LOGPROB: seen 3-4x slower than
+    # carrying them into the first product); `free` values get such a layout, the
+    # layout of `unknown` ones is not known yet.
+    inner = [op.value in free or (op.value not in unknown and
+                                  _innermost(specs[op.value], i, out_keys, operands))
+             for i, op in enumerate(operands)]
+    plan = pairwise_plan([op.keys for op in operands], out_keys, size, inner)
+    last = replace(plan[-1], used=plan[-1].used | broadcast, kept=out_axes)
+    fused_work = loop_work(order, out_axes, len(operands), size, exp_cost)
+    if plan_work(plan[:-1] + [last], size, exp_cost) >= fused_work:
+        return None
+
+    steps: List[Segment] = []
+    pending = list(operands)
+    for n, st in enumerate(plan):
+        ins = [pending[i] for i in st.picked]
+        pending = [op for i, op in enumerate(pending) if i not in st.picked]
+        kept = st.kept
+        used = st.used | broadcast if n == len(plan) - 1 else st.used
+        red = tuple(axis[k] for k in order if k in used and k not in kept and k not in out_axes)
+        leaves = tuple(op.value for op in ins)
+        if n == len(plan) - 1:  # the segment's own output, spec and NORMALIZE
+            size1 = tuple(ax for ax in seg.red_axes if ax.size == 1)
+            steps.append(Segment(seg.out, seg.out_spec, red + size1, leaves,
+                                 seg.reduce or bool(red), seg.normalize, seg.nodes))
+            continue
+        keys = [k for k in order if k in kept and k != batch_key]
+        keys += [batch_key] if batch_key in kept else []  # innermost, as ir/batch.py has it
+        spec = TensorSpec(tuple(axis[k] for k in keys))
+        value = first_id + n
+        steps.append(Segment(value, spec, red, leaves, bool(red), False, seg.nodes))
+        pending.append(Operand(value, kept))
+    return steps
+
+
+@dataclass(frozen=True)
+class PairStep:
+    picked: Tuple[int, ...]  # positions in the pending list; the result goes to its end
+    used: FrozenSet[tuple]  # the step's loop space
+    kept: FrozenSet[tuple]  # its output: the axes a later operand or the output needs
+
+
+def _innermost(spec: TensorSpec, i: int, out_keys: FrozenSet[tuple],
+               operands: Sequence[Operand]) -> bool:
+    """Whether the axes only operand i has are its last stored axes."""
+    keys = operands[i].keys
+    own = keys - out_keys.union(*(op.keys for j, op in enumerate(operands) if j != i))
+    stored = [ax.key for ax in spec.axes if ax.key in keys]
+    return set(stored[len(stored) - len(own):]) == own
+
+
+def pairwise_plan(operands: Sequence[FrozenSet[tuple]], out_keys: FrozenSet[tuple],
+                  size: Dict[tuple, int],
+                  alone: Optional[Sequence[bool]] = None) -> List[PairStep]:
+    """The steps combining operands (their keys) into the output, as opt_einsum's paths
+    read: each step removes the operands it picks and appends its result. First, each
+    operand's axes nobody else uses are summed out on their own (cheaper than carrying
+    them into a product), for the operands `alone` allows (default: all)."""
+    steps: List[PairStep] = []
+    pending = list(operands)
+    for i, keys in enumerate(operands):
+        others = out_keys.union(*(k for j, k in enumerate(operands) if j != i))
+        if keys - others and (alone is None or alone[i]):
+            at = pending.index(keys)
+            steps.append(PairStep((at,), keys, keys & others))
+            pending = pending[:at] + pending[at + 1:] + [keys & others]
+    symbol = {k: opt_einsum.get_symbol(i) for i, k in enumerate(size)}
+    inputs = [frozenset(symbol[k] for k in keys) for keys in pending]
+    output = frozenset(symbol[k] for k in out_keys)
+    sizes = {symbol[k]: n for k, n in size.items()}
+    finder = (opt_einsum.paths.optimal if len(inputs) <= OPTIMAL_MAX_LEAVES
+              else opt_einsum.paths.dynamic_programming)
+    for picked in finder(inputs, output, sizes):
+        picked = tuple(sorted(picked))
+        rest = [keys for i, keys in enumerate(pending) if i not in picked]
+        used = frozenset().union(*(pending[i] for i in picked))
+        steps.append(PairStep(picked, used, used & out_keys.union(*rest)))
+        pending = rest + [steps[-1].kept]
+    return steps
+
+
+def plan_work(steps: Sequence[PairStep], size: Dict[tuple, int], exp_cost: int = 0) -> int:
+    """Loop-space elements x leaves, plus the elements written, plus exp_cost per term
+    of a sum, summed over the steps (an intermediate as large as the output costs its
+    write and its read again: a product without sums rarely pays to split)."""
+    return sum(loop_work(st.used, st.kept, len(st.picked), size, exp_cost) for st in steps)
+
+
+def loop_work(keys, out_keys, leaves: int, size: Dict[tuple, int], exp_cost: int = 0) -> int:
+    """The same count for one loop over `keys` writing `out_keys`."""
+    sums = exp_cost if set(keys) - set(out_keys) else 0
+    return _space(keys, size) * (leaves + sums) + _space(out_keys, size)
+
+
+def _space(keys, size: Dict[tuple, int]) -> int:
+    n = 1
+    for k in keys:
+        n *= size[k]
+    return n

@@ -1,0 +1,420 @@
+"""The reassociating mode (compile(..., exact=False)): plan/reassociate.py and plan/gemm.py.
+
+The pass alone on hand-made segments (shapes, order, intermediates freed, left alone when it
+does not pay); then whole executables against the reference VM on the corpus and on random
+programs, within DESIGN.md's tolerances (SAT and COUNT exactly), batched against unbatched,
+and saved and loaded as what they are.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import event, given, note
+from hypothesis import strategies as st
+
+import catbp_jit
+from catbp_jit import Axis, AxisType, TensorSpec
+from catbp_jit.bundle import load_bundle
+from catbp_jit.executable import plan
+from catbp_jit.plan.arena import plan_memory
+from catbp_jit.plan.fusion import Fused, Segment
+from catbp_jit.plan.reassociate import reassociate
+
+from conftest import CORPUS
+from jit_helpers import inputs
+from random_programs import Case, Inputs, cases, random_values
+from test_batch import assert_rows_equal, unbatched_rows
+from test_jit_corpus import compare_slots
+from test_jit_random import (_settings, assert_same_slots, contract, elim, load, normalize,
+                             record, run_reference, session_results, store)
+
+G = AxisType.GEOMETRIC
+
+
+def ax(i: int, n: int) -> Axis:
+    return Axis(i, G, n)
+
+
+def spec(*axes: Axis) -> TensorSpec:
+    return TensorSpec(tuple(axes))
+
+
+I, J, K, L = ax(0, 4), ax(1, 5), ax(2, 6), ax(3, 7)
+
+
+def chain_fused(normalize: bool = False) -> Fused:
+    """out[i, l] = Σ_{j,k} a[i, j] b[j, k] c[k, l], one fused segment (value 3)."""
+    specs = {0: spec(I, J), 1: spec(J, K), 2: spec(K, L), 3: spec(I, L)}
+    seg = Segment(3, specs[3], (J, K), (0, 1, 2), True, normalize, (3,))
+    kinds = {0: "factor", 1: "factor", 2: "factor", 3: "computed"}
+    return Fused([seg], specs, kinds, {0: 0, 1: 1, 2: 2}, {("out",): 3}, "PROB")
+
+
+def keys(s: TensorSpec) -> set:
+    return {a.key for a in s.axes}
+
+
+# ---------------------------------------------------------------------- the pass alone
+
+def test_chain_becomes_pairwise_segments_summing_early():
+    fused = chain_fused(normalize=True)
+    out = reassociate(fused)
+    assert fused.segments == chain_fused(True).segments  # pure: the argument is unchanged
+    segs = out.segments
+    assert len(segs) == 2 and all(len(s.leaves) <= 2 for s in segs)
+    first, last = segs
+    # a 4x5x6x7 chain: (b c) first costs 5*6*7 + 4*5*7, (a b) first 4*5*6 + 4*6*7: the latter
+    assert set(first.leaves) == {0, 1} and {a.key for a in first.red_axes} == {J.key}
+    assert keys(first.out_spec) == {I.key, K.key}
+    assert out.kinds[first.out] == "computed" and out.specs[first.out] == first.out_spec
+    assert first.out not in fused.specs and not first.normalize
+    # the final segment is the original one's: value, spec, NORMALIZE
+    assert last.out == 3 and last.out_spec == fused.segments[0].out_spec and last.normalize
+    assert set(last.leaves) == {first.out, 2} and {a.key for a in last.red_axes} == {K.key}
+    assert out.outputs == fused.outputs
+
+
+def test_intermediates_are_workspace_freed_after_their_reader():
+    out = reassociate(chain_fused())
+    mem = plan_memory(out, 8)
+    tmp = out.segments[0].out
+    assert mem.regions[tmp].cls == "workspace"
+    assert mem.intervals[tmp].start == 0 and mem.intervals[tmp].end == 1
+
+
+def test_private_axes_are_summed_out_first():
+    """out[i] = Σ_{j,k} a[i, j] b[j, k]: b's k is summed out alone, then a pairwise step."""
+    specs = {0: spec(I, J), 1: spec(J, K), 2: spec(I)}
+    seg = Segment(2, specs[2], (J, K), (0, 1), True, False, (2,))
+    fused = Fused([seg], specs, {0: "factor", 1: "factor", 2: "computed"}, {0: 0, 1: 1},
+                  {("out",): 2}, "LOGPROB")
+    segs = reassociate(fused).segments
+    assert [s.leaves[:1] for s in segs] == [(1,), (0,)]
+    assert keys(segs[0].out_spec) == {J.key} and {a.key for a in segs[0].red_axes} == {K.key}
+    assert segs[1].out == 2 and {a.key for a in segs[1].red_axes} == {J.key}
+
+
+def test_own_axes_stored_outermost_are_carried_into_the_product():
+    """An input's private axes stored before its shared ones would be summed from far
+    apart: they are summed in the first pairwise step instead of alone."""
+    specs = {0: spec(K, J), 1: spec(I, J), 2: spec(I)}
+    seg = Segment(2, specs[2], (J, K), (0, 1), True, False, (2,))
+    fused = Fused([seg], specs, {0: "factor", 1: "factor", 2: "computed"}, {0: 0, 1: 1},
+                  {("out",): 2}, "PROB")
+    assert reassociate(fused).segments == [seg]  # one pairwise step: the segment itself
+
+
+def test_left_alone_when_it_does_not_pay():
+    """A product of three leaves over the same axes, nothing reduced: pairwise steps would
+    write and read an intermediate as large as the output."""
+    specs = {0: spec(I, J), 1: spec(I, J), 2: spec(J, I), 3: spec(I, J)}
+    seg = Segment(3, specs[3], (), (0, 1, 2), False, False, (3,))
+    fused = Fused([seg], specs, {0: "factor", 1: "factor", 2: "factor", 3: "computed"},
+                  {0: 0, 1: 1, 2: 2}, {("out",): 3}, "PROB")
+    assert reassociate(fused).segments == [seg]
+
+
+def test_batch_axis_is_innermost_and_paths_ignore_its_size():
+    B = Axis(9, G, 64)
+    specs = {0: spec(I, J, B), 1: spec(J, K), 2: spec(K, L), 3: spec(I, L, B)}
+    seg = Segment(3, specs[3], (J, K), (0, 1, 2), True, False, (3,))
+    fused = Fused([seg], specs, {0: "factor", 1: "factor", 2: "factor", 3: "computed"},
+                  {0: 0, 1: 1, 2: 2}, {("out",): 3}, "PROB")
+    segs = reassociate(fused, batch_key=B.key).segments
+    plain = reassociate(chain_fused()).segments
+    assert [set(s.leaves) for s in segs] == [set(s.leaves) for s in plain]
+    for s in segs[:-1]:
+        if s.out_spec.has_key(B.key):
+            assert s.out_spec.axes[-1].key == B.key
+
+
+# ------------------------------------------------------------------- against the reference
+
+def compile_bundle(b, exact=False, **kw):
+    return catbp_jit.compile(b.programs, b.semiring_runtime(), factor_specs=b.factor_specs(),
+                             selector_specs=b.selector_specs(), exact=exact, **kw)
+
+
+@pytest.mark.parametrize("path", CORPUS, ids=[p.name for p in CORPUS])
+def test_corpus_within_tolerance(path):
+    b = load_bundle(path)
+    exe = compile_bundle(b)
+    assert exe.plan.options.exact is False
+    factors, selectors = inputs(b)
+    compare_slots(exe.bind().run(factors=factors, selectors=selectors), b)
+
+
+def test_reassociation_happens_on_the_corpus():
+    """Not a vacuous mode: some corpus program is regrouped."""
+    grown = 0
+    for path in CORPUS:
+        b = load_bundle(path)
+        args = (b.programs, b.semiring_runtime())
+        kw = dict(factor_specs=b.factor_specs(), selector_specs=b.selector_specs())
+        grown += len(plan(*args, exact=False, **kw).fused.segments) > \
+            len(plan(*args, **kw).fused.segments)
+    assert grown > 0
+
+
+@_settings(150)
+@given(cases())
+def test_random_programs(case):
+    note(case.listing())
+    record(case)
+    exe = catbp_jit.compile(case.programs, case.sr(), factor_specs=case.factor_specs,
+                            selector_specs=case.selector_specs,
+                            slot_specs=case.slot_specs or None, mode="loop", exact=False)
+    sess = exe.bind()
+    for which in range(len(case.inputs)):
+        got = session_results(sess, case.inputs[which])
+        assert_same_slots(run_reference(case, which), got, case, f"exact=False, inputs {which}")
+
+
+def test_axes_no_leaf_has_stay_on_the_last_segment():
+    """Regression: Σ_{i,k} of a product broadcast over k (no leaf has it) counts each term
+    once per k; the pass dropped k and so the factor |k| (hypothesis: PROB Z half of it)."""
+    specs = {0: spec(I, J), 1: spec(J), 2: spec(J), 3: spec()}
+    seg = Segment(3, specs[3], (I, J, K), (0, 1, 2), True, False, (3,))
+    fused = Fused([seg], specs, {0: "factor", 1: "factor", 2: "factor", 3: "computed"},
+                  {0: 0, 1: 1, 2: 2}, {("out",): 3}, "PROB")
+    last = reassociate(fused).segments[-1]
+    assert last.out == 3 and K.key in {a.key for a in last.red_axes}
+    out = Fused([Segment(3, spec(I, K), (J,), (0, 1, 2), True, False, (3,))],
+                {**specs, 3: spec(I, K)}, fused.kinds, fused.attrs, fused.outputs, "PROB")
+    last = reassociate(out).segments[-1]
+    assert last.out_spec == spec(I, K) and {a.key for a in last.red_axes} <= {J.key}
+
+
+# --------------------------------------------------------------------------------- GEMM
+
+
+AI, AJ, AK, AB = ax(10, 12), ax(11, 20), ax(12, 24), ax(13, 3)
+
+
+def gemm_case(semiring, dtype, a_axes, b_axes, keep, norm=False, values=None, seed=0):
+    """Σ_k a ⊗ b kept over `keep` (in that order), as a Case with random inputs."""
+    a_spec, b_spec = spec(*a_axes), spec(*b_axes)
+    both = tuple(dict.fromkeys(a_axes + b_axes))
+    prog = [load(0, 0), load(1, 1), contract(2, (0, 1), spec(*both)),
+            elim(3, 2, [x.key for x in keep])] + ([normalize(3)] if norm else []) + \
+        [store(("out",), 3)]
+    rng = np.random.default_rng(seed)
+    dt = np.dtype(dtype)
+    make = values or (lambda shape: rng.uniform(0.1, 2.0, shape))
+    factors = {0: np.asarray(make(a_spec.shape), dt), 1: np.asarray(make(b_spec.shape), dt)}
+    return Case(semiring, dt, [catbp_jit.Program(tuple(prog), "upward")],
+                {0: a_spec, 1: b_spec}, {}, {}, [Inputs(factors, {}, {})])
+
+
+def run_gemm_case(case, gemm_steps=1):
+    exe = catbp_jit.compile(case.programs, case.sr(), factor_specs=case.factor_specs,
+                            exact=False)
+    chosen = [st for st in exe.schedule.steps if st.pattern.template == "gemm"]
+    assert len(chosen) == gemm_steps, exe.as_text()
+    got = session_results(exe.bind(), case.inputs[0])
+    assert_same_slots(run_reference(case), got, case, "gemm")
+    return exe
+
+
+@pytest.mark.parametrize("a_axes, b_axes, keep", [
+    ((AI, AK), (AK, AJ), (AI, AJ)),  # C-order leaves
+    ((AK, AI), (AJ, AK), (AI, AJ)),  # both transposed
+    ((AI, AK), (AK, AJ), (AJ, AI)),  # out^T = b^T a^T
+    ((AB, AI, AK), (AB, AK, AJ), (AB, AI, AJ)),  # a batch axis outermost
+], ids=["cc", "ff", "swapped", "batched"])
+def test_gemm_prob(a_axes, b_axes, keep):
+    run_gemm_case(gemm_case("PROB", "float64", a_axes, b_axes, keep))
+
+
+def test_gemm_prob_float32_normalized():
+    run_gemm_case(gemm_case("PROB", "float32", (AI, AK), (AK, AJ), (AI, AJ), norm=True))
+
+
+def logprob_values(rng):
+    """Log-potentials with -inf entries, an all -inf row and column, and a spread that
+    underflows the shifted exponentials (those elements are summed directly)."""
+    def make(shape):
+        x = rng.normal(0.0, 3.0, shape)
+        x[rng.random(shape) < 0.3] = -np.inf
+        x[0] = -np.inf
+        x[..., 1] = -np.inf
+        x[2, 2] = 900.0
+        x[3] -= 2000.0
+        return x
+    return make
+
+
+@pytest.mark.parametrize("norm", [False, True])
+def test_gemm_logprob_with_minus_inf(norm):
+    rng = np.random.default_rng(1)
+    case = gemm_case("LOGPROB", "float64", (AI, AK), (AK, AJ), (AI, AJ), norm=norm,
+                     values=logprob_values(rng))
+    exe = run_gemm_case(case)
+    assert exe.memory.scratch  # the exponentials' workspace
+
+
+def test_sat_and_count_keep_loop_kernels():
+    for semiring, dtype in (("SAT", "bool"), ("COUNT", "int64")):
+        case = gemm_case(semiring, dtype, (AI, AK), (AK, AJ), (AI, AJ),
+                         values=lambda shape: np.random.default_rng(2).integers(0, 3, shape))
+        run_gemm_case(case, gemm_steps=0)
+
+
+def test_exact_mode_has_no_gemm():
+    case = gemm_case("PROB", "float64", (AI, AK), (AK, AJ), (AI, AJ))
+    exe = catbp_jit.compile(case.programs, case.sr(), factor_specs=case.factor_specs)
+    assert all(st.pattern.template == "contract_reduce" for st in exe.schedule.steps)
+
+
+# ---------------------------------------------------------------- batched, saved, front end
+
+
+@_settings(60)
+@given(cases(), st.integers(0, 2 ** 32 - 1))
+def test_batched_equals_unbatched(case, seed):
+    """Paths are chosen with the batch axis counted as size 1, so every bucket regroups as
+    the unbatched program does: row by row the same results."""
+    if not case.factor_specs:
+        event("no factor to batch")
+        return
+    note(case.listing())
+    bf = set(case.factor_specs)
+    kw = dict(factor_specs=case.factor_specs, selector_specs=case.selector_specs,
+              slot_specs=case.slot_specs or None, mode="loop", exact=False)
+    plain = catbp_jit.compile(case.programs, case.sr(), **kw).bind()
+    try:
+        sess = catbp_jit.compile(case.programs, case.sr(), batched_factors=bf, buckets=(3,),
+                                 **kw).bind()
+    except catbp_jit.ir.batch.BatchedCompileError:
+        event("refused: a slot batched at one write, not at another")
+        return
+    rng = np.random.default_rng(seed)
+    base = case.inputs[0]
+    factors = {k: np.stack([random_values(rng, case.factor_specs[k], case.semiring, case.dtype)
+                            for _ in range(3)]) for k in bf}
+    with np.errstate(all="ignore"):
+        want = unbatched_rows(plain, factors, base.selectors, base.slots, bf, set(), 3)
+    got = sess.run(factors=factors, selectors=base.selectors, slots=base.slots)
+    assert_rows_equal(got, want, sess.batched_slots, case.semiring, case.dtype)
+
+
+def test_save_and_load_keep_the_mode(tmp_path):
+    case = gemm_case("PROB", "float64", (AI, AK), (AK, AJ), (AI, AJ))
+    for exact in (True, False):
+        exe = catbp_jit.compile(case.programs, case.sr(), factor_specs=case.factor_specs,
+                                exact=exact)
+        exe.save(tmp_path / "exe.json")
+        loaded = catbp_jit.load(tmp_path / "exe.json")
+        assert loaded.plan.options.exact is exact
+        assert [st.pattern for st in loaded.schedule.steps] == \
+            [st.pattern for st in exe.schedule.steps]
+        f = case.inputs[0].factors
+        a, b = exe.bind().run(factors=f), loaded.bind().run(factors=f)
+        assert np.array_equal(a[("out",)][0], b[("out",)][0])
+
+
+def test_load_refuses_a_mode_that_is_not_a_boolean(tmp_path):
+    import json
+
+    case = gemm_case("PROB", "float64", (AI, AK), (AK, AJ), (AI, AJ))
+    catbp_jit.compile(case.programs, case.sr(), factor_specs=case.factor_specs,
+                      exact=False).save(tmp_path / "exe.json")
+    doc = json.loads((tmp_path / "exe.json").read_text())
+    doc["exact"] = "no"
+    (tmp_path / "exe.json").write_text(json.dumps(doc))
+    with pytest.raises(catbp_jit.executable.SavedExecutableError, match="'exact'"):
+        catbp_jit.load(tmp_path / "exe.json")
+
+
+def test_compile_model_passes_the_mode_down():
+    from catbp_jit.frontend import factor_graph
+
+    rng = np.random.default_rng(3)
+    n = 6
+    graph = factor_graph({f"x{i}": 3 for i in range(n)},
+                         [((f"x{i}", f"x{(i + 1) % n}"), rng.uniform(0.1, 1, (3, 3)))
+                          for i in range(n)], name="ring6")
+    exact = catbp_jit.compile_model(graph, "prob")
+    loose = catbp_jit.compile_model(graph, "prob", exact=False)
+    assert loose.executable.plan.options.exact is False
+    assert exact.executable.plan.options.exact is True
+    a, b = exact.solve(), loose.solve()
+    assert np.isclose(a.Z, b.Z, rtol=1e-9)
+
+
+def test_cuda_plans_reassociate_without_gemm():
+    """GEMM is a CPU kernel: a CUDA plan keeps loop kernels, even with options that ask."""
+    case = gemm_case("PROB", "float64", (AI, AK), (AK, AJ), (AI, AJ))
+    kw = dict(factor_specs=case.factor_specs, exact=False)
+    templates = lambda p: {st.pattern.template for st in p.schedule.steps}
+    assert "gemm" in templates(plan(case.programs, case.sr(), **kw))
+    assert templates(plan(case.programs, case.sr(), target="cuda", **kw)) == {"contract_reduce"}
+    assert templates(plan(case.programs, case.sr(), target="cuda",
+                          options=catbp_jit.PlanOptions(), **kw)) == {"contract_reduce"}
+
+
+@st.composite
+def matrix_products(draw):
+    """Σ_k a ⊗ b with random groups of row, column, summed and batch axes (0-2 each,
+    sizes 1-4), each operand's axes in a random order, PROB or LOGPROB, maybe normalized."""
+    sizes = iter(draw(st.lists(st.integers(1, 4), min_size=8, max_size=8)))
+    counter = iter(range(20, 40))
+    group = lambda: [ax(next(counter), next(sizes)) for _ in range(draw(st.integers(0, 2)))]
+    rows, cols, ks, batch = group(), group(), group(), group()
+    if not any(x.size > 1 for x in ks):
+        ks.append(ax(next(counter), 3))
+    order = lambda axes: tuple(draw(st.permutations(axes)))
+    semiring, dtype = draw(st.sampled_from([("PROB", "float64"), ("PROB", "float32"),
+                                            ("LOGPROB", "float64")]))
+    values = (logprob_values_small(np.random.default_rng(draw(st.integers(0, 99))))
+              if semiring == "LOGPROB" else None)
+    return gemm_case(semiring, dtype, order(batch + rows + ks), order(batch + ks + cols),
+                     order(batch + rows + cols), norm=draw(st.booleans()), values=values,
+                     seed=draw(st.integers(0, 99)))
+
+
+def logprob_values_small(rng):
+    def make(shape):
+        x = rng.normal(0.0, 3.0, shape)
+        x[rng.random(shape) < 0.3] = -np.inf
+        x[rng.random(shape) < 0.1] = rng.choice([-800.0, 800.0])  # underflowing shifts
+        return x
+    return make
+
+
+@_settings(150)
+@given(matrix_products())
+def test_random_matrix_products_with_gemm_at_every_size(case):
+    """GEMM steps at any size (plan/gemm.MIN_WORK lifted): transposed operands, batch
+    axes, NORMALIZE, -inf entries and far-apart terms, against the reference."""
+    import catbp_jit.plan.gemm as gemm
+
+    note(case.listing())
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(gemm, "MIN_WORK", 1)
+        mp.setattr(gemm, "MIN_REUSE", 0)
+        exe = catbp_jit.compile(case.programs, case.sr(), factor_specs=case.factor_specs,
+                                mode="loop", exact=False)
+    event("GEMM" if any(st.pattern.template == "gemm" for st in exe.schedule.steps)
+          else "loop kernels")
+    got = session_results(exe.bind(), case.inputs[0])
+    assert_same_slots(run_reference(case), got, case, "gemm")
+
+
+def test_an_intermediate_two_segments_need_is_computed_once():
+    """Two sums over a[j, i, k] b[j] and a[j, i, k] c[j, l]: both first sum a's private axes
+    (i, k, stored innermost) out; the second segment reads the first one's intermediate."""
+    specs = {0: spec(J, I, K), 1: spec(J), 2: spec(J, L), 3: spec(), 4: spec(L)}
+    segs = [Segment(3, specs[3], (I, J, K), (0, 1), True, False, (3,)),
+            Segment(4, specs[4], (I, J, K), (0, 2), True, False, (4,))]
+    fused = Fused(segs, specs, {0: "factor", 1: "factor", 2: "factor", 3: "computed",
+                                4: "computed"}, {0: 0, 1: 1, 2: 2}, {("x",): 3, ("y",): 4},
+                  "PROB")
+    out = reassociate(fused).segments
+    pre = [s for s in out if s.leaves == (0,)]
+    assert len(pre) == 1 and keys(pre[0].out_spec) == {J.key}
+    assert [s.out for s in out][-2:] == [3, 4]
+    assert pre[0].out in out[-1].leaves and pre[0].out in out[-2].leaves
+    mem = plan_memory(reassociate(fused), 8)
+    assert mem.intervals[pre[0].out].end == len(out) - 1  # live until its last reader
