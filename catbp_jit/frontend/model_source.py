@@ -114,11 +114,11 @@ def _stem(path: Path) -> str:
 
 
 def profile_entry(model: Any, semiring: str, evidence_vars: Sequence[str],
-                  buckets: Optional[Sequence[int]]) -> dict:
+                  buckets: Optional[Sequence[int]], target: str = "cpu") -> dict:
     """What `catbp-jit aot MODEL` records in the profile about its model."""
     path = _model_path(model).resolve()
     return {"path": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-            "semiring": semiring.lower(), "evidence_vars": list(evidence_vars),
+            "target": target, "semiring": semiring.lower(), "evidence_vars": list(evidence_vars),
             "buckets": list(buckets) if buckets else list(DEFAULT_BUCKETS)}
 
 
@@ -147,6 +147,9 @@ def _from_profile(path: Path, semiring, evidence_vars, buckets, plan_time) -> Mo
                      buckets=tuple(int(b) for b in entry["buckets"]))
     except (KeyError, TypeError, ValueError) as e:
         raise FactorGraphError(f"{path}: the {PROFILE_KEY!r} entry is damaged ({e!r})") from None
+    if entry.get("target", "cpu") != "cpu":  # workers run the CPU kernels
+        raise FactorGraphError(f"{path}: a profile for target {entry['target']!r}; scaling out "
+                               "runs on CPUs (compile it with `catbp-jit aot` for the cpu)")
     asked = dict(semiring=semiring and semiring.lower(),
                  evidence_vars=None if evidence_vars is None else tuple(evidence_vars),
                  buckets=None if buckets is None else tuple(buckets))
