@@ -170,10 +170,12 @@ def frame_states(model: Any, frame: Any) -> np.ndarray:
 
 def _bad_cell(model: Any, frame: Any, bad: np.ndarray, v: str, values: Any) -> None:
     i = int(np.flatnonzero(bad)[0])
+    row = frame.index[i]
+    row = row.item() if isinstance(row, np.generic) else row  # 11, not np.int64(11)
     d = model.graph.variables[v]
     names = model.graph.states.get(v)
     allowed = f"0..{d - 1}" + (f" or one of {list(names)}" if names else "")
-    raise FactorGraphError(f"{model.graph.name}: evidence row {frame.index[i]!r}: "
+    raise FactorGraphError(f"{model.graph.name}: evidence row {row!r}: "
                            f"{v}={values[i]!r} is not a state of {v} ({allowed}; missing or "
                            "-1: unobserved)")
 

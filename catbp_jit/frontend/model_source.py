@@ -193,20 +193,5 @@ class LoadedModels:
                 self._models.popitem(last=False)
             return entry
 
-    def cache_stats(self) -> dict:
-        """Kernel-cache hits and misses of every model kept, summed (unbatched and
-        every bucket): a worker warmed ahead of time has no misses."""
-        total: dict = {}
-        with self._lock:
-            for model, _ in self._models.values():
-                exes = [getattr(model, "executable", None)]
-                batch = getattr(model, "batch_executable", None)
-                if batch is not None:
-                    exes += list(batch.profiles.values())
-                for exe in exes:
-                    for k, n in (getattr(exe, "cache_stats", None) or {}).items():
-                        total[k] = total.get(k, 0) + n
-        return total
-
 
 LOADED = LoadedModels()  # this process's; a worker process has its own
