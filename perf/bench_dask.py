@@ -45,9 +45,10 @@ BUCKETS = (1, 64, 1024)
 def evidence_frame(graph, n: int, seed: int):
     """n rows of OBSERVED sampled variables (state indices, -1 unobserved) as a DataFrame."""
     import pandas as pd
+    names = list(graph.variables)  # the same variables for every n
+    chosen = [names[i] for i in sorted(np.random.default_rng(0).choice(len(names), OBSERVED,
+                                                                        replace=False))]
     rng = np.random.default_rng(seed)
-    names = list(graph.variables)
-    chosen = [names[i] for i in sorted(rng.choice(len(names), OBSERVED, replace=False))]
     sample = sample_rows(graph, n, seed)
     cols = {}
     for v in chosen:
