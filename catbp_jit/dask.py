@@ -103,8 +103,11 @@ def solve_table(model: Any, table: Any, *, evidence_vars: Optional[Sequence[str]
     whose evidence is impossible has log_Z -inf and NaN posteriors).
     """
     dask = _need("dask")
-    _need("dask.dataframe")
+    dd = _need("dask.dataframe")
     import pandas as pd
+    if not isinstance(table, dd.DataFrame):
+        raise TypeError(f"solve_table: table must be a Dask DataFrame, got "
+                        f"{type(table).__name__} (dask.dataframe.from_pandas makes one)")
     source = _source(model, evidence_vars, buckets, semiring, plan_time, list(table.columns))
     graph = source.graph()  # parsed here for the meta; compiled only on workers
     _check_evidence(graph, source.evidence_vars)
@@ -196,6 +199,9 @@ def solve_array(model: Any, array: Any, *, evidence_vars: Optional[Sequence[str]
     array's row chunks. evidence_vars: the columns' variables (a profile's by default)."""
     da = _need("dask.array")
     dask = _need("dask")
+    if not isinstance(array, da.Array):
+        raise TypeError(f"solve_array: array must be a Dask array, got {type(array).__name__} "
+                        "(dask.array.from_array makes one)")
     source = _source(model, evidence_vars, buckets, semiring, plan_time, None)
     graph = source.graph()
     _check_evidence(graph, source.evidence_vars)

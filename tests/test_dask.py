@@ -165,6 +165,17 @@ def test_the_model_cache_is_keyed_by_content(tmp_path):
     assert model_source(copy, **OPTIONS).key() != model_source(ASIA, **OPTIONS).key()
 
 
+def test_a_process_keeps_its_most_recent_models(models):
+    from catbp_jit.frontend.model_source import LoadedModels
+    loaded = LoadedModels(size=1)
+    asia = model_source(models["asia"], evidence_vars=ASIA_VARS, **OPTIONS)
+    chain = model_source(models["chain"], evidence_vars=CHAIN_VARS, **OPTIONS)
+    first, _ = loaded.get(asia)
+    assert loaded.get(asia)[0] is first and loaded.compiled == 1
+    loaded.get(chain)  # evicts asia
+    assert loaded.get(asia)[0] is not first and loaded.compiled == 3
+
+
 def test_dask_array_matches_local(client, models):
     rng = np.random.default_rng(3)
     states = np.stack([rng.integers(-1, 2, 30), rng.integers(-1, 2, 30)], axis=1)
@@ -277,6 +288,8 @@ def test_a_bad_cell_names_the_model_row_and_column(models):
 
 
 def test_unknown_columns_and_profile_mismatches_are_one_error(models, tmp_path):
+    with pytest.raises(TypeError, match="table must be a Dask DataFrame, got DataFrame"):
+        solve_table(models["asia"], pd.DataFrame({"dysp": ["yes"]}))
     frame = dd.from_pandas(pd.DataFrame({"nosuch": [0]}), npartitions=1)
     with pytest.raises(FactorGraphError, match="asia: .*unknown or repeated: 'nosuch'"):
         solve_table(models["asia"], frame, **OPTIONS)
@@ -303,6 +316,14 @@ def test_cli_dask_errors_are_one_line(models, tmp_path, capsys):
         code = main(["solve", ASIA, *argv, "-q"])
         err = capsys.readouterr().err
         assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+    src = tmp_path / "cases"
+    src.mkdir()
+    asia_parts()[0].to_parquet(src / "part0.parquet")
+    code = main(["solve", ASIA, "--evidence-table", str(src), "--dask", "tcp://127.0.0.1:1",
+                 "-o", str(tmp_path / "out"), "-q"])  # nobody listens: 10 s to give up
+    err = capsys.readouterr().err
+    assert code == 2 and "cannot reach the Dask scheduler at tcp://127.0.0.1:1" in err
+    assert len(err.strip().splitlines()) == 1
     assert main(["solve", ASIA, "--workers", "0"]) == 2  # argparse: usage, then the reason
     assert "number of workers >= 1" in capsys.readouterr().err
 
