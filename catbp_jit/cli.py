@@ -298,6 +298,7 @@ def cmd_aot(args: argparse.Namespace) -> int:
     from .frontend.commands import read_model
     buckets = _id_list(args.buckets, "--buckets") or None
     path = Path(args.input)
+    model_entry = None
     if (path / "bundle.json").exists() or path.name == "bundle.json":
         bundle = _load(args.input)
         programs, sr = bundle.programs, bundle.semiring_runtime()
@@ -315,6 +316,8 @@ def cmd_aot(args: argparse.Namespace) -> int:
         bf, bs = model._batched_factor_ids(), ()
         buckets = (buckets or (1, 64, 1024)) if bf else None
         name = graph.name
+        from .frontend.model_source import profile_entry
+        model_entry = profile_entry(args.input, args.semiring, ev, buckets, args.target)
     out = Path(args.output) if args.output else Path(f"{name}.profile.json")
 
     def bar(total: int):
@@ -325,6 +328,9 @@ def cmd_aot(args: argparse.Namespace) -> int:
                                 batched_factors=bf, batched_selectors=bs, buckets=buckets,
                                 mode=args.mode, target=args.target, bar=bar)
     exe.save(out)
+    if model_entry is not None:  # which model, so that catbp_jit.dask can compile it again
+        from .frontend.model_source import add_profile_entry
+        add_profile_entry(out, model_entry)
     print(f"{name}: {report.kernels} kernels ({report.compiled} compiled now, "
           f"{report.kernels - report.compiled} already cached) in {report.cache_dir}")
     print(f"profile: {out} ({args.mode} mode"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -66,6 +67,10 @@ def test_aot_of_a_model_covers_solve_and_solve_batch_under_strict(tmp_path, caps
     assert main(["aot", str(ASIA), "--evidence-vars", "dysp,smoke", "-o", str(profile),
                  "-q"]) == 0
     assert "buckets 1,64,1024" in capsys.readouterr().out
+    # the profile names its model, so that catbp_jit.dask can compile it on workers
+    entry = json.loads(profile.read_text())["model"]
+    assert entry["sha256"] == hashlib.sha256(ASIA.read_bytes()).hexdigest()
+    assert (entry["evidence_vars"], entry["buckets"]) == (["dysp", "smoke"], [1, 64, 1024])
     script = ("from catbp_jit.frontend import compile_model\n"
               "from catbp_jit.frontend.bif import read_bif\n"
               f"m = compile_model(read_bif({str(ASIA)!r}), 'prob', evidence_vars=['dysp', 'smoke'],"

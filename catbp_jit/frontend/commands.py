@@ -128,6 +128,8 @@ def _state_labels(graph: FactorGraph, v: str):
 
 
 def cmd_solve(args: argparse.Namespace) -> int:
+    if args.dask or args.workers:
+        return solve_table_on_dask(args)
     graph = read_model(args.model)
     if args.evidence_table:
         return solve_table(args, graph)
@@ -235,6 +237,49 @@ def solve_table(args: argparse.Namespace, graph: FactorGraph) -> int:
               "(empty posteriors)" if impossible else "") + (f", written to {out}" if out else ""),
               file=sys.stderr)
     return EXIT_OK
+
+
+def solve_table_on_dask(args: argparse.Namespace) -> int:
+    """--evidence-table T.parquet with --dask ADDRESS or --workers N: catbp_jit.dask
+    solves the partitions; -o names the directory of Parquet parts, one per partition."""
+    if args.dask and args.workers:
+        raise CommandError("--dask and --workers exclude each other (a scheduler, or a local "
+                           "cluster of N workers)")
+    table = Path(args.evidence_table or "")
+    if not args.evidence_table or not (table.suffix == ".parquet" or table.is_dir()):
+        raise CommandError("--dask and --workers solve a Parquet evidence table: give "
+                           "--evidence-table FILE.parquet (or a directory of Parquet files)")
+    if not table.exists():
+        raise CommandError(f"{table}: no such evidence table")
+    if args.evidence or args.observe or args.format != "text" or args.target != "cpu":
+        raise CommandError("--dask and --workers take no --evidence, --observe, --format or "
+                           "--target (the workers run the CPU kernels)")
+    if not args.output or Path(args.output).is_file():
+        raise CommandError("--dask and --workers write a directory of Parquet parts: give "
+                           "-o DIRECTORY (not an existing file)")
+    from ..cli import check_kernel_cache
+    check_kernel_cache()
+    from ..dask import DaskMissingError
+    try:
+        from ..dask import solve_parquet
+        rows = solve_parquet(args.model, str(table), args.output, scheduler=args.dask,
+                             workers=args.workers, semiring=args.semiring,
+                             plan_time=args.plan_time, progress=not args.quiet)
+    except DaskMissingError as e:  # the dask extra is not installed
+        raise CommandError(str(e)) from None
+    if not args.quiet:
+        print(f"catbp-jit: {rows} rows solved, written to {args.output}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number of workers >= 1, got {text!r}")
+    return value
 
 
 def _no_answer(sol, evidence: Dict[str, object]) -> Optional[str]:
@@ -351,6 +396,12 @@ def add_commands(sub) -> None:
     p.add_argument("--target", choices=("cpu", "cuda", "reference"), default="cpu",
                    help="the JIT on the CPU (default) or an NVIDIA GPU (needs numba-cuda: "
                         "pip install -e '.[cuda]'), or the reference interpreter")
+    p.add_argument("--dask", metavar="ADDRESS",
+                   help="with a Parquet --evidence-table: solve its partitions on the Dask "
+                        "scheduler at ADDRESS (MODEL may be a profile from `catbp-jit aot`); "
+                        "-o DIR gets one Parquet part per partition (docs/scaling.md)")
+    p.add_argument("--workers", metavar="N", type=_positive,
+                   help="as --dask, on a local cluster of N worker processes")
     p.set_defaults(func=_guarded(cmd_solve))
 
     p = sub.add_parser("plan", help="junction tree statistics and the program listing")

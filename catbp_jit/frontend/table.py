@@ -59,7 +59,7 @@ def count_rows(path: Path) -> int:
 def read_chunks(path: Path, graph: FactorGraph, columns: Sequence[str],
                 chunk_rows: int = CHUNK_ROWS) -> Iterator[np.ndarray]:
     """The table as int64 state-index chunks (rows, len(columns)), -1 unobserved."""
-    codes = [_state_codes(graph, v) for v in columns]
+    codes = [state_codes(graph, v) for v in columns]
     if path.suffix == ".parquet":
         for batch in _parquet().ParquetFile(path).iter_batches(batch_size=chunk_rows):
             cells = [[None if x is None else str(x) for x in col.to_pylist()]
@@ -78,7 +78,7 @@ def read_chunks(path: Path, graph: FactorGraph, columns: Sequence[str],
             start += len(rows)
 
 
-def _state_codes(graph: FactorGraph, v: str) -> dict:
+def state_codes(graph: FactorGraph, v: str) -> dict:
     """Cell text -> state index for variable v: its state names and its indices."""
     d = graph.variables[v]
     codes = {str(i): i for i in range(d)}
@@ -107,9 +107,14 @@ def _encode(path: Path, rows: List[Sequence[Optional[str]]], codes: List[dict],
 
 
 def posterior_header(graph: FactorGraph) -> List[str]:
-    cols = ["row", "log_Z"]
-    for v, d in graph.variables.items():
-        names = graph.states.get(v) or tuple(str(i) for i in range(d))
+    return ["row", "log_Z"] + posterior_columns(graph, graph.variables)
+
+
+def posterior_columns(graph: FactorGraph, variables: Sequence[str]) -> List[str]:
+    """`var=state` for each state of each variable (states by name, else by index)."""
+    cols = []
+    for v in variables:
+        names = graph.states.get(v) or tuple(str(i) for i in range(graph.variables[v]))
         cols += [f"{v}={s}" for s in names]
     return cols
 

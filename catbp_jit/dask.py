@@ -1,0 +1,308 @@
+"""Scaling out on Dask: evidence tables, arrays and many models, partition by partition.
+
+    from catbp_jit.dask import solve_table
+    post = solve_table("alarm.bif", cases)   # cases: a Dask DataFrame, a column per variable
+    post.to_parquet("posteriors/")           # lazy until here
+
+`solve_table` maps each partition of the table through `CompiledModel.solve_batch` on
+whichever worker Dask picks; `solve_array` does the same for the row blocks of a Dask
+array of state indices, and `solve_many` answers many models (one evidence each) as a
+Dask bag. The model travels as a ModelSource (frontend/model_source.py): the file's
+bytes and options, one task every partition depends on, so Dask ships it to a worker
+once; each worker process compiles it once (LOADED, keyed by the content's sha256) and,
+with a warm kernel cache, compiles no kernel at all (docs/scaling.md).
+
+The result's columns and dtypes (`meta`) come from the model file alone, parsed on the
+client: nothing runs until the result is computed. dask and distributed are the optional
+extra `dask`; without them every function here raises one ImportError saying so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .frontend.graph import FactorGraph, FactorGraphError
+from .frontend.model_source import LOADED, ModelSource, model_source
+
+COLUMN_CHOICES = ("posteriors", "log_Z")  # or a list of variables
+
+
+class DaskMissingError(ImportError):
+    """catbp_jit.dask was used without dask and distributed installed."""
+
+
+def _need(module: str):
+    import importlib
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise DaskMissingError(f"catbp_jit.dask needs dask[dataframe] and distributed (the "
+                               f"'dask' extra): pip install 'catbp_jit[dask]' (no {module})"
+                               ) from None
+
+
+# -- what a result holds --------------------------------------------------------------------
+
+def result_variables(graph: FactorGraph, columns: Any = "posteriors") -> Tuple[str, ...]:
+    """The variables whose posteriors a result holds: all ("posteriors"), none ("log_Z"),
+    or those listed."""
+    if isinstance(columns, str):
+        if columns not in COLUMN_CHOICES:
+            raise ValueError(f"columns must be one of {', '.join(COLUMN_CHOICES)} or a list of "
+                             f"variables, got {columns!r}")
+        return tuple(graph.variables) if columns == "posteriors" else ()
+    wanted = tuple(columns)
+    unknown = [v for v in wanted if v not in graph.variables]
+    if unknown:
+        raise FactorGraphError(f"{graph.name}: columns names unknown variable(s) "
+                               f"{', '.join(map(repr, unknown))}")
+    return wanted
+
+
+def result_columns(graph: FactorGraph, columns: Any = "posteriors") -> List[str]:
+    """A result's columns: log_Z, then `var=state` per state of each variable kept."""
+    from .frontend.table import posterior_columns
+    return ["log_Z"] + posterior_columns(graph, result_variables(graph, columns))
+
+
+def _check_evidence(graph: FactorGraph, evidence_vars: Sequence[str]) -> None:
+    unknown = [v for v in evidence_vars if v not in graph.variables]
+    if unknown or len(set(evidence_vars)) != len(evidence_vars):
+        raise FactorGraphError(f"{graph.name}: the evidence columns must be distinct variables "
+                               f"of the model; unknown or repeated: "
+                               f"{', '.join(map(repr, unknown)) or 'repeated'}")
+
+
+def _source(model: Any, evidence_vars, buckets, semiring, plan_time, default_vars) -> ModelSource:
+    """The model with its options; evidence_vars None: a profile's, else default_vars."""
+    source = model_source(model, semiring=semiring, evidence_vars=evidence_vars,
+                          buckets=buckets, plan_time=plan_time)
+    if evidence_vars is None and not source.evidence_vars and default_vars is not None:
+        source = source.with_options(evidence_vars=tuple(default_vars))
+    return source
+
+
+# -- DataFrames -------------------------------------------------------------------------------
+
+def solve_table(model: Any, table: Any, *, evidence_vars: Optional[Sequence[str]] = None,
+                columns: Any = "posteriors", buckets: Optional[Sequence[int]] = None,
+                semiring: Optional[str] = None, plan_time: Optional[float] = None) -> Any:
+    """Posteriors of every row of a Dask DataFrame of evidence, lazily, partition by partition.
+
+    model: a model file (.bif, .uai), a fetched bnlearn network's name, or a saved profile
+    of a model (`catbp-jit aot MODEL --evidence-vars ...`: it fixes semiring, evidence
+    variables and buckets). table: one column per evidence variable (evidence_vars, by
+    default every column, or a profile's), cells state names or indices; a missing cell
+    (None, NaN, NA, "", "?", -1) leaves the variable unobserved. columns: "posteriors",
+    "log_Z" or a list of variables. Returns a Dask DataFrame with the table's index and
+    partitions: log_Z, then one float64 column `var=state` per posterior (SAT: 0/1; a row
+    whose evidence is impossible has log_Z -inf and NaN posteriors).
+    """
+    dask = _need("dask")
+    dd = _need("dask.dataframe")
+    import pandas as pd
+    if not isinstance(table, dd.DataFrame):
+        raise TypeError(f"solve_table: table must be a Dask DataFrame, got "
+                        f"{type(table).__name__} (dask.dataframe.from_pandas makes one)")
+    source = _source(model, evidence_vars, buckets, semiring, plan_time, list(table.columns))
+    graph = source.graph()  # parsed here for the meta; compiled only on workers
+    _check_evidence(graph, source.evidence_vars)
+    missing = [v for v in source.evidence_vars if v not in table.columns]
+    if missing:
+        raise FactorGraphError(f"{source.label}: the table has no column for evidence "
+                               f"variable(s) {', '.join(map(repr, missing))}")
+    variables = result_variables(graph, columns)
+    cols = result_columns(graph, columns)
+    meta = pd.DataFrame({c: np.zeros(0) for c in cols}, index=table._meta.index)
+    shipped = dask.delayed(source, pure=True)  # one key: sent to each worker once
+    return table[list(source.evidence_vars)].map_partitions(
+        _solve_frame, shipped, variables, cols, meta=meta)
+
+
+def _solve_frame(frame: Any, source: ModelSource, variables: Tuple[str, ...],
+                 cols: List[str]) -> Any:
+    """One partition: its rows' answers, on the worker (the model from LOADED)."""
+    import pandas as pd
+    if len(frame) == 0:  # no rows: no model needed
+        return pd.DataFrame({c: np.zeros(0) for c in cols}, index=frame.index)
+    model, lock = LOADED.get(source)
+    states = frame_states(model, frame)
+    with lock:
+        res = model.solve_batch(states)
+    return pd.DataFrame(_matrix(res, variables), index=frame.index, columns=cols)
+
+
+def frame_states(model: Any, frame: Any) -> np.ndarray:
+    """A pandas frame of evidence as the (rows, evidence variables) int64 table that
+    solve_batch takes, -1 unobserved. A bad cell: FactorGraphError naming the model, the
+    row (the frame's index) and the column."""
+    from .frontend.table import state_codes
+    graph = model.graph
+    out = np.empty((len(frame), len(model.evidence_columns)), dtype=np.int64)
+    for j, v in enumerate(model.evidence_columns):
+        col = frame[v]
+        codes = state_codes(graph, v)
+        if col.dtype.kind in "iu":
+            out[:, j] = col.to_numpy(dtype=np.int64)
+        elif col.dtype.kind == "f":
+            values = col.to_numpy(dtype=np.float64)
+            missing = np.isnan(values)
+            bad = ~missing & (values != np.round(values))
+            if bad.any():
+                _bad_cell(model, frame, bad, v, values)
+            out[:, j] = np.where(missing, -1, values).astype(np.int64)
+        else:  # names (or indices) as text, categories, objects
+            text = col.astype(object).where(col.notna(), "").map(lambda x: str(x).strip())
+            state = text.map(codes)
+            lost = state.isna()
+            if lost.any():
+                state[lost] = text[lost].str.lower().map(codes)
+                lost = state.isna()
+                if lost.any():
+                    _bad_cell(model, frame, lost.to_numpy(), v, col.to_numpy())
+            out[:, j] = state.to_numpy(dtype=np.int64)
+        bad = (out[:, j] < -1) | (out[:, j] >= graph.variables[v])
+        if bad.any():
+            _bad_cell(model, frame, bad, v, col.to_numpy())
+    return out
+
+
+def _bad_cell(model: Any, frame: Any, bad: np.ndarray, v: str, values: Any) -> None:
+    i = int(np.flatnonzero(bad)[0])
+    row = frame.index[i]
+    row = row.item() if isinstance(row, np.generic) else row  # 11, not np.int64(11)
+    d = model.graph.variables[v]
+    names = model.graph.states.get(v)
+    allowed = f"0..{d - 1}" + (f" or one of {list(names)}" if names else "")
+    raise FactorGraphError(f"{model.graph.name}: evidence row {row!r}: "
+                           f"{v}={values[i]!r} is not a state of {v} ({allowed}; missing or "
+                           "-1: unobserved)")
+
+
+def _matrix(res: Any, variables: Tuple[str, ...]) -> np.ndarray:
+    parts = [np.asarray(res.log_Z, dtype=np.float64)[:, None]]
+    parts += [np.asarray(res.marginals[v], dtype=np.float64) for v in variables]
+    return np.concatenate(parts, axis=1)
+
+
+# -- arrays -----------------------------------------------------------------------------------
+
+def solve_array(model: Any, array: Any, *, evidence_vars: Optional[Sequence[str]] = None,
+                columns: Any = "posteriors", buckets: Optional[Sequence[int]] = None,
+                semiring: Optional[str] = None, plan_time: Optional[float] = None) -> Any:
+    """solve_table for a 2-D integer Dask array of state indices (rows x evidence_vars,
+    -1 unobserved): a float64 Dask array (rows x result_columns(graph, columns)) with the
+    array's row chunks. evidence_vars: the columns' variables (a profile's by default)."""
+    da = _need("dask.array")
+    dask = _need("dask")
+    if not isinstance(array, da.Array):
+        raise TypeError(f"solve_array: array must be a Dask array, got {type(array).__name__} "
+                        "(dask.array.from_array makes one)")
+    source = _source(model, evidence_vars, buckets, semiring, plan_time, None)
+    graph = source.graph()
+    _check_evidence(graph, source.evidence_vars)
+    k = len(source.evidence_vars)
+    if array.ndim != 2 or array.shape[1] != k or np.dtype(array.dtype).kind not in "iu":
+        raise FactorGraphError(
+            f"{source.label}: an evidence array is a 2-D integer array of shape (rows, {k}) "
+            f"with columns {list(source.evidence_vars)}; got {array.dtype} {array.shape}")
+    variables = result_variables(graph, columns)
+    width = len(result_columns(graph, columns))
+    array = array.rechunk({1: -1})
+    return da.map_blocks(_solve_block, array, dask.delayed(source, pure=True), variables, width,
+                         dtype=np.float64, chunks=(array.chunks[0], (width,)),
+                         meta=np.zeros((0, width)))
+
+
+def _solve_block(block: np.ndarray, source: ModelSource, variables: Tuple[str, ...],
+                 width: int, block_info: Optional[dict] = None) -> np.ndarray:
+    if len(block) == 0:
+        return np.zeros((0, width))
+    model, lock = LOADED.get(source)
+    first = block_info[0]["array-location"][0][0] if block_info else 0
+    try:
+        from .frontend.batch import evidence_table
+        table = evidence_table(model, np.asarray(block))
+    except FactorGraphError as e:  # its row is the block's: say the array's
+        raise FactorGraphError(f"{e} (the block from array row {first})") from None
+    with lock:
+        res = model.solve_batch(table)
+    return _matrix(res, variables)
+
+
+# -- many models ------------------------------------------------------------------------------
+
+def solve_many(paths: Sequence[Any], evidence: Any = None, *, semiring: str = "prob",
+               plan_time: Optional[float] = None) -> Any:
+    """Each model's log Z and marginals under its evidence, as a Dask bag of dicts
+    {model, path, sha256, evidence, log_Z, marginals: {variable: [p per state]}}, in the
+    order of paths. evidence: None, one {variable: state} for every model, or a sequence
+    of them, one per model. The evidence is absorbed (as `solve` does)."""
+    db = _need("dask.bag")
+    paths = list(paths)
+    if evidence is None or isinstance(evidence, Mapping):
+        evidences = [dict(evidence or {})] * len(paths)
+    else:
+        evidences = [dict(e) for e in evidence]
+        if len(evidences) != len(paths):
+            raise ValueError(f"solve_many: {len(paths)} models but {len(evidences)} evidence "
+                             "mappings (give one per model, or one for all)")
+    jobs = [(model_source(p, semiring=semiring, evidence_vars=tuple(e), plan_time=plan_time)
+             .with_options(absorb_evidence=True, buckets=None), e)  # (solve: no batches)
+            for p, e in zip(paths, evidences)]
+    return db.from_sequence(jobs, npartitions=max(1, len(jobs))).map(_solve_one)
+
+
+def _solve_one(job: Tuple[ModelSource, Dict[str, Any]]) -> Dict[str, Any]:
+    source, evidence = job
+    model, lock = LOADED.get(source)
+    with lock:
+        sol = model.solve(evidence)
+    return {"model": source.name, "path": source.label, "sha256": source.sha256,
+            "evidence": evidence, "log_Z": float(sol.log_Z),
+            "marginals": {v: np.asarray(m, dtype=np.float64).tolist()
+                          for v, m in sol.marginals.items()}}
+
+
+# -- the command line ----------------------------------------------------------------------
+
+def solve_parquet(model: Any, table: str, output: str, *, scheduler: Optional[str] = None,
+                  workers: Optional[int] = None, semiring: Optional[str] = None,
+                  plan_time: Optional[float] = None, progress: bool = True) -> int:
+    """`catbp-jit solve MODEL --evidence-table T.parquet --dask ADDRESS | --workers N -o DIR`:
+    a Parquet file or directory in, a directory of Parquet parts out, one per input
+    partition, under Dask's progress bar (on stderr). The number of rows solved."""
+    dd = _need("dask.dataframe")
+    distributed = _need("distributed")
+    cases = dd.read_parquet(table)
+    result = solve_table(model, cases, semiring=semiring, plan_time=plan_time)
+    with _client(distributed, scheduler, workers) as client:
+        job = client.compute(result.to_parquet(output, compute=False))
+        if progress:
+            with contextlib.redirect_stdout(sys.stderr):
+                distributed.progress(job)
+            print(file=sys.stderr)
+        job.result()
+    return int(dd.read_parquet(output, columns=["log_Z"]).shape[0].compute())
+
+
+@contextlib.contextmanager
+def _client(distributed: Any, scheduler: Optional[str], workers: Optional[int]):
+    """A client of the scheduler at `scheduler`, or of a local cluster of `workers`
+    processes (one thread each: the kernels are single-threaded)."""
+    if scheduler is not None:
+        try:
+            client = distributed.Client(scheduler, timeout="10s")
+        except (OSError, TimeoutError) as e:
+            raise FactorGraphError(f"cannot reach the Dask scheduler at {scheduler}: {e}") from None
+        with client:
+            yield client
+        return
+    with distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        yield client
