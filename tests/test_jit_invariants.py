@@ -22,11 +22,8 @@ from catbp_jit.bundle import load_bundle
 from catbp_jit.cache import CacheMissError, KernelCache
 from catbp_jit.errors import InputMismatchError, UnknownInputError
 from catbp_jit.ir.adapt import adapt_program, adapt_programs
-from catbp_jit.ir.validate import validate_programs
-from catbp_jit.plan.arena import ALIGN_BYTES, CLASSES, plan_memory
-from catbp_jit.plan.fusion import fuse
-from catbp_jit.plan.graph import build_graph
-from catbp_jit.plan.passes import optimize
+from catbp_jit.plan.arena import ALIGN_BYTES, CLASSES
+from catbp_jit.plan.pipeline import plan
 from catbp_jit.reference.kernels import keep_keys_from_drop
 from catbp_jit.reference.vm import RegisterBank
 
@@ -221,12 +218,10 @@ def reference_peak_bytes_measured(b):
 
 
 def plan_only(b):
-    """validate -> graph -> optimize -> fuse -> plan_memory: no kernel is compiled."""
-    sr = b.semiring_runtime()
-    checked = validate_programs(b.programs, factor_specs=b.factor_specs(),
-                                selector_specs=b.selector_specs(), itemsize=sr.dtype.itemsize)
-    fused = fuse(optimize(build_graph(checked, sr.name, {})))
-    return plan_memory(fused, sr.dtype.itemsize)
+    """The memory plan of plan/pipeline.plan (fuse, hoist, plan_memory, ...): no kernel
+    is compiled."""
+    return plan(b.programs, b.semiring_runtime(), b.factor_specs(), b.selector_specs(),
+                {}).memory
 
 
 @pytest.mark.parametrize("name", ["grid3_d2__prob_float64_normalized", "grid3_d2__sat_bool",
