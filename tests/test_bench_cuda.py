@@ -34,7 +34,9 @@ def run_script(tmp_path, *extra, **env):
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, str(SCRIPT), *QUICKEST, "--out", str(out), *extra],
                           capture_output=True, text=True, timeout=300, cwd=REPO,
-                          env={**os.environ, "PYTHONPATH": str(REPO), **env})
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                              [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
+                              **env})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     with open(out / "bench_cuda.csv", newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))

@@ -34,6 +34,7 @@ def cuda_module():
             f"target 'cuda' needs the numba-cuda package, which is not installed ({e}); "
             f"{INSTALL_HINT}") from None
     if cuda.is_available():  # (always true under the simulator, NUMBA_ENABLE_CUDASIM=1)
+        _check_lowering()
         return cuda
     try:
         cuda.detect()  # says why on stdout; its reason is what we want in the error
@@ -45,6 +46,29 @@ def cuda_module():
         f"target 'cuda' needs an NVIDIA GPU with a working driver, and none can be used "
         f"here ({why}); NUMBA_ENABLE_CUDASIM=1 runs the CUDA kernels in Numba's simulator "
         f"(slow: for tests), or use target 'cpu'")
+
+
+def _check_lowering() -> None:
+    """Import the CUDA target's lowering now, which numba-cuda imports only when it compiles
+    the first kernel: a numba-cuda that does not support the installed numpy fails there
+    (numba-cuda 0.30.4 with numpy 2.5: `np.row_stack` is gone), and that is better said
+    here, by name, than as an AttributeError from deep inside a kernel's compilation."""
+    from numba import config
+
+    if config.ENABLE_CUDASIM:  # the simulator runs kernels as Python: no lowering
+        return
+    try:
+        import numba.cuda.cudaimpl  # noqa: F401
+    except ModuleNotFoundError:  # another layout of numba-cuda: its first compile will tell
+        return
+    except Exception as e:
+        import numba_cuda
+
+        version = getattr(numba_cuda, "__version__", "?")
+        raise CudaUnavailableError(
+            f"target 'cuda': numba-cuda {version} cannot compile kernels with numpy "
+            f"{np.__version__} ({type(e).__name__}: {' '.join(str(e).split())}); install a "
+            f"numba-cuda release that supports this numpy, or a numpy it supports") from None
 
 
 def device_name(cuda) -> str:
