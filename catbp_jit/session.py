@@ -114,27 +114,36 @@ class Session:
                 f"{kind} {ident!r}: got {arr.dtype}{list(arr.shape)}, compiled for "
                 f"{self.mem.dtype}{list(shape)}; compile again for other specs or cast first")
 
-    def _given(self, factors, selectors, slots):
+    def _given(self, factors, selectors, slots) -> list:
         """(kind, id, array, target view or None) for every input handed to run()."""
-        for kind, given, targets in (("factor", factors, self._factors),
-                                     ("selector", selectors, self._selectors),
-                                     ("slot", slots, self._slots_in)):
-            for ident, arr in (given or {}).items():
-                if kind == "slot":
-                    ident = adapt_slot_key(ident)
-                    arr = arr[0] if isinstance(arr, tuple) else arr  # (array, spec) accepted
-                yield kind, ident, arr, targets.get(ident)
+        out = [("factor", i, a, self._factors.get(i)) for i, a in (factors or {}).items()]
+        out += [("selector", i, a, self._selectors.get(i)) for i, a in (selectors or {}).items()]
+        for ident, arr in (slots or {}).items():
+            ident = adapt_slot_key(ident)
+            arr = arr[0] if isinstance(arr, tuple) else arr  # (array, spec) accepted
+            out.append(("slot", ident, arr, self._slots_in.get(ident)))
+        return out
 
     def _bind_inputs(self, factors, selectors, slots) -> None:
-        # everything is checked before anything is copied: a refused run changes nothing
-        for kind, ident, arr, target in self._given(factors, selectors, slots):
-            self._check(kind, ident, arr, target)
-        for kind, ident, arr, target in self._given(factors, selectors, slots):
+        # everything is checked before anything is copied: a refused run changes nothing.
+        # A run of a big program binds hundreds of small inputs, so the common case (a
+        # read input of the right dtype and shape) is tested inline and `target[...] = arr`
+        # copies: 2.6x faster than np.copyto on small arrays (grid4x8_d2: 229 inputs).
+        given = self._given(factors, selectors, slots)
+        dtype = self.mem.dtype
+        for kind, ident, arr, target in given:
+            if target is None or type(arr) is not np.ndarray or arr.dtype != dtype \
+                    or arr.shape != target.shape:
+                self._check(kind, ident, arr, target)  # raises, or accepts an unread input
+        for kind, ident, arr, target in given:
             if target is not None:
-                np.copyto(target, arr)
-                self._unset.discard((kind, ident))
-                if self._static.holds(kind, ident):
-                    self.stale = True
+                target[...] = arr
+        if self._unset:
+            self._unset.difference_update((kind, ident) for kind, ident, _, t in given
+                                          if t is not None)
+        if self._static and not self.stale:
+            self.stale = any(self._static.holds(kind, ident)
+                             for kind, ident, _, t in given if t is not None)
         if self._unset:
             missing = sorted(f"{k} {i!r}" for k, i in self._unset)
             raise UnknownInputError(f"no value given yet for {', '.join(missing[:10])}"
