@@ -14,7 +14,7 @@ from hypothesis import event, given, note
 from hypothesis import strategies as st
 
 import catbp_jit
-from catbp_jit import Axis, AxisType, TensorSpec
+from catbp_jit import Axis, AxisType, Program, TensorSpec
 from catbp_jit.bundle import load_bundle
 from catbp_jit.executable import plan
 from catbp_jit.plan.arena import plan_memory
@@ -297,6 +297,28 @@ def test_batched_equals_unbatched(case, seed):
         want = unbatched_rows(plain, factors, base.selectors, base.slots, bf, set(), 3)
     got = sess.run(factors=factors, selectors=base.selectors, slots=base.slots)
     assert_rows_equal(got, want, sess.batched_slots, case.semiring, case.dtype)
+
+
+def test_a_batched_leaf_sums_its_own_axes_as_the_unbatched_one_does():
+    """Found by test_batched_equals_unbatched: Z = Σ_l s·f[l] with s = Σ_l f[l]. Unbatched,
+    f's own axis l is its innermost, so the path sums f alone first (Z = s·Σ_l f[l]); batched,
+    the batch axis is stored after l, and the layout test counted it, so the segment was
+    left fused (Σ_l s·f[l]): other rounding in float32, row by row."""
+    A = ax(0, 1), ax(1, 4)
+    f_spec, l_spec = spec(*A), spec(A[1])
+    finalize = Program((load(0, 0), contract(1, [0], l_spec), elim(2, 1, []),
+                        contract(3, [2, 0], l_spec), elim(4, 3, []), store(("Z",), 4)),
+                       name="finalize")
+    sr = catbp_jit.make_semiring("PROB", np.dtype("float32"))
+    kw = dict(factor_specs={0: f_spec}, selector_specs={}, mode="loop", exact=False)
+    plain = catbp_jit.compile([finalize], sr, **kw).bind()
+    batched = catbp_jit.compile([finalize], sr, batched_factors={0}, buckets=(3,), **kw).bind()
+    rng = np.random.default_rng(0)
+    for _ in range(50):  # most draws told the two groupings apart
+        f = (rng.random((3, 1, 4)) * 2).astype(np.float32)
+        got = batched.run(factors={0: f})[("Z",)][0].copy()
+        want = [plain.run(factors={0: f[i]})[("Z",)][0].copy() for i in range(3)]
+        assert np.array_equal(got, np.array(want)), (got, want)
 
 
 def test_save_and_load_keep_the_mode(tmp_path):

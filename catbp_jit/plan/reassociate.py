@@ -107,7 +107,7 @@ def contraction_steps(seg: Segment, specs: Dict[int, TensorSpec], batch_key: Opt
     # carrying them into the first product); `free` values get such a layout, the
     # layout of `unknown` ones is not known yet.
     inner = [op.value in free or (op.value not in unknown and
-                                  _innermost(specs[op.value], i, out_keys, operands))
+                                  _innermost(specs[op.value], i, out_keys, operands, batch_key))
              for i, op in enumerate(operands)]
     plan = pairwise_plan([op.keys for op in operands], out_keys, size, inner)
     last = replace(plan[-1], used=plan[-1].used | broadcast, kept=out_axes)
@@ -146,11 +146,13 @@ class PairStep:
 
 
 def _innermost(spec: TensorSpec, i: int, out_keys: FrozenSet[tuple],
-               operands: Sequence[Operand]) -> bool:
-    """Whether the axes only operand i has are its last stored axes."""
+               operands: Sequence[Operand], batch_key: Optional[tuple] = None) -> bool:
+    """Whether the axes only operand i has are its last stored axes, the batch axis aside:
+    it is stored last in every batched value (ir/batch.py), and counting it would make a
+    batched bucket regroup otherwise than the unbatched program (other rounding)."""
     keys = operands[i].keys
     own = keys - out_keys.union(*(op.keys for j, op in enumerate(operands) if j != i))
-    stored = [ax.key for ax in spec.axes if ax.key in keys]
+    stored = [ax.key for ax in spec.axes if ax.key in keys and ax.key != batch_key]
     return set(stored[len(stored) - len(own):]) == own
 
 
