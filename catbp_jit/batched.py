@@ -26,8 +26,9 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
 import numpy as np
 
 from .errors import InputMismatchError, UnknownInputError
-from .executable import (DEFAULT_MAX_BYTES, Executable, adapt_inputs, build, plan_options,
-                         saved_document, write_saved)
+from .cache import default_cache
+from .executable import (DEFAULT_MAX_BYTES, Executable, adapt_inputs, background_build, build,
+                         plan_options, saved_document, write_saved)
 from .ir.adapt import adapt_slot_key
 from .ir.batch import (BatchedCompileError, batch_axis, batch_axis_id, batch_input_specs,
                        batch_programs, is_batched, unbatched_spec)
@@ -66,6 +67,18 @@ class BatchedExecutable:
         return self.largest.mode
 
     @property
+    def tier(self) -> str:
+        """"numpy" until every bucket has its kernels (they share one build), then "compiled"."""
+        return "compiled" if all(p.tier == "compiled" for p in self.profiles.values()) else "numpy"
+
+    def ready(self) -> bool:
+        return all([p.ready() for p in self.profiles.values()])
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """As Executable.wait, for every bucket."""
+        return all([p.wait(timeout) for p in self.profiles.values()])
+
+    @property
     def factor_specs(self) -> Dict[int, TensorSpec]:
         """One row's specs, as the user declared them."""
         return self._user_specs(self.largest.factor_specs)
@@ -85,8 +98,8 @@ class BatchedExecutable:
         return BatchedSession(self, **hooks)
 
     def stats(self) -> Dict[str, Any]:
-        kernels = {k.key for exe in self.profiles.values() for k in exe.kernels}
-        return {"buckets": self.buckets, "kernels": len(kernels),
+        kernels = {k for exe in self.profiles.values() for k in exe.schedule.patterns}
+        return {"buckets": self.buckets, "kernels": len(kernels), "tier": self.tier,
                 "total_bytes": max(exe.memory.total_bytes for exe in self.profiles.values()),
                 "profiles": {b: exe.stats() for b, exe in self.profiles.items()}}
 
@@ -98,7 +111,9 @@ class BatchedExecutable:
 
     def save(self, path: Any) -> None:
         """As Executable.save, with the batched ids and the buckets: `load` plans every
-        bucket again and takes the kernels from the disk cache."""
+        bucket again and takes the kernels from the disk cache (waiting for them first in
+        the numpy tier)."""
+        self.wait()
         big = self.largest
         kernels = {k.key: k for exe in self.profiles.values() for k in exe.kernels}
         doc = saved_document(self.programs, self.semiring, self.mode, big.target,
@@ -164,13 +179,21 @@ def plan_batched(progs, sr, fspecs, sspecs, lspecs, *, batched_factors: Any,
 
 def build_batched(bplan: BatchedPlan, *, target: str, mode: str, cache,
                   progress: Optional[Callable[[str], None]] = None,
-                  workers: Optional[int] = None) -> BatchedExecutable:
+                  workers: Optional[int] = None, tier: Optional[str] = None) -> BatchedExecutable:
     say = progress or (lambda line: None)
     profiles = {}
+    background = None
+    if target == "cpu":  # the buckets share their kernels: one build in the background
+        cache = cache or default_cache()
+        background = background_build(list(bplan.plans.values()), cache, workers, tier, say)
     for b, p in bplan.plans.items():
+        if background is not None:
+            profiles[b] = Executable(p, mode, target, [], cache_stats=dict(background[1]),
+                                     tier="numpy", kernel_build=background[0])
+            continue
         say(f"bucket {b}")
         profiles[b] = build(p, target=target, mode=mode, cache=cache, progress=progress,
-                            workers=workers)
+                            workers=workers, tier="compiled")
     return BatchedExecutable(profiles, bplan.buckets, bplan.batched_factors,
                              bplan.batched_selectors, bplan.batch_axis_id, bplan.programs)
 
@@ -179,14 +202,15 @@ def compile_batched(programs: Any, sr: Any, *, factor_specs, selector_specs, slo
                     target: str, mode: str, cache, max_bytes: int = DEFAULT_MAX_BYTES,
                     max_total_bytes: Optional[int], progress: Optional[Callable[[str], None]],
                     workers: Optional[int], batched_factors: Any, batched_selectors: Any,
-                    buckets: Any, options: Optional[PlanOptions] = None) -> BatchedExecutable:
+                    buckets: Any, options: Optional[PlanOptions] = None,
+                    tier: Optional[str] = None) -> BatchedExecutable:
     progs, sr, fspecs, sspecs, lspecs = adapt_inputs(programs, sr, factor_specs,
                                                      selector_specs, slot_specs, target, mode)
     bplan = plan_batched(progs, sr, fspecs, sspecs, lspecs, batched_factors=batched_factors,
                          batched_selectors=batched_selectors, buckets=buckets,
                          options=plan_options(target, options, max_bytes, max_total_bytes))
     return build_batched(bplan, target=target, mode=mode, cache=cache, progress=progress,
-                         workers=workers)
+                         workers=workers, tier=tier)
 
 
 def bucket_inputs(progs, fspecs, sspecs, lspecs, bf, bs, aid: int, sizes):

@@ -21,7 +21,7 @@ import numpy as np
 from .cache import KernelCache, default_cache
 from .codegen.loader import (Kernel, dispatcher_unit, identity_digest, kernel_unit,
                              load_dispatcher, load_kernel)
-from .codegen.workers import WorkerOptions, compile_in_workers
+from .codegen.workers import WorkerOptions, available_cpus, compile_in_workers
 from .errors import CatbpError
 from .ir.adapt import adapt_programs, adapt_slot_key, adapt_spec
 from .ir.ops import Program
@@ -35,6 +35,9 @@ from .plan.pipeline import Plan, plan as plan_adapted
 from .plan.schedule import Schedule
 from .plan.static import StaticInputs
 from .semiring import VMSemiringRuntime, adapt_semiring
+from .numpy_steps import interpretable
+from .tiers import KernelBuild, numpy_tier_fits, report_failure, resolve_tier, start_build
+from .tiers import log as tier_log
 
 MODES = ("compiled", "loop")
 TARGETS = ("cpu", "cuda")
@@ -52,6 +55,10 @@ class Executable:
     cache_stats: Dict[str, int] = field(default_factory=dict)
     # C entry point of each kernel's compiled code, by kernel id (the dispatcher's calls)
     kernel_addresses: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    # "numpy" while the kernels compile in the background (tiers.py), then "compiled"
+    tier: str = "compiled"
+    kernel_build: Optional[KernelBuild] = None
+    _failure_said: bool = False
 
     # what the plan holds, by the names users and tools have read it by
     programs = property(lambda self: self.plan.programs)
@@ -68,9 +75,51 @@ class Executable:
     def dtype(self) -> np.dtype:
         return self.semiring.dtype
 
+    # -- tiers (tiers.py) --------------------------------------------------------------------
+
+    def ready(self) -> bool:
+        """Whether the kernels are in place (the compiled tier). In the numpy tier this takes
+        the background build's kernels once they have come; sessions ask at every run."""
+        if self.tier == "compiled":
+            return True
+        build = self.kernel_build
+        if build is None or not build.done.is_set():
+            return False
+        if build.error is not None:
+            if not self._failure_said:
+                self._failure_said = True
+                report_failure(build, f"executable of {self._program_names()}")
+            return False
+        kernels, (dispatcher, dsource) = build.result
+        self.kernels = [kernels[p] for p in self.schedule.patterns]
+        self.kernel_addresses = np.array([k.address for k in self.kernels], dtype=np.int64)
+        self.dispatcher, self.dispatcher_source = dispatcher, dsource
+        self.tier = "compiled"
+        self.cache_stats["compiled_tier_after_s"] = round(build.seconds, 3)
+        tier_log.info("compiled tier for %s after %.2f s", self._program_names(), build.seconds,
+                      extra={"catbp_jit": {"event": "tier", "tier": "compiled",
+                                           "seconds": build.seconds,
+                                           "kernels": len(self.kernels)}})
+        return True
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Wait until the kernels are in place (at most `timeout` seconds): True once they
+        are, False on a timeout. Raises the background build's error if it failed."""
+        if self.tier == "compiled":
+            return True
+        if not self.kernel_build.wait(timeout):
+            return False
+        if self.kernel_build.error is not None:
+            raise self.kernel_build.error
+        return self.ready()
+
+    def _program_names(self) -> str:
+        return ", ".join(p.name for p in self.programs) or "programs"
+
     def bind(self, **hooks):
         """A Session: the arenas and the schedule table, allocated here, once (on the
-        device too, for target "cuda")."""
+        device too, for target "cuda"). hooks: before= / after= (called around each step),
+        numpy_only=True (CPU: a session that computes in the numpy tier for good)."""
         if self.target == "cuda":
             from .cuda_session import CudaSession
 
@@ -89,24 +138,32 @@ class Executable:
             "graph_nodes": len(self.graph.nodes),
             "segments": len(self.schedule.steps),
             "static_segments": self.plan.n_static,
-            "kernels": len(self.kernels),
+            "kernels": len(self.schedule.patterns),
             "cache": dict(self.cache_stats),
             "arena_bytes": self.memory.class_bytes(),
             "total_bytes": self.memory.total_bytes,
             "mode": self.mode,
             "target": self.target,
+            "tier": self.tier,
         }
 
     def kernel_source(self, k: Union[int, str] = 0) -> str:
         """Generated source of kernel k (its index, pattern name or key), or 'dispatcher'."""
         if k == "dispatcher":
+            if self.target == "cpu" and not self.dispatcher_source:  # still compiling
+                return dispatcher_unit().source
             if not self.dispatcher_source:  # a GPU's steps are launched from Python
                 raise KeyError(f"target {self.target!r} has no compiled dispatcher")
             return self.dispatcher_source
         for i, kern in enumerate(self.kernels):
             if k in (i, kern.pattern.name, kern.key):
                 return kern.source
-        raise KeyError(f"no kernel {k!r}; kernels: {[kern.pattern.name for kern in self.kernels]}")
+        if self.tier == "numpy":  # the kernels are compiling: their sources are known
+            for i, pattern in enumerate(self.schedule.patterns):
+                if k in (i, pattern.name):
+                    return kernel_unit(pattern).source
+        names = [p.name for p in self.schedule.patterns]
+        raise KeyError(f"no kernel {k!r}; kernels: {names}")
 
     def kernel_asm(self, k: Union[int, str] = 0) -> str:
         """The machine code of CPU kernel k (index, pattern name or key) as assembly text,
@@ -131,6 +188,9 @@ class Executable:
                  "arenas (bytes): " + ", ".join(f"{c} {b}" for c, b in m.class_bytes().items())
                  + f"; total {m.total_bytes}",
                  f"kernels ({len(self.kernels)}):"]
+        if self.tier == "numpy":
+            lines[-1] = f"kernels ({len(self.schedule.patterns)}, compiling; steps run in numpy):"
+            lines += [f"  K{i} {p.name}" for i, p in enumerate(self.schedule.patterns)]
         lines += [f"  K{i} {k.pattern.name}  key {k.key[:16]}" for i, k in enumerate(self.kernels)]
         static = f", the first {self.plan.n_static} static" if self.plan.n_static else ""
         lines.append(f"schedule ({len(self.schedule.steps)} steps{static}):")
@@ -154,7 +214,9 @@ class Executable:
 
     def save(self, path: Union[str, os.PathLike]) -> None:
         """The programs, specs and options as JSON; `load` re-plans (cheap) and takes the
-        kernels from the disk cache, so a saved executable runs under CATBP_JIT_CACHE=strict."""
+        kernels from the disk cache, so a saved executable runs under CATBP_JIT_CACHE=strict.
+        In the numpy tier it waits for the kernels first (they are what it records)."""
+        self.wait()
         doc = saved_document(self.programs, self.semiring, self.mode, self.target,
                              self.factor_specs, self.selector_specs, self.slot_specs,
                              self.kernels, self.plan.options.exact)
@@ -195,8 +257,8 @@ class SavedExecutableError(CatbpError, ValueError):
     """A file that `load` cannot read as a saved executable."""
 
 
-def load(path: Union[str, os.PathLike], *,
-         cache: Optional[KernelCache] = None) -> Union[Executable, "BatchedExecutable"]:
+def load(path: Union[str, os.PathLike], *, cache: Optional[KernelCache] = None,
+         tier: Optional[str] = None) -> Union[Executable, "BatchedExecutable"]:
     """The Executable (or BatchedExecutable) saved at `path` by its save(). A file that is
     not one (binary, truncated, another JSON document, a field of the wrong kind) raises
     SavedExecutableError naming the file and the field; a missing file FileNotFoundError."""
@@ -270,8 +332,8 @@ def load(path: Union[str, os.PathLike], *,
         check_saved_kernels(where, saved, {identity_digest(p, target) for pl in plans
                                            for p in pl.schedule.patterns})
     if batched:
-        return build_batched(bplan, target=target, mode=mode, cache=cache)
-    return build(plans[0], target=target, mode=mode, cache=cache)
+        return build_batched(bplan, target=target, mode=mode, cache=cache, tier=tier)
+    return build(plans[0], target=target, mode=mode, cache=cache, tier=tier)
 
 
 def check_saved_kernels(where: str, saved: List[str], planned: set) -> None:
@@ -316,8 +378,8 @@ def compile(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
             workers: Optional[int] = None, batched_factors: Optional[Any] = None,
             batched_selectors: Optional[Any] = None, buckets: Optional[Any] = None,
             options: Optional[PlanOptions] = None, static_factors: Optional[Any] = None,
-            static_selectors: Optional[Any] = None,
-            exact: Optional[bool] = None) -> Union[Executable, "BatchedExecutable"]:
+            static_selectors: Optional[Any] = None, exact: Optional[bool] = None,
+            tier: Optional[str] = None) -> Union[Executable, "BatchedExecutable"]:
     """Plan, lower and compile linked programs for inputs of the given specs.
 
     programs: one program or a list run in order with slots carried over (upward,
@@ -346,6 +408,11 @@ def compile(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
     static_factors / static_selectors: ids of inputs whose values stay fixed until a run
     gives them again; the segments computed from them alone run only then (partial
     evaluation, plan/static.py and Session.run). Not with batched inputs.
+
+    tier: "auto" (the default, or $CATBP_JIT_TIER) returns at once when kernels are cold
+    and numpy can stand in for them: the first runs compute the same bits in numpy while
+    worker processes compile the kernels, and later runs use them (tiers.py; `exe.tier`,
+    `exe.wait()`). "compiled" waits for every kernel here.
     """
     options = plan_options(target, options, max_bytes, max_total_bytes, exact)
     static = static_inputs(static_factors, static_selectors)
@@ -365,11 +432,11 @@ def compile(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
                                max_total_bytes=max_total_bytes, progress=progress,
                                workers=workers, batched_factors=batched_factors or (),
                                batched_selectors=batched_selectors or (), buckets=buckets,
-                               options=options)
+                               options=options, tier=tier)
     the_plan = plan_adapted(*adapt_inputs(programs, sr, factor_specs, selector_specs,
                                           slot_specs, target, mode), options, static=static)
     return build(the_plan, target=target, mode=mode, cache=cache, progress=progress,
-                 workers=workers)
+                 workers=workers, tier=tier)
 
 
 def static_inputs(factors: Optional[Any], selectors: Optional[Any]) -> StaticInputs:
@@ -432,16 +499,52 @@ def adapt_inputs(programs: Any, sr: Any, factor_specs: Mapping[int, Any],
 
 def build(plan: Plan, *, target: str = "cpu", mode: str = "compiled",
           cache: Optional[KernelCache] = None, progress: Optional[Callable[[str], None]] = None,
-          workers: Optional[int] = None) -> Executable:
-    """The kernels of a plan's schedule for a target, from the disk cache or compiled."""
+          workers: Optional[int] = None, tier: Optional[str] = None) -> Executable:
+    """The kernels of a plan's schedule for a target, from the disk cache or compiled.
+    tier: "auto" (default: $CATBP_JIT_TIER, else auto) returns at once when kernels are
+    cold and the numpy tier can stand in for them (tiers.py); "compiled" waits for them."""
     if target == "cuda":
         from .codegen.cuda_build import build_cuda
 
         return build_cuda(plan, mode=mode, cache=cache, progress=progress)
-    schedule = plan.schedule
     cache = cache or default_cache()
-    before = dict(cache.stats)
     say = progress or (lambda line: None)
+    background = background_build([plan], cache, workers, tier, say)
+    if background is not None:
+        build_, stats = background
+        return Executable(plan, mode, target, [], cache_stats=dict(stats), tier="numpy",
+                          kernel_build=build_)
+    return build_compiled(plan, mode, cache, say, workers)
+
+
+def background_build(plans: List[Plan], cache: KernelCache, workers: Optional[int],
+                     tier: Optional[str], say: Callable[[str], None]):
+    """(a KernelBuild of the plans' cold kernels, cache stats) when their executables
+    should start in the numpy tier (tiers.py), else None: compile() then waits. The first
+    plan is the one whose size decides (a batched executable's smallest bucket: numpy's
+    cost per row)."""
+    if resolve_tier(tier) != "auto" or cache.policy != "fallback":
+        return None
+    if not all(interpretable(p) for p in plans) or not numpy_tier_fits(plans[0]):
+        return None
+    n_workers = min(WorkerOptions.resolve(workers).workers, available_cpus())
+    if n_workers < 1:  # 0: no worker processes wanted; compile here, and wait
+        return None
+    patterns = sorted({p for plan in plans for p in plan.schedule.patterns}, key=lambda p: p.name)
+    units = [kernel_unit(p) for p in patterns] + [dispatcher_unit()]
+    cold = [u for u in units if cache.check(u.identity, u.source)[0] != "ok"]
+    if not cold:
+        return None
+    stats = {"hits": len(units) - len(cold), "misses": len(cold), "compiled": 0,
+             "compiled_in_background": len(cold)}
+    return start_build(patterns, cold, cache, min(n_workers, len(cold)), say), stats
+
+
+def build_compiled(plan: Plan, mode: str, cache: KernelCache, say: Callable[[str], None],
+                   workers: Optional[int]) -> Executable:
+    """The compiled tier at once: every kernel loaded, compiled first where cold."""
+    schedule = plan.schedule
+    before = dict(cache.stats)
     in_workers = _compile_cold_in_workers(schedule.patterns, cache,
                                           WorkerOptions.resolve(workers), say)
     kernels = []
@@ -458,7 +561,7 @@ def build(plan: Plan, *, target: str = "cpu", mode: str = "compiled",
         used.update(hits=used["hits"] - in_workers, misses=used["misses"] + in_workers,
                     compiled_in_workers=in_workers)
     addresses = np.array([k.address for k in kernels], dtype=np.int64)
-    return Executable(plan, mode, target, kernels, dispatcher, dsource, used, addresses)
+    return Executable(plan, mode, "cpu", kernels, dispatcher, dsource, used, addresses)
 
 
 def _compile_cold_in_workers(patterns, cache: KernelCache, options: WorkerOptions,

@@ -1,6 +1,10 @@
 """Session: an executable bound to its memory. `run` copies inputs in and walks the
 schedule; it allocates nothing (no numpy buffer, a constant number of Numba NRT records).
 
+Tiers (tiers.py): while the executable's kernels compile in the background, `run`
+computes the steps with numpy (numpy_steps.py: the same bits, with temporaries); the first
+run after they have come switches to them, between runs, over the same buffer.
+
 Static inputs (compile(static_factors=..., static_selectors=...), plan/static.py): the
 schedule's first `plan.n_static` steps read only static inputs, constants and each other.
 They run in the first run after bind and in every run that is given a value for any
@@ -19,6 +23,7 @@ from . import abi
 from .errors import InputMismatchError, UnknownInputError
 from .ir.adapt import adapt_slot_key
 from .ir.schema import TensorSpec
+from .numpy_steps import numpy_steps
 from .plan.arena import ALIGN_BYTES
 from .plan.pipeline import (CONSTANT, FACTOR_INPUT, RESULT, SELECTOR_INPUT, SLOT_INPUT,
                             Binding)
@@ -36,10 +41,11 @@ def aligned_empty(n: int, dtype: np.dtype) -> np.ndarray:
 
 class Session:
     def __init__(self, exe, *, before: Optional[Hook] = None, after: Optional[Hook] = None,
-                 mem: Optional[np.ndarray] = None):
+                 mem: Optional[np.ndarray] = None, numpy_only: bool = False):
         """mem: a buffer of at least exe.memory.total elements to work in instead of a
         new one (the bucket sessions of a batched executable share one); its owner then
-        calls fill_constants() whenever another session wrote over it."""
+        calls fill_constants() whenever another session wrote over it. numpy_only: stay in
+        the numpy tier for good (a check of the kernels against it, tiers.py)."""
         self.exe = exe
         self.mem = aligned_empty(exe.memory.total, exe.dtype) if mem is None else mem
         self.table = exe.schedule.table.copy()  # kernels keep loop counters in its tail
@@ -64,10 +70,14 @@ class Session:
         self._n_steps = len(exe.schedule.steps)
         self._n_static = exe.plan.n_static
         self._static = exe.plan.static
-        self._prepare()
+        self._numpy_steps = None  # the numpy tier's steps, made on first need
+        self._numpy_only = numpy_only
+        self.compiled = not numpy_only and exe.ready()  # False: in the numpy tier (tiers.py)
+        if self.compiled:
+            self._prepare()
 
     def _prepare(self) -> None:
-        """What the CPU's run needs, worked out once."""
+        """What the compiled tier's run needs, worked out once."""
         exe = self.exe
         # kernels get addresses, not arrays: no NRT record per call (the executable keeps
         # the kernel address array alive, this session its buffer and table)
@@ -162,6 +172,9 @@ class Session:
         """
         if factors or selectors or slots or self._unset:
             self._bind_inputs(factors, selectors, slots)
+        if not self.compiled and not self._numpy_only and self.exe.ready():  # they came: switch
+            self._prepare()
+            self.compiled = True
         self._execute(0 if self.stale else self._n_static)
         self.stale = False
         return self.slots
@@ -172,6 +185,8 @@ class Session:
 
     def _execute(self, first: int) -> None:
         """Run steps first..n-1 (first: 0, or the first dynamic step)."""
+        if not self.compiled:
+            return self._execute_numpy(first)
         if self.exe.mode == "compiled":
             self.exe.dispatcher(*(self._dispatch_args if first == 0 else self._dynamic_args))
         elif self.before is None and self.after is None:
@@ -187,6 +202,18 @@ class Session:
                 fn(*args)
                 if self.after is not None:
                     self.after(i, steps[i])
+
+
+    def _execute_numpy(self, first: int) -> None:
+        if self._numpy_steps is None:
+            self._numpy_steps = numpy_steps(self.exe.plan, self.mem, self.table)
+        steps = self.exe.schedule.steps
+        for i in range(first, self._n_steps):
+            if self.before is not None:
+                self.before(i, steps[i])
+            self._numpy_steps[i]()
+            if self.after is not None:
+                self.after(i, steps[i])
 
 
 def dynamic_table(table: np.ndarray, n_static: int, n_steps: int) -> np.ndarray:

@@ -4,6 +4,10 @@ import os
 # (a GPU machine runs the same tests with NUMBA_ENABLE_CUDASIM=0). Numba reads this when it
 # is first imported, so it is set before anything imports it.
 os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+# compile() waits for its kernels here (the numpy tier and its switch are tested where a
+# test asks for tier="auto"): a test that checks kernels gets them, and no test leaves
+# worker processes compiling behind it.
+os.environ["CATBP_JIT_TIER"] = "compiled"
 
 from pathlib import Path
 

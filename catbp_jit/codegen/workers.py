@@ -94,13 +94,15 @@ _WORKER = "import sys; from catbp_jit.codegen.workers import main; sys.exit(main
 
 
 class _Worker:
-    def __init__(self, directory: str):
+    def __init__(self, directory: str, units_file: Optional[str] = None):
+        """units_file: the worker's whole list (compile_detached), else units come on stdin."""
         self.stderr = tempfile.TemporaryFile()
         env = dict(os.environ, **{ENV: "0"})  # a worker never starts workers of its own
+        args = [os.path.abspath(directory)] + ([units_file] if units_file else [])
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", _WORKER, os.path.abspath(directory)], cwd=_ROOT,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, env=env,
-            text=True, encoding="utf-8")
+            [sys.executable, "-c", _WORKER] + args, cwd=_ROOT,
+            stdin=subprocess.DEVNULL if units_file else subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=self.stderr, env=env, text=True, encoding="utf-8")
 
     def compile(self, unit: CompileUnit) -> dict:
         try:
@@ -123,7 +125,8 @@ class _Worker:
         It is reaped in the background: its interpreter takes a while to shut down, and
         the caller has nothing more to wait for."""
         try:
-            self.proc.stdin.close()
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
         except OSError:
             pass
         threading.Thread(target=self._reap, daemon=True).start()
@@ -235,8 +238,78 @@ def compile_in_workers(units: Sequence[CompileUnit], cache: "KernelCache", n_wor
     return sum(finished.values())
 
 
+def compile_detached(units: Sequence[CompileUnit], cache: "KernelCache", n_workers: int,
+                     on_done: Optional[Callable[[CompileUnit, float], None]] = None) -> None:
+    """Compile `units` into `cache` with n_workers processes while this process goes on
+    with other work (the numpy tier, tiers.py), waiting only for their replies.
+
+    Every worker is given every unit, starting at a different place in the list (worker i
+    at i * n / n_workers), in a file of its own that it reads and deletes as it starts:
+    so the workers finish compiling the lot even when this process exits first (a script
+    that ran once in the numpy tier leaves its next run a warm cache). A worker passes
+    over a unit another one has finished (its cache entry checks out), and waits on the
+    entry's lock for one another is compiling, so each unit is compiled once.
+
+    Returns when every unit is compiled; raises KernelCompileError as compile_in_workers
+    does (a unit every worker failed, or one no worker got to)."""
+    n = len(units)
+    if not n:
+        return
+    count = max(1, min(n_workers, n))
+    done: "queue.Queue" = queue.Queue()
+    workers: List[_Worker] = []
+    for i in range(count):
+        order = list(range(i * n // count, n)) + list(range(i * n // count))
+        fd, path = tempfile.mkstemp(prefix="catbp_jit_units_", suffix=".jsonl")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.writelines(json.dumps(asdict(units[j])) + "\n" for j in order)
+        try:
+            worker = _Worker(cache.directory, path)
+        except OSError:  # no interpreter to start: what is left compiles here, below
+            os.unlink(path)
+            break
+        workers.append(worker)
+        threading.Thread(target=_listen, args=(worker, order, done), daemon=True).start()
+    if not workers:
+        compile_in_workers(units, cache, 1, on_done and (lambda u, s, w: on_done(u, s)))
+        return
+    ok: Dict[int, bool] = {}
+    errors: Dict[int, str] = {}
+    running = len(workers)
+    while len(ok) < n and running:
+        j, reply = done.get()
+        if j is None:  # a worker went through its list (or died)
+            running -= 1
+        elif reply.get("ok"):
+            if j not in ok and on_done is not None:
+                on_done(units[j], reply.get("seconds", 0.0))
+            ok[j] = True
+        else:
+            errors.setdefault(j, reply.get("error", "no reason given"))
+    for worker in workers:
+        worker.close()
+    failed = [j for j in range(n) if j not in ok]
+    if failed:
+        reason = errors.get(failed[0], "not compiled: every worker process had exited")
+        others = [units[j].name for j in failed[1:]]
+        raise KernelCompileError(
+            f"kernel {units[failed[0]].name} (cache {cache.directory!r}) failed to compile in "
+            f"a worker process: {reason}" + (f" (also failed: {', '.join(others)})" if others else ""))
+
+
+def _listen(worker: _Worker, order: List[int], done: "queue.Queue") -> None:
+    """Pass a detached worker's replies on, as (unit index, reply), then (None, worker)."""
+    for j in order:
+        line = worker.proc.stdout.readline()
+        if not line:
+            break
+        done.put((j, json.loads(line)))
+    done.put((None, worker))
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """The worker: compile each unit read from stdin into the cache directory argv[0]."""
+    """The worker: compile each unit read from stdin (or from the file argv[1], which it
+    deletes) into the cache directory argv[0], replying on stdout after each."""
     from ..cache import KernelCache
     from .loader import load_unit
 
@@ -246,15 +319,29 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     replies = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)
     cache = KernelCache(argv[0], policy="fallback")
-    for line in sys.stdin:
+    lines = sys.stdin
+    if len(argv) > 1:  # compile_detached: the whole list in a file, ours to delete
+        with open(argv[1], encoding="utf-8") as f:
+            lines = f.readlines()
+        os.unlink(argv[1])
+    parent = True  # still reading the replies (a detached parent may have exited)
+    for line in lines:
         unit = CompileUnit(**json.loads(line))
         started = time.perf_counter()
         try:
-            load_unit(unit, cache)
+            # another worker may have compiled it already (compile_detached): then there is
+            # nothing to load here
+            if cache.check(unit.identity, unit.source)[0] != "ok":
+                load_unit(unit, cache)
             reply = {"ok": True}
         except Exception as e:  # reported to the parent, which names the kernel
             reply = {"ok": False, "error": _quote(f"{type(e).__name__}: {e}")}
         reply["seconds"] = time.perf_counter() - started
-        replies.write(json.dumps(reply) + "\n")
-        replies.flush()
+        reply["unit"] = unit.name
+        if parent:
+            try:
+                replies.write(json.dumps(reply) + "\n")
+                replies.flush()
+            except OSError:  # the parent is gone: compile the rest into the cache anyway
+                parent = False
     return 0

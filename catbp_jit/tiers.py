@@ -1,0 +1,118 @@
+"""Tiers: answers from the first run while the kernels compile in the background.
+
+A CPU executable computes its steps in one of two tiers, over the same buffer and table:
+
+- `numpy` (numpy_steps.py): nothing to compile, the kernels' very bits, slower;
+- `compiled`: the Numba kernels (codegen/cpu.py), from the disk cache or compiled.
+
+`compile(..., tier="auto")`, the default, returns at once when some kernel is cold: its
+sessions run in the numpy tier while a thread of this process has the cold kernels
+compiled by worker processes into the disk cache (codegen/workers.compile_detached) and
+then loads them; a session takes them at the start of its next run. `tier="compiled"`
+(or CATBP_JIT_TIER=compiled) waits for the kernels inside compile(), as a benchmark wants.
+
+The numpy tier is used only where it is a sure gain: the CPU target, the `fallback`
+cache policy (`strict` compiles nothing and `off` has no disk for workers to share),
+exact plans (the reassociating mode's GEMM steps sum in BLAS's order) and programs small
+enough for numpy (NUMPY_TIER_MAX_WORK). Otherwise compile() waits, as before.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import warnings
+from typing import Callable, Dict, List, Optional, Sequence
+
+from .numpy_steps import interpretable
+from .plan.pipeline import Plan
+
+TIERS = ("auto", "compiled")
+ENV = "CATBP_JIT_TIER"
+# About a second of numpy per run (products and in-order sums run at some 10^7 terms a
+# second here; LOGPROB's C-library exp at some 10^6): a bigger program waits for kernels.
+NUMPY_TIER_MAX_WORK = 1 << 24
+LOGPROB_MAX_WORK = 1 << 20
+
+log = logging.getLogger("catbp_jit.tiers")
+
+
+class TierError(ValueError):
+    """A tier that is not one of TIERS."""
+
+
+def resolve_tier(tier: Optional[str] = None) -> str:
+    """`tier` if given, else $CATBP_JIT_TIER, else "auto"."""
+    given = tier if tier is not None else (os.environ.get(ENV, "").strip() or "auto")
+    if given not in TIERS:
+        source = "tier" if tier is not None else ENV
+        raise TierError(f"{source} must be one of {', '.join(TIERS)}, not {given!r}")
+    return given
+
+
+def numpy_tier_fits(plan: Plan) -> bool:
+    """Whether numpy can run the plan's steps, and in about a second."""
+    if not interpretable(plan):
+        return False
+    work = sum(st.work for st in plan.schedule.steps)
+    limit = LOGPROB_MAX_WORK if plan.semiring.name == "LOGPROB" else NUMPY_TIER_MAX_WORK
+    return work <= limit
+
+
+class KernelBuild:
+    """The kernels of some patterns, compiled and loaded on a thread of this process:
+    `result` holds them (pattern -> Kernel, and the dispatcher) once `done` is set, or
+    `error` says why not. One build serves every executable it was started for (a
+    batched executable's buckets share their kernels)."""
+
+    def __init__(self, compile_cold: Callable[[], None], load: Callable[[], tuple]):
+        self.done = threading.Event()
+        self.result: Optional[tuple] = None
+        self.error: Optional[BaseException] = None
+        self.started = time.perf_counter()
+        self.seconds: Optional[float] = None
+
+        def work() -> None:
+            try:
+                compile_cold()
+                self.result = load()
+            except BaseException as e:  # kept for the sessions, which stay in the numpy tier
+                self.error = e
+            self.seconds = time.perf_counter() - self.started
+            self.done.set()
+
+        self._thread = threading.Thread(target=work, name="catbp_jit kernels", daemon=True)
+        self._thread.start()
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        return self.done.wait(timeout)
+
+
+def start_build(patterns: Sequence, cold: List, cache, n_workers: int,
+                say: Callable[[str], None]) -> KernelBuild:
+    """A KernelBuild of `patterns` whose `cold` units (kernels and dispatcher) compile in
+    n_workers worker processes first."""
+    from .codegen.loader import load_dispatcher, load_kernel
+    from .codegen.workers import compile_detached
+
+    def compile_cold() -> None:
+        say(f"compiling {len(cold)} kernels in {n_workers} background processes")
+        compile_detached(cold, cache, n_workers, lambda unit, seconds: say(
+            f"compiled {unit.name} in {seconds:.1f} s in a worker"))
+
+    def load() -> tuple:
+        kernels: Dict = {p: load_kernel(p, cache) for p in patterns}
+        return kernels, load_dispatcher(cache)
+
+    return KernelBuild(compile_cold, load)
+
+
+def report_failure(build: KernelBuild, what: str) -> None:
+    """Say once, as a warning, that the kernels of `what` will not come: its sessions go
+    on in the numpy tier (the same answers, more slowly)."""
+    warnings.warn(f"{what}: its kernels failed to compile in the background, so it keeps "
+                  f"running in the numpy tier (the same results, slower): {build.error}",
+                  RuntimeWarning, stacklevel=3)
+    log.warning("kernels failed for %s: %s", what, build.error)
