@@ -86,6 +86,7 @@ from numba.core.caching import (CompileResultCacheImpl, FunctionCache, IndexData
 from numba.core.compiler_lock import global_compiler_lock
 from numba.core.registry import CPUDispatcher
 
+from . import environment
 from .errors import CatbpError
 
 try:  # POSIX advisory locks; Windows falls back to msvcrt byte-range locks.
@@ -97,7 +98,7 @@ except ImportError:  # pragma: no cover - not exercised on Linux CI
 # Bump to invalidate every cache entry (e.g. when the generated code's conventions change).
 CODEGEN_VERSION = "1"
 
-POLICIES = ("fallback", "strict", "off")
+POLICIES = environment.CACHE_POLICIES
 MANIFEST_FORMAT = 1
 _SHORT = 40  # key characters in file names (160 bits)
 _HEADER_RE = re.compile(r"^# catbp_jit kernel sha256=([0-9a-f]{64}) key=([0-9a-f]{64})$")
@@ -178,9 +179,9 @@ def kernel_key(pattern: dict, target: str = "cpu") -> str:
 
 def default_cache_dir() -> str:
     """$CATBP_JIT_CACHE_DIR, else the platform's user cache directory."""
-    env = os.environ.get("CATBP_JIT_CACHE_DIR")
+    env = environment.cache_dir()
     if env:
-        return os.path.abspath(os.path.expanduser(env))
+        return env
     home = os.path.expanduser("~")
     if sys.platform == "win32":  # pragma: no cover
         base = os.environ.get("LOCALAPPDATA") or os.path.join(home, "AppData", "Local")
@@ -197,9 +198,9 @@ def default_cache_dir() -> str:
 def key_file_path() -> str:
     """$CATBP_JIT_KEY_FILE, else the user's config directory: outside the cache, so that
     whoever can write the cache cannot also sign its manifests."""
-    env = os.environ.get("CATBP_JIT_KEY_FILE")
+    env = environment.key_file()
     if env:
-        return os.path.abspath(os.path.expanduser(env))
+        return env
     xdg = os.environ.get("XDG_CONFIG_HOME")
     base = xdg if xdg and os.path.isabs(xdg) else os.path.join(os.path.expanduser("~"), ".config")
     return os.path.join(base, "catbp_jit", "cache.key")
@@ -820,7 +821,7 @@ class KernelCache:
     def __init__(self, directory: Optional[str] = None, policy: Optional[str] = None, *,
                  lock_timeout: Optional[float] = None, trust_owner: Optional[bool] = None):
         self.directory = os.path.abspath(directory) if directory else default_cache_dir()
-        policy = policy or os.environ.get("CATBP_JIT_CACHE") or "fallback"
+        policy = policy or environment.cache_policy() or "fallback"
         policy = policy.strip().lower()
         if policy not in POLICIES:
             raise ValueError(f"cache policy must be one of {POLICIES}, not {policy!r}")
@@ -829,16 +830,14 @@ class KernelCache:
                                       "memo_hits": 0}
         self._memo: Dict[str, _Loaded] = {}
         if lock_timeout is None:
-            env = os.environ.get("CATBP_JIT_LOCK_TIMEOUT")
-            try:
-                lock_timeout = float(env) if env else DEFAULT_LOCK_TIMEOUT
-            except ValueError:
-                raise ValueError(f"CATBP_JIT_LOCK_TIMEOUT={env!r} is not a number of "
-                                 f"seconds") from None
+            lock_timeout = environment.lock_timeout()
+            lock_timeout = DEFAULT_LOCK_TIMEOUT if lock_timeout is None else lock_timeout
+        elif not 0 <= lock_timeout <= threading.TIMEOUT_MAX:  # also NaN
+            raise ValueError(f"lock_timeout must be a number of seconds from 0 to "
+                             f"{threading.TIMEOUT_MAX:.0f}, not {lock_timeout!r}")
         self.lock_timeout = float(lock_timeout)
         if trust_owner is None:
-            trust_owner = os.environ.get("CATBP_JIT_TRUSTED_CACHE", "").strip().lower() in (
-                "1", "true", "yes")
+            trust_owner = environment.trusted_cache()
         self.trust_owner = bool(trust_owner)
         self._access: Optional[_Access] = None  # settled by _prepare_dir
         self._bypassed: Optional[str] = None  # why the disk is not used (fallback only)

@@ -22,6 +22,7 @@ from catbp_jit.cache import KernelCache
 from catbp_jit.codegen import workers as workers_mod
 from catbp_jit.codegen.loader import CompileUnit
 from catbp_jit.codegen.workers import KernelCompileError, WorkerOptions, compile_in_workers
+from catbp_jit.environment import EnvironmentSettingError
 
 from jit_helpers import inputs
 
@@ -179,7 +180,7 @@ def test_worker_options(monkeypatch):
     assert WorkerOptions.resolve().workers == 3
     assert WorkerOptions.resolve(0).workers == 0  # an explicit value wins
     monkeypatch.setenv(workers_mod.ENV, "many")
-    with pytest.raises(workers_mod.WorkerOptionError, match=workers_mod.ENV):
+    with pytest.raises(EnvironmentSettingError, match=workers_mod.ENV):
         WorkerOptions.resolve()
     monkeypatch.delenv(workers_mod.ENV)
     assert WorkerOptions.resolve().workers == workers_mod.available_cpus()
