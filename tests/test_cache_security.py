@@ -358,3 +358,32 @@ def test_command_line_reports_an_untrusted_cache_in_one_line(tmp_path, monkeypat
     assert "\n" not in err and "Traceback" not in err, err
     assert err.startswith("catbp-jit: error: kernel cache directory refused: ")
     assert f"{cache_dir} is writable by group or others (mode 0777)" in err
+
+
+# ---------------------------------------------------------------------------- 4. the suite
+
+def test_the_suite_never_touches_the_users_cache(tmp_path):
+    # The user's cache signed with the suite's key would fail its MACs on the user's next
+    # run (every kernel rebuilt); so tests/conftest.py gives the suite a cache and a key of
+    # its own, whatever the environment says.
+    from pathlib import Path
+
+    user_cache, user_key = tmp_path / "user_cache", tmp_path / "user.key"
+    env = dict(os.environ, CATBP_JIT_CACHE_DIR=str(user_cache), CATBP_JIT_KEY_FILE=str(user_key))
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        f"--basetemp={tmp_path / 'inner'}",
+                        f"{__file__}::test_the_suite_has_a_cache_of_its_own"],
+                       cwd=Path(__file__).resolve().parents[1], env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert not user_cache.exists() and not user_key.exists()
+
+
+def test_the_suite_has_a_cache_of_its_own(tmp_path_factory):
+    from pathlib import Path
+
+    base = tmp_path_factory.getbasetemp()
+    kc = KernelCache()
+    assert Path(kc.directory).is_relative_to(base), kc.directory
+    assert Path(cache_mod.key_file_path()).is_relative_to(base)
+    assert kc.get(pattern(53), source(53), "kernel", SIG)(2, 3) == 58
