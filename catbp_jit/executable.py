@@ -34,7 +34,7 @@ from .plan.options import PlanOptions
 from .plan.pipeline import Plan, plan as plan_adapted
 from .plan.schedule import Schedule
 from .plan.static import StaticInputs
-from .semiring import VMSemiringRuntime, adapt_semiring
+from .semiring import VMSemiringRuntime, adapt_semiring, check_compiled_dtype
 
 MODES = ("compiled", "loop")
 TARGETS = ("cpu", "cuda")
@@ -423,6 +423,7 @@ def adapt_inputs(programs: Any, sr: Any, factor_specs: Mapping[int, Any],
     if target not in TARGETS:
         raise ValueError(f"target {target!r} is not available (available: {', '.join(TARGETS)})")
     sr = adapt_semiring(sr)
+    check_compiled_dtype(sr)  # before any planning
     progs = adapt_programs(programs)
     fspecs = {int(k): adapt_spec(v) for k, v in (factor_specs or {}).items()}
     sspecs = {int(k): adapt_spec(v) for k, v in (selector_specs or {}).items()}

@@ -510,3 +510,30 @@ def test_good_environment_values_are_read(monkeypatch, name, value, parsed):
     monkeypatch.setenv(name, value)
     assert environment.READERS[name]() == parsed
     environment.check_all()
+
+
+# ---------------------------------------------------------------------------------------
+# Semiring dtypes the kernels do not support
+
+
+@pytest.mark.parametrize("name, dtype", [("prob", "float16"), ("logprob", "int8"),
+                                         ("count", "int8"), ("prob", "complex128")])
+def test_compile_refuses_a_dtype_it_has_no_kernels_for(name, dtype):
+    import catbp_jit as cj
+    from catbp_jit.frontend import compile_model
+    from catbp_jit.semiring import SEMIRINGS, SemiringDtypeError
+    g = factor_graph({"a": 2, "b": 2}, [(("a",), [0.3, 0.7]),
+                                        (("a", "b"), [[0.9, 0.1], [0.2, 0.8]])])
+    m = compile_model(g, target="reference")
+    sr = cj.make_semiring(name, dtype)
+    supported = ", ".join(SEMIRINGS[name.upper()].dtypes)
+    message = (f"semiring {name.upper()} in {dtype}: compiled kernels exist for {supported} "
+               f"only")
+    for target in ("cpu", "cuda"):
+        with pytest.raises(SemiringDtypeError, match=message):
+            cj.compile(m.programs, sr, factor_specs=m.factor_specs, target=target)
+    with pytest.raises(SemiringDtypeError, match=message):  # before any planning
+        compile_model(g, name, dtype=dtype)
+    assert issubclass(SemiringDtypeError, ValueError)
+    if dtype == "float16":  # the reference interpreter takes any numpy dtype, as CatBP's
+        assert compile_model(g, name, dtype=dtype, target="reference").solve().Z == 1
