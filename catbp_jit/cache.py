@@ -840,6 +840,9 @@ class KernelCache:
             trust_owner = environment.trusted_cache()
         self.trust_owner = bool(trust_owner)
         self._access: Optional[_Access] = None  # settled by _prepare_dir
+        # key -> why: check() found the lock held past the timeout (fallback), so get()
+        # compiles that kernel in memory at once instead of waiting for it again
+        self._busy: Dict[str, str] = {}
         self._bypassed: Optional[str] = None  # why the disk is not used (fallback only)
 
     def __repr__(self):
@@ -874,13 +877,23 @@ class KernelCache:
         return self._get_from_disk(key, pattern, source, entry, signatures, target)
 
     def check(self, pattern: dict, source: str, target: str = "cpu") -> Tuple[str, str]:
-        """("ok" | "missing" | "invalid", reason) for the entry on disk; changes nothing."""
+        """("ok" | "missing" | "invalid" | "busy", reason) for the entry on disk; changes
+        nothing. "busy": another process held the kernel's lock past the lock timeout;
+        under fallback get() then compiles it in memory, under strict this raises
+        CacheLockTimeout."""
         access = self._prepare_dir()
         if access is None:
             return "invalid", self._bypassed
-        entry = _Entry(self.directory, self.key_for(pattern, target), access)
-        with entry.lock:
-            status, reason, _ = entry.check(source)
+        key = self.key_for(pattern, target)
+        entry = _Entry(self.directory, key, access)
+        try:
+            with entry.lock:
+                status, reason, _ = entry.check(source)
+        except CacheLockTimeout as e:
+            if self.policy == "strict":
+                raise
+            self._busy[key] = str(e)
+            return "busy", str(e)
         return status, reason
 
     def clear(self) -> None:
@@ -969,20 +982,22 @@ class KernelCache:
         if access is None:
             return self._get_in_memory(key, pattern, source, entry_name, signatures, target,
                                        "disk cache bypassed (untrusted): compiled in memory")
-        try:
-            return self._get_locked(_Entry(self.directory, key, access), key, pattern,
-                                    source, entry_name, signatures, target)
-        except CacheLockTimeout as e:
-            level = logging.WARNING
-            if self.policy == "strict":
-                self._emit("refused", None, str(e), None, level, key=key, pattern=pattern,
-                           target=target)
-                raise
-            # Never touch an entry another process may be writing: compile privately.
-            self._emit("bypassed", None, str(e), None, level, key=key, pattern=pattern,
-                       target=target)
-            return self._get_in_memory(key, pattern, source, entry_name, signatures, target,
-                                       "kernel lock not acquired; compiled in memory")
+        held = self._busy.pop(key, None)  # check() has waited for this lock already
+        if held is None:
+            try:
+                return self._get_locked(_Entry(self.directory, key, access), key, pattern,
+                                        source, entry_name, signatures, target)
+            except CacheLockTimeout as e:
+                if self.policy == "strict":
+                    self._emit("refused", None, str(e), None, logging.WARNING, key=key,
+                               pattern=pattern, target=target)
+                    raise
+                held = str(e)
+        # Never touch an entry another process may be writing: compile privately.
+        self._emit("bypassed", None, f"{held}; compiled in memory instead", None,
+                   logging.WARNING, key=key, pattern=pattern, target=target)
+        return self._get_in_memory(key, pattern, source, entry_name, signatures, target,
+                                   "kernel lock not acquired; compiled in memory")
 
     def _get_locked(self, entry, key, pattern, source, entry_name, signatures, target):
         started = time.perf_counter()

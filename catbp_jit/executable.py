@@ -471,7 +471,8 @@ def _compile_cold_in_workers(patterns, cache: KernelCache, options: WorkerOption
     if cache.policy != "fallback":  # strict compiles nothing; off has no disk to share
         return 0
     units = [kernel_unit(p) for p in patterns] + [dispatcher_unit()]
-    cold = [u for u in units if cache.check(u.identity, u.source)[0] != "ok"]
+    # (a "busy" kernel, its lock held by a stalled process, is compiled here in memory)
+    cold = [u for u in units if cache.check(u.identity, u.source)[0] not in ("ok", "busy")]
     n_workers = options.pool_size(len(cold))
     if not n_workers:
         return 0
