@@ -243,6 +243,16 @@ def _write_error(directory: str) -> Optional[OSError]:
     return None
 
 
+def _not_a_directory(path: str) -> Optional[str]:
+    """`path`, or the nearest of its parents that exists, when that is not a directory."""
+    while not os.path.lexists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            return None
+        path = parent
+    return None if os.path.isdir(path) else path
+
+
 def _create_key_file(path: str) -> None:
     d = os.path.dirname(path)
     os.makedirs(d, 0o700, exist_ok=True)
@@ -395,9 +405,11 @@ class _FileLock:
             if stat.S_IMODE(st.st_mode) & 0o077 and st.st_uid == _euid():
                 os.fchmod(fd, 0o600)  # made by an older version, 0644
             self._wait(fd, timeout)
-            os.ftruncate(fd, 0)
-            os.write(fd, (f"pid {os.getpid()} on {socket.gethostname()} since "
-                          f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n").encode("utf-8", "replace"))
+            with contextlib.suppress(OSError):  # who holds it is a courtesy: a full disk
+                os.ftruncate(fd, 0)             # must not stop the locking
+                os.write(fd, (f"pid {os.getpid()} on {socket.gethostname()} since "
+                              f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n").encode("utf-8",
+                                                                                   "replace"))
         except BaseException:
             os.close(fd)
             raise
@@ -735,7 +747,7 @@ class _Loaded:
     def load_miss(self, sig, reason: Optional[str]) -> None:
         why = reason or f"no cached code for signature {sig}"
         if self.cache.policy == "strict":
-            self.cache._emit("refused", self, why, None, level=logging.WARNING)
+            self.cache._emit("refused", self, why, None)  # raised: a warning says it twice
             raise CacheMissError(f"kernel {_describe(self.pattern)} (key {self.key}): "
                                  f"{why}; policy 'strict' forbids compiling")
         self.cache._count("compiled")
@@ -804,10 +816,11 @@ class KernelCache:
     ``get`` is safe to call from several threads and processes at once: per kernel, one
     process compiles while the others wait on its lock file (at most `lock_timeout`
     seconds, then: fallback compiles in memory, strict raises ``CacheLockTimeout``) and
-    then load its result. Under fallback the directory must be writable (lock files,
-    Numba's own index updates); one that is not raises ``CacheDirError`` rather than
-    compiling every time in silence. Under strict a read-only, warm directory is used
-    as it is: nothing needs writing, so nothing is locked.
+    then load its result. Under fallback a directory that cannot be written (lock files,
+    entries, Numba's own index updates), or that fails a write later (a full disk), is
+    bypassed: one warning naming it and why, then every kernel is compiled in memory.
+    Under strict that is a ``CacheDirError``, except that a read-only, warm directory is
+    used as it is: nothing needs writing, so nothing is locked.
 
     Trust: the directory, its files and the key file must be this user's and writable by
     nobody else, and every manifest must carry this user's MAC (see ``load_secret_key``),
@@ -924,32 +937,41 @@ class KernelCache:
     # -- disk -------------------------------------------------------------------------
     def _prepare_dir(self) -> Optional[_Access]:
         """Settle once how the directory may be used: its _Access, or None when the disk
-        is bypassed (fallback, untrusted directory or key file: one warning)."""
+        is bypassed (fallback; an untrusted or unwritable directory, or key file)."""
         if self._access is None and self._bypassed is None:
             try:
                 self._access = self._settle_access()
-            except CacheTrustError as e:
-                record = {"outcome": "refused" if self.policy == "strict" else "bypassed",
-                          "reason": str(e), "directory": self.directory,
-                          "policy": self.policy}
+            except CacheDirError as e:
                 if self.policy == "strict":
-                    log.warning("%s", e, extra={"catbp_jit": record})
+                    log.info("%s", e, extra={"catbp_jit": {  # raised: said by the caller
+                        "outcome": "refused", "reason": str(e), "directory": self.directory,
+                        "policy": self.policy}})
                     raise
-                self._bypassed = str(e)
-                log.warning("%s; kernel cache bypassed, kernels are compiled in memory", e,
-                            extra={"catbp_jit": record})
+                self._bypass(e)
         return self._access
+
+    def _bypass(self, e: CacheDirError) -> None:
+        """Under fallback: use no disk from now on, and say so once (one warning)."""
+        self._access, self._bypassed = None, str(e)
+        log.warning("%s; kernel cache bypassed, kernels are compiled in memory", e,
+                    extra={"catbp_jit": {"outcome": "bypassed", "reason": str(e),
+                                         "directory": self.directory, "policy": self.policy}})
 
     def _settle_access(self) -> _Access:
         kernels = os.path.join(self.directory, "kernels")
         locks = os.path.join(self.directory, "locks")
         dirs = (self.directory, kernels, os.path.join(kernels, "__pycache__"), locks)
-        error: Optional[OSError] = None
+        error: Optional[str] = None  # why nothing can be written there
+        for d in dirs:
+            blocker = _not_a_directory(d)
+            if blocker is not None:  # makedirs would say only "File exists"
+                error = f"{blocker} is not a directory"
+                break
         try:
             for d in dirs:
                 os.makedirs(d, 0o700, exist_ok=True)
         except OSError as e:
-            error = e
+            error = error or str(e)
         for d in dirs:
             try:
                 st = os.stat(d)
@@ -962,14 +984,11 @@ class KernelCache:
                     f"which run code when loaded (chmod go-w it, or set "
                     f"CATBP_JIT_CACHE_DIR to a directory of your own)")
         for d in dirs[1:]:
-            error = error or _write_error(d)
+            failed = None if error is not None else _write_error(d)
+            error = error if failed is None else str(failed)
         warm = all(os.path.isdir(d) for d in dirs[1:3])
         if error is not None and not (self.policy == "strict" and warm):
-            raise CacheDirError(
-                f"kernel cache directory {self.directory!r} is not writable ({error}); set "
-                f"CATBP_JIT_CACHE_DIR to a writable directory, CATBP_JIT_CACHE=off to "
-                f"compile in memory, or CATBP_JIT_CACHE=strict to use a read-only warm "
-                f"cache") from error
+            raise self._unwritable(error)
         if error is None and stat.S_IMODE(os.stat(locks).st_mode) & 0o077:
             with contextlib.suppress(OSError):  # only we may open (and so hold) a lock
                 os.chmod(locks, 0o700)
@@ -977,20 +996,30 @@ class KernelCache:
         return _Access(secret, check_owner=not self.trust_owner, read_only=error is not None,
                        lock_timeout=self.lock_timeout)
 
+    def _unwritable(self, why: str) -> CacheDirError:
+        return CacheDirError(f"kernel cache directory {self.directory!r} is not writable "
+                             f"({why}); set CATBP_JIT_CACHE_DIR to a writable directory")
+
     def _get_from_disk(self, key, pattern, source, entry_name, signatures, target):
         access = self._prepare_dir()
         if access is None:
             return self._get_in_memory(key, pattern, source, entry_name, signatures, target,
-                                       "disk cache bypassed (untrusted): compiled in memory")
+                                       "disk cache bypassed: compiled in memory")
         held = self._busy.pop(key, None)  # check() has waited for this lock already
         if held is None:
             try:
                 return self._get_locked(_Entry(self.directory, key, access), key, pattern,
                                         source, entry_name, signatures, target)
+            except OSError as e:  # the disk failed mid-entry: full, gone read-only...
+                if self.policy == "strict":
+                    raise self._unwritable(str(e)) from e
+                self._bypass(self._unwritable(str(e)))  # and every later kernel too
+                return self._get_in_memory(key, pattern, source, entry_name, signatures,
+                                           target, "disk cache bypassed: compiled in memory")
             except CacheLockTimeout as e:
                 if self.policy == "strict":
-                    self._emit("refused", None, str(e), None, logging.WARNING, key=key,
-                               pattern=pattern, target=target)
+                    self._emit("refused", None, str(e), None, key=key, pattern=pattern,
+                               target=target)  # raised: a warning would say it twice
                     raise
                 held = str(e)
         # Never touch an entry another process may be writing: compile privately.
@@ -1008,8 +1037,8 @@ class KernelCache:
             status, reason, data = entry.check(source)
             if status != "ok":
                 if self.policy == "strict":
-                    self._emit("refused", None, reason, None, level=logging.WARNING,
-                               key=key, pattern=pattern, target=target)
+                    self._emit("refused", None, reason, None, key=key, pattern=pattern,
+                               target=target)
                     raise CacheMissError(
                         f"kernel {_describe(pattern)} (key {key}): {reason} in "
                         f"{self.directory!r}; policy 'strict' forbids compiling")
@@ -1017,23 +1046,14 @@ class KernelCache:
                     # Never executed: the damaged entry is deleted and rebuilt below.
                     entry.purge()
                     self._count("rebuilt")
-                entry.purge_numba_files()  # stale leftovers of a crashed writer
-                data = entry.write_source(source)
-                entry.record(format=MANIFEST_FORMAT, key=key, pattern=pattern,
-                             target=target, environment=environment_identity(),
-                             codegen_version=CODEGEN_VERSION,
-                             source_sha256=_sha256(source.encode("utf-8")),
-                             created=time.time(), pid=os.getpid())
-            loaded = self._load_module(key, pattern, target, source, entry, data)
-            fn = loaded.function(entry_name)
-            compiled_before = self.stats["compiled"]
-            if signatures:
-                self._compile_in_get(loaded, fn, signatures)
-            if self.stats["compiled"] != compiled_before or (status != "ok" and signatures):
-                # also catch dispatchers that are not ours to pin (CUDA kernels, whose
-                # compiles the load/save hooks do not see): the manifest must record
-                # every compiled file, or the next process finds the entry invalid
-                entry.record()
+            try:
+                loaded = self._write_and_load(entry, status, key, pattern, target, source,
+                                              data, entry_name, signatures)
+            except OSError:  # a full disk, say: leave no half-written entry of ours
+                if status != "ok":
+                    with contextlib.suppress(OSError):
+                        entry.purge()
+                raise
         seconds = time.perf_counter() - started
         self._memo[key] = loaded
         if status == "ok" and loaded.get_misses == 0:
@@ -1050,7 +1070,31 @@ class KernelCache:
                 why += "; compilation deferred to the first call"
             level = logging.WARNING if outcome == "rebuilt" else logging.INFO
             self._emit(outcome, loaded, why, seconds, level=level)
-        return fn
+        return loaded.function(entry_name)
+
+    def _write_and_load(self, entry, status, key, pattern, target, source, data,
+                        entry_name, signatures) -> _Loaded:
+        """Write the entry unless it is there ("ok"), load it, compile `signatures` into it
+        (kernel lock held)."""
+        if status != "ok":
+            entry.purge_numba_files()  # stale leftovers of a crashed writer
+            data = entry.write_source(source)
+            entry.record(format=MANIFEST_FORMAT, key=key, pattern=pattern,
+                         target=target, environment=environment_identity(),
+                         codegen_version=CODEGEN_VERSION,
+                         source_sha256=_sha256(source.encode("utf-8")),
+                         created=time.time(), pid=os.getpid())
+        loaded = self._load_module(key, pattern, target, source, entry, data)
+        fn = loaded.function(entry_name)
+        compiled_before = self.stats["compiled"]
+        if signatures:
+            self._compile_in_get(loaded, fn, signatures)
+        if self.stats["compiled"] != compiled_before or (status != "ok" and signatures):
+            # also catch dispatchers that are not ours to pin (CUDA kernels, whose
+            # compiles the load/save hooks do not see): the manifest must record
+            # every compiled file, or the next process finds the entry invalid
+            entry.record()
+        return loaded
 
     def _load_module(self, key, pattern, target, source, entry, data: bytes) -> _Loaded:
         """Execute the verified bytes (not the file again: no window for a swap, and no

@@ -356,13 +356,60 @@ def test_kernel_cache_settings_are_input_errors(capsys, tmp_path, monkeypatch):
     code, _, err = run(capsys, "solve", ASIA, "-q")
     assert code == 2 and err.count("\n") == 1
     assert "CATBP_JIT_CACHE='bogus': expected one of fallback, strict, off" in err
-    blocker = tmp_path / "a_file"
-    blocker.write_text("")
-    monkeypatch.setattr(cache, "_default", None)
-    monkeypatch.setenv("CATBP_JIT_CACHE", "fallback")
-    monkeypatch.setenv("CATBP_JIT_CACHE_DIR", str(blocker / "cache"))  # under a file: unwritable
-    code, _, err = run(capsys, "solve", ASIA, "-q")
-    assert code == 2 and err.count("\n") == 1 and "is not writable" in err
+
+
+# A two-variable model: few kernels, so a solve that compiles them all in memory is quick
+SMALL_UAI = "MARKOV\n2\n2 2\n1\n2 0 1\n4\n1 2 3 4\n"
+
+# `catbp-jit ARGV...` in a fresh interpreter whose files cannot grow past LIMIT bytes
+# (RLIMIT_FSIZE; -1: no limit): a write past it fails with EFBIG, as one on a full disk
+# fails with ENOSPC. (A subprocess: the logger's one line goes to its real stderr.)
+CLI_LIMITED = r"""
+import resource, signal, sys
+limit = int(sys.argv[1])
+if limit >= 0:
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+from catbp_jit.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def run_cli(tmp_path, cache_dir, *argv, limit=-1, policy="fallback"):
+    import os
+    import subprocess
+    import sys
+    from catbp_jit.cache import KernelCache
+    KernelCache(tmp_path / "warm")._prepare_dir()  # the session's key file exists
+    env = dict(os.environ, CATBP_JIT_CACHE_DIR=str(cache_dir), CATBP_JIT_CACHE=policy,
+               CATBP_JIT_COMPILE_WORKERS="0")
+    return subprocess.run([sys.executable, "-c", CLI_LIMITED, str(limit), *argv],
+                          capture_output=True, text=True, env=env, timeout=600)
+
+
+@pytest.mark.parametrize("problem", ["a file", "a full disk"])
+def test_an_unusable_cache_directory_is_one_line_and_still_answers(tmp_path, problem):
+    model = tmp_path / "small.uai"
+    model.write_text(SMALL_UAI)
+    if problem == "a file":
+        cache_dir, limit = tmp_path / "a_file", -1
+        cache_dir.write_text("")
+        reason = "is not a directory"
+    else:
+        cache_dir, limit, reason = tmp_path / "cache", 100, "File too large"
+    r = run_cli(tmp_path, cache_dir, "solve", str(model), "-q", limit=limit)
+    assert r.returncode == 0, r.stderr
+    assert "Z:         10.0" in r.stdout
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert f"kernel cache directory {str(cache_dir)!r} is not writable (" in lines[0]
+    assert reason in lines[0] and "compiled in memory" in lines[0]
+    if problem == "a file":  # strict: an error naming the directory
+        r = run_cli(tmp_path, cache_dir, "solve", str(model), "-q", policy="strict")
+        assert r.returncode == 2 and r.stdout == "", r.stdout
+        assert r.stderr.startswith(f"catbp-jit: error: kernel cache directory "
+                                   f"{str(cache_dir)!r} is not writable (")
+        assert r.stderr.count("\n") == 1, r.stderr
 
 
 # ---------------------------------------------------------------------------------------

@@ -73,7 +73,7 @@ def load(key: PlanKey, directory: Optional[str] = None) -> Optional[CachedPlan]:
     try:
         with open(path, "rb") as f:
             data = f.read()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # (a file where the directory is)
         return None
     except OSError as e:
         warnings.warn(f"{path}: cannot read the cached plan ({e}); planning anew", PlanCacheWarning)
