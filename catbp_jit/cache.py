@@ -861,6 +861,11 @@ class KernelCache:
     def __repr__(self):
         return f"KernelCache({self.directory!r}, policy={self.policy!r})"
 
+    @property
+    def bypassed(self) -> Optional[str]:
+        """Why the disk is not used (fallback: untrusted, unwritable, full), or None."""
+        return self._bypassed
+
     def key_for(self, pattern: dict, target: str = "cpu") -> str:
         return kernel_key(pattern, target)
 
@@ -984,8 +989,9 @@ class KernelCache:
                     f"which run code when loaded (chmod go-w it, or set "
                     f"CATBP_JIT_CACHE_DIR to a directory of your own)")
         for d in dirs[1:]:
-            failed = None if error is not None else _write_error(d)
-            error = error if failed is None else str(failed)
+            if error is None:
+                failed = _write_error(d)
+                error = None if failed is None else str(failed)
         warm = all(os.path.isdir(d) for d in dirs[1:3])
         if error is not None and not (self.policy == "strict" and warm):
             raise self._unwritable(error)

@@ -474,7 +474,7 @@ def _compile_cold_in_workers(patterns, cache: KernelCache, options: WorkerOption
     # (a "busy" kernel, its lock held by a stalled process, is compiled here in memory)
     cold = [u for u in units if cache.check(u.identity, u.source)[0] not in ("ok", "busy")]
     n_workers = options.pool_size(len(cold))
-    if not n_workers:
+    if not n_workers or cache.bypassed:  # workers share kernels through the disk only
         return 0
     say(f"compiling {len(cold)} cold kernels in {n_workers} processes")
     return compile_in_workers(cold, cache, n_workers, lambda unit, seconds, in_worker: say(
