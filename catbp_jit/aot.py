@@ -92,7 +92,7 @@ def compile_ahead(programs: Any, sr: Any, *, factor_specs, selector_specs=None, 
             progress.update(1)
 
     n_workers = WorkerOptions.resolve(workers).pool_size(len(cold))
-    if cold and n_workers and cache.policy == "fallback":
+    if cold and n_workers and cache.policy == "fallback" and not cache.bypassed:
         compile_in_workers(cold, cache, n_workers, done)
     else:
         for unit in cold:

@@ -86,6 +86,7 @@ from numba.core.caching import (CompileResultCacheImpl, FunctionCache, IndexData
 from numba.core.compiler_lock import global_compiler_lock
 from numba.core.registry import CPUDispatcher
 
+from . import environment
 from .errors import CatbpError
 
 try:  # POSIX advisory locks; Windows falls back to msvcrt byte-range locks.
@@ -97,7 +98,7 @@ except ImportError:  # pragma: no cover - not exercised on Linux CI
 # Bump to invalidate every cache entry (e.g. when the generated code's conventions change).
 CODEGEN_VERSION = "1"
 
-POLICIES = ("fallback", "strict", "off")
+POLICIES = environment.CACHE_POLICIES
 MANIFEST_FORMAT = 1
 _SHORT = 40  # key characters in file names (160 bits)
 _HEADER_RE = re.compile(r"^# catbp_jit kernel sha256=([0-9a-f]{64}) key=([0-9a-f]{64})$")
@@ -178,9 +179,9 @@ def kernel_key(pattern: dict, target: str = "cpu") -> str:
 
 def default_cache_dir() -> str:
     """$CATBP_JIT_CACHE_DIR, else the platform's user cache directory."""
-    env = os.environ.get("CATBP_JIT_CACHE_DIR")
+    env = environment.cache_dir()
     if env:
-        return os.path.abspath(os.path.expanduser(env))
+        return env
     home = os.path.expanduser("~")
     if sys.platform == "win32":  # pragma: no cover
         base = os.environ.get("LOCALAPPDATA") or os.path.join(home, "AppData", "Local")
@@ -197,9 +198,9 @@ def default_cache_dir() -> str:
 def key_file_path() -> str:
     """$CATBP_JIT_KEY_FILE, else the user's config directory: outside the cache, so that
     whoever can write the cache cannot also sign its manifests."""
-    env = os.environ.get("CATBP_JIT_KEY_FILE")
+    env = environment.key_file()
     if env:
-        return os.path.abspath(os.path.expanduser(env))
+        return env
     xdg = os.environ.get("XDG_CONFIG_HOME")
     base = xdg if xdg and os.path.isabs(xdg) else os.path.join(os.path.expanduser("~"), ".config")
     return os.path.join(base, "catbp_jit", "cache.key")
@@ -240,6 +241,16 @@ def _write_error(directory: str) -> Optional[OSError]:
     except OSError as e:
         return e
     return None
+
+
+def _not_a_directory(path: str) -> Optional[str]:
+    """`path`, or the nearest of its parents that exists, when that is not a directory."""
+    while not os.path.lexists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            return None
+        path = parent
+    return None if os.path.isdir(path) else path
 
 
 def _create_key_file(path: str) -> None:
@@ -394,9 +405,11 @@ class _FileLock:
             if stat.S_IMODE(st.st_mode) & 0o077 and st.st_uid == _euid():
                 os.fchmod(fd, 0o600)  # made by an older version, 0644
             self._wait(fd, timeout)
-            os.ftruncate(fd, 0)
-            os.write(fd, (f"pid {os.getpid()} on {socket.gethostname()} since "
-                          f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n").encode("utf-8", "replace"))
+            with contextlib.suppress(OSError):  # who holds it is a courtesy: a full disk
+                os.ftruncate(fd, 0)             # must not stop the locking
+                os.write(fd, (f"pid {os.getpid()} on {socket.gethostname()} since "
+                              f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n").encode("utf-8",
+                                                                                   "replace"))
         except BaseException:
             os.close(fd)
             raise
@@ -734,7 +747,7 @@ class _Loaded:
     def load_miss(self, sig, reason: Optional[str]) -> None:
         why = reason or f"no cached code for signature {sig}"
         if self.cache.policy == "strict":
-            self.cache._emit("refused", self, why, None, level=logging.WARNING)
+            self.cache._emit("refused", self, why, None)  # raised: a warning says it twice
             raise CacheMissError(f"kernel {_describe(self.pattern)} (key {self.key}): "
                                  f"{why}; policy 'strict' forbids compiling")
         self.cache._count("compiled")
@@ -803,10 +816,11 @@ class KernelCache:
     ``get`` is safe to call from several threads and processes at once: per kernel, one
     process compiles while the others wait on its lock file (at most `lock_timeout`
     seconds, then: fallback compiles in memory, strict raises ``CacheLockTimeout``) and
-    then load its result. Under fallback the directory must be writable (lock files,
-    Numba's own index updates); one that is not raises ``CacheDirError`` rather than
-    compiling every time in silence. Under strict a read-only, warm directory is used
-    as it is: nothing needs writing, so nothing is locked.
+    then load its result. Under fallback a directory that cannot be written (lock files,
+    entries, Numba's own index updates), or that fails a write later (a full disk), is
+    bypassed: one warning naming it and why, then every kernel is compiled in memory.
+    Under strict that is a ``CacheDirError``, except that a read-only, warm directory is
+    used as it is: nothing needs writing, so nothing is locked.
 
     Trust: the directory, its files and the key file must be this user's and writable by
     nobody else, and every manifest must carry this user's MAC (see ``load_secret_key``),
@@ -820,7 +834,7 @@ class KernelCache:
     def __init__(self, directory: Optional[str] = None, policy: Optional[str] = None, *,
                  lock_timeout: Optional[float] = None, trust_owner: Optional[bool] = None):
         self.directory = os.path.abspath(directory) if directory else default_cache_dir()
-        policy = policy or os.environ.get("CATBP_JIT_CACHE") or "fallback"
+        policy = policy or environment.cache_policy() or "fallback"
         policy = policy.strip().lower()
         if policy not in POLICIES:
             raise ValueError(f"cache policy must be one of {POLICIES}, not {policy!r}")
@@ -829,22 +843,28 @@ class KernelCache:
                                       "memo_hits": 0}
         self._memo: Dict[str, _Loaded] = {}
         if lock_timeout is None:
-            env = os.environ.get("CATBP_JIT_LOCK_TIMEOUT")
-            try:
-                lock_timeout = float(env) if env else DEFAULT_LOCK_TIMEOUT
-            except ValueError:
-                raise ValueError(f"CATBP_JIT_LOCK_TIMEOUT={env!r} is not a number of "
-                                 f"seconds") from None
+            lock_timeout = environment.lock_timeout()
+            lock_timeout = DEFAULT_LOCK_TIMEOUT if lock_timeout is None else lock_timeout
+        elif not 0 <= lock_timeout <= threading.TIMEOUT_MAX:  # also NaN
+            raise ValueError(f"lock_timeout must be a number of seconds from 0 to "
+                             f"{threading.TIMEOUT_MAX:.0f}, not {lock_timeout!r}")
         self.lock_timeout = float(lock_timeout)
         if trust_owner is None:
-            trust_owner = os.environ.get("CATBP_JIT_TRUSTED_CACHE", "").strip().lower() in (
-                "1", "true", "yes")
+            trust_owner = environment.trusted_cache()
         self.trust_owner = bool(trust_owner)
         self._access: Optional[_Access] = None  # settled by _prepare_dir
+        # key -> why: check() found the lock held past the timeout (fallback), so get()
+        # compiles that kernel in memory at once instead of waiting for it again
+        self._busy: Dict[str, str] = {}
         self._bypassed: Optional[str] = None  # why the disk is not used (fallback only)
 
     def __repr__(self):
         return f"KernelCache({self.directory!r}, policy={self.policy!r})"
+
+    @property
+    def bypassed(self) -> Optional[str]:
+        """Why the disk is not used (fallback: untrusted, unwritable, full), or None."""
+        return self._bypassed
 
     def key_for(self, pattern: dict, target: str = "cpu") -> str:
         return kernel_key(pattern, target)
@@ -875,13 +895,23 @@ class KernelCache:
         return self._get_from_disk(key, pattern, source, entry, signatures, target)
 
     def check(self, pattern: dict, source: str, target: str = "cpu") -> Tuple[str, str]:
-        """("ok" | "missing" | "invalid", reason) for the entry on disk; changes nothing."""
+        """("ok" | "missing" | "invalid" | "busy", reason) for the entry on disk; changes
+        nothing. "busy": another process held the kernel's lock past the lock timeout;
+        under fallback get() then compiles it in memory, under strict this raises
+        CacheLockTimeout."""
         access = self._prepare_dir()
         if access is None:
             return "invalid", self._bypassed
-        entry = _Entry(self.directory, self.key_for(pattern, target), access)
-        with entry.lock:
-            status, reason, _ = entry.check(source)
+        key = self.key_for(pattern, target)
+        entry = _Entry(self.directory, key, access)
+        try:
+            with entry.lock:
+                status, reason, _ = entry.check(source)
+        except CacheLockTimeout as e:
+            if self.policy == "strict":
+                raise
+            self._busy[key] = str(e)
+            return "busy", str(e)
         return status, reason
 
     def clear(self) -> None:
@@ -912,32 +942,41 @@ class KernelCache:
     # -- disk -------------------------------------------------------------------------
     def _prepare_dir(self) -> Optional[_Access]:
         """Settle once how the directory may be used: its _Access, or None when the disk
-        is bypassed (fallback, untrusted directory or key file: one warning)."""
+        is bypassed (fallback; an untrusted or unwritable directory, or key file)."""
         if self._access is None and self._bypassed is None:
             try:
                 self._access = self._settle_access()
-            except CacheTrustError as e:
-                record = {"outcome": "refused" if self.policy == "strict" else "bypassed",
-                          "reason": str(e), "directory": self.directory,
-                          "policy": self.policy}
+            except CacheDirError as e:
                 if self.policy == "strict":
-                    log.warning("%s", e, extra={"catbp_jit": record})
+                    log.info("%s", e, extra={"catbp_jit": {  # raised: said by the caller
+                        "outcome": "refused", "reason": str(e), "directory": self.directory,
+                        "policy": self.policy}})
                     raise
-                self._bypassed = str(e)
-                log.warning("%s; kernel cache bypassed, kernels are compiled in memory", e,
-                            extra={"catbp_jit": record})
+                self._bypass(e)
         return self._access
+
+    def _bypass(self, e: CacheDirError) -> None:
+        """Under fallback: use no disk from now on, and say so once (one warning)."""
+        self._access, self._bypassed = None, str(e)
+        log.warning("%s; kernel cache bypassed, kernels are compiled in memory", e,
+                    extra={"catbp_jit": {"outcome": "bypassed", "reason": str(e),
+                                         "directory": self.directory, "policy": self.policy}})
 
     def _settle_access(self) -> _Access:
         kernels = os.path.join(self.directory, "kernels")
         locks = os.path.join(self.directory, "locks")
         dirs = (self.directory, kernels, os.path.join(kernels, "__pycache__"), locks)
-        error: Optional[OSError] = None
+        error: Optional[str] = None  # why nothing can be written there
+        for d in dirs:
+            blocker = _not_a_directory(d)
+            if blocker is not None:  # makedirs would say only "File exists"
+                error = f"{blocker} is not a directory"
+                break
         try:
             for d in dirs:
                 os.makedirs(d, 0o700, exist_ok=True)
         except OSError as e:
-            error = e
+            error = error or str(e)
         for d in dirs:
             try:
                 st = os.stat(d)
@@ -950,14 +989,12 @@ class KernelCache:
                     f"which run code when loaded (chmod go-w it, or set "
                     f"CATBP_JIT_CACHE_DIR to a directory of your own)")
         for d in dirs[1:]:
-            error = error or _write_error(d)
+            if error is None:
+                failed = _write_error(d)
+                error = None if failed is None else str(failed)
         warm = all(os.path.isdir(d) for d in dirs[1:3])
         if error is not None and not (self.policy == "strict" and warm):
-            raise CacheDirError(
-                f"kernel cache directory {self.directory!r} is not writable ({error}); set "
-                f"CATBP_JIT_CACHE_DIR to a writable directory, CATBP_JIT_CACHE=off to "
-                f"compile in memory, or CATBP_JIT_CACHE=strict to use a read-only warm "
-                f"cache") from error
+            raise self._unwritable(error)
         if error is None and stat.S_IMODE(os.stat(locks).st_mode) & 0o077:
             with contextlib.suppress(OSError):  # only we may open (and so hold) a lock
                 os.chmod(locks, 0o700)
@@ -965,25 +1002,37 @@ class KernelCache:
         return _Access(secret, check_owner=not self.trust_owner, read_only=error is not None,
                        lock_timeout=self.lock_timeout)
 
+    def _unwritable(self, why: str) -> CacheDirError:
+        return CacheDirError(f"kernel cache directory {self.directory!r} is not writable "
+                             f"({why}); set CATBP_JIT_CACHE_DIR to a writable directory")
+
     def _get_from_disk(self, key, pattern, source, entry_name, signatures, target):
         access = self._prepare_dir()
         if access is None:
             return self._get_in_memory(key, pattern, source, entry_name, signatures, target,
-                                       "disk cache bypassed (untrusted): compiled in memory")
-        try:
-            return self._get_locked(_Entry(self.directory, key, access), key, pattern,
-                                    source, entry_name, signatures, target)
-        except CacheLockTimeout as e:
-            level = logging.WARNING
-            if self.policy == "strict":
-                self._emit("refused", None, str(e), None, level, key=key, pattern=pattern,
-                           target=target)
-                raise
-            # Never touch an entry another process may be writing: compile privately.
-            self._emit("bypassed", None, str(e), None, level, key=key, pattern=pattern,
-                       target=target)
-            return self._get_in_memory(key, pattern, source, entry_name, signatures, target,
-                                       "kernel lock not acquired; compiled in memory")
+                                       "disk cache bypassed: compiled in memory")
+        held = self._busy.pop(key, None)  # check() has waited for this lock already
+        if held is None:
+            try:
+                return self._get_locked(_Entry(self.directory, key, access), key, pattern,
+                                        source, entry_name, signatures, target)
+            except OSError as e:  # the disk failed mid-entry: full, gone read-only...
+                if self.policy == "strict":
+                    raise self._unwritable(str(e)) from e
+                self._bypass(self._unwritable(str(e)))  # and every later kernel too
+                return self._get_in_memory(key, pattern, source, entry_name, signatures,
+                                           target, "disk cache bypassed: compiled in memory")
+            except CacheLockTimeout as e:
+                if self.policy == "strict":
+                    self._emit("refused", None, str(e), None, key=key, pattern=pattern,
+                               target=target)  # raised: a warning would say it twice
+                    raise
+                held = str(e)
+        # Never touch an entry another process may be writing: compile privately.
+        self._emit("bypassed", None, f"{held}; compiled in memory instead", None,
+                   logging.WARNING, key=key, pattern=pattern, target=target)
+        return self._get_in_memory(key, pattern, source, entry_name, signatures, target,
+                                   "kernel lock not acquired; compiled in memory")
 
     def _get_locked(self, entry, key, pattern, source, entry_name, signatures, target):
         started = time.perf_counter()
@@ -994,8 +1043,8 @@ class KernelCache:
             status, reason, data = entry.check(source)
             if status != "ok":
                 if self.policy == "strict":
-                    self._emit("refused", None, reason, None, level=logging.WARNING,
-                               key=key, pattern=pattern, target=target)
+                    self._emit("refused", None, reason, None, key=key, pattern=pattern,
+                               target=target)
                     raise CacheMissError(
                         f"kernel {_describe(pattern)} (key {key}): {reason} in "
                         f"{self.directory!r}; policy 'strict' forbids compiling")
@@ -1003,23 +1052,14 @@ class KernelCache:
                     # Never executed: the damaged entry is deleted and rebuilt below.
                     entry.purge()
                     self._count("rebuilt")
-                entry.purge_numba_files()  # stale leftovers of a crashed writer
-                data = entry.write_source(source)
-                entry.record(format=MANIFEST_FORMAT, key=key, pattern=pattern,
-                             target=target, environment=environment_identity(),
-                             codegen_version=CODEGEN_VERSION,
-                             source_sha256=_sha256(source.encode("utf-8")),
-                             created=time.time(), pid=os.getpid())
-            loaded = self._load_module(key, pattern, target, source, entry, data)
-            fn = loaded.function(entry_name)
-            compiled_before = self.stats["compiled"]
-            if signatures:
-                self._compile_in_get(loaded, fn, signatures)
-            if self.stats["compiled"] != compiled_before or (status != "ok" and signatures):
-                # also catch dispatchers that are not ours to pin (CUDA kernels, whose
-                # compiles the load/save hooks do not see): the manifest must record
-                # every compiled file, or the next process finds the entry invalid
-                entry.record()
+            try:
+                loaded = self._write_and_load(entry, status, key, pattern, target, source,
+                                              data, entry_name, signatures)
+            except OSError:  # a full disk, say: leave no half-written entry of ours
+                if status != "ok":
+                    with contextlib.suppress(OSError):
+                        entry.purge()
+                raise
         seconds = time.perf_counter() - started
         self._memo[key] = loaded
         if status == "ok" and loaded.get_misses == 0:
@@ -1036,7 +1076,31 @@ class KernelCache:
                 why += "; compilation deferred to the first call"
             level = logging.WARNING if outcome == "rebuilt" else logging.INFO
             self._emit(outcome, loaded, why, seconds, level=level)
-        return fn
+        return loaded.function(entry_name)
+
+    def _write_and_load(self, entry, status, key, pattern, target, source, data,
+                        entry_name, signatures) -> _Loaded:
+        """Write the entry unless it is there ("ok"), load it, compile `signatures` into it
+        (kernel lock held)."""
+        if status != "ok":
+            entry.purge_numba_files()  # stale leftovers of a crashed writer
+            data = entry.write_source(source)
+            entry.record(format=MANIFEST_FORMAT, key=key, pattern=pattern,
+                         target=target, environment=environment_identity(),
+                         codegen_version=CODEGEN_VERSION,
+                         source_sha256=_sha256(source.encode("utf-8")),
+                         created=time.time(), pid=os.getpid())
+        loaded = self._load_module(key, pattern, target, source, entry, data)
+        fn = loaded.function(entry_name)
+        compiled_before = self.stats["compiled"]
+        if signatures:
+            self._compile_in_get(loaded, fn, signatures)
+        if self.stats["compiled"] != compiled_before or (status != "ok" and signatures):
+            # also catch dispatchers that are not ours to pin (CUDA kernels, whose
+            # compiles the load/save hooks do not see): the manifest must record
+            # every compiled file, or the next process finds the entry invalid
+            entry.record()
+        return loaded
 
     def _load_module(self, key, pattern, target, source, entry, data: bytes) -> _Loaded:
         """Execute the verified bytes (not the file again: no window for a swap, and no

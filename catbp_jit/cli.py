@@ -7,8 +7,9 @@
 
 Exit status: 0 on success (and every expected slot matching); 1 when some expected slot
 does not match (run) or no answer exists (solve: Z = 0, the evidence is impossible); 2 on
-a usage or input error, a bad CATBP_JIT_CACHE or CATBP_JIT_CACHE_DIR included (one line
-on stderr).
+a usage or input error, a bad CATBP_JIT_* environment variable included (one line on
+stderr). A kernel cache directory that cannot be written is not an error under the
+default policy: kernels are compiled in memory, with one warning line.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import numpy as np
 
 from .bundle import Bundle, load_bundle
 from .codegen.workers import KernelCompileError, WorkerOptionError
+from .environment import EnvironmentSettingError, check_all
 from .errors import CatbpError
 
 EXIT_OK, EXIT_MISMATCH, EXIT_ERROR = 0, 1, 2
@@ -39,13 +41,13 @@ class CliError(Exception):
 
 
 def check_kernel_cache() -> None:
-    """Before compiling: a CATBP_JIT_CACHE policy the kernel cache refuses is an input
-    error, not a traceback."""
+    """Before compiling: settings the kernel cache refuses are an input error, not a
+    traceback."""
     from .cache import default_cache  # lazily: it loads numba
     try:
         default_cache()
-    except ValueError as e:  # the only ValueError it raises: an unknown policy
-        raise CliError(f"CATBP_JIT_CACHE={os.environ.get('CATBP_JIT_CACHE')!r}: {e}") from None
+    except ValueError as e:  # EnvironmentSettingError: the policy, the lock timeout...
+        raise CliError(str(e)) from None
 
 
 def _kernel_cache_refused(e: BaseException) -> bool:
@@ -346,8 +348,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except SystemExit as e:  # argparse exits on --help (0) and on usage errors (2)
         return e.code if isinstance(e.code, int) else EXIT_ERROR
     try:
+        check_all()  # a bad environment variable is one line, whatever the subcommand
         return args.func(args)
-    except CliError as e:
+    except (CliError, EnvironmentSettingError) as e:
         print(f"catbp-jit: error: {e}", file=sys.stderr)
         return EXIT_ERROR
     except RuntimeError as e:

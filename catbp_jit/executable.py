@@ -34,8 +34,8 @@ from .plan.options import PlanOptions
 from .plan.pipeline import Plan, plan as plan_adapted
 from .plan.schedule import Schedule
 from .plan.static import StaticInputs
-from .semiring import VMSemiringRuntime, adapt_semiring
 from .numpy_steps import interpretable
+from .semiring import VMSemiringRuntime, adapt_semiring, check_compiled_dtype
 from .tiers import KernelBuild, numpy_tier_fits, report_failure, resolve_tier, start_build
 from .tiers import log as tier_log
 
@@ -490,6 +490,7 @@ def adapt_inputs(programs: Any, sr: Any, factor_specs: Mapping[int, Any],
     if target not in TARGETS:
         raise ValueError(f"target {target!r} is not available (available: {', '.join(TARGETS)})")
     sr = adapt_semiring(sr)
+    check_compiled_dtype(sr)  # before any planning
     progs = adapt_programs(programs)
     fspecs = {int(k): adapt_spec(v) for k, v in (factor_specs or {}).items()}
     sspecs = {int(k): adapt_spec(v) for k, v in (selector_specs or {}).items()}
@@ -533,7 +534,7 @@ def background_build(plans: List[Plan], cache: KernelCache, workers: Optional[in
     patterns = sorted({p for plan in plans for p in plan.schedule.patterns}, key=lambda p: p.name)
     units = [kernel_unit(p) for p in patterns] + [dispatcher_unit()]
     cold = [u for u in units if cache.check(u.identity, u.source)[0] != "ok"]
-    if not cold:
+    if not cold or cache.bypassed:  # (workers hand kernels over through the disk only)
         return None
     stats = {"hits": len(units) - len(cold), "misses": len(cold), "compiled": 0,
              "compiled_in_background": len(cold)}
@@ -573,9 +574,10 @@ def _compile_cold_in_workers(patterns, cache: KernelCache, options: WorkerOption
     if cache.policy != "fallback":  # strict compiles nothing; off has no disk to share
         return 0
     units = [kernel_unit(p) for p in patterns] + [dispatcher_unit()]
-    cold = [u for u in units if cache.check(u.identity, u.source)[0] != "ok"]
+    # (a "busy" kernel, its lock held by a stalled process, is compiled here in memory)
+    cold = [u for u in units if cache.check(u.identity, u.source)[0] not in ("ok", "busy")]
     n_workers = options.pool_size(len(cold))
-    if not n_workers:
+    if not n_workers or cache.bypassed:  # workers share kernels through the disk only
         return 0
     say(f"compiling {len(cold)} cold kernels in {n_workers} processes")
     return compile_in_workers(cold, cache, n_workers, lambda unit, seconds, in_worker: say(

@@ -12,6 +12,7 @@ import os
 from decimal import Decimal
 from typing import Optional
 
+from . import environment
 from .errors import CatbpError
 
 
@@ -39,13 +40,8 @@ def memory_limit(limit: Optional[int] = None) -> int:
     available memory."""
     if limit is not None:
         return int(limit)
-    env = os.environ.get("CATBP_JIT_MAX_BYTES")
-    if env:
-        try:
-            return int(float(env))
-        except ValueError:
-            raise CatbpError(f"CATBP_JIT_MAX_BYTES={env!r} is not a number of bytes") from None
-    return available_memory_bytes()
+    env = environment.max_bytes()
+    return env if env is not None else available_memory_bytes()
 
 
 def format_bytes(n: int) -> str:

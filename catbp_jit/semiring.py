@@ -16,6 +16,8 @@ from typing import Any, Callable, Optional, Tuple
 
 import numpy as np
 
+from .errors import CatbpError
+
 SEMIRING_NAMES = ("SAT", "PROB", "LOGPROB", "COUNT")
 
 
@@ -32,6 +34,8 @@ class Semiring:
     normalization: Optional[str]  # NORMALIZE: "divide_by_total", "subtract_logsumexp", or none
     # ⊕ over a single term gives the term back (logsumexp of +inf gives NaN: it does not)
     single_term_reduction_is_identity: bool = True
+    # the dtypes compiled kernels exist for (every target); the reference takes any
+    dtypes: Tuple[str, ...] = ()
 
     @property
     def normalizes(self) -> bool:
@@ -62,12 +66,28 @@ class Semiring:
 
 
 SEMIRINGS = {
-    "SAT": Semiring("SAT", "bool", True, False, " and ", "any", None),
-    "PROB": Semiring("PROB", "float64", 1.0, 0.0, " * ", "sum", "divide_by_total"),
+    "SAT": Semiring("SAT", "bool", True, False, " and ", "any", None, dtypes=("bool",)),
+    "PROB": Semiring("PROB", "float64", 1.0, 0.0, " * ", "sum", "divide_by_total",
+                     dtypes=("float64", "float32")),
     "LOGPROB": Semiring("LOGPROB", "float64", 0.0, -np.inf, " + ", "logsumexp",
-                        "subtract_logsumexp", single_term_reduction_is_identity=False),
-    "COUNT": Semiring("COUNT", "int64", 1, 0, " * ", "sum", None),
+                        "subtract_logsumexp", single_term_reduction_is_identity=False,
+                        dtypes=("float64", "float32")),
+    "COUNT": Semiring("COUNT", "int64", 1, 0, " * ", "sum", None, dtypes=("int64",)),
 }
+
+
+class SemiringDtypeError(CatbpError, ValueError):
+    """A semiring runtime in a dtype no compiled kernel exists for."""
+
+
+def check_compiled_dtype(sr: "VMSemiringRuntime") -> None:
+    """Refuse, before anything is planned, a dtype the kernels are not generated for
+    (they read memory through a typed pointer per dtype: float16 has none)."""
+    supported = sr.kind.dtypes
+    if sr.dtype.name not in supported:
+        raise SemiringDtypeError(f"semiring {sr.name} in {sr.dtype.name}: compiled kernels "
+                                 f"exist for {', '.join(supported)} only (the reference "
+                                 f"interpreter takes any numpy dtype)")
 
 
 def semiring(name: str) -> Semiring:

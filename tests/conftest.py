@@ -51,8 +51,8 @@ def corpus_dirs():
 
 @pytest.fixture(autouse=True, scope="session")
 def _own_cache_dir(tmp_path_factory):
-    # Tests never touch the user's kernel cache.
-    os.environ.setdefault("CATBP_JIT_CACHE_DIR", str(tmp_path_factory.mktemp("kernel_cache")))
-    # ... nor the user's cache key (~/.config/catbp_jit/cache.key).
-    os.environ.setdefault("CATBP_JIT_KEY_FILE",
-                          str(tmp_path_factory.mktemp("cache_key") / "cache.key"))
+    # Tests never touch the user's kernel cache, even one CATBP_JIT_CACHE_DIR names: signed
+    # with the suite's key, its entries would fail their MACs in the user's next run.
+    os.environ["CATBP_JIT_CACHE_DIR"] = str(tmp_path_factory.mktemp("kernel_cache"))
+    # ... nor the user's cache key (~/.config/catbp_jit/cache.key, or CATBP_JIT_KEY_FILE).
+    os.environ["CATBP_JIT_KEY_FILE"] = str(tmp_path_factory.mktemp("cache_key") / "cache.key")

@@ -346,8 +346,85 @@ def test_directory_and_policy_from_environment(tmp_path, monkeypatch):
         KernelCache(tmp_path, "sometimes")
 
 
-def test_unwritable_directory_is_an_error(tmp_path):
+def warnings_of(caplog):
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+@pytest.mark.parametrize("where", ["the directory", "its parent"])
+def test_a_file_where_the_directory_should_be(tmp_path, caplog, where):
+    caplog.set_level(logging.INFO, logger="catbp_jit.cache")
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    with pytest.raises(CacheDirError, match="not writable"):
-        KernelCache(blocker / "cache").get(pattern(25), source(25), "kernel")
+    directory = blocker if where == "the directory" else blocker / "cache"
+    # fallback: compiled in memory, said once (naming the directory and why), nothing lost
+    kc = KernelCache(directory)
+    assert kc.get(pattern(25), source(25), "kernel", SIG)(2, 3) == 30
+    assert kc.get(pattern(26), source(26), "kernel", SIG)(2, 3) == 31
+    (warning,) = warnings_of(caplog)
+    assert f"kernel cache directory {str(directory)!r} is not writable (" in warning
+    assert "is not a directory" in warning and "compiled in memory" in warning
+    assert "Errno 17" not in warning  # not makedirs' "File exists" for a file
+    assert blocker.read_text() == "not a directory" and kc.stats["compiled"] == 2
+    # strict: an error naming the directory
+    with pytest.raises(CacheDirError, match=f"kernel cache directory '{directory}' is not "
+                                            f"writable .*is not a directory"):
+        KernelCache(directory, "strict").get(pattern(25), source(25), "kernel", SIG)
+
+
+# A fresh interpreter whose files cannot grow past `limit` bytes (RLIMIT_FSIZE): a write
+# past it fails with EFBIG, as one on a full disk fails with ENOSPC. A real OSError from
+# the kernel, with no hook in the cache for a test to pull.
+LIMITED = r"""
+import json, resource, signal, sys
+a = json.loads(sys.argv[1])
+from catbp_jit.cache import KernelCache
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of the signal
+resource.setrlimit(resource.RLIMIT_FSIZE, (a["limit"], a["limit"]))
+kc = KernelCache(a["dir"], a["policy"])
+print(json.dumps([kc.get(p, s, "kernel", a["signatures"])(2, 3) for p, s in a["kernels"]]))
+"""
+
+
+def run_limited(directory, constants, policy="fallback", limit=100):
+    env = {k: v for k, v in os.environ.items() if k != "CATBP_JIT_CACHE"}
+    arg = json.dumps({"dir": str(directory), "policy": policy, "limit": limit,
+                      "kernels": [[pattern(c), source(c)] for c in constants],
+                      "signatures": SIG})
+    return subprocess.run([sys.executable, "-c", LIMITED, arg], capture_output=True,
+                          text=True, timeout=300, env=env)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="RLIMIT_FSIZE is POSIX")
+@pytest.mark.parametrize("limit", [100, 4096], ids=["the source fails", "Numba's save fails"])
+def test_a_disk_that_cannot_take_the_entry(tmp_path, limit):
+    # (a kernel's source is ~240 bytes, its manifest ~2 KB, Numba's data file ~9 KB)
+    directory = tmp_path / "cache"
+    KernelCache(directory)._prepare_dir()  # the directories and the key file exist
+    # fallback: answers, compiled in memory, said once (the directory and the reason)
+    p = run_limited(directory, [27, 28], limit=limit)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout) == [32, 33]
+    lines = p.stderr.strip().splitlines()  # (the logger's last-resort handler)
+    assert len(lines) == 1, p.stderr
+    assert f"kernel cache directory {str(directory)!r} is not writable (" in lines[0]
+    assert "File too large" in lines[0] and "compiled in memory" in lines[0]
+    # nothing half-written is left: the next process compiles and caches as ever
+    kc = KernelCache(directory)
+    assert [kc.check(pattern(c), source(c))[0] for c in (27, 28)] == ["missing", "missing"]
+    assert kc.get(pattern(27), source(27), "kernel", SIG)(2, 3) == 32
+    assert kc.check(pattern(27), source(27))[0] == "ok"
+    # strict on a warm cache writes nothing it needs: a full disk still answers
+    p = run_limited(directory, [27], policy="strict", limit=0)
+    assert p.returncode == 0 and json.loads(p.stdout) == [32], p.stderr
+
+
+def test_strict_names_the_directory_when_the_disk_fails(tmp_path):
+    directory = tmp_path / "cache"
+    KernelCache(directory).get(pattern(29), source(29), "kernel", SIG)
+    strict = KernelCache(directory, "strict")
+    strict._prepare_dir()  # settled: a writable, warm cache
+    shutil.rmtree(directory / "locks")
+    (directory / "locks").write_text("")  # now every lock file fails to open (ENOTDIR)
+    with pytest.raises(CacheDirError, match=f"kernel cache directory '{directory}' is not "
+                                            f"writable .*Not a directory"):
+        strict.get(pattern(29), source(29), "kernel", SIG)

@@ -301,6 +301,59 @@ def test_held_lock_is_reported_then_fallback_compiles_in_memory(tmp_path, caplog
         pattern(50), source(50))[0] == "ok"
 
 
+def test_check_of_a_held_lock_is_busy_under_fallback_and_get_waits_no_more(
+        tmp_path, caplog, lock_holder):
+    # check() is how compile() sorts cold kernels from warm: a held lock must not end the
+    # compile under fallback, only send that kernel to memory (once, said once).
+    caplog.set_level(logging.INFO, logger="catbp_jit.cache")
+    kc = KernelCache(tmp_path / "cache", lock_timeout=1)
+    status, reason = kc.check(pattern(50), source(50))
+    assert status == "busy" and f"held by pid {lock_holder.pid}" in reason
+    assert kc.check(pattern(51), source(51))[0] == "missing"  # other kernels as ever
+    assert kc.get(pattern(50), source(50), "kernel", SIG)(2, 3) == 55
+    (bypass,) = [r for r in caplog.records if getattr(r, "catbp_jit", {}).get("outcome")
+                 == "bypassed"]
+    assert bypass.levelno == logging.WARNING and "compiled in memory" in bypass.getMessage()
+    assert not [r for r in caplog.records if "waiting for lock" in r.getMessage()]
+    assert not any(entry_files(tmp_path / "cache").values())  # the holder's entry untouched
+    with pytest.raises(CacheLockTimeout, match=f"held by pid {lock_holder.pid}"):
+        KernelCache(tmp_path / "cache", "strict", lock_timeout=1).check(pattern(50), source(50))
+
+
+@pytest.fixture
+def dispatcher_lock_holder():
+    """Another process holding the dispatcher's lock in the session's cache, as a solve
+    stopped mid-compile would (every CPU compile loads the dispatcher)."""
+    from catbp_jit.codegen.loader import dispatcher_unit
+    unit = dispatcher_unit()
+    stem = "k_" + kernel_key(unit.identity)[:40]
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, os.environ["CATBP_JIT_CACHE_DIR"],
+                             stem], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+
+
+def test_solve_answers_when_a_lock_stays_held_under_fallback(dispatcher_lock_holder):
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k != "CATBP_JIT_CACHE"}
+    env.update(CATBP_JIT_LOCK_TIMEOUT="1", CATBP_JIT_COMPILE_WORKERS="0")
+    r = subprocess.run([sys.executable, "-m", "catbp_jit", "solve",
+                        str(repo / "examples" / "asia.bif"), "-q"],
+                       capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "dysp    yes=0.435971  no=0.564029" in r.stdout
+    lines = r.stderr.strip().splitlines()  # (the logger's last-resort handler: one line)
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert f"held by pid {dispatcher_lock_holder.pid}" in lines[0]
+    assert "compiled in memory" in lines[0]
+
+
 def test_lock_timeout_and_trust_from_environment(monkeypatch):
     monkeypatch.delenv("CATBP_JIT_LOCK_TIMEOUT", raising=False)
     monkeypatch.delenv("CATBP_JIT_TRUSTED_CACHE", raising=False)
@@ -333,8 +386,10 @@ def test_read_only_warm_cache_under_strict(tmp_path, monkeypatch):
         assert strict.stats["hits"] == 1 and strict.stats["compiled"] == 0
         with pytest.raises(CacheMissError, match="policy 'strict' forbids compiling"):
             strict.get(pattern(52), source(52), "kernel", SIG)  # cold: refused, as ever
-        with pytest.raises(CacheDirError, match="not writable"):
-            KernelCache(cache_dir).get(pattern(51), source(51), "kernel", SIG)
+        # fallback on a read-only directory: compiled in memory, said once
+        fallback = KernelCache(cache_dir)
+        assert fallback.get(pattern(51), source(51), "kernel", SIG)(2, 3) == 56
+        assert fallback.stats["compiled"] == 1
         assert sorted((str(p), p.stat().st_mtime_ns, p.stat().st_size)
                       for p in cache_dir.rglob("*")) == tree  # not even a lock file
     finally:
@@ -358,3 +413,32 @@ def test_command_line_reports_an_untrusted_cache_in_one_line(tmp_path, monkeypat
     assert "\n" not in err and "Traceback" not in err, err
     assert err.startswith("catbp-jit: error: kernel cache directory refused: ")
     assert f"{cache_dir} is writable by group or others (mode 0777)" in err
+
+
+# ---------------------------------------------------------------------------- 4. the suite
+
+def test_the_suite_never_touches_the_users_cache(tmp_path):
+    # The user's cache signed with the suite's key would fail its MACs on the user's next
+    # run (every kernel rebuilt); so tests/conftest.py gives the suite a cache and a key of
+    # its own, whatever the environment says.
+    from pathlib import Path
+
+    user_cache, user_key = tmp_path / "user_cache", tmp_path / "user.key"
+    env = dict(os.environ, CATBP_JIT_CACHE_DIR=str(user_cache), CATBP_JIT_KEY_FILE=str(user_key))
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        f"--basetemp={tmp_path / 'inner'}",
+                        f"{__file__}::test_the_suite_has_a_cache_of_its_own"],
+                       cwd=Path(__file__).resolve().parents[1], env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert not user_cache.exists() and not user_key.exists()
+
+
+def test_the_suite_has_a_cache_of_its_own(tmp_path_factory):
+    from pathlib import Path
+
+    base = tmp_path_factory.getbasetemp()
+    kc = KernelCache()
+    assert Path(kc.directory).is_relative_to(base), kc.directory
+    assert Path(cache_mod.key_file_path()).is_relative_to(base)
+    assert kc.get(pattern(53), source(53), "kernel", SIG)(2, 3) == 58

@@ -22,6 +22,7 @@ from catbp_jit.cache import KernelCache
 from catbp_jit.codegen import workers as workers_mod
 from catbp_jit.codegen.loader import CompileUnit
 from catbp_jit.codegen.workers import KernelCompileError, WorkerOptions, compile_in_workers
+from catbp_jit.environment import EnvironmentSettingError
 
 from jit_helpers import inputs
 
@@ -132,6 +133,22 @@ STRICT_CHILD = textwrap.dedent("""
 """)
 
 
+def test_no_workers_for_a_cache_directory_that_cannot_be_written(serial, bundle, tmp_path):
+    # Workers hand their kernels over through the disk: with no disk to share, a worker
+    # would compile in vain (and this process again), so this process compiles alone.
+    if workers_mod.available_cpus() < 2:
+        pytest.skip("one CPU: kernels compile in this process only")
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    exe = compile_into(bundle, blocker, "compiled", workers=2)
+    assert "compiled_in_workers" not in exe.cache_stats, exe.cache_stats
+    assert exe.cache_stats["misses"] == exe.cache_stats["compiled"] >= 1  # in memory
+    got, want = results(exe, bundle), results(serial.exe, bundle)
+    assert got.keys() == want.keys()
+    for key in want:
+        np.testing.assert_array_equal(got[key], want[key])
+
+
 @pytest.mark.parametrize("filled_by, mode", [("serial", "loop"), ("parallel", "compiled")])
 def test_a_cache_filled_in_one_mode_serves_the_other_strict_in_a_new_process(
         filled_by, mode, request, bundle):
@@ -179,7 +196,7 @@ def test_worker_options(monkeypatch):
     assert WorkerOptions.resolve().workers == 3
     assert WorkerOptions.resolve(0).workers == 0  # an explicit value wins
     monkeypatch.setenv(workers_mod.ENV, "many")
-    with pytest.raises(workers_mod.WorkerOptionError, match=workers_mod.ENV):
+    with pytest.raises(EnvironmentSettingError, match=workers_mod.ENV):
         WorkerOptions.resolve()
     monkeypatch.delenv(workers_mod.ENV)
     assert WorkerOptions.resolve().workers == workers_mod.available_cpus()

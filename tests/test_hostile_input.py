@@ -116,7 +116,8 @@ def test_the_input_cap_comes_from_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("CATBP_JIT_MAX_INPUT_BYTES", "1e6")
     assert read_uai(path).variables == {"0": 2}
     monkeypatch.setenv("CATBP_JIT_MAX_INPUT_BYTES", "lots")
-    with pytest.raises(FactorGraphError, match="CATBP_JIT_MAX_INPUT_BYTES='lots' is not a number"):
+    with pytest.raises(ValueError, match="CATBP_JIT_MAX_INPUT_BYTES='lots': expected a whole "
+                                         "number of bytes"):
         read_uai(path)
 
 
@@ -354,14 +355,61 @@ def test_kernel_cache_settings_are_input_errors(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("CATBP_JIT_CACHE", "bogus")
     code, _, err = run(capsys, "solve", ASIA, "-q")
     assert code == 2 and err.count("\n") == 1
-    assert "CATBP_JIT_CACHE='bogus': cache policy must be one of" in err
-    blocker = tmp_path / "a_file"
-    blocker.write_text("")
-    monkeypatch.setattr(cache, "_default", None)
-    monkeypatch.setenv("CATBP_JIT_CACHE", "fallback")
-    monkeypatch.setenv("CATBP_JIT_CACHE_DIR", str(blocker / "cache"))  # under a file: unwritable
-    code, _, err = run(capsys, "solve", ASIA, "-q")
-    assert code == 2 and err.count("\n") == 1 and "is not writable" in err
+    assert "CATBP_JIT_CACHE='bogus': expected one of fallback, strict, off" in err
+
+
+# A two-variable model: few kernels, so a solve that compiles them all in memory is quick
+SMALL_UAI = "MARKOV\n2\n2 2\n1\n2 0 1\n4\n1 2 3 4\n"
+
+# `catbp-jit ARGV...` in a fresh interpreter whose files cannot grow past LIMIT bytes
+# (RLIMIT_FSIZE; -1: no limit): a write past it fails with EFBIG, as one on a full disk
+# fails with ENOSPC. (A subprocess: the logger's one line goes to its real stderr.)
+CLI_LIMITED = r"""
+import resource, signal, sys
+limit = int(sys.argv[1])
+if limit >= 0:
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+from catbp_jit.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def run_cli(tmp_path, cache_dir, *argv, limit=-1, policy="fallback"):
+    import os
+    import subprocess
+    import sys
+    from catbp_jit.cache import KernelCache
+    KernelCache(tmp_path / "warm")._prepare_dir()  # the session's key file exists
+    env = dict(os.environ, CATBP_JIT_CACHE_DIR=str(cache_dir), CATBP_JIT_CACHE=policy,
+               CATBP_JIT_COMPILE_WORKERS="0")
+    return subprocess.run([sys.executable, "-c", CLI_LIMITED, str(limit), *argv],
+                          capture_output=True, text=True, env=env, timeout=600)
+
+
+@pytest.mark.parametrize("problem", ["a file", "a full disk"])
+def test_an_unusable_cache_directory_is_one_line_and_still_answers(tmp_path, problem):
+    model = tmp_path / "small.uai"
+    model.write_text(SMALL_UAI)
+    if problem == "a file":
+        cache_dir, limit = tmp_path / "a_file", -1
+        cache_dir.write_text("")
+        reason = "is not a directory"
+    else:
+        cache_dir, limit, reason = tmp_path / "cache", 100, "File too large"
+    r = run_cli(tmp_path, cache_dir, "solve", str(model), "-q", limit=limit)
+    assert r.returncode == 0, r.stderr
+    assert "Z:         10.0" in r.stdout
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert f"kernel cache directory {str(cache_dir)!r} is not writable (" in lines[0]
+    assert reason in lines[0] and "compiled in memory" in lines[0]
+    if problem == "a file":  # strict: an error naming the directory
+        r = run_cli(tmp_path, cache_dir, "solve", str(model), "-q", policy="strict")
+        assert r.returncode == 2 and r.stdout == "", r.stdout
+        assert r.stderr.startswith(f"catbp-jit: error: kernel cache directory "
+                                   f"{str(cache_dir)!r} is not writable (")
+        assert r.stderr.count("\n") == 1, r.stderr
 
 
 # ---------------------------------------------------------------------------------------
@@ -420,3 +468,119 @@ def test_load_refuses_what_is_not_a_saved_executable(tmp_path, content, message)
         load(path)
     assert isinstance(err.value, ValueError)
     assert str(err.value).startswith(repr(str(path))) and message in str(err.value)
+
+
+# ---------------------------------------------------------------------------------------
+# Environment variables: every one catbp_jit reads is checked by catbp_jit.environment
+
+BUNDLE = str(__import__("pathlib").Path(__file__).resolve().parents[1] / "examples"
+             / "grid3_d2__prob_float64")
+
+BAD_SETTINGS = [
+    ("CATBP_JIT_MAX_BYTES", "inf", "a whole number of bytes"),
+    ("CATBP_JIT_MAX_BYTES", "1e400", "a whole number of bytes"),
+    ("CATBP_JIT_MAX_BYTES", "0", "a whole number of bytes"),
+    ("CATBP_JIT_MAX_INPUT_BYTES", "lots", "a whole number of bytes"),
+    ("CATBP_JIT_COMPILE_WORKERS", "abc", "a whole number of worker processes"),
+    ("CATBP_JIT_COMPILE_WORKERS", "-1", "a whole number of worker processes"),
+    ("CATBP_JIT_COMPILE_WORKERS", "1.5", "a whole number of worker processes"),
+    ("CATBP_JIT_LOCK_TIMEOUT", "nan", "a number of seconds"),
+    ("CATBP_JIT_LOCK_TIMEOUT", "inf", "a number of seconds"),
+    ("CATBP_JIT_LOCK_TIMEOUT", "-1", "a number of seconds"),
+    ("CATBP_JIT_CACHE", "bogus", "one of fallback, strict, off"),
+    ("CATBP_JIT_TRUSTED_CACHE", "maybe", "1, true, yes, on"),
+]
+
+
+def _expect_setting_error(err, name, value, accepted):
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert f"{name}={value!r}" in err and accepted in err, err
+
+
+@pytest.mark.parametrize("name, value, accepted", BAD_SETTINGS)
+@pytest.mark.parametrize("command", ["solve", "aot"])
+def test_a_bad_environment_variable_is_one_line_on_the_command_line(
+        capsys, tmp_path, monkeypatch, command, name, value, accepted):
+    from catbp_jit import cache
+    monkeypatch.setattr(cache, "_default", None)  # the process-wide cache reads the env once
+    monkeypatch.setenv(name, value)
+    extra = ["-o", str(tmp_path / "asia.profile.json")] if command == "aot" else []
+    code, out, err = run(capsys, command, ASIA, "-q", *extra)
+    assert code == 2 and out == ""
+    _expect_setting_error(err, name, value, accepted)
+    assert not (tmp_path / "asia.profile.json").exists()
+
+
+@pytest.mark.parametrize("argv", [["run", BUNDLE, "--repeat", "1"], ["list", BUNDLE],
+                                  ["plan", ASIA, "--no-listing"], ["solve", ASIA, "-q"]])
+def test_every_subcommand_checks_the_environment_first(capsys, monkeypatch, argv):
+    monkeypatch.setenv("CATBP_JIT_LOCK_TIMEOUT", "nan")
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    _expect_setting_error(err, "CATBP_JIT_LOCK_TIMEOUT", "nan", "a number of seconds")
+
+
+def test_python_callers_get_the_environment_error(monkeypatch, tmp_path):
+    from catbp_jit.cache import KernelCache
+    from catbp_jit.codegen.workers import WorkerOptions
+    from catbp_jit.environment import EnvironmentSettingError
+    from catbp_jit.frontend.uai import input_limit
+    from catbp_jit.memory import memory_limit
+    for name, value, call in [("CATBP_JIT_MAX_BYTES", "1e400", memory_limit),
+                              ("CATBP_JIT_MAX_INPUT_BYTES", "inf", input_limit),
+                              ("CATBP_JIT_COMPILE_WORKERS", "1.5", WorkerOptions.resolve),
+                              ("CATBP_JIT_LOCK_TIMEOUT", "inf", lambda: KernelCache(tmp_path)),
+                              ("CATBP_JIT_CACHE", "sometimes", lambda: KernelCache(tmp_path)),
+                              ("CATBP_JIT_TRUSTED_CACHE", "2", lambda: KernelCache(tmp_path))]:
+        with monkeypatch.context() as mp:
+            mp.setenv(name, value)
+            with pytest.raises(EnvironmentSettingError) as err:
+                call()
+        assert isinstance(err.value, ValueError)
+        assert (err.value.name, err.value.value) == (name, value)
+        assert str(err.value).startswith(f"environment variable {name}={value!r}: expected ")
+
+
+@pytest.mark.parametrize("name, value, parsed", [
+    ("CATBP_JIT_MAX_BYTES", "8e9", 8 * 10**9),
+    ("CATBP_JIT_MAX_BYTES", " 4096 ", 4096),
+    ("CATBP_JIT_MAX_INPUT_BYTES", "1_000", 1000),
+    ("CATBP_JIT_COMPILE_WORKERS", "0", 0),
+    ("CATBP_JIT_LOCK_TIMEOUT", "0.5", 0.5),
+    ("CATBP_JIT_TRUSTED_CACHE", "Yes", True),
+    ("CATBP_JIT_TRUSTED_CACHE", "off", False),
+    ("CATBP_JIT_CACHE", " Strict", "strict"),
+    ("CATBP_JIT_CACHE", "", None),
+])
+def test_good_environment_values_are_read(monkeypatch, name, value, parsed):
+    from catbp_jit import environment
+    monkeypatch.setenv(name, value)
+    assert environment.READERS[name]() == parsed
+    environment.check_all()
+
+
+# ---------------------------------------------------------------------------------------
+# Semiring dtypes the kernels do not support
+
+
+@pytest.mark.parametrize("name, dtype", [("prob", "float16"), ("logprob", "int8"),
+                                         ("count", "int8"), ("prob", "complex128")])
+def test_compile_refuses_a_dtype_it_has_no_kernels_for(name, dtype):
+    import catbp_jit as cj
+    from catbp_jit.frontend import compile_model
+    from catbp_jit.semiring import SEMIRINGS, SemiringDtypeError
+    g = factor_graph({"a": 2, "b": 2}, [(("a",), [0.3, 0.7]),
+                                        (("a", "b"), [[0.9, 0.1], [0.2, 0.8]])])
+    m = compile_model(g, target="reference")
+    sr = cj.make_semiring(name, dtype)
+    supported = ", ".join(SEMIRINGS[name.upper()].dtypes)
+    message = (f"semiring {name.upper()} in {dtype}: compiled kernels exist for {supported} "
+               f"only")
+    for target in ("cpu", "cuda"):
+        with pytest.raises(SemiringDtypeError, match=message):
+            cj.compile(m.programs, sr, factor_specs=m.factor_specs, target=target)
+    with pytest.raises(SemiringDtypeError, match=message):  # before any planning
+        compile_model(g, name, dtype=dtype)
+    assert issubclass(SemiringDtypeError, ValueError)
+    if dtype == "float16":  # the reference interpreter takes any numpy dtype, as CatBP's
+        assert compile_model(g, name, dtype=dtype, target="reference").solve().Z == 1

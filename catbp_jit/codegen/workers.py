@@ -28,6 +28,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence
 
+from .. import environment
 from .loader import CompileUnit
 
 if TYPE_CHECKING:
@@ -56,15 +57,8 @@ class WorkerOptions:
         """`workers` if given, else $CATBP_JIT_COMPILE_WORKERS, else the number of CPUs this
         process may run on."""
         if workers is None:
-            text = os.environ.get(ENV, "").strip()
-            if text:
-                try:
-                    workers = int(text)
-                except ValueError:
-                    raise WorkerOptionError(f"{ENV} must be a whole number of worker processes "
-                                     f"(0 or 1: compile in this process), not {text!r}") from None
-            else:
-                workers = available_cpus()
+            workers = environment.compile_workers()  # EnvironmentSettingError if not a count
+            workers = available_cpus() if workers is None else workers
         if workers < 0:
             raise WorkerOptionError(f"compile workers must be 0 or more, not {workers}")
         return cls(workers)

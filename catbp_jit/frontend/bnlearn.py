@@ -22,6 +22,7 @@ import zipfile
 from pathlib import Path
 from typing import List, Optional, Union
 
+from .. import environment
 from .bif import read_bif
 from .graph import FactorGraph
 
@@ -38,7 +39,7 @@ _SUFFIXES = (".bif.gz", ".bif")
 
 def data_dir() -> Path:
     """$CATBP_JIT_BNLEARN_DIR if set, else ~/.cache/catbp_jit/bnlearn."""
-    env = os.environ.get("CATBP_JIT_BNLEARN_DIR")
+    env = environment.bnlearn_dir()
     return Path(env) if env else Path.home() / ".cache" / "catbp_jit" / "bnlearn"
 
 

@@ -27,7 +27,7 @@ import numpy as np
 from ..ir import Program
 from ..memory import PlanTooLargeError, format_bytes, memory_limit
 from ..plan.pipeline import RESULT
-from ..semiring import make_semiring
+from ..semiring import check_compiled_dtype, make_semiring
 from .absorb import absorb, cut_values
 from .answer import Marginals, answer_layout, finish
 from .emit import emit_programs, factor_specs, scale_slots
@@ -122,6 +122,8 @@ class CompiledModel:
         self.target = target
         self.exact = bool(exact)
         self.sr = make_semiring(self.semiring, dtype)
+        if target != "reference":
+            check_compiled_dtype(self.sr)  # before the plan search, not after
         index = graph.index()
         unknown = [v for v in evidence_vars if v not in index]
         if unknown:

@@ -19,6 +19,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
+from .. import environment
 from ..cache import _atomic_write, default_cache_dir
 from .plan import PlanLimits
 
@@ -57,7 +58,7 @@ class CachedPlan:
 
 def plan_dir() -> Optional[str]:
     """Where plans are kept, or None when the kernel cache is off."""
-    if os.environ.get("CATBP_JIT_CACHE", "").strip().lower() == "off":
+    if environment.cache_policy() == "off":
         return None
     return os.path.join(default_cache_dir(), "plans")
 
@@ -72,7 +73,7 @@ def load(key: PlanKey, directory: Optional[str] = None) -> Optional[CachedPlan]:
     try:
         with open(path, "rb") as f:
             data = f.read()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # (a file where the directory is)
         return None
     except OSError as e:
         warnings.warn(f"{path}: cannot read the cached plan ({e}); planning anew", PlanCacheWarning)

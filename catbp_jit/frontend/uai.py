@@ -23,6 +23,7 @@ from typing import Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
+from .. import environment
 from .graph import FactorGraph, FactorGraphError, factor_graph
 
 Source = Union[str, bytes, os.PathLike]
@@ -41,14 +42,8 @@ def input_limit(limit: Optional[int] = None) -> int:
     CATBP_JIT_MAX_INPUT_BYTES, else DEFAULT_MAX_INPUT_BYTES."""
     if limit is not None:
         return int(limit)
-    env = os.environ.get("CATBP_JIT_MAX_INPUT_BYTES")
-    if not env:
-        return DEFAULT_MAX_INPUT_BYTES
-    try:
-        return int(float(env))
-    except (ValueError, OverflowError):
-        raise FactorGraphError(f"CATBP_JIT_MAX_INPUT_BYTES={env!r} is not a number of "
-                               "bytes") from None
+    env = environment.max_input_bytes()
+    return env if env is not None else DEFAULT_MAX_INPUT_BYTES
 
 
 def _too_large(label: str, limit: int, what: str) -> FactorGraphError:
