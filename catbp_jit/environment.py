@@ -130,6 +130,21 @@ def compile_workers() -> Optional[int]:
                   "calling process)")
 
 
+TIERS = ("auto", "compiled")
+
+
+def tier() -> Optional[str]:
+    """CATBP_JIT_TIER: whether compile() may answer from numpy while kernels compile
+    ("auto") or waits for them ("compiled"): catbp_jit/tiers.py."""
+    text = _text("CATBP_JIT_TIER")
+    if text is None:
+        return None
+    if text.lower() not in TIERS:
+        raise EnvironmentSettingError("CATBP_JIT_TIER", os.environ["CATBP_JIT_TIER"],
+                                      "one of " + ", ".join(TIERS))
+    return text.lower()
+
+
 def bnlearn_dir() -> Optional[str]:
     """CATBP_JIT_BNLEARN_DIR: where the bnlearn networks are kept."""
     return _path("CATBP_JIT_BNLEARN_DIR")
@@ -145,6 +160,7 @@ READERS: Dict[str, Callable[[], object]] = {
     "CATBP_JIT_MAX_BYTES": max_bytes,
     "CATBP_JIT_MAX_INPUT_BYTES": max_input_bytes,
     "CATBP_JIT_COMPILE_WORKERS": compile_workers,
+    "CATBP_JIT_TIER": tier,
     "CATBP_JIT_BNLEARN_DIR": bnlearn_dir,
 }
 

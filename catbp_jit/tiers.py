@@ -20,17 +20,15 @@ enough for numpy (NUMPY_TIER_MAX_WORK). Otherwise compile() waits, as before.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 import warnings
 from typing import Callable, Dict, List, Optional, Sequence
 
+from . import environment
+from .environment import TIERS
 from .numpy_steps import interpretable
 from .plan.pipeline import Plan
-
-TIERS = ("auto", "compiled")
-ENV = "CATBP_JIT_TIER"
 # About a second of numpy per run (products and in-order sums run at some 10^7 terms a
 # second here; LOGPROB's C-library exp at some 10^6): a bigger program waits for kernels.
 NUMPY_TIER_MAX_WORK = 1 << 24
@@ -45,11 +43,11 @@ class TierError(ValueError):
 
 def resolve_tier(tier: Optional[str] = None) -> str:
     """`tier` if given, else $CATBP_JIT_TIER, else "auto"."""
-    given = tier if tier is not None else (os.environ.get(ENV, "").strip() or "auto")
-    if given not in TIERS:
-        source = "tier" if tier is not None else ENV
-        raise TierError(f"{source} must be one of {', '.join(TIERS)}, not {given!r}")
-    return given
+    if tier is None:
+        return environment.tier() or "auto"
+    if tier not in TIERS:
+        raise TierError(f"tier must be one of {', '.join(TIERS)}, not {tier!r}")
+    return tier
 
 
 def numpy_tier_fits(plan: Plan) -> bool:

@@ -21,6 +21,7 @@ from catbp_jit.bundle import load_bundle
 from catbp_jit.cache import KernelCache
 from catbp_jit.codegen.loader import dispatcher_unit
 from catbp_jit.codegen.workers import compile_detached
+from catbp_jit.environment import EnvironmentSettingError
 from catbp_jit.executable import Executable
 from catbp_jit.ir.batch import BatchedCompileError
 from catbp_jit.tiers import KernelBuild, TierError, numpy_tier_fits, resolve_tier, start_build
@@ -215,7 +216,7 @@ def test_tier_names_are_checked(monkeypatch):
     with pytest.raises(TierError, match="tier must be one of auto, compiled, not 'fast'"):
         resolve_tier("fast")
     monkeypatch.setenv("CATBP_JIT_TIER", "numpy")
-    with pytest.raises(TierError, match="CATBP_JIT_TIER must be one of"):
+    with pytest.raises(EnvironmentSettingError, match="CATBP_JIT_TIER='numpy': expected one of"):
         resolve_tier()
 
 
