@@ -19,6 +19,7 @@ axes first; the vector, plan/loops.py, is the last nb axes of the hot group):
     p + BLOCK_AXES   nb: the innermost axes, walked as one flat vector of V elements
                      (the hot axes: the reduced ones if the step reduces, else the output's)
     p + BLOCK_SIZE   V: elements of those nb axes
+    p + LEAVES       k: the number of leaves (a CPU kernel serves any k)
     p + SIZES + d    size of axis d, d < D
     out_strides(D) + d     output stride of axis d, d < R
     leaf(D, l)             leaf l's arena offset; its stride on axis d at leaf(D, l) + 1 + d
@@ -56,10 +57,15 @@ SCRATCH = 3
 CHUNKS = 4
 BLOCK_AXES = 5
 BLOCK_SIZE = 6
-SIZES = 7  # the sizes of the D axes start here; everything after depends on D, R, k
+LEAVES = 7
+SIZES = 8  # the sizes of the D axes start here; everything after depends on D, R, k
 HEADER = SIZES
 
 GROUP_FIELDS = 3  # groups, group stride, element stride
+
+# the most leaves a step may have: a CPU kernel keeps each leaf's offsets in arrays of this
+# many on its stack (codegen/intrinsics.py), and PlanOptions.max_leaves is checked against it
+MAX_LEAVES = 64
 
 # an operand's access along the vector: [kind, step, table]
 ACCESS_FIELDS = 3
@@ -127,7 +133,7 @@ class StepParams:
         row = [0] * HEADER
         row[OUT], row[OUT_RANK], row[RED_RANK] = self.out, self.out_rank, self.red_rank
         row[SCRATCH], row[CHUNKS], row[BLOCK_AXES] = self.scratch, self.chunks, self.block_axes
-        row[BLOCK_SIZE] = self.block_size
+        row[BLOCK_SIZE], row[LEAVES] = self.block_size, len(self.leaves)
         row += list(self.sizes) + list(self.out_strides)
         for offset, strides in self.leaves:
             row += [offset] + list(strides)
@@ -148,9 +154,9 @@ class StepParams:
         return max(1, self.rank) * self.chunks
 
 
-def unpack(P: Sequence[int], p: int, k: int) -> StepParams:
-    """The parameters of a step with k leaves at offset p of table P (tests, inspection)."""
-    R, Q = int(P[p + OUT_RANK]), int(P[p + RED_RANK])
+def unpack(P: Sequence[int], p: int) -> StepParams:
+    """The parameters of the step at offset p of table P (numpy_steps.py, tests)."""
+    R, Q, k = int(P[p + OUT_RANK]), int(P[p + RED_RANK]), int(P[p + LEAVES])
     D = R + Q
     at = lambda i, n: tuple(int(x) for x in P[p + i:p + i + n])
     return StepParams(
@@ -176,8 +182,9 @@ def source_constants() -> str:
     """Module-level constants a generated kernel reads the table with (Numba folds them)."""
     return ("# the kernel ABI (catbp_jit/abi.py): offsets of a step's parameters from p\n"
             f"OUT, OUT_RANK, RED_RANK, SCRATCH = {OUT}, {OUT_RANK}, {RED_RANK}, {SCRATCH}\n"
-            f"CHUNKS, BLOCK_AXES, BLOCK_SIZE, SIZES = {CHUNKS}, {BLOCK_AXES}, "
-            f"{BLOCK_SIZE}, {SIZES}\n"
+            f"CHUNKS, BLOCK_AXES, BLOCK_SIZE, LEAVES, SIZES = {CHUNKS}, {BLOCK_AXES}, "
+            f"{BLOCK_SIZE}, {LEAVES}, {SIZES}\n"
+            f"GROUP_FIELDS, ACCESS_FIELDS = {GROUP_FIELDS}, {ACCESS_FIELDS}\n"
             f"CONSTANT, CONTIGUOUS, STRIDED, GATHERED = {CONSTANT}, {CONTIGUOUS}, {STRIDED}, "
             f"{GATHERED}  # access kinds\n"
             f"STEP_ROW, STEP_KERNEL, STEP_PARAMS = {STEP_ROW}, {STEP_KERNEL}, {STEP_PARAMS}\n")

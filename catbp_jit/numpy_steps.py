@@ -81,7 +81,7 @@ def numpy_steps(plan: Plan, mem: np.ndarray, table: np.ndarray) -> List[Callable
     steps = []
     for i, st in enumerate(plan.schedule.steps):
         p = int(table[abi.STEP_ROW * i + abi.STEP_PARAMS])
-        steps.append(_step(st.pattern, abi.unpack(table, p, st.pattern.leaves), mem))
+        steps.append(_step(st.pattern, abi.unpack(table, p), mem))
     return steps
 
 

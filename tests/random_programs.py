@@ -9,12 +9,11 @@ The structure comes from a `Chooser`: either Hypothesis draws (`cases()`, which 
 to small programs) or a seeded `random.Random` (`case_from_seed`, for scripts). Values
 come from a numpy generator seeded by one drawn integer.
 
-Compile time is the cost that matters in CI: a kernel is compiled per pattern (semiring,
-dtype, number of leaves, reduce, normalize, parallel), a few seconds each. The generator
-therefore tracks an upper bound of the number of leaves of the fused segment that can
+The generator tracks an upper bound of the number of leaves of the fused segment that can
 compute each value (a CONTRACT inlines a CONTRACT it reads first; an ELIMINATE or a
 NORMALIZE joins its producer's segment) and keeps it within per-semiring limits
-(`LIMITS`), so that the set of reachable patterns stays small and fixed.
+(`LIMITS`). (Kernels no longer depend on the number of leaves, so the limits bound the
+size of a product, not the number of patterns to compile.)
 """
 
 from __future__ import annotations

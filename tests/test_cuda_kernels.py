@@ -336,10 +336,10 @@ def test_launch_shapes_give_identical_bits(name, module_dir):
 # --------------------------------------------------------------------------- the source
 
 def _patterns():
-    return [KernelPattern(sr, dt, k, reduce, norm, False)
+    return [KernelPattern(sr, dt, reduce, norm, False)
             for sr, dt in [("PROB", "float64"), ("PROB", "float32"), ("LOGPROB", "float64"),
                            ("SAT", "bool"), ("COUNT", "int64")]
-            for k in (1, 2, 3) for reduce in (False, True)
+            for reduce in (False, True)
             for norm in ((False, True) if SEMIRINGS[sr].normalizes else (False,))]
 
 
@@ -359,8 +359,8 @@ def test_float_products_in_sums_are_rounded_alone():
     NVVM would fuse them with the add."""
     for pattern in _patterns():
         src = cuda.kernel_source(pattern)
-        sums_products = (pattern.reduce and pattern.leaves > 1 and pattern.semiring == "PROB")
-        assert ("mul(mem[" in src) == sums_products, pattern.name
+        sums_products = pattern.reduce and pattern.semiring == "PROB"
+        assert ("mul(x, mem[" in src) == sums_products, pattern.name
         if sums_products:
             rn = {"float64": "dmul_rn", "float32": "fmul_rn"}[pattern.dtype]
             assert f"from numba.cuda.libdevice import {rn} as mul" in src
@@ -368,12 +368,12 @@ def test_float_products_in_sums_are_rounded_alone():
 
 
 def test_unsupported_float_dtype_is_refused_by_name():
-    with pytest.raises(ValueError, match=r"contract_reduce_prob_float16_k2_reduce.*float16"):
-        cuda.kernel_source(KernelPattern("PROB", "float16", 2, True, False, False))
+    with pytest.raises(ValueError, match=r"contract_reduce_prob_float16_reduce.*float16"):
+        cuda.kernel_source(KernelPattern("PROB", "float16", True, False, False))
 
 
 def test_load_module_writes_the_source_it_imports(tmp_path):
-    pattern = KernelPattern("LOGPROB", "float64", 2, True, True, False)
+    pattern = KernelPattern("LOGPROB", "float64", True, True, False)
     module = cuda_run.load_module(pattern, tmp_path)
     path = tmp_path / f"catbp_cuda_{pattern.name}.py"
     assert path.read_text(encoding="utf-8") == cuda.kernel_source(pattern)
@@ -437,7 +437,7 @@ def test_kernels_lower_for_a_gpu(tmp_path):
     """Every pattern types and lowers for a real GPU; a float product that feeds a sum is a
     libdevice call there (never an fmul that NVVM could fuse with the add into an fma)."""
     pytest.importorskip("numba.cuda.compiler", reason="numba-cuda's compiler is not there")
-    patterns = _patterns() + [KernelPattern("LOGPROB", "float32", 2, True, True, False)]
+    patterns = _patterns() + [KernelPattern("LOGPROB", "float32", True, True, False)]
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0",
                PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
     child = subprocess.run(
@@ -447,7 +447,7 @@ def test_kernels_lower_for_a_gpu(tmp_path):
     lowered = json.loads(child.stdout.strip().splitlines()[-1])
     for pattern in patterns:
         found = lowered[pattern.name + ".kernel"]
-        if pattern.reduce and pattern.leaves > 1 and pattern.semiring == "PROB":
-            assert found == {"fmul": 0, "mul_rn": pattern.leaves - 1}, (pattern.name, found)
+        if pattern.reduce and pattern.semiring == "PROB":  # one product, in the leaf loop
+            assert found == {"fmul": 0, "mul_rn": 1}, (pattern.name, found)
         if pattern.normalize:
             assert pattern.name + ".normalize" in lowered

@@ -7,9 +7,9 @@ their inputs in every semiring and dtype (tests/random_programs.py); each is run
 shape and dtype; bool and int64 exactly; floats to a tight tolerance with NaN and ±inf in
 the same places. A bound session is run twice, on two different sets of inputs.
 
-Cost: kernels are compiled once per pattern (semiring, dtype, leaves, reduce, normalize)
-and cached on disk; the generator bounds the patterns it can reach (36 in all, see
-random_programs.LIMITS). The 2,000-program test runs in loop mode; compiled mode and the
+Cost: kernels are compiled once per pattern (semiring, dtype, reduce, normalize, vector)
+and cached on disk, a few dozen in all whatever the programs. The 2,000-program test runs
+in loop mode; compiled mode and the
 drop-in API, which also walk the schedule through the dispatcher and (the drop-in) copy
 results, run fewer examples.
 
@@ -29,7 +29,7 @@ import catbp_jit
 from catbp_jit import Axis, AxisType, Instruction, OpCode, Program, TensorSpec
 from catbp_jit.reference import run_program as reference_run_program
 
-from random_programs import LIMITS, SEMIRINGS, Case, Inputs, cases
+from random_programs import SEMIRINGS, Case, Inputs, cases
 
 G, T = AxisType.GEOMETRIC, AxisType.TOPOLOGICAL
 OP = OpCode
@@ -133,10 +133,9 @@ def record(case: Case) -> None:
 
 def check_executable(case: Case, mode: str) -> None:
     exe = compile_case(case, mode)
-    max_leaves, max_norm = LIMITS[(case.semiring, case.dtype.name)]
-    for k in exe.kernels:  # compile time in CI depends on this staying bounded
-        if k.pattern.leaves > (max_norm if k.pattern.normalize else max_leaves) or k.pattern.parallel:
-            event(f"kernel pattern beyond random_programs.LIMITS: {k.pattern.name}")
+    for k in exe.kernels:  # compile time in CI depends on the patterns staying few
+        if k.pattern.parallel:
+            event(f"a parallel kernel pattern: {k.pattern.name}")
     sess = exe.bind()
     for which in range(len(case.inputs)):  # the same session, another set of inputs
         ref = run_reference(case, which)

@@ -38,96 +38,107 @@ from .reduction import reduced_value
 
 ENTRY = "kernel"
 
+# A leaf's row in P: its offset, then its D strides (abi.leaf); `base[l]` and `cur[l]`
+# are the current offsets of leaf l (a row's start, and the reduced sweep's position).
+LEAF = "L + l * LS"
 
-def _advance(ind: str, first: str, last: str, names: List[str], strides: List[str]) -> List[str]:
-    """Odometer step over axes last..first (last fastest); leaves `d < first` after a wrap."""
+
+def _advance(ind: str, first: str, last: str, leaves: str, out: bool) -> List[str]:
+    """Odometer step over axes last..first (last fastest) of o_off (out) and every leaf's
+    offset in `leaves`; leaves `d < first` after a wrap."""
     pad = ind + "    "
     lines = [f"{ind}d = {last}", f"{ind}while d >= {first}:", f"{pad}P[idx + d] += 1"]
-    lines += [f"{pad}{n} += P[{s} + d]" for n, s in zip(names, strides)]
-    lines += [f"{pad}if P[idx + d] < P[N + d]:", f"{pad}    break"]
-    lines += [f"{pad}{n} -= P[{s} + d] * P[N + d]" for n, s in zip(names, strides)]
-    lines += [f"{pad}P[idx + d] = 0", f"{pad}d -= 1"]
+    lines += [f"{pad}o_off += P[SO + d]"] if out else []
+    lines += [f"{pad}for l in range(K):", f"{pad}    {leaves}[l] += P[{LEAF} + 1 + d]",
+              f"{pad}if P[idx + d] < P[N + d]:", f"{pad}    break"]
+    lines += [f"{pad}o_off -= P[SO + d] * P[N + d]"] if out else []
+    lines += [f"{pad}for l in range(K):", f"{pad}    {leaves}[l] -= P[{LEAF} + 1 + d] * P[N + d]",
+              f"{pad}P[idx + d] = 0", f"{pad}d -= 1"]
     return lines
 
 
-def _place(ind: str, first: str, last: str, start: str, names: List[str], strides: List[str]) -> List[str]:
-    """Set the odometer over axes first..last on flat position `start` (C order)."""
-    stop = "-1" if first == "0" else f"{first} - 1"
-    lines = [f"{ind}rem = {start}", f"{ind}for d in range({last}, {stop}, -1):",
-             f"{ind}    i = rem % P[N + d]", f"{ind}    rem //= P[N + d]", f"{ind}    P[idx + d] = i"]
-    lines += [f"{ind}    {n} += i * P[{s} + d]" for n, s in zip(names, strides)]
-    return lines
+def _place(ind: str, last: str, start: str) -> List[str]:
+    """Set the odometer over axes 0..last of o_off and base[] on flat position `start`
+    (C order)."""
+    return [f"{ind}rem = {start}", f"{ind}for d in range({last}, -1, -1):",
+            f"{ind}    i = rem % P[N + d]", f"{ind}    rem //= P[N + d]", f"{ind}    P[idx + d] = i",
+            f"{ind}    o_off += i * P[SO + d]", f"{ind}    for l in range(K):",
+            f"{ind}        base[l] += i * P[{LEAF} + 1 + d]"]
 
 
-def _vector(ind: str, k: int, bases: List[str]) -> List[str]:
-    """The leaves' ⊗-product along the vector, piece by piece, into buf[0:n] (then the
-    caller's lines run on it, inside the piece loop)."""
-    lines = [f"{ind}for v0 in range(0, V, BUFFER):", f"{ind}    n = min(BUFFER, V - v0)"]
-    for l in range(k):
-        walk = "first_leaf" if l == 0 else "times_leaf"
-        lines += [f"{ind}    {walk}(buf, mem, P, A{l}, {bases[l]}, v0, n)"]
-    return lines
+def _product(ind: str, leaves: str) -> List[str]:
+    """The leaves' ⊗-product along the current vector piece (v0, n) into buf[0:n], one
+    leaf after another, left to right."""
+    return [f"{ind}first_leaf(buf, mem, P, A, {leaves}[0], v0, n)",
+            f"{ind}for l in range(1, K):",
+            f"{ind}    times_leaf(buf, mem, P, A + l * ACCESS_FIELDS, {leaves}[l], v0, n)"]
+
+
+def _vector(ind: str, leaves: str) -> List[str]:
+    """The product along the whole vector, piece by piece (then the caller's lines run on
+    buf[0:n], inside the piece loop)."""
+    return [f"{ind}for v0 in range(0, V, BUFFER):",
+            f"{ind}    n = min(BUFFER, V - v0)"] + _product(ind + "    ", leaves)
 
 
 def _sweep(ind: str, k: int, body: List[str], stop: bool) -> List[str]:
     """One pass over the reduced axes of the current output element, `body` on each term
     buf[v]: the odometer axes R..top-1 outside, the vector inside, in the order of
-    plan/schedule.py (C order over the reduced axes), the order of every target."""
-    pad, r = ind + "    ", [f"r{l}" for l in range(k)]
-    lines = [f"{ind}for d in range(R, top):", f"{ind}    P[idx + d] = 0"]
-    lines += [f"{ind}r{l} = b{l}" for l in range(k)]
-    lines += [f"{ind}while True:"]
-    lines += _vector(pad, k, r)
+    plan/schedule.py (C order over the reduced axes), the order of every target. (k: the
+    CUDA template's; a CPU kernel reads K.)"""
+    pad = ind + "    "
+    lines = [f"{ind}for d in range(R, top):", f"{ind}    P[idx + d] = 0",
+             f"{ind}for l in range(K):", f"{ind}    cur[l] = base[l]",
+             f"{ind}while True:"]
+    lines += _vector(pad, "cur")
     lines += [f"{pad}    for v in range(n):"]
     lines += [f"{pad}        {b}" for b in body]
     if stop:  # SAT: leave every loop once a term is true
         lines += [f"{pad}    if acc:", f"{pad}        break", f"{pad}if acc:", f"{pad}    break"]
-    lines += _advance(pad, "R", "top - 1", r, [f"L{l} + 1" for l in range(k)])
+    lines += _advance(pad, "R", "top - 1", "cur", out=False)
     lines += [f"{pad}if d < R:", f"{pad}    break"]
     return lines
 
 
-def _reduced_value(k: int, sr: Semiring, dtype: str) -> List[str]:
+def _reduced_value(sr: Semiring, dtype: str) -> List[str]:
     """Lines leaving ⊕ over the reduced axes of the current output element in `v`."""
-    return reduced_value(k, sr, ["buf[v]"], _sweep, sr.accumulator(dtype), "buf[v]")
+    return reduced_value(0, sr, ["buf[v]"], _sweep, sr.accumulator(dtype), "buf[v]")
 
 
-def _across_sweep(ind: str, k: int, body: List[str]) -> List[str]:
+def _across_sweep(ind: str, body: List[str]) -> List[str]:
     """Every reduced position, in the order of plan/schedule.py (C order over the reduced
     axes R..D-1, all walked by the odometer), with the vector's products in buf[0:n] and
     `body` run on them."""
-    pad, r = ind + "    ", [f"r{l}" for l in range(k)]
-    lines = [f"{ind}for d in range(R, D):", f"{ind}    P[idx + d] = 0"]
-    lines += [f"{ind}r{l} = b{l}" for l in range(k)]
-    lines += [f"{ind}while True:"]
-    for l in range(k):
-        walk = "first_leaf" if l == 0 else "times_leaf"
-        lines += [f"{pad}{walk}(buf, mem, P, A{l}, r{l}, v0, n)"]
+    pad = ind + "    "
+    lines = [f"{ind}for d in range(R, D):", f"{ind}    P[idx + d] = 0",
+             f"{ind}for l in range(K):", f"{ind}    cur[l] = base[l]",
+             f"{ind}while True:"]
+    lines += _product(pad, "cur")
     lines += [f"{pad}{b}" for b in body]
-    lines += _advance(pad, "R", "D - 1", r, [f"L{l} + 1" for l in range(k)])
+    lines += _advance(pad, "R", "D - 1", "cur", out=False)
     lines += [f"{pad}if d < R:", f"{pad}    break"]
     return lines
 
 
-def _across_outputs(k: int, sr: Semiring, dtype: str) -> List[str]:
+def _across_outputs(sr: Semiring, dtype: str) -> List[str]:
     """⊕ for the n output elements of the vector piece at v0 at once, each adding its terms
     in the order _sweep would (the same rounding), into `sums` (then stored)."""
     i, loop = "            ", "for v in range(n):"
     if sr.reduction == "logsumexp":  # as reduction.py's, one element per v
         lines = [f"{i}{loop}", f"{i}    tops[v] = -np.inf  # pass 1: the largest term (a NaN sticks)"]
-        lines += _across_sweep(i, k, [loop, "    x = buf[v]", "    if x > tops[v] or x != x:",
-                                      "        tops[v] = x"])
+        lines += _across_sweep(i, [loop, "    x = buf[v]", "    if x > tops[v] or x != x:",
+                                   "        tops[v] = x"])
         lines += [f"{i}{loop}", f"{i}    sums[v] = 0.0  # pass 2: the sum of exp(x - top)"]
-        lines += _across_sweep(i, k, [loop, "    if tops[v] != -np.inf:",
-                                      "        sums[v] += math.exp(buf[v] - tops[v])"])
+        lines += _across_sweep(i, [loop, "    if tops[v] != -np.inf:",
+                                   "        sums[v] += math.exp(buf[v] - tops[v])"])
         return lines + [f"{i}{loop}", f"{i}    if tops[v] != -np.inf:",
                         f"{i}        tops[v] = tops[v] + math.log(sums[v])",
                         f"{i}store(tops, mem, P, AO, o_off, v0, n)"]
     lines = [f"{i}{loop}", f"{i}    sums[v] = {sr.accumulator(dtype)}"]
     if sr.reduction == "any":  # no early stop: the other elements of the vector go on
-        lines += _across_sweep(i, k, [loop, "    sums[v] = sums[v] or buf[v]"])
+        lines += _across_sweep(i, [loop, "    sums[v] = sums[v] or buf[v]"])
     else:
-        lines += _across_sweep(i, k, [loop, "    sums[v] += buf[v]"])
+        lines += _across_sweep(i, [loop, "    sums[v] += buf[v]"])
     return lines + [f"{i}store(sums, mem, P, AO, o_off, v0, n)"]
 
 
@@ -186,12 +197,12 @@ def _walkers(sr: Semiring, dtype: str) -> str:
     return "\n\n\n".join(parts)
 
 
-def _normalize(sr: Semiring, k: int) -> List[str]:
+def _normalize(sr: Semiring) -> List[str]:
     """NORMALIZE the output in `groups` parts (the batch rows) of `size` elements each,
     part g at out + g * gs, its elements es apart (plan/schedule.py: normalize_groups)."""
     i = "        "
     x = "mem[base + o * es]"
-    head = [f"    G = p + {abi.groups_source(k)}  # after the last leaf's strides",
+    head = ["    G = p + SIZES + D + R + P[p + LEAVES] * (1 + D)  # after the last leaf's strides",
             "    groups, gs, es = P[G], P[G + 1], P[G + 2]",
             "    size = n_out // groups",
             "    for g in range(groups):",
@@ -222,19 +233,19 @@ HEADER = '''"""catbp_jit kernel {name}
 out[o] = {formula}   ({semiring}, {dtype}{then})
 
 P[p:] holds this step's parameters (catbp_jit/abi.py): out offset, R output axes, Q
-reduced axes, scratch offset, chunks, nb vector axes, V vector elements, sizes
+reduced axes, scratch offset, chunks, nb vector axes, V vector elements, K leaves, sizes
 n[0..D-1], output strides so[0..R-1], per leaf its offset and strides on all D = R + Q
 axes (in elements of `mem`), the NORMALIZE groups, then each operand's access along the
-vector. The last nb axes ({hot}) are the vector: each leaf is walked along it
-in a loop of its own, into `buf` (on the stack), in pieces of BUFFER; the hot axes before
-them by an odometer with counters at P[idx:].
+vector. One kernel serves any number of leaves K. The last nb axes ({hot}) are
+the vector: each leaf is walked along it in a loop of its own, into `buf` (on the stack),
+in pieces of BUFFER; the hot axes before them by an odometer with counters at P[idx:].
 """
 import math
 
 import numpy as np
 from numba import carray, njit, prange
 
-from catbp_jit.codegen.intrinsics import BUFFER, {pointers}
+from catbp_jit.codegen.intrinsics import BUFFER, MAX_LEAVES, {pointers}
 
 {abi}
 # Arguments are typed int64, never as literals: Numba compiles a callee once per argument
@@ -254,18 +265,25 @@ def {part}(mem, P, p, lo, hi, idx):
     out = P[p + OUT]
     R = P[p + OUT_RANK]
     D = R + P[p + RED_RANK]
+    K = P[p + LEAVES]
     nb = P[p + BLOCK_AXES]
     V = P[p + BLOCK_SIZE]
     N = p + SIZES  # P[N + d]: size of axis d
     SO = p + {out_strides}  # P[SO + d]: output stride of axis d < R
+    LS = 1 + D  # a leaf's row: its offset, then its D strides
+    L = SO + R  # leaf l's row at P[L + l * LS]
+    A = L + K * LS + GROUP_FIELDS  # leaf l's access at A + l * ACCESS_FIELDS
+    AO = A + K * ACCESS_FIELDS  # the output's access
     buf = carray(stack_buffer_{dtype}(), BUFFER)
+    base = carray(stack_leaves_int64(), MAX_LEAVES)  # base[l]: leaf l's offset at the row's start
 '''
 
 
 def kernel_source(pattern: KernelPattern) -> str:
     """The whole module source of the kernel for `pattern`: readable and deterministic."""
-    k, sr = pattern.leaves, SEMIRINGS[pattern.semiring]
-    terms = " ⊗ ".join(f"leaf{l}[o{', r' if pattern.reduce else ''}]" for l in range(k))
+    sr = SEMIRINGS[pattern.semiring]
+    at = "[o, r]" if pattern.reduce else "[o]"
+    terms = f"leaf_0{at} ⊗ leaf_1{at} ⊗ ... ⊗ leaf_(K-1){at}"
     part = "run_chunk" if pattern.reduce and pattern.vector == ACROSS_REDUCED else "run_rows"
     sums = set()
     if pattern.reduce and pattern.vector == ACROSS_OUTPUTS:
@@ -279,49 +297,45 @@ def kernel_source(pattern: KernelPattern) -> str:
         hot="innermost reduced axes" if part == "run_chunk" else "innermost output axes",
         walkers=_walkers(sr, pattern.dtype),
         pointers=", ".join(sorted({"pointer_int64", "pointer_" + pattern.dtype,
-                                   "stack_buffer_" + pattern.dtype} | set(sums))),
+                                   "stack_leaves_int64", "stack_buffer_" + pattern.dtype}
+                                  | set(sums))),
         part=part,
         # called once, by a serial kernel: inlined, one function less to compile (~15%)
         inline="" if pattern.parallel else ', inline="always"',
         part_doc=("Rows lo..hi-1: a row is one position of the odometer axes outside the vector."
                   if part == "run_rows" else "Output elements lo..hi-1 (flat, C order)."),
     ).rstrip("\n").split("\n")
-    lines += [f"    L{l} = p + {abi.leaf_source(l)}  # leaf {l}: offset, then strides"
-              for l in range(k)]
-    lines += [f"    A{l} = p + {abi.access_source(k, l)}  # leaf {l}'s access" for l in range(k)]
     across_outputs = pattern.reduce and pattern.vector == ACROSS_OUTPUTS
+    if pattern.reduce:  # cur[l]: leaf l's offset where the reduced sweep is
+        lines += ["    cur = carray(stack_leaves_int64(), MAX_LEAVES)  # cur[l]: leaf l's offset in the sweep"]
     if across_outputs:
         acc = _accumulator_type(sr, pattern.dtype)
         lines += ["    top = R - nb  # output odometer axes 0..top-1; vector top..R-1; reduced R..D-1",
-                  f"    AO = p + {abi.access_source(k, k)}  # the output's access",
                   f"    sums = carray(stack_buffer_{acc}(), BUFFER)"]
         if sr.reduction == "logsumexp":
             lines += ["    tops = carray(stack_buffer_float64(), BUFFER)"]
     else:
         lines += ["    top = D - nb  # odometer axes end here; vector axes top..D-1"]
-    b = [f"b{l}" for l in range(k)]
-    leaf_strides = [f"L{l} + 1" for l in range(k)]
-    lines += ["    o_off = out"] + [f"    b{l} = P[L{l}]" for l in range(k)]
+    lines += ["    o_off = out", "    for l in range(K):", f"        base[l] = P[{LEAF}]"]
     if across_outputs:
-        lines += _place("    ", "0", "top - 1", "lo", ["o_off"] + b, ["SO"] + leaf_strides)
+        lines += _place("    ", "top - 1", "lo")
         lines += ["    for row in range(lo, hi):",
                   "        for v0 in range(0, V, BUFFER):",
                   "            n = min(BUFFER, V - v0)"]
-        lines += _across_outputs(k, sr, pattern.dtype)
-        lines += _advance("        ", "0", "top - 1", ["o_off"] + b, ["SO"] + leaf_strides)
+        lines += _across_outputs(sr, pattern.dtype)
+        lines += _advance("        ", "0", "top - 1", "base", out=True)
     elif pattern.reduce:
-        lines += _place("    ", "0", "R - 1", "lo", ["o_off"] + b, ["SO"] + leaf_strides)
+        lines += _place("    ", "R - 1", "lo")
         lines += ["    for o in range(lo, hi):"]
-        lines += _reduced_value(k, sr, pattern.dtype)
+        lines += _reduced_value(sr, pattern.dtype)
         lines += ["        mem[o_off] = v"]
-        lines += _advance("        ", "0", "R - 1", ["o_off"] + b, ["SO"] + leaf_strides)
+        lines += _advance("        ", "0", "R - 1", "base", out=True)
     else:
-        lines += [f"    AO = p + {abi.access_source(k, k)}  # the output's access"]
-        lines += _place("    ", "0", "top - 1", "lo", ["o_off"] + b, ["SO"] + leaf_strides)
+        lines += _place("    ", "top - 1", "lo")
         lines += ["    for row in range(lo, hi):"]
-        lines += _vector("        ", k, b)
+        lines += _vector("        ", "base")
         lines += ["            store(buf, mem, P, AO, o_off, v0, n)"]
-        lines += _advance("        ", "0", "top - 1", ["o_off"] + b, ["SO"] + leaf_strides)
+        lines += _advance("        ", "0", "top - 1", "base", out=True)
 
     lines += ["", "",
               f"@njit(cache=True, nogil=True, error_model=\"numpy\"{', parallel=True' if pattern.parallel else ''})",
@@ -350,6 +364,6 @@ def kernel_source(pattern: KernelPattern) -> str:
     else:
         lines += [f"    {part}(mem, P, p, ZERO, n_work, scratch)"]
     if pattern.normalize:
-        lines += ["    out = P[p + OUT]"] + _normalize(sr, k)
+        lines += ["    out = P[p + OUT]"] + _normalize(sr)
     lines += [""]
     return "\n".join(lines)

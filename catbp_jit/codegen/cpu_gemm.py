@@ -150,7 +150,7 @@ def kernel_source(pattern: KernelPattern) -> str:
             "dot(mem, ao, P[p + GEMM_A_T], bo, P[p + GEMM_B_T], oo, M, N, K)")
     lines += ENTRY_SOURCE.format(dtype=pattern.dtype, call=call)
     if pattern.normalize:
-        body = _normalize(sr, 2)
+        body = _normalize(sr)
         body[0] = f"    G = p + GEMM_HEADER + GEMM_BATCH_FIELDS * nb  # the NORMALIZE groups"
         lines += "\n".join(["    out = P[p + OUT]", "    n_out = M * N * n_batch"] + body) + "\n"
     return lines

@@ -55,6 +55,7 @@ def launch_shape(params: abi.StepParams) -> Tuple[int, int]:
 
 # the libdevice product rounded on its own, by float dtype
 ROUNDED_MUL = {"float64": "dmul_rn", "float32": "fmul_rn"}
+DTYPES = ("float64", "float32", "bool", "int64")
 
 
 def _rounds_products(sr: Semiring, dtype: str) -> bool:
@@ -62,15 +63,15 @@ def _rounds_products(sr: Semiring, dtype: str) -> bool:
     return sr.product_op.strip() == "*" and np.dtype(dtype).kind == "f"
 
 
-def _summed_product(sr: Semiring, dtype: str, terms: List[str]) -> str:
-    """The ⊗-product of terms, left to right, as source for a term of a sum: float
-    products through `mul`, rounded on their own (see the module docstring)."""
-    if not _rounds_products(sr, dtype):
-        return sr.product(terms)
-    x = terms[0]
-    for t in terms[1:]:
-        x = f"mul({x}, {t})"
-    return x
+def _product_lines(ind: str, sr: Semiring, dtype: str, offsets: str, summed: bool,
+                   element) -> List[str]:
+    """`x` = the ⊗-product of the K leaves, left to right, each leaf's element as
+    `element`(l, its offset in `offsets`) gives it; a float product that feeds a sum
+    through `mul`, rounded on its own (see the module docstring)."""
+    at = lambda l: element(l, f"{offsets}[{l}]")
+    times = (f"x = mul(x, {at('l')})" if summed and _rounds_products(sr, dtype)
+             else f"x = {sr.product(['x', at('l')])}")
+    return [f"{ind}x = {at('0')}", f"{ind}for l in range(1, K):", f"{ind}    {times}"]
 
 
 def _accumulator(sr: Semiring, dtype: str) -> str:
@@ -84,38 +85,39 @@ def _accumulator(sr: Semiring, dtype: str) -> str:
     return f"np.float64({acc})" if kind == "f" else f"np.int64({acc})"
 
 
-def _offsets(ind: str, first: str, last: str, start: str, names: List[str],
-             strides: List[str]) -> List[str]:
-    """Add flat position `start` (C order over axes first..last) to the offsets `names`."""
+def _offsets(ind: str, first: str, last: str, start: str, out: bool, leaves: str) -> List[str]:
+    """Add flat position `start` (C order over axes first..last) to o_off (out) and every
+    leaf's offset in `leaves`."""
     stop = "-1" if first == "0" else f"{first} - 1"
     lines = [f"{ind}rem = {start}", f"{ind}for d in range({last}, {stop}, -1):",
              f"{ind}    i = rem % P[N + d]", f"{ind}    rem //= P[N + d]"]
-    return lines + [f"{ind}    {n} += i * P[{s} + d]" for n, s in zip(names, strides)]
+    lines += [f"{ind}    o_off += i * P[SO + d]"] if out else []
+    return lines + [f"{ind}    for l in range(K):", f"{ind}        {leaves}[l] += i * P[L + l * LS + 1 + d]"]
 
 
-def _sweep(ind: str, k: int, body: List[str], stop: bool) -> List[str]:
+def _sweep(ind: str, k: int, body: List[str], stop: bool, sr: Semiring = None,
+           dtype: str = "", summed: bool = False) -> List[str]:
     """One pass over the reduced axes of the current output element, in flat C order (the
     CPU's: odometer axes R..top-1, then the V elements of the vector, each leaf moving
-    along it by its access, abi.py), `body` on each term."""
+    along it by its access, abi.py), `body` on each term `x`."""
     pad = ind + "    "
-    lines = [f"{ind}for q in range(n_odo):"]
-    lines += [f"{pad}r{l} = b{l}" for l in range(k)]
-    lines += _offsets(pad, "R", "top - 1", "q", [f"r{l}" for l in range(k)],
-                      [f"L{l} + 1" for l in range(k)])
+    lines = [f"{ind}for q in range(n_odo):", f"{pad}for l in range(K):", f"{pad}    r[l] = b[l]"]
+    lines += _offsets(pad, "R", "top - 1", "q", False, "r")
     lines += [f"{pad}for v in range(V):"]
-    lines += [f"{pad}    c{l} = r{l} + (P[T{l} + v] if K{l} == GATHERED else v * S{l})"
-              for l in range(k)]
+    access = lambda l: "A" if l == "0" else f"A + {l} * ACCESS_FIELDS"  # leaf l's
+    lines += _product_lines(pad + "    ", sr, dtype, "r", summed, lambda l, at:
+                            f"mem[along(P, {access(l)}, {at}, v)]")
     lines += [f"{pad}    {b}" for b in body]
     if stop:  # SAT: leave every loop once a term is true
         lines += [f"{pad}    if acc:", f"{pad}        break", f"{pad}if acc:", f"{pad}    break"]
     return lines
 
 
-def _reduced_value(k: int, sr: Semiring, dtype: str) -> List[str]:
+def _reduced_value(sr: Semiring, dtype: str) -> List[str]:
     """Lines leaving ⊕ over the reduced axes of the current output element in `v`."""
-    terms = [f"mem[c{l}]" for l in range(k)]
-    return reduced_value(k, sr, terms, _sweep, _accumulator(sr, dtype),
-                         _summed_product(sr, dtype, terms), lambda x: f"np.float64({x})")
+    sweep = lambda ind, k, body, stop: _sweep(ind, k, body, stop, sr, dtype, summed=True)
+    return reduced_value(0, sr, ["x"], sweep, _accumulator(sr, dtype), "x",
+                         lambda x: f"np.float64({x})")
 
 
 def _normalize_group(sr: Semiring) -> List[str]:
@@ -148,7 +150,7 @@ HEADER = '''"""catbp_jit CUDA kernel {name}
 out[o] = {formula}   ({semiring}, {dtype}{then})
 
 P[p:] holds this step's parameters (catbp_jit/abi.py): out offset, R output axes, Q
-reduced axes, nb vector axes, V vector elements, sizes n[0..D-1], output strides
+reduced axes, nb vector axes, V vector elements, K leaves, sizes n[0..D-1], output strides
 so[0..R-1], per leaf its offset and strides on all D = R + Q axes (in elements of `mem`),
 and each operand's access along the vector. One thread per output element, grid-stride;
 {walk}
@@ -158,7 +160,16 @@ import math
 import numpy as np
 from numba import config, cuda
 
-{abi}'''
+{abi}MAX_LEAVES = {max_leaves}  # a step's leaves at most (abi.MAX_LEAVES)
+
+
+@cuda.jit(device=True)
+def along(P, a, base, v):
+    """Where a leaf is at element v of the vector, from `base`: its access (abi.py) at P[a]."""
+    if P[a] == GATHERED:
+        return base + P[P[a + 2] + v]
+    return base + v * P[a + 1]
+'''
 
 MUL = '''
 
@@ -180,43 +191,44 @@ def _n_out() -> List[str]:
 
 
 def _kernel(pattern: KernelPattern, sr: Semiring) -> List[str]:
-    k = pattern.leaves
-    b = [f"b{l}" for l in range(k)]
     lines = ["", "", "@cuda.jit(cache=True)",
              f"def {ENTRY}(mem, P, p):",
              '    """Segment p of the table: one output element per thread, grid-stride."""',
              "    out = P[p + OUT]",
              "    R = P[p + OUT_RANK]",
              "    D = R + P[p + RED_RANK]",
+             "    K = P[p + LEAVES]",
              "    N = p + SIZES  # P[N + d]: size of axis d",
-             f"    SO = p + {abi.OUT_STRIDES_SOURCE}  # P[SO + d]: output stride of axis d < R"]
-    lines += [f"    L{l} = p + {abi.leaf_source(l)}  # leaf {l}: offset, then strides"
-              for l in range(k)]
+             f"    SO = p + {abi.OUT_STRIDES_SOURCE}  # P[SO + d]: output stride of axis d < R",
+             "    LS = 1 + D  # a leaf's row: its offset, then its D strides",
+             "    L = SO + R  # leaf l's row at P[L + l * LS]",
+             "    A = L + K * LS + GROUP_FIELDS  # leaf l's access at A + l * ACCESS_FIELDS",
+             "    b = cuda.local.array(MAX_LEAVES, np.int64)  # b[l]: leaf l's offset at the output"]
     lines += _n_out()
+    if pattern.reduce:
+        lines += ["    r = cuda.local.array(MAX_LEAVES, np.int64)  # r[l]: leaf l's offset in the sweep"]
     if pattern.reduce and pattern.vector == ACROSS_REDUCED:
         lines += ["    top = D - P[p + BLOCK_AXES]  # odometer axes R..top-1; the vector top..D-1",
                   "    V = P[p + BLOCK_SIZE]"]
-        for l in range(k):
-            lines += [f"    A = p + {abi.access_source(k, l)}  # leaf {l}'s access along the vector",
-                      f"    K{l}, S{l}, T{l} = P[A], P[A + 1], P[A + 2]"]
     elif pattern.reduce:  # the CPU's vector runs across outputs: a thread walks all Q axes
         lines += ["    top = D", "    V = 1"]
-        lines += [f"    K{l}, S{l}, T{l} = CONSTANT, 0, 0" for l in range(k)]
     if pattern.reduce:
         lines += ["    n_odo = 1",
                   "    for d in range(R, top):",
                   "        n_odo *= P[N + d]"]
     lines += ["    o = cuda.grid(1)",
               "    while o < n_out:",
-              "        o_off = out"]
-    lines += [f"        b{l} = P[L{l}]" for l in range(k)]
-    lines += _offsets("        ", "0", "R - 1", "o", ["o_off"] + b,
-                      ["SO"] + [f"L{l} + 1" for l in range(k)])
+              "        o_off = out",
+              "        for l in range(K):",
+              "            b[l] = P[L + l * LS]"]
+    lines += _offsets("        ", "0", "R - 1", "o", True, "b")
     if pattern.reduce:
-        lines += _reduced_value(k, sr, pattern.dtype)
+        lines += _reduced_value(sr, pattern.dtype)
         lines += ["        mem[o_off] = v"]
     else:
-        lines += [f"        mem[o_off] = {sr.product([f'mem[{x}]' for x in b])}"]
+        lines += _product_lines("        ", sr, pattern.dtype, "b", False,
+                                lambda l, at: f"mem[{at}]")
+        lines += ["        mem[o_off] = x"]
     lines += ["        o += cuda.gridsize(1)"]
     return lines
 
@@ -231,7 +243,7 @@ def _normalize(pattern: KernelPattern, sr: Semiring) -> List[str]:
              "    R = P[p + OUT_RANK]",
              "    D = R + P[p + RED_RANK]"]
     lines += _n_out()
-    lines += [f"    G = p + {abi.groups_source(pattern.leaves)}  # after the last leaf's strides",
+    lines += ["    G = p + SIZES + D + R + P[p + LEAVES] * (1 + D)  # after the last leaf's strides",
               "    groups, gs, es = P[G], P[G + 1], P[G + 2]",
               "    size = n_out // groups",
               "    g = cuda.grid(1)",
@@ -244,21 +256,22 @@ def _normalize(pattern: KernelPattern, sr: Semiring) -> List[str]:
 def kernel_source(pattern: KernelPattern) -> str:
     """The whole module source of the CUDA kernel for `pattern`: readable, deterministic,
     one source for a GPU and for the simulator."""
-    k, sr = pattern.leaves, SEMIRINGS[pattern.semiring]
-    terms = " ⊗ ".join(f"leaf{l}[o{', r' if pattern.reduce else ''}]" for l in range(k))
+    sr = SEMIRINGS[pattern.semiring]
+    at = "[o, r]" if pattern.reduce else "[o]"
     lines = HEADER.format(
         name=replace(pattern, parallel=False).name,  # one module whatever `parallel`
-        formula=("⊕_r " if pattern.reduce else "") + terms, semiring=sr.name,
+        formula=("⊕_r " if pattern.reduce else "") + f"leaf_0{at} ⊗ ... ⊗ leaf_(K-1){at}",
+        semiring=sr.name,
         dtype=pattern.dtype, then=", then NORMALIZE" if pattern.normalize else "",
         walk=("its offsets by div/mod over\nthe R output axes, then ⊕ over the reduced axes "
               "in the CPU's order: axes R..top-1 by\ndiv/mod, then (if the CPU's vector runs "
               "along reduced axes) its V elements, each\nleaf by its access."
               if pattern.reduce else "its offsets by div/mod over\nall D axes."),
-        abi=abi.source_constants()).rstrip("\n").split("\n")
-    if pattern.reduce and k > 1 and _rounds_products(sr, pattern.dtype):
-        if pattern.dtype not in ROUNDED_MUL:
-            raise ValueError(f"kernel {pattern.name}: no CUDA product for dtype {pattern.dtype} "
-                             f"(CUDA kernels take {', '.join(ROUNDED_MUL)})")
+        abi=abi.source_constants(), max_leaves=abi.MAX_LEAVES).rstrip("\n").split("\n")
+    if pattern.dtype not in DTYPES:
+        raise ValueError(f"kernel {pattern.name}: no CUDA kernel for dtype {pattern.dtype} "
+                         f"(CUDA kernels take {', '.join(DTYPES)})")
+    if pattern.reduce and _rounds_products(sr, pattern.dtype):
         lines += MUL.format(rounded=ROUNDED_MUL[pattern.dtype]).rstrip("\n").split("\n")
     lines += _kernel(pattern, sr)
     if pattern.normalize:

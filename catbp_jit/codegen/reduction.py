@@ -24,8 +24,8 @@ def reduced_value(k: int, sr: Semiring, terms: List[str], sweep: Sweep, acc: str
     if sr.reduction == "logsumexp":  # max-shifted, two passes; -inf for an all -inf sum
         x = sr.product(terms)
         lines = [f"{i}top_x = {literal('-np.inf')}  # pass 1: the largest term (a NaN sticks)"]
-        lines += sweep(i, k, [f"x = {x}", "if x > top_x or x != x:",
-                              f"    top_x = {literal('x')}"], False)
+        lines += sweep(i, k, ([f"x = {x}"] if x != "x" else []) + [
+            "if x > top_x or x != x:", f"    top_x = {literal('x')}"], False)
         lines += [f"{i}if top_x == -np.inf:", f"{i}    v = top_x",
                   f"{i}else:", f"{i}    acc = {literal('0.0')}  # pass 2: the sum of exp(x - top_x)"]
         lines += sweep(i + "    ", k, [f"acc += math.exp({x} - top_x)"], False)

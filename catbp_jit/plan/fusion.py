@@ -27,9 +27,8 @@ MAX_READERS = 3  # a product is recomputed by at most this many readers
 MAX_RECOMPUTED = 3  # ... and only if it multiplies at most this many leaves
 # A segment multiplies at most max_leaves leaves (PlanOptions, default 8). A wider product
 # (a clique with many children) becomes a chain of partial products, materialized in turn,
-# ((l0 ⊗ … ⊗ l7) ⊗ l8 ⊗ …): the same left-to-right order, so the same rounding. This
-# bounds the number of distinct kernels (one per leaf count) and the size of each, and so
-# the compile time.
+# ((l0 ⊗ … ⊗ l7) ⊗ l8 ⊗ …): the same left-to-right order, so the same rounding. A kernel
+# keeps its leaves' offsets in arrays of abi.MAX_LEAVES (codegen/cpu.py, cuda.py).
 DEFAULT_MAX_LEAVES = 8
 
 

@@ -177,5 +177,5 @@ def gemm_step(index: int, seg: Segment, fused: Fused, memory: MemoryPlan, dtype:
         batch=shape.batch, groups=tuple(normalize_groups(seg, layouts[seg.out], batch_key)),
         work=work)
     n_batch = _count([size for size, *_ in shape.batch], {n: n for n, *_ in shape.batch})
-    pattern = KernelPattern(fused.semiring, dtype, 2, True, seg.normalize, False, template="gemm")
+    pattern = KernelPattern(fused.semiring, dtype, True, seg.normalize, False, template="gemm")
     return Step(seg, pattern, params, n_batch * shape.m * shape.n * shape.k * 2)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Optional
 
+from ..abi import MAX_LEAVES
 from ..ir.validate import DEFAULT_MAX_BYTES
 
 # a vector's offset tables are walked in pieces of the kernels' stack buffer; keep them
@@ -21,8 +22,8 @@ ALIGNMENT = {"cpu": 64, "cuda": 256}
 
 @dataclass(frozen=True)
 class PlanOptions:
-    # a product of more leaves is split into a chain of partial products (one kernel
-    # pattern per leaf count: more leaves mean more patterns to compile)
+    # a product of more leaves is split into a chain of partial products (a kernel keeps
+    # per-leaf offsets in arrays of abi.MAX_LEAVES; fewer leaves, shorter per-step loops)
     max_leaves: int = 8
     # a segment runs on all CPU threads only when it has this much work (elements x
     # reduced elements x leaves: ~3 ms on one core). Below that a parallel region costs
@@ -56,6 +57,9 @@ class PlanOptions:
         if self.across not in (None, "reduced", "outputs"):
             raise ValueError(f"PlanOptions: across must be None, 'reduced' or 'outputs', "
                              f"not {self.across!r}")
+        if not (isinstance(self.max_leaves, int) and 2 <= self.max_leaves <= MAX_LEAVES):
+            raise ValueError(f"PlanOptions: max_leaves must be an int in 2..{MAX_LEAVES}, "
+                             f"not {self.max_leaves!r}")
         if not (isinstance(self.block, int) and 1 <= self.block <= BUFFER_LIMIT):
             raise ValueError(f"PlanOptions: block must be an int in 1..{BUFFER_LIMIT}, "
                              f"not {self.block!r}")

@@ -32,9 +32,10 @@ from .options import PlanOptions
 
 @dataclass(frozen=True)
 class KernelPattern:
+    """What a kernel is specialized on: not sizes, and not its number of leaves, which
+    the kernel reads from its row of the table like the sizes (abi.LEAVES)."""
     semiring: str
     dtype: str
-    leaves: int
     reduce: bool
     normalize: bool
     parallel: bool
@@ -51,7 +52,7 @@ class KernelPattern:
         across = self.reduce and self.vector == ACROSS_OUTPUTS and self.template == "contract_reduce"
         flags = ("_reduce" if self.reduce else "") + ("_across_outputs" if across else "") + \
             ("_norm" if self.normalize else "") + ("_par" if self.parallel else "")
-        return f"{self.template}_{self.semiring.lower()}_{self.dtype}_k{self.leaves}{flags}"
+        return f"{self.template}_{self.semiring.lower()}_{self.dtype}{flags}"
 
 
 @dataclass(frozen=True)
@@ -134,7 +135,7 @@ def lower_segment(seg: Segment, fused: Fused, memory: MemoryPlan, dtype: str,
     n_work = n_out if nest.across == ACROSS_REDUCED else int(np.prod(sizes[:nest.end - nb], dtype=np.int64))
     work = n_out * n_red * max(1, len(seg.leaves))
     parallel = n_work >= 8 and work >= options.parallel_min_work
-    pattern = KernelPattern(fused.semiring, dtype, len(seg.leaves), reduce, seg.normalize, parallel,
+    pattern = KernelPattern(fused.semiring, dtype, reduce, seg.normalize, parallel,
                             nest.across if reduce else ACROSS_OUTPUTS)
     chunks = min(n_work, options.chunks) if parallel else 1
     params = abi.StepParams(
