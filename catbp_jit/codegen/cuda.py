@@ -103,10 +103,14 @@ def _sweep(ind: str, k: int, body: List[str], stop: bool, sr: Semiring = None,
     pad = ind + "    "
     lines = [f"{ind}for q in range(n_odo):", f"{pad}for l in range(K):", f"{pad}    r[l] = b[l]"]
     lines += _offsets(pad, "R", "top - 1", "q", False, "r")
-    lines += [f"{pad}for v in range(V):"]
-    access = lambda l: "A" if l == "0" else f"A + {l} * ACCESS_FIELDS"  # leaf l's
-    lines += _product_lines(pad + "    ", sr, dtype, "r", summed, lambda l, at:
-                            f"mem[along(P, {access(l)}, {at}, v)]")
+    lines += [f"{pad}for v in range(V):",
+              f"{pad}    for l in range(K):  # e[l]: leaf l at element v of the vector, by its access",
+              f"{pad}        a = A + l * ACCESS_FIELDS",
+              f"{pad}        if P[a] == GATHERED:",
+              f"{pad}            e[l] = r[l] + P[P[a + 2] + v]",
+              f"{pad}        else:",
+              f"{pad}            e[l] = r[l] + v * P[a + 1]"]
+    lines += _product_lines(pad + "    ", sr, dtype, "e", summed, lambda l, at: f"mem[{at}]")
     lines += [f"{pad}    {b}" for b in body]
     if stop:  # SAT: leave every loop once a term is true
         lines += [f"{pad}    if acc:", f"{pad}        break", f"{pad}if acc:", f"{pad}    break"]
@@ -162,13 +166,6 @@ from numba import config, cuda
 
 {abi}MAX_LEAVES = {max_leaves}  # a step's leaves at most (abi.MAX_LEAVES)
 
-
-@cuda.jit(device=True)
-def along(P, a, base, v):
-    """Where a leaf is at element v of the vector, from `base`: its access (abi.py) at P[a]."""
-    if P[a] == GATHERED:
-        return base + P[P[a + 2] + v]
-    return base + v * P[a + 1]
 '''
 
 MUL = '''
@@ -206,7 +203,8 @@ def _kernel(pattern: KernelPattern, sr: Semiring) -> List[str]:
              "    b = cuda.local.array(MAX_LEAVES, np.int64)  # b[l]: leaf l's offset at the output"]
     lines += _n_out()
     if pattern.reduce:
-        lines += ["    r = cuda.local.array(MAX_LEAVES, np.int64)  # r[l]: leaf l's offset in the sweep"]
+        lines += ["    r = cuda.local.array(MAX_LEAVES, np.int64)  # r[l]: leaf l's offset in the sweep",
+                  "    e = cuda.local.array(MAX_LEAVES, np.int64)  # e[l]: ... at a vector element"]
     if pattern.reduce and pattern.vector == ACROSS_REDUCED:
         lines += ["    top = D - P[p + BLOCK_AXES]  # odometer axes R..top-1; the vector top..D-1",
                   "    V = P[p + BLOCK_SIZE]"]
