@@ -120,3 +120,21 @@ def test_python_dash_m():
                        cwd=REPO, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert "match" in r.stdout
+
+
+@pytest.mark.parametrize("option", [["--mode", "loop"], ["--target", "cpu"], ["--tier", "auto"]])
+def test_jit_options_refused_with_the_reference_engine(option, capsys):
+    d = corpus("z4_cycle__sat_bool")
+    assert main(["run", str(d), "--engine", "reference", *option]) == 2
+    assert f"{option[0]} apply to the jit engine only" in capsys.readouterr().err
+
+
+def test_run_cold_answers_from_numpy_then_checks_the_kernels(tmp_path, monkeypatch, capsys):
+    """A cold cache under --tier auto: the first runs come from the numpy tier, then the run
+    waits for the kernels, runs with them and finds the same bits."""
+    monkeypatch.setenv("CATBP_JIT_CACHE_DIR", str(tmp_path / "cold"))
+    d = corpus("z4_cycle__sat_bool")
+    assert main(["run", str(d), "--tier", "auto", "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "jit:       ready in" in out and "tier:      numpy" in out
+    assert "compiled:  kernels ready" in out and "gave the same bits" in out
