@@ -403,7 +403,7 @@ def compile(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
     exact: True (the default) evaluates every product and sum in the order the programs
     wrote (the same bits in every mode and thread count); False lets the planner regroup
     them as the semiring laws allow (contraction paths, BLAS GEMM on the CPU): float
-    results then agree with the reference within DESIGN.md's tolerances, not bit for bit.
+    results then agree with the reference within the tolerances of docs/ir.md, not bit for bit.
 
     static_factors / static_selectors: ids of inputs whose values stay fixed until a run
     gives them again; the segments computed from them alone run only then (partial

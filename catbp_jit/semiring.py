@@ -1,6 +1,6 @@
 """Semiring runtimes: the numpy operations the reference VM applies, one per semiring.
 
-The factory names and behaviour are CatBP's (VM spec, seeds/000 §5): PROB normalizes by
+The factory names and behaviour are CatBP's (CatBP's VM specification; docs/ir.md, Semirings): PROB normalizes by
 dividing by the total unless it is 0, LOGPROB subtracts the logsumexp, SAT and COUNT do
 not normalize. `add_reduce(x, axis)` reduces over a non-empty tuple of axes; any falsy
 `axis` (an empty tuple, but also 0 or None) returns x unreduced. That is CatBP's own

@@ -1,4 +1,4 @@
-"""Prove that `Session.run` allocates nothing per run (DESIGN.md §5).
+"""Prove that `Session.run` allocates nothing per run (perf/README.md, Bars).
 
 Runs every bundle of ../shared/bench through a session, in both modes ("compiled" and
 "loop"), and after a warm-up counts, over many runs:

@@ -1,11 +1,11 @@
-"""Benchmark the JIT against the reference interpreter, bundle by bundle (DESIGN.md §5).
+"""Benchmark the JIT against the reference interpreter, bundle by bundle (perf/README.md, Bars).
 
 For every bundle of ../shared/bench and ../shared/corpus this measures, in one process:
 the reference interpreter's time, the JIT's time in each mode (compiled and loop, exact;
 compiled reassociating, compile(..., exact=False)), their ratio, the JIT's
 arena bytes against the reference's peak live bytes, and the number of distinct kernels.
 It prints the table as Markdown and writes it to <out>/bench.md and <out>/bench.csv,
-followed by a "bars" section checking the targets of DESIGN.md §5.
+followed by a "bars" section checking the bars of perf/README.md.
 
 How to run (from the repository root; a full run takes several minutes, most of it the
 reference on grid5_d3, about 13 s per run):
@@ -110,7 +110,7 @@ JIT_MIN_RUNS = 3
 JIT_MAX_RUNS = 5000
 QUICK_BUDGET_S = 0.2
 
-# The targets of DESIGN.md §5: (model, minimum ratio reference/JIT in compiled mode, kind).
+# The bars of perf/README.md: (model, minimum ratio reference/JIT in compiled mode, kind).
 SPEED_BARS = (("chain200_d2", 100.0, "overhead-bound"),
               ("grid4x8_d2", 100.0, "overhead-bound"),
               ("grid5_d3", 20.0, "compute-bound"))
@@ -351,7 +351,7 @@ def markdown_table(rows) -> list:
 
 
 def bars_section(rows) -> list:
-    """PASS/MISS for each target of DESIGN.md §5 that the measured bundles cover."""
+    """PASS/MISS for each bar of perf/README.md that the measured bundles cover."""
     lines = []
     for bars, exact in ((SPEED_BARS, True), (REASSOC_BARS, False)):
         for model, bar, kind in bars:
@@ -488,7 +488,7 @@ def main(argv=None) -> int:
     if problems:
         lines += ["", "Problems:", ""]
         lines += [f"- {r['bundle']} ({mode_name(r)}): {r['check']}: {r['detail']}" for r in problems]
-    lines += ["", "## Bars (DESIGN.md §5)", ""] + (bars_section(rows) or ["- (no bench bundle measured)"])
+    lines += ["", "## Bars (perf/README.md, Bars)", ""] + (bars_section(rows) or ["- (no bench bundle measured)"])
     text = "\n".join(lines) + "\n"
 
     args.out.mkdir(parents=True, exist_ok=True)

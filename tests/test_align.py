@@ -1,4 +1,4 @@
-"""align_array_to (VM spec, seeds/000 §3) and the validator's spec-level check_alignment.
+"""align_array_to (docs/ir.md) and the validator's spec-level check_alignment.
 
 Every value is checked against an index-by-index oracle written here, which maps each
 output index to an input index through the axis keys (kind, id) alone.

@@ -1,4 +1,4 @@
-"""vm_eliminate_keep (VM spec, seeds/000 §2.3) against oracles computed independently.
+"""vm_eliminate_keep (docs/ir.md) against oracles computed independently.
 
 The oracle groups the input's elements by their kept index with plain Python loops and
 reduces each group with Python arithmetic (math.fsum, a hand-written logsumexp, any(),

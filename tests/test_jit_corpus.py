@@ -7,7 +7,7 @@
     objects;
 (c) the drop-in `catbp_jit.VirtualMachine(sr).run(...)`, then `vm.slots.data`.
 
-Tolerances are DESIGN.md §1's: bool and integer exact; float64 rtol 1e-9 (atol 0),
+Tolerances are docs/ir.md's: bool and integer exact; float64 rtol 1e-9 (atol 0),
 float32 rtol 1e-5; NaN and ±inf in the same positions (and of the same sign).
 """
 

@@ -2,7 +2,7 @@
 
 The pass alone on hand-made segments (shapes, order, intermediates freed, left alone when it
 does not pay); then whole executables against the reference VM on the corpus and on random
-programs, within DESIGN.md's tolerances (SAT and COUNT exactly), batched against unbatched,
+programs, within the tolerances of docs/ir.md (SAT and COUNT exactly), batched against unbatched,
 and saved and loaded as what they are.
 """
 

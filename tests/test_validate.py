@@ -1,4 +1,4 @@
-"""The validator (IR spec, seeds/001 §3) and the located errors of the reference VM.
+"""The validator (docs/ir.md) and the located errors of the reference VM.
 
 Each ill-formed program must raise its OWN error class, which is also the builtin type
 CatBP raises for the fault (ValueError or KeyError), with the program name, the

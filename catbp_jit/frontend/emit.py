@@ -1,6 +1,6 @@
 """Emit a tree plan as CatBP programs: upward, downward (prefix/suffix or halving), finalize.
 
-These are ordinary programs in our IR (seeds/001 §5) with CatBP's slot conventions:
+These are ordinary programs in our IR (docs/ir.md) with CatBP's slot conventions:
 ("msg", u, v) is the message from clique u to clique v, ("bel", a) clique a's belief,
 ("Z",) the partition function. Finalize also stores ("marg", v): variable v's
 unnormalized marginal, read from the smallest clique that holds v.

@@ -1,4 +1,4 @@
-"""Opcodes, instructions and programs (CatBP IR specification, seeds/001 §2.5-2.7)."""
+"""Opcodes, instructions and programs (CatBP's IR specification; docs/ir.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Axes and tensor specs: the shapes of CatBP values, with semantic axis labels.
 
-Names and enum values follow the CatBP IR specification (seeds/001, §2), so that a
+Names and enum values follow the CatBP IR specification (docs/ir.md), so that a
 program written against CatBP reads the same here.
 """
 

@@ -1,4 +1,4 @@
-"""Well-formedness of a linked list of programs (IR spec, seeds/001 §3), checked up front.
+"""Well-formedness of a linked list of programs (CatBP's IR specification; docs/ir.md), checked up front.
 
 Registers live per program (each program runs on fresh registers, as `run_program` does);
 slots live across the list. Every value's TensorSpec is inferred where the input specs are

@@ -33,7 +33,7 @@ from .options import PlanOptions
 
 GEMM_SEMIRINGS = ("PROB", "LOGPROB")
 GEMM_DTYPES = ("float64", "float32")
-# float32 sums round to ~K x 6e-8; DESIGN.md's float32 tolerance is rtol 1e-5
+# float32 sums round to ~K x 6e-8; docs/ir.md's float32 tolerance is rtol 1e-5
 FLOAT32_MAX_K = 64
 MIN_WORK = 4096  # below this, a BLAS call costs more than the loop kernel
 # ... and below this many products per element of a, b and out: BLAS gains from reusing

@@ -9,7 +9,7 @@ the order a path optimizer (opt_einsum) finds; the intermediates are new "comput
 values, so the memory planner puts them in workspace arenas and frees them after use.
 
 What it changes: the order of ⊗ and ⊕. For PROB and LOGPROB that changes rounding only
-(results differ from exact mode within DESIGN.md's tolerances, never bit-identical);
+(results differ from exact mode within the tolerances of docs/ir.md, never bit-identical);
 SAT (booleans) and COUNT (int64, a ring modulo 2^64 even when it wraps) are exact. What
 it keeps: each segment's output, spec and value id, slot results, NORMALIZE (on the final
 segment), and a batch axis (ir/batch.py) innermost in every intermediate. Paths are

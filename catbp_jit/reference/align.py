@@ -1,4 +1,4 @@
-"""Alignment of a tensor to an output spec, by axis key (VM spec, seeds/000 §3)."""
+"""Alignment of a tensor to an output spec, by axis key (CatBP's VM specification; docs/ir.md)."""
 
 from __future__ import annotations
 

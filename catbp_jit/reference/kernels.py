@@ -1,4 +1,4 @@
-"""The reference VM's three tensor kernels (VM spec, seeds/000 §2), numpy only."""
+"""The reference VM's three tensor kernels (CatBP's VM specification; docs/ir.md), numpy only."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The reference virtual machine: the CatBP VM spec (seeds/000 §1, §4, §7), numpy only.
+"""The reference virtual machine: CatBP's VM specification (docs/ir.md), numpy only.
 
 This is the oracle every fast path is tested against, so it keeps the spec's semantics
 exactly: registers and slots hold arrays by reference (LOAD_SLOT and STORE_SLOT share
