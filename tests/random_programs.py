@@ -26,7 +26,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from catbp_jit import Axis, AxisType, Instruction, OpCode, Program, TensorSpec, make_semiring
-from catbp_jit.ir.text import format_programs
+from catbp_jit.ir.listing import format_programs
 
 G, T = AxisType.GEOMETRIC, AxisType.TOPOLOGICAL
 OP = OpCode

@@ -18,7 +18,8 @@ import pytest
 
 from catbp_jit.bundle import load_bundle
 from catbp_jit.ir.adapt import adapt_program
-from catbp_jit.ir.text import format_programs, parse_programs
+from catbp_jit.ir.listing import format_programs
+from catbp_jit.ir.text import parse_programs
 from catbp_jit.ir.validate import validate_programs
 from catbp_jit.reference import run_program
 

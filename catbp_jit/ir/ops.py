@@ -3,25 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any, Dict, Optional, Tuple
 
+from .listing import format_instruction, format_program
+from .opcodes import OpCode
 from .schema import TensorSpec
 
 RegID = int
 SlotKey = Tuple[Any, ...]
-
-
-class OpCode(Enum):
-    UNIT = 1
-    LOAD_FACTOR = 2
-    LOAD_SELECTOR = 3
-    LOAD_SLOT = 4
-    STORE_SLOT = 5
-    CONTRACT = 6
-    ELIMINATE = 7
-    NORMALIZE = 8
-    FREE = 9
 
 
 @dataclass(frozen=True)
@@ -32,8 +21,6 @@ class Instruction:
     spec: Optional[TensorSpec] = None
 
     def __str__(self) -> str:
-        from .text import format_instruction
-
         return format_instruction(self)
 
 
@@ -50,6 +37,4 @@ class Program:
         return len(self.instructions)
 
     def __str__(self) -> str:
-        from .text import format_program
-
         return format_program(self)

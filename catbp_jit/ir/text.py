@@ -1,8 +1,4 @@
-"""Printable listings of programs (IR spec §7 style), and a parser that reads them back.
-
-    program upward
-      [0] LOAD_FACTOR dst=1 args={'factor_id': 0}
-      [1] ELIMINATE dst=2 args={'src': 1, 'keep_keys': (G0, T9)}
+"""The parser that reads program listings (ir/listing.py prints them) back into programs.
 
 The parser never calls eval: each field value goes through `ast.parse` and a small
 evaluator that knows only literals, axis-key names and TensorSpec dicts, so a listing is
@@ -23,8 +19,10 @@ from typing import Any, List, Optional, Tuple
 
 from ..errors import ProgramValueError
 from .adapt import adapt_instruction
+from .listing import format_instruction, format_program, format_programs, format_value  # noqa: F401 (re-exported)
+from .listing import is_axis_key
 from .ops import Instruction, OpCode, Program
-from .schema import Axis, AxisType, TensorSpec, format_key, format_spec
+from .schema import Axis, AxisType, TensorSpec
 
 
 class ListingError(ProgramValueError):
@@ -37,71 +35,6 @@ def _listing_error(cls: type) -> type:
     if cls is ProgramValueError or issubclass(cls, ListingError):
         return ListingError if cls is ProgramValueError else cls
     return type(cls.__name__, (ListingError, cls), {"__module__": __name__})
-
-
-# ---------------------------------------------------------------------------- printing
-
-def _is_key(v: Any) -> bool:
-    return (isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], AxisType)
-            and isinstance(v[1], int) and not isinstance(v[1], bool))
-
-
-def _format_key(key) -> str:
-    # `G-1` would read back as a subtraction: negative ids keep the long spelling.
-    return format_key(key) if key[1] >= 0 else f"({key[0].name}, {key[1]})"
-
-
-def format_value(v: Any) -> str:
-    """A Python-literal-like spelling of an argument value that `_evaluate` reads back."""
-    if isinstance(v, TensorSpec):
-        if all(ax.id >= 0 for ax in v.axes):
-            return format_spec(v)
-        return "{" + ", ".join(f"{_format_key(ax.key)}: {ax.size}" for ax in v.axes) + "}"
-    if _is_key(v):
-        return _format_key(v)
-    if isinstance(v, AxisType):
-        return v.name
-    if isinstance(v, tuple):
-        return f"({format_value(v[0])},)" if len(v) == 1 else \
-            "(" + ", ".join(map(format_value, v)) + ")"
-    if isinstance(v, list):
-        return "[" + ", ".join(map(format_value, v)) + "]"
-    if isinstance(v, dict):
-        return "{" + ", ".join(f"{format_value(k)}: {format_value(x)}" for k, x in v.items()) + "}"
-    if isinstance(v, numbers.Integral) and not isinstance(v, bool):
-        return str(int(v))  # numpy ints print as plain ints
-    if isinstance(v, numbers.Real) and not isinstance(v, bool):
-        return repr(float(v))
-    return repr(v)  # str, bool, None (anything else prints, but does not read back)
-
-
-def format_instruction(ins: Instruction, index: Optional[int] = None) -> str:
-    parts = [] if index is None else [f"[{index}]"]
-    parts.append(ins.op.name)
-    if ins.dst is not None:
-        parts.append(f"dst={format_value(ins.dst)}")
-    if ins.args:
-        parts.append(f"args={format_value(dict(ins.args))}")
-    # A canonical CONTRACT has spec == args['out_spec']: print it once, inside args.
-    if ins.spec is not None and not (ins.op == OpCode.CONTRACT
-                                     and ins.spec == ins.args.get("out_spec")):
-        parts.append(f"spec={format_value(ins.spec)}")
-    return " ".join(parts)
-
-
-def format_program(program: Program) -> str:
-    name = program.name
-    if name is None:
-        header = "program"
-    else:
-        bare = re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name)
-        header = f"program {name if bare else repr(name)}"
-    return "\n".join([header] + [f"  {format_instruction(ins, i)}"
-                                 for i, ins in enumerate(program.instructions)])
-
-
-def format_programs(programs) -> str:
-    return "\n\n".join(format_program(p) for p in programs)
 
 
 # ----------------------------------------------------------------------------- parsing
@@ -145,11 +78,11 @@ def _evaluate_dict(node: ast.Dict) -> Any:
         raise ValueError("** is not allowed in a listing")
     keys = [_evaluate(k) for k in node.keys]
     values = [_evaluate(v) for v in node.values]
-    if keys and all(_is_key(k) for k in keys):
+    if keys and all(is_axis_key(k) for k in keys):
         if not all(type(s) is int for s in values):
             raise ValueError("the sizes of a TensorSpec {KEY: size, ...} must be integers")
         return TensorSpec(tuple(Axis(k[1], k[0], s) for k, s in zip(keys, values)))
-    if any(_is_key(k) for k in keys):
+    if any(is_axis_key(k) for k in keys):
         raise ValueError("a dict mixes axis keys with other keys")
     out = {}
     for k, v in zip(keys, values):
