@@ -357,9 +357,9 @@ def cmd_aot(args: argparse.Namespace) -> int:
         model = CompiledModel(graph, args.semiring, evidence_vars=ev, target="reference")
         programs, sr, fspecs, sspecs = list(model.programs), model.sr, model.factor_specs, {}
         bf, bs = model._batched_factor_ids(), ()
-        buckets = (buckets or (1, 64, 1024)) if bf else None
+        from .frontend.model_source import DEFAULT_BUCKETS, profile_entry
+        buckets = (buckets or DEFAULT_BUCKETS) if bf else None
         name = graph.name
-        from .frontend.model_source import profile_entry
         model_entry = profile_entry(args.input, args.semiring, ev, buckets, args.target)
     out = Path(args.output) if args.output else Path(f"{name}.profile.json")
 

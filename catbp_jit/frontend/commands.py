@@ -21,6 +21,7 @@ from ..errors import CatbpError
 from .graph import FactorGraph, FactorGraphError
 from ..memory import format_bytes
 from .model import SEMIRINGS, CompiledModel
+from .model_source import DEFAULT_BUCKETS
 from .search import DEFAULT_PLAN_TIME
 
 SUFFIXES = (".uai", ".uai.gz", ".bif", ".bif.gz")
@@ -193,7 +194,6 @@ def cmd_solve(args: argparse.Namespace) -> int:
     return status
 
 
-TABLE_BUCKETS = (1, 64, 1024)  # 1024 rows a run measured fastest on alarm (cache-sized)
 
 
 def solve_table(args: argparse.Namespace, graph: FactorGraph) -> int:
@@ -217,7 +217,7 @@ def solve_table(args: argparse.Namespace, graph: FactorGraph) -> int:
         from ..cli import check_kernel_cache
         check_kernel_cache()
     model = CompiledModel(graph, args.semiring, evidence_vars=columns, target=args.target,
-                          buckets=TABLE_BUCKETS, plan_time=args.plan_time,
+                          buckets=DEFAULT_BUCKETS, plan_time=args.plan_time,
                           progress=_progress(args.quiet))
     from tqdm import tqdm
     out = Path(args.output) if args.output else None

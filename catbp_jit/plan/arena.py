@@ -22,8 +22,8 @@ from ..ir.schema import element_count
 from .fusion import Fused
 from .graph import FACTOR, SELECTOR, SLOT_IN, UNIT
 from .liveness import Interval, live_intervals
+from .options import ALIGN_BYTES
 
-ALIGN_BYTES = 64
 CLASSES = ("inputs", "constants", "slots", "static", "workspace")
 
 

@@ -16,8 +16,10 @@ from ..ir.validate import DEFAULT_MAX_BYTES
 # within a few pieces
 BUFFER_LIMIT = 4096
 
-# target -> byte alignment of every arena and region
-ALIGNMENT = {"cpu": 64, "cuda": 256}
+# byte alignment of every arena and region: a cache line and the CPU's widest vector
+# (AVX-512); CUDA's allocator hands out 256-byte aligned blocks
+ALIGN_BYTES = 64
+ALIGNMENT = {"cpu": ALIGN_BYTES, "cuda": 256}
 
 
 @dataclass(frozen=True)
@@ -41,7 +43,7 @@ class PlanOptions:
     # multiply a product's first leaves apart when they hold few of its axes
     # (plan/hoist.py); bit-identical either way
     hoist: bool = True
-    align_bytes: int = 64
+    align_bytes: int = ALIGN_BYTES
     max_bytes: int = DEFAULT_MAX_BYTES  # one tensor
     max_total_bytes: Optional[int] = None  # all arenas (None: catbp_jit.memory.memory_limit())
     # exact: every segment multiplies and sums in the order the program wrote, so results
@@ -68,7 +70,7 @@ class PlanOptions:
     def for_target(cls, target: str, **fields) -> "PlanOptions":
         # A GPU thread sums one output element: the CPU's vector across outputs buys it
         # nothing, and one vector for every reduction keeps its kernels half as many.
-        defaults = {"align_bytes": ALIGNMENT.get(target, 64), "gemm": target == "cpu"}
+        defaults = {"align_bytes": ALIGNMENT.get(target, ALIGN_BYTES), "gemm": target == "cpu"}
         if target == "cuda":
             defaults["across"] = "reduced"
         return cls(**dict(defaults, **fields))
