@@ -3,9 +3,9 @@
 Runs every bundle of ../shared/bench through a session, in both modes ("compiled" and
 "loop"), and after a warm-up counts, over many runs:
 
-* numpy data-buffer allocations, exactly, with catbp_jit.alloc_counter.NumpyAllocCounter
+* numpy data-buffer allocations, exactly, with catbp_jit.testing.alloc_counter.NumpyAllocCounter
   (a counting allocator installed with numpy's memory-policy API, NEP 49): must be 0;
-* Numba NRT allocations of each run, with catbp_jit.alloc_counter.NrtAllocCounter: must be
+* Numba NRT allocations of each run, with catbp_jit.testing.alloc_counter.NrtAllocCounter: must be
   the same small constant (at most MAX_NRT_PER_RUN) in every run, i.e. it does not grow
   with the number of runs nor with the program, and every NRT allocation must be freed
   again within the runs (net 0).
@@ -53,7 +53,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
-from catbp_jit.alloc_counter import NrtAllocCounter, NumpyAllocCounter, enable_nrt_stats  # noqa: E402
+from catbp_jit.testing.alloc_counter import NrtAllocCounter, NumpyAllocCounter, enable_nrt_stats  # noqa: E402
 from catbp_jit.bundle import load_bundle  # noqa: E402
 from catbp_jit.executable import compile  # noqa: E402
 

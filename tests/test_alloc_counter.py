@@ -1,4 +1,4 @@
-"""Tests for catbp_jit.alloc_counter: exact numpy and Numba NRT allocation counts."""
+"""Tests for catbp_jit.testing.alloc_counter: exact numpy and Numba NRT allocation counts."""
 
 import gc
 import threading
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from numba import njit
 
-from catbp_jit.alloc_counter import (
+from catbp_jit.testing.alloc_counter import (
     NrtAllocCounter,
     NumpyAllocCounter,
     enable_nrt_stats,

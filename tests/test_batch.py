@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import catbp_jit
 from catbp_jit import Axis, AxisType, Instruction, OpCode, Program, TensorSpec
-from catbp_jit.alloc_counter import NrtAllocCounter, NumpyAllocCounter, enable_nrt_stats
+from catbp_jit.testing.alloc_counter import NrtAllocCounter, NumpyAllocCounter, enable_nrt_stats
 from catbp_jit.batched import BatchedCompileError
 from catbp_jit.bundle import load_bundle
 from catbp_jit.errors import InputMismatchError, UnknownInputError

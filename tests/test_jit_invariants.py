@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import catbp_jit
-from catbp_jit.alloc_counter import NrtAllocCounter, NumpyAllocCounter
+from catbp_jit.testing.alloc_counter import NrtAllocCounter, NumpyAllocCounter
 from catbp_jit.bundle import load_bundle
 from catbp_jit.cache import CacheMissError, KernelCache
 from catbp_jit.errors import InputMismatchError, UnknownInputError

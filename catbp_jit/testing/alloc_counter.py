@@ -388,7 +388,7 @@ def nrt_allocation_stats():
         raise RuntimeError(
             "Numba NRT allocation statistics are disabled. Set NUMBA_NRT_STATS=1 in the "
             "environment before numba is imported, or call "
-            "catbp_jit.alloc_counter.enable_nrt_stats() first."
+            "catbp_jit.testing.alloc_counter.enable_nrt_stats() first."
         )
     _, rtsys = _nrt()
     return rtsys.get_allocation_stats()
