@@ -93,3 +93,21 @@ def test_a_table_is_not_combined_with_other_evidence(tmp_path, capsys):
     table.write_text("dysp\nyes\n")
     code, _, err = run(capsys, "--evidence-table", str(table), "--observe", "smoke=yes")
     assert code == 2 and "cannot be combined" in err
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_a_failed_table_leaves_the_old_output_untouched(tmp_path, capsys, suffix):
+    if suffix == ".parquet":
+        pytest.importorskip("pyarrow")
+    table = tmp_path / "cases.csv"  # a bad row after the first chunk has been written
+    table.write_text("dysp,smoke\n" + "yes,no\n" * 9000 + "maybe,no\n")
+    out = tmp_path / f"post{suffix}"
+    out.write_bytes(b"the user's old file")
+    code, _, err = run(capsys, "--evidence-table", str(table), "-o", str(out), "-q")
+    assert code == 2 and "line 9002: 'maybe' is not a state of 'dysp'" in err
+    assert out.read_bytes() == b"the user's old file"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cases.csv", f"post{suffix}"]
+    table.write_text("dysp,smoke\nyes,no\n")  # and a good table replaces it
+    assert run(capsys, "--evidence-table", str(table), "-o", str(out), "-q")[0] == 0
+    assert out.read_bytes() != b"the user's old file"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cases.csv", f"post{suffix}"]

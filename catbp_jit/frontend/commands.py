@@ -7,6 +7,7 @@ fetched by `python -m catbp_jit.frontend.bnlearn` (asia, alarm, ...).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import decimal
 import json
 import math
@@ -220,18 +221,23 @@ def solve_table(args: argparse.Namespace, graph: FactorGraph) -> int:
                           buckets=TABLE_BUCKETS, plan_time=args.plan_time,
                           progress=_progress(args.quiet))
     from tqdm import tqdm
+
+    from ..atomic import replacing
     out = Path(args.output) if args.output else None
-    writer = PosteriorWriter(graph, out, sys.stdout)
     rows = impossible = 0
-    with tqdm(total=count_rows(path), unit="rows", desc=f"solving {path.name}", file=sys.stderr,
-              disable=args.quiet, dynamic_ncols=True) as bar:
+    # a file is written beside `out` and renamed over it at the end: a bad row halfway
+    # leaves the old file as it was
+    with (replacing(out) if out else contextlib.nullcontext()) as tmp, \
+            tqdm(total=count_rows(path), unit="rows", desc=f"solving {path.name}",
+                 file=sys.stderr, disable=args.quiet, dynamic_ncols=True) as bar, \
+            PosteriorWriter(graph, tmp, sys.stdout,
+                            parquet=out is not None and out.suffix == ".parquet") as writer:
         for chunk in read_chunks(path, graph, columns):
             res = model.solve_batch(chunk)
             writer.write(posterior_rows(graph, res, rows))
             rows += len(chunk)
             impossible += int(np.count_nonzero(res.log_Z == -math.inf))
             bar.update(len(chunk))
-    writer.close()
     if not args.quiet:
         print(f"catbp-jit: {rows} rows solved" + (f", {impossible} with impossible evidence "
               "(empty posteriors)" if impossible else "") + (f", written to {out}" if out else ""),

@@ -128,13 +128,19 @@ def posterior_rows(graph: FactorGraph, res, first_row: int) -> np.ndarray:
 
 
 class PosteriorWriter:
-    """Writes posterior rows to CSV (a stream or file) or Parquet, chunk by chunk."""
+    """Writes posterior rows to CSV (a stream or file) or Parquet, chunk by chunk. A file
+    is best a temporary one (catbp_jit.atomic.replacing): a table that fails halfway must
+    not leave a partial file where the user's old one was."""
 
-    def __init__(self, graph: FactorGraph, out: Optional[Path], stdout: IO[str]):
+    def __init__(self, graph: FactorGraph, out: Optional[Path], stdout: IO[str],
+                 parquet: Optional[bool] = None):
         self.header = posterior_header(graph)
         self.path = out
         self._parquet_writer = None
-        if out is not None and out.suffix == ".parquet":
+        self._closed = False
+        if parquet is None:
+            parquet = out is not None and out.suffix == ".parquet"
+        if parquet:
             self._pq = _parquet()
             self._file = None
         else:
@@ -155,7 +161,16 @@ class PosteriorWriter:
         for r in matrix:
             self._csv.writerow([int(r[0])] + [_cell(x) for x in r[1:]])
 
+    def __enter__(self) -> "PosteriorWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
         if self._parquet_writer is not None:
             self._parquet_writer.close()
         elif self._file is None:  # no rows at all: an empty table with the header
