@@ -370,10 +370,12 @@ def cmd_aot(args: argparse.Namespace) -> int:
     exe, report = compile_ahead(programs, sr, factor_specs=fspecs, selector_specs=sspecs,
                                 batched_factors=bf, batched_selectors=bs, buckets=buckets,
                                 mode=args.mode, target=args.target, bar=bar)
-    exe.save(out)
-    if model_entry is not None:  # which model, so that catbp_jit.dask can compile it again
-        from .frontend.model_source import add_profile_entry
-        add_profile_entry(out, model_entry)
+    from .atomic import replacing
+    with replacing(out) as tmp:  # the old profile stays until the new one is whole
+        exe.save(tmp)
+        if model_entry is not None:  # which model, so that catbp_jit.dask can compile it again
+            from .frontend.model_source import add_profile_entry
+            add_profile_entry(tmp, model_entry)
     print(f"{name}: {report.kernels} kernels ({report.compiled} compiled now, "
           f"{report.kernels - report.compiled} already cached) in {report.cache_dir}")
     print(f"profile: {out} ({args.mode} mode"
