@@ -11,6 +11,7 @@ has empty posteriors and log Z -inf).
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import math
 from pathlib import Path
@@ -33,12 +34,53 @@ def _parquet():
     return pq
 
 
+@contextlib.contextmanager
+def _parquet_errors(path: Path) -> Iterator[None]:
+    """pyarrow's errors on a file that is no Parquet file (or a damaged one) as one line."""
+    import pyarrow as pa
+    try:
+        yield
+    except pa.ArrowException as e:
+        reason = " ".join(str(e).split())[:200]
+        raise FactorGraphError(f"{path}: not a readable Parquet file ({reason})") from None
+
+
+def _csv_rows(path: Path) -> Iterator[List[str]]:
+    """The rows of a CSV file, header first; a table that is no UTF-8 CSV is one error
+    naming its line. utf-8-sig: Excel's "CSV UTF-8" starts with a byte-order mark, which
+    would otherwise stick to the first column's name; newline="": csv itself reads \r\n."""
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        reader = csv.reader(f)
+        try:
+            yield from reader
+        except csv.Error as e:  # e.g. a cell longer than csv.field_size_limit()
+            raise FactorGraphError(f"{path}: line {reader.line_num}: not a readable CSV "
+                                   f"table ({e})") from None
+        except UnicodeDecodeError:
+            line, byte = _first_undecodable(path)
+            raise FactorGraphError(f"{path}: line {line}: byte 0x{byte:02x} is not UTF-8 "
+                                   "(save the table as UTF-8 CSV)") from None
+
+
+def _first_undecodable(path: Path) -> Tuple[int, int]:
+    """(line number, byte) of the first byte that is not UTF-8 (the decoder reads blocks,
+    so its error says neither)."""
+    with open(path, "rb") as f:
+        for number, line in enumerate(f, 1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as e:
+                return number, line[e.start]
+    return 0, 0
+
+
 def table_columns(path: Path) -> Tuple[str, ...]:
     """The evidence variables a table names (its header)."""
     if path.suffix == ".parquet":
-        return tuple(_parquet().read_schema(path).names)
-    with open(path, newline="", encoding="utf-8") as f:
-        header = next(csv.reader(f), None)
+        pq = _parquet()
+        with _parquet_errors(path):
+            return tuple(pq.read_schema(path).names)
+    header = next(_csv_rows(path), None)
     if not header:
         raise FactorGraphError(f"{path}: an evidence table needs a header naming its variables")
     return tuple(h.strip() for h in header)
@@ -47,7 +89,9 @@ def table_columns(path: Path) -> Tuple[str, ...]:
 def count_rows(path: Path) -> int:
     """Rows below the header (for a progress bar's total: quoted newlines count double)."""
     if path.suffix == ".parquet":
-        return _parquet().ParquetFile(path).metadata.num_rows
+        pq = _parquet()
+        with _parquet_errors(path):
+            return pq.ParquetFile(path).metadata.num_rows
     lines, last = 0, b"\n"
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -61,21 +105,22 @@ def read_chunks(path: Path, graph: FactorGraph, columns: Sequence[str],
     """The table as int64 state-index chunks (rows, len(columns)), -1 unobserved."""
     codes = [state_codes(graph, v) for v in columns]
     if path.suffix == ".parquet":
-        for batch in _parquet().ParquetFile(path).iter_batches(batch_size=chunk_rows):
-            cells = [[None if x is None else str(x) for x in col.to_pylist()]
-                     for col in batch.columns]
-            yield _encode(path, list(zip(*cells)), codes, columns, batch_start=None)
+        pq = _parquet()
+        with _parquet_errors(path):
+            for batch in pq.ParquetFile(path).iter_batches(batch_size=chunk_rows):
+                cells = [[None if x is None else str(x) for x in col.to_pylist()]
+                         for col in batch.columns]
+                yield _encode(path, list(zip(*cells)), codes, columns, batch_start=None)
         return
-    with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.reader(f)
-        next(reader, None)
-        start = 1
-        while True:
-            rows = [r for _, r in zip(range(chunk_rows), reader)]
-            if not rows:
-                return
-            yield _encode(path, rows, codes, columns, batch_start=start)
-            start += len(rows)
+    reader = _csv_rows(path)
+    next(reader, None)
+    start = 1
+    while True:
+        rows = [r for _, r in zip(range(chunk_rows), reader)]
+        if not rows:
+            return
+        yield _encode(path, rows, codes, columns, batch_start=start)
+        start += len(rows)
 
 
 def state_codes(graph: FactorGraph, v: str) -> dict:
