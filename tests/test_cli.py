@@ -120,3 +120,37 @@ def test_python_dash_m():
                        cwd=REPO, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert "match" in r.stdout
+
+
+
+GRID = REPO / "examples" / "grid3_d2__prob_float64"
+ASIA = REPO / "examples" / "asia.bif"
+
+
+@pytest.mark.parametrize("argv, message", [
+    # a bundle has its own semiring and batches its factor ids
+    (["aot", GRID, "--semiring", "logprob", "--evidence-vars", "x", "-o", "OUT"],
+     "--semiring, --evidence-vars: for a model only; "),
+    (["aot", GRID, "--semiring", "prob", "-o", "OUT"], "--semiring: for a model only"),
+    (["aot", GRID, "--buckets", "1,8", "-o", "OUT"],
+     "--buckets: there is no batch axis to plan them for; give --batched-factors or "
+     "--batched-selectors"),
+    # a model batches its evidence variables
+    (["aot", ASIA, "--batched-factors", "1", "-o", "OUT"], "--batched-factors: for a bundle only"),
+    (["aot", ASIA, "--batched-selectors", "0", "-o", "OUT"], "--batched-selectors: for a bundle"),
+    (["aot", ASIA, "--buckets", "1,8", "-o", "OUT"],
+     "--buckets: there is no batch axis to plan them for; give --evidence-vars"),
+    # solve: -o writes an evidence table's posteriors, --format one model's answer
+    (["solve", ASIA, "--observe", "dysp=yes", "-o", "OUT"],
+     "-o/--output applies to --evidence-table only"),
+    (["solve", ASIA, "--evidence-table", "T.csv", "--format", "text", "-o", "OUT"],
+     "--format does not apply"),
+])
+def test_options_that_do_not_apply_are_refused(tmp_path, capsys, argv, message):
+    (tmp_path / "T.csv").write_text("dysp\nyes\n")
+    out = tmp_path / "out.json"
+    names = {"OUT": out, "T.csv": tmp_path / "T.csv"}
+    code = main([str(names.get(a, a)) for a in argv] + ["-q"])
+    _, err = capsys.readouterr()
+    assert code == 2 and message in err, err
+    assert err.count("\n") == 1 and not out.exists()
