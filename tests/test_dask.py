@@ -329,9 +329,13 @@ def test_unknown_columns_and_profile_mismatches_are_one_error(models, tmp_path):
 def test_cli_dask_errors_are_one_line(models, tmp_path, capsys):
     csv = tmp_path / "cases.csv"
     csv.write_text("dysp\nyes\n")
+    fake = tmp_path / "fake.parquet"
+    fake.write_text("dysp\nyes\n")
     for argv, message in [
             (["--evidence-table", str(csv), "--workers", "1", "-o", str(tmp_path / "o")],
              "solve a Parquet evidence table"),
+            (["--evidence-table", str(fake), "--workers", "1", "-o", str(tmp_path / "o")],
+             "fake.parquet: not a readable Parquet file (Error creating dataset."),
             (["--dask", "tcp://x:1", "--workers", "2"], "exclude each other")]:
         code = main(["solve", ASIA, *argv, "-q"])
         err = capsys.readouterr().err

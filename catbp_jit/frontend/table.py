@@ -15,7 +15,7 @@ import contextlib
 import csv
 import math
 from pathlib import Path
-from typing import IO, Iterator, List, Optional, Sequence, Tuple
+from typing import IO, Any, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -35,13 +35,15 @@ def _parquet():
 
 
 @contextlib.contextmanager
-def _parquet_errors(path: Path) -> Iterator[None]:
-    """pyarrow's errors on a file that is no Parquet file (or a damaged one) as one line."""
+def parquet_errors(path: Any) -> Iterator[None]:
+    """pyarrow's errors on a file that is no Parquet file (or a damaged one) as one line.
+    (Dask wraps pyarrow's message in one of its own: the last line is pyarrow's.)"""
     import pyarrow as pa
     try:
         yield
     except pa.ArrowException as e:
-        reason = " ".join(str(e).split())[:200]
+        lines = str(e).strip().splitlines() or [type(e).__name__]
+        reason = " ".join(lines[-1].replace("Original Message: ", "").split())[:300]
         raise FactorGraphError(f"{path}: not a readable Parquet file ({reason})") from None
 
 
@@ -78,7 +80,7 @@ def table_columns(path: Path) -> Tuple[str, ...]:
     """The evidence variables a table names (its header)."""
     if path.suffix == ".parquet":
         pq = _parquet()
-        with _parquet_errors(path):
+        with parquet_errors(path):
             return tuple(pq.read_schema(path).names)
     header = next(_csv_rows(path), None)
     if not header:
@@ -90,7 +92,7 @@ def count_rows(path: Path) -> int:
     """Rows below the header (for a progress bar's total: quoted newlines count double)."""
     if path.suffix == ".parquet":
         pq = _parquet()
-        with _parquet_errors(path):
+        with parquet_errors(path):
             return pq.ParquetFile(path).metadata.num_rows
     lines, last = 0, b"\n"
     with open(path, "rb") as f:
@@ -106,7 +108,7 @@ def read_chunks(path: Path, graph: FactorGraph, columns: Sequence[str],
     codes = [state_codes(graph, v) for v in columns]
     if path.suffix == ".parquet":
         pq = _parquet()
-        with _parquet_errors(path):
+        with parquet_errors(path):
             for batch in pq.ParquetFile(path).iter_batches(batch_size=chunk_rows):
                 cells = [[None if x is None else str(x) for x in col.to_pylist()]
                          for col in batch.columns]
