@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
 import shutil
@@ -32,6 +33,8 @@ def replacing(path: PathLike) -> Iterator[Path]:
     """A temporary file beside `path`, renamed over it when the block ends normally and
     removed when it raises."""
     path = Path(path)
+    if path.is_dir():  # found now, not after the work of filling the temporary file
+        raise IsADirectoryError(errno.EISDIR, "Is a directory, not a file", str(path))
     while True:
         tmp = _sibling(path, "tmp")
         try:

@@ -386,6 +386,8 @@ def cmd_aot(args: argparse.Namespace) -> int:
         from .frontend.model_source import profile_entry
         model_entry = profile_entry(args.input, args.semiring, ev, buckets, args.target)
     out = Path(args.output) if args.output else Path(f"{name}.profile.json")
+    if out.is_dir():  # before compiling, not after
+        raise CliError(f"-o {out}: is a directory; the profile is a file")
 
     def bar(total: int):
         return tqdm(total=total, unit="kernel", desc=f"compiling {name}", file=sys.stderr,

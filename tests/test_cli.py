@@ -145,12 +145,17 @@ ASIA = REPO / "examples" / "asia.bif"
      "-o/--output applies to --evidence-table only"),
     (["solve", ASIA, "--evidence-table", "T.csv", "--format", "text", "-o", "OUT"],
      "--format does not apply"),
+    # an output that is a directory: said before the work, not after
+    (["aot", ASIA, "-o", "DIR"], "is a directory; the profile is a file"),
+    (["solve", ASIA, "--evidence-table", "T.csv", "-o", "DIR"], "Is a directory, not a file"),
 ])
 def test_options_that_do_not_apply_are_refused(tmp_path, capsys, argv, message):
     (tmp_path / "T.csv").write_text("dysp\nyes\n")
     out = tmp_path / "out.json"
-    names = {"OUT": out, "T.csv": tmp_path / "T.csv"}
+    (tmp_path / "DIR").mkdir()
+    names = {"OUT": out, "T.csv": tmp_path / "T.csv", "DIR": tmp_path / "DIR"}
     code = main([str(names.get(a, a)) for a in argv] + ["-q"])
     _, err = capsys.readouterr()
     assert code == 2 and message in err, err
     assert err.count("\n") == 1 and not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["DIR", "T.csv"]
