@@ -177,6 +177,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     jit_only = [f"--{name}" for name in ("mode", "target", "tier") if getattr(args, name) is not None]
     if args.engine != "jit" and jit_only:
         raise CliError(f"{', '.join(jit_only)} apply to the jit engine only, not --engine {args.engine}")
+    if args.tier is not None and args.target == "cuda":  # CUDA kernels always compile first
+        raise CliError("--tier applies to the CPU target only; --target cuda compiles its "
+                       "kernels before the first run")
     args.mode, args.target = args.mode or "compiled", args.target or "cpu"
 
     try:

@@ -145,6 +145,8 @@ ASIA = REPO / "examples" / "asia.bif"
      "-o/--output applies to --evidence-table only"),
     (["solve", ASIA, "--evidence-table", "T.csv", "--format", "text", "-o", "OUT"],
      "--format does not apply"),
+    # the numpy tier stands in for CPU kernels only
+    (["run", GRID, "--target", "cuda", "--tier", "auto"], "--tier applies to the CPU target"),
     # an output that is a directory: said before the work, not after
     (["aot", ASIA, "-o", "DIR"], "is a directory; the profile is a file"),
     (["solve", ASIA, "--evidence-table", "T.csv", "-o", "DIR"], "Is a directory, not a file"),
