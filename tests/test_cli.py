@@ -99,30 +99,6 @@ def test_repeat_must_be_positive(capsys):
     assert "--repeat" in capsys.readouterr().err
 
 
-def test_help_exits_0(capsys):
-    assert main(["run", "--help"]) == 0
-    assert "--engine" in capsys.readouterr().out
-
-
-def test_list(capsys):
-    pytest.importorskip("catbp_jit.ir.text")
-    d = corpus("z4_cycle__prob_float64")
-    assert main(["list", str(d)]) == 0
-    out = capsys.readouterr().out
-    for name in ("upward", "downward", "finalize"):
-        assert name in out
-    assert "CONTRACT" in out
-
-
-def test_python_dash_m():
-    d = corpus("z4_cycle__sat_bool")
-    r = subprocess.run([sys.executable, "-m", "catbp_jit", "run", str(d), "--repeat", "1"],
-                       cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    assert "match" in r.stdout
-
-
-
 GRID = REPO / "examples" / "grid3_d2__prob_float64"
 ASIA = REPO / "examples" / "asia.bif"
 
@@ -161,3 +137,26 @@ def test_options_that_do_not_apply_are_refused(tmp_path, capsys, argv, message):
     assert code == 2 and message in err, err
     assert err.count("\n") == 1 and not out.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["DIR", "T.csv"]
+
+
+def test_help_exits_0(capsys):
+    assert main(["run", "--help"]) == 0
+    assert "--engine" in capsys.readouterr().out
+
+
+def test_list(capsys):
+    pytest.importorskip("catbp_jit.ir.text")
+    d = corpus("z4_cycle__prob_float64")
+    assert main(["list", str(d)]) == 0
+    out = capsys.readouterr().out
+    for name in ("upward", "downward", "finalize"):
+        assert name in out
+    assert "CONTRACT" in out
+
+
+def test_python_dash_m():
+    d = corpus("z4_cycle__sat_bool")
+    r = subprocess.run([sys.executable, "-m", "catbp_jit", "run", str(d), "--repeat", "1"],
+                       cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "match" in r.stdout
