@@ -11,7 +11,6 @@ import json
 import math
 import numbers
 import os
-import tempfile
 import zipfile
 import zlib
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
+from .atomic import replacing
 from .errors import CatbpError, UnknownInputError
 from .ir.adapt import adapt_program, adapt_slot_key, adapt_spec
 from .ir.ops import Instruction, Program
@@ -307,17 +307,8 @@ def _plain_number(x: Any) -> Any:
 
 def _write_atomically(path: Path, write) -> None:
     """Write to a temp file beside `path`, then rename over it: readers never see half a file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    with replacing(path) as tmp, open(tmp, "wb") as f:
+        write(f)
 
 
 def bundle_to_json(bundle: Bundle) -> Tuple[dict, Dict[str, np.ndarray]]:

@@ -177,6 +177,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     jit_only = [f"--{name}" for name in ("mode", "target", "tier") if getattr(args, name) is not None]
     if args.engine != "jit" and jit_only:
         raise CliError(f"{', '.join(jit_only)} apply to the jit engine only, not --engine {args.engine}")
+    if args.tier is not None and args.target == "cuda":  # CUDA kernels always compile first
+        raise CliError("--tier applies to the CPU target only; --target cuda compiles its "
+                       "kernels before the first run")
     args.mode, args.target = args.mode or "compiled", args.target or "cpu"
 
     try:
@@ -310,7 +313,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="bundle selector ids that get a batch axis")
     p.add_argument("--evidence-vars", metavar="VAR,VAR,...",
                    help="a model's evidence variables (their indicators are batched)")
-    p.add_argument("--semiring", choices=("prob", "logprob", "sat", "count"), default="prob",
+    # --semiring defaults to None so that a bundle (which has its own) can refuse it
+    p.add_argument("--semiring", choices=("prob", "logprob", "sat", "count"), default=None,
                    help="a model's semiring (default prob)")
     p.add_argument("--mode", choices=("compiled", "loop"), default="compiled")
     p.add_argument("--target", choices=("cpu", "cuda"), default="cpu",
@@ -333,6 +337,26 @@ def _id_list(text: Optional[str], what: str) -> tuple:
         raise CliError(f"{what} must be comma-separated integers, got {text!r}") from None
 
 
+def _refuse_other_kinds_options(args: argparse.Namespace, is_bundle: bool) -> None:
+    """aot: a bundle brings its own semiring and factors, a model its own variables: an
+    option for the other kind of input would be silently ignored, so it is an error."""
+    def given(*names: str) -> List[str]:
+        return [f"--{n.replace('_', '-')}" for n in names if getattr(args, n) is not None]
+
+    if is_bundle and given("semiring", "evidence_vars"):
+        raise CliError(f"{', '.join(given('semiring', 'evidence_vars'))}: for a model only; "
+                       f"{args.input} is a bundle (it has its own semiring; batch it with "
+                       "--batched-factors/--batched-selectors)")
+    if not is_bundle and given("batched_factors", "batched_selectors"):
+        raise CliError(f"{', '.join(given('batched_factors', 'batched_selectors'))}: for a "
+                       f"bundle only; {args.input} is a model (batch it with --evidence-vars)")
+    batched = args.batched_factors or args.batched_selectors or args.evidence_vars
+    if args.buckets is not None and not batched:
+        raise CliError("--buckets: there is no batch axis to plan them for; give "
+                       + ("--batched-factors or --batched-selectors" if is_bundle
+                          else "--evidence-vars"))
+
+
 def cmd_aot(args: argparse.Namespace) -> int:
     """catbp-jit aot: see catbp_jit/aot.py."""
     from tqdm import tqdm
@@ -342,7 +366,9 @@ def cmd_aot(args: argparse.Namespace) -> int:
     buckets = _id_list(args.buckets, "--buckets") or None
     path = Path(args.input)
     model_entry = None
-    if (path / "bundle.json").exists() or path.name == "bundle.json":
+    is_bundle = (path / "bundle.json").exists() or path.name == "bundle.json"
+    _refuse_other_kinds_options(args, is_bundle)
+    if is_bundle:
         bundle = _load(args.input)
         programs, sr = bundle.programs, bundle.semiring_runtime()
         fspecs, sspecs = bundle.factor_specs(), bundle.selector_specs()
@@ -353,6 +379,7 @@ def cmd_aot(args: argparse.Namespace) -> int:
         from .frontend.model import CompiledModel
         graph = read_model(args.input)  # CommandError for what is no model
         ev = tuple(v for v in (args.evidence_vars or "").split(",") if v)
+        args.semiring = args.semiring or "prob"
         # the plan and programs only (the reference target compiles nothing)
         model = CompiledModel(graph, args.semiring, evidence_vars=ev, target="reference")
         programs, sr, fspecs, sspecs = list(model.programs), model.sr, model.factor_specs, {}
@@ -362,6 +389,8 @@ def cmd_aot(args: argparse.Namespace) -> int:
         name = graph.name
         model_entry = profile_entry(args.input, args.semiring, ev, buckets, args.target)
     out = Path(args.output) if args.output else Path(f"{name}.profile.json")
+    if out.is_dir():  # before compiling, not after
+        raise CliError(f"-o {out}: is a directory; the profile is a file")
 
     def bar(total: int):
         return tqdm(total=total, unit="kernel", desc=f"compiling {name}", file=sys.stderr,
@@ -370,10 +399,12 @@ def cmd_aot(args: argparse.Namespace) -> int:
     exe, report = compile_ahead(programs, sr, factor_specs=fspecs, selector_specs=sspecs,
                                 batched_factors=bf, batched_selectors=bs, buckets=buckets,
                                 mode=args.mode, target=args.target, bar=bar)
-    exe.save(out)
-    if model_entry is not None:  # which model, so that catbp_jit.dask can compile it again
-        from .frontend.model_source import add_profile_entry
-        add_profile_entry(out, model_entry)
+    from .atomic import replacing
+    with replacing(out) as tmp:  # the old profile stays until the new one is whole
+        exe.save(tmp)
+        if model_entry is not None:  # which model, so that catbp_jit.dask can compile it again
+            from .frontend.model_source import add_profile_entry
+            add_profile_entry(tmp, model_entry)
     print(f"{name}: {report.kernels} kernels ({report.compiled} compiled now, "
           f"{report.kernels - report.compiled} already cached) in {report.cache_dir}")
     print(f"profile: {out} ({args.mode} mode"

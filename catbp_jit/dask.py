@@ -278,16 +278,22 @@ def solve_parquet(model: Any, table: str, output: str, *, scheduler: Optional[st
     partition, under Dask's progress bar (on stderr). The number of rows solved."""
     dd = _need("dask.dataframe")
     distributed = _need("distributed")
-    cases = dd.read_parquet(table)
+    from .atomic import replacing_dir
+    from .frontend.table import parquet_errors
+    with parquet_errors(table):  # no Parquet file (found here, or by a worker): one line
+        cases = dd.read_parquet(table)
     result = solve_table(model, cases, semiring=semiring, plan_time=plan_time)
-    with _client(distributed, scheduler, workers) as client:
-        job = client.compute(result.to_parquet(output, compute=False))
+    # the parts go to a directory beside `output`, put in its place once all are written:
+    # a failed partition leaves the old output as it was
+    with _client(distributed, scheduler, workers) as client, replacing_dir(output) as tmp, \
+            parquet_errors(table):
+        job = client.compute(result.to_parquet(str(tmp), compute=False))
         if progress:
             with contextlib.redirect_stdout(sys.stderr):
                 distributed.progress(job)
             print(file=sys.stderr)
         job.result()
-    return int(dd.read_parquet(output, columns=["log_Z"]).shape[0].compute())
+        return int(dd.read_parquet(str(tmp), columns=["log_Z"]).shape[0].compute())
 
 
 @contextlib.contextmanager

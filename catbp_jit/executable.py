@@ -247,10 +247,9 @@ def saved_document(programs: List[Program], sr: VMSemiringRuntime, mode: str, ta
 
 
 def write_saved(path: Union[str, os.PathLike], doc: dict) -> None:
-    tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
+    from .atomic import replacing
+    with replacing(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
         json.dump(doc, f)
-    os.replace(tmp, path)
 
 
 class SavedExecutableError(CatbpError, ValueError):

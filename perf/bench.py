@@ -89,6 +89,7 @@ sys.path.insert(0, str(REPO))  # run from a checkout without installing
 import numba  # noqa: E402
 import numpy as np  # noqa: E402
 
+from catbp_jit.atomic import replacing  # noqa: E402
 from catbp_jit.bundle import load_bundle  # noqa: E402
 from catbp_jit.cli import compare_slot  # noqa: E402
 from catbp_jit.executable import compile  # noqa: E402
@@ -492,8 +493,10 @@ def main(argv=None) -> int:
     text = "\n".join(lines) + "\n"
 
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "bench.md").write_text(text, encoding="utf-8")
-    with open(args.out / "bench.csv", "w", newline="", encoding="utf-8") as f:
+    with replacing(args.out / "bench.md") as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    with replacing(args.out / "bench.csv") as tmp, \
+            open(tmp, "w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS, extrasaction="ignore")
         writer.writeheader()
         for row in rows:

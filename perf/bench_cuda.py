@@ -661,8 +661,11 @@ def main(argv=None) -> int:
     text = "\n".join(lines) + "\n"
 
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "bench_cuda.md").write_text(text, encoding="utf-8")
-    with open(args.out / "bench_cuda.csv", "w", newline="", encoding="utf-8") as f:
+    from catbp_jit.atomic import replacing  # here: importing catbp_jit loads numba
+    with replacing(args.out / "bench_cuda.md") as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    with replacing(args.out / "bench_cuda.csv") as tmp, \
+            open(tmp, "w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS, extrasaction="ignore")
         writer.writeheader()
         for row in rows:

@@ -654,9 +654,11 @@ def header_lines(args, have_pyagrum, have_pgmpy, load_at_start, evidence_note) -
 
 def write_outputs(out: Path, header, table, footer, rows) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    (out / "bench_frontend.md").write_text("\n".join(header + [""] + table + footer) + "\n",
-                                            encoding="utf-8")
-    with open(out / "bench_frontend.csv", "w", newline="", encoding="utf-8") as f:
+    from catbp_jit.atomic import replacing  # here: importing catbp_jit loads numba
+    with replacing(out / "bench_frontend.md") as tmp:
+        tmp.write_text("\n".join(header + [""] + table + footer) + "\n", encoding="utf-8")
+    with replacing(out / "bench_frontend.csv") as tmp, \
+            open(tmp, "w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
         w.writeheader()
         for row in rows:

@@ -453,8 +453,11 @@ def main(argv=None) -> int:
 
 def write(out: Path, lines: list, rows: list) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    (out / "bench_uai.md").write_text("\n".join(lines) + "\n")
-    with open(out / "bench_uai.csv", "w", newline="") as f:
+    from catbp_jit.atomic import replacing  # here: importing catbp_jit loads numba
+    with replacing(out / "bench_uai.md") as tmp:
+        tmp.write_text("\n".join(lines) + "\n")
+    with replacing(out / "bench_uai.csv") as tmp, \
+            open(tmp, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)

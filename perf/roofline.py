@@ -70,6 +70,7 @@ from numba import njit, prange  # noqa: E402
 
 from bench import (GROUPS, cpu_model, default_shared_dir, find_bundles, fmt_bytes,  # noqa: E402
                    fmt_time, load_average, threading_layer)
+from catbp_jit.atomic import replacing  # noqa: E402
 from catbp_jit.bundle import load_bundle  # noqa: E402
 from catbp_jit.errors import CatbpError  # noqa: E402
 from catbp_jit.executable import compile  # noqa: E402
@@ -476,8 +477,10 @@ def main(argv=None) -> int:
         summary_table(sums) + (["", "Problems:", ""] + problems if problems else []) + sections
     text = "\n".join(lines) + "\n"
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "roofline.md").write_text(text, encoding="utf-8")
-    with open(args.out / "roofline.csv", "w", newline="", encoding="utf-8") as f:
+    with replacing(args.out / "roofline.md") as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    with replacing(args.out / "roofline.csv") as tmp, \
+            open(tmp, "w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=csv_columns(), extrasaction="ignore")
         writer.writeheader()
         writer.writerows(all_rows)

@@ -113,3 +113,36 @@ def test_aot_errors_are_one_line(tmp_path, capsys, argv, message):
 def test_aot_of_something_that_is_no_input(tmp_path, capsys):
     code = main(["aot", str(tmp_path / "missing.uai"), "-q"])
     assert code == 2 and "missing.uai" in capsys.readouterr().err
+
+
+def test_a_failed_aot_leaves_the_old_profile(tmp_path, capsys, monkeypatch):
+    from catbp_jit.frontend import model_source
+    profile = tmp_path / "asia.profile.json"
+    profile.write_text("the user's old profile")
+
+    def disk_full(path, entry):  # the model entry is the profile's last write
+        raise OSError(28, "No space left on device", str(path))
+    monkeypatch.setattr(model_source, "add_profile_entry", disk_full)
+    code = main(["aot", str(ASIA), "--evidence-vars", "dysp", "--buckets", "1", "-o",
+                 str(profile), "-q"])
+    err = capsys.readouterr().err
+    assert code == 2 and "No space left on device" in err and err.count("\n") == 1
+    assert profile.read_text() == "the user's old profile"
+    assert [p.name for p in tmp_path.iterdir()] == [profile.name]
+
+
+def test_a_failed_save_leaves_no_temporary_file(tmp_path, monkeypatch):
+    import catbp_jit as cj
+    b = load_bundle(GRID)
+    exe = cj.compile(b.programs, b.semiring_runtime(), factor_specs=b.factor_specs(),
+                     selector_specs=b.selector_specs())
+    path = tmp_path / "exe.json"
+    path.write_text("old")
+
+    def half(doc, f):
+        f.write('{"format": ')
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(json, "dump", half)
+    with pytest.raises(OSError, match="No space left"):
+        exe.save(path)
+    assert path.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["exe.json"]

@@ -99,6 +99,46 @@ def test_repeat_must_be_positive(capsys):
     assert "--repeat" in capsys.readouterr().err
 
 
+GRID = REPO / "examples" / "grid3_d2__prob_float64"
+ASIA = REPO / "examples" / "asia.bif"
+
+
+@pytest.mark.parametrize("argv, message", [
+    # a bundle has its own semiring and batches its factor ids
+    (["aot", GRID, "--semiring", "logprob", "--evidence-vars", "x", "-o", "OUT"],
+     "--semiring, --evidence-vars: for a model only; "),
+    (["aot", GRID, "--semiring", "prob", "-o", "OUT"], "--semiring: for a model only"),
+    (["aot", GRID, "--buckets", "1,8", "-o", "OUT"],
+     "--buckets: there is no batch axis to plan them for; give --batched-factors or "
+     "--batched-selectors"),
+    # a model batches its evidence variables
+    (["aot", ASIA, "--batched-factors", "1", "-o", "OUT"], "--batched-factors: for a bundle only"),
+    (["aot", ASIA, "--batched-selectors", "0", "-o", "OUT"], "--batched-selectors: for a bundle"),
+    (["aot", ASIA, "--buckets", "1,8", "-o", "OUT"],
+     "--buckets: there is no batch axis to plan them for; give --evidence-vars"),
+    # solve: -o writes an evidence table's posteriors, --format one model's answer
+    (["solve", ASIA, "--observe", "dysp=yes", "-o", "OUT"],
+     "-o/--output applies to --evidence-table only"),
+    (["solve", ASIA, "--evidence-table", "T.csv", "--format", "text", "-o", "OUT"],
+     "--format does not apply"),
+    # the numpy tier stands in for CPU kernels only
+    (["run", GRID, "--target", "cuda", "--tier", "auto"], "--tier applies to the CPU target"),
+    # an output that is a directory: said before the work, not after
+    (["aot", ASIA, "-o", "DIR"], "is a directory; the profile is a file"),
+    (["solve", ASIA, "--evidence-table", "T.csv", "-o", "DIR"], "Is a directory, not a file"),
+])
+def test_options_that_do_not_apply_are_refused(tmp_path, capsys, argv, message):
+    (tmp_path / "T.csv").write_text("dysp\nyes\n")
+    out = tmp_path / "out.json"
+    (tmp_path / "DIR").mkdir()
+    names = {"OUT": out, "T.csv": tmp_path / "T.csv", "DIR": tmp_path / "DIR"}
+    code = main([str(names.get(a, a)) for a in argv] + ["-q"])
+    _, err = capsys.readouterr()
+    assert code == 2 and message in err, err
+    assert err.count("\n") == 1 and not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["DIR", "T.csv"]
+
+
 def test_help_exits_0(capsys):
     assert main(["run", "--help"]) == 0
     assert "--engine" in capsys.readouterr().out

@@ -67,6 +67,8 @@ def models(tmp_path_factory):
         model.solve(e)
     # impossible rows are certified by SAT: its companion model is compiled on first need
     local["chain"].solve_batch(np.array([[-1, 1]]))
+    # the command line's model: the default buckets
+    model_source(ASIA, evidence_vars=ASIA_VARS, plan_time=0).compile()
     return {"asia": ASIA, "chain": chain, "local": local, "many": many}
 
 
@@ -278,6 +280,24 @@ def test_cli_writes_parquet_parts_like_the_input(client, models, tmp_path, capsy
     assert_same_as_local(got, models["local"]["asia"], pd.concat(parts))
 
 
+def test_a_failed_cli_run_leaves_the_old_output_directory(client, models, tmp_path, capsys):
+    src = tmp_path / "cases"
+    src.mkdir()
+    parts = asia_parts()
+    parts[2].loc[parts[2].index[5], "dysp"] = "maybe"  # a bad cell in one partition
+    for i, p in enumerate(parts):
+        p.reset_index(drop=True).to_parquet(src / f"part{i}.parquet")
+    out = tmp_path / "posteriors"
+    out.mkdir()
+    (out / "old.parquet").write_text("the user's old output")
+    code = main(["solve", ASIA, "--evidence-table", str(src), "--dask",
+                 client.scheduler.address, "-o", str(out), "--plan-time", "0", "-q"])
+    err = capsys.readouterr().err
+    assert code == 2 and "'maybe' is not" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cases", "posteriors"]
+    assert [p.name for p in out.iterdir()] == ["old.parquet"]
+
+
 # -- errors: one clear message, no cluster needed ------------------------------------------
 
 def test_a_bad_cell_names_the_model_row_and_column(models):
@@ -309,9 +329,13 @@ def test_unknown_columns_and_profile_mismatches_are_one_error(models, tmp_path):
 def test_cli_dask_errors_are_one_line(models, tmp_path, capsys):
     csv = tmp_path / "cases.csv"
     csv.write_text("dysp\nyes\n")
+    fake = tmp_path / "fake.parquet"
+    fake.write_text("dysp\nyes\n")
     for argv, message in [
             (["--evidence-table", str(csv), "--workers", "1", "-o", str(tmp_path / "o")],
              "solve a Parquet evidence table"),
+            (["--evidence-table", str(fake), "--workers", "1", "-o", str(tmp_path / "o")],
+             "fake.parquet: not a readable Parquet file (Error creating dataset."),
             (["--dask", "tcp://x:1", "--workers", "2"], "exclude each other")]:
         code = main(["solve", ASIA, *argv, "-q"])
         err = capsys.readouterr().err

@@ -104,6 +104,18 @@ def test_rows_that_cannot_be_answered_are_refused_clearly():
         absorbed.solve_batch(np.array([[-1]]))
 
 
+@pytest.mark.parametrize("rows, got", [(None, "got NoneType"), (5, "got int"),
+                                        ("a", "got str"), ({"a": 0}, r"got dict \(one row")])
+def test_rows_that_are_no_sequence_of_rows_are_a_type_error(rows, got):
+    g = factor_graph({"a": 2, "b": 3}, [(("a", "b"), np.ones((2, 3)))])
+    model = compile_model(g, "prob", evidence_vars=["a"], target="reference")
+    with pytest.raises(TypeError, match=r"^solve_batch: rows must be a sequence of "
+                                        r"\{variable: state\} mappings or a 2-D integer "
+                                        rf"array, {got}"):
+        model.solve_batch(rows)
+    assert len(model.solve_batch(iter([{"a": 1}, {}]))) == 2  # any iterable of rows
+
+
 def test_reference_target_answers_batches_row_by_row():
     g = factor_graph({"a": 2, "b": 2}, [(("a", "b"), [[0.3, 0.2], [0.1, 0.4]])])
     ref = compile_model(g, "prob", evidence_vars=["a"], target="reference")

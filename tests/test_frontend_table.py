@@ -88,8 +88,60 @@ def test_bad_tables_are_one_line_errors(tmp_path, capsys, text, message):
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("name, data, message", [
+    ("big.csv", b"dysp\nyes\n" + b"y" * 10**6 + b"\n",
+     "big.csv: line 3: not a readable CSV table (field larger than field limit"),
+    ("head.csv", b"d" * 10**6 + b"\nyes\n", "head.csv: line 1: not a readable CSV table"),
+    ("latin1.csv", b"dysp\nyes\nno\n\xe9\n", "latin1.csv: line 4: byte 0xe9 is not UTF-8"),
+    ("header.csv", b"dy\xe9sp\nyes\n", "header.csv: line 1: byte 0xe9 is not UTF-8"),
+    ("utf16.csv", "dysp\nyes\n".encode("utf-16"), "utf16.csv: line 1: byte 0xff is not UTF-8"),
+    ("fake.parquet", b"dysp\nyes\n", "fake.parquet: not a readable Parquet file (Parquet "
+                                      "magic bytes not found"),
+])
+def test_unreadable_tables_are_one_line_errors(tmp_path, capsys, name, data, message):
+    if name.endswith(".parquet"):
+        pytest.importorskip("pyarrow")
+    table = tmp_path / name
+    table.write_bytes(data)
+    code, out, err = run(capsys, "--evidence-table", str(table), "-q")
+    assert code == 2 and message in err, err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("data", [
+    b"\xef\xbb\xbfdysp,smoke\r\nyes,no\r\n,yes\r\n",  # Excel's "CSV UTF-8": a BOM, CRLF
+    b"dysp,smoke\ryes,no\r,yes\r",  # old Mac line ends
+])
+def test_excel_csv_reads_as_plain_csv(tmp_path, capsys, data):
+    plain = tmp_path / "plain.csv"
+    plain.write_text("dysp,smoke\nyes,no\n,yes\n")
+    excel = tmp_path / "excel.csv"
+    excel.write_bytes(data)
+    want = run(capsys, "--evidence-table", str(plain), "-q")
+    got = run(capsys, "--evidence-table", str(excel), "-q")
+    assert want[0] == 0 and got == want
+
+
 def test_a_table_is_not_combined_with_other_evidence(tmp_path, capsys):
     table = tmp_path / "cases.csv"
     table.write_text("dysp\nyes\n")
     code, _, err = run(capsys, "--evidence-table", str(table), "--observe", "smoke=yes")
     assert code == 2 and "cannot be combined" in err
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_a_failed_table_leaves_the_old_output_untouched(tmp_path, capsys, suffix):
+    if suffix == ".parquet":
+        pytest.importorskip("pyarrow")
+    table = tmp_path / "cases.csv"  # a bad row after the first chunk has been written
+    table.write_text("dysp,smoke\n" + "yes,no\n" * 9000 + "maybe,no\n")
+    out = tmp_path / f"post{suffix}"
+    out.write_bytes(b"the user's old file")
+    code, _, err = run(capsys, "--evidence-table", str(table), "-o", str(out), "-q")
+    assert code == 2 and "line 9002: 'maybe' is not a state of 'dysp'" in err
+    assert out.read_bytes() == b"the user's old file"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cases.csv", f"post{suffix}"]
+    table.write_text("dysp,smoke\nyes,no\n")  # and a good table replaces it
+    assert run(capsys, "--evidence-table", str(table), "-o", str(out), "-q")[0] == 0
+    assert out.read_bytes() != b"the user's old file"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cases.csv", f"post{suffix}"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, Mapping, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Mapping, Sequence, Tuple
 
 import numpy as np
 
@@ -77,6 +77,14 @@ def evidence_table(model: "CompiledModel", rows: Any) -> np.ndarray:
                     f"{name}: evidence row {i}: {v}={int(col[i])} is not a state of {v} "
                     f"(0..{model.graph.variables[v] - 1}, or -1 for unobserved)")
     else:
+        # None, one mapping or a string would otherwise fail deep inside (or iterate
+        # over keys or characters): say what rows must be
+        if rows is None or isinstance(rows, (Mapping, str, bytes)) or not isinstance(
+                rows, Iterable):
+            hint = " (one row: pass [row], or use solve)" if isinstance(rows, Mapping) else ""
+            raise TypeError(f"solve_batch: rows must be a sequence of {{variable: state}} "
+                            f"mappings or a 2-D integer array, got {type(rows).__name__}"
+                            f"{hint}")
         rows = list(rows)
         table = np.full((len(rows), len(cols)), UNOBSERVED, dtype=np.int64)
         where = {v: j for j, v in enumerate(cols)}

@@ -7,6 +7,7 @@ fetched by `python -m catbp_jit.frontend.bnlearn` (asia, alarm, ...).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import decimal
 import json
 import math
@@ -131,9 +132,13 @@ def _state_labels(graph: FactorGraph, v: str):
 def cmd_solve(args: argparse.Namespace) -> int:
     if args.dask or args.workers:
         return solve_table_on_dask(args)
+    if args.output and not args.evidence_table:  # it would be ignored: the answer is printed
+        raise CommandError("-o/--output applies to --evidence-table only (one model's answer "
+                           "goes to standard output; redirect it to save it)")
     graph = read_model(args.model)
     if args.evidence_table:
         return solve_table(args, graph)
+    args.format = args.format or "text"
     evidence = read_evidence(args, graph)
     if args.target != "reference":
         from ..cli import check_kernel_cache
@@ -202,7 +207,7 @@ def solve_table(args: argparse.Namespace, graph: FactorGraph) -> int:
     if args.evidence or args.observe:
         raise CommandError("--evidence-table cannot be combined with --evidence or --observe "
                            "(put those columns in the table)")
-    if args.format != "text":
+    if args.format is not None:
         raise CommandError("--evidence-table writes a table (CSV, or Parquet with -o FILE.parquet); "
                            "--format does not apply")
     path = Path(args.evidence_table)
@@ -220,18 +225,23 @@ def solve_table(args: argparse.Namespace, graph: FactorGraph) -> int:
                           buckets=DEFAULT_BUCKETS, plan_time=args.plan_time,
                           progress=_progress(args.quiet))
     from tqdm import tqdm
+
+    from ..atomic import replacing
     out = Path(args.output) if args.output else None
-    writer = PosteriorWriter(graph, out, sys.stdout)
     rows = impossible = 0
-    with tqdm(total=count_rows(path), unit="rows", desc=f"solving {path.name}", file=sys.stderr,
-              disable=args.quiet, dynamic_ncols=True) as bar:
+    # a file is written beside `out` and renamed over it at the end: a bad row halfway
+    # leaves the old file as it was
+    with (replacing(out) if out else contextlib.nullcontext()) as tmp, \
+            tqdm(total=count_rows(path), unit="rows", desc=f"solving {path.name}",
+                 file=sys.stderr, disable=args.quiet, dynamic_ncols=True) as bar, \
+            PosteriorWriter(graph, tmp, sys.stdout,
+                            parquet=out is not None and out.suffix == ".parquet") as writer:
         for chunk in read_chunks(path, graph, columns):
             res = model.solve_batch(chunk)
             writer.write(posterior_rows(graph, res, rows))
             rows += len(chunk)
             impossible += int(np.count_nonzero(res.log_Z == -math.inf))
             bar.update(len(chunk))
-    writer.close()
     if not args.quiet:
         print(f"catbp-jit: {rows} rows solved" + (f", {impossible} with impossible evidence "
               "(empty posteriors)" if impossible else "") + (f", written to {out}" if out else ""),
@@ -251,7 +261,7 @@ def solve_table_on_dask(args: argparse.Namespace) -> int:
                            "--evidence-table FILE.parquet (or a directory of Parquet files)")
     if not table.exists():
         raise CommandError(f"{table}: no such evidence table")
-    if args.evidence or args.observe or args.format != "text" or args.target != "cpu":
+    if args.evidence or args.observe or args.format is not None or args.target != "cpu":
         raise CommandError("--dask and --workers take no --evidence, --observe, --format or "
                            "--target (the workers run the CPU kernels)")
     if not args.output or Path(args.output).is_file():
@@ -384,7 +394,8 @@ def add_commands(sub) -> None:
     common(p)
     p.add_argument("--semiring", choices=[s.lower() for s in SEMIRINGS], default="prob",
                    help="prob (default), logprob, sat (satisfiable?) or count (number of models)")
-    p.add_argument("--format", choices=("text", "uai", "json"), default="text",
+    # --format defaults to None so that --evidence-table (which writes a table) can refuse it
+    p.add_argument("--format", choices=("text", "uai", "json"), default=None,
                    help="text (default), uai (the UAI MAR format) or json")
     p.add_argument("--evidence-table", metavar="FILE",
                    help="a CSV (or .parquet) table of cases: a header naming evidence "

@@ -11,10 +11,11 @@ has empty posteriors and log Z -inf).
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import math
 from pathlib import Path
-from typing import IO, Iterator, List, Optional, Sequence, Tuple
+from typing import IO, Any, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -33,12 +34,55 @@ def _parquet():
     return pq
 
 
+@contextlib.contextmanager
+def parquet_errors(path: Any) -> Iterator[None]:
+    """pyarrow's errors on a file that is no Parquet file (or a damaged one) as one line.
+    (Dask wraps pyarrow's message in one of its own: the last line is pyarrow's.)"""
+    import pyarrow as pa
+    try:
+        yield
+    except pa.ArrowException as e:
+        lines = str(e).strip().splitlines() or [type(e).__name__]
+        reason = " ".join(lines[-1].replace("Original Message: ", "").split())[:300]
+        raise FactorGraphError(f"{path}: not a readable Parquet file ({reason})") from None
+
+
+def _csv_rows(path: Path) -> Iterator[List[str]]:
+    """The rows of a CSV file, header first; a table that is no UTF-8 CSV is one error
+    naming its line. utf-8-sig: Excel's "CSV UTF-8" starts with a byte-order mark, which
+    would otherwise stick to the first column's name; newline="": csv itself reads \r\n."""
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        reader = csv.reader(f)
+        try:
+            yield from reader
+        except csv.Error as e:  # e.g. a cell longer than csv.field_size_limit()
+            raise FactorGraphError(f"{path}: line {reader.line_num}: not a readable CSV "
+                                   f"table ({e})") from None
+        except UnicodeDecodeError:
+            line, byte = _first_undecodable(path)
+            raise FactorGraphError(f"{path}: line {line}: byte 0x{byte:02x} is not UTF-8 "
+                                   "(save the table as UTF-8 CSV)") from None
+
+
+def _first_undecodable(path: Path) -> Tuple[int, int]:
+    """(line number, byte) of the first byte that is not UTF-8 (the decoder reads blocks,
+    so its error says neither)."""
+    with open(path, "rb") as f:
+        for number, line in enumerate(f, 1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as e:
+                return number, line[e.start]
+    return 0, 0
+
+
 def table_columns(path: Path) -> Tuple[str, ...]:
     """The evidence variables a table names (its header)."""
     if path.suffix == ".parquet":
-        return tuple(_parquet().read_schema(path).names)
-    with open(path, newline="", encoding="utf-8") as f:
-        header = next(csv.reader(f), None)
+        pq = _parquet()
+        with parquet_errors(path):
+            return tuple(pq.read_schema(path).names)
+    header = next(_csv_rows(path), None)
     if not header:
         raise FactorGraphError(f"{path}: an evidence table needs a header naming its variables")
     return tuple(h.strip() for h in header)
@@ -47,7 +91,9 @@ def table_columns(path: Path) -> Tuple[str, ...]:
 def count_rows(path: Path) -> int:
     """Rows below the header (for a progress bar's total: quoted newlines count double)."""
     if path.suffix == ".parquet":
-        return _parquet().ParquetFile(path).metadata.num_rows
+        pq = _parquet()
+        with parquet_errors(path):
+            return pq.ParquetFile(path).metadata.num_rows
     lines, last = 0, b"\n"
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -61,21 +107,22 @@ def read_chunks(path: Path, graph: FactorGraph, columns: Sequence[str],
     """The table as int64 state-index chunks (rows, len(columns)), -1 unobserved."""
     codes = [state_codes(graph, v) for v in columns]
     if path.suffix == ".parquet":
-        for batch in _parquet().ParquetFile(path).iter_batches(batch_size=chunk_rows):
-            cells = [[None if x is None else str(x) for x in col.to_pylist()]
-                     for col in batch.columns]
-            yield _encode(path, list(zip(*cells)), codes, columns, batch_start=None)
+        pq = _parquet()
+        with parquet_errors(path):
+            for batch in pq.ParquetFile(path).iter_batches(batch_size=chunk_rows):
+                cells = [[None if x is None else str(x) for x in col.to_pylist()]
+                         for col in batch.columns]
+                yield _encode(path, list(zip(*cells)), codes, columns, batch_start=None)
         return
-    with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.reader(f)
-        next(reader, None)
-        start = 1
-        while True:
-            rows = [r for _, r in zip(range(chunk_rows), reader)]
-            if not rows:
-                return
-            yield _encode(path, rows, codes, columns, batch_start=start)
-            start += len(rows)
+    reader = _csv_rows(path)
+    next(reader, None)
+    start = 1
+    while True:
+        rows = [r for _, r in zip(range(chunk_rows), reader)]
+        if not rows:
+            return
+        yield _encode(path, rows, codes, columns, batch_start=start)
+        start += len(rows)
 
 
 def state_codes(graph: FactorGraph, v: str) -> dict:
@@ -128,13 +175,19 @@ def posterior_rows(graph: FactorGraph, res, first_row: int) -> np.ndarray:
 
 
 class PosteriorWriter:
-    """Writes posterior rows to CSV (a stream or file) or Parquet, chunk by chunk."""
+    """Writes posterior rows to CSV (a stream or file) or Parquet, chunk by chunk. A file
+    is best a temporary one (catbp_jit.atomic.replacing): a table that fails halfway must
+    not leave a partial file where the user's old one was."""
 
-    def __init__(self, graph: FactorGraph, out: Optional[Path], stdout: IO[str]):
+    def __init__(self, graph: FactorGraph, out: Optional[Path], stdout: IO[str],
+                 parquet: Optional[bool] = None):
         self.header = posterior_header(graph)
         self.path = out
         self._parquet_writer = None
-        if out is not None and out.suffix == ".parquet":
+        self._closed = False
+        if parquet is None:
+            parquet = out is not None and out.suffix == ".parquet"
+        if parquet:
             self._pq = _parquet()
             self._file = None
         else:
@@ -155,7 +208,16 @@ class PosteriorWriter:
         for r in matrix:
             self._csv.writerow([int(r[0])] + [_cell(x) for x in r[1:]])
 
+    def __enter__(self) -> "PosteriorWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
         if self._parquet_writer is not None:
             self._parquet_writer.close()
         elif self._file is None:  # no rows at all: an empty table with the header
