@@ -65,10 +65,11 @@ def test_solve_uai_model_with_evid_file_prints_mar(capsys, tmp_path):
 
 def test_solve_json_evidence_and_other_semirings(capsys, tmp_path):
     ev = tmp_path / "ev.json"
-    ev.write_text(json.dumps({"either": "yes"}))
-    code, out, _ = run(capsys, "solve", ASIA, "--evidence", str(ev), "--semiring", "sat", "-q")
-    assert code == 0 and "Z:         True" in out
-    assert "tub     yes=True  no=True" in out
+    for bom in (b"", b"\xef\xbb\xbf"):  # as Notepad saves it: a byte-order mark first
+        ev.write_bytes(bom + json.dumps({"either": "yes"}).encode())
+        code, out, _ = run(capsys, "solve", ASIA, "--evidence", str(ev), "--semiring", "sat", "-q")
+        assert code == 0 and "Z:         True" in out
+        assert "tub     yes=True  no=True" in out
     code, out, _ = run(capsys, "solve", ASIA, "--semiring", "count", "-q", "--format", "json")
     # every CPT entry is positive except either's, which fixes either given lung and tub
     assert json.loads(out)["Z"] == 2**7

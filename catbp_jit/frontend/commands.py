@@ -99,7 +99,8 @@ def _json_evidence(path: Path, graph: FactorGraph) -> Dict[str, object]:
         return out
 
     try:
-        doc = json.loads(path.read_bytes().decode("utf-8"), object_pairs_hook=pairs)
+        # utf-8-sig: a file saved by Notepad or Excel starts with a byte-order mark
+        doc = json.loads(path.read_bytes().decode("utf-8-sig"), object_pairs_hook=pairs)
     except UnicodeDecodeError:
         raise CommandError(f"{path}: not a UTF-8 text file (JSON evidence)") from None
     except ValueError as e:  # JSONDecodeError
