@@ -27,6 +27,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .bundle import Bundle, load_bundle
+from .cli_errors import CliError, check_kernel_cache
 from .codegen.workers import KernelCompileError, WorkerOptionError
 from .environment import EnvironmentSettingError, check_all
 from .errors import CatbpError
@@ -35,20 +36,6 @@ EXIT_OK, EXIT_MISMATCH, EXIT_ERROR = 0, 1, 2
 MAX_LISTED_MISMATCHES = 5
 
 Slots = Dict[tuple, Tuple[np.ndarray, object]]
-
-
-class CliError(Exception):
-    """An input problem to report on stderr with exit status 2 (no traceback)."""
-
-
-def check_kernel_cache() -> None:
-    """Before compiling: settings the kernel cache refuses are an input error, not a
-    traceback."""
-    from .cache import default_cache  # lazily: it loads numba
-    try:
-        default_cache()
-    except ValueError as e:  # EnvironmentSettingError: the policy, the lock timeout...
-        raise CliError(str(e)) from None
 
 
 def _kernel_cache_refused(e: BaseException) -> bool:
@@ -322,8 +309,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", metavar="PROFILE",
                    help="where to save the executable (JSON; default INPUT's name + .profile.json)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
-    from .frontend.commands import _guarded, add_commands
-    p.set_defaults(func=_guarded(cmd_aot))
+    from .frontend.commands import add_commands, guarded
+    p.set_defaults(func=guarded(cmd_aot))
     add_commands(sub)
     return parser
 

@@ -18,6 +18,7 @@ from typing import Dict, Optional
 
 import numpy as np
 
+from ..cli_errors import CliError, check_kernel_cache
 from ..errors import CatbpError
 from .graph import FactorGraph, FactorGraphError
 from ..memory import format_bytes
@@ -142,7 +143,6 @@ def cmd_solve(args: argparse.Namespace) -> int:
     args.format = args.format or "text"
     evidence = read_evidence(args, graph)
     if args.target != "reference":
-        from ..cli import check_kernel_cache
         check_kernel_cache()
     model = CompiledModel(graph, args.semiring, evidence_vars=tuple(evidence), absorb_evidence=True,
                           target=args.target, plan_time=args.plan_time,
@@ -220,7 +220,6 @@ def solve_table(args: argparse.Namespace, graph: FactorGraph) -> int:
         raise CommandError(f"{path}: the header must name distinct variables of {graph.name}; "
                            f"unknown or repeated: {', '.join(map(repr, unknown)) or 'repeated'}")
     if args.target != "reference":
-        from ..cli import check_kernel_cache
         check_kernel_cache()
     model = CompiledModel(graph, args.semiring, evidence_vars=columns, target=args.target,
                           buckets=DEFAULT_BUCKETS, plan_time=args.plan_time,
@@ -268,7 +267,6 @@ def solve_table_on_dask(args: argparse.Namespace) -> int:
     if not args.output or Path(args.output).is_file():
         raise CommandError("--dask and --workers write a directory of Parquet parts: give "
                            "-o DIRECTORY (not an existing file)")
-    from ..cli import check_kernel_cache
     check_kernel_cache()
     from ..dask import DaskMissingError
     try:
@@ -414,21 +412,21 @@ def add_commands(sub) -> None:
                         "-o DIR gets one Parquet part per partition (docs/scaling.md)")
     p.add_argument("--workers", metavar="N", type=_positive,
                    help="as --dask, on a local cluster of N worker processes")
-    p.set_defaults(func=_guarded(cmd_solve))
+    p.set_defaults(func=guarded(cmd_solve))
 
     p = sub.add_parser("plan", help="junction tree statistics and the program listing")
     common(p)
     p.add_argument("--no-listing", action="store_true", help="statistics only")
-    p.set_defaults(func=_guarded(cmd_plan))
+    p.set_defaults(func=guarded(cmd_plan))
 
 
-def _guarded(cmd):
+def guarded(cmd):
+    """`cmd` with the front end's input errors turned into CliError (one line, exit 2)."""
     def run(args: argparse.Namespace) -> int:
         try:
             return cmd(args)
         except BrokenPipeError:  # output piped into `head`: main() stops quietly
             raise
         except (CommandError, FactorGraphError, CatbpError, OSError) as e:
-            from ..cli import CliError
             raise CliError(str(e)) from None
     return run
