@@ -7,7 +7,27 @@ register), so code written against CatBP catches them unchanged.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Iterable, Optional
+
+# Messages list names (variables, states, columns): a model can have 10^4 of them, and a
+# name can be a megabyte long, but an error must stay a line a person reads.
+LISTED_NAMES = 8
+NAME_CHARS = 80
+
+
+def clip(text: str, limit: int = NAME_CHARS) -> str:
+    """`text` cut to its first `limit` characters, saying how long it was."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
+def name_list(names: Iterable[Any], fmt: Callable[[Any], str] = str, sep: str = ", ",
+              limit: int = LISTED_NAMES) -> str:
+    """The first `limit` names, each formatted by `fmt` and clipped, then how many more:
+    "a, b, c, ... and 9,990 more". ASCII only: stderr may not take an ellipsis character."""
+    names = list(names)
+    shown = sep.join(clip(fmt(n)) for n in names[:limit])
+    rest = len(names) - limit
+    return shown + (f"{sep}... and {rest:,} more" if rest > 0 else "")
 
 
 class CatbpError(Exception):

@@ -33,6 +33,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from ..errors import name_list
 from ..memory import format_bytes, memory_limit
 from .graph import FactorGraph, FactorGraphError, factor_graph
 from .uai import Source, is_number, read_source
@@ -206,7 +207,7 @@ def read_bif(source: Source, name: Optional[str] = None, *, normalize: bool = Tr
     cycle = _find_cycle({child: block[2] for child, block in cpt_blocks.items()})
     if cycle:
         raise src.error(cpt_blocks[cycle[0]][0], "the parents form a cycle, "
-                        f"{' -> '.join(cycle)}: a Bayesian network must be acyclic")
+                        f"{name_list(cycle, sep=' -> ')}: a Bayesian network must be acyclic")
 
     graph_name = name or stem or network_name or "bif"
     return factor_graph({v.name: len(v.states) for v in variables.values()}, factors,
@@ -331,14 +332,14 @@ def _cpt(src: _Text, variables: Dict[str, _Variable], pos: int, child: str,
             if len(labels) != len(parents):
                 raise src.error(at, f"{where}: row ({stmt[1:close].strip()}) gives "
                                     f"{len(labels)} parent states, there are {len(parents)} "
-                                    f"parents ({', '.join(parents)})")
+                                    f"parents ({name_list(parents)})")
             config = 0
             for label, pv, stride in zip(labels, parent_vars, strides):
                 state = pv.index.get(label)
                 if state is None:
                     raise src.error(at, f"{where}: row ({stmt[1:close].strip()}): {label!r} is "
                                         f"not a state of parent {pv.name!r} (states: "
-                                        f"{', '.join(pv.states)})")
+                                        f"{name_list(pv.states)})")
                 config += state * stride
             values = stmt[close + 1:].replace(",", " ").split()
             if len(values) != k:
@@ -389,13 +390,13 @@ def _cpt(src: _Text, variables: Dict[str, _Variable], pos: int, child: str,
         table[~given] = default
     elif not given.all():
         config = np.unravel_index(int(np.flatnonzero(~given)[0]), parent_shape)
-        labels = ", ".join(f"{v.name}={v.states[i]}" for v, i in zip(parent_vars, config))
+        labels = name_list(f"{v.name}={v.states[i]}" for v, i in zip(parent_vars, config))
         raise src.error(pos, f"{where}: no row for ({labels}) and no table or default")
     bad = np.flatnonzero(~np.isfinite(table) | (table < 0))
     if bad.size:
         r, c = divmod(int(bad[0]), k)
         config = np.unravel_index(r, parent_shape)
-        labels = ", ".join(f"{v.name}={v.states[i]}" for v, i in zip(parent_vars, config))
+        labels = name_list(f"{v.name}={v.states[i]}" for v, i in zip(parent_vars, config))
         raise src.error(pos, f"{where}: P({child}={variables[child].states[c]}"
                              f"{' | ' + labels if labels else ''}) = {float(table[r, c])!r}; CPT "
                              "entries must be finite and non-negative")

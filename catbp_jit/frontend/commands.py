@@ -17,7 +17,7 @@ from typing import Dict, Optional
 
 import numpy as np
 
-from ..errors import CatbpError
+from ..errors import CatbpError, name_list
 from .graph import FactorGraph, FactorGraphError
 from ..memory import format_bytes
 from .model import SEMIRINGS, CompiledModel
@@ -81,7 +81,7 @@ def read_evidence(args: argparse.Namespace, graph: FactorGraph) -> Dict[str, obj
         evidence.setdefault(var, state)
     unknown = [v for v in evidence if v not in graph.variables]
     if unknown:
-        raise CommandError(f"{graph.name}: evidence on unknown variable(s) {', '.join(map(repr, unknown))}")
+        raise CommandError(f"{graph.name}: evidence on unknown variable(s) {name_list(unknown, repr)}")
     return evidence
 
 
@@ -212,7 +212,7 @@ def solve_table(args: argparse.Namespace, graph: FactorGraph) -> int:
     unknown = [c for c in columns if c not in graph.variables]
     if unknown or len(set(columns)) != len(columns):
         raise CommandError(f"{path}: the header must name distinct variables of {graph.name}; "
-                           f"unknown or repeated: {', '.join(map(repr, unknown)) or 'repeated'}")
+                           f"unknown or repeated: {name_list(unknown, repr) or 'repeated'}")
     if args.target != "reference":
         from ..cli import check_kernel_cache
         check_kernel_cache()

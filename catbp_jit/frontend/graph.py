@@ -14,7 +14,7 @@ from typing import Dict, Iterable, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from ..errors import CatbpError
+from ..errors import CatbpError, name_list
 
 
 class FactorGraphError(CatbpError, ValueError):
@@ -112,7 +112,7 @@ def _check_factor(name: str, label: str, variables: Mapping[str, int], factor) -
         raise FactorGraphError(f"{where}: the scope must be a sequence of variable names, got "
                                f"{scope!r} (one variable: ({scope!r},))")
     scope = tuple(scope)
-    where += f" (scope {', '.join(map(str, scope)) or '()'})"
+    where += f" (scope {name_list(scope) or '()'})"
     for v in scope:
         if not isinstance(v, str) or v not in variables:
             raise FactorGraphError(f"{where}: unknown variable {v!r}")
