@@ -18,7 +18,12 @@ Each CPT becomes the factor with scope (CHILD, P1, P2, ...), values[c, p1, p2, .
 P(CHILD = c | P1 = p1, P2 = p2, ...). The `table` form lists the entries row-major in that
 same order: the child varies slowest and the last parent fastest (checked against
 pyAgrum's reader, which agrees with pgmpy 0.1's). Rows may come in any order; a row given
-after a `table` overrides it. CPTs are not renormalized.
+after a `table` overrides it.
+
+Row sums: BIF files round their entries, so a row may sum to 1 +- a few 1e-7 (every
+bnlearn network is within 3e-7 of 1). A row within CPT_SUM_TOLERANCE (1e-6) of 1 is divided by its
+sum. A row further off (`table 0.3, 0.9;`) is a mistake we cannot correct for the user: it
+is used as written, and read_bif warns once per file (CPTSumWarning) naming its CPTs.
 
 Comments (`//`, `/* */`) are dropped. Names and state labels are any run of characters
 other than white space and `{}()[],;|"` (the real files have labels like `<5`, `5-12`,
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
@@ -51,6 +57,13 @@ _NAME = re.compile(rf'{_STRING}|[^\s{{}}()\[\],;|"]+')
 _HEADER = re.compile(r"\(([^)]*)\)\s*\{")
 _TYPE = re.compile(r"type\s+discrete\s*\[\s*(\d+)\s*\]\s*\{([^}]*)\}\s*$")
 _STRING_OR_SEMICOLON = re.compile(rf"{_STRING}|;")
+
+# How far from 1 a CPT row may sum and still be taken for rounding (and divided by its sum).
+CPT_SUM_TOLERANCE = 1e-6
+
+
+class CPTSumWarning(UserWarning):
+    """Some CPT rows do not sum to 1 (beyond rounding): they are used as written."""
 
 
 class _Text:
@@ -143,10 +156,11 @@ def read_bif(source: Source, name: Optional[str] = None, *, normalize: bool = Tr
     variable i, scope (child, parents...). Graph name: `name`, else the file name (without
     `.bif.gz`), else the `network` name.
 
-    normalize: BIF files round CPT entries, so a row may sum to 1 ± 1e-6 (barley's Z as
-    written is 1 - 5.8e-7). A CPT row is a distribution by definition, so each row is
-    divided by its sum; normalize=False keeps the values exactly as written. A row
-    summing to 0 is an error either way. A network whose parent links form a cycle is
+    normalize: BIF files round CPT entries, so a row may sum to 1 +- a few 1e-7 (barley's
+    Z as written is 1 - 5.8e-7). A row within CPT_SUM_TOLERANCE of 1 is divided by its sum; a
+    row further off is used as written, with one CPTSumWarning naming the CPTs that have
+    such rows. normalize=False keeps every value exactly as written (and still warns). A
+    row summing to 0 is an error either way. A network whose parent links form a cycle is
     refused. max_input_bytes: see uai.read_source.
     """
     raw, label, stem = read_source(source, "<bif text>", max_input_bytes)
@@ -192,6 +206,7 @@ def read_bif(source: Source, name: Optional[str] = None, *, normalize: bool = Tr
         pos = _SPACE.match(text, close + 1).end()
 
     factors = []
+    off = []  # (variable, the row sum furthest from 1) for CPTs with rows beyond rounding
     for var in variables.values():
         if var.name not in cpt_blocks:
             raise src.error(var.pos, f"variable {var.name!r} has no probability block")
@@ -200,7 +215,12 @@ def read_bif(source: Source, name: Optional[str] = None, *, normalize: bool = Tr
         if not np.all(sums > 0):
             raise src.error(cpt_blocks[var.name][0],
                             f"variable {var.name!r}: a CPT row sums to 0")
-        factors.append((scope, table / sums if normalize else table))
+        rounded = np.abs(sums - 1) <= CPT_SUM_TOLERANCE
+        if not rounded.all():
+            off.append((var.name, float(sums.flat[np.argmax(np.abs(sums - 1))])))
+        if normalize:  # rows beyond rounding keep their values (divided by 1)
+            table = table / np.where(rounded, sums, 1.0)
+        factors.append((scope, table))
     for child, block in cpt_blocks.items():
         if child not in variables:
             raise src.error(block[0], f"probability block for undeclared variable {child!r}")
@@ -209,6 +229,11 @@ def read_bif(source: Source, name: Optional[str] = None, *, normalize: bool = Tr
         raise src.error(cpt_blocks[cycle[0]][0], "the parents form a cycle, "
                         f"{name_list(cycle, sep=' -> ')}: a Bayesian network must be acyclic")
 
+    if off:
+        worst = max(off, key=lambda o: abs(o[1] - 1))
+        warnings.warn(f"{label}: the CPTs of {name_list(v for v, _ in off)} have rows that "
+                      f"do not sum to 1 (a row of {worst[0]}'s sums to {worst[1]:.6g}); they "
+                      "are used as written, not normalized", CPTSumWarning, stacklevel=2)
     graph_name = name or stem or network_name or "bif"
     return factor_graph({v.name: len(v.states) for v in variables.values()}, factors,
                         name=graph_name,
