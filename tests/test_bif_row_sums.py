@@ -50,8 +50,9 @@ def test_normalize_false_keeps_every_row_as_written():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         g = read_bif(AB + "probability (a) { table 0.3, 0.7000004; }\n"
-                          "probability (b | a) { table 0.5, 0.2, 0.5, 0.8; }", normalize=False)
+                          "probability (b | a) { table 0.5, 0.2, 0.5, 0.9; }", normalize=False)
     np.testing.assert_array_equal(_values(g, 0), [0.3, 0.7000004])
+    np.testing.assert_array_equal(_values(g, 1), [[0.5, 0.2], [0.5, 0.9]])
 
 
 def test_the_command_line_prints_the_warning_as_one_line(tmp_path, capsys):

@@ -21,9 +21,10 @@ pyAgrum's reader, which agrees with pgmpy 0.1's). Rows may come in any order; a 
 after a `table` overrides it.
 
 Row sums: BIF files round their entries, so a row may sum to 1 +- a few 1e-7 (every
-bnlearn network is within 3e-7 of 1). A row within CPT_SUM_TOLERANCE (1e-6) of 1 is divided by its
-sum. A row further off (`table 0.3, 0.9;`) is a mistake we cannot correct for the user: it
-is used as written, and read_bif warns once per file (CPTSumWarning) naming its CPTs.
+bnlearn network is within 3e-7 of 1). A row within CPT_SUM_TOLERANCE (1e-6) of 1 is
+divided by its sum. A row further off (`table 0.3, 0.9;`) is a mistake we cannot correct
+for the user: it is used as written, and read_bif warns once per file (CPTSumWarning)
+naming its CPTs. read_bif(normalize=False) keeps every row as written, without a warning.
 
 Comments (`//`, `/* */`) are dropped. Names and state labels are any run of characters
 other than white space and `{}()[],;|"` (the real files have labels like `<5`, `5-12`,
@@ -159,7 +160,7 @@ def read_bif(source: Source, name: Optional[str] = None, *, normalize: bool = Tr
     normalize: BIF files round CPT entries, so a row may sum to 1 +- a few 1e-7 (barley's
     Z as written is 1 - 5.8e-7). A row within CPT_SUM_TOLERANCE of 1 is divided by its sum; a
     row further off is used as written, with one CPTSumWarning naming the CPTs that have
-    such rows. normalize=False keeps every value exactly as written (and still warns). A
+    such rows. normalize=False keeps every value exactly as written, without a warning. A
     row summing to 0 is an error either way. A network whose parent links form a cycle is
     refused. max_input_bytes: see uai.read_source.
     """
@@ -215,11 +216,11 @@ def read_bif(source: Source, name: Optional[str] = None, *, normalize: bool = Tr
         if not np.all(sums > 0):
             raise src.error(cpt_blocks[var.name][0],
                             f"variable {var.name!r}: a CPT row sums to 0")
-        rounded = np.abs(sums - 1) <= CPT_SUM_TOLERANCE
-        if not rounded.all():
-            off.append((var.name, float(sums.flat[np.argmax(np.abs(sums - 1))])))
-        if normalize:  # rows beyond rounding keep their values (divided by 1)
-            table = table / np.where(rounded, sums, 1.0)
+        if normalize:
+            rounded = np.abs(sums - 1) <= CPT_SUM_TOLERANCE
+            if not rounded.all():
+                off.append((var.name, float(sums.flat[np.argmax(np.abs(sums - 1))])))
+            table = table / np.where(rounded, sums, 1.0)  # rows beyond rounding: / 1
         factors.append((scope, table))
     for child, block in cpt_blocks.items():
         if child not in variables:
