@@ -35,17 +35,24 @@ from __future__ import annotations
 
 import math
 import re
+from array import array
+import sys
 import warnings
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
-from ..errors import name_list
+from ..errors import clip, name_list
 from ..memory import format_bytes, memory_limit
 from .graph import FactorGraph, FactorGraphError, factor_graph
 from .uai import Source, is_number, read_source
 
-_STRING = r'"(?:[^"\\]|\\.)*"'
+# A possessive repeat keeps no backtracking state per character: `(?:[^"\\]|\\.)*` took
+# ~120 bytes per character of a string (1.5 GB for a 10 MB unclosed one). Python 3.10 has
+# no possessive repeats; its unrolled loop costs nothing per plain character, and ~30
+# bytes per escape.
+_STRING = (r'"(?:[^"\\]|\\.)*+"' if sys.version_info >= (3, 11)
+           else r'"[^"\\]*(?:\\.[^"\\]*)*"')
 # Strings and comments in one left-to-right pass, so that a "//" inside a string survives
 # and a '"' inside a comment is no string. A '"' or '/*' left over is never closed. Every
 # pattern below that can span a string runs only after this pass has found them all
@@ -58,6 +65,9 @@ _NAME = re.compile(rf'{_STRING}|[^\s{{}}()\[\],;|"]+')
 _HEADER = re.compile(r"\(([^)]*)\)\s*\{")
 _TYPE = re.compile(r"type\s+discrete\s*\[\s*(\d+)\s*\]\s*\{([^}]*)\}\s*$")
 _STRING_OR_SEMICOLON = re.compile(rf"{_STRING}|;")
+_SEPARATOR = re.compile(r"[\s,]")
+_WORD = re.compile(r"\S+")
+_NUMBER_CHUNK = 1 << 16  # characters of numbers parsed per step
 
 # How far from 1 a CPT row may sum and still be taken for rounding (and divided by its sum).
 CPT_SUM_TOLERANCE = 1e-6
@@ -103,25 +113,25 @@ def _names(text: str) -> List[str]:
     return text.replace(",", " ").split()  # the common case, fast
 
 
-def _statements(body: str) -> List[Tuple[int, str]]:
-    """(offset in body, text without the ';') of each ';'-terminated statement."""
-    out = []
+def _statements(body: str) -> Iterator[Tuple[int, str]]:
+    """(offset in body, text without the ';') of each ';'-terminated statement, one at a
+    time: a list of them all would cost ~100 bytes per ';' of `;;;;...`."""
+    end = 0
     if '"' not in body:  # fast path: no string can hide a ';'
-        offset = 0
-        for piece in body.split(";"):
-            out.append((offset, piece))
-            offset += len(piece) + 1
-        last = out.pop()  # after the final ';' (or the whole body without one)
+        while True:
+            semicolon = body.find(";", end)
+            if semicolon < 0:
+                break
+            yield end, body[end:semicolon]
+            end = semicolon + 1
     else:
-        end = 0
         for m in _STRING_OR_SEMICOLON.finditer(body):
             if m.group() == ";":
-                out.append((end, body[end:m.start()]))
+                yield end, body[end:m.start()]
                 end = m.end()
-        last = (end, body[end:])
-    if last[1].strip():
-        out.append((last[0], last[1] + "\0"))  # marks a statement missing its ';'
-    return out
+    last = body[end:]  # after the final ';' (or the whole body without one)
+    if last.strip():
+        yield end, last + "\0"  # marks a statement missing its ';'
 
 
 class _Variable:
@@ -311,8 +321,30 @@ def _floats(src: _Text, tokens: List[str], where: int, what: str) -> np.ndarray:
         values = np.array(tokens, dtype=np.float64)
     except ValueError:
         bad = next(t for t in tokens if not is_number(t))
-        raise src.error(where, f"{what}: {bad!r} is not a number") from None
+        raise src.error(where, f"{what}: {clip(bad)!r} is not a number") from None
     return values
+
+
+def _number_list(src: _Text, text: str, pos: int, n: int, where: int,
+                 what: str) -> Tuple[np.ndarray, int]:
+    """(the first n numbers, how many there are) of the comma and/or space separated
+    numbers of `text` from `pos` on. Split a bounded chunk at a time (a list of every token
+    costs ~60 bytes each, 30x the text `1,1,1,...`), into an array of the n expected:
+    beyond n they are only counted."""
+    values = np.empty(n)
+    count = 0
+    while pos < len(text):
+        end = pos + _NUMBER_CHUNK
+        if end < len(text):  # extend to a separator so that no number is cut in two
+            m = _SEPARATOR.search(text, end)
+            end = m.start() if m else len(text)
+        tokens = text[pos:end].replace(",", " ").split()
+        if count < n:
+            part = _floats(src, tokens[:n - count], where, what)
+            values[count:count + part.size] = part
+        count += len(tokens)
+        pos = end
+    return values[:count], count
 
 
 def _cpt(src: _Text, variables: Dict[str, _Variable], pos: int, child: str,
@@ -339,15 +371,19 @@ def _cpt(src: _Text, variables: Dict[str, _Variable], pos: int, child: str,
 
     table: Optional[np.ndarray] = None  # (n_configs, k): row r = parent configuration r
     default: Optional[np.ndarray] = None
-    row_configs: List[int] = []
-    row_values: List[str] = []
-    row_places: List[int] = []  # where each row is, for messages
+    # Rows as int64 arrays and their values parsed every _NUMBER_CHUNK tokens: lists of
+    # Python ints and strings would take ~30x the text of the rows.
+    row_configs = array("q")
+    row_places = array("q")  # where each row is, for messages
+    row_values: List[str] = []  # not yet parsed
+    row_parts: List[np.ndarray] = []  # parsed
     text = src.text
     for offset, stmt in _statements(text[start:end]):
-        at = start + offset + (len(stmt) - len(stmt.lstrip()))
+        at = start + offset + _SPACE.match(stmt).end()
         stmt = stmt.strip()
         if stmt.endswith("\0"):
-            raise src.error(at, f"{where}: missing ';' at the end of {stmt[:-1][:40]!r}")
+            raise src.error(at, f"{where}: missing ';' at the end of "
+                                f"{stmt[:min(40, len(stmt) - 1)]!r}")
         if not stmt:
             continue
         if stmt[0] == "(":
@@ -374,15 +410,18 @@ def _cpt(src: _Text, variables: Dict[str, _Variable], pos: int, child: str,
             row_configs.append(config)
             row_values.extend(values)
             row_places.append(at)
+            if len(row_values) >= _NUMBER_CHUNK:
+                row_parts.append(_floats(src, row_values, at, f"{where}: rows"))
+                row_values.clear()
             continue
-        keyword = stmt.split(None, 1)[0]
-        rest = stmt[len(keyword):]
+        keyword = _WORD.match(stmt).group()  # not split(): that copies the statement
         if keyword == "table":
             if table is not None:
                 raise src.error(at, f"{where}: a second 'table'")
-            values = _floats(src, rest.replace(",", " ").split(), at, f"{where}: table")
-            if values.size != k * n_configs:
-                raise src.error(at, f"{where}: table has {values.size} values, expected "
+            values, count = _number_list(src, stmt, len(keyword), k * n_configs, at,
+                                         f"{where}: table")
+            if count != k * n_configs:
+                raise src.error(at, f"{where}: table has {count} values, expected "
                                     f"{k * n_configs} ({k} states x {n_configs} parent "
                                     "configurations)")
             # Child slowest, last parent fastest: (k, n_configs) -> rows by configuration.
@@ -390,9 +429,9 @@ def _cpt(src: _Text, variables: Dict[str, _Variable], pos: int, child: str,
         elif keyword == "default":
             if default is not None:
                 raise src.error(at, f"{where}: a second 'default'")
-            default = _floats(src, rest.replace(",", " ").split(), at, f"{where}: default")
-            if default.size != k:
-                raise src.error(at, f"{where}: default has {default.size} values, the child "
+            default, count = _number_list(src, stmt, len(keyword), k, at, f"{where}: default")
+            if count != k:
+                raise src.error(at, f"{where}: default has {count} values, the child "
                                     f"has {k} states")
         elif keyword != "property":
             raise src.error(at, f"{where}: expected a row '( states ) values;', 'table', "
@@ -402,14 +441,15 @@ def _cpt(src: _Text, variables: Dict[str, _Variable], pos: int, child: str,
     if table is None:
         table = np.zeros((n_configs, k))
     if row_configs:
-        configs = np.array(row_configs, dtype=np.int64)
+        configs = np.frombuffer(row_configs, dtype=np.int64)
         if np.unique(configs).size != configs.size:
             seen = set()
             for config, at in zip(row_configs, row_places):
                 if config in seen:
                     raise src.error(at, f"{where}: this parent configuration already has a row")
                 seen.add(config)
-        rows = _floats(src, row_values, row_places[0], f"{where}: rows")
+        row_parts.append(_floats(src, row_values, row_places[-1], f"{where}: rows"))
+        rows = np.concatenate(row_parts)
         table[configs] = rows.reshape(-1, k)
         given[configs] = True
     if default is not None:
