@@ -46,3 +46,11 @@ def test_a_parent_with_ten_thousand_states_is_listed_short():
                                                r".*\.\.\. and 9,992 more\)") as err:
         read_bif(text)
     assert len(str(err.value)) < 1000
+
+
+def test_a_megabyte_environment_value_is_shown_clipped(monkeypatch):
+    from catbp_jit.environment import EnvironmentSettingError, max_bytes
+    monkeypatch.setenv("CATBP_JIT_MAX_BYTES", "8e9" * 10**6)
+    with pytest.raises(EnvironmentSettingError) as err:
+        max_bytes()
+    assert len(str(err.value)) < 1000 and "(3,000,000 characters)" in str(err.value)
