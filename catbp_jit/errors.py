@@ -20,14 +20,19 @@ def clip(text: str, limit: int = NAME_CHARS) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
 
 
+def shown(value: Any) -> str:
+    """repr(value) clipped: a value read from a hostile file, as an error shows it."""
+    return clip(repr(value))
+
+
 def name_list(names: Iterable[Any], fmt: Callable[[Any], str] = str, sep: str = ", ",
               limit: int = LISTED_NAMES) -> str:
     """The first `limit` names, each formatted by `fmt` and clipped, then how many more:
     "a, b, c, ... and 9,990 more". ASCII only: stderr may not take an ellipsis character."""
     names = list(names)
-    shown = sep.join(clip(fmt(n)) for n in names[:limit])
+    text = sep.join(clip(fmt(n)) for n in names[:limit])
     rest = len(names) - limit
-    return shown + (f"{sep}... and {rest:,} more" if rest > 0 else "")
+    return text + (f"{sep}... and {rest:,} more" if rest > 0 else "")
 
 
 class CatbpError(Exception):
@@ -45,7 +50,7 @@ class CatbpError(Exception):
     def _message(self) -> str:
         where = []
         if self.program is not None:
-            where.append(f"program {self.program!r}")
+            where.append(f"program {shown(self.program)}")
         if self.index is not None:
             where.append(f"instruction [{self.index}]" + (f" {self.op}" if self.op else ""))
         if self.operand:

@@ -54,3 +54,37 @@ def test_a_megabyte_environment_value_is_shown_clipped(monkeypatch):
     with pytest.raises(EnvironmentSettingError) as err:
         max_bytes()
     assert len(str(err.value)) < 1000 and "(3,000,000 characters)" in str(err.value)
+
+
+def _huge_axis_kind(text: str) -> str:
+    return text.replace('"GEOMETRIC"', '"' + "G" * 10**6 + '"', 1)
+
+
+def test_a_megabyte_value_in_a_bundle_is_shown_clipped(tmp_path):
+    import shutil
+    from pathlib import Path
+
+    from catbp_jit.bundle import BundleError, load_bundle
+    seed = Path(__file__).parent / "data" / "corpus" / "coloring_cycle5__sat_bool"
+    shutil.copytree(seed, tmp_path / "b")
+    path = tmp_path / "b" / "bundle.json"
+    path.write_text(_huge_axis_kind(path.read_text()))
+    with pytest.raises(BundleError, match="unknown axis kind 'GGG") as err:
+        load_bundle(tmp_path / "b")
+    assert len(str(err.value)) < 1000
+
+
+def test_a_megabyte_value_in_a_saved_executable_is_shown_clipped(tmp_path):
+    import json
+
+    from catbp_jit.executable import SAVE_FORMAT, SavedExecutableError, load
+    # a saved executable's programs are read before anything is planned or compiled
+    doc = {"format": SAVE_FORMAT, "version": 1, "dtype": "float64",
+           "programs": [{"name": "p" * 10**6, "instructions": [
+               {"op": "LOAD_FACTOR", "dst": 1, "args": {"factor_id": 0},
+                "spec": [["G" * 10**6, 0, 2]]}]}]}
+    path = tmp_path / "exe.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(SavedExecutableError, match="unknown axis kind 'GGG") as err:
+        load(path)
+    assert len(str(err.value)) < 1000
