@@ -186,7 +186,9 @@ def load_bundle(path: Union[str, os.PathLike]) -> Bundle:
     try:
         with open(json_path, encoding="utf-8") as f:
             meta = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    # ValueError: not UTF-8, not JSON, or a number of over 4,300 digits; RecursionError:
+    # arrays nested thousands deep
+    except (ValueError, RecursionError) as e:
         raise BundleError(f"bundle {str(d)!r}: {BUNDLE_JSON} is not valid JSON: {e}") from None
     if not isinstance(meta, dict):
         raise BundleError(f"bundle {str(d)!r}: {BUNDLE_JSON} must hold a JSON object")

@@ -269,7 +269,9 @@ def load(path: Union[str, os.PathLike], *, cache: Optional[KernelCache] = None,
     try:
         with open(path, encoding="utf-8") as f:
             doc = json.load(f)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    # ValueError: not UTF-8, not JSON, or a number of over 4,300 digits; RecursionError:
+    # arrays nested thousands deep
+    except (ValueError, RecursionError) as e:
         raise SavedExecutableError(f"{where} is not a saved catbp_jit executable (not JSON: "
                                    f"{e})") from None
     if not isinstance(doc, dict) or doc.get("format") != SAVE_FORMAT or doc.get("version") != 1:

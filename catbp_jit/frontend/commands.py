@@ -100,7 +100,7 @@ def _json_evidence(path: Path, graph: FactorGraph) -> Dict[str, object]:
         doc = json.loads(path.read_bytes().decode("utf-8"), object_pairs_hook=pairs)
     except UnicodeDecodeError:
         raise CommandError(f"{path}: not a UTF-8 text file (JSON evidence)") from None
-    except ValueError as e:  # JSONDecodeError
+    except (ValueError, RecursionError) as e:  # JSONDecodeError; arrays nested thousands deep
         raise CommandError(f"{path}: not valid JSON ({e})") from None
     if not isinstance(doc, dict):
         raise CommandError(f"{path}: JSON evidence must be an object {{variable: state}}, got "
