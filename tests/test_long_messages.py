@@ -88,3 +88,32 @@ def test_a_megabyte_value_in_a_saved_executable_is_shown_clipped(tmp_path):
     with pytest.raises(SavedExecutableError, match="unknown axis kind 'GGG") as err:
         load(path)
     assert len(str(err.value)) < 1000
+
+
+AB = ("variable a { type discrete [2] { x, y }; }\n"
+      "variable b { type discrete [2] { x, y }; }\n"
+      "probability (a) { table 0.5, 0.5; }\n")
+
+
+@pytest.mark.parametrize("text", [
+    AB + "probability (b | a) { (" + "x" * 10**6 + ") 0.5, 0.5; }",  # not a state
+    AB + "probability (b | a) { (x " + "x" * 10**6 + ") 0.5, 0.5; }",  # two states, one parent
+    AB + "probability (b | " + "a" * 10**6 + ") { table 1, 1, 1, 1; }",  # unknown parent
+    "variable " + "v" * 10**6 + " { type discrete [2] { x, y }; }",  # no probability block
+])
+def test_megabyte_names_in_a_bif_are_shown_clipped(text):
+    with pytest.raises(FactorGraphError) as err:
+        read_bif(text)
+    assert len(str(err.value)) < 1000 and "(1,000,00" in str(err.value)
+
+
+def test_a_megabyte_state_in_json_evidence_is_shown_clipped(tmp_path, capsys):
+    from pathlib import Path
+
+    from catbp_jit.cli import main
+    asia = Path(__file__).resolve().parents[1] / "examples" / "asia.bif"
+    path = tmp_path / "e.json"
+    path.write_text('{"smoke": "' + "n" * 10**6 + '"}')
+    assert main(["solve", str(asia), "--evidence", str(path), "--target", "reference", "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "evidence smoke='nnn" in err and len(err) < 1000

@@ -42,7 +42,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
-from ..errors import clip, name_list
+from ..errors import clip, name_list, shown
 from ..memory import format_bytes, memory_limit
 from .graph import FactorGraph, FactorGraphError, factor_graph
 from .uai import Source, is_number, read_source
@@ -194,7 +194,7 @@ def read_bif(source: Source, name: Optional[str] = None, *, normalize: bool = Tr
                 raise src.error(pos, "expected '( CHILD | PARENTS ) {' after 'probability'")
             child, parents = _cpt_header(src, h.group(1), pos)
             if child in cpt_blocks:
-                raise src.error(pos, f"variable {child!r}: a second probability block")
+                raise src.error(pos, f"variable {shown(child)}: a second probability block")
             open_brace = h.end() - 1
             close = src.block_end(open_brace)
             cpt_blocks[child] = (pos, child, parents, open_brace + 1, close)
@@ -205,13 +205,13 @@ def read_bif(source: Source, name: Optional[str] = None, *, normalize: bool = Tr
             block_name = _unquote(n.group())
             open_brace = _SPACE.match(text, n.end()).end()
             if text[open_brace:open_brace + 1] != "{":
-                raise src.error(open_brace, f"expected '{{' after {kind} {block_name!r}")
+                raise src.error(open_brace, f"expected '{{' after {kind} {shown(block_name)}")
             close = src.block_end(open_brace)
             if kind == "network":
                 network_name = block_name
             else:
                 if block_name in variables:
-                    raise src.error(pos, f"variable {block_name!r} is declared twice")
+                    raise src.error(pos, f"variable {shown(block_name)} is declared twice")
                 states = _variable_states(src, block_name, open_brace + 1, close)
                 variables[block_name] = _Variable(block_name, states, pos)
         pos = _SPACE.match(text, close + 1).end()
@@ -220,12 +220,12 @@ def read_bif(source: Source, name: Optional[str] = None, *, normalize: bool = Tr
     off = []  # (variable, the row sum furthest from 1) for CPTs with rows beyond rounding
     for var in variables.values():
         if var.name not in cpt_blocks:
-            raise src.error(var.pos, f"variable {var.name!r} has no probability block")
+            raise src.error(var.pos, f"variable {shown(var.name)} has no probability block")
         scope, table = _cpt(src, variables, *cpt_blocks[var.name])
         sums = table.sum(axis=0)
         if not np.all(sums > 0):
             raise src.error(cpt_blocks[var.name][0],
-                            f"variable {var.name!r}: a CPT row sums to 0")
+                            f"variable {shown(var.name)}: a CPT row sums to 0")
         if normalize:
             rounded = np.abs(sums - 1) <= CPT_SUM_TOLERANCE
             if not rounded.all():
@@ -234,7 +234,7 @@ def read_bif(source: Source, name: Optional[str] = None, *, normalize: bool = Tr
         factors.append((scope, table))
     for child, block in cpt_blocks.items():
         if child not in variables:
-            raise src.error(block[0], f"probability block for undeclared variable {child!r}")
+            raise src.error(block[0], f"probability block for undeclared variable {shown(child)}")
     cycle = _find_cycle({child: block[2] for child, block in cpt_blocks.items()})
     if cycle:
         raise src.error(cpt_blocks[cycle[0]][0], "the parents form a cycle, "
@@ -284,7 +284,7 @@ def _cpt_header(src: _Text, header: str, pos: int) -> Tuple[str, List[str]]:
         names = _names(header)
         child_names, parents = names[:1], names[1:]
     if len(child_names) != 1:
-        raise src.error(pos, f"probability ({header.strip()}): expected one child variable")
+        raise src.error(pos, f"probability ({clip(header.strip())}): expected one child variable")
     return child_names[0], parents
 
 
@@ -294,25 +294,25 @@ def _variable_states(src: _Text, var: str, start: int, end: int) -> List[str]:
         where = start + offset
         stmt = stmt.strip()
         if stmt.endswith("\0"):
-            raise src.error(where, f"variable {var!r}: missing ';' after {stmt[:-1][:40]!r}")
+            raise src.error(where, f"variable {shown(var)}: missing ';' after {stmt[:-1][:40]!r}")
         if stmt.startswith("property") or not stmt:
             continue
         m = _TYPE.match(stmt)
         if not m:
-            raise src.error(where, f"variable {var!r}: expected 'type discrete [ K ] {{ states "
+            raise src.error(where, f"variable {shown(var)}: expected 'type discrete [ K ] {{ states "
                                    f"}};' or 'property', found {stmt[:40]!r}")
         if states is not None:
-            raise src.error(where, f"variable {var!r}: a second type declaration")
+            raise src.error(where, f"variable {shown(var)}: a second type declaration")
         size, states = int(m.group(1)), _names(m.group(2))
         if size != len(states):
-            raise src.error(where, f"variable {var!r}: declares {size} states but lists "
+            raise src.error(where, f"variable {shown(var)}: declares {size} states but lists "
                                    f"{len(states)}")
         if len(set(states)) != len(states):
-            raise src.error(where, f"variable {var!r}: a state name is listed twice")
+            raise src.error(where, f"variable {shown(var)}: a state name is listed twice")
         if size < 1:
-            raise src.error(where, f"variable {var!r}: no states")
+            raise src.error(where, f"variable {shown(var)}: no states")
     if states is None:
-        raise src.error(start, f"variable {var!r}: no 'type discrete' declaration")
+        raise src.error(start, f"variable {shown(var)}: no 'type discrete' declaration")
     return states
 
 
@@ -350,10 +350,10 @@ def _number_list(src: _Text, text: str, pos: int, n: int, where: int,
 def _cpt(src: _Text, variables: Dict[str, _Variable], pos: int, child: str,
          parents: List[str], start: int, end: int):
     """The (scope, values) factor of one probability block."""
-    where = f"variable {child!r}"
+    where = f"variable {shown(child)}"
     for p in parents:
         if p not in variables:
-            raise src.error(pos, f"{where}: unknown parent {p!r}")
+            raise src.error(pos, f"{where}: unknown parent {shown(p)}")
     if child in parents or len(set(parents)) != len(parents):
         raise src.error(pos, f"{where}: a variable appears twice in the probability header")
     k = len(variables[child].states)
@@ -392,20 +392,20 @@ def _cpt(src: _Text, variables: Dict[str, _Variable], pos: int, child: str,
                 raise src.error(at, f"{where}: a row's parent states lack their ')'")
             labels = _names(stmt[1:close])
             if len(labels) != len(parents):
-                raise src.error(at, f"{where}: row ({stmt[1:close].strip()}) gives "
+                raise src.error(at, f"{where}: row ({clip(stmt[1:close].strip())}) gives "
                                     f"{len(labels)} parent states, there are {len(parents)} "
                                     f"parents ({name_list(parents)})")
             config = 0
             for label, pv, stride in zip(labels, parent_vars, strides):
                 state = pv.index.get(label)
                 if state is None:
-                    raise src.error(at, f"{where}: row ({stmt[1:close].strip()}): {label!r} is "
-                                        f"not a state of parent {pv.name!r} (states: "
+                    raise src.error(at, f"{where}: row ({clip(stmt[1:close].strip())}): {shown(label)} is "
+                                        f"not a state of parent {shown(pv.name)} (states: "
                                         f"{name_list(pv.states)})")
                 config += state * stride
             values = stmt[close + 1:].replace(",", " ").split()
             if len(values) != k:
-                raise src.error(at, f"{where}: row ({stmt[1:close].strip()}) has {len(values)} "
+                raise src.error(at, f"{where}: row ({clip(stmt[1:close].strip())}) has {len(values)} "
                                     f"values, the child has {k} states")
             row_configs.append(config)
             row_values.extend(values)
@@ -463,7 +463,7 @@ def _cpt(src: _Text, variables: Dict[str, _Variable], pos: int, child: str,
         r, c = divmod(int(bad[0]), k)
         config = np.unravel_index(r, parent_shape)
         labels = name_list(f"{v.name}={v.states[i]}" for v, i in zip(parent_vars, config))
-        raise src.error(pos, f"{where}: P({child}={variables[child].states[c]}"
+        raise src.error(pos, f"{where}: P({clip(child)}={clip(variables[child].states[c])}"
                              f"{' | ' + labels if labels else ''}) = {float(table[r, c])!r}; CPT "
                              "entries must be finite and non-negative")
     values = np.ascontiguousarray(np.moveaxis(table.reshape(parent_shape + (k,)), -1, 0))

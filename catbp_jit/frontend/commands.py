@@ -17,7 +17,7 @@ from typing import Dict, Optional
 
 import numpy as np
 
-from ..errors import CatbpError, name_list
+from ..errors import CatbpError, name_list, shown
 from .graph import FactorGraph, FactorGraphError
 from ..memory import format_bytes
 from .model import SEMIRINGS, CompiledModel
@@ -91,8 +91,8 @@ def _json_evidence(path: Path, graph: FactorGraph) -> Dict[str, object]:
         out: Dict[str, object] = {}
         for var, state in items:
             if var in out and _state_key(graph, var, out[var]) != _state_key(graph, var, state):
-                raise CommandError(f"{path}: {var!r} is observed twice, as {out[var]!r} and "
-                                   f"{state!r}")
+                raise CommandError(f"{path}: {shown(var)} is observed twice, as {shown(out[var])} and "
+                                   f"{shown(state)}")
             out.setdefault(var, state)
         return out
 

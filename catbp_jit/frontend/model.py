@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..errors import name_list
+from ..errors import clip, name_list, shown
 from ..ir import Program
 from ..memory import PlanTooLargeError, format_bytes, memory_limit
 from ..plan.pipeline import RESULT
@@ -362,8 +362,8 @@ class CompiledModel:
         if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and 0 <= value < d:
             return int(value)
         allowed = f"0..{d - 1}" + (f" or one of {name_list(names, repr)}" if names else "")
-        raise FactorGraphError(f"{self.graph.name}: evidence {v}={value!r} is not a state of "
-                               f"{v} ({allowed})")
+        raise FactorGraphError(f"{self.graph.name}: evidence {clip(v)}={shown(value)} is not a state of "
+                               f"{clip(v)} ({allowed})")
 
     # -- running -----------------------------------------------------------------------------
 
