@@ -20,6 +20,12 @@ def clip(text: str, limit: int = NAME_CHARS) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
 
 
+def one_line(text: str, limit: int = NAME_CHARS) -> str:
+    """`text` (a piece of a file) clipped, its runs of white space made single spaces."""
+    short = " ".join(text[:limit].split())
+    return short if len(text) <= limit else f"{short}... ({len(text):,} characters)"
+
+
 def shown(value: Any) -> str:
     """repr(value) clipped: a value read from a hostile file, as an error shows it."""
     return clip(repr(value))
@@ -30,7 +36,7 @@ def name_list(names: Iterable[Any], fmt: Callable[[Any], str] = str, sep: str = 
     """The first `limit` names, each formatted by `fmt` and clipped, then how many more:
     "a, b, c, ... and 9,990 more". ASCII only: stderr may not take an ellipsis character."""
     names = list(names)
-    text = sep.join(clip(fmt(n)) for n in names[:limit])
+    text = sep.join(one_line(fmt(n)) for n in names[:limit])
     rest = len(names) - limit
     return text + (f"{sep}... and {rest:,} more" if rest > 0 else "")
 

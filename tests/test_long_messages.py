@@ -117,3 +117,8 @@ def test_a_megabyte_state_in_json_evidence_is_shown_clipped(tmp_path, capsys):
     assert main(["solve", str(asia), "--evidence", str(path), "--target", "reference", "-q"]) == 2
     err = capsys.readouterr().err
     assert "evidence smoke='nnn" in err and len(err) < 1000
+
+
+def test_a_header_over_several_lines_is_quoted_on_one_line():
+    with pytest.raises(FactorGraphError, match=r"probability \(b c \| a\): expected one child"):
+        read_bif(AB + "probability (b\n c\n|\n\n a) { table 1, 1; }")

@@ -42,7 +42,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
-from ..errors import clip, name_list, shown
+from ..errors import clip, name_list, one_line, shown
 from ..memory import format_bytes, memory_limit
 from .graph import FactorGraph, FactorGraphError, factor_graph
 from .uai import Source, is_number, read_source
@@ -284,7 +284,7 @@ def _cpt_header(src: _Text, header: str, pos: int) -> Tuple[str, List[str]]:
         names = _names(header)
         child_names, parents = names[:1], names[1:]
     if len(child_names) != 1:
-        raise src.error(pos, f"probability ({clip(header.strip())}): expected one child variable")
+        raise src.error(pos, f"probability ({one_line(header.strip())}): expected one child variable")
     return child_names[0], parents
 
 
@@ -392,20 +392,20 @@ def _cpt(src: _Text, variables: Dict[str, _Variable], pos: int, child: str,
                 raise src.error(at, f"{where}: a row's parent states lack their ')'")
             labels = _names(stmt[1:close])
             if len(labels) != len(parents):
-                raise src.error(at, f"{where}: row ({clip(stmt[1:close].strip())}) gives "
+                raise src.error(at, f"{where}: row ({one_line(stmt[1:close].strip())}) gives "
                                     f"{len(labels)} parent states, there are {len(parents)} "
                                     f"parents ({name_list(parents)})")
             config = 0
             for label, pv, stride in zip(labels, parent_vars, strides):
                 state = pv.index.get(label)
                 if state is None:
-                    raise src.error(at, f"{where}: row ({clip(stmt[1:close].strip())}): {shown(label)} is "
+                    raise src.error(at, f"{where}: row ({one_line(stmt[1:close].strip())}): {shown(label)} is "
                                         f"not a state of parent {shown(pv.name)} (states: "
                                         f"{name_list(pv.states)})")
                 config += state * stride
             values = stmt[close + 1:].replace(",", " ").split()
             if len(values) != k:
-                raise src.error(at, f"{where}: row ({clip(stmt[1:close].strip())}) has {len(values)} "
+                raise src.error(at, f"{where}: row ({one_line(stmt[1:close].strip())}) has {len(values)} "
                                     f"values, the child has {k} states")
             row_configs.append(config)
             row_values.extend(values)
