@@ -8,6 +8,7 @@ A bundle is a directory holding `bundle.json` (structure, programs, specs) and `
 from __future__ import annotations
 
 import json
+import lzma
 import math
 import numbers
 import os
@@ -217,7 +218,10 @@ def load_bundle(path: Union[str, os.PathLike]) -> Bundle:
     try:
         with np.load(npz_path, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:  # truncated, not a zip
+    # truncated, not a zip; NotImplementedError: an unknown compression method; RuntimeError:
+    # an entry marked encrypted; LZMAError: a damaged LZMA entry
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError,
+            RuntimeError, lzma.LZMAError) as e:
         raise BundleError(f"{where}: {ARRAYS_NPZ} cannot be read ({e})") from None
 
     def tensor(entry: Any, what: str) -> Tensor:
