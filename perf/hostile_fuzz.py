@@ -249,10 +249,11 @@ def make_case(i: int, seed: int, seeds, readers) -> dict:
 
 def _load_entry(argv) -> int:
     from catbp_jit.cli import _kernel_cache_refused
-    from catbp_jit.executable import SavedExecutableError, load
+    from catbp_jit.errors import CatbpError
+    from catbp_jit.executable import load
     try:
         load(argv[0])
-    except (SavedExecutableError, OSError) as e:
+    except (CatbpError, OSError) as e:  # SavedExecutableError, or a plan too large
         print(f"catbp-jit: error: {e}", file=sys.stderr)
         return 2
     except RuntimeError as e:

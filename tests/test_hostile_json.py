@@ -1,6 +1,7 @@
-"""Every JSON reader refuses hostile JSON with one error (found by perf/hostile_fuzz.py): a
-number of 10^6 digits is a ValueError that is no JSONDecodeError, and arrays nested 10^5
-deep a RecursionError."""
+"""Saved executables, profiles, bundles and JSON evidence refuse hostile JSON with one error
+(found by perf/hostile_fuzz.py): a number of 10^6 digits is a ValueError that is no
+JSONDecodeError, arrays nested 10^5 deep a RecursionError, and a saved program that does
+not check is a SavedExecutableError naming the file."""
 
 import shutil
 from pathlib import Path
@@ -40,3 +41,19 @@ def test_bundles_and_json_evidence_on_the_command_line(tmp_path, capsys, content
         code = main(argv)
         err = capsys.readouterr().err
         assert code == 2 and "not valid JSON" in err and len(err.splitlines()) == 1, err
+
+
+def test_a_saved_executable_whose_program_does_not_check_names_the_file(tmp_path):
+    import json
+
+    from catbp_jit.executable import SAVE_FORMAT
+    doc = {"format": SAVE_FORMAT, "version": 1, "semiring": "PROB", "dtype": "float64",
+           "mode": "compiled", "target": "cpu", "factor_specs": {}, "selector_specs": {},
+           "slot_specs": [], "programs": [{"name": "p", "instructions": [
+               {"op": "STORE_SLOT", "args": {"src": 8, "slot": ["x"]}}]}]}
+    path = tmp_path / "exe.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(SavedExecutableError, match=r"exe.json': program 'p', instruction \[0\] "
+                                                   "STORE_SLOT, operand src: register r8 is used "
+                                                   "before it is defined"):
+        load(path)
