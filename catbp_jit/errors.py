@@ -13,11 +13,21 @@ from typing import Any, Callable, Iterable, Optional
 # name can be a megabyte long, but an error must stay a line a person reads.
 LISTED_NAMES = 8
 NAME_CHARS = 80
+MESSAGE_CHARS = 1000  # the most an error's message shows, whatever it quotes
 
 
 def clip(text: str, limit: int = NAME_CHARS) -> str:
     """`text` cut to its first `limit` characters, saying how long it was."""
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
+def bounded(message: str, limit: int = MESSAGE_CHARS) -> str:
+    """`message` whole when short, else its start and its end (which often says what was
+    expected): the last guard against a quoted piece of a file no other check clipped."""
+    if len(message) <= limit:
+        return message
+    head, tail = message[:limit * 3 // 4], message[-(limit // 4):]
+    return f"{head} ...({len(message) - len(head) - len(tail):,} characters)... {tail}"
 
 
 def one_line(text: str, limit: int = NAME_CHARS) -> str:
@@ -61,7 +71,7 @@ class CatbpError(Exception):
             where.append(f"instruction [{self.index}]" + (f" {self.op}" if self.op else ""))
         if self.operand:
             where.append(f"operand {self.operand}")
-        return (", ".join(where) + ": " if where else "") + self.reason
+        return bounded((", ".join(where) + ": " if where else "") + self.reason)
 
     def __str__(self) -> str:  # KeyError would otherwise print the repr of the message
         return self._message()

@@ -22,7 +22,7 @@ from .cache import KernelCache, default_cache
 from .codegen.loader import (Kernel, dispatcher_unit, identity_digest, kernel_unit,
                              load_dispatcher, load_kernel)
 from .codegen.workers import WorkerOptions, available_cpus, compile_in_workers
-from .errors import CatbpError, ProgramKeyError, ProgramValueError
+from .errors import CatbpError, ProgramKeyError, ProgramValueError, one_line
 from .ir.adapt import adapt_programs, adapt_slot_key, adapt_spec
 from .ir.batch import BatchedCompileError
 from .ir.ops import Program
@@ -284,7 +284,7 @@ def load(path: Union[str, os.PathLike], *, cache: Optional[KernelCache] = None,
         try:
             return read(doc[key])
         except (ValueError, TypeError, KeyError, AttributeError, IndexError) as e:
-            raise SavedExecutableError(f"{where}: {key!r}: {e}") from None
+            raise SavedExecutableError(f"{where}: {key!r}: {one_line(str(e), 300)}") from None
 
     def one_of(choices):
         def read(x):

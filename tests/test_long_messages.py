@@ -122,3 +122,29 @@ def test_a_megabyte_state_in_json_evidence_is_shown_clipped(tmp_path, capsys):
 def test_a_header_over_several_lines_is_quoted_on_one_line():
     with pytest.raises(FactorGraphError, match=r"probability \(b c \| a\): expected one child"):
         read_bif(AB + "probability (b\n c\n|\n\n a) { table 1, 1; }")
+
+
+def test_every_catbp_error_is_bounded_keeping_its_end():
+    from catbp_jit.errors import CatbpError
+    message = str(CatbpError("x" * 10**6 + ": expected y"))
+    assert len(message) < 1100 and message.endswith("x: expected y")
+    assert "...(999,0" in message
+
+
+def test_a_thousand_digit_evidence_count_is_shown_clipped():
+    from catbp_jit.frontend.uai import read_evidence, read_uai
+    graph = read_uai("MARKOV 1 2 1 1 0 2 0.5 0.5")
+    with pytest.raises(FactorGraphError, match="fits neither the modern layout") as err:
+        read_evidence("1" * 1200, graph)
+    assert len(str(err.value)) < 500
+
+
+def test_a_megabyte_dtype_in_a_saved_executable_is_shown_clipped(tmp_path):
+    import json
+
+    from catbp_jit.executable import SAVE_FORMAT, SavedExecutableError, load
+    path = tmp_path / "exe.json"
+    path.write_text(json.dumps({"format": SAVE_FORMAT, "version": 1, "dtype": "f" * 10**6}))
+    with pytest.raises(SavedExecutableError, match="'dtype': data type") as err:
+        load(path)
+    assert len(str(err.value)) < 500
