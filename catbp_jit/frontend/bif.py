@@ -35,9 +35,9 @@ from __future__ import annotations
 
 import math
 import re
-from array import array
 import sys
 import warnings
+from array import array
 from typing import Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
@@ -168,11 +168,11 @@ def read_bif(source: Source, name: Optional[str] = None, *, normalize: bool = Tr
     `.bif.gz`), else the `network` name.
 
     normalize: BIF files round CPT entries, so a row may sum to 1 +- a few 1e-7 (barley's
-    Z as written is 1 - 5.8e-7). A row within CPT_SUM_TOLERANCE of 1 is divided by its sum; a
-    row further off is used as written, with one CPTSumWarning naming the CPTs that have
-    such rows. normalize=False keeps every value exactly as written, without a warning. A
-    row summing to 0 is an error either way. A network whose parent links form a cycle is
-    refused. max_input_bytes: see uai.read_source.
+    Z as written is 1 - 5.8e-7). A row within CPT_SUM_TOLERANCE of 1 is divided by its
+    sum; a row further off is used as written, with one CPTSumWarning naming the CPTs that
+    have such rows. normalize=False keeps every value exactly as written, without a
+    warning. A row summing to 0 is an error either way. A network whose parent links form
+    a cycle is refused. max_input_bytes: see uai.read_source.
     """
     raw, label, stem = read_source(source, "<bif text>", max_input_bytes)
     src = _Text(_without_comments(raw, label), label)
@@ -284,7 +284,8 @@ def _cpt_header(src: _Text, header: str, pos: int) -> Tuple[str, List[str]]:
         names = _names(header)
         child_names, parents = names[:1], names[1:]
     if len(child_names) != 1:
-        raise src.error(pos, f"probability ({one_line(header.strip())}): expected one child variable")
+        raise src.error(pos, f"probability ({one_line(header.strip())}): expected one child "
+                             "variable")
     return child_names[0], parents
 
 
@@ -392,21 +393,21 @@ def _cpt(src: _Text, variables: Dict[str, _Variable], pos: int, child: str,
                 raise src.error(at, f"{where}: a row's parent states lack their ')'")
             labels = _names(stmt[1:close])
             if len(labels) != len(parents):
-                raise src.error(at, f"{where}: row ({one_line(stmt[1:close].strip())}) gives "
-                                    f"{len(labels)} parent states, there are {len(parents)} "
+                raise src.error(at, f"{where}: row ({one_line(stmt[1:close].strip())}) "
+                                    f"gives {len(labels)} parent states, there are {len(parents)} "
                                     f"parents ({name_list(parents)})")
             config = 0
             for label, pv, stride in zip(labels, parent_vars, strides):
                 state = pv.index.get(label)
                 if state is None:
-                    raise src.error(at, f"{where}: row ({one_line(stmt[1:close].strip())}): {shown(label)} is "
-                                        f"not a state of parent {shown(pv.name)} (states: "
+                    raise src.error(at, f"{where}: row ({one_line(stmt[1:close].strip())}): "
+                                        f"{shown(label)} is not a state of parent {shown(pv.name)} (states: "
                                         f"{name_list(pv.states)})")
                 config += state * stride
             values = stmt[close + 1:].replace(",", " ").split()
             if len(values) != k:
-                raise src.error(at, f"{where}: row ({one_line(stmt[1:close].strip())}) has {len(values)} "
-                                    f"values, the child has {k} states")
+                raise src.error(at, f"{where}: row ({one_line(stmt[1:close].strip())}) has "
+                                    f"{len(values)} values, the child has {k} states")
             row_configs.append(config)
             row_values.extend(values)
             row_places.append(at)

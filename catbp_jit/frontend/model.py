@@ -334,8 +334,9 @@ class CompiledModel:
             missing = [v for v in self.evidence_vars if v not in evidence]
             if missing:
                 raise FactorGraphError(
-                    f"{self.graph.name}: this model absorbs evidence on {name_list(self.evidence_vars, repr)} "
-                    f"and needs a state for each; missing: {name_list(missing, repr)} "
+                    f"{self.graph.name}: this model absorbs evidence on "
+                    f"{name_list(self.evidence_vars, repr)} and needs a state for each; "
+                    f"missing: {name_list(missing, repr)} "
                     "(compile without absorb_evidence to leave some unobserved)")
             states = {v: self._state_index(v, evidence[v]) for v in self.evidence_vars}
             return self._semiring_values(cut_values(self.graph, self.absorbed, states))
