@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
 
 import numpy as np
 
-from .errors import InputMismatchError, UnknownInputError
+from .errors import InputMismatchError, UnknownInputError, name_list
 from .cache import default_cache
 from .executable import (DEFAULT_MAX_BYTES, Executable, adapt_inputs, background_build, build,
                          plan_options, saved_document, write_saved)
@@ -318,11 +318,11 @@ class BatchedSession:
                    if inp.batched and (kind, ident) not in seen]
         if missing:
             raise UnknownInputError(f"every run gives every batched input (its rows); missing "
-                                    f"{', '.join(sorted(missing)[:10])}")
+                                    f"{name_list(sorted(missing))}")
         unset = self._unset - seen
         if unset:
             names = sorted(f"{k} {i!r}" for k, i in unset)
-            raise UnknownInputError(f"no value given yet for {', '.join(names[:10])}")
+            raise UnknownInputError(f"no value given yet for {name_list(names)}")
         self._unset.clear()  # (all checked: from here on, nothing can fail)
         return given, rows
 

@@ -8,6 +8,7 @@ A bundle is a directory holding `bundle.json` (structure, programs, specs) and `
 from __future__ import annotations
 
 import json
+import lzma
 import math
 import numbers
 import os
@@ -22,7 +23,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import numpy as np
 
 from .atomic import replacing
-from .errors import CatbpError, UnknownInputError
+from .errors import CatbpError, UnknownInputError, shown
 from .ir.adapt import adapt_program, adapt_slot_key, adapt_spec
 from .ir.ops import Instruction, Program
 from .ir.schema import Axis, TensorSpec
@@ -137,10 +138,10 @@ def program_from_json(obj: Any) -> Program:
     instrs = []
     for i, d in enumerate(obj["instructions"]):
         if not isinstance(d, dict) or "op" not in d:
-            raise BundleError(f"program {name!r}, instruction [{i}]: expected an object with "
+            raise BundleError(f"program {shown(name)}, instruction [{i}]: expected an object with "
                               f"'op', got {d!r:.80}")
         if not isinstance(d.get("args") or {}, dict):
-            raise BundleError(f"program {name!r}, instruction [{i}]: 'args' must be an object, "
+            raise BundleError(f"program {shown(name)}, instruction [{i}]: 'args' must be an object, "
                               f"got {d['args']!r:.80}")
         # adapt_instruction reads attributes, so give the dict attribute access.
         instrs.append(SimpleNamespace(op=d["op"], dst=d.get("dst"), args=d.get("args") or {},
@@ -150,7 +151,7 @@ def program_from_json(obj: Any) -> Program:
     except CatbpError:  # already says which instruction and why
         raise
     except (TypeError, KeyError, AttributeError, IndexError) as e:  # an argument of the wrong kind
-        raise BundleError(f"program {name!r}: an instruction argument of the wrong kind "
+        raise BundleError(f"program {shown(name)}: an instruction argument of the wrong kind "
                           f"({type(e).__name__}: {e})") from None
 
 
@@ -172,7 +173,7 @@ def _bundle_dir(path: Union[str, os.PathLike]) -> Path:
 def _json_number(x: Any, what: str, where: str) -> Union[float, bool, int, None]:
     if x is None or isinstance(x, (bool, numbers.Real)):
         return x
-    raise BundleError(f"{where}: {what} must be a number, got {x!r}")
+    raise BundleError(f"{where}: {what} must be a number, got {shown(x)}")
 
 
 def load_bundle(path: Union[str, os.PathLike]) -> Bundle:
@@ -186,36 +187,41 @@ def load_bundle(path: Union[str, os.PathLike]) -> Bundle:
     try:
         with open(json_path, encoding="utf-8") as f:
             meta = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    # ValueError: not UTF-8, not JSON, or a number of over 4,300 digits; RecursionError:
+    # arrays nested thousands deep
+    except (ValueError, RecursionError) as e:
         raise BundleError(f"bundle {str(d)!r}: {BUNDLE_JSON} is not valid JSON: {e}") from None
     if not isinstance(meta, dict):
         raise BundleError(f"bundle {str(d)!r}: {BUNDLE_JSON} must hold a JSON object")
 
     if meta.get("format") != FORMAT_NAME:
-        raise BundleError(f"bundle {str(d)!r}: format is {meta.get('format')!r}, "
+        raise BundleError(f"bundle {str(d)!r}: format is {shown(meta.get('format'))}, "
                          f"expected {FORMAT_NAME!r}")
     if meta.get("version") != FORMAT_VERSION:
         raise BundleError(f"bundle {str(d)!r}: unsupported {FORMAT_NAME} version "
-                         f"{meta.get('version')!r} (this reader knows version {FORMAT_VERSION})")
+                         f"{shown(meta.get('version'))} (this reader knows version {FORMAT_VERSION})")
     for k in ("name", "semiring", "dtype", "factors", "selectors", "programs"):
         if k not in meta:
             raise BundleError(f"bundle {str(d)!r}: {BUNDLE_JSON} has no {k!r}")
 
     name = meta["name"]
-    where = f"bundle {name!r}"
+    where = f"bundle {shown(name)}"
     semiring = meta["semiring"]
     if str(semiring).upper() not in SEMIRING_NAMES + ("COUNTING",):
-        raise BundleError(f"{where}: unknown semiring {semiring!r} (known: {', '.join(SEMIRING_NAMES)})")
+        raise BundleError(f"{where}: unknown semiring {shown(semiring)} (known: {', '.join(SEMIRING_NAMES)})")
     try:
         dtype = np.dtype(meta["dtype"])
     except (TypeError, ValueError):
-        raise BundleError(f"{where}: unknown dtype {meta['dtype']!r}") from None
+        raise BundleError(f"{where}: unknown dtype {shown(meta['dtype'])}") from None
 
     # Read every array now so the bundle does not keep the npz file open.
     try:
         with np.load(npz_path, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:  # truncated, not a zip
+    # truncated, not a zip; NotImplementedError: an unknown compression method; RuntimeError:
+    # an entry marked encrypted; LZMAError: a damaged LZMA entry
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError,
+            RuntimeError, lzma.LZMAError) as e:
         raise BundleError(f"{where}: {ARRAYS_NPZ} cannot be read ({e})") from None
 
     def tensor(entry: Any, what: str) -> Tensor:
@@ -229,7 +235,7 @@ def load_bundle(path: Union[str, os.PathLike]) -> Bundle:
             raise BundleError(f"{where}: {what} has no spec")
         aname = entry["array"]
         if not isinstance(aname, str) or aname not in arrays:
-            raise BundleError(f"{where}: {what}: array {aname!r} is missing from {ARRAYS_NPZ}")
+            raise BundleError(f"{where}: {what}: array {shown(aname)} is missing from {ARRAYS_NPZ}")
         arr = arrays[aname]
         if arr.shape != spec.shape:
             raise BundleError(f"{where}: {what}: array {aname!r} has shape {arr.shape} but "
@@ -244,7 +250,7 @@ def load_bundle(path: Union[str, os.PathLike]) -> Bundle:
             try:
                 ident = int(k)
             except ValueError:
-                raise BundleError(f"{where}: {kind} id {k!r} is not an integer") from None
+                raise BundleError(f"{where}: {kind} id {shown(k)} is not an integer") from None
             out[ident] = tensor(entry, f"{kind} {ident}")
         return out
 

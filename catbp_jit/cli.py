@@ -400,7 +400,19 @@ def cmd_aot(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning (a CPT that does not sum to 1, a cache bypassed) is one line on stderr, as
+    an error is, without Python's file, line and source."""
+    print(f"catbp-jit: warning: {' '.join(str(message).split())}", file=sys.stderr)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    with warnings.catch_warnings():  # restores Python's own display when main returns
+        warnings.showwarning = _one_line_warning
+        return _main(argv)
+
+
+def _main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

@@ -25,6 +25,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .errors import name_list
 from .frontend.graph import FactorGraph, FactorGraphError
 from .frontend.model_source import LOADED, ModelSource, model_source
 
@@ -59,7 +60,7 @@ def result_variables(graph: FactorGraph, columns: Any = "posteriors") -> Tuple[s
     unknown = [v for v in wanted if v not in graph.variables]
     if unknown:
         raise FactorGraphError(f"{graph.name}: columns names unknown variable(s) "
-                               f"{', '.join(map(repr, unknown))}")
+                               f"{name_list(unknown, repr)}")
     return wanted
 
 
@@ -74,7 +75,7 @@ def _check_evidence(graph: FactorGraph, evidence_vars: Sequence[str]) -> None:
     if unknown or len(set(evidence_vars)) != len(evidence_vars):
         raise FactorGraphError(f"{graph.name}: the evidence columns must be distinct variables "
                                f"of the model; unknown or repeated: "
-                               f"{', '.join(map(repr, unknown)) or 'repeated'}")
+                               f"{name_list(unknown, repr) or 'repeated'}")
 
 
 def _source(model: Any, evidence_vars, buckets, semiring, plan_time, default_vars) -> ModelSource:
@@ -114,7 +115,7 @@ def solve_table(model: Any, table: Any, *, evidence_vars: Optional[Sequence[str]
     missing = [v for v in source.evidence_vars if v not in table.columns]
     if missing:
         raise FactorGraphError(f"{source.label}: the table has no column for evidence "
-                               f"variable(s) {', '.join(map(repr, missing))}")
+                               f"variable(s) {name_list(missing, repr)}")
     variables = result_variables(graph, columns)
     cols = result_columns(graph, columns)
     meta = pd.DataFrame({c: np.zeros(0) for c in cols}, index=table._meta.index)
@@ -177,7 +178,7 @@ def _bad_cell(model: Any, frame: Any, bad: np.ndarray, v: str, values: Any) -> N
     row = row.item() if isinstance(row, np.generic) else row  # 11, not np.int64(11)
     d = model.graph.variables[v]
     names = model.graph.states.get(v)
-    allowed = f"0..{d - 1}" + (f" or one of {list(names)}" if names else "")
+    allowed = f"0..{d - 1}" + (f" or one of {name_list(names, repr)}" if names else "")
     raise FactorGraphError(f"{model.graph.name}: evidence row {row!r}: "
                            f"{v}={values[i]!r} is not a state of {v} ({allowed}; missing or "
                            "-1: unobserved)")
@@ -209,7 +210,7 @@ def solve_array(model: Any, array: Any, *, evidence_vars: Optional[Sequence[str]
     if array.ndim != 2 or array.shape[1] != k or np.dtype(array.dtype).kind not in "iu":
         raise FactorGraphError(
             f"{source.label}: an evidence array is a 2-D integer array of shape (rows, {k}) "
-            f"with columns {list(source.evidence_vars)}; got {array.dtype} {array.shape}")
+            f"with columns {name_list(source.evidence_vars, repr)}; got {array.dtype} {array.shape}")
     variables = result_variables(graph, columns)
     width = len(result_columns(graph, columns))
     array = array.rechunk({1: -1})

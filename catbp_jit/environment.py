@@ -18,7 +18,7 @@ import threading
 from decimal import Decimal, InvalidOperation
 from typing import Callable, Dict, Optional
 
-from .errors import CatbpError
+from .errors import CatbpError, clip
 
 CACHE_POLICIES = ("fallback", "strict", "off")
 _INT64_MAX = 2**63 - 1  # byte counts and sizes are int64 throughout
@@ -31,7 +31,8 @@ class EnvironmentSettingError(CatbpError, ValueError):
 
     def __init__(self, name: str, value: str, accepted: str):
         self.name, self.value, self.accepted = name, value, accepted
-        super().__init__(f"environment variable {name}={value!r}: expected {accepted}")
+        # a value can be a megabyte long: the message shows its start
+        super().__init__(f"environment variable {name}={clip(value)!r}: expected {accepted}")
 
 
 def _text(name: str) -> Optional[str]:

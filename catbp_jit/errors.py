@@ -7,7 +7,48 @@ register), so code written against CatBP catches them unchanged.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Iterable, Optional
+
+# Messages list names (variables, states, columns): a model can have 10^4 of them, and a
+# name can be a megabyte long, but an error must stay a line a person reads.
+LISTED_NAMES = 8
+NAME_CHARS = 80
+MESSAGE_CHARS = 1000  # the most an error's message shows, whatever it quotes
+
+
+def clip(text: str, limit: int = NAME_CHARS) -> str:
+    """`text` cut to its first `limit` characters, saying how long it was."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
+def bounded(message: str, limit: int = MESSAGE_CHARS) -> str:
+    """`message` whole when short, else its start and its end (which often says what was
+    expected): the last guard against a quoted piece of a file no other check clipped."""
+    if len(message) <= limit:
+        return message
+    head, tail = message[:limit * 3 // 4], message[-(limit // 4):]
+    return f"{head} ...({len(message) - len(head) - len(tail):,} characters)... {tail}"
+
+
+def one_line(text: str, limit: int = NAME_CHARS) -> str:
+    """`text` (a piece of a file) clipped, its runs of white space made single spaces."""
+    short = " ".join(text[:limit].split())
+    return short if len(text) <= limit else f"{short}... ({len(text):,} characters)"
+
+
+def shown(value: Any) -> str:
+    """repr(value) clipped: a value read from a hostile file, as an error shows it."""
+    return clip(repr(value))
+
+
+def name_list(names: Iterable[Any], fmt: Callable[[Any], str] = str, sep: str = ", ",
+              limit: int = LISTED_NAMES) -> str:
+    """The first `limit` names, each formatted by `fmt` and clipped, then how many more:
+    "a, b, c, ... and 9,990 more". ASCII only: stderr may not take an ellipsis character."""
+    names = list(names)
+    text = sep.join(one_line(fmt(n)) for n in names[:limit])
+    rest = len(names) - limit
+    return text + (f"{sep}... and {rest:,} more" if rest > 0 else "")
 
 
 class CatbpError(Exception):
@@ -25,12 +66,12 @@ class CatbpError(Exception):
     def _message(self) -> str:
         where = []
         if self.program is not None:
-            where.append(f"program {self.program!r}")
+            where.append(f"program {shown(self.program)}")
         if self.index is not None:
             where.append(f"instruction [{self.index}]" + (f" {self.op}" if self.op else ""))
         if self.operand:
             where.append(f"operand {self.operand}")
-        return (", ".join(where) + ": " if where else "") + self.reason
+        return bounded((", ".join(where) + ": " if where else "") + self.reason)
 
     def __str__(self) -> str:  # KeyError would otherwise print the repr of the message
         return self._message()

@@ -22,8 +22,9 @@ from .cache import KernelCache, default_cache
 from .codegen.loader import (Kernel, dispatcher_unit, identity_digest, kernel_unit,
                              load_dispatcher, load_kernel)
 from .codegen.workers import WorkerOptions, available_cpus, compile_in_workers
-from .errors import CatbpError
+from .errors import CatbpError, ProgramKeyError, ProgramValueError, one_line
 from .ir.adapt import adapt_programs, adapt_slot_key, adapt_spec
+from .ir.batch import BatchedCompileError
 from .ir.ops import Program
 from .ir.schema import TensorSpec, format_spec
 from .ir.validate import DEFAULT_MAX_BYTES
@@ -268,7 +269,9 @@ def load(path: Union[str, os.PathLike], *, cache: Optional[KernelCache] = None,
     try:
         with open(path, encoding="utf-8") as f:
             doc = json.load(f)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    # ValueError: not UTF-8, not JSON, or a number of over 4,300 digits; RecursionError:
+    # arrays nested thousands deep
+    except (ValueError, RecursionError) as e:
         raise SavedExecutableError(f"{where} is not a saved catbp_jit executable (not JSON: "
                                    f"{e})") from None
     if not isinstance(doc, dict) or doc.get("format") != SAVE_FORMAT or doc.get("version") != 1:
@@ -280,7 +283,7 @@ def load(path: Union[str, os.PathLike], *, cache: Optional[KernelCache] = None,
         try:
             return read(doc[key])
         except (ValueError, TypeError, KeyError, AttributeError, IndexError) as e:
-            raise SavedExecutableError(f"{where}: {key!r}: {e}") from None
+            raise SavedExecutableError(f"{where}: {key!r}: {one_line(str(e), 300)}") from None
 
     def one_of(choices):
         def read(x):
@@ -315,18 +318,21 @@ def load(path: Union[str, os.PathLike], *, cache: Optional[KernelCache] = None,
     lspecs = field("slot_specs", lambda x: {adapt_slot_key(k): adapt_spec(v)
                                             for k, v in _items(x, list)})
     target, mode = field("target", one_of(TARGETS)), field("mode", one_of(MODES))
-    adapted = adapt_inputs(programs, sr, fspecs, sspecs, lspecs, target, mode)
     exact = field("exact", _as_bool) if "exact" in doc else True  # (older files: exact)
     options = plan_options(target, None, exact=exact)
     static = StaticInputs(frozenset(field("static_factors", ids) if "static_factors" in doc else ()),
                           frozenset(field("static_selectors", ids) if "static_selectors" in doc else ()))
-    if batched:
-        from .batched import build_batched, plan_batched
+    try:  # programs that do not check (a register read before it is written...): edited
+        adapted = adapt_inputs(programs, sr, fspecs, sspecs, lspecs, target, mode)
+        if batched:
+            from .batched import build_batched, plan_batched
 
-        bplan = plan_batched(*adapted, options=options, **batched)
-        plans = list(bplan.plans.values())
-    else:
-        plans = [plan_adapted(*adapted, options, static=static)]
+            bplan = plan_batched(*adapted, options=options, **batched)
+            plans = list(bplan.plans.values())
+        else:
+            plans = [plan_adapted(*adapted, options, static=static)]
+    except (ProgramValueError, ProgramKeyError, BatchedCompileError) as e:
+        raise SavedExecutableError(f"{where}: {e}") from None
     if saved is not None:  # (files saved before kernel identities were recorded: unchecked)
         check_saved_kernels(where, saved, {identity_digest(p, target) for pl in plans
                                            for p in pl.schedule.patterns})

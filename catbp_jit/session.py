@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 import numpy as np
 
 from . import abi
-from .errors import InputMismatchError, UnknownInputError
+from .errors import InputMismatchError, UnknownInputError, name_list
 from .ir.adapt import adapt_slot_key
 from .ir.schema import TensorSpec
 from .numpy_steps import numpy_steps
@@ -156,8 +156,7 @@ class Session:
                              for kind, ident, _, t in given if t is not None)
         if self._unset:
             missing = sorted(f"{k} {i!r}" for k, i in self._unset)
-            raise UnknownInputError(f"no value given yet for {', '.join(missing[:10])}"
-                                    + (" ..." if len(missing) > 10 else ""))
+            raise UnknownInputError(f"no value given yet for {name_list(missing)}")
 
     # -- running ---------------------------------------------------------------------------
 

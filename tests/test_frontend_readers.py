@@ -288,12 +288,14 @@ probability ( C | A, B ) { table """ + ", ".join(map(repr, values.tolist())) + "
 
 
 def test_bif_rows_are_normalized_unless_asked_not_to():
-    text = _TWO + "probability ( B | A ) { (a0) 0.3333, 0.6666; (a1) 0.1, 0.9; }\n"
+    # rounded rows (within 1e-6 of 1) are normalized; rows further off: tests/test_bif_row_sums.py
+    text = _TWO + "probability ( B | A ) { (a0) 0.3333333, 0.6666666; (a1) 0.1, 0.9; }\n"
     written = read_bif(text, normalize=False).factors[1].values
-    np.testing.assert_array_equal(written[:, 0], [0.3333, 0.6666])
+    np.testing.assert_array_equal(written[:, 0], [0.3333333, 0.6666666])
     rows = read_bif(text).factors[1].values
     np.testing.assert_allclose(rows.sum(axis=0), 1.0, rtol=0, atol=1e-15)
-    np.testing.assert_allclose(rows[:, 0], np.array([0.3333, 0.6666]) / 0.9999, rtol=1e-15)
+    np.testing.assert_allclose(rows[:, 0], np.array([0.3333333, 0.6666666]) / 0.9999999,
+                               rtol=1e-15)
     with pytest.raises(FactorGraphError, match="sums to 0"):
         read_bif(_TWO + "probability ( B | A ) { (a0) 0, 0; (a1) 0.1, 0.9; }\n")
 

@@ -208,7 +208,7 @@ def test_bad_evidence_is_refused():
         compile_model(graph, "prob", evidence_vars=["q"])
     absorbing = compile_model(graph, "prob", evidence_vars=["a", "b"], absorb_evidence=True,
                               target="reference")
-    with pytest.raises(FactorGraphError, match=r"absorbs evidence on \['a', 'b'\].*missing: 'b'"):
+    with pytest.raises(FactorGraphError, match=r"absorbs evidence on 'a', 'b'.*missing: 'b'"):
         absorbing.solve({"a": 1})
     with pytest.raises(FactorGraphError, match=r"b=2 is not a state"):
         absorbing.solve({"a": 1, "b": 2})

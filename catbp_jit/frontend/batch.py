@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, Mapping, Sequence, Tuple
 
 import numpy as np
 
+from ..errors import name_list
 from ..semiring import logsumexp
 from .graph import FactorGraphError
 from .scaling import TINY, NumericalError, exp_of_log
@@ -66,7 +67,7 @@ def evidence_table(model: "CompiledModel", rows: Any) -> np.ndarray:
         if rows.dtype.kind not in "iu" or rows.ndim != 2 or rows.shape[1] != len(cols):
             raise FactorGraphError(
                 f"{name}: an evidence table is a 2-D integer array of shape (rows, "
-                f"{len(cols)}) with columns {list(cols)}; got {rows.dtype} {rows.shape}")
+                f"{len(cols)}) with columns {name_list(cols, repr)}; got {rows.dtype} {rows.shape}")
         table = rows.astype(np.int64)
         for j, v in enumerate(cols):
             col = table[:, j]
@@ -96,7 +97,7 @@ def evidence_table(model: "CompiledModel", rows: Any) -> np.ndarray:
                 if v not in where:
                     raise FactorGraphError(
                         f"{name}: evidence row {i} observes {v!r}, but this model was compiled "
-                        f"for evidence on {list(cols) or 'no variables'}")
+                        f"for evidence on {name_list(cols, repr) or 'no variables'}")
                 table[i, where[v]] = model._state_index(v, state)
     if model.absorbed is not None and (table == UNOBSERVED).any():
         i, j = (int(x[0]) for x in np.nonzero(table == UNOBSERVED))

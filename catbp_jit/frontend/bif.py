@@ -18,7 +18,13 @@ Each CPT becomes the factor with scope (CHILD, P1, P2, ...), values[c, p1, p2, .
 P(CHILD = c | P1 = p1, P2 = p2, ...). The `table` form lists the entries row-major in that
 same order: the child varies slowest and the last parent fastest (checked against
 pyAgrum's reader, which agrees with pgmpy 0.1's). Rows may come in any order; a row given
-after a `table` overrides it. CPTs are not renormalized.
+after a `table` overrides it.
+
+Row sums: BIF files round their entries, so a row may sum to 1 +- a few 1e-7 (every
+bnlearn network is within 3e-7 of 1). A row within CPT_SUM_TOLERANCE (1e-6) of 1 is
+divided by its sum. A row further off (`table 0.3, 0.9;`) is a mistake we cannot correct
+for the user: it is used as written, and read_bif warns once per file (CPTSumWarning)
+naming its CPTs. read_bif(normalize=False) keeps every row as written, without a warning.
 
 Comments (`//`, `/* */`) are dropped. Names and state labels are any run of characters
 other than white space and `{}()[],;|"` (the real files have labels like `<5`, `5-12`,
@@ -29,15 +35,24 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Dict, List, Optional, Tuple
+import sys
+import warnings
+from array import array
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
+from ..errors import clip, name_list, one_line, shown
 from ..memory import format_bytes, memory_limit
 from .graph import FactorGraph, FactorGraphError, factor_graph
 from .uai import Source, is_number, read_source
 
-_STRING = r'"(?:[^"\\]|\\.)*"'
+# A possessive repeat keeps no backtracking state per character: `(?:[^"\\]|\\.)*` took
+# ~120 bytes per character of a string (1.5 GB for a 10 MB unclosed one). Python 3.10 has
+# no possessive repeats; its unrolled loop costs nothing per plain character, and ~30
+# bytes per escape.
+_STRING = (r'"(?:[^"\\]|\\.)*+"' if sys.version_info >= (3, 11)
+           else r'"[^"\\]*(?:\\.[^"\\]*)*"')
 # Strings and comments in one left-to-right pass, so that a "//" inside a string survives
 # and a '"' inside a comment is no string. A '"' or '/*' left over is never closed. Every
 # pattern below that can span a string runs only after this pass has found them all
@@ -50,6 +65,16 @@ _NAME = re.compile(rf'{_STRING}|[^\s{{}}()\[\],;|"]+')
 _HEADER = re.compile(r"\(([^)]*)\)\s*\{")
 _TYPE = re.compile(r"type\s+discrete\s*\[\s*(\d+)\s*\]\s*\{([^}]*)\}\s*$")
 _STRING_OR_SEMICOLON = re.compile(rf"{_STRING}|;")
+_SEPARATOR = re.compile(r"[\s,]")
+_WORD = re.compile(r"\S+")
+_NUMBER_CHUNK = 1 << 16  # characters of numbers parsed per step
+
+# How far from 1 a CPT row may sum and still be taken for rounding (and divided by its sum).
+CPT_SUM_TOLERANCE = 1e-6
+
+
+class CPTSumWarning(UserWarning):
+    """Some CPT rows do not sum to 1 (beyond rounding): they are used as written."""
 
 
 class _Text:
@@ -88,25 +113,25 @@ def _names(text: str) -> List[str]:
     return text.replace(",", " ").split()  # the common case, fast
 
 
-def _statements(body: str) -> List[Tuple[int, str]]:
-    """(offset in body, text without the ';') of each ';'-terminated statement."""
-    out = []
+def _statements(body: str) -> Iterator[Tuple[int, str]]:
+    """(offset in body, text without the ';') of each ';'-terminated statement, one at a
+    time: a list of them all would cost ~100 bytes per ';' of `;;;;...`."""
+    end = 0
     if '"' not in body:  # fast path: no string can hide a ';'
-        offset = 0
-        for piece in body.split(";"):
-            out.append((offset, piece))
-            offset += len(piece) + 1
-        last = out.pop()  # after the final ';' (or the whole body without one)
+        while True:
+            semicolon = body.find(";", end)
+            if semicolon < 0:
+                break
+            yield end, body[end:semicolon]
+            end = semicolon + 1
     else:
-        end = 0
         for m in _STRING_OR_SEMICOLON.finditer(body):
             if m.group() == ";":
-                out.append((end, body[end:m.start()]))
+                yield end, body[end:m.start()]
                 end = m.end()
-        last = (end, body[end:])
-    if last[1].strip():
-        out.append((last[0], last[1] + "\0"))  # marks a statement missing its ';'
-    return out
+    last = body[end:]  # after the final ';' (or the whole body without one)
+    if last.strip():
+        yield end, last + "\0"  # marks a statement missing its ';'
 
 
 class _Variable:
@@ -142,11 +167,12 @@ def read_bif(source: Source, name: Optional[str] = None, *, normalize: bool = Tr
     variable i, scope (child, parents...). Graph name: `name`, else the file name (without
     `.bif.gz`), else the `network` name.
 
-    normalize: BIF files round CPT entries, so a row may sum to 1 ± 1e-6 (barley's Z as
-    written is 1 - 5.8e-7). A CPT row is a distribution by definition, so each row is
-    divided by its sum; normalize=False keeps the values exactly as written. A row
-    summing to 0 is an error either way. A network whose parent links form a cycle is
-    refused. max_input_bytes: see uai.read_source.
+    normalize: BIF files round CPT entries, so a row may sum to 1 +- a few 1e-7 (barley's
+    Z as written is 1 - 5.8e-7). A row within CPT_SUM_TOLERANCE of 1 is divided by its
+    sum; a row further off is used as written, with one CPTSumWarning naming the CPTs that
+    have such rows. normalize=False keeps every value exactly as written, without a
+    warning. A row summing to 0 is an error either way. A network whose parent links form
+    a cycle is refused. max_input_bytes: see uai.read_source.
     """
     raw, label, stem = read_source(source, "<bif text>", max_input_bytes)
     src = _Text(_without_comments(raw, label), label)
@@ -168,7 +194,7 @@ def read_bif(source: Source, name: Optional[str] = None, *, normalize: bool = Tr
                 raise src.error(pos, "expected '( CHILD | PARENTS ) {' after 'probability'")
             child, parents = _cpt_header(src, h.group(1), pos)
             if child in cpt_blocks:
-                raise src.error(pos, f"variable {child!r}: a second probability block")
+                raise src.error(pos, f"variable {shown(child)}: a second probability block")
             open_brace = h.end() - 1
             close = src.block_end(open_brace)
             cpt_blocks[child] = (pos, child, parents, open_brace + 1, close)
@@ -179,35 +205,46 @@ def read_bif(source: Source, name: Optional[str] = None, *, normalize: bool = Tr
             block_name = _unquote(n.group())
             open_brace = _SPACE.match(text, n.end()).end()
             if text[open_brace:open_brace + 1] != "{":
-                raise src.error(open_brace, f"expected '{{' after {kind} {block_name!r}")
+                raise src.error(open_brace, f"expected '{{' after {kind} {shown(block_name)}")
             close = src.block_end(open_brace)
             if kind == "network":
                 network_name = block_name
             else:
                 if block_name in variables:
-                    raise src.error(pos, f"variable {block_name!r} is declared twice")
+                    raise src.error(pos, f"variable {shown(block_name)} is declared twice")
                 states = _variable_states(src, block_name, open_brace + 1, close)
                 variables[block_name] = _Variable(block_name, states, pos)
         pos = _SPACE.match(text, close + 1).end()
 
     factors = []
+    off = []  # (variable, the row sum furthest from 1) for CPTs with rows beyond rounding
     for var in variables.values():
         if var.name not in cpt_blocks:
-            raise src.error(var.pos, f"variable {var.name!r} has no probability block")
+            raise src.error(var.pos, f"variable {shown(var.name)} has no probability block")
         scope, table = _cpt(src, variables, *cpt_blocks[var.name])
         sums = table.sum(axis=0)
         if not np.all(sums > 0):
             raise src.error(cpt_blocks[var.name][0],
-                            f"variable {var.name!r}: a CPT row sums to 0")
-        factors.append((scope, table / sums if normalize else table))
+                            f"variable {shown(var.name)}: a CPT row sums to 0")
+        if normalize:
+            rounded = np.abs(sums - 1) <= CPT_SUM_TOLERANCE
+            if not rounded.all():
+                off.append((var.name, float(sums.flat[np.argmax(np.abs(sums - 1))])))
+            table = table / np.where(rounded, sums, 1.0)  # rows beyond rounding: / 1
+        factors.append((scope, table))
     for child, block in cpt_blocks.items():
         if child not in variables:
-            raise src.error(block[0], f"probability block for undeclared variable {child!r}")
+            raise src.error(block[0], f"probability block for undeclared variable {shown(child)}")
     cycle = _find_cycle({child: block[2] for child, block in cpt_blocks.items()})
     if cycle:
         raise src.error(cpt_blocks[cycle[0]][0], "the parents form a cycle, "
-                        f"{' -> '.join(cycle)}: a Bayesian network must be acyclic")
+                        f"{name_list(cycle, sep=' -> ')}: a Bayesian network must be acyclic")
 
+    if off:
+        worst = max(off, key=lambda o: abs(o[1] - 1))
+        warnings.warn(f"{label}: the CPTs of {name_list(v for v, _ in off)} have rows that "
+                      f"do not sum to 1 (a row of {worst[0]}'s sums to {worst[1]:.6g}); they "
+                      "are used as written, not normalized", CPTSumWarning, stacklevel=2)
     graph_name = name or stem or network_name or "bif"
     return factor_graph({v.name: len(v.states) for v in variables.values()}, factors,
                         name=graph_name,
@@ -247,7 +284,8 @@ def _cpt_header(src: _Text, header: str, pos: int) -> Tuple[str, List[str]]:
         names = _names(header)
         child_names, parents = names[:1], names[1:]
     if len(child_names) != 1:
-        raise src.error(pos, f"probability ({header.strip()}): expected one child variable")
+        raise src.error(pos, f"probability ({one_line(header.strip())}): expected one child "
+                             "variable")
     return child_names[0], parents
 
 
@@ -257,25 +295,25 @@ def _variable_states(src: _Text, var: str, start: int, end: int) -> List[str]:
         where = start + offset
         stmt = stmt.strip()
         if stmt.endswith("\0"):
-            raise src.error(where, f"variable {var!r}: missing ';' after {stmt[:-1][:40]!r}")
+            raise src.error(where, f"variable {shown(var)}: missing ';' after {stmt[:-1][:40]!r}")
         if stmt.startswith("property") or not stmt:
             continue
         m = _TYPE.match(stmt)
         if not m:
-            raise src.error(where, f"variable {var!r}: expected 'type discrete [ K ] {{ states "
+            raise src.error(where, f"variable {shown(var)}: expected 'type discrete [ K ] {{ states "
                                    f"}};' or 'property', found {stmt[:40]!r}")
         if states is not None:
-            raise src.error(where, f"variable {var!r}: a second type declaration")
+            raise src.error(where, f"variable {shown(var)}: a second type declaration")
         size, states = int(m.group(1)), _names(m.group(2))
         if size != len(states):
-            raise src.error(where, f"variable {var!r}: declares {size} states but lists "
+            raise src.error(where, f"variable {shown(var)}: declares {size} states but lists "
                                    f"{len(states)}")
         if len(set(states)) != len(states):
-            raise src.error(where, f"variable {var!r}: a state name is listed twice")
+            raise src.error(where, f"variable {shown(var)}: a state name is listed twice")
         if size < 1:
-            raise src.error(where, f"variable {var!r}: no states")
+            raise src.error(where, f"variable {shown(var)}: no states")
     if states is None:
-        raise src.error(start, f"variable {var!r}: no 'type discrete' declaration")
+        raise src.error(start, f"variable {shown(var)}: no 'type discrete' declaration")
     return states
 
 
@@ -284,17 +322,39 @@ def _floats(src: _Text, tokens: List[str], where: int, what: str) -> np.ndarray:
         values = np.array(tokens, dtype=np.float64)
     except ValueError:
         bad = next(t for t in tokens if not is_number(t))
-        raise src.error(where, f"{what}: {bad!r} is not a number") from None
+        raise src.error(where, f"{what}: {clip(bad)!r} is not a number") from None
     return values
+
+
+def _number_list(src: _Text, text: str, pos: int, n: int, where: int,
+                 what: str) -> Tuple[np.ndarray, int]:
+    """(the first n numbers, how many there are) of the comma and/or space separated
+    numbers of `text` from `pos` on. Split a bounded chunk at a time (a list of every token
+    costs ~60 bytes each, 30x the text `1,1,1,...`), into an array of the n expected:
+    beyond n they are only counted."""
+    values = np.empty(n)
+    count = 0
+    while pos < len(text):
+        end = pos + _NUMBER_CHUNK
+        if end < len(text):  # extend to a separator so that no number is cut in two
+            m = _SEPARATOR.search(text, end)
+            end = m.start() if m else len(text)
+        tokens = text[pos:end].replace(",", " ").split()
+        if count < n:
+            part = _floats(src, tokens[:n - count], where, what)
+            values[count:count + part.size] = part
+        count += len(tokens)
+        pos = end
+    return values[:count], count
 
 
 def _cpt(src: _Text, variables: Dict[str, _Variable], pos: int, child: str,
          parents: List[str], start: int, end: int):
     """The (scope, values) factor of one probability block."""
-    where = f"variable {child!r}"
+    where = f"variable {shown(child)}"
     for p in parents:
         if p not in variables:
-            raise src.error(pos, f"{where}: unknown parent {p!r}")
+            raise src.error(pos, f"{where}: unknown parent {shown(p)}")
     if child in parents or len(set(parents)) != len(parents):
         raise src.error(pos, f"{where}: a variable appears twice in the probability header")
     k = len(variables[child].states)
@@ -312,15 +372,19 @@ def _cpt(src: _Text, variables: Dict[str, _Variable], pos: int, child: str,
 
     table: Optional[np.ndarray] = None  # (n_configs, k): row r = parent configuration r
     default: Optional[np.ndarray] = None
-    row_configs: List[int] = []
-    row_values: List[str] = []
-    row_places: List[int] = []  # where each row is, for messages
+    # Rows as int64 arrays and their values parsed every _NUMBER_CHUNK tokens: lists of
+    # Python ints and strings would take ~30x the text of the rows.
+    row_configs = array("q")
+    row_places = array("q")  # where each row is, for messages
+    row_values: List[str] = []  # not yet parsed
+    row_parts: List[np.ndarray] = []  # parsed
     text = src.text
     for offset, stmt in _statements(text[start:end]):
-        at = start + offset + (len(stmt) - len(stmt.lstrip()))
+        at = start + offset + _SPACE.match(stmt).end()
         stmt = stmt.strip()
         if stmt.endswith("\0"):
-            raise src.error(at, f"{where}: missing ';' at the end of {stmt[:-1][:40]!r}")
+            raise src.error(at, f"{where}: missing ';' at the end of "
+                                f"{stmt[:min(40, len(stmt) - 1)]!r}")
         if not stmt:
             continue
         if stmt[0] == "(":
@@ -329,33 +393,36 @@ def _cpt(src: _Text, variables: Dict[str, _Variable], pos: int, child: str,
                 raise src.error(at, f"{where}: a row's parent states lack their ')'")
             labels = _names(stmt[1:close])
             if len(labels) != len(parents):
-                raise src.error(at, f"{where}: row ({stmt[1:close].strip()}) gives "
-                                    f"{len(labels)} parent states, there are {len(parents)} "
-                                    f"parents ({', '.join(parents)})")
+                raise src.error(at, f"{where}: row ({one_line(stmt[1:close].strip())}) "
+                                    f"gives {len(labels)} parent states, there are {len(parents)} "
+                                    f"parents ({name_list(parents)})")
             config = 0
             for label, pv, stride in zip(labels, parent_vars, strides):
                 state = pv.index.get(label)
                 if state is None:
-                    raise src.error(at, f"{where}: row ({stmt[1:close].strip()}): {label!r} is "
-                                        f"not a state of parent {pv.name!r} (states: "
-                                        f"{', '.join(pv.states)})")
+                    raise src.error(at, f"{where}: row ({one_line(stmt[1:close].strip())}): "
+                                        f"{shown(label)} is not a state of parent {shown(pv.name)} (states: "
+                                        f"{name_list(pv.states)})")
                 config += state * stride
             values = stmt[close + 1:].replace(",", " ").split()
             if len(values) != k:
-                raise src.error(at, f"{where}: row ({stmt[1:close].strip()}) has {len(values)} "
-                                    f"values, the child has {k} states")
+                raise src.error(at, f"{where}: row ({one_line(stmt[1:close].strip())}) has "
+                                    f"{len(values)} values, the child has {k} states")
             row_configs.append(config)
             row_values.extend(values)
             row_places.append(at)
+            if len(row_values) >= _NUMBER_CHUNK:
+                row_parts.append(_floats(src, row_values, at, f"{where}: rows"))
+                row_values.clear()
             continue
-        keyword = stmt.split(None, 1)[0]
-        rest = stmt[len(keyword):]
+        keyword = _WORD.match(stmt).group()  # not split(): that copies the statement
         if keyword == "table":
             if table is not None:
                 raise src.error(at, f"{where}: a second 'table'")
-            values = _floats(src, rest.replace(",", " ").split(), at, f"{where}: table")
-            if values.size != k * n_configs:
-                raise src.error(at, f"{where}: table has {values.size} values, expected "
+            values, count = _number_list(src, stmt, len(keyword), k * n_configs, at,
+                                         f"{where}: table")
+            if count != k * n_configs:
+                raise src.error(at, f"{where}: table has {count} values, expected "
                                     f"{k * n_configs} ({k} states x {n_configs} parent "
                                     "configurations)")
             # Child slowest, last parent fastest: (k, n_configs) -> rows by configuration.
@@ -363,9 +430,9 @@ def _cpt(src: _Text, variables: Dict[str, _Variable], pos: int, child: str,
         elif keyword == "default":
             if default is not None:
                 raise src.error(at, f"{where}: a second 'default'")
-            default = _floats(src, rest.replace(",", " ").split(), at, f"{where}: default")
-            if default.size != k:
-                raise src.error(at, f"{where}: default has {default.size} values, the child "
+            default, count = _number_list(src, stmt, len(keyword), k, at, f"{where}: default")
+            if count != k:
+                raise src.error(at, f"{where}: default has {count} values, the child "
                                     f"has {k} states")
         elif keyword != "property":
             raise src.error(at, f"{where}: expected a row '( states ) values;', 'table', "
@@ -375,28 +442,29 @@ def _cpt(src: _Text, variables: Dict[str, _Variable], pos: int, child: str,
     if table is None:
         table = np.zeros((n_configs, k))
     if row_configs:
-        configs = np.array(row_configs, dtype=np.int64)
+        configs = np.frombuffer(row_configs, dtype=np.int64)
         if np.unique(configs).size != configs.size:
             seen = set()
             for config, at in zip(row_configs, row_places):
                 if config in seen:
                     raise src.error(at, f"{where}: this parent configuration already has a row")
                 seen.add(config)
-        rows = _floats(src, row_values, row_places[0], f"{where}: rows")
+        row_parts.append(_floats(src, row_values, row_places[-1], f"{where}: rows"))
+        rows = np.concatenate(row_parts)
         table[configs] = rows.reshape(-1, k)
         given[configs] = True
     if default is not None:
         table[~given] = default
     elif not given.all():
         config = np.unravel_index(int(np.flatnonzero(~given)[0]), parent_shape)
-        labels = ", ".join(f"{v.name}={v.states[i]}" for v, i in zip(parent_vars, config))
+        labels = name_list(f"{v.name}={v.states[i]}" for v, i in zip(parent_vars, config))
         raise src.error(pos, f"{where}: no row for ({labels}) and no table or default")
     bad = np.flatnonzero(~np.isfinite(table) | (table < 0))
     if bad.size:
         r, c = divmod(int(bad[0]), k)
         config = np.unravel_index(r, parent_shape)
-        labels = ", ".join(f"{v.name}={v.states[i]}" for v, i in zip(parent_vars, config))
-        raise src.error(pos, f"{where}: P({child}={variables[child].states[c]}"
+        labels = name_list(f"{v.name}={v.states[i]}" for v, i in zip(parent_vars, config))
+        raise src.error(pos, f"{where}: P({clip(child)}={clip(variables[child].states[c])}"
                              f"{' | ' + labels if labels else ''}) = {float(table[r, c])!r}; CPT "
                              "entries must be finite and non-negative")
     values = np.ascontiguousarray(np.moveaxis(table.reshape(parent_shape + (k,)), -1, 0))

@@ -19,7 +19,7 @@ from typing import Dict, Optional
 import numpy as np
 
 from ..cli_errors import CliError, check_kernel_cache
-from ..errors import CatbpError
+from ..errors import CatbpError, name_list, shown
 from .graph import FactorGraph, FactorGraphError
 from ..memory import format_bytes
 from .model import SEMIRINGS, CompiledModel
@@ -84,7 +84,7 @@ def read_evidence(args: argparse.Namespace, graph: FactorGraph) -> Dict[str, obj
         evidence.setdefault(var, state)
     unknown = [v for v in evidence if v not in graph.variables]
     if unknown:
-        raise CommandError(f"{graph.name}: evidence on unknown variable(s) {', '.join(map(repr, unknown))}")
+        raise CommandError(f"{graph.name}: evidence on unknown variable(s) {name_list(unknown, repr)}")
     return evidence
 
 
@@ -94,8 +94,8 @@ def _json_evidence(path: Path, graph: FactorGraph) -> Dict[str, object]:
         out: Dict[str, object] = {}
         for var, state in items:
             if var in out and _state_key(graph, var, out[var]) != _state_key(graph, var, state):
-                raise CommandError(f"{path}: {var!r} is observed twice, as {out[var]!r} and "
-                                   f"{state!r}")
+                raise CommandError(f"{path}: {shown(var)} is observed twice, as {shown(out[var])} and "
+                                   f"{shown(state)}")
             out.setdefault(var, state)
         return out
 
@@ -104,7 +104,7 @@ def _json_evidence(path: Path, graph: FactorGraph) -> Dict[str, object]:
         doc = json.loads(path.read_bytes().decode("utf-8-sig"), object_pairs_hook=pairs)
     except UnicodeDecodeError:
         raise CommandError(f"{path}: not a UTF-8 text file (JSON evidence)") from None
-    except ValueError as e:  # JSONDecodeError
+    except (ValueError, RecursionError) as e:  # JSONDecodeError; arrays nested thousands deep
         raise CommandError(f"{path}: not valid JSON ({e})") from None
     if not isinstance(doc, dict):
         raise CommandError(f"{path}: JSON evidence must be an object {{variable: state}}, got "
@@ -218,7 +218,7 @@ def solve_table(args: argparse.Namespace, graph: FactorGraph) -> int:
     unknown = [c for c in columns if c not in graph.variables]
     if unknown or len(set(columns)) != len(columns):
         raise CommandError(f"{path}: the header must name distinct variables of {graph.name}; "
-                           f"unknown or repeated: {', '.join(map(repr, unknown)) or 'repeated'}")
+                           f"unknown or repeated: {name_list(unknown, repr) or 'repeated'}")
     if args.target != "reference":
         check_kernel_cache()
     model = CompiledModel(graph, args.semiring, evidence_vars=columns, target=args.target,

@@ -14,7 +14,7 @@ from typing import Dict, Iterable, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from ..errors import CatbpError
+from ..errors import CatbpError, name_list, shown
 
 
 class FactorGraphError(CatbpError, ValueError):
@@ -62,7 +62,7 @@ def factor_graph(var_domains: Mapping[str, int], factors: Union[Iterable, Mappin
     variables: Dict[str, int] = {}
     for v, d in var_domains.items():
         if not isinstance(v, str) or not v:
-            raise FactorGraphError(f"{name}: variable names must be non-empty strings, got {v!r}")
+            raise FactorGraphError(f"{name}: variable names must be non-empty strings, got {shown(v)}")
         variables[v] = _domain_size(name, v, d)
 
     if isinstance(factors, Mapping):
@@ -79,7 +79,7 @@ def factor_graph(var_domains: Mapping[str, int], factors: Union[Iterable, Mappin
     for v, s in (states or {}).items():
         if (v not in variables or isinstance(s, (str, bytes)) or not isinstance(s, Sequence)
                 or len(s) != variables[v]):
-            raise FactorGraphError(f"{name}: state names for {v!r} do not match its domain")
+            raise FactorGraphError(f"{name}: state names for {shown(v)} do not match its domain")
         state_names[v] = tuple(str(x) for x in s)
     return FactorGraph(variables, tuple(checked), name, state_names)
 
@@ -94,7 +94,7 @@ def _domain_size(name: str, v: str, d) -> int:
         except (ValueError, OverflowError):  # NaN, inf
             size = None
     if size is None or size < 1:
-        raise FactorGraphError(f"{name}: variable {v!r} has domain size {d!r}; it must be a "
+        raise FactorGraphError(f"{name}: variable {shown(v)} has domain size {shown(d)}; it must be a "
                                "positive integer")
     return size
 
@@ -110,12 +110,12 @@ def _check_factor(name: str, label: str, variables: Mapping[str, int], factor) -
                                f"{_describe(factor)}")
     if not _is_sequence(scope):
         raise FactorGraphError(f"{where}: the scope must be a sequence of variable names, got "
-                               f"{scope!r} (one variable: ({scope!r},))")
+                               f"{shown(scope)} (one variable: ({shown(scope)},))")
     scope = tuple(scope)
-    where += f" (scope {', '.join(map(str, scope)) or '()'})"
+    where += f" (scope {name_list(scope) or '()'})"
     for v in scope:
         if not isinstance(v, str) or v not in variables:
-            raise FactorGraphError(f"{where}: unknown variable {v!r}")
+            raise FactorGraphError(f"{where}: unknown variable {shown(v)}")
     if len(set(scope)) != len(scope):
         raise FactorGraphError(f"{where}: a variable appears twice in the scope")
     try:

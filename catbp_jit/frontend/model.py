@@ -24,6 +24,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..errors import clip, name_list, shown
 from ..ir import Program
 from ..memory import PlanTooLargeError, format_bytes, memory_limit
 from ..plan.pipeline import RESULT
@@ -128,7 +129,7 @@ class CompiledModel:
         unknown = [v for v in evidence_vars if v not in index]
         if unknown:
             raise FactorGraphError(f"{graph.name}: evidence on unknown variable(s) "
-                                   f"{', '.join(map(repr, unknown))}")
+                                   f"{name_list(unknown, repr)}")
         self.evidence_vars = tuple(sorted(set(evidence_vars), key=index.__getitem__))
         # the columns of solve_batch's evidence tables: the variables in the order given
         self.evidence_columns = tuple(dict.fromkeys(evidence_vars))
@@ -326,15 +327,16 @@ class CompiledModel:
         extra = [v for v in evidence if v not in self.evidence_vars]
         if extra:
             raise FactorGraphError(
-                f"{self.graph.name}: evidence on {', '.join(map(repr, extra))}, but this model "
-                f"was compiled for evidence on {list(self.evidence_vars) or 'no variables'}; "
+                f"{self.graph.name}: evidence on {name_list(extra, repr)}, but this model "
+                f"was compiled for evidence on {name_list(self.evidence_vars, repr) or 'no variables'}; "
                 "compile with those variables in evidence_vars")
         if self.absorbed:
             missing = [v for v in self.evidence_vars if v not in evidence]
             if missing:
                 raise FactorGraphError(
-                    f"{self.graph.name}: this model absorbs evidence on {list(self.evidence_vars)} "
-                    f"and needs a state for each; missing: {', '.join(map(repr, missing))} "
+                    f"{self.graph.name}: this model absorbs evidence on "
+                    f"{name_list(self.evidence_vars, repr)} and needs a state for each; "
+                    f"missing: {name_list(missing, repr)} "
                     "(compile without absorb_evidence to leave some unobserved)")
             states = {v: self._state_index(v, evidence[v]) for v in self.evidence_vars}
             return self._semiring_values(cut_values(self.graph, self.absorbed, states))
@@ -360,9 +362,9 @@ class CompiledModel:
             return names.index(value)
         if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and 0 <= value < d:
             return int(value)
-        allowed = f"0..{d - 1}" + (f" or one of {list(names)}" if names else "")
-        raise FactorGraphError(f"{self.graph.name}: evidence {v}={value!r} is not a state of "
-                               f"{v} ({allowed})")
+        allowed = f"0..{d - 1}" + (f" or one of {name_list(names, repr)}" if names else "")
+        raise FactorGraphError(f"{self.graph.name}: evidence {clip(v)}={shown(value)} is not a state of "
+                               f"{clip(v)} ({allowed})")
 
     # -- running -----------------------------------------------------------------------------
 

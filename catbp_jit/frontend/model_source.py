@@ -134,7 +134,7 @@ def _from_profile(path: Path, semiring, evidence_vars, buckets, plan_time) -> Mo
         doc = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise FactorGraphError(f"{path}: no such profile") from None
-    except (UnicodeDecodeError, ValueError) as e:
+    except (ValueError, RecursionError) as e:  # RecursionError: arrays nested thousands deep
         raise FactorGraphError(f"{path}: not a saved profile (not JSON: {e})") from None
     entry = doc.get(PROFILE_KEY) if isinstance(doc, dict) else None
     if not isinstance(entry, dict):

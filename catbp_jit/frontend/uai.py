@@ -24,6 +24,7 @@ from typing import Dict, List, Mapping, Optional, Tuple, Union
 import numpy as np
 
 from .. import environment
+from ..errors import clip
 from .graph import FactorGraph, FactorGraphError, factor_graph
 
 Source = Union[str, bytes, os.PathLike]
@@ -291,7 +292,7 @@ def read_evidence(source: Source, graph: FactorGraph, *,
         if samples is None:
             raise tokens.error_at(tokens.last, f"the file has {total} numbers, which fits "
                                   "neither the modern layout `N v1 x1 ... vN xN` (1 + 2N "
-                                  f"numbers; here N = {first}) nor the older "
+                                  f"numbers; here N = {clip(str(first))}) nor the older "
                                   "`1 N v1 x1 ... vN xN`")
         if samples > 1:
             raise tokens.error_at(tokens.last, f"{samples} evidence samples (older layout); "

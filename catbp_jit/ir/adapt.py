@@ -17,7 +17,8 @@ from __future__ import annotations
 import numbers
 from typing import Any, Iterable, List, Optional, Sequence
 
-from ..errors import MissingArgumentError, ProgramValueError, SpecError, UnknownOpcodeError
+from ..errors import (MissingArgumentError, ProgramValueError, SpecError,
+                      UnknownOpcodeError, shown)
 from .ops import Instruction, OpCode, Program
 from .schema import Axis, AxisKey, AxisType, TensorSpec
 
@@ -37,12 +38,12 @@ def adapt_axis_type(x: Any) -> AxisType:
         return AxisType[name.upper()]
     if name is not None and name.upper() in ("G", "T"):
         return AxisType.GEOMETRIC if name.upper() == "G" else AxisType.TOPOLOGICAL
-    raise SpecError(f"unknown axis kind {x!r} (expected GEOMETRIC or TOPOLOGICAL)")
+    raise SpecError(f"unknown axis kind {shown(x)} (expected GEOMETRIC or TOPOLOGICAL)")
 
 
 def _as_int(x: Any, what: str) -> int:
     if isinstance(x, bool) or not isinstance(x, numbers.Integral):
-        raise SpecError(f"{what} must be an integer, got {x!r}")
+        raise SpecError(f"{what} must be an integer, got {shown(x)}")
     return int(x)
 
 
@@ -54,7 +55,7 @@ def adapt_axis(x: Any) -> Axis:
     elif all(hasattr(x, a) for a in ("id", "kind", "size")):
         kind, aid, size = x.kind, x.id, x.size
     else:
-        raise SpecError(f"cannot read an axis from {x!r}")
+        raise SpecError(f"cannot read an axis from {shown(x)}")
     return Axis(_as_int(aid, "axis id"), adapt_axis_type(kind), _as_int(size, "axis size"))
 
 
@@ -63,7 +64,7 @@ def adapt_spec(x: Any) -> Optional[TensorSpec]:
         return x
     axes = getattr(x, "axes", x)
     if isinstance(axes, (str, bytes)) or not isinstance(axes, Iterable):
-        raise SpecError(f"cannot read a TensorSpec from {x!r}")
+        raise SpecError(f"cannot read a TensorSpec from {shown(x)}")
     return TensorSpec(tuple(adapt_axis(a) for a in axes))
 
 
@@ -73,7 +74,7 @@ def adapt_key(x: Any) -> AxisKey:
     key = getattr(x, "key", None)  # an Axis given where a key is expected
     if key is not None and not callable(key):
         return adapt_key(key)
-    raise SpecError(f"cannot read an axis key (kind, id) from {x!r}")
+    raise SpecError(f"cannot read an axis key (kind, id) from {shown(x)}")
 
 
 def adapt_slot_key(x: Any) -> tuple:
@@ -95,12 +96,12 @@ def adapt_opcode(x: Any) -> OpCode:
     name = _name_of(x)
     if name is not None and name in OpCode.__members__:
         return OpCode[name]
-    raise UnknownOpcodeError(f"unknown opcode {x!r} (known: {', '.join(OpCode.__members__)})")
+    raise UnknownOpcodeError(f"unknown opcode {shown(x)} (known: {', '.join(OpCode.__members__)})")
 
 
 def _reg(x: Any, what: str) -> int:
     if isinstance(x, bool) or not isinstance(x, numbers.Integral):
-        raise ProgramValueError(f"{what} must be a register id (int), got {x!r}")
+        raise ProgramValueError(f"{what} must be a register id (int), got {shown(x)}")
     return int(x)
 
 
@@ -108,7 +109,7 @@ def _regs(x: Any, what: str) -> tuple:
     if isinstance(x, numbers.Integral) and not isinstance(x, bool):
         return (int(x),)
     if isinstance(x, (str, bytes)) or not isinstance(x, Iterable):
-        raise ProgramValueError(f"{what} must be a tuple of register ids, got {x!r}")
+        raise ProgramValueError(f"{what} must be a tuple of register ids, got {shown(x)}")
     return tuple(_reg(r, what) for r in x)
 
 
