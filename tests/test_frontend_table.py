@@ -108,6 +108,23 @@ def test_unreadable_tables_are_one_line_errors(tmp_path, capsys, name, data, mes
     assert err.count("\n") == 1 and "Traceback" not in err
 
 
+def test_a_parquet_file_with_a_damaged_footer_is_one_line(tmp_path, capsys):
+    """pyarrow raises a plain OSError ending in a newline for a footer it cannot decode
+    ("Couldn't deserialize thrift"): still one line naming the file."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+    good = tmp_path / "good.parquet"
+    pq.write_table(pa.table({"dysp": ["yes", "no"]}), good)
+    data = bytearray(good.read_bytes())
+    footer = int.from_bytes(data[-8:-4], "little")  # the footer's length, then b"PAR1"
+    data[-8 - footer:-8] = bytes(b ^ 0xA5 for b in data[-8 - footer:-8])
+    table = tmp_path / "damaged.parquet"
+    table.write_bytes(bytes(data))
+    code, out, err = run(capsys, "--evidence-table", str(table), "-q")
+    assert code == 2 and "damaged.parquet: not a readable Parquet file (" in err, err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
 @pytest.mark.parametrize("data", [
     b"\xef\xbb\xbfdysp,smoke\r\nyes,no\r\n,yes\r\n",  # Excel's "CSV UTF-8": a BOM, CRLF
     b"dysp,smoke\ryes,no\r,yes\r",  # old Mac line ends

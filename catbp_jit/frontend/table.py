@@ -41,7 +41,10 @@ def parquet_errors(path: Any) -> Iterator[None]:
     import pyarrow as pa
     try:
         yield
-    except pa.ArrowException as e:
+    except (pa.ArrowException, OSError) as e:
+        if isinstance(e, OSError) and e.errno is not None:  # the OS's (no such file...)
+            raise
+        # pyarrow's own OSError (errno None): "Couldn't deserialize thrift: ...\n"
         lines = str(e).strip().splitlines() or [type(e).__name__]
         reason = " ".join(lines[-1].replace("Original Message: ", "").split())[:300]
         raise FactorGraphError(f"{path}: not a readable Parquet file ({reason})") from None
