@@ -30,7 +30,7 @@ from .bundle import Bundle, load_bundle
 from .cli_errors import CliError, check_kernel_cache
 from .codegen.workers import KernelCompileError, WorkerOptionError
 from .environment import EnvironmentSettingError, check_all
-from .errors import CatbpError
+from .errors import CatbpError, bounded
 
 EXIT_OK, EXIT_MISMATCH, EXIT_ERROR = 0, 1, 2
 MAX_LISTED_MISMATCHES = 5
@@ -406,6 +406,14 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
     print(f"catbp-jit: warning: {' '.join(str(message).split())}", file=sys.stderr)
 
 
+def _report(e: BaseException) -> int:
+    """The error as one line on stderr, however its message was built (a library's text
+    may end in a newline; a path or a value quoted from a file may be long)."""
+    message = " ".join(line.strip() for line in str(e).splitlines() if line.strip())
+    print(f"catbp-jit: error: {bounded(message)}", file=sys.stderr)
+    return EXIT_ERROR
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     with warnings.catch_warnings():  # restores Python's own display when main returns
         warnings.showwarning = _one_line_warning
@@ -422,13 +430,11 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         check_all()  # a bad environment variable is one line, whatever the subcommand
         return args.func(args)
     except (CliError, EnvironmentSettingError) as e:
-        print(f"catbp-jit: error: {e}", file=sys.stderr)
-        return EXIT_ERROR
+        return _report(e)
     except RuntimeError as e:
         if not _kernel_cache_refused(e):
             raise
-        print(f"catbp-jit: error: {e}", file=sys.stderr)
-        return EXIT_ERROR
+        return _report(e)
     except BrokenPipeError:  # output piped into `head`: stop quietly, as Unix tools do
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

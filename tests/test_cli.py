@@ -182,3 +182,12 @@ def test_run_cold_answers_from_numpy_then_checks_the_kernels(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert "jit:       ready in" in done.stdout and "tier:      numpy" in done.stdout
     assert "compiled:  kernels ready" in done.stdout and "gave the same bits" in done.stdout
+
+
+def test_an_error_is_one_bounded_line_whatever_its_message(capsys):
+    """Errors from the front end's commands (paths, --observe values) are not CatbpErrors
+    and were not clipped: the command line itself keeps every error to one short line."""
+    name = "x" * 100_000 + "\nsecond line"
+    assert main(["run", name]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and len(err) < 1200 and "characters" in err
