@@ -125,6 +125,17 @@ def test_a_parquet_file_with_a_damaged_footer_is_one_line(tmp_path, capsys):
     assert err.count("\n") == 1 and "Traceback" not in err
 
 
+def test_a_parquet_string_column_that_is_not_utf8_is_one_line(tmp_path, capsys):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+    states = pa.array([b"yes", b"n\xef"], type=pa.binary()).view(pa.string())  # unchecked
+    table = tmp_path / "latin.parquet"
+    pq.write_table(pa.table({"dysp": states}), table)
+    code, out, err = run(capsys, "--evidence-table", str(table), "-q")
+    assert code == 2 and "latin.parquet: not a readable Parquet file (a string column" in err, err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
 @pytest.mark.parametrize("data", [
     b"\xef\xbb\xbfdysp,smoke\r\nyes,no\r\n,yes\r\n",  # Excel's "CSV UTF-8": a BOM, CRLF
     b"dysp,smoke\ryes,no\r,yes\r",  # old Mac line ends

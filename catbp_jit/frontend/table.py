@@ -48,6 +48,9 @@ def parquet_errors(path: Any) -> Iterator[None]:
         lines = str(e).strip().splitlines() or [type(e).__name__]
         reason = " ".join(lines[-1].replace("Original Message: ", "").split())[:300]
         raise FactorGraphError(f"{path}: not a readable Parquet file ({reason})") from None
+    except UnicodeDecodeError as e:  # a string column's bytes, met when read as Python str
+        raise FactorGraphError(f"{path}: not a readable Parquet file (a string column holds "
+                               f"bytes that are not UTF-8: {e.reason})") from None
 
 
 def _csv_rows(path: Path) -> Iterator[List[str]]:
