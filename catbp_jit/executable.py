@@ -29,6 +29,7 @@ from .ir.schema import TensorSpec, format_spec
 from .ir.validate import DEFAULT_MAX_BYTES
 from .plan.arena import MemoryPlan
 from .plan.fusion import Fused
+from .plan.gc_paused import gc_paused
 from .plan.graph import Graph
 from .plan.options import PlanOptions
 from .plan.pipeline import Plan, plan as plan_adapted
@@ -481,6 +482,7 @@ def plan(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
                         static=static_inputs(static_factors, static_selectors))
 
 
+@gc_paused()
 def adapt_inputs(programs: Any, sr: Any, factor_specs: Mapping[int, Any],
                  selector_specs: Optional[Mapping[int, Any]],
                  slot_specs: Optional[Mapping[Any, Any]], target: str, mode: str):

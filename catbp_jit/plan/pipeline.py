@@ -15,11 +15,12 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ..ir.ops import Program
 from ..ir.schema import TensorSpec
-from ..ir.validate import validate_programs
+from ..ir.validate import check_programs
 from ..memory import PlanTooLargeError, format_bytes, memory_limit
 from ..semiring import VMSemiringRuntime
 from .arena import MemoryPlan, plan_memory
 from .fusion import Fused, fuse
+from .gc_paused import gc_paused
 from .gemm import gemm_workspace
 from .graph import FACTOR, SELECTOR, SLOT_IN, UNIT, Graph, build_graph
 from .hoist import hoist_prefixes
@@ -70,6 +71,7 @@ class Plan:
     def bound(self, kind: str) -> List[Binding]:
         return [b for b in self.bindings if b.kind == kind]
 
+@gc_paused()
 def plan(progs: List[Program], sr: VMSemiringRuntime, fspecs: Dict[int, TensorSpec],
          sspecs: Dict[int, TensorSpec], lspecs: Dict[tuple, TensorSpec],
          options: PlanOptions = PlanOptions(), batch_key: Optional[tuple] = None,
@@ -79,9 +81,9 @@ def plan(progs: List[Program], sr: VMSemiringRuntime, fspecs: Dict[int, TensorSp
     segments run only when they change (plan/static.py). A plan whose arenas exceed
     options.max_total_bytes raises PlanTooLargeError."""
     check_static_ids(static, fspecs.keys(), sspecs.keys(), program_names(progs))
-    checked = validate_programs(progs, factor_specs=fspecs, selector_specs=sspecs,
-                                slot_specs=lspecs, itemsize=sr.dtype.itemsize,
-                                max_bytes=options.max_bytes)
+    checked = check_programs(progs, factor_specs=fspecs, selector_specs=sspecs,
+                             slot_specs=lspecs, itemsize=sr.dtype.itemsize,
+                             max_bytes=options.max_bytes)
     graph = optimize(build_graph(checked, sr.name, lspecs))
     fused = fuse(graph, options.max_leaves)
     if not options.exact:  # opt-in: regroup products and sums (plan/reassociate.py)
