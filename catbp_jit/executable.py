@@ -389,8 +389,9 @@ def compile(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
     limit for one tensor; max_total_bytes: for all arenas together (default
     catbp_jit.memory.memory_limit(): CATBP_JIT_MAX_BYTES, else the available memory); a
     plan over it raises PlanTooLargeError before any kernel is compiled. progress: called
-    with a line of text before each kernel is loaded (a cold one takes seconds to compile)
-    and as each is compiled in a worker. workers: processes that compile cold kernels side
+    with a line of text at each planning stage (and now and then in long ones), before
+    each kernel is loaded (a cold one takes seconds to compile) and as each is compiled in
+    a worker (catbp_jit.progress.DelayedLines shows them only when compiling is slow). workers: processes that compile cold kernels side
     by side (default: $CATBP_JIT_COMPILE_WORKERS, else the number of CPUs; 0 or 1: in this
     process).
 
@@ -435,7 +436,8 @@ def compile(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
                                batched_selectors=batched_selectors or (), buckets=buckets,
                                options=options, tier=tier)
     the_plan = plan_adapted(*adapt_inputs(programs, sr, factor_specs, selector_specs,
-                                          slot_specs, target, mode), options, static=static)
+                                          slot_specs, target, mode), options, static=static,
+                            progress=progress)
     return build(the_plan, target=target, mode=mode, cache=cache, progress=progress,
                  workers=workers, tier=tier)
 

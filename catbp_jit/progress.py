@@ -9,9 +9,12 @@ running), so a fast compile stays silent.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
-from typing import Callable, Optional
+from typing import Callable, Optional, TextIO
+
+from . import environment
 
 Progress = Callable[[str], None]
 DEFAULT_AFTER = 2.0  # seconds before a command shows any line
@@ -36,6 +39,24 @@ def ticker(progress: Optional[Progress], what: str, total: int,
             last[0] = now
             progress(f"{what} {i:,}/{total:,}")
     return tick
+
+
+def command_lines(quiet: bool, stream: Optional[TextIO] = None) -> Progress:
+    """The progress callable of a command: DelayedLines on stderr, after
+    $CATBP_JIT_PROGRESS_AFTER seconds (default DEFAULT_AFTER); with --quiet, none."""
+    if quiet:
+        return silent
+    after = environment.progress_after()
+
+    def write(line: str) -> None:
+        print(line, file=stream or sys.stderr, flush=True)
+    return DelayedLines(write, DEFAULT_AFTER if after is None else after)
+
+
+def close(progress: Progress) -> None:
+    """Stop a command's progress lines (a DelayedLines; anything else needs nothing)."""
+    if isinstance(progress, DelayedLines):
+        progress.close()
 
 
 class DelayedLines:

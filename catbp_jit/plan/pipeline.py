@@ -17,6 +17,7 @@ from ..ir.ops import Program
 from ..ir.schema import TensorSpec
 from ..ir.validate import check_programs
 from ..memory import PlanTooLargeError, format_bytes, memory_limit
+from ..progress import Progress, silent
 from ..semiring import VMSemiringRuntime
 from .arena import MemoryPlan, plan_memory
 from .fusion import Fused, fuse
@@ -75,29 +76,36 @@ class Plan:
 def plan(progs: List[Program], sr: VMSemiringRuntime, fspecs: Dict[int, TensorSpec],
          sspecs: Dict[int, TensorSpec], lspecs: Dict[tuple, TensorSpec],
          options: PlanOptions = PlanOptions(), batch_key: Optional[tuple] = None,
-         static: StaticInputs = StaticInputs()) -> Plan:
+         static: StaticInputs = StaticInputs(), progress: Optional[Progress] = None) -> Plan:
     """The plan of adapted programs. batch_key: the batch axis of programs rewritten by
     ir/batch.py (their NORMALIZEs work per row), else None. static: the inputs whose
     segments run only when they change (plan/static.py). A plan whose arenas exceed
-    options.max_total_bytes raises PlanTooLargeError."""
+    options.max_total_bytes raises PlanTooLargeError. progress: hears a line per stage
+    (and counts, in long ones: progress.py)."""
+    say = progress or silent
     check_static_ids(static, fspecs.keys(), sspecs.keys(), program_names(progs))
+    say(f"planning: checking {sum(len(p) for p in progs):,} instructions")
     checked = check_programs(progs, factor_specs=fspecs, selector_specs=sspecs,
                              slot_specs=lspecs, itemsize=sr.dtype.itemsize,
                              max_bytes=options.max_bytes)
+    say("planning: the graph and its passes")
     graph = optimize(build_graph(checked, sr.name, lspecs))
+    say(f"planning: fusing {len(graph.nodes):,} nodes")
     fused = fuse(graph, options.max_leaves)
     if not options.exact:  # opt-in: regroup products and sums (plan/reassociate.py)
         fused = reassociate(fused, batch_key)
     elif options.hoist:  # (a path of pairwise products needs no hoisting)
         fused = hoist_prefixes(fused)
     # layouts first: they break ties by program order, and must not depend on `static`
+    say(f"planning: memory and layouts of {len(fused.segments):,} segments")
     layouts = choose_layouts(fused, batch_key)
     fused, n_static = static_first(fused, static)
     memory = plan_memory(fused, sr.dtype.itemsize, options.align_bytes,
                          persistent_values(fused, n_static),
                          gemm_workspace(fused, layouts, sr.dtype.name, options))
     check_plan_fits(progs, memory, options.max_total_bytes)
-    schedule = build_schedule(fused, memory, sr.dtype.name, layouts, batch_key, options)
+    say(f"planning: lowering {len(fused.segments):,} segments")
+    schedule = build_schedule(fused, memory, sr.dtype.name, layouts, batch_key, options, progress)
     return Plan(progs, sr, fspecs, sspecs, lspecs, options, batch_key, graph, fused, memory,
                 schedule, binding_table(fused, memory), static, n_static)
 
