@@ -225,7 +225,7 @@ def build_schedule(fused: Fused, memory: MemoryPlan, dtype: str,
     ids: Dict[KernelPattern, int] = {p: i for i, p in enumerate(patterns)}
     # laid out in order: step rows, parameters, offset tables, scratch
     cursor = abi.STEP_ROW * len(steps) + sum(st.params.size() for st in steps)
-    placed, tables = [], []
+    with_tables, tables = [], []  # each step's params, its offset tables placed
     for st in steps:
         params = st.params
         if any(acc.kind == abi.GATHERED for acc in params.accesses):
@@ -237,11 +237,11 @@ def build_schedule(fused: Fused, memory: MemoryPlan, dtype: str,
                     tables += acc.offsets
                 accesses.append(acc)
             params = replace(params, accesses=tuple(accesses))
-        placed.append(params)
-    for i, params in enumerate(placed):
-        placed[i] = replace(params, scratch=cursor)
+        with_tables.append(params)
+    placed = []
+    for st, params in zip(steps, with_tables):
+        placed.append(Step(st.segment, st.pattern, replace(params, scratch=cursor), st.work))
         cursor += params.scratch_size()
-    placed = [Step(st.segment, st.pattern, params, st.work) for st, params in zip(steps, placed)]
     head: List[int] = []
     params: List[int] = []
     for st in placed:
