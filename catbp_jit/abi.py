@@ -145,6 +145,10 @@ class StepParams:
         assert len(row) == param_count(D, R, k) and R + self.red_rank == D
         return [int(x) for x in row]
 
+    def size(self) -> int:
+        """len(self.pack()), without packing."""
+        return param_count(len(self.sizes), self.out_rank, len(self.leaves))
+
     @property
     def rank(self) -> int:
         return len(self.sizes)
@@ -270,8 +274,12 @@ class GemmParams:
         for fields in self.batch:
             row += list(fields)
         row += list(self.groups)
-        assert len(row) == gemm_groups(len(self.batch)) + GROUP_FIELDS
+        assert len(row) == self.size()
         return [int(x) for x in row]
+
+    def size(self) -> int:
+        """len(self.pack()), without packing."""
+        return gemm_groups(len(self.batch)) + GROUP_FIELDS
 
     def scratch_size(self) -> int:
         return 0

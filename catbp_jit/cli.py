@@ -66,13 +66,19 @@ def _reference_engine(bundle: Bundle) -> Callable[[], Slots]:
 
 
 def _jit_engine(bundle: Bundle, mode: str = "compiled", target: str = "cpu",
-                tier: Optional[str] = None) -> Callable[[], Slots]:
+                tier: Optional[str] = None, quiet: bool = True) -> Callable[[], Slots]:
     from .executable import compile  # imported lazily: numba takes a moment to load
+    from .progress import close, command_lines
 
     check_kernel_cache()
     t0 = time.perf_counter()
-    exe = compile(bundle.programs, bundle.semiring_runtime(), factor_specs=bundle.factor_specs(),
-                  selector_specs=bundle.selector_specs(), mode=mode, target=target, tier=tier)
+    progress = command_lines(quiet)  # lines on stderr once compiling takes a while
+    try:
+        exe = compile(bundle.programs, bundle.semiring_runtime(),
+                      factor_specs=bundle.factor_specs(), selector_specs=bundle.selector_specs(),
+                      mode=mode, target=target, tier=tier, progress=progress)
+    finally:
+        close(progress)
     session = exe.bind()
     factors = {fid: arr for fid, (arr, _) in bundle.factors.items()}
     selectors = {sid: arr for sid, (arr, _) in bundle.selectors.items()}
@@ -171,7 +177,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     try:
         if args.engine == "jit":
-            run = _jit_engine(bundle, args.mode, args.target, args.tier)
+            run = _jit_engine(bundle, args.mode, args.target, args.tier, args.quiet)
         else:
             run = ENGINES[args.engine](bundle)
         times, slots = [], {}

@@ -146,6 +146,20 @@ def tier() -> Optional[str]:
     return text.lower()
 
 
+def progress_after() -> Optional[float]:
+    """CATBP_JIT_PROGRESS_AFTER: seconds a command works before it shows progress lines
+    (catbp_jit/progress.py; 0: from the start)."""
+    text = _text("CATBP_JIT_PROGRESS_AFTER")
+    if text is None:
+        return None
+    accepted = "a number of seconds, 0 or more"
+    seconds = _number("CATBP_JIT_PROGRESS_AFTER", text, accepted)
+    if seconds < 0 or seconds > Decimal(threading.TIMEOUT_MAX):  # (a timer waits this long)
+        raise EnvironmentSettingError("CATBP_JIT_PROGRESS_AFTER",
+                                      os.environ["CATBP_JIT_PROGRESS_AFTER"], accepted)
+    return float(seconds)
+
+
 def bnlearn_dir() -> Optional[str]:
     """CATBP_JIT_BNLEARN_DIR: where the bnlearn networks are kept."""
     return _path("CATBP_JIT_BNLEARN_DIR")
@@ -162,6 +176,7 @@ READERS: Dict[str, Callable[[], object]] = {
     "CATBP_JIT_MAX_INPUT_BYTES": max_input_bytes,
     "CATBP_JIT_COMPILE_WORKERS": compile_workers,
     "CATBP_JIT_TIER": tier,
+    "CATBP_JIT_PROGRESS_AFTER": progress_after,
     "CATBP_JIT_BNLEARN_DIR": bnlearn_dir,
 }
 

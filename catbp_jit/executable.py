@@ -30,6 +30,7 @@ from .ir.schema import TensorSpec, format_spec
 from .ir.validate import DEFAULT_MAX_BYTES
 from .plan.arena import MemoryPlan
 from .plan.fusion import Fused
+from .plan.gc_paused import gc_paused
 from .plan.graph import Graph
 from .plan.options import PlanOptions
 from .plan.pipeline import Plan, plan as plan_adapted
@@ -393,8 +394,9 @@ def compile(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
     limit for one tensor; max_total_bytes: for all arenas together (default
     catbp_jit.memory.memory_limit(): CATBP_JIT_MAX_BYTES, else the available memory); a
     plan over it raises PlanTooLargeError before any kernel is compiled. progress: called
-    with a line of text before each kernel is loaded (a cold one takes seconds to compile)
-    and as each is compiled in a worker. workers: processes that compile cold kernels side
+    with a line of text at each planning stage (and now and then in long ones), before
+    each kernel is loaded (a cold one takes seconds to compile) and as each is compiled in
+    a worker (catbp_jit.progress.DelayedLines shows them only when compiling is slow). workers: processes that compile cold kernels side
     by side (default: $CATBP_JIT_COMPILE_WORKERS, else the number of CPUs; 0 or 1: in this
     process).
 
@@ -439,7 +441,8 @@ def compile(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
                                batched_selectors=batched_selectors or (), buckets=buckets,
                                options=options, tier=tier)
     the_plan = plan_adapted(*adapt_inputs(programs, sr, factor_specs, selector_specs,
-                                          slot_specs, target, mode), options, static=static)
+                                          slot_specs, target, mode), options, static=static,
+                            progress=progress)
     return build(the_plan, target=target, mode=mode, cache=cache, progress=progress,
                  workers=workers, tier=tier)
 
@@ -486,6 +489,7 @@ def plan(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
                         static=static_inputs(static_factors, static_selectors))
 
 
+@gc_paused()
 def adapt_inputs(programs: Any, sr: Any, factor_specs: Mapping[int, Any],
                  selector_specs: Optional[Mapping[int, Any]],
                  slot_specs: Optional[Mapping[Any, Any]], target: str, mode: str):

@@ -14,7 +14,8 @@ then loads them; a session takes them at the start of its next run. `tier="compi
 The numpy tier is used only where it is a sure gain: the CPU target, the `fallback`
 cache policy (`strict` compiles nothing and `off` has no disk for workers to share),
 exact plans (the reassociating mode's GEMM steps sum in BLAS's order) and programs small
-enough for numpy (NUMPY_TIER_MAX_WORK). Otherwise compile() waits, as before.
+and short enough for numpy (NUMPY_TIER_MAX_WORK, NUMPY_TIER_MAX_STEPS). Otherwise
+compile() waits, as before.
 """
 
 from __future__ import annotations
@@ -33,6 +34,10 @@ from .plan.pipeline import Plan
 # second here; LOGPROB's C-library exp at some 10^6): a bigger program waits for kernels.
 NUMPY_TIER_MAX_WORK = 1 << 24
 LOGPROB_MAX_WORK = 1 << 20
+# A step costs numpy ~0.2 ms to set up and ~20 us a run whatever its size: a chain of
+# 10^4 variables (5 * 10^4 steps) took 12 s to its first answer, more than its kernels
+# take to compile. Longer programs wait for their kernels.
+NUMPY_TIER_MAX_STEPS = 1 << 14
 
 log = logging.getLogger("catbp_jit.tiers")
 
@@ -53,6 +58,8 @@ def resolve_tier(tier: Optional[str] = None) -> str:
 def numpy_tier_fits(plan: Plan) -> bool:
     """Whether numpy can run the plan's steps, and in about a second."""
     if not interpretable(plan):
+        return False
+    if len(plan.schedule.steps) > NUMPY_TIER_MAX_STEPS:
         return False
     work = sum(st.work for st in plan.schedule.steps)
     limit = LOGPROB_MAX_WORK if plan.semiring.name == "LOGPROB" else NUMPY_TIER_MAX_WORK

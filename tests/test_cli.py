@@ -22,7 +22,9 @@ def corpus(name):
     return d
 
 
-def test_run_prints_summary(capsys):
+def test_run_prints_summary(capsys, monkeypatch):
+    # (no progress lines on stderr, which a cold compile past 2 s would print)
+    monkeypatch.setenv("CATBP_JIT_PROGRESS_AFTER", "3600")
     d = corpus("grid3_d2__prob_float64")
     n = len(load_bundle(d).expected_slots)
     assert main(["run", str(d), "--repeat", "2"]) == 0

@@ -21,7 +21,8 @@ def run(capsys, *argv):
     return code, out, err
 
 
-def test_solve_text_shows_log_z_and_marginals(capsys):
+def test_solve_text_shows_log_z_and_marginals(capsys, monkeypatch):
+    monkeypatch.setenv("CATBP_JIT_PROGRESS_AFTER", "0")  # (else only after 2 s)
     code, out, err = run(capsys, "solve", ASIA, "--observe", "dysp=yes")
     assert code == 0
     assert "compiling" in err and "kernel" in err  # progress on stderr

@@ -22,6 +22,7 @@ from ..cli_errors import CliError, check_kernel_cache
 from ..errors import CatbpError, name_list, shown
 from .graph import FactorGraph, FactorGraphError
 from ..memory import format_bytes
+from ..progress import close as close_progress, command_lines
 from .model import SEMIRINGS, CompiledModel
 from .model_source import DEFAULT_BUCKETS
 from .search import DEFAULT_PLAN_TIME
@@ -118,15 +119,6 @@ def _state_key(graph: FactorGraph, var: str, state: object) -> object:
     return names.index(state) if isinstance(state, str) and state in names else state
 
 
-def _progress(quiet: bool):
-    start = time.perf_counter()
-
-    def say(msg: str) -> None:
-        if not quiet:
-            print(f"[{time.perf_counter() - start:7.2f}s] {msg}", file=sys.stderr, flush=True)
-    return say
-
-
 def _state_labels(graph: FactorGraph, v: str):
     return graph.states.get(v) or tuple(str(i) for i in range(graph.variables[v]))
 
@@ -144,12 +136,17 @@ def cmd_solve(args: argparse.Namespace) -> int:
     evidence = read_evidence(args, graph)
     if args.target != "reference":
         check_kernel_cache()
-    model = CompiledModel(graph, args.semiring, evidence_vars=tuple(evidence), absorb_evidence=True,
-                          target=args.target, plan_time=args.plan_time,
-                          progress=_progress(args.quiet))
-    t0 = time.perf_counter()
-    sol = model.solve(evidence)
-    run_s = time.perf_counter() - t0
+    # progress lines on stderr once compiling has taken a while (progress.py)
+    progress = command_lines(args.quiet)
+    try:
+        model = CompiledModel(graph, args.semiring, evidence_vars=tuple(evidence),
+                              absorb_evidence=True, target=args.target,
+                              plan_time=args.plan_time, progress=progress)
+        t0 = time.perf_counter()
+        sol = model.solve(evidence)
+        run_s = time.perf_counter() - t0
+    finally:
+        close_progress(progress)
     why_not = _no_answer(sol, evidence)
     status = EXIT_OK if why_not is None else EXIT_NO_ANSWER
 
@@ -221,9 +218,12 @@ def solve_table(args: argparse.Namespace, graph: FactorGraph) -> int:
                            f"unknown or repeated: {name_list(unknown, repr) or 'repeated'}")
     if args.target != "reference":
         check_kernel_cache()
-    model = CompiledModel(graph, args.semiring, evidence_vars=columns, target=args.target,
-                          buckets=DEFAULT_BUCKETS, plan_time=args.plan_time,
-                          progress=_progress(args.quiet))
+    progress = command_lines(args.quiet)
+    try:
+        model = CompiledModel(graph, args.semiring, evidence_vars=columns, target=args.target,
+                              buckets=DEFAULT_BUCKETS, plan_time=args.plan_time, progress=progress)
+    finally:
+        close_progress(progress)  # the rows have their own progress bar
     from tqdm import tqdm
 
     from ..atomic import replacing
@@ -329,9 +329,12 @@ def _fmt(x) -> str:
 def cmd_plan(args: argparse.Namespace) -> int:
     graph = read_model(args.model)
     evidence = read_evidence(args, graph)
-    model = CompiledModel(graph, "prob", evidence_vars=tuple(evidence), absorb_evidence=True,
-                          target="reference", plan_time=args.plan_time,
-                          progress=_progress(args.quiet))
+    progress = command_lines(args.quiet)
+    try:
+        model = CompiledModel(graph, "prob", evidence_vars=tuple(evidence), absorb_evidence=True,
+                              target="reference", plan_time=args.plan_time, progress=progress)
+    finally:
+        close_progress(progress)
     st, choice = model.stats, model.plan_choice
     print(f"model:              {graph.name}")
     print(f"variables:          {len(graph.variables)}" +

@@ -99,8 +99,9 @@ def emit_contraction_downward(tree: ContractionTree, n_factors: int,
             stack.append(c)
             mine += [s, joint]
         # what n used; the children's adjoints stay until they are reached
-        done = set(mine)
-        e.release([r for r in e.live if r in done])
+        # in definition order, which is register order (a scan of e.live, which holds
+        # every register not yet freed, made this quadratic in the tree's size)
+        e.release(sorted(r for r in set(mine) if r in e.live))
     e.free()
     return e.program()
 

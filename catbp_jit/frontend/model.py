@@ -27,6 +27,7 @@ import numpy as np
 from ..errors import clip, name_list, shown
 from ..ir import Program
 from ..memory import PlanTooLargeError, format_bytes, memory_limit
+from ..plan.gc_paused import gc_paused
 from ..plan.pipeline import RESULT
 from ..semiring import check_compiled_dtype, make_semiring
 from .absorb import absorb, cut_values
@@ -141,62 +142,65 @@ class CompiledModel:
         sizes = tuple(self.planned.variables.values())
         scopes = [tuple(self._planned_index[v] for v in f.scope) for f in self.planned.factors]
 
-        t0 = time.perf_counter()
-        say(f"planning {graph.name}: {len(sizes)} variables, {len(scopes)} factors")
-        # every belief is kept in a slot: the cliques' states together must fit in memory
-        total_given = max_total_bytes
-        max_total_bytes = memory_limit(max_total_bytes)
-        item = self.sr.dtype.itemsize
-        limits = PlanLimits(max_clique_states=max_clique_bytes // item,
-                            max_total_states=max_total_bytes // item)
-        # filed under the limits asked for, not the memory free at the moment (a cached plan
-        # is checked against the current limits before use)
-        kinds = ("junction", "contraction") if plan_kind == "auto" else (plan_kind,)
-        key = PlanKey(sizes, tuple(map(tuple, scopes)), tuple(ev_idx),
-                      self.evidence_vars if self.absorbed else (),
-                      replace(limits, max_total_states=None) if total_given is None else limits,
-                      kinds)
-        try:
-            self.plan_choice = choose_order(
-                sizes, scopes, limits=limits, search=plan_search, key=key,
-                progress=lambda msg: say(f"planning {graph.name}: {msg}"),
-                kinds=kinds)
-        except PlanLimitError as e:
-            run = e.run
-            limit = max_clique_bytes if run.stopped == "clique" else max_total_bytes
-            raise self._too_large(run.largest_variables, run.largest_states, run.tree_states,
-                                  run.stopped, limit, stopped=True) from None
-        # both plans of the order, with the evidence indicators the search left out
-        self.plan = junction_tree(sizes, scopes, self.plan_choice.order, ev_idx)
-        self.stats = self.plan.stats()
-        path = self.plan_choice.path  # a searched tree, else the order's
-        tree = (tree_from_path(sizes, scopes, path, ev_idx) if path is not None
-                else contraction_tree(sizes, scopes, self.plan_choice.order, ev_idx))
-        costs = {"junction": plan_cost(self.plan), "contraction": tree_cost(tree)}
-        if plan_kind == "auto":
-            plan_kind = min(costs, key=lambda k: (costs[k].flops, k != "junction"))
-        self.plan_kind = plan_kind
-        # the contraction tree when its programs run (the junction tree is kept either way)
-        self.contraction = tree if plan_kind == "contraction" else None
-        cost = costs[plan_kind]
-        self.stats.update(programs=f"{plan_kind} tree", estimated_flops=cost.flops,
-                          peak_bytes=cost.peak_bytes(item),
-                          junction_flops=costs["junction"].flops,
-                          contraction_flops=costs["contraction"].flops)
-        if self.contraction is not None:
-            self.stats.update(self.contraction.stats())
-        self._check_size(max_clique_bytes, max_total_bytes)
-        self.scaled = self.semiring == "PROB"  # see scaling.py
-        if self.contraction is not None:
-            self.programs = emit_contraction_programs(tree, len(scopes), ev_idx, scaled=self.scaled)
-            self._scale_slots = contraction_scale_slots(tree) if self.scaled else ()
-        else:
-            self.programs = emit_programs(self.plan, len(scopes), ev_idx, scaled=self.scaled)
-            self._scale_slots = scale_slots(self.plan) if self.scaled else ()
-        self.factor_specs = factor_specs(self.plan, scopes, ev_idx)
-        self._answer = answer_layout(graph.names, graph.variables, self._planned_index,
-                                     self._scale_slots)
-        self.times = {"plan_s": time.perf_counter() - t0}
+        # (the collector paused: see plan/gc_paused.py)
+        with gc_paused():
+            t0 = time.perf_counter()
+            say(f"planning {graph.name}: {len(sizes)} variables, {len(scopes)} factors")
+            # every belief is kept in a slot: the cliques' states together must fit in memory
+            total_given = max_total_bytes
+            max_total_bytes = memory_limit(max_total_bytes)
+            item = self.sr.dtype.itemsize
+            limits = PlanLimits(max_clique_states=max_clique_bytes // item,
+                                max_total_states=max_total_bytes // item)
+            # filed under the limits asked for, not the memory free at the moment (a cached plan
+            # is checked against the current limits before use)
+            kinds = ("junction", "contraction") if plan_kind == "auto" else (plan_kind,)
+            key = PlanKey(sizes, tuple(map(tuple, scopes)), tuple(ev_idx),
+                          self.evidence_vars if self.absorbed else (),
+                          replace(limits, max_total_states=None) if total_given is None else limits,
+                          kinds)
+            try:
+                self.plan_choice = choose_order(
+                    sizes, scopes, limits=limits, search=plan_search, key=key,
+                    progress=lambda msg: say(f"planning {graph.name}: {msg}"),
+                    kinds=kinds)
+            except PlanLimitError as e:
+                run = e.run
+                limit = max_clique_bytes if run.stopped == "clique" else max_total_bytes
+                raise self._too_large(run.largest_variables, run.largest_states, run.tree_states,
+                                      run.stopped, limit, stopped=True) from None
+            # both plans of the order, with the evidence indicators the search left out
+            self.plan = junction_tree(sizes, scopes, self.plan_choice.order, ev_idx)
+            self.stats = self.plan.stats()
+            path = self.plan_choice.path  # a searched tree, else the order's
+            tree = (tree_from_path(sizes, scopes, path, ev_idx) if path is not None
+                    else contraction_tree(sizes, scopes, self.plan_choice.order, ev_idx))
+            costs = {"junction": plan_cost(self.plan), "contraction": tree_cost(tree)}
+            if plan_kind == "auto":
+                plan_kind = min(costs, key=lambda k: (costs[k].flops, k != "junction"))
+            self.plan_kind = plan_kind
+            # the contraction tree when its programs run (the junction tree is kept either way)
+            self.contraction = tree if plan_kind == "contraction" else None
+            cost = costs[plan_kind]
+            self.stats.update(programs=f"{plan_kind} tree", estimated_flops=cost.flops,
+                              peak_bytes=cost.peak_bytes(item),
+                              junction_flops=costs["junction"].flops,
+                              contraction_flops=costs["contraction"].flops)
+            if self.contraction is not None:
+                self.stats.update(self.contraction.stats())
+            self._check_size(max_clique_bytes, max_total_bytes)
+            self.scaled = self.semiring == "PROB"  # see scaling.py
+            if self.contraction is not None:
+                self.programs = emit_contraction_programs(tree, len(scopes), ev_idx,
+                                                          scaled=self.scaled)
+                self._scale_slots = contraction_scale_slots(tree) if self.scaled else ()
+            else:
+                self.programs = emit_programs(self.plan, len(scopes), ev_idx, scaled=self.scaled)
+                self._scale_slots = scale_slots(self.plan) if self.scaled else ()
+            self.factor_specs = factor_specs(self.plan, scopes, ev_idx)
+            self._answer = answer_layout(graph.names, graph.variables, self._planned_index,
+                                         self._scale_slots)
+            self.times = {"plan_s": time.perf_counter() - t0}
 
         t0 = time.perf_counter()
         shape = (f"{self.stats['contractions']} contractions, largest loop "

@@ -186,7 +186,8 @@ def choose_order(sizes: Sequence[int], scopes: Sequence[Sequence[int]], *,
     except PlanLimitError as e:
         refused = e
     worth = _near(refused.run, limits) if greedy is None else greedy.cost.flops >= search.min_flops
-    if search.time_s <= 0 or not worth or not search_available() or len(scopes) < 2:
+    if (search.time_s <= 0 or not worth or not search_available() or len(scopes) < 2
+            or (greedy is not None and cliques_are_factors(sizes, scopes, greedy.order))):
         if greedy is None:
             raise refused
         return PlanChoice(greedy.order, "greedy", greedy.cost, greedy_cost=greedy.cost)
@@ -216,6 +217,17 @@ def choose_order(sizes: Sequence[int], scopes: Sequence[Sequence[int]], *,
                                                     best.path))
     return PlanChoice(best.order, best.planner, best.cost, search_s,
                       greedy.cost if greedy else None, best.path)
+
+
+def cliques_are_factors(sizes: Sequence[int], scopes: Sequence[Sequence[int]],
+                        order: Sequence[int]) -> bool:
+    """Whether every clique of the order's junction tree is the scope of a factor it
+    holds (a chain, a tree of pairwise factors): no plan loops over less than each
+    factor's table, so no search can pay for itself, and one trial of cotengra's on a
+    10^5-variable chain would take many minutes whatever the budget."""
+    plan = junction_tree(sizes, scopes, order)
+    return all(any(len(set(scopes[f])) == len(c.variables) for f in c.factors)
+               for c in plan.cliques)
 
 
 def _score(cost: PlanCost, limits: PlanLimits) -> float:

@@ -42,6 +42,8 @@ def adapt_axis_type(x: Any) -> AxisType:
 
 
 def _as_int(x: Any, what: str) -> int:
+    if type(x) is int:  # the common case, without the slow ABC check below
+        return x
     if isinstance(x, bool) or not isinstance(x, numbers.Integral):
         raise SpecError(f"{what} must be an integer, got {shown(x)}")
     return int(x)
@@ -85,6 +87,8 @@ def adapt_slot_key(x: Any) -> tuple:
 
 
 def _plain(v: Any) -> Any:
+    if type(v) is int or type(v) is str:
+        return v
     if isinstance(v, numbers.Integral) and not isinstance(v, bool):
         return int(v)
     return v
@@ -100,12 +104,16 @@ def adapt_opcode(x: Any) -> OpCode:
 
 
 def _reg(x: Any, what: str) -> int:
+    if type(x) is int:  # the common case, without the slow ABC check below
+        return x
     if isinstance(x, bool) or not isinstance(x, numbers.Integral):
         raise ProgramValueError(f"{what} must be a register id (int), got {shown(x)}")
     return int(x)
 
 
 def _regs(x: Any, what: str) -> tuple:
+    if type(x) is tuple and all(type(r) is int for r in x):  # already canonical
+        return x
     if isinstance(x, numbers.Integral) and not isinstance(x, bool):
         return (int(x),)
     if isinstance(x, (str, bytes)) or not isinstance(x, Iterable):

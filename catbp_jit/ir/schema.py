@@ -6,7 +6,7 @@ program written against CatBP reads the same here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Dict, Tuple
 
@@ -14,6 +14,11 @@ from typing import Dict, Tuple
 class AxisType(Enum):
     GEOMETRIC = 1  # a variable axis (VarID)
     TOPOLOGICAL = 2  # a mode axis (ModeID): a separate id namespace from variables
+
+    # Axis keys are dict keys everywhere in planning: Enum's own __hash__ is Python code
+    # (hash of the name), called millions of times for a long program. Members are
+    # singletons, so the identity hash is as good, and runs in C.
+    __hash__ = object.__hash__
 
 
 AxisKey = Tuple[AxisType, int]
@@ -24,20 +29,24 @@ class Axis:
     id: int
     kind: AxisType
     size: int
+    # (kind, id), made once: planning reads it millions of times. Not compared or shown.
+    key: AxisKey = field(init=False, repr=False, compare=False)
 
-    @property
-    def key(self) -> AxisKey:
-        return (self.kind, self.id)
+    def __post_init__(self):
+        object.__setattr__(self, "key", (self.kind, self.id))
 
 
 @dataclass(frozen=True)
 class TensorSpec:
     axes: Tuple[Axis, ...]
+    # axis key -> position, made once (see axis_pos). Not compared or shown.
+    _pos: Dict[AxisKey, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         # Accept any sequence of axes; store a tuple so specs hash and compare by value.
         if not isinstance(self.axes, tuple):
             object.__setattr__(self, "axes", tuple(self.axes))
+        object.__setattr__(self, "_pos", {ax.key: i for i, ax in enumerate(self.axes)})
 
     @property
     def shape(self) -> Tuple[int, ...]:
@@ -52,7 +61,9 @@ class TensorSpec:
         return len(self.axes)
 
     def axis_pos(self) -> Dict[AxisKey, int]:
-        return {ax.key: i for i, ax in enumerate(self.axes)}
+        """{axis key: position}; shared by every call (planning asks millions of times):
+        read it, do not change it."""
+        return self._pos
 
     def subset(self, keep_keys) -> "TensorSpec":
         """The axes named in keep_keys, in keep_keys order; absent keys are skipped."""

@@ -93,7 +93,17 @@ def validate_programs(programs: Any, *, factor_specs: Optional[Mapping[int, Any]
     loads are accepted and the specs downstream of them are unknown (checked at run time).
     slot_specs: slots that exist before the first program (the `slots=` of run_program).
     """
-    progs = adapt_programs(programs)
+    return check_programs(adapt_programs(programs), factor_specs=factor_specs,
+                          selector_specs=selector_specs, slot_specs=slot_specs,
+                          itemsize=itemsize, max_bytes=max_bytes)
+
+
+def check_programs(progs: List[Program], *, factor_specs: Optional[Mapping[int, Any]] = None,
+                   selector_specs: Optional[Mapping[int, Any]] = None,
+                   slot_specs: Optional[Mapping[Any, Any]] = None, itemsize: int = 8,
+                   max_bytes: int = DEFAULT_MAX_BYTES) -> ValidatedPrograms:
+    """validate_programs for programs adapt_programs made (compile() has adapted them
+    already: a second pass over a long program costs seconds)."""
     fspecs = None if factor_specs is None else {int(k): adapt_spec(v) for k, v in factor_specs.items()}
     sspecs = None if selector_specs is None else {int(k): adapt_spec(v) for k, v in selector_specs.items()}
     slots: Dict[SlotKey, Any] = {}

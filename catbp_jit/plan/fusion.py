@@ -140,10 +140,13 @@ def fuse(g: Graph, max_leaves: int = DEFAULT_MAX_LEAVES) -> Fused:
         elif node.op == NORMALIZE:
             src = node.inputs[0]
             if src in by_out and consumers[src] == 1 and src not in outputs:
-                old = segments[by_out.pop(src)]
-                segments[segments.index(old)] = seg = Segment(
-                    nid, old.out_spec, old.red_axes, old.leaves, old.reduce, True, old.nodes + (nid,))
-                by_out[nid] = segments.index(seg)
+                # the producer's segment becomes this one, in place (by index: a search
+                # of the list would make fusion quadratic in the program's length)
+                at = by_out.pop(src)
+                old = segments[at]
+                segments[at] = Segment(nid, old.out_spec, old.red_axes, old.leaves, old.reduce,
+                                       True, old.nodes + (nid,))
+                by_out[nid] = at
                 continue
             seg = Segment(nid, node.spec, (), (base_of(g, src),), False, True, (nid,))
         else:

@@ -14,6 +14,8 @@ from .graph import CONTRACT, ELIMINATE, INPUT_OPS, NORMALIZE, UNIT, VIEW, Graph,
 
 
 def _rebuild(g: Graph, keep, remap: Dict[int, int]) -> Graph:
+    if not remap and len(keep) == len(g.nodes):  # nothing dropped or renamed
+        return g
     nodes = {}
     for nid, node in g.nodes.items():
         if nid in keep:

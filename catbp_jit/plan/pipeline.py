@@ -15,11 +15,13 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ..ir.ops import Program
 from ..ir.schema import TensorSpec
-from ..ir.validate import validate_programs
+from ..ir.validate import check_programs
 from ..memory import PlanTooLargeError, format_bytes, memory_limit
+from ..progress import Progress, silent
 from ..semiring import VMSemiringRuntime
 from .arena import MemoryPlan, plan_memory
 from .fusion import Fused, fuse
+from .gc_paused import gc_paused
 from .gemm import gemm_workspace
 from .graph import FACTOR, SELECTOR, SLOT_IN, UNIT, Graph, build_graph
 from .hoist import hoist_prefixes
@@ -70,32 +72,40 @@ class Plan:
     def bound(self, kind: str) -> List[Binding]:
         return [b for b in self.bindings if b.kind == kind]
 
+@gc_paused()
 def plan(progs: List[Program], sr: VMSemiringRuntime, fspecs: Dict[int, TensorSpec],
          sspecs: Dict[int, TensorSpec], lspecs: Dict[tuple, TensorSpec],
          options: PlanOptions = PlanOptions(), batch_key: Optional[tuple] = None,
-         static: StaticInputs = StaticInputs()) -> Plan:
+         static: StaticInputs = StaticInputs(), progress: Optional[Progress] = None) -> Plan:
     """The plan of adapted programs. batch_key: the batch axis of programs rewritten by
     ir/batch.py (their NORMALIZEs work per row), else None. static: the inputs whose
     segments run only when they change (plan/static.py). A plan whose arenas exceed
-    options.max_total_bytes raises PlanTooLargeError."""
+    options.max_total_bytes raises PlanTooLargeError. progress: hears a line per stage
+    (and counts, in long ones: progress.py)."""
+    say = progress or silent
     check_static_ids(static, fspecs.keys(), sspecs.keys(), program_names(progs))
-    checked = validate_programs(progs, factor_specs=fspecs, selector_specs=sspecs,
-                                slot_specs=lspecs, itemsize=sr.dtype.itemsize,
-                                max_bytes=options.max_bytes)
+    say(f"planning: checking {sum(len(p) for p in progs):,} instructions")
+    checked = check_programs(progs, factor_specs=fspecs, selector_specs=sspecs,
+                             slot_specs=lspecs, itemsize=sr.dtype.itemsize,
+                             max_bytes=options.max_bytes)
+    say("planning: the graph and its passes")
     graph = optimize(build_graph(checked, sr.name, lspecs))
+    say(f"planning: fusing {len(graph.nodes):,} nodes")
     fused = fuse(graph, options.max_leaves)
     if not options.exact:  # opt-in: regroup products and sums (plan/reassociate.py)
         fused = reassociate(fused, batch_key)
     elif options.hoist:  # (a path of pairwise products needs no hoisting)
         fused = hoist_prefixes(fused)
     # layouts first: they break ties by program order, and must not depend on `static`
+    say(f"planning: memory and layouts of {len(fused.segments):,} segments")
     layouts = choose_layouts(fused, batch_key)
     fused, n_static = static_first(fused, static)
     memory = plan_memory(fused, sr.dtype.itemsize, options.align_bytes,
                          persistent_values(fused, n_static),
                          gemm_workspace(fused, layouts, sr.dtype.name, options))
     check_plan_fits(progs, memory, options.max_total_bytes)
-    schedule = build_schedule(fused, memory, sr.dtype.name, layouts, batch_key, options)
+    say(f"planning: lowering {len(fused.segments):,} segments")
+    schedule = build_schedule(fused, memory, sr.dtype.name, layouts, batch_key, options, progress)
     return Plan(progs, sr, fspecs, sspecs, lspecs, options, batch_key, graph, fused, memory,
                 schedule, binding_table(fused, memory), static, n_static)
 

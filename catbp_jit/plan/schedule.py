@@ -22,6 +22,7 @@ import numpy as np
 
 from .. import abi
 from ..ir.schema import TensorSpec, element_count
+from ..progress import Progress, ticker
 from ..semiring import SEMIRINGS
 from .arena import MemoryPlan
 from .fusion import Fused, Segment
@@ -167,35 +168,80 @@ def normalize_groups(seg: Segment, layout: TensorSpec, batch_key: Optional[tuple
     return [rows, 1, rows]
 
 
+def shape_key(seg: Segment, fused: Fused, layouts: Dict[int, TensorSpec],
+              batch_key: Optional[tuple]) -> tuple:
+    """Everything lower_segment reads about a segment but its arena offsets, with axes
+    named by first appearance (lowering matches axes by key, never orders by it): the
+    segments of one shape (a chain's links, a grid's rows) have equal keys and lower to
+    the same pattern and row, offsets aside."""
+    names = {batch_key: -1}  # the batch axis is told apart (normalize_groups)
+
+    def spec(s: TensorSpec) -> tuple:
+        return tuple((names.setdefault(ax.key, len(names)), ax.size) for ax in s.axes)
+    return (spec(seg.out_spec), spec(TensorSpec(seg.red_axes)), seg.reduce, seg.normalize,
+            spec(layouts[seg.out]),
+            tuple((spec(fused.specs[leaf]), spec(layouts[leaf])) for leaf in seg.leaves))
+
+
+def lower_segments(fused: Fused, memory: MemoryPlan, dtype: str,
+                   layouts: Dict[int, TensorSpec], batch_key: Optional[tuple],
+                   options: PlanOptions, progress: Optional[Progress] = None) -> List[Step]:
+    """Every segment's Step. Segments of one shape are lowered once (shape_key) and each
+    given its own offsets: the cost model was most of the time a long program planned."""
+    tick = ticker(progress, "planning: segments lowered", len(fused.segments))
+    lowered: Dict[tuple, Step] = {}
+    steps = []
+    regions = memory.regions
+    for i, seg in enumerate(fused.segments):
+        tick(i)
+        gemm = gemm_step(i, seg, fused, memory, dtype, layouts, batch_key, options)
+        if gemm is not None:
+            steps.append(gemm)
+            continue
+        key = shape_key(seg, fused, layouts, batch_key)
+        first = lowered.get(key)
+        if first is None:
+            lowered[key] = step = lower_segment(seg, fused, memory, dtype, layouts, batch_key, options)
+        else:
+            leaves = tuple((regions[leaf].offset, row)
+                           for leaf, (_, row) in zip(seg.leaves, first.params.leaves))
+            params = replace(first.params, out=regions[seg.out].offset, leaves=leaves)
+            step = Step(seg, first.pattern, params, first.work)
+        steps.append(step)
+    return steps
+
+
 def build_schedule(fused: Fused, memory: MemoryPlan, dtype: str,
                    layouts: Optional[Dict[int, TensorSpec]] = None,
                    batch_key: Optional[tuple] = None,
-                   options: PlanOptions = PlanOptions()) -> Schedule:
+                   options: PlanOptions = PlanOptions(),
+                   progress: Optional[Progress] = None) -> Schedule:
     """batch_key: the batch axis of programs rewritten by ir/batch.py, if any."""
     layouts = layouts if layouts is not None else dict(fused.specs)
-    steps = [gemm_step(i, seg, fused, memory, dtype, layouts, batch_key, options)
-             or lower_segment(seg, fused, memory, dtype, layouts, batch_key, options)
-             for i, seg in enumerate(fused.segments)]
+    steps = lower_segments(fused, memory, dtype, layouts, batch_key, options, progress)
     # kernels in a canonical order, so that schedules using the same kernels share one
     # compiled dispatcher
     patterns = sorted({st.pattern for st in steps}, key=lambda p: p.name)
     ids: Dict[KernelPattern, int] = {p: i for i, p in enumerate(patterns)}
     # laid out in order: step rows, parameters, offset tables, scratch
-    cursor = abi.STEP_ROW * len(steps) + sum(len(st.params.pack()) for st in steps)
-    with_tables, tables = [], []
+    cursor = abi.STEP_ROW * len(steps) + sum(st.params.size() for st in steps)
+    with_tables, tables = [], []  # each step's params, its offset tables placed
     for st in steps:
-        accesses = []
-        for acc in st.params.accesses:
-            if acc.kind == abi.GATHERED:
-                acc = replace(acc, table=cursor)
-                cursor += len(acc.offsets)
-                tables += acc.offsets
-            accesses.append(acc)
-        with_tables.append(replace(st, params=replace(st.params, accesses=tuple(accesses))))
+        params = st.params
+        if any(acc.kind == abi.GATHERED for acc in params.accesses):
+            accesses = []
+            for acc in params.accesses:
+                if acc.kind == abi.GATHERED:
+                    acc = replace(acc, table=cursor)
+                    cursor += len(acc.offsets)
+                    tables += acc.offsets
+                accesses.append(acc)
+            params = replace(params, accesses=tuple(accesses))
+        with_tables.append(params)
     placed = []
-    for st in with_tables:
-        placed.append(replace(st, params=replace(st.params, scratch=cursor)))
-        cursor += st.params.scratch_size()
+    for st, params in zip(steps, with_tables):
+        placed.append(Step(st.segment, st.pattern, replace(params, scratch=cursor), st.work))
+        cursor += params.scratch_size()
     head: List[int] = []
     params: List[int] = []
     for st in placed:
