@@ -32,7 +32,7 @@ from typing import List
 
 from .. import abi
 from ..plan.loops import ACROSS_OUTPUTS, ACROSS_REDUCED
-from ..plan.schedule import KernelPattern
+from ..plan.steps import KernelPattern
 from ..semiring import SEMIRINGS, Semiring
 from .reduction import reduced_value
 

@@ -18,7 +18,7 @@ terms. The shifted exponentials live in the step's workspace (GEMM_WORK).
 from __future__ import annotations
 
 from .. import abi
-from ..plan.schedule import KernelPattern
+from ..plan.steps import KernelPattern
 from ..semiring import SEMIRINGS
 from .cpu import _normalize
 

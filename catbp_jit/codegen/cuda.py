@@ -38,7 +38,7 @@ import numpy as np
 
 from .. import abi
 from ..plan.loops import ACROSS_REDUCED
-from ..plan.schedule import KernelPattern
+from ..plan.steps import KernelPattern
 from ..semiring import SEMIRINGS, Semiring
 from .reduction import reduced_value
 

@@ -17,7 +17,7 @@ import numpy as np
 from ..cache import CacheMissError, KernelCache, default_cache
 from ..errors import CudaUnavailableError
 from ..plan.pipeline import Plan
-from ..plan.schedule import KernelPattern
+from ..plan.steps import KernelPattern
 from .loader import Kernel, kernel_unit
 
 INSTALL_HINT = "pip install -e '.[cuda]' (or pip install numba-cuda)"

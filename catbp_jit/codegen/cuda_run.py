@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, List, Sequence, Tuple
 
-from ..plan.schedule import KernelPattern, Schedule
+from ..plan.schedule import Schedule
+from ..plan.steps import KernelPattern
 from . import cuda
 
 # Blocks per launch at most: the grid-stride loop covers the rest (on a GPU, a few waves of

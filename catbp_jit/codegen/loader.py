@@ -15,7 +15,7 @@ from typing import Any, Dict
 from numba.core import sigutils
 
 from ..cache import KernelCache
-from ..plan.schedule import KernelPattern
+from ..plan.steps import KernelPattern
 from . import cpu, cpu_gemm, dispatch
 
 # Every entry takes int64s (addresses, lengths, an offset): no array, so no MemInfo per

@@ -11,7 +11,6 @@ import ast
 import functools
 import io
 import math
-import numbers
 import re
 import tokenize
 from types import SimpleNamespace
@@ -21,7 +20,7 @@ from ..errors import ProgramValueError
 from .adapt import adapt_instruction
 from .listing import format_instruction, format_program, format_programs, format_value  # noqa: F401 (re-exported)
 from .listing import is_axis_key
-from .ops import Instruction, OpCode, Program
+from .ops import Program
 from .schema import Axis, AxisType, TensorSpec
 
 

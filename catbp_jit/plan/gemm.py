@@ -30,6 +30,7 @@ from ..ir.schema import TensorSpec
 from .arena import MemoryPlan
 from .fusion import Fused, Segment
 from .options import PlanOptions
+from .steps import KernelPattern, Step, c_strides, normalize_groups
 
 GEMM_SEMIRINGS = ("PROB", "LOGPROB")
 GEMM_DTYPES = ("float64", "float32")
@@ -92,7 +93,7 @@ def gemm_shape(seg: Segment, fused: Fused, layouts: Dict[int, TensorSpec], dtype
 
 def _shape(a: int, b: int, rows, cols, ks, shared, out_l: TensorSpec, a_l: TensorSpec,
            b_l: TensorSpec, dtype: str) -> Optional[GemmShape]:
-    so, sa, sb = (_strides(spec) for spec in (out_l, a_l, b_l))
+    so, sa, sb = (c_strides(spec) for spec in (out_l, a_l, b_l))
     size = {ax.key: ax.size for spec in (out_l, a_l, b_l) for ax in spec.axes}
     m, n, k = (_count(g, size) for g in (rows, cols, ks))
     if dtype == "float32" and k > FLOAT32_MAX_K or m * n * k < MIN_WORK:
@@ -132,14 +133,6 @@ def _group(keys: Sequence[tuple], strides: Dict[tuple, int], size: Dict[tuple, i
     return step
 
 
-def _strides(spec: TensorSpec) -> Dict[tuple, int]:
-    strides, step = {}, 1
-    for ax in reversed(spec.axes):
-        strides[ax.key] = step
-        step *= ax.size
-    return strides
-
-
 def _count(keys, size) -> int:
     n = 1
     for x in keys:
@@ -164,7 +157,6 @@ def gemm_step(index: int, seg: Segment, fused: Fused, memory: MemoryPlan, dtype:
               layouts: Dict[int, TensorSpec], batch_key: Optional[tuple],
               options: PlanOptions):
     """The GEMM Step of segment `index`, or None (then it is lowered to a loop kernel)."""
-    from .schedule import KernelPattern, Step, normalize_groups
 
     shape = gemm_shape(seg, fused, layouts, dtype, options)
     if shape is None:

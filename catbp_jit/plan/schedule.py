@@ -1,22 +1,21 @@
 """Lowering: each segment becomes a kernel pattern plus a row of integer parameters.
 
-A kernel is specialized on its pattern only (semiring, dtype, number of leaves, output
-rank, reduced rank, normalize, parallel), never on sizes: sizes, strides and arena offsets
-are runtime data in one int64 table, so segments of one pattern share one compiled kernel
-across programs and models (seed 004). To keep patterns few, the loop space is put in a
+A kernel is specialized on its pattern only (plan/steps.py: semiring, dtype, reduce,
+normalize, parallel, vector), never on sizes or its number of leaves: sizes, strides,
+leaves and arena offsets are runtime data in one int64 table, so segments of one pattern
+share one compiled kernel across programs and models. To keep patterns few, the loop space is put in a
 canonical form first: size-1 axes are dropped and neighbouring axes that are contiguous in
 every operand are merged, as numpy's iterator does.
 
 The table's layout, the kernel ABI, is defined in abi.py: one (kernel id, parameter
 offset) row per step, then the parameters, then the offset tables, then scratch space for
-the kernels' loop counters. Kernels are therefore specialized on (semiring, dtype,
-leaves, reduce, normalize, parallel) and nothing else.
+the kernels' loop counters.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
-from typing import Dict, List, Optional, Tuple, Union
+from dataclasses import dataclass, replace
+from typing import Dict, List, Optional
 
 import numpy as np
 
@@ -29,39 +28,7 @@ from .fusion import Fused, Segment
 from .gemm import gemm_step
 from .loops import ACROSS_OUTPUTS, ACROSS_REDUCED, canonical_loops, loop_nest
 from .options import PlanOptions
-
-
-@dataclass(frozen=True)
-class KernelPattern:
-    """What a kernel is specialized on: not sizes, and not its number of leaves, which
-    the kernel reads from its row of the table like the sizes (abi.LEAVES)."""
-    semiring: str
-    dtype: str
-    reduce: bool
-    normalize: bool
-    parallel: bool
-    # the axes of its vector (plan/loops.py): ACROSS_OUTPUTS (always, if it does not
-    # reduce) or ACROSS_REDUCED
-    vector: str = ACROSS_OUTPUTS
-    template: str = "contract_reduce"
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-    @property
-    def name(self) -> str:
-        across = self.reduce and self.vector == ACROSS_OUTPUTS and self.template == "contract_reduce"
-        flags = ("_reduce" if self.reduce else "") + ("_across_outputs" if across else "") + \
-            ("_norm" if self.normalize else "") + ("_par" if self.parallel else "")
-        return f"{self.template}_{self.semiring.lower()}_{self.dtype}{flags}"
-
-
-@dataclass(frozen=True)
-class Step:
-    segment: Segment
-    pattern: KernelPattern
-    params: Union[abi.StepParams, abi.GemmParams]  # by pattern.template
-    work: int  # output elements x reduced elements x leaves
+from .steps import KernelPattern, Step, c_strides, normalize_groups  # noqa: F401 (re-exported)
 
 
 @dataclass
@@ -75,15 +42,6 @@ class Schedule:
 
     def param_offset(self, i: int) -> int:
         return int(self.table[abi.STEP_ROW * i + abi.STEP_PARAMS])
-
-
-def c_strides(spec: TensorSpec) -> Dict[tuple, int]:
-    """Element strides of a C-contiguous tensor, by axis key."""
-    strides, step = {}, 1
-    for ax in reversed(spec.axes):
-        strides[ax.key] = step
-        step *= ax.size
-    return strides
 
 
 def lower_segment(seg: Segment, fused: Fused, memory: MemoryPlan, dtype: str,
@@ -125,7 +83,6 @@ def lower_segment(seg: Segment, fused: Fused, memory: MemoryPlan, dtype: str,
                      space >= options.parallel_min_work, options.across)
     sizes, operands, nb = nest.sizes, nest.operands, nest.nb
     out_rank, red_rank = nest.out_rank, len(sizes) - nest.out_rank
-    rank = out_rank + red_rank
     block_sizes = nest.vector_sizes()
     leaf_rows = operands[1:]
     accesses = tuple(nest.access(i) for i in range(1, len(operands))) + (nest.access(0),)
@@ -153,19 +110,6 @@ def lower_segment(seg: Segment, fused: Fused, memory: MemoryPlan, dtype: str,
 def row_count(spec: TensorSpec, batch_key: Optional[tuple]) -> int:
     """Elements of one batch row of a value (all of them if it is not batched)."""
     return element_count(TensorSpec(tuple(ax for ax in spec.axes if ax.key != batch_key)))
-
-
-def normalize_groups(seg: Segment, layout: TensorSpec, batch_key: Optional[tuple]) -> List[int]:
-    """[groups, group stride, element stride]: a NORMALIZE normalizes each of `groups`
-    parts of its output alone, part g being the elements at g * group stride + i *
-    element stride: one part per batch row (the batch axis is innermost), else [1, 0, 1].
-    The rest of a row is walked in its memory order, the unbatched value's order."""
-    if not seg.normalize or batch_key is None or not seg.out_spec.has_key(batch_key):
-        return [1, 0, 1]
-    if layout.axes[-1].key != batch_key:  # ir/batch.py and layout.py keep it innermost
-        raise AssertionError(f"segment v{seg.out}: batch axis not innermost in {layout}")
-    rows = layout.axes[-1].size
-    return [rows, 1, rows]
 
 
 def shape_key(seg: Segment, fused: Fused, layouts: Dict[int, TensorSpec],

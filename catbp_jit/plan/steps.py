@@ -1,0 +1,68 @@
+"""What a schedule is made of: a step (a segment, its kernel pattern, its parameters) and
+the pattern a kernel is specialized on. Shared by the loop lowering (schedule.py) and the
+GEMM lowering (gemm.py), which the schedule tries first."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Dict, List, Optional, Union
+
+from .. import abi
+from ..ir.schema import TensorSpec
+from .fusion import Segment
+from .loops import ACROSS_OUTPUTS
+
+
+@dataclass(frozen=True)
+class KernelPattern:
+    """What a kernel is specialized on: not sizes, and not its number of leaves, which
+    the kernel reads from its row of the table like the sizes (abi.LEAVES)."""
+    semiring: str
+    dtype: str
+    reduce: bool
+    normalize: bool
+    parallel: bool
+    # the axes of its vector (plan/loops.py): ACROSS_OUTPUTS (always, if it does not
+    # reduce) or ACROSS_REDUCED
+    vector: str = ACROSS_OUTPUTS
+    template: str = "contract_reduce"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    @property
+    def name(self) -> str:
+        across = self.reduce and self.vector == ACROSS_OUTPUTS and self.template == "contract_reduce"
+        flags = ("_reduce" if self.reduce else "") + ("_across_outputs" if across else "") + \
+            ("_norm" if self.normalize else "") + ("_par" if self.parallel else "")
+        return f"{self.template}_{self.semiring.lower()}_{self.dtype}{flags}"
+
+
+@dataclass(frozen=True)
+class Step:
+    segment: Segment
+    pattern: KernelPattern
+    params: Union[abi.StepParams, abi.GemmParams]  # by pattern.template
+    work: int  # output elements x reduced elements x leaves
+
+
+def c_strides(spec: TensorSpec) -> Dict[tuple, int]:
+    """Element strides of a C-contiguous tensor, by axis key."""
+    strides, step = {}, 1
+    for ax in reversed(spec.axes):
+        strides[ax.key] = step
+        step *= ax.size
+    return strides
+
+
+def normalize_groups(seg: Segment, layout: TensorSpec, batch_key: Optional[tuple]) -> List[int]:
+    """[groups, group stride, element stride]: a NORMALIZE normalizes each of `groups`
+    parts of its output alone, part g being the elements at g * group stride + i *
+    element stride: one part per batch row (the batch axis is innermost), else [1, 0, 1].
+    The rest of a row is walked in its memory order, the unbatched value's order."""
+    if not seg.normalize or batch_key is None or not seg.out_spec.has_key(batch_key):
+        return [1, 0, 1]
+    if layout.axes[-1].key != batch_key:  # ir/batch.py and layout.py keep it innermost
+        raise AssertionError(f"segment v{seg.out}: batch axis not innermost in {layout}")
+    rows = layout.axes[-1].size
+    return [rows, 1, rows]
