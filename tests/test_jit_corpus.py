@@ -19,49 +19,13 @@ from catbp_jit.bundle import load_bundle
 
 from conftest import CORPUS
 import foreign
-from jit_helpers import executable, inputs
+from jit_helpers import RTOL, compare_slots, executable, inputs
 
 IDS = [p.name for p in CORPUS]
-RTOL = {np.dtype(np.float64): 1e-9, np.dtype(np.float32): 1e-5}
 MODES = ("compiled", "loop")
 
 # float64 max relative error per (bundle, way), for the summary test.
 _F64_ERRORS = {}
-
-
-def compare_slots(got, bundle):
-    """Assert `got` reproduces bundle.expected_slots within §1's tolerances.
-
-    Returns the largest relative error seen over the float slots (0.0 for exact ones)."""
-    expected = bundle.expected_slots
-    assert set(got) == set(expected), sorted(map(repr, set(got) ^ set(expected)))
-    worst = 0.0
-    for key, (want, want_spec) in expected.items():
-        arr, spec = got[key]
-        arr = np.asarray(arr)
-        assert spec == want_spec, (key, spec, want_spec)
-        assert arr.dtype == want.dtype, (key, arr.dtype, want.dtype)
-        assert arr.shape == want.shape, (key, arr.shape, want.shape)
-        if want.dtype.kind not in "fc":
-            assert np.array_equal(arr, want), (key, arr, want)
-            continue
-        # non-finite values: the same positions, the same values (NaN, +inf or -inf)
-        a_nan, w_nan = np.isnan(arr), np.isnan(want)
-        assert np.array_equal(a_nan, w_nan), (key, "NaN positions differ", arr, want)
-        a_inf, w_inf = np.isinf(arr), np.isinf(want)
-        assert np.array_equal(a_inf, w_inf), (key, "inf positions differ", arr, want)
-        assert np.array_equal(arr[a_inf], want[w_inf]), (key, "inf signs differ", arr, want)
-        fin = np.isfinite(want)
-        a, w = arr[fin].astype(np.float64), want[fin].astype(np.float64)
-        diff = np.abs(a - w)
-        rtol = RTOL[want.dtype]
-        # atol 0: where the expected value is 0 the result must be exactly 0
-        assert np.all(diff <= rtol * np.abs(w)), (
-            key, "beyond rtol", rtol, float(np.max(diff / np.maximum(np.abs(w), np.finfo(np.float64).tiny))))
-        nz = w != 0
-        if nz.any():
-            worst = max(worst, float(np.max(diff[nz] / np.abs(w[nz]))))
-    return worst
 
 
 def check(got, bundle, way):
