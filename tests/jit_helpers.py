@@ -80,6 +80,23 @@ def session_results(sess, inputs: Inputs) -> dict:
     return {k: (np.array(v, copy=True), s) for k, (v, s) in out.items()}
 
 
+def run_dropin(case: Case, which: int, mode: str) -> dict:
+    sr = case.sr()
+    slots = dict(case.initial_slots(which))
+    for p in case.programs:
+        slots = catbp_jit.run_program(p, sr, case.factor_provider(which),
+                                      case.selector_provider(which), slots=slots, mode=mode)
+    return slots
+
+
+def run_dropin_vm(case: Case, which: int, mode: str) -> dict:
+    vm = catbp_jit.VirtualMachine(case.sr(), mode=mode)
+    vm.slots.data.update(case.initial_slots(which))
+    for p in case.programs:
+        vm.run(p, case.factor_provider(which), case.selector_provider(which))
+    return vm.slots.data
+
+
 def assert_same_slots(ref: dict, got: dict, case: Case, what: str = "jit") -> None:
     dtype = case.dtype
     assert set(got) == set(ref), (f"{what}: slot keys differ: missing {set(ref) - set(got)}, "

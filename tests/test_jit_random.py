@@ -28,32 +28,13 @@ from hypothesis import strategies as st
 import catbp_jit
 from catbp_jit import AxisType, Instruction, OpCode, Program
 
-from jit_helpers import (assert_same_slots, compile_case, record, run_reference,
-                         session_results, settings)
+from jit_helpers import (assert_same_slots, compile_case, record, run_dropin, run_dropin_vm,
+                         run_reference, session_results, settings)
 from random_programs import (SEMIRINGS, Case, Inputs, cases, contract, elim, load, load_slot,
                              normalize, sp, store, unit)
 
 G, T = AxisType.GEOMETRIC, AxisType.TOPOLOGICAL
 OP = OpCode
-
-
-# ------------------------------------------------------------------------------ running
-
-def run_dropin(case: Case, which: int, mode: str) -> dict:
-    sr = case.sr()
-    slots = dict(case.initial_slots(which))
-    for p in case.programs:
-        slots = catbp_jit.run_program(p, sr, case.factor_provider(which),
-                                      case.selector_provider(which), slots=slots, mode=mode)
-    return slots
-
-
-def run_dropin_vm(case: Case, which: int, mode: str) -> dict:
-    vm = catbp_jit.VirtualMachine(case.sr(), mode=mode)
-    vm.slots.data.update(case.initial_slots(which))
-    for p in case.programs:
-        vm.run(p, case.factor_provider(which), case.selector_provider(which))
-    return vm.slots.data
 
 
 # ---------------------------------------------------------------------------- comparing
