@@ -35,7 +35,7 @@ def brute_force(graph, evidence):
     names = list(graph.variables)
     shape = tuple(graph.variables.values())
     joint = np.ones(shape)
-    letters = "abcdefghijklmnop"
+    letters = "abcdefghijklmnopqrstuvwxyz"
     for f in graph.factors:
         sub = "".join(letters[names.index(v)] for v in f.scope)
         joint = joint * np.einsum(f"{sub}->{''.join(sorted(sub))}", f.values).reshape(

@@ -158,25 +158,33 @@ def test_a_clique_too_large_is_refused_with_its_size():
         compile_model(graph, "prob", max_clique_bytes=1024)
 
 
+def hub_with_children(extra: int):
+    """h (3 states) and 11 binary children x0..x10, each in a factor with h; `extra` binary
+    variables share h's own factor, so the hub clique grows (2**extra) while the
+    children's separators stay {h}."""
+    rng = np.random.default_rng(11)
+    ys = tuple(f"y{j}" for j in range(extra))
+    sizes = {"h": 3, **{y: 2 for y in ys}, **{f"x{i}": 2 for i in range(11)}}
+    factors = [(("h",) + ys, rng.uniform(0.1, 1, (3,) + (2,) * extra))] + \
+        [(("h", f"x{i}"), rng.uniform(0, 1, (3, 2))) for i in range(11)]
+    return factor_graph(sizes, factors)
+
+
 @pytest.mark.parametrize("suffixes", [False, True])
 def test_a_clique_with_many_children(suffixes, monkeypatch):
-    """A hub clique's downward messages: halving (its suffixes are too large to keep) and,
-    forced, the prefix/suffix scheme; both exact, in every semiring."""
+    """A hub clique's downward messages: halving (its suffixes are too large to keep: a
+    clique of 6 states) and, where the hub clique holds 96 states, the prefix/suffix
+    scheme; both exact, in every semiring."""
     from catbp_jit.frontend import emit
-    if suffixes:
-        monkeypatch.setattr(emit, "_suffixes_fit", lambda plan, a, kids: True)
     halvings = []
     halve = emit._send_halving
     monkeypatch.setattr(emit, "_send_halving", lambda *args: (halvings.append(1), halve(*args))[1])
-    rng = np.random.default_rng(11)
-    sizes = {"h": 3, **{f"x{i}": 2 for i in range(11)}}
-    factors = [(("h",), rng.uniform(0.1, 1, 3))] + \
-        [(("h", f"x{i}"), rng.uniform(0, 1, (3, 2))) for i in range(11)]
-    graph = factor_graph(sizes, factors)
+    graph = hub_with_children(5 if suffixes else 0)
     evidence = {"x3": 1}
     joint, marg = brute_force(graph, evidence)
     for semiring in SEMIRINGS:
-        model = compile_model(graph, semiring, evidence_vars=["x3"], target="reference")
+        model = compile_model(graph, semiring, evidence_vars=["x3"], target="reference",
+                              plan_kind="junction")
         assert max(len(c.children) for c in model.plan.cliques) >= 9
         check_solution(model.solve(evidence), joint, marg, semiring)
     assert bool(halvings) is not suffixes
