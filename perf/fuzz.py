@@ -4,8 +4,9 @@ The programs come from the generator the tests use (tests/random_programs.py), s
 a seed is a reproducer. Each case runs through the reference interpreter and through
 every target available: the JIT in loop mode (every case), in compiled mode and through
 the drop-in API (every --every-th case: each compiles a dispatcher). Slots are compared as
-the tests compare them (tests/test_jit_random.py: same keys, specs, dtypes; integers and
-bools exactly; floats within the design tolerances, NaN and inf in the same places).
+the tests compare them (assert_same_slots in tests/jit_helpers.py: same keys, specs,
+dtypes; integers and bools exactly; floats within the design tolerances, NaN and inf in
+the same places).
 
     python perf/fuzz.py --count 10000 --seed 0 [--semiring prob|logprob|sat|count] [--every 50]
 
@@ -26,8 +27,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the generator and the comparison the tests use
 
 from random_programs import SEMIRINGS, case_from_seed  # noqa: E402
-from test_jit_random import (assert_same_slots, compile_case, run_dropin,  # noqa: E402
-                             run_reference, session_results)
+from jit_helpers import (assert_same_slots, compile_case, run_dropin,  # noqa: E402
+                         run_reference, session_results)
 
 DTYPES = {name: [d for s, d in SEMIRINGS if s == name] for name, _ in SEMIRINGS}
 

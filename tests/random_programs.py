@@ -14,6 +14,10 @@ compute each value (a CONTRACT inlines a CONTRACT it reads first; an ELIMINATE o
 NORMALIZE joins its producer's segment) and keeps it within per-semiring limits
 (`LIMITS`). (Kernels no longer depend on the number of leaves, so the limits bound the
 size of a product, not the number of patterns to compile.)
+
+Hand-written programs are built from the same instructions: `sp` (a spec), `load`,
+`unit`, `contract`, `elim`, `normalize`, `store`, `load_slot`; `gemm_case` is a matrix
+product as a Case.
 """
 
 from __future__ import annotations
@@ -485,3 +489,57 @@ def case_from_seed(seed: int, semiring: Optional[str] = None, dtype: Optional[st
     if semiring is None:
         semiring, dtype = c.choice(SEMIRINGS)
     return generate(c, semiring, dtype, **kw)
+
+
+# ------------------------------------------------------------- hand-written programs
+
+def sp(*axes) -> TensorSpec:
+    """sp((G, 0, 2), (T, 3, 4)): a spec of (kind, id, size) axes."""
+    return TensorSpec(tuple(Axis(aid, kind, size) for kind, aid, size in axes))
+
+
+def load(dst, fid):
+    return Instruction(OP.LOAD_FACTOR, dst, {"factor_id": fid})
+
+
+def unit(dst, spec):
+    return Instruction(OP.UNIT, dst, {}, spec)
+
+
+def contract(dst, inputs, out):
+    return Instruction(OP.CONTRACT, dst, {"inputs": tuple(inputs), "out_spec": out}, out)
+
+
+def elim(dst, src, keep):
+    return Instruction(OP.ELIMINATE, dst, {"src": src, "keep_keys": tuple(keep)})
+
+
+def normalize(src):
+    return Instruction(OP.NORMALIZE, None, {"src": src})
+
+
+def store(key, src):
+    return Instruction(OP.STORE_SLOT, None, {"slot": key, "src": src})
+
+
+def load_slot(dst, key):
+    return Instruction(OP.LOAD_SLOT, dst, {"slot": key})
+
+
+# Σ_k a ⊗ b as a matrix product (test_reassociate's GEMM tests, test_jit_invariants')
+AI, AJ, AK, AB = Axis(10, G, 12), Axis(11, G, 20), Axis(12, G, 24), Axis(13, G, 3)
+
+
+def gemm_case(semiring, dtype, a_axes, b_axes, keep, norm=False, values=None, seed=0):
+    """Σ_k a ⊗ b kept over `keep` (in that order), as a Case with random inputs."""
+    a_spec, b_spec = TensorSpec(tuple(a_axes)), TensorSpec(tuple(b_axes))
+    both = tuple(dict.fromkeys(a_axes + b_axes))
+    prog = [load(0, 0), load(1, 1), contract(2, (0, 1), TensorSpec(both)),
+            elim(3, 2, [x.key for x in keep])] + ([normalize(3)] if norm else []) + \
+        [store(("out",), 3)]
+    rng = np.random.default_rng(seed)
+    dt = np.dtype(dtype)
+    make = values or (lambda shape: rng.uniform(0.1, 2.0, shape))
+    factors = {0: np.asarray(make(a_spec.shape), dt), 1: np.asarray(make(b_spec.shape), dt)}
+    return Case(semiring, dt, [Program(tuple(prog), "upward")],
+                {0: a_spec, 1: b_spec}, {}, {}, [Inputs(factors, {}, {})])

@@ -23,48 +23,10 @@ from catbp_jit.errors import InputMismatchError, UnknownInputError
 from catbp_jit.ir.batch import batch_axis, batch_axis_id, batch_programs
 
 from conftest import CORPUS
-from jit_helpers import executable, inputs
+from jit_helpers import assert_rows_equal, executable, inputs, rows_of, unbatched_rows
 from random_programs import cases, random_values, selector_values
-from test_jit_random import TOLERANCES
 
 G = AxisType.GEOMETRIC
-
-
-def rows_of(arr: np.ndarray, n: int, rng: np.random.Generator, make) -> np.ndarray:
-    """n rows: the first is `arr` itself, the others fresh values of its kind."""
-    out = np.empty((n,) + arr.shape, arr.dtype)
-    for i in range(n):
-        out[i] = arr if i == 0 else make(rng)
-    return out
-
-
-def assert_rows_equal(got: dict, want_rows: list, batched: set, semiring: str, dtype) -> None:
-    """got: one batched run's slots; want_rows: the unbatched run's slots per row."""
-    for i, want in enumerate(want_rows):
-        assert set(got) == set(want)
-        for key, (w, wspec) in want.items():
-            arr, spec = got[key]
-            assert spec == wspec, (key, spec, wspec)
-            have = arr[i] if key in batched else arr
-            assert have.shape == w.shape and have.dtype == w.dtype, (key, have.shape, w.shape)
-            if semiring == "LOGPROB":
-                rtol, atol = TOLERANCES[(semiring, np.dtype(dtype).name)]
-                assert np.array_equal(np.isnan(have), np.isnan(w)), (key, i, have, w)
-                assert np.allclose(have, w, rtol=rtol, atol=atol, equal_nan=True), (key, i, have, w)
-            else:
-                assert np.array_equal(have, w, equal_nan=dtype.kind == "f"), (key, i, have, w)
-    for key in batched:
-        assert got[key][0].shape[0] == len(want_rows), (key, got[key][0].shape)
-
-
-def unbatched_rows(plain, factors, selectors, slots, batched_f, batched_s, n) -> list:
-    out = []
-    for i in range(n):
-        f = {k: (v[i, ...] if k in batched_f else v) for k, v in factors.items()}
-        s = {k: (v[i, ...] if k in batched_s else v) for k, v in selectors.items()}
-        res = plain.run(factors=f, selectors=s, slots=slots)
-        out.append({k: (np.array(v, copy=True), spec) for k, (v, spec) in res.items()})
-    return out
 
 
 # --------------------------------------------------------------------- random programs

@@ -7,7 +7,6 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -15,26 +14,7 @@ from catbp_jit import cache as cache_mod
 from catbp_jit.cache import (CacheDirError, CacheMissError, KernelCache, environment_identity,
                              kernel_key)
 
-SIG = ["int64(int64, int64)"]
-
-
-def pattern(c, **extra):
-    return {"template": "test_add", "const": c, "dtype": "int64", "parallel": False, **extra}
-
-
-def source(c):
-    # The constant makes each pattern's source distinct (and a wrong module visible).
-    return f"import numba\n\n\n@numba.njit(cache=True)\ndef kernel(a, b):\n    return a + b + {c}\n"
-
-
-def entry_files(directory):
-    kernels = Path(directory) / "kernels"
-    return {
-        "py": sorted(kernels.glob("k_*.py")),
-        "json": sorted(kernels.glob("k_*.json")),
-        "nbi": sorted((kernels / "__pycache__").glob("k_*.nbi")),
-        "nbc": sorted((kernels / "__pycache__").glob("k_*.nbc")),
-    }
+from cache_helpers import SIG, entry_files, pattern, source
 
 
 # A fresh interpreter: what a second run of the program sees.

@@ -19,7 +19,7 @@ from catbp_jit import cache as cache_mod
 from catbp_jit.cache import (CacheDirError, CacheLockTimeout, CacheMissError, CacheTrustError,
                              KernelCache, kernel_key)
 
-from test_cache import SIG, entry_files, pattern, source
+from cache_helpers import SIG, entry_files, pattern, source
 
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 

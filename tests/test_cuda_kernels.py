@@ -4,7 +4,7 @@ Each case is planned once and run twice on the same memory plan and table: on th
 target (compile + bind + run, loop mode) and on the device (codegen/cuda_run.py) from a
 copy of the CPU arena taken when the inputs are bound, just before the first step. Every
 slot must agree: PROB, SAT and COUNT bit for bit (and the whole arena too: every
-intermediate), LOGPROB within test_jit_random's tolerances (exp and log differ between a
+intermediate), LOGPROB within jit_helpers.TOLERANCES (exp and log differ between a
 GPU's libdevice and the CPU's libm); the table comes back unchanged (the device kernels
 keep no loop counters in it).
 
@@ -43,9 +43,8 @@ from catbp_jit.plan.schedule import KernelPattern
 from catbp_jit.semiring import SEMIRINGS
 
 from conftest import CORPUS, REPO
-from jit_helpers import inputs
+from jit_helpers import assert_close, bit_identical, inputs
 from random_programs import cases
-from test_jit_random import TOLERANCES
 
 # simulator seconds each on a 2-core machine: 51 (prob), 88 (sat), 95 (logprob)
 TOO_SLOW_FOR_THE_SIMULATOR = {"star5_d3__prob_float64", "star5_d3__sat_bool",
@@ -108,29 +107,6 @@ def on_device(exe, start: np.ndarray, directory, options=cuda_run.LaunchOptions(
     d_P = nb_cuda.to_device(exe.schedule.table)
     cuda_run.run_schedule(modules_for(exe.schedule, directory), exe.schedule, d_mem, d_P, options)
     return d_mem.copy_to_host(), d_P.copy_to_host()
-
-
-def bit_identical(semiring: str) -> bool:
-    """Whether a GPU must give the CPU's bits: yes unless exp and log are involved, whose
-    libdevice and libm versions differ in the last bits."""
-    sr = SEMIRINGS[semiring]
-    return sr.reduction != "logsumexp" and sr.normalization != "subtract_logsumexp"
-
-
-def assert_close(got: np.ndarray, want: np.ndarray, semiring: str, what: str) -> None:
-    """Bit for bit, except with exp and log (LOGPROB): NaN and ±inf in the same places,
-    the rest within test_jit_random's tolerances."""
-    assert got.dtype == want.dtype and got.shape == want.shape, what
-    if bit_identical(semiring):
-        same = np.array_equal(got.view(np.uint8), want.view(np.uint8))
-        assert same, (what, "differs", got, want)
-        return
-    rtol, atol = TOLERANCES[(semiring, want.dtype.name)]
-    assert np.array_equal(np.isnan(got), np.isnan(want)), (what, "NaN positions", got, want)
-    inf = np.isinf(want)
-    assert np.array_equal(np.isinf(got), inf) and np.array_equal(got[inf], want[inf]), (
-        what, "inf positions or signs", got, want)
-    assert np.allclose(got, want, rtol=rtol, atol=atol, equal_nan=True), (what, got, want)
 
 
 def check_against_cpu(run: Run, semiring: str, directory, options=cuda_run.LaunchOptions()):

@@ -27,7 +27,7 @@ from catbp_jit.bundle import load_bundle  # noqa: E402
 from catbp_jit.cache import CacheMissError, KernelCache  # noqa: E402
 
 from conftest import shared_dir  # noqa: E402
-from test_cuda_kernels import assert_close, bit_identical  # noqa: E402
+from jit_helpers import assert_close, bit_identical  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 ASIA = str(REPO / "examples" / "asia.bif")
@@ -57,7 +57,7 @@ def snapshot(slots):
 
 def assert_same(a, b, what, semiring="PROB"):
     """The same bits, except where exp and log are involved (LOGPROB): on a GPU those are
-    libdevice's, not libm's, and may differ in the last bits (test_cuda_kernels.assert_close)."""
+    libdevice's, not libm's, and may differ in the last bits (jit_helpers.assert_close)."""
     assert a.keys() == b.keys(), what
     for k in a:
         assert a[k].dtype == b[k].dtype and a[k].shape == b[k].shape, (what, k)

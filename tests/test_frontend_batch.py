@@ -18,8 +18,7 @@ from hypothesis import strategies as st
 from catbp_jit.frontend import compile_model, factor_graph
 from catbp_jit.frontend.graph import FactorGraphError
 
-from test_frontend_numerics import ising_grid
-from test_frontend_solve import graphs
+from frontend_helpers import graphs, ising_grid
 
 BUCKETS = (1, 4, 16)
 

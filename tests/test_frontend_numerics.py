@@ -22,25 +22,7 @@ from catbp_jit.frontend.scaling import NumericalError, ScaledNumber, exp_of_log,
 from catbp_jit.frontend.uai import read_evidence, read_mar, read_uai
 
 from conftest import shared_dir
-
-
-def ising_grid(n: int, m: int, strength: float, seed: int, offset: float = 0.0):
-    """Fields and couplings uniform in ±strength, as log-potentials; offset shifts every
-    log-potential (a negative offset makes log Z very negative)."""
-    rng = np.random.default_rng(seed)
-    name = lambda i, j: f"x{i}_{j}"
-    factors = []
-    for i in range(n):
-        for j in range(m):
-            h = rng.uniform(-strength, strength)
-            factors.append(((name(i, j),), np.exp(np.array([h, -h]) + offset)))
-            for di, dj in ((0, 1), (1, 0)):
-                if i + di < n and j + dj < m:
-                    J = rng.uniform(-strength, strength)
-                    factors.append(((name(i, j), name(i + di, j + dj)),
-                                    np.exp(np.array([[J, -J], [-J, J]]) + offset)))
-    return factor_graph({name(i, j): 2 for i in range(n) for j in range(m)}, factors,
-                        name=f"ising{n}x{m}")
+from frontend_helpers import ising_grid
 
 
 def assert_agree(prob, logprob, names):

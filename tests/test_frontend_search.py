@@ -9,6 +9,7 @@ import json
 import math
 import time
 import warnings
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -22,7 +23,7 @@ from catbp_jit.frontend.plan import elimination_order
 from catbp_jit.frontend.plan_cache import PlanCacheWarning
 from catbp_jit.frontend.search import PlanSearch, plan_cost, tree_order
 
-from test_frontend_solve import SEMIRINGS, brute_force, check_solution, graphs
+from frontend_helpers import SEMIRINGS, brute_force, check_solution, graphs
 
 ctg = pytest.importorskip("cotengra")  # the `plan` extra; `test` installs it
 
@@ -103,11 +104,10 @@ def ring_graph(n, seed, chords=None):
     return factor_graph({v: 2 for v in names}, factors)
 
 
-def test_plan_time_zero_is_the_greedy_plan(monkeypatch):
-    monkeypatch.setattr(search_mod, "searched_order", _no_search)
+def test_plan_time_zero_is_the_greedy_plan():
     graph = ring_graph(30, seed=2)
     model = compile_model(graph, "prob", target="reference",
-                          plan_search=PlanSearch(time_s=0, min_flops=0))
+                          plan_search=PlanSearch(time_s=0, min_flops=0, searcher=_no_search))
     sizes, scopes = scopes_of(graph)
     assert model.plan_choice.planner == "greedy"
     assert model.plan.order == elimination_order(sizes, scopes)
@@ -115,9 +115,8 @@ def test_plan_time_zero_is_the_greedy_plan(monkeypatch):
 
 def test_without_cotengra_the_greedy_plan_is_used(monkeypatch):
     monkeypatch.setattr(search_mod, "search_available", lambda: False)
-    monkeypatch.setattr(search_mod, "searched_order", _no_search)
     model = compile_model(ring_graph(30, seed=2), "prob", target="reference",
-                          plan_search=PlanSearch(time_s=1, min_flops=0))
+                          plan_search=PlanSearch(time_s=1, min_flops=0, searcher=_no_search))
     assert model.plan_choice.planner == "greedy"
 
 
@@ -172,17 +171,15 @@ def plan_dir(tmp_path, monkeypatch):
     return tmp_path
 
 
-def test_a_second_compile_of_the_same_structure_does_not_search(plan_dir, monkeypatch):
+def test_a_second_compile_of_the_same_structure_does_not_search(plan_dir):
     graph = ring_graph(24, seed=4)
     first = compile_model(graph, "prob", target="reference", plan_search=CACHED)
     assert len(plan_files(plan_dir)) == 1
-    monkeypatch.setattr(search_mod, "searched_order", _no_search)
-    second = compile_model(graph, "logprob", target="reference", plan_search=CACHED)
+    second = compile_model(graph, "logprob", target="reference",
+                           plan_search=replace(CACHED, searcher=_no_search))
     assert second.plan_choice.planner == "cache"
     assert second.plan.order == first.plan.order
     # a larger budget than the filed one searches again
-    monkeypatch.undo()
-    monkeypatch.setenv("CATBP_JIT_CACHE_DIR", str(plan_dir))
     third = compile_model(graph, "prob", target="reference",
                           plan_search=PlanSearch(time_s=0.3, min_flops=0))
     assert third.plan_choice.planner != "cache"
@@ -272,13 +269,13 @@ def test_catbp_jit_plan_prints_the_estimate_and_the_planner(plan_dir, capsys):
     assert "--plan-time: expected a number of seconds >= 0" in capsys.readouterr().err
 
 
-def test_a_refused_greedy_plan_is_searched_only_when_near_the_limit(monkeypatch):
+def test_a_refused_greedy_plan_is_searched_only_when_near_the_limit():
     from catbp_jit.frontend.model import ModelTooLargeError
     calls = []
-    monkeypatch.setattr(search_mod, "searched_order", lambda *a, **k: calls.append(a) or None)
     graph = factor_graph({"a": 16, "b": 16, "c": 16}, [(("a", "b", "c"), np.ones((16, 16, 16))),
                                                        (("a",), np.ones(16))])
-    near = PlanSearch(time_s=1, min_flops=0, cache=False)
+    near = PlanSearch(time_s=1, min_flops=0, cache=False,
+                      searcher=lambda *a, **k: calls.append(a) or None)
     with pytest.raises(ModelTooLargeError, match="4,096 states"):  # 4x the limit: near
         compile_model(graph, "prob", target="reference", max_clique_bytes=8 * 1024,
                       plan_search=near)
@@ -289,11 +286,10 @@ def test_a_refused_greedy_plan_is_searched_only_when_near_the_limit(monkeypatch)
     assert len(calls) == 1
 
 
-def test_a_companion_model_plans_with_the_same_search(monkeypatch):
+def test_a_companion_model_plans_with_the_same_search():
     # PROB certifies a Z of 0 with a SAT model of the same graph: it must not search anew
-    monkeypatch.setattr(search_mod, "searched_order", _no_search)
     graph = factor_graph({"a": 2, "b": 2}, [(("a", "b"), np.array([[1.0, 0.0], [0.0, 1.0]]))])
     model = compile_model(graph, "prob", evidence_vars=["a", "b"], target="reference",
-                          plan_search=PlanSearch(time_s=0, min_flops=0))
+                          plan_search=PlanSearch(time_s=0, min_flops=0, searcher=_no_search))
     assert model.solve({"a": 0, "b": 1}).log_Z == -math.inf
     assert model._companions["SAT"].plan_search == model.plan_search

@@ -4,8 +4,6 @@ Random small factor graphs: mixed domain sizes (1..3), arities up to 4, zeros in
 disconnected components, variables in no factor, random evidence.
 """
 
-import math
-
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -15,68 +13,7 @@ from catbp_jit.frontend import (FactorGraphError, compile_model, factor_graph,
                                 junction_tree, solve)
 from catbp_jit.ir.text import parse_programs
 
-SEMIRINGS = ("prob", "logprob", "sat", "count")
-
-
-@st.composite
-def graphs(draw, max_vars=6):
-    n = draw(st.integers(1, max_vars))
-    sizes = {f"v{i}": draw(st.integers(1, 3)) for i in range(n)}
-    names = list(sizes)
-    factors = []
-    for _ in range(draw(st.integers(0, 7))):
-        scope = draw(st.lists(st.sampled_from(names), min_size=0, max_size=min(4, n), unique=True))
-        shape = [sizes[v] for v in scope]
-        count = int(np.prod(shape, dtype=np.int64))
-        vals = draw(st.lists(st.one_of(st.just(0.0), st.floats(0.05, 3.0)),
-                             min_size=count, max_size=count))
-        factors.append((tuple(scope), np.array(vals, dtype=np.float64).reshape(shape)))
-    evidence = draw(st.dictionaries(st.sampled_from(names), st.integers(0, 2), max_size=3))
-    evidence = {v: x % sizes[v] for v, x in evidence.items()}
-    return factor_graph(sizes, factors), evidence
-
-
-def brute_force(graph, evidence):
-    """The joint table by enumeration: the product of every factor and indicator."""
-    names = list(graph.variables)
-    shape = tuple(graph.variables.values())
-    joint = np.ones(shape)
-    letters = "abcdefghijklmnop"
-    for f in graph.factors:
-        sub = "".join(letters[names.index(v)] for v in f.scope)
-        joint = joint * np.einsum(f"{sub}->{''.join(sorted(sub))}", f.values).reshape(
-            [s if letters[i] in sub else 1 for i, s in enumerate(shape)])
-    for v, x in evidence.items():
-        i = names.index(v)
-        ind = np.zeros(shape[i])
-        ind[x] = 1.0
-        joint = joint * ind.reshape([shape[i] if j == i else 1 for j in range(len(shape))])
-    marg = {v: joint.sum(axis=tuple(j for j in range(len(shape)) if j != i)) for i, v in enumerate(names)}
-    return joint, marg
-
-
-def check_solution(s, joint, marg, semiring):
-    z = joint.sum()
-    if semiring == "prob":
-        assert s.Z == pytest.approx(z, rel=1e-12, abs=0)
-    elif semiring == "logprob":
-        assert s.log_Z == (-math.inf if z == 0 else pytest.approx(math.log(z), rel=1e-10, abs=1e-12))
-    elif semiring == "sat":
-        assert s.Z is bool(z > 0) and s.log_Z == (0.0 if z > 0 else -math.inf)
-    else:
-        assert s.Z == int(np.count_nonzero(joint))
-    for v, m in marg.items():
-        got = s.marginals[v]
-        if semiring == "sat":
-            np.testing.assert_array_equal(got, m > 0)
-        elif semiring == "count":
-            counts = np.count_nonzero(joint, axis=tuple(j for j in range(joint.ndim)
-                                                          if j != list(marg).index(v)))
-            np.testing.assert_array_equal(s.raw_marginals[v], counts)
-        elif z > 0:
-            np.testing.assert_allclose(got, m / z, rtol=1e-10, atol=1e-14)
-        else:
-            assert np.isnan(got).all()
+from frontend_helpers import SEMIRINGS, brute_force, check_solution, graphs
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -221,25 +158,33 @@ def test_a_clique_too_large_is_refused_with_its_size():
         compile_model(graph, "prob", max_clique_bytes=1024)
 
 
+def hub_with_children(extra: int):
+    """h (3 states) and 11 binary children x0..x10, each in a factor with h; `extra` binary
+    variables share h's own factor, so the hub clique grows (2**extra) while the
+    children's separators stay {h}."""
+    rng = np.random.default_rng(11)
+    ys = tuple(f"y{j}" for j in range(extra))
+    sizes = {"h": 3, **{y: 2 for y in ys}, **{f"x{i}": 2 for i in range(11)}}
+    factors = [(("h",) + ys, rng.uniform(0.1, 1, (3,) + (2,) * extra))] + \
+        [(("h", f"x{i}"), rng.uniform(0, 1, (3, 2))) for i in range(11)]
+    return factor_graph(sizes, factors)
+
+
 @pytest.mark.parametrize("suffixes", [False, True])
 def test_a_clique_with_many_children(suffixes, monkeypatch):
-    """A hub clique's downward messages: halving (its suffixes are too large to keep) and,
-    forced, the prefix/suffix scheme; both exact, in every semiring."""
+    """A hub clique's downward messages: halving (its suffixes are too large to keep: a
+    clique of 6 states) and, where the hub clique holds 96 states, the prefix/suffix
+    scheme; both exact, in every semiring."""
     from catbp_jit.frontend import emit
-    if suffixes:
-        monkeypatch.setattr(emit, "_suffixes_fit", lambda plan, a, kids: True)
     halvings = []
     halve = emit._send_halving
     monkeypatch.setattr(emit, "_send_halving", lambda *args: (halvings.append(1), halve(*args))[1])
-    rng = np.random.default_rng(11)
-    sizes = {"h": 3, **{f"x{i}": 2 for i in range(11)}}
-    factors = [(("h",), rng.uniform(0.1, 1, 3))] + \
-        [(("h", f"x{i}"), rng.uniform(0, 1, (3, 2))) for i in range(11)]
-    graph = factor_graph(sizes, factors)
+    graph = hub_with_children(5 if suffixes else 0)
     evidence = {"x3": 1}
     joint, marg = brute_force(graph, evidence)
     for semiring in SEMIRINGS:
-        model = compile_model(graph, semiring, evidence_vars=["x3"], target="reference")
+        model = compile_model(graph, semiring, evidence_vars=["x3"], target="reference",
+                              plan_kind="junction")
         assert max(len(c.children) for c in model.plan.cliques) >= 9
         check_solution(model.solve(evidence), joint, marg, semiring)
     assert bool(halvings) is not suffixes

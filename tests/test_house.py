@@ -1,5 +1,6 @@
 """The house rules a test can hold: no file cites a document that lives outside the
-repository; no new import circle inside the package."""
+repository; no new import circle inside the package; no test file imports from another
+(what tests share lives in helper modules: tests/jit_helpers.py, random_programs.py, ...)."""
 
 import ast
 import re
@@ -94,3 +95,22 @@ def test_no_new_import_circle():
     found = circles(import_graph())
     assert found <= KNOWN_CIRCLES, f"new import circles: {found - KNOWN_CIRCLES}"
     assert found == KNOWN_CIRCLES, f"circles gone, strike them from KNOWN_CIRCLES: {KNOWN_CIRCLES - found}"
+
+
+def test_no_test_file_imports_from_another():
+    """A test file is run alone, moved or deleted without breaking another: what two test
+    files share lives in a helper module of tests/ that is not a test_*.py file."""
+    tests = REPO / "tests"
+    names = {p.stem for p in tests.glob("test_*.py")}
+    found = []
+    for path in sorted(tests.glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                modules = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                modules = [node.module]
+            else:
+                continue
+            found += [f"tests/{path.name}:{node.lineno}: imports {m}" for m in modules
+                      if m.split(".")[0] in names]
+    assert not found, "\n".join(found)

@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 
 import catbp_jit
-from catbp_jit.testing.alloc_counter import NrtAllocCounter, NumpyAllocCounter
 from catbp_jit.bundle import load_bundle
 from catbp_jit.cache import CacheMissError, KernelCache
 from catbp_jit.errors import InputMismatchError, UnknownInputError
@@ -27,7 +26,8 @@ from catbp_jit.plan.pipeline import plan
 from catbp_jit.reference.kernels import keep_keys_from_drop
 from catbp_jit.reference.vm import RegisterBank
 
-from jit_helpers import executable, inputs
+from jit_helpers import check_memory_plan, count_allocations, executable, inputs
+from random_programs import AI, AJ, AK, gemm_case
 from conftest import CORPUS, REPO, shared_dir
 
 MODES = ("compiled", "loop")
@@ -75,58 +75,6 @@ def assert_bit_identical(a, b, what=""):
 
 PLAN_BUNDLES = [pytest.param(p, id=p.name) for p in CORPUS] + [
     bench_param("chain200_d2__prob_float64"), bench_param("grid4x8_d2__prob_float64")]
-
-
-def check_memory_plan(exe, base_address):
-    m = exe.memory
-    item = m.itemsize
-    fused = exe.fused
-    assert set(m.regions) == set(fused.specs)
-    # arenas: aligned, disjoint, in CLASSES order, inside the buffer
-    arenas = {}
-    for c in CLASSES:
-        lo = m.class_base[c]
-        hi = lo + m.class_size[c]
-        assert (base_address + lo * item) % ALIGN_BYTES == 0, ("arena", c)
-        arenas[c] = (lo, hi)
-    spans = sorted(arenas.values())
-    for (lo1, hi1), (lo2, hi2) in zip(spans, spans[1:]):
-        assert hi1 <= lo2, ("arenas overlap", arenas)
-    assert max(hi for _, hi in arenas.values()) <= m.total
-
-    for v, r in m.regions.items():
-        assert r.size >= max(1, int(np.prod(fused.specs[v].shape, dtype=np.int64)))
-        assert (base_address + r.offset * item) % ALIGN_BYTES == 0, (v, r)
-        lo, hi = arenas[r.cls]
-        assert lo <= r.offset and r.offset + r.size <= hi, ("outside its arena", v, r, arenas[r.cls])
-        assert 0 <= r.offset and r.offset + r.size <= m.total, ("outside the buffer", v, r)
-
-    def overlap(r1, r2):
-        return r1.offset < r2.offset + r2.size and r2.offset < r1.offset + r1.size
-
-    # inputs, constants and slots: never any overlap (they all live the whole run)
-    fixed = sorted(((r.offset, r.size, v) for v, r in m.regions.items() if r.cls != "workspace"))
-    for (o1, s1, v1), (o2, s2, v2) in zip(fixed, fixed[1:]):
-        assert o1 + s1 <= o2, ("fixed regions overlap", v1, m.regions[v1], v2, m.regions[v2])
-
-    # workspace: values live at once (closed intervals) never share bytes
-    work = [v for v, r in m.regions.items() if r.cls == "workspace"]
-    for v in work:
-        assert v in m.intervals, v
-    for v1, v2 in itertools.combinations(work, 2):
-        i1, i2 = m.intervals[v1], m.intervals[v2]
-        if i1.start <= i2.end and i2.start <= i1.end:
-            assert not overlap(m.regions[v1], m.regions[v2]), (
-                "live workspace values share memory", v1, i1, m.regions[v1], v2, i2, m.regions[v2])
-
-    # every value a step writes or reads has a region
-    for st in exe.schedule.steps:
-        assert st.segment.out in m.regions
-        for leaf in st.segment.leaves:
-            assert leaf in m.regions
-    # what the class bytes report
-    assert m.class_bytes() == {c: m.class_size[c] * item for c in CLASSES}
-    assert m.total_bytes == m.total * item
 
 
 @pytest.mark.parametrize("path", PLAN_BUNDLES)
@@ -312,19 +260,6 @@ THREADS_CHILD = textwrap.dedent("""
 """)
 
 
-def count_allocations(sess, factors, selectors, runs):
-    """numpy data buffers allocated over `runs` runs (inputs given each time), and the
-    Numba NRT allocations of each run."""
-    per_run = [0] * runs
-    with NumpyAllocCounter() as np_count, NrtAllocCounter(enable=True) as nrt:
-        for i in range(runs):
-            before = nrt.current()
-            sess.run(factors=factors, selectors=selectors)
-            per_run[i] = nrt.current() - before
-    assert nrt.allocations == sum(per_run)
-    return np_count, per_run
-
-
 def run_child(script, args, tmp_path, **env_extra):
     env = dict(os.environ)
     env.update(env_extra)
@@ -434,8 +369,6 @@ def test_run_allocates_nothing(path, mode):
 def test_reassociating_run_with_gemm_steps_allocates_nothing(semiring, mode):
     """exact=False: BLAS GEMM steps (np.dot into the arena) and LOGPROB's exponentials
     (in the step's workspace) allocate nothing per run either."""
-    from test_reassociate import AI, AJ, AK, gemm_case
-
     case = gemm_case(semiring, "float64", (AI, AK), (AK, AJ), (AI, AJ), norm=True)
     exe = catbp_jit.compile(case.programs, case.sr(), factor_specs=case.factor_specs,
                             mode=mode, exact=False)

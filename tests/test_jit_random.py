@@ -4,8 +4,8 @@ Hypothesis draws linked lists of 1-3 programs (random axes of both kinds and siz
 CONTRACT / ELIMINATE / NORMALIZE / UNIT / slot traffic, slots handed in from outside) and
 their inputs in every semiring and dtype (tests/random_programs.py); each is run through
 `catbp_jit.reference` and through the JIT, and every slot must agree: same keys, spec,
-shape and dtype; bool and int64 exactly; floats to a tight tolerance with NaN and ±inf in
-the same places. A bound session is run twice, on two different sets of inputs.
+shape and dtype; bool and int64 exactly; floats to a tight tolerance (TOLERANCES, in
+tests/jit_helpers.py) with NaN and ±inf in the same places. A bound session is run twice, on two different sets of inputs.
 
 Cost: kernels are compiled once per pattern (semiring, dtype, reduce, normalize, vector)
 and cached on disk, a few dozen in all whatever the programs. The 2,000-program test runs
@@ -22,114 +22,22 @@ from typing import Dict, Optional
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, event, given, note, settings
+from hypothesis import event, given, note
 from hypothesis import strategies as st
 
 import catbp_jit
-from catbp_jit import Axis, AxisType, Instruction, OpCode, Program, TensorSpec
-from catbp_jit.reference import run_program as reference_run_program
+from catbp_jit import AxisType, Instruction, OpCode, Program
 
-from random_programs import SEMIRINGS, Case, Inputs, cases
+from jit_helpers import (assert_same_slots, compile_case, record, run_dropin, run_dropin_vm,
+                         run_reference, session_results, settings)
+from random_programs import (SEMIRINGS, Case, Inputs, cases, contract, elim, load, load_slot,
+                             normalize, sp, store, unit)
 
 G, T = AxisType.GEOMETRIC, AxisType.TOPOLOGICAL
 OP = OpCode
 
-# (rtol, atol). PROB float64: rtol 1e-9, no absolute slack (PROB never subtracts, so
-# relative error stays small); float32: rtol 1e-5, atol for denormals only. LOGPROB also
-# gets an absolute 1e-10: logsumexp and NORMALIZE (x - logsumexp x) cancel, so a result
-# near 0 carries its operands' absolute rounding (seen: a NORMALIZE then a full logsumexp
-# gives -3.2e-16 in numpy and +3.5e-16 in the JIT, i.e. log 1 either way). An absolute
-# error d in log space is a relative error d of the probability, so this is still stricter
-# than the PROB tolerance.
-TOLERANCES = {("PROB", "float64"): (1e-9, 0.0), ("PROB", "float32"): (1e-5, 1e-30),
-              ("LOGPROB", "float64"): (1e-9, 1e-10), ("LOGPROB", "float32"): (1e-5, 1e-5)}
-
-
-def _settings(n: int):
-    return settings(max_examples=n, deadline=None, database=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                           HealthCheck.filter_too_much])
-
-
-# ------------------------------------------------------------------------------ running
-
-def run_reference(case: Case, which: int = 0) -> dict:
-    slots = {k: (a.copy(), s) for k, (a, s) in case.initial_slots(which).items()}
-    sr = case.sr()
-    with np.errstate(over="ignore"):  # COUNT wraps around int64 on purpose
-        for p in case.programs:
-            slots = reference_run_program(p, sr, case.factor_provider(which),
-                                          case.selector_provider(which), slots=slots)
-    return slots
-
-
-def compile_case(case: Case, mode: str):
-    return catbp_jit.compile(case.programs, case.sr(), factor_specs=case.factor_specs,
-                             selector_specs=case.selector_specs,
-                             slot_specs=case.slot_specs or None, mode=mode)
-
-
-def session_results(sess, inputs: Inputs) -> dict:
-    out = sess.run(factors=inputs.factors, selectors=inputs.selectors, slots=inputs.slots)
-    return {k: (np.array(v, copy=True), s) for k, (v, s) in out.items()}
-
-
-def run_dropin(case: Case, which: int, mode: str) -> dict:
-    sr = case.sr()
-    slots = dict(case.initial_slots(which))
-    for p in case.programs:
-        slots = catbp_jit.run_program(p, sr, case.factor_provider(which),
-                                      case.selector_provider(which), slots=slots, mode=mode)
-    return slots
-
-
-def run_dropin_vm(case: Case, which: int, mode: str) -> dict:
-    vm = catbp_jit.VirtualMachine(case.sr(), mode=mode)
-    vm.slots.data.update(case.initial_slots(which))
-    for p in case.programs:
-        vm.run(p, case.factor_provider(which), case.selector_provider(which))
-    return vm.slots.data
-
 
 # ---------------------------------------------------------------------------- comparing
-
-def assert_same_slots(ref: dict, got: dict, case: Case, what: str = "jit") -> None:
-    dtype = case.dtype
-    assert set(got) == set(ref), (f"{what}: slot keys differ: missing {set(ref) - set(got)}, "
-                                  f"extra {set(got) - set(ref)}")
-    for key in ref:
-        want, want_spec = ref[key]
-        have, have_spec = got[key]
-        want, have = np.asarray(want), np.asarray(have)
-        where = f"{what}: slot {key!r}"
-        assert have_spec == want_spec, f"{where}: spec {have_spec} != reference {want_spec}"
-        assert want.shape == want_spec.shape, f"{where}: reference shape {want.shape} vs its spec"
-        assert have.shape == want_spec.shape, f"{where}: shape {have.shape} != {want_spec.shape}"
-        assert want.dtype == dtype, f"{where}: reference dtype {want.dtype} (oracle), expected {dtype}"
-        assert have.dtype == dtype, f"{where}: dtype {have.dtype} != {dtype}"
-        if dtype.kind in "bi":
-            assert np.array_equal(have, want), f"{where}: values differ\nref {want!r}\njit {have!r}"
-            continue
-        for name, pred in (("NaN", np.isnan), ("+inf", np.isposinf), ("-inf", np.isneginf)):
-            assert np.array_equal(pred(have), pred(want)), \
-                f"{where}: {name} positions differ\nref {want!r}\njit {have!r}"
-        rtol, atol = TOLERANCES[(case.semiring, dtype.name)]
-        fin = np.isfinite(want)
-        if not np.allclose(have[fin], want[fin], rtol=rtol, atol=atol):
-            err = np.abs(have[fin] - want[fin]) / np.maximum(np.abs(want[fin]), np.finfo(dtype).tiny)
-            raise AssertionError(f"{where}: values differ (max relative error {err.max():.3g}, "
-                                 f"rtol {rtol}, atol {atol})\nref {want!r}\njit {have!r}")
-
-
-def record(case: Case) -> None:
-    """Hypothesis statistics (--hypothesis-show-statistics): what the examples covered."""
-    event(f"{case.semiring} {case.dtype.name}")
-    event(f"{len(case.programs)} program(s)")
-    if case.slot_specs:
-        event("slots given from outside")
-    if case.selector_specs:
-        event("selectors")
-
 
 def check_executable(case: Case, mode: str) -> None:
     exe = compile_case(case, mode)
@@ -154,7 +62,7 @@ def check_dropin(case: Case, mode: str) -> None:
 
 # --------------------------------------------------------------------- random programs
 
-@_settings(2000)
+@settings(2000)
 @given(cases())
 def test_random_programs_loop_mode(case):
     note(case.listing())
@@ -162,7 +70,7 @@ def test_random_programs_loop_mode(case):
     check_executable(case, "loop")
 
 
-@_settings(120)
+@settings(120)
 @given(cases())
 def test_random_programs_compiled_mode(case):
     note(case.listing())
@@ -170,7 +78,7 @@ def test_random_programs_compiled_mode(case):
     check_executable(case, "compiled")
 
 
-@_settings(100)
+@settings(100)
 @given(cases(), st.sampled_from(["compiled", "loop"]))
 def test_random_programs_dropin(case, mode):
     note(case.listing())
@@ -179,38 +87,6 @@ def test_random_programs_dropin(case, mode):
 
 
 # --------------------------------------------------------------------------- edge cases
-
-def sp(*axes) -> TensorSpec:
-    """sp((G, 0, 2), (T, 3, 4)): a spec of (kind, id, size) axes."""
-    return TensorSpec(tuple(Axis(aid, kind, size) for kind, aid, size in axes))
-
-
-def load(dst, fid):
-    return Instruction(OP.LOAD_FACTOR, dst, {"factor_id": fid})
-
-
-def unit(dst, spec):
-    return Instruction(OP.UNIT, dst, {}, spec)
-
-
-def contract(dst, inputs, out):
-    return Instruction(OP.CONTRACT, dst, {"inputs": tuple(inputs), "out_spec": out}, out)
-
-
-def elim(dst, src, keep):
-    return Instruction(OP.ELIMINATE, dst, {"src": src, "keep_keys": tuple(keep)})
-
-
-def normalize(src):
-    return Instruction(OP.NORMALIZE, None, {"src": src})
-
-
-def store(key, src):
-    return Instruction(OP.STORE_SLOT, None, {"slot": key, "src": src})
-
-
-def load_slot(dst, key):
-    return Instruction(OP.LOAD_SLOT, dst, {"slot": key})
 
 
 def hand_case(semiring: str, dtype, programs, factors: Dict[int, tuple],

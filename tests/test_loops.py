@@ -23,7 +23,7 @@ from catbp_jit.plan.loops import (ACROSS_OUTPUTS, ACROSS_REDUCED, access_kind, a
 from catbp_jit.plan.options import PlanOptions
 
 from random_programs import cases
-from test_jit_random import compile_case, session_results
+from jit_helpers import session_results
 
 
 # ------------------------------------------------------------------------ access kinds

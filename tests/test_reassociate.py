@@ -22,12 +22,10 @@ from catbp_jit.plan.fusion import Fused, Segment
 from catbp_jit.plan.reassociate import reassociate
 
 from conftest import CORPUS
-from jit_helpers import inputs
-from random_programs import Case, Inputs, cases, random_values
-from test_batch import assert_rows_equal, unbatched_rows
-from test_jit_corpus import compare_slots
-from test_jit_random import (_settings, assert_same_slots, contract, elim, load, normalize,
-                             record, run_reference, session_results, store)
+from jit_helpers import (assert_rows_equal, assert_same_slots, compare_slots, inputs, record,
+                         run_reference, session_results, settings, unbatched_rows)
+from random_programs import (AB, AI, AJ, AK, cases, contract, elim, gemm_case, load, normalize,
+                             random_values, store)
 
 G = AxisType.GEOMETRIC
 
@@ -157,7 +155,7 @@ def test_reassociation_happens_on_the_corpus():
     assert grown > 0
 
 
-@_settings(150)
+@settings(150)
 @given(cases())
 def test_random_programs(case):
     note(case.listing())
@@ -187,24 +185,6 @@ def test_axes_no_leaf_has_stay_on_the_last_segment():
 
 
 # --------------------------------------------------------------------------------- GEMM
-
-
-AI, AJ, AK, AB = ax(10, 12), ax(11, 20), ax(12, 24), ax(13, 3)
-
-
-def gemm_case(semiring, dtype, a_axes, b_axes, keep, norm=False, values=None, seed=0):
-    """Σ_k a ⊗ b kept over `keep` (in that order), as a Case with random inputs."""
-    a_spec, b_spec = spec(*a_axes), spec(*b_axes)
-    both = tuple(dict.fromkeys(a_axes + b_axes))
-    prog = [load(0, 0), load(1, 1), contract(2, (0, 1), spec(*both)),
-            elim(3, 2, [x.key for x in keep])] + ([normalize(3)] if norm else []) + \
-        [store(("out",), 3)]
-    rng = np.random.default_rng(seed)
-    dt = np.dtype(dtype)
-    make = values or (lambda shape: rng.uniform(0.1, 2.0, shape))
-    factors = {0: np.asarray(make(a_spec.shape), dt), 1: np.asarray(make(b_spec.shape), dt)}
-    return Case(semiring, dt, [catbp_jit.Program(tuple(prog), "upward")],
-                {0: a_spec, 1: b_spec}, {}, {}, [Inputs(factors, {}, {})])
 
 
 def run_gemm_case(case, gemm_steps=1):
@@ -270,7 +250,7 @@ def test_exact_mode_has_no_gemm():
 # ---------------------------------------------------------------- batched, saved, front end
 
 
-@_settings(60)
+@settings(60)
 @given(cases(), st.integers(0, 2 ** 32 - 1))
 def test_batched_equals_unbatched(case, seed):
     """Paths are chosen with the batch axis counted as size 1, so every bucket regroups as
@@ -405,7 +385,7 @@ def logprob_values_small(rng):
     return make
 
 
-@_settings(150)
+@settings(150)
 @given(matrix_products())
 def test_random_matrix_products_with_gemm_at_every_size(case):
     """GEMM steps at any size (plan/gemm.MIN_WORK lifted): transposed operands, batch

@@ -24,10 +24,9 @@ from catbp_jit.errors import UnknownInputError
 from catbp_jit.plan.static import StaticInputs, static_values
 from catbp_jit.semiring import make_semiring
 
-from random_programs import Case, cases
-from test_jit_invariants import check_memory_plan, count_allocations
-from test_frontend_solve import graphs
-from test_jit_random import G, _settings, contract, elim, load, sp, store
+from frontend_helpers import graphs
+from jit_helpers import check_memory_plan, count_allocations, settings
+from random_programs import G, Case, cases, contract, elim, load, sp, store, unit
 
 # ------------------------------------------------------------------------------ helpers
 
@@ -126,7 +125,7 @@ def check_static_steps_are_static(exe, static: StaticInputs):
 # ------------------------------------------------------------------- random programs
 
 
-@_settings(150)
+@settings(150)
 @given(static_cases())
 def test_random_programs_static_inputs_loop_mode(drawn):
     """Equal bits to the plain executable; each run launches exactly the dynamic steps,
@@ -141,7 +140,7 @@ def test_random_programs_static_inputs_loop_mode(drawn):
     check_memory_plan(exe, 0)
 
 
-@_settings(30)
+@settings(30)
 @given(static_cases())
 def test_random_programs_static_inputs_compiled_mode(drawn):
     case, static, changes = drawn
@@ -211,7 +210,6 @@ def test_compiled_mode_does_not_rerun_static_steps():
 def test_static_results_are_results_and_constants_are_static():
     """A slot written by a static step is returned in every run; a UNIT-only segment is
     static too."""
-    from test_jit_random import unit
     sr = make_semiring("PROB", np.float64)
     prog = Program((load(0, 0), elim(1, 0, [(G, 0)]), store(("s",), 1), unit(2, A),
                     load(3, 1), contract(4, (3, 2), A), store(("d",), 4)), "mixed")
@@ -342,7 +340,7 @@ def test_front_end_solves_run_only_evidence_dependent_steps(semiring, absorb, pl
     assert firsts == [0] + [n_static] * 3
 
 
-@_settings(25)
+@settings(25)
 @given(st.data())
 def test_front_end_random_graphs_equal_the_plain_model(data):
     from catbp_jit.frontend import compile_model

@@ -57,10 +57,12 @@ STEP_OPERATIONS = 256
 class PlanSearch:
     """How to find the elimination order. time_s: the search budget, 0 = greedy only;
     min_flops: search only when the greedy plan's estimated cost reaches this; cache:
-    keep searched plans on disk (plan_cache.py)."""
+    keep searched plans on disk (plan_cache.py); searcher: the search itself, called as
+    searched_order is (None: searched_order, cotengra's trials)."""
     time_s: float = DEFAULT_PLAN_TIME
     min_flops: float = SEARCH_ABOVE_FLOPS
     cache: bool = True
+    searcher: Optional[Callable[..., Optional["Searched"]]] = None
 
     def __post_init__(self):
         if not (isinstance(self.time_s, (int, float)) and math.isfinite(self.time_s)
@@ -193,7 +195,8 @@ def choose_order(sizes: Sequence[int], scopes: Sequence[Sequence[int]], *,
         return PlanChoice(greedy.order, "greedy", greedy.cost, greedy_cost=greedy.cost)
     t0 = time.perf_counter()
     # trials are scored as junction trees only: scoring both kinds doubled the search
-    found = searched_order(sizes, scopes, search.time_s, score=lambda order: _score(
+    find = search.searcher or searched_order
+    found = find(sizes, scopes, search.time_s, score=lambda order: _score(
         plan_cost(junction_tree(sizes, scopes, order)), limits),
         seed=greedy.order if greedy is not None and "contraction" in kinds else None)
     search_s = time.perf_counter() - t0
