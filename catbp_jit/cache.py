@@ -316,8 +316,9 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _atomic_write(path: str, data: bytes) -> None:
-    """Write a temp file in the same directory, fsync, then rename over `path`."""
+def atomic_write(path: str, data: bytes) -> None:
+    """Write a 0600 temp file in the same directory, fsync, then rename over `path`.
+    Public: the plan cache writes its files the same way."""
     d, name = os.path.split(path)
     fd, tmp = tempfile.mkstemp(dir=d, prefix="." + name + ".", suffix=".tmp")
     try:
@@ -524,7 +525,7 @@ class _Entry:
     def write_manifest(self, manifest: dict) -> None:
         manifest = dict(manifest, mac=_manifest_mac(self.access.secret, manifest))
         data = json.dumps(manifest, sort_keys=True, indent=1).encode("utf-8")
-        _atomic_write(self.manifest_path, data)
+        atomic_write(self.manifest_path, data)
 
     def record(self, **fields) -> dict:
         """Rewrite the manifest with the current hashes of Numba's files (lock held)."""
@@ -591,7 +592,7 @@ class _Entry:
         body = source.encode("utf-8")
         header = f"# catbp_jit kernel sha256={_sha256(body)} key={self.key}\n".encode("ascii")
         data = header + body
-        _atomic_write(self.source_path, data)
+        atomic_write(self.source_path, data)
         return data
 
     def purge(self) -> None:
