@@ -1183,3 +1183,15 @@ def default_cache() -> KernelCache:
     if _default is None:
         _default = KernelCache()
     return _default
+
+
+@contextlib.contextmanager
+def fresh_default_cache():
+    """Inside the block ``default_cache()`` is built anew from the environment (as in a
+    new process); the previous one is back afterwards. For tests that change the env."""
+    global _default
+    saved, _default = _default, None
+    try:
+        yield
+    finally:
+        _default = saved

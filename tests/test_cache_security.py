@@ -407,8 +407,8 @@ def test_command_line_reports_an_untrusted_cache_in_one_line(tmp_path, monkeypat
     cache_dir.chmod(0o777)
     monkeypatch.setenv("CATBP_JIT_CACHE_DIR", str(cache_dir))
     monkeypatch.setenv("CATBP_JIT_CACHE", "strict")
-    monkeypatch.setattr(cache_mod, "_default", None)  # the process-wide cache, from the env
-    assert main(["solve", asia, "-q"]) == 2
+    with cache_mod.fresh_default_cache():  # the process-wide cache, from the env
+        assert main(["solve", asia, "-q"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "Traceback" not in err, err
     assert err.startswith("catbp-jit: error: kernel cache directory refused: ")
