@@ -156,10 +156,12 @@ def _static_environment() -> Tuple[Tuple[str, Any], ...]:
     )
 
 
-def environment_identity() -> dict:
-    """What compiled code depends on besides its source: versions, CPU, codegen version."""
+def environment_identity(*, codegen_version: Optional[str] = None) -> dict:
+    """What compiled code depends on besides its source: versions, CPU, codegen version
+    (``codegen_version``, default CODEGEN_VERSION: tests name another to see a bump)."""
     env = dict(_static_environment())
-    env["codegen_version"] = CODEGEN_VERSION  # read now, so a bump takes effect at once
+    # read now, so a bump takes effect at once
+    env["codegen_version"] = CODEGEN_VERSION if codegen_version is None else codegen_version
     return env
 
 
@@ -171,9 +173,13 @@ def _canonical_json(obj: Any) -> str:
         raise TypeError(f"kernel pattern must be plain JSON data: {e}") from None
 
 
-def kernel_key(pattern: dict, target: str = "cpu") -> str:
-    """sha256 hex of (CODEGEN_VERSION, pattern, target, environment identity)."""
-    payload = _canonical_json([CODEGEN_VERSION, pattern, target, environment_identity()])
+def kernel_key(pattern: dict, target: str = "cpu", *,
+               codegen_version: Optional[str] = None) -> str:
+    """sha256 hex of (codegen version, pattern, target, environment identity); the codegen
+    version is CODEGEN_VERSION unless ``codegen_version`` names another."""
+    version = CODEGEN_VERSION if codegen_version is None else codegen_version
+    payload = _canonical_json([version, pattern, target,
+                               environment_identity(codegen_version=version)])
     return hashlib.sha256(payload.encode("ascii")).hexdigest()
 
 
