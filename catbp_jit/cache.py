@@ -839,7 +839,11 @@ class KernelCache:
     """
 
     def __init__(self, directory: Optional[str] = None, policy: Optional[str] = None, *,
-                 lock_timeout: Optional[float] = None, trust_owner: Optional[bool] = None):
+                 lock_timeout: Optional[float] = None, trust_owner: Optional[bool] = None,
+                 write_check: Callable[[str], Optional[OSError]] = _write_error):
+        # write_check(dir): why no file can be created there, or None. Tests pass their
+        # own to stand for a read-only mount, which mode bits cannot show to root.
+        self._write_check = write_check
         self.directory = os.path.abspath(directory) if directory else default_cache_dir()
         policy = policy or environment.cache_policy() or "fallback"
         policy = policy.strip().lower()
@@ -997,7 +1001,7 @@ class KernelCache:
                     f"CATBP_JIT_CACHE_DIR to a directory of your own)")
         for d in dirs[1:]:
             if error is None:
-                failed = _write_error(d)
+                failed = self._write_check(d)
                 error = None if failed is None else str(failed)
         warm = all(os.path.isdir(d) for d in dirs[1:3])
         if error is not None and not (self.policy == "strict" and warm):
