@@ -156,10 +156,12 @@ def _static_environment() -> Tuple[Tuple[str, Any], ...]:
     )
 
 
-def environment_identity() -> dict:
-    """What compiled code depends on besides its source: versions, CPU, codegen version."""
+def environment_identity(*, codegen_version: Optional[str] = None) -> dict:
+    """What compiled code depends on besides its source: versions, CPU, codegen version
+    (``codegen_version``, default CODEGEN_VERSION: tests name another to see a bump)."""
     env = dict(_static_environment())
-    env["codegen_version"] = CODEGEN_VERSION  # read now, so a bump takes effect at once
+    # read now, so a bump takes effect at once
+    env["codegen_version"] = CODEGEN_VERSION if codegen_version is None else codegen_version
     return env
 
 
@@ -171,9 +173,13 @@ def _canonical_json(obj: Any) -> str:
         raise TypeError(f"kernel pattern must be plain JSON data: {e}") from None
 
 
-def kernel_key(pattern: dict, target: str = "cpu") -> str:
-    """sha256 hex of (CODEGEN_VERSION, pattern, target, environment identity)."""
-    payload = _canonical_json([CODEGEN_VERSION, pattern, target, environment_identity()])
+def kernel_key(pattern: dict, target: str = "cpu", *,
+               codegen_version: Optional[str] = None) -> str:
+    """sha256 hex of (codegen version, pattern, target, environment identity); the codegen
+    version is CODEGEN_VERSION unless ``codegen_version`` names another."""
+    version = CODEGEN_VERSION if codegen_version is None else codegen_version
+    payload = _canonical_json([version, pattern, target,
+                               environment_identity(codegen_version=version)])
     return hashlib.sha256(payload.encode("ascii")).hexdigest()
 
 
@@ -316,8 +322,9 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _atomic_write(path: str, data: bytes) -> None:
-    """Write a temp file in the same directory, fsync, then rename over `path`."""
+def atomic_write(path: str, data: bytes) -> None:
+    """Write a 0600 temp file in the same directory, fsync, then rename over `path`.
+    Public: the plan cache writes its files the same way."""
     d, name = os.path.split(path)
     fd, tmp = tempfile.mkstemp(dir=d, prefix="." + name + ".", suffix=".tmp")
     try:
@@ -524,7 +531,7 @@ class _Entry:
     def write_manifest(self, manifest: dict) -> None:
         manifest = dict(manifest, mac=_manifest_mac(self.access.secret, manifest))
         data = json.dumps(manifest, sort_keys=True, indent=1).encode("utf-8")
-        _atomic_write(self.manifest_path, data)
+        atomic_write(self.manifest_path, data)
 
     def record(self, **fields) -> dict:
         """Rewrite the manifest with the current hashes of Numba's files (lock held)."""
@@ -591,7 +598,7 @@ class _Entry:
         body = source.encode("utf-8")
         header = f"# catbp_jit kernel sha256={_sha256(body)} key={self.key}\n".encode("ascii")
         data = header + body
-        _atomic_write(self.source_path, data)
+        atomic_write(self.source_path, data)
         return data
 
     def purge(self) -> None:
@@ -832,7 +839,11 @@ class KernelCache:
     """
 
     def __init__(self, directory: Optional[str] = None, policy: Optional[str] = None, *,
-                 lock_timeout: Optional[float] = None, trust_owner: Optional[bool] = None):
+                 lock_timeout: Optional[float] = None, trust_owner: Optional[bool] = None,
+                 write_check: Callable[[str], Optional[OSError]] = _write_error):
+        # write_check(dir): why no file can be created there, or None. Tests pass their
+        # own to stand for a read-only mount, which mode bits cannot show to root.
+        self._write_check = write_check
         self.directory = os.path.abspath(directory) if directory else default_cache_dir()
         policy = policy or environment.cache_policy() or "fallback"
         policy = policy.strip().lower()
@@ -990,7 +1001,7 @@ class KernelCache:
                     f"CATBP_JIT_CACHE_DIR to a directory of your own)")
         for d in dirs[1:]:
             if error is None:
-                failed = _write_error(d)
+                failed = self._write_check(d)
                 error = None if failed is None else str(failed)
         warm = all(os.path.isdir(d) for d in dirs[1:3])
         if error is not None and not (self.policy == "strict" and warm):
@@ -1182,3 +1193,15 @@ def default_cache() -> KernelCache:
     if _default is None:
         _default = KernelCache()
     return _default
+
+
+@contextlib.contextmanager
+def fresh_default_cache():
+    """Inside the block ``default_cache()`` is built anew from the environment (as in a
+    new process); the previous one is back afterwards. For tests that change the env."""
+    global _default
+    saved, _default = _default, None
+    try:
+        yield
+    finally:
+        _default = saved

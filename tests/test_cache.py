@@ -292,9 +292,9 @@ def test_kernel_key(monkeypatch):
     assert kernel_key(pattern(1, parallel=True)) != k
     assert kernel_key(pattern(1), target="cuda") != k
     assert KernelCache().key_for(pattern(1)) == k
-    monkeypatch.setattr(cache_mod, "CODEGEN_VERSION", "test-bump")
-    assert kernel_key(pattern(1)) != k
-    assert environment_identity()["codegen_version"] == "test-bump"
+    assert kernel_key(pattern(1), codegen_version="test-bump") != k
+    assert environment_identity(codegen_version="test-bump")["codegen_version"] == "test-bump"
+    assert environment_identity()["codegen_version"] == cache_mod.CODEGEN_VERSION
     with pytest.raises(TypeError):
         kernel_key({"bad": object()})
 

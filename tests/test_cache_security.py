@@ -376,18 +376,18 @@ def test_read_only_warm_cache_under_strict(tmp_path, monkeypatch):
     tree = sorted((str(p), p.stat().st_mtime_ns, p.stat().st_size)
                   for p in cache_dir.rglob("*"))
     subprocess.run(["chmod", "-R", "a-w", str(cache_dir)], check=True)
+    opts = {}
     if IS_ROOT:
         # root writes through any mode bits: simulate the read-only mount instead.
-        monkeypatch.setattr(cache_mod, "_write_error",
-                            lambda d: PermissionError(13, "Permission denied (simulated)", d))
+        opts["write_check"] = lambda d: PermissionError(13, "Permission denied (simulated)", d)
     try:
-        strict = KernelCache(cache_dir, "strict")
+        strict = KernelCache(cache_dir, "strict", **opts)
         assert strict.get(pattern(51), source(51), "kernel", SIG)(2, 3) == 56
         assert strict.stats["hits"] == 1 and strict.stats["compiled"] == 0
         with pytest.raises(CacheMissError, match="policy 'strict' forbids compiling"):
             strict.get(pattern(52), source(52), "kernel", SIG)  # cold: refused, as ever
         # fallback on a read-only directory: compiled in memory, said once
-        fallback = KernelCache(cache_dir)
+        fallback = KernelCache(cache_dir, **opts)
         assert fallback.get(pattern(51), source(51), "kernel", SIG)(2, 3) == 56
         assert fallback.stats["compiled"] == 1
         assert sorted((str(p), p.stat().st_mtime_ns, p.stat().st_size)
@@ -407,8 +407,8 @@ def test_command_line_reports_an_untrusted_cache_in_one_line(tmp_path, monkeypat
     cache_dir.chmod(0o777)
     monkeypatch.setenv("CATBP_JIT_CACHE_DIR", str(cache_dir))
     monkeypatch.setenv("CATBP_JIT_CACHE", "strict")
-    monkeypatch.setattr(cache_mod, "_default", None)  # the process-wide cache, from the env
-    assert main(["solve", asia, "-q"]) == 2
+    with cache_mod.fresh_default_cache():  # the process-wide cache, from the env
+        assert main(["solve", asia, "-q"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "Traceback" not in err, err
     assert err.startswith("catbp-jit: error: kernel cache directory refused: ")

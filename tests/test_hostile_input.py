@@ -351,9 +351,9 @@ def test_bad_models_on_the_command_line_are_one_line(capsys, tmp_path):
 
 def test_kernel_cache_settings_are_input_errors(capsys, tmp_path, monkeypatch):
     from catbp_jit import cache
-    monkeypatch.setattr(cache, "_default", None)  # the process-wide cache reads the env once
     monkeypatch.setenv("CATBP_JIT_CACHE", "bogus")
-    code, _, err = run(capsys, "solve", ASIA, "-q")
+    with cache.fresh_default_cache():  # the process-wide cache reads the env once
+        code, _, err = run(capsys, "solve", ASIA, "-q")
     assert code == 2 and err.count("\n") == 1
     assert "CATBP_JIT_CACHE='bogus': expected one of fallback, strict, off" in err
 
@@ -502,10 +502,10 @@ def _expect_setting_error(err, name, value, accepted):
 def test_a_bad_environment_variable_is_one_line_on_the_command_line(
         capsys, tmp_path, monkeypatch, command, name, value, accepted):
     from catbp_jit import cache
-    monkeypatch.setattr(cache, "_default", None)  # the process-wide cache reads the env once
     monkeypatch.setenv(name, value)
     extra = ["-o", str(tmp_path / "asia.profile.json")] if command == "aot" else []
-    code, out, err = run(capsys, command, ASIA, "-q", *extra)
+    with cache.fresh_default_cache():  # the process-wide cache reads the env once
+        code, out, err = run(capsys, command, ASIA, "-q", *extra)
     assert code == 2 and out == ""
     _expect_setting_error(err, name, value, accepted)
     assert not (tmp_path / "asia.profile.json").exists()

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Optional, Tuple
 
 from .. import environment
-from ..cache import _atomic_write, default_cache_dir
+from ..cache import atomic_write, default_cache_dir
 from .plan import PlanLimits
 
 FORMAT = 2  # bump when the file layout or what an order means changes (2: scored by
@@ -140,7 +140,7 @@ def store(key: PlanKey, plan: CachedPlan, directory: Optional[str] = None) -> No
            "path": None if plan.path is None else [list(p) for p in plan.path]}
     try:
         os.makedirs(directory, 0o700, exist_ok=True)
-        _atomic_write(os.path.join(directory, f"{digest}.json"), json.dumps(doc).encode())
+        atomic_write(os.path.join(directory, f"{digest}.json"), json.dumps(doc).encode())
     except OSError as e:
         warnings.warn(f"{directory}: cannot keep the searched plan ({e})", PlanCacheWarning)
 
