@@ -284,7 +284,7 @@ def test_telemetry_record_on_miss(tmp_path, caplog):
 
 # ---------------------------------------------------------------------------- keys, config
 
-def test_kernel_key(monkeypatch):
+def test_kernel_key():
     k = kernel_key(pattern(1))
     assert len(k) == 64 and k == kernel_key(pattern(1)) == kernel_key(dict(reversed(
         list(pattern(1).items()))))  # key order does not matter
