@@ -46,12 +46,11 @@ Exit status: 0 when every row is ok, 1 otherwise (2 on a usage error).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))  # run from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # perf/common.py
+from common import default_shared_dir, find_bundles  # noqa: E402
 
 from catbp_jit.testing.alloc_counter import NrtAllocCounter, NumpyAllocCounter, enable_nrt_stats  # noqa: E402
 from catbp_jit.bundle import load_bundle  # noqa: E402
@@ -60,18 +59,6 @@ from catbp_jit.executable import compile  # noqa: E402
 MODES = ("compiled", "loop")
 MAX_NRT_PER_RUN = 8  # a small constant: e.g. one MemInfo (2 counts) per array argument
 LARGE_ARENA_BYTES = 256 * 1024 * 1024
-
-
-def default_shared_dir() -> Path:
-    return Path(os.environ.get("CATBP_SHARED_DIR") or REPO.parent / "shared")
-
-
-def bench_bundles(shared: Path, names) -> list:
-    """The bundle directories of <shared>/bench, filtered by --bundles."""
-    dirs = sorted(p for p in (shared / "bench").iterdir() if (p / "bundle.json").is_file())
-    if names:
-        dirs = [d for d in dirs if any(n in d.name for n in names)]
-    return dirs
 
 
 def count_runs(sess, kwargs, runs: int) -> dict:
@@ -158,7 +145,7 @@ def main(argv=None) -> int:
     if args.runs < 1 or args.large_runs < 1:
         parser.error("--runs and --large-runs must be at least 1")
 
-    bundles = bench_bundles(args.shared, args.bundles)
+    bundles = [d for _, d in find_bundles(args.shared, "bench", args.bundles)]
     if not bundles:
         parser.error(f"no bundles found under {args.shared / 'bench'}")
     enable_nrt_stats()

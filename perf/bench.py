@@ -73,23 +73,22 @@ The CSV has the same rows, times in seconds and sizes in bytes, unformatted.
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime
 import gc
 import os
 import platform
-import statistics
 import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))  # run from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # perf/common.py
+from common import (GROUPS, REPO, cpu_model, cpus_usable, default_shared_dir,  # noqa: E402
+                    find_bundles, fmt_bytes, fmt_ratio, fmt_time, load_average, threading_layer,
+                    threads_environment, time_runs, write_report)
 
 import numba  # noqa: E402
 import numpy as np  # noqa: E402
 
-from catbp_jit.atomic import replacing  # noqa: E402
 from catbp_jit.bundle import load_bundle  # noqa: E402
 from catbp_jit.cli import compare_slot  # noqa: E402
 from catbp_jit.executable import compile  # noqa: E402
@@ -101,8 +100,6 @@ MODES = ("compiled", "loop")
 # (dispatch mode, exact) per row of a bundle: both dispatch modes exact, then the
 # reassociating mode compiled
 RUNS = (("compiled", True), ("loop", True), ("compiled", False))
-GROUPS = ("bench", "corpus")
-
 REF_BUDGET_S = 2.5     # reference: total time per bundle when runs are fast
 REF_MIN_RUNS = 3
 REF_MAX_RUNS = 200
@@ -125,54 +122,6 @@ CSV_COLUMNS = ("group", "bundle", "semiring", "dtype", "mode", "exact", "steps",
                "run_inputs_runs", "run_bound_s", "run_bound_runs", "ratio_inputs",
                "ratio_bound", "arena_bytes", "ref_peak_bytes", "arena_over_peak", "check",
                "detail")
-
-
-# ---------------------------------------------------------------------------------------
-# Finding bundles
-
-
-def default_shared_dir() -> Path:
-    return Path(os.environ.get("CATBP_SHARED_DIR") or REPO.parent / "shared")
-
-
-def find_bundles(shared: Path, only, names) -> list:
-    """(group, bundle directory) for every bundle of the chosen groups, filtered by name."""
-    found = []
-    for group in GROUPS:
-        if only and group != only:
-            continue
-        folder = shared / group
-        if not folder.is_dir():
-            continue
-        for d in sorted(folder.iterdir()):
-            if not (d / "bundle.json").is_file():
-                continue
-            if names and not any(n in d.name for n in names):
-                continue
-            found.append((group, d))
-    return found
-
-
-# ---------------------------------------------------------------------------------------
-# Timing
-
-
-def time_runs(fn, min_runs: int, max_runs: int, budget_s: float):
-    """Run fn repeatedly; return (median seconds, number of runs, last result).
-
-    The first run is timed too; it sets the number of runs: as many as fit in budget_s,
-    but at least min_runs and at most max_runs.
-    """
-    t0 = time.perf_counter()
-    result = fn()
-    times = [time.perf_counter() - t0]
-    runs = int(budget_s / max(times[0], 1e-9))
-    runs = max(min_runs, min(max_runs, runs))
-    for _ in range(runs - 1):
-        t0 = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), len(times), result
 
 
 # ---------------------------------------------------------------------------------------
@@ -300,31 +249,6 @@ def bench_jit(bundle, mode: str, budget_s: float, ref_slots, exact: bool = True)
 # Formatting
 
 
-def fmt_time(s) -> str:
-    if s is None:
-        return "-"
-    if s >= 1:
-        return f"{s:.2f} s"
-    if s >= 1e-3:
-        return f"{s * 1e3:.2f} ms"
-    return f"{s * 1e6:.1f} µs"
-
-
-def fmt_bytes(n) -> str:
-    if n is None:
-        return "-"
-    for unit, size in (("GB", 2**30), ("MB", 2**20), ("kB", 2**10)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n} B"
-
-
-def fmt_ratio(x) -> str:
-    if x is None:
-        return "-"
-    return f"{x:.0f}x" if x >= 10 else f"{x:.2f}x"
-
-
 def markdown_row(row: dict) -> list:
     return [
         row["bundle"], mode_name(row), str(row.get("steps", "-")), str(row.get("kernels", "-")),
@@ -378,46 +302,14 @@ def bars_section(rows) -> list:
     return lines
 
 
-def load_average() -> str:
-    try:
-        return " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        return "unknown"
-
-
-def threading_layer() -> str:
-    """Numba's threading layer, known once a parallel kernel has run."""
-    try:
-        return numba.threading_layer()
-    except ValueError:
-        return "not started"
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
 def header_lines(args, load_at_start: str) -> list:
-    try:
-        cpus_usable = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cpus_usable = os.cpu_count()
-    threads_env = ", ".join(f"{k}={os.environ[k]}" for k in
-                            ("NUMBA_NUM_THREADS", "NUMBA_THREADING_LAYER", "OMP_WAIT_POLICY")
-                            if k in os.environ)
+    usable, threads_env = cpus_usable(), threads_environment()
     return [
         "# catbp_jit benchmark",
         "",
         f"- date: {datetime.datetime.now().isoformat(timespec='seconds')}",
         f"- machine: {platform.machine()}, {cpu_model()}, "
-        f"{os.cpu_count()} CPUs ({cpus_usable} usable); load average {load_at_start} at "
+        f"{os.cpu_count()} CPUs ({usable} usable); load average {load_at_start} at "
         f"start, {load_average()} at end (other processes skew the timings)",
         f"- python {platform.python_version()}, numpy {np.__version__}, "
         f"numba {numba.__version__}, numba threads {numba.get_num_threads()}, "
@@ -492,17 +384,7 @@ def main(argv=None) -> int:
     lines += ["", "## Bars (perf/README.md, Bars)", ""] + (bars_section(rows) or ["- (no bench bundle measured)"])
     text = "\n".join(lines) + "\n"
 
-    args.out.mkdir(parents=True, exist_ok=True)
-    with replacing(args.out / "bench.md") as tmp:
-        tmp.write_text(text, encoding="utf-8")
-    with replacing(args.out / "bench.csv") as tmp, \
-            open(tmp, "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS, extrasaction="ignore")
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({c: row.get(c, "") for c in CSV_COLUMNS})
-    print(text, end="")
-    print(f"(written to {args.out / 'bench.md'} and {args.out / 'bench.csv'})")
+    write_report(args.out, "bench", text, rows, CSV_COLUMNS)
     return 1 if problems else 0
 
 

@@ -87,7 +87,6 @@ versions and the load average: timings are only comparable within one run.
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime
 import gc
 import os
@@ -98,10 +97,10 @@ from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-sys.path.insert(0, str(REPO))  # run from a checkout without installing
-sys.path.insert(0, str(HERE))  # bench.py, bench_batch.py; imported in functions: bench.py
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # perf/common.py
+# (common does not import numba: NUMBA_ENABLE_CUDASIM is still to be decided)
+from common import (HERE, cpu_model, default_shared_dir, find_bundles,  # noqa: E402
+                    fmt_ratio, fmt_time, load_average, sample_rows, time_runs, write_report)
 # imports numba, which reads NUMBA_ENABLE_CUDASIM (--simulate) once, when first imported
 
 BATCHES = (1, 64, 1024, 16384)
@@ -219,7 +218,6 @@ def read_all(slots) -> None:
 
 def bench_bundle_target(bundle, target: str, args) -> tuple:
     """(measurements, slots after the last run) of one bundle on one target."""
-    from bench import time_runs
     from catbp_jit.executable import compile
 
     factors = {fid: arr for fid, (arr, _) in bundle.factors.items()}
@@ -282,7 +280,6 @@ def time_batches(run, keep, batches, args) -> dict:
     warm-up run of each n first (a new bucket refills its constants and touches its arena
     for the first time), kept to compare. After a warm-up over the budget, one timed run
     (water, 16384 rows: minutes per run on 2 cores)."""
-    from bench import time_runs
 
     out = {}
     for n in batches:
@@ -424,7 +421,6 @@ def answers_of(solution) -> dict:
 
 
 def bench_network(name: str, args, gpu: bool) -> list:
-    from bench_batch import sample_rows
     from catbp_jit.frontend import compile_model
     from catbp_jit.frontend.bnlearn import load_network
 
@@ -491,8 +487,6 @@ def fmt_rate(x) -> str:
 
 
 def bundle_line(row: dict) -> list:
-    from bench import fmt_ratio, fmt_time
-
     return [row["name"], str(row.get("steps", "-")), fmt_compile(row, "cpu"),
             fmt_compile(row, "gpu"), fmt_time(row.get("cpu_inputs_s")),
             fmt_time(row.get("gpu_inputs_s")), fmt_ratio(row.get("ratio_inputs")),
@@ -502,8 +496,6 @@ def bundle_line(row: dict) -> list:
 
 def batch_line(row: dict, first: bool) -> list:
     """A batch row; the model's columns only on its first row."""
-    from bench import fmt_ratio, fmt_time
-
     model = ([row["name"], row.get("batched", "-"), row.get("buckets", "-"),
               fmt_compile(row, "cpu"), fmt_compile(row, "gpu")] if first else [""] * 5)
     batch = [fmt_time(row.get(f"{t}_batch_s")) + ("*" if row.get(f"{t}_batch_runs") == 1 else "")
@@ -531,7 +523,6 @@ def batch_table(rows) -> list:
 
 def header_lines(args, gpu_line: str, load_at_start: str) -> list:
     import numba
-    from bench import cpu_model, load_average
 
     return [
         "# catbp_jit CUDA benchmark: target cuda against target cpu",
@@ -619,7 +610,6 @@ def main(argv=None) -> int:
             parser.error("--simulate: numba is already imported without the simulator "
                          "(run the script as a process)")
         os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
-    from bench import default_shared_dir, find_bundles, load_average  # imports numba
 
     args.shared = args.shared or default_shared_dir()
     bundles = find_bundles(args.shared, args.only, args.bundles) if args.bundles != [] else []
@@ -660,18 +650,7 @@ def main(argv=None) -> int:
                                          for r in skipped]
     text = "\n".join(lines) + "\n"
 
-    args.out.mkdir(parents=True, exist_ok=True)
-    from catbp_jit.atomic import replacing  # here: importing catbp_jit loads numba
-    with replacing(args.out / "bench_cuda.md") as tmp:
-        tmp.write_text(text, encoding="utf-8")
-    with replacing(args.out / "bench_cuda.csv") as tmp, \
-            open(tmp, "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS, extrasaction="ignore")
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({c: row.get(c, "") for c in CSV_COLUMNS})
-    print(text, end="")
-    print(f"(written to {args.out / 'bench_cuda.md'} and {args.out / 'bench_cuda.csv'})")
+    write_report(args.out, "bench_cuda", text, rows, CSV_COLUMNS)
     return 1 if problems else 0
 
 

@@ -30,9 +30,9 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE))  # perf/common.py
 
-from bench_batch import sample_rows  # noqa: E402
+from common import sample_rows  # noqa: E402
 
 NETWORKS = ("alarm", "hailfinder", "pathfinder")
 ROWS = (10_000, 100_000)

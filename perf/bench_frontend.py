@@ -73,16 +73,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import csv
 import datetime
-import gzip
 import importlib.metadata
 import importlib.util
 import json
 import os
 import platform
 import queue
-import re
 import shutil
 import subprocess
 import sys
@@ -92,8 +89,9 @@ import time
 import zlib
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))  # run from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # perf/common.py
+from common import (REPO, cpu_model, cpus_usable, fmt_ratio, fmt_time,  # noqa: E402
+                    load_average, network_text, pyagrum_network, threads_environment, write_report)
 
 import numpy as np  # noqa: E402
 
@@ -131,35 +129,13 @@ def _emit(**record) -> None:
     print(json.dumps(record), flush=True)
 
 
-def _network_text(name: str) -> str:
-    from catbp_jit.frontend import bnlearn
-    path = bnlearn.network_path(name)
-    data = path.read_bytes()
-    return (gzip.decompress(data) if path.name.endswith(".gz") else data).decode()
-
-
-def _topological(graph):
-    """Variables parents-first (a bnlearn graph's factor for X has scope (X, parents))."""
-    parents = {f.scope[0]: f.scope[1:] for f in graph.factors}
-    order, seen = [], set()
-
-    def visit(v):
-        if v not in seen:
-            seen.add(v)
-            for p in parents[v]:
-                visit(p)
-            order.append(v)
-    for v in graph.variables:
-        visit(v)
-    return order, parents
-
-
 def observation(graph, k: int, seed: int) -> dict:
     """k observed variables and states, by ancestral sampling (so P(e) > 0); seeded."""
     if k <= 0:
         return {}
+    from catbp_jit.frontend.bnlearn import parents_first
     rng = np.random.default_rng(seed)
-    order, parents = _topological(graph)
+    order, parents = parents_first(graph)
     cpt = {f.scope[0]: f.values for f in graph.factors}
     sample = {}
     for v in order:
@@ -168,37 +144,6 @@ def observation(graph, k: int, seed: int) -> dict:
     names = list(graph.variables)
     picked = rng.choice(len(names), size=min(k, len(names)), replace=False)
     return {names[i]: sample[names[i]] for i in sorted(picked)}
-
-
-def _is_number(word: str) -> bool:
-    try:
-        float(word)
-        return True
-    except ValueError:
-        return False
-
-
-def pyagrum_network(gum, text: str, directory: Path):
-    """pyAgrum's network for a BIF text, and {pyAgrum's name: ours} for renamed words.
-
-    pyAgrum reads uncompressed files only, and its grammar refuses labels like '<5',
-    '5-12' or 'Asy/Patch' (child.bif): those words are given plain identifiers instead.
-    """
-    plain = directory / "net.bif"
-    plain.write_text(text)
-    try:
-        return gum.loadBN(str(plain)), {}
-    except Exception:
-        renamed = {}
-
-        def rename(m):
-            word = m.group()
-            if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", word) or _is_number(word):
-                return word
-            return renamed.setdefault(word, f"label{len(renamed)}_")
-
-        plain.write_text(re.sub(r"[^\s{}()\[\],;|]+", rename, text))
-        return gum.loadBN(str(plain)), {new: old for old, new in renamed.items()}
 
 
 # ---------------------------------------------------------------------------------------
@@ -236,7 +181,7 @@ def child_solve(name: str, evidence: dict, repeat: int, budget: float,
     import pyagrum as gum
     with tempfile.TemporaryDirectory(prefix="bench_frontend_") as tmp:
         t0 = time.perf_counter()
-        bn, renamed = pyagrum_network(gum, _network_text(name), Path(tmp))
+        bn, renamed = pyagrum_network(gum, network_text(name), Path(tmp))
         load_s = time.perf_counter() - t0
     to_gum = {ours_name: g for g, ours_name in renamed.items()}
     nodes = list(bn.nodes())
@@ -270,7 +215,7 @@ def child_pgmpy(name: str, evidence: dict, repeat: int, budget: float, method: s
     logging.disable(logging.WARNING)
     from pgmpy.inference import BeliefPropagation, VariableElimination
     from pgmpy.readwrite import BIFReader
-    text = _network_text(name)
+    text = network_text(name)
     t0 = time.perf_counter()
     model = BIFReader(string=text).get_model()
     load_s = time.perf_counter() - t0
@@ -482,23 +427,7 @@ def bench_network(name: str, args, have_pyagrum: bool, have_pgmpy: bool) -> dict
 
 
 # ---------------------------------------------------------------------------------------
-# Formatting
-
-
-def fmt_time(s) -> str:
-    if s is None:
-        return "-"
-    if s >= 1:
-        return f"{s:.2f} s"
-    if s >= 1e-3:
-        return f"{s * 1e3:.2f} ms"
-    return f"{s * 1e6:.0f} µs"
-
-
-def fmt_ratio(x) -> str:
-    if x is None:
-        return "-"
-    return f"{x:.0f}x" if x >= 10 else f"{x:.2f}x"
+# Formatting (and common.py's)
 
 
 def fmt_states(n) -> str:
@@ -588,24 +517,6 @@ for _sfx in ("", "_ev"):
 CSV_FIELDS += ["pyagrum_load_s", "pgmpy_load_s", "wall_s", "error"]
 
 
-def load_average() -> str:
-    try:
-        return " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        return "unknown"
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
 def version(dist: str):
     try:
         return importlib.metadata.version(dist)
@@ -615,13 +526,7 @@ def version(dist: str):
 
 def header_lines(args, have_pyagrum, have_pgmpy, load_at_start, evidence_note) -> list:
     import numba
-    try:
-        cpus_usable = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cpus_usable = os.cpu_count()
-    threads_env = ", ".join(f"{k}={os.environ[k]}" for k in
-                            ("NUMBA_NUM_THREADS", "NUMBA_THREADING_LAYER", "OMP_WAIT_POLICY")
-                            if k in os.environ)
+    usable, threads_env = cpus_usable(), threads_environment()
     pyagrum_v = version("pyagrum") or version("pyAgrum")
     if have_pyagrum:
         import pyagrum as gum
@@ -632,7 +537,7 @@ def header_lines(args, have_pyagrum, have_pgmpy, load_at_start, evidence_note) -
         "",
         f"- date: {datetime.datetime.now().isoformat(timespec='seconds')}",
         f"- machine: {platform.machine()}, {cpu_model()}, {os.cpu_count()} CPUs "
-        f"({cpus_usable} usable); load average {load_at_start} at start, {load_average()} at "
+        f"({usable} usable); load average {load_at_start} at start, {load_average()} at "
         "end (other processes skew the timings)",
         f"- python {platform.python_version()} ({sys.executable}), numpy {np.__version__}, "
         f"numba {numba.__version__}, numba threads {numba.config.NUMBA_NUM_THREADS}"
@@ -653,16 +558,8 @@ def header_lines(args, have_pyagrum, have_pgmpy, load_at_start, evidence_note) -
 
 
 def write_outputs(out: Path, header, table, footer, rows) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    from catbp_jit.atomic import replacing  # here: importing catbp_jit loads numba
-    with replacing(out / "bench_frontend.md") as tmp:
-        tmp.write_text("\n".join(header + [""] + table + footer) + "\n", encoding="utf-8")
-    with replacing(out / "bench_frontend.csv") as tmp, \
-            open(tmp, "w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
-        w.writeheader()
-        for row in rows:
-            w.writerow({k: row.get(k, "") for k in CSV_FIELDS})
+    text = "\n".join(header + [""] + table + footer) + "\n"
+    write_report(out, "bench_frontend", text, rows, CSV_FIELDS, echo=False)
 
 
 def main(argv=None) -> int:

@@ -29,7 +29,6 @@ measured before it was killed is kept. pyAgrum's child has an address-space limi
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime
 import json
 import math
@@ -43,19 +42,15 @@ import time
 from pathlib import Path
 from typing import Optional
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-sys.path.insert(0, str(REPO))  # run from a checkout without installing
-sys.path.insert(0, str(HERE))
-
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # perf/common.py, uai2014.py
+from common import HERE, default_shared_dir, installed, write_report  # noqa: E402
 from uai2014 import load_instance, mar_error, virtual_best  # noqa: E402
 
 MAR_TOL, LOG_Z_TOL = 1e-5, 1e-9  # the MAR files' 6 digits; PROB against LOGPROB
 
 
 def default_root() -> Path:
-    env = os.environ.get("CATBP_SHARED_DIR")
-    return (Path(env) if env else REPO.parent / "shared") / "uai2014"
+    return default_shared_dir() / "uai2014"
 
 
 def find_instances(dirs) -> dict:
@@ -431,13 +426,7 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     names = [n for n in found if not args.only or n in args.only]
-    with_pyagrum = not args.skip_pyagrum
-    if with_pyagrum:
-        try:
-            import pyagrum  # noqa: F401
-        except ImportError:
-            print("(pyagrum not installed: ours only)", file=sys.stderr)
-            with_pyagrum = False
+    with_pyagrum = not args.skip_pyagrum and installed("pyagrum")
     pub = published(dirs)
     lines = header(args, dirs) + [HEADER, RULE]
     print("\n".join(lines), flush=True)
@@ -452,15 +441,7 @@ def main(argv=None) -> int:
 
 
 def write(out: Path, lines: list, rows: list) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    from catbp_jit.atomic import replacing  # here: importing catbp_jit loads numba
-    with replacing(out / "bench_uai.md") as tmp:
-        tmp.write_text("\n".join(lines) + "\n")
-    with replacing(out / "bench_uai.csv") as tmp, \
-            open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
+    write_report(out, "bench_uai", "\n".join(lines) + "\n", rows, CSV_FIELDS, echo=False)
 
 
 if __name__ == "__main__":

@@ -52,7 +52,6 @@ calibration and short timing budgets (for trying things out and for the test).
 from __future__ import annotations
 
 import argparse
-import csv
 import gc
 import math
 import sys
@@ -60,17 +59,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))  # run from a checkout without installing
-sys.path.insert(0, str(REPO / "perf"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # perf/common.py
+from common import (GROUPS, REPO, cpu_model, default_shared_dir, find_bundles,  # noqa: E402
+                    fmt_bytes, fmt_time, load_average, threading_layer, write_report)
 
 import numba  # noqa: E402
 import numpy as np  # noqa: E402
 from numba import njit, prange  # noqa: E402
 
-from bench import (GROUPS, cpu_model, default_shared_dir, find_bundles, fmt_bytes,  # noqa: E402
-                   fmt_time, load_average, threading_layer)
-from catbp_jit.atomic import replacing  # noqa: E402
 from catbp_jit.bundle import load_bundle  # noqa: E402
 from catbp_jit.errors import CatbpError  # noqa: E402
 from catbp_jit.executable import compile  # noqa: E402
@@ -476,14 +472,7 @@ def main(argv=None) -> int:
     lines = header_lines(peaks, overhead_s, args.quick) + ["", "## Summary", ""] + \
         summary_table(sums) + (["", "Problems:", ""] + problems if problems else []) + sections
     text = "\n".join(lines) + "\n"
-    args.out.mkdir(parents=True, exist_ok=True)
-    with replacing(args.out / "roofline.md") as tmp:
-        tmp.write_text(text, encoding="utf-8")
-    with replacing(args.out / "roofline.csv") as tmp, \
-            open(tmp, "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=csv_columns(), extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(all_rows)
+    write_report(args.out, "roofline", text, all_rows, csv_columns(), echo=False)
     print(text, end="")
     written = [args.out / "roofline.md", args.out / "roofline.csv"]
     if all_rows and plot(all_rows, peaks, args.out / "roofline.png"):

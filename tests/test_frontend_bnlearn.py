@@ -44,26 +44,10 @@ def _network(name):
     return bnlearn.load_network(name)
 
 
-def _topological(graph):
-    """Variables parents-first (factor i is the CPT of variable i, scope (child, parents))."""
-    parents = {f.scope[0]: f.scope[1:] for f in graph.factors}
-    order, seen = [], set()
-
-    def visit(v):
-        if v not in seen:
-            seen.add(v)
-            for p in parents[v]:
-                visit(p)
-            order.append(v)
-    for v in graph.variables:
-        visit(v)
-    return order, parents
-
-
 def observation(graph, seed):
     """A few observed variables and states drawn from the network itself (so P(e) > 0)."""
     rng = np.random.default_rng(seed)
-    order, parents = _topological(graph)
+    order, parents = bnlearn.parents_first(graph)
     cpt = {f.scope[0]: f.values for f in graph.factors}
     sample = {}
     for v in order:
@@ -104,7 +88,7 @@ def enumerate_posteriors(graph, evidence):
 
 def einsum_posterior(graph, evidence, query, oe):
     """P(query | evidence) by contracting the query's and evidence's ancestral sub-network."""
-    _, parents = _topological(graph)
+    _, parents = bnlearn.parents_first(graph)
     keep, stack = set(), [query, *evidence]
     while stack:
         v = stack.pop()

@@ -20,7 +20,7 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import List, Optional, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 from .. import environment
 from .bif import read_bif
@@ -82,6 +82,33 @@ def network_path(name: str) -> Path:
 def load_network(name: str) -> FactorGraph:
     """The bnlearn network `name` as a FactorGraph (one CPT factor per variable)."""
     return read_bif(network_path(name), name=name)
+
+
+def parents_first(graph: FactorGraph) -> Tuple[List[str], Dict[str, tuple]]:
+    """A Bayesian network's variables parents-first, and each one's parents.
+
+    A network read from BIF has one factor per variable, its CPT, whose scope is
+    (child, parents...): ancestral sampling and observations drawn from the network
+    itself walk the variables in this order.
+    """
+    parents = {f.scope[0]: tuple(f.scope[1:]) for f in graph.factors}
+    order: List[str] = []
+    seen = set()
+    for root in graph.variables:  # depth-first, without recursion: deep chains are fine
+        if root in seen:
+            continue
+        seen.add(root)
+        stack = [(root, iter(parents[root]))]
+        while stack:
+            v, rest = stack[-1]
+            p = next(rest, None)
+            if p is None:
+                stack.pop()
+                order.append(v)
+            elif p not in seen:
+                seen.add(p)
+                stack.append((p, iter(parents[p])))
+    return order, parents
 
 
 def _complete(directory: Path) -> bool:
