@@ -49,10 +49,24 @@ def corpus_dirs():
     return CORPUS
 
 
+def run_temp_dir(tmp_path_factory, config) -> Path:
+    """The run's temporary folder: pytest's base folder, or under pytest-xdist the one
+    above the workers' own (each worker's config has a workerinput)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if hasattr(config, "workerinput") else base
+
+
 @pytest.fixture(autouse=True, scope="session")
-def _own_cache_dir(tmp_path_factory):
+def _own_cache_dir(tmp_path_factory, request):
     # Tests never touch the user's kernel cache, even one CATBP_JIT_CACHE_DIR names: signed
     # with the suite's key, its entries would fail their MACs in the user's next run.
-    os.environ["CATBP_JIT_CACHE_DIR"] = str(tmp_path_factory.mktemp("kernel_cache"))
+    # Under pytest-xdist the workers share one cache (the run's base folder, above each
+    # worker's own): a kernel one worker compiled is a hit for the others. The cache is
+    # made for processes that share it (entry locks, files that appear whole).
+    base = run_temp_dir(tmp_path_factory, request.config)
+    cache, key = base / "kernel_cache", base / "cache_key"
+    cache.mkdir(exist_ok=True)
+    key.mkdir(mode=0o700, exist_ok=True)
+    os.environ["CATBP_JIT_CACHE_DIR"] = str(cache)
     # ... nor the user's cache key (~/.config/catbp_jit/cache.key, or CATBP_JIT_KEY_FILE).
-    os.environ["CATBP_JIT_KEY_FILE"] = str(tmp_path_factory.mktemp("cache_key") / "cache.key")
+    os.environ["CATBP_JIT_KEY_FILE"] = str(key / "cache.key")

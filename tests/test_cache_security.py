@@ -20,6 +20,7 @@ from catbp_jit.cache import (CacheDirError, CacheLockTimeout, CacheMissError, Ca
                              KernelCache, kernel_key)
 
 from cache_helpers import SIG, entry_files, pattern, source
+from conftest import run_temp_dir
 
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 
@@ -425,7 +426,7 @@ def test_the_suite_never_touches_the_users_cache(tmp_path):
 
     user_cache, user_key = tmp_path / "user_cache", tmp_path / "user.key"
     env = dict(os.environ, CATBP_JIT_CACHE_DIR=str(user_cache), CATBP_JIT_KEY_FILE=str(user_key))
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0",
                         f"--basetemp={tmp_path / 'inner'}",
                         f"{__file__}::test_the_suite_has_a_cache_of_its_own"],
                        cwd=Path(__file__).resolve().parents[1], env=env, capture_output=True,
@@ -434,10 +435,10 @@ def test_the_suite_never_touches_the_users_cache(tmp_path):
     assert not user_cache.exists() and not user_key.exists()
 
 
-def test_the_suite_has_a_cache_of_its_own(tmp_path_factory):
+def test_the_suite_has_a_cache_of_its_own(tmp_path_factory, pytestconfig):
     from pathlib import Path
 
-    base = tmp_path_factory.getbasetemp()
+    base = run_temp_dir(tmp_path_factory, pytestconfig)
     kc = KernelCache()
     assert Path(kc.directory).is_relative_to(base), kc.directory
     assert Path(cache_mod.key_file_path()).is_relative_to(base)

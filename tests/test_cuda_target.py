@@ -119,17 +119,21 @@ def test_bad_input_changes_nothing():
     assert_same(before, snapshot(sess.run()), "after a refused run")
 
 
-def test_batched_profiles_on_cuda_equal_the_cpu_rows():
-    b = bundle("grid3_d2__prob_float64_normalized")
+@pytest.mark.parametrize("name, buckets, counts", [
+    ("z4_cycle__prob_float64_normalized", (1, 4), (1, 3, 5, 2)),
+    pytest.param("grid3_d2__prob_float64_normalized", (1, 4, 8), (1, 3, 8, 11, 2),
+                 marks=pytest.mark.slow)])  # 31 s in the simulator on a 2-core machine
+def test_batched_profiles_on_cuda_equal_the_cpu_rows(name, buckets, counts):
+    b = bundle(name)
     f, s = inputs(b)
     fid = sorted(f)[0]
     rng = np.random.default_rng(3)
-    rows = rng.uniform(0.1, 2.0, (11,) + f[fid].shape)
-    kw = dict(batched_factors={fid}, buckets=(1, 4, 8))
+    rows = rng.uniform(0.1, 2.0, (max(counts),) + f[fid].shape)
+    kw = dict(batched_factors={fid}, buckets=buckets)
     cpu = compile_for(b, "cpu", **kw).bind()
     gpu_exe = compile_for(b, "cuda", **kw)
     gpu = gpu_exe.bind()
-    for n in (1, 3, 8, 11, 2):  # bucket switches, chunks past the largest
+    for n in counts:  # bucket switches, chunks past the largest
         given = {**f, fid: np.ascontiguousarray(rows[:n])}
         assert_same(snapshot(cpu.run(factors=given, selectors=s)),
                     snapshot(gpu.run(factors=given, selectors=s)), f"{n} rows")
