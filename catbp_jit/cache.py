@@ -693,6 +693,9 @@ class _PinnedCache(FunctionCache):
         m, why = entry.read_manifest()
         reason = why if m is None else entry.verify_numba_files(m)
         self._cache_file.expected = {} if reason else dict(m["numba_files"])
+        on_verified = self.owner.cache.on_verified
+        if reason is None and on_verified is not None:
+            on_verified([os.path.join(entry.pycache, name) for name in sorted(m["numba_files"])])
         return reason
 
     def load_overload(self, sig, target_context):
@@ -840,10 +843,16 @@ class KernelCache:
 
     def __init__(self, directory: Optional[str] = None, policy: Optional[str] = None, *,
                  lock_timeout: Optional[float] = None, trust_owner: Optional[bool] = None,
-                 write_check: Callable[[str], Optional[OSError]] = _write_error):
+                 write_check: Callable[[str], Optional[OSError]] = _write_error,
+                 on_verified: Optional[Callable[[List[str]], None]] = None):
         # write_check(dir): why no file can be created there, or None. Tests pass their
         # own to stand for a read-only mount, which mode bits cannot show to root.
         self._write_check = write_check
+        # on_verified(paths): a test seam, called with the paths of a kernel's Numba files
+        # after their hashes are checked against the manifest and before Numba reads them
+        # (to load code, or to extend the index on a save). A test swaps a file there to
+        # show that the swapped file is never unpickled.
+        self.on_verified = on_verified
         self.directory = os.path.abspath(directory) if directory else default_cache_dir()
         policy = policy or environment.cache_policy() or "fallback"
         policy = policy.strip().lower()
