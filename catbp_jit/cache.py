@@ -87,6 +87,7 @@ from numba.core.compiler_lock import global_compiler_lock
 from numba.core.registry import CPUDispatcher
 
 from . import environment
+from .atomic import atomic_write  # noqa: F401 (callers import it from here too)
 from .errors import CatbpError
 
 try:  # POSIX advisory locks; Windows falls back to msvcrt byte-range locks.
@@ -320,23 +321,6 @@ class _Access:
 
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def atomic_write(path: str, data: bytes) -> None:
-    """Write a 0600 temp file in the same directory, fsync, then rename over `path`.
-    Public: the plan cache writes its files the same way."""
-    d, name = os.path.split(path)
-    fd, tmp = tempfile.mkstemp(dir=d, prefix="." + name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def _unlink(path: str) -> None:
