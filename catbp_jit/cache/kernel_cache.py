@@ -86,9 +86,9 @@ from numba.core.caching import (CompileResultCacheImpl, FunctionCache, IndexData
 from numba.core.compiler_lock import global_compiler_lock
 from numba.core.registry import CPUDispatcher
 
-from . import environment
-from .atomic import atomic_write  # noqa: F401 (callers import it from here too)
-from .errors import CatbpError
+from .. import environment
+from ..atomic import atomic_write
+from ..errors import CatbpError
 
 try:  # POSIX advisory locks; Windows falls back to msvcrt byte-range locks.
     import fcntl
