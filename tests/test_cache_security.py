@@ -250,7 +250,7 @@ def test_key_file_inside_the_cache_is_refused(tmp_path, monkeypatch):
 HOLDER = r"""
 import os, sys, time
 from catbp_jit.cache import KernelCache
-from catbp_jit.cache.kernel_cache import _FileLock
+from catbp_jit.cache.locks import _FileLock
 directory, stem = sys.argv[1], sys.argv[2]
 KernelCache(directory)._prepare_dir()
 _FileLock.for_path(os.path.join(directory, "locks", stem + ".lock")).acquire(10)
