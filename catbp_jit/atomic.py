@@ -5,7 +5,9 @@
     # here `path` is the new file; had the block raised, `path` would be untouched and
     # `tmp` gone
 
-`replacing_dir` does the same for an output directory (Dask's Parquet parts).
+`replacing_dir` does the same for an output directory (Dask's Parquet parts), and
+`atomic_write(path, data)` for bytes in hand that must also be private and durable (the
+kernel and plan caches' files: 0600, fsync-ed before the rename).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import errno
 import os
 import secrets
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Iterator, Union
 
@@ -45,11 +48,31 @@ def replacing(path: PathLike) -> Iterator[Path]:
             continue
         except OSError as e:  # name the file asked for, not the temporary one
             raise type(e)(e.errno, e.strerror, str(path)) from None
-    try:
+    with _renamed_over(tmp, path):
         yield tmp
+
+
+def atomic_write(path: PathLike, data: bytes) -> None:
+    """Write a 0600 temp file in the same directory, fsync, then rename over `path`.
+    Written through its descriptor, never reopened by name: the mode is private from the
+    start, whatever the umask."""
+    d, name = os.path.split(path)
+    fd, tmp = tempfile.mkstemp(dir=d, prefix="." + name + ".", suffix=".tmp")
+    with _renamed_over(tmp, path), os.fdopen(fd, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+@contextlib.contextmanager
+def _renamed_over(tmp: PathLike, path: PathLike) -> Iterator[None]:
+    """Rename the file `tmp` over `path` when the block ends normally; remove it when the
+    block raises (and raise that error, not one from the removal)."""
+    try:
+        yield
         os.replace(tmp, path)
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
 

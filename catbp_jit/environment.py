@@ -68,7 +68,7 @@ def _path(name: str) -> Optional[str]:
 
 
 def cache_policy() -> Optional[str]:
-    """CATBP_JIT_CACHE: the kernel cache policy (catbp_jit/cache.py)."""
+    """CATBP_JIT_CACHE: the kernel cache policy (catbp_jit/cache/kernel_cache.py)."""
     text = _text("CATBP_JIT_CACHE")
     if text is None:
         return None

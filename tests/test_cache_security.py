@@ -81,29 +81,28 @@ def test_planted_pickle_with_its_hash_in_the_manifest_never_runs(tmp_path, caplo
 
 
 @pytest.mark.parametrize("when", ["before_the_first_call", "right_after_the_check"])
-def test_file_swapped_after_the_check_is_never_unpickled(tmp_path, monkeypatch, when):
+def test_file_swapped_after_the_check_is_never_unpickled(tmp_path, when):
     # get() without signatures verifies and returns; Numba reads its files at the first
     # call. A pickle planted in between (manifest untouched) must not be unpickled, not
     # even when it lands between the load hook's hash check and Numba's read.
     cache_dir, marker = tmp_path / "cache", tmp_path / "PWNED"
     warm(cache_dir, 41, ["(int64, int64)"])  # what a plain call loads
-    kc = KernelCache(cache_dir)
-    f = kc.get(pattern(41), source(41), "kernel")
     (nbc,) = entry_files(cache_dir)["nbc"]
     plant = lambda: nbc.write_bytes(pickle.dumps(Payload(marker)))
+    swapped = []
+
+    def swap_once(paths):  # the hashes have just been checked; Numba reads next
+        if when == "right_after_the_check" and not swapped:
+            assert str(nbc) in paths
+            plant()
+            swapped.append(nbc)
+
+    kc = KernelCache(cache_dir, on_verified=swap_once)
+    f = kc.get(pattern(41), source(41), "kernel")
     if when == "before_the_first_call":
         plant()
-    else:
-        check = cache_mod._Entry.verify_numba_files
-
-        def check_then_swap(entry, manifest=None):
-            reason = check(entry, manifest)
-            monkeypatch.setattr(cache_mod._Entry, "verify_numba_files", check)  # once
-            plant()
-            return reason
-
-        monkeypatch.setattr(cache_mod._Entry, "verify_numba_files", check_then_swap)
     assert f(2, 3) == 46
+    assert swapped == ([nbc] if when == "right_after_the_check" else [])
     assert not marker.exists() and kc.stats["rebuilt"] == 1 and kc.stats["compiled"] == 1
     assert KernelCache(cache_dir).check(pattern(41), source(41))[0] == "ok"
 
@@ -251,7 +250,8 @@ def test_key_file_inside_the_cache_is_refused(tmp_path, monkeypatch):
 
 HOLDER = r"""
 import os, sys, time
-from catbp_jit.cache import KernelCache, _FileLock
+from catbp_jit.cache import KernelCache
+from catbp_jit.cache.locks import _FileLock
 directory, stem = sys.argv[1], sys.argv[2]
 KernelCache(directory)._prepare_dir()
 _FileLock.for_path(os.path.join(directory, "locks", stem + ".lock")).acquire(10)

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import Optional, Tuple
 
 from .. import environment
-from ..cache import atomic_write, default_cache_dir
+from ..atomic import atomic_write
+from ..cache import default_cache_dir
 from .plan import PlanLimits
 
 FORMAT = 2  # bump when the file layout or what an order means changes (2: scored by

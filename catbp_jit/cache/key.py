@@ -1,0 +1,89 @@
+"""What names a kernel on disk: ``kernel_key`` hashes its pattern identity, its target and
+the compile environment (``environment_identity``: versions, CPU, codegen version); and
+where the cache lives by default."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import sys
+from functools import lru_cache
+from typing import Any, Optional, Tuple
+
+import llvmlite
+import llvmlite.binding as llvm
+import numba
+import numpy
+from numba.core import config as numba_config
+
+from .. import environment
+
+# Bump to invalidate every cache entry (e.g. when the generated code's conventions change).
+CODEGEN_VERSION = "1"
+
+
+@lru_cache(maxsize=None)
+def _static_environment() -> Tuple[Tuple[str, Any], ...]:
+    # Host CPU queries cost a few ms; the answer cannot change within a process.
+    cpu_name = numba_config.CPU_NAME or llvm.get_host_cpu_name()
+    if numba_config.CPU_FEATURES is not None:
+        features = numba_config.CPU_FEATURES
+    else:
+        try:
+            features = llvm.get_host_cpu_features().flatten()
+        except RuntimeError:  # some hosts cannot report features
+            features = ""
+    return (
+        ("python", platform.python_implementation() + " " + platform.python_version()),
+        ("platform", sys.platform + "-" + platform.machine()),
+        ("numba", numba.__version__),
+        ("llvmlite", llvmlite.__version__),
+        ("numpy", numpy.__version__),
+        ("cpu_name", cpu_name),
+        ("cpu_features", features),
+    )
+
+
+def environment_identity(*, codegen_version: Optional[str] = None) -> dict:
+    """What compiled code depends on besides its source: versions, CPU, codegen version
+    (``codegen_version``, default CODEGEN_VERSION: tests name another to see a bump)."""
+    env = dict(_static_environment())
+    # read now, so a bump takes effect at once
+    env["codegen_version"] = CODEGEN_VERSION if codegen_version is None else codegen_version
+    return env
+
+
+def _canonical_json(obj: Any) -> str:
+    try:
+        return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                          allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"kernel pattern must be plain JSON data: {e}") from None
+
+
+def kernel_key(pattern: dict, target: str = "cpu", *,
+               codegen_version: Optional[str] = None) -> str:
+    """sha256 hex of (codegen version, pattern, target, environment identity); the codegen
+    version is CODEGEN_VERSION unless ``codegen_version`` names another."""
+    version = CODEGEN_VERSION if codegen_version is None else codegen_version
+    payload = _canonical_json([version, pattern, target,
+                               environment_identity(codegen_version=version)])
+    return hashlib.sha256(payload.encode("ascii")).hexdigest()
+
+
+def default_cache_dir() -> str:
+    """$CATBP_JIT_CACHE_DIR, else the platform's user cache directory."""
+    env = environment.cache_dir()
+    if env:
+        return env
+    home = os.path.expanduser("~")
+    if sys.platform == "win32":  # pragma: no cover
+        base = os.environ.get("LOCALAPPDATA") or os.path.join(home, "AppData", "Local")
+        return os.path.join(base, "catbp_jit", "Cache")
+    if sys.platform == "darwin":  # pragma: no cover
+        return os.path.join(home, "Library", "Caches", "catbp_jit")
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = xdg if xdg and os.path.isabs(xdg) else os.path.join(home, ".cache")  # XDG spec
+    return os.path.join(base, "catbp_jit")
