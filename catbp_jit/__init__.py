@@ -16,22 +16,39 @@ import os as _os
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from . import errors, reference  # noqa: E402
-from .errors import (AlignmentError, CatbpError, DoubleDefinitionError, MissingArgumentError,
-                     ProgramKeyError, ProgramValueError, SpecError, UnknownInputError,
-                     UnknownOpcodeError, UnknownRegisterFreeError, UnwrittenSlotError,
-                     UseBeforeDefinitionError)
+from .batched import BatchedExecutable, BatchedSession
+from .dropin import VirtualMachine, run_program
+from .errors import (
+                     AlignmentError,
+                     CatbpError,
+                     DoubleDefinitionError,
+                     MissingArgumentError,
+                     ProgramKeyError,
+                     ProgramValueError,
+                     SpecError,
+                     UnknownInputError,
+                     UnknownOpcodeError,
+                     UnknownRegisterFreeError,
+                     UnwrittenSlotError,
+                     UseBeforeDefinitionError,
+)
+from .executable import Executable, build, compile, load
+from .frontend import FactorGraph, Solution, compile_model, factor_graph, solve
 from .ir import Axis, AxisKey, AxisType, Instruction, OpCode, Program, TensorSpec
 from .ir.adapt import adapt_program, adapt_programs
 from .ir.validate import validate_programs
-from .dropin import VirtualMachine, run_program
-from .executable import Executable, build, compile, load
 from .plan.options import PlanOptions
-from .batched import BatchedExecutable, BatchedSession
+from .semiring import (
+                     VMSemiringRuntime,
+                     adapt_semiring,
+                     logsumexp,
+                     make_semiring,
+                     vm_counting_semiring,
+                     vm_logprob_semiring,
+                     vm_prob_semiring,
+                     vm_sat_semiring,
+)
 from .session import Session
-from .frontend import FactorGraph, Solution, compile_model, factor_graph, solve
-from .semiring import (VMSemiringRuntime, adapt_semiring, logsumexp, make_semiring,
-                       vm_counting_semiring, vm_logprob_semiring, vm_prob_semiring,
-                       vm_sat_semiring)
 
 __version__ = "0.1.0"
 

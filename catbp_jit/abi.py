@@ -41,8 +41,8 @@ All of it is runtime data: kernels are specialized on their pattern, never on si
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import List, Sequence, Tuple
 
 # a step row: (kernel id, parameter offset)
 STEP_ROW = 2
@@ -78,9 +78,9 @@ def out_strides(D: int) -> int:
     return SIZES + D
 
 
-def leaf(D: int, R: int, l: int) -> int:
-    """Offset (from p) of leaf l's arena offset; its D strides follow it."""
-    return SIZES + D + R + l * (1 + D)
+def leaf(D: int, R: int, j: int) -> int:
+    """Offset (from p) of leaf j's arena offset; its D strides follow it."""
+    return SIZES + D + R + j * (1 + D)
 
 
 def groups(D: int, R: int, k: int) -> int:
@@ -104,10 +104,10 @@ class Access:
     offsets of a GATHERED access (V of them), placed in P once every step is laid out."""
     kind: int
     step: int = 0
-    offsets: Tuple[int, ...] = ()
+    offsets: tuple[int, ...] = ()
     table: int = -1
 
-    def pack(self) -> List[int]:
+    def pack(self) -> list[int]:
         return [self.kind, self.step, self.table]
 
 
@@ -122,14 +122,14 @@ class StepParams:
     chunks: int
     block_axes: int
     block_size: int
-    sizes: Tuple[int, ...]
-    out_strides: Tuple[int, ...]
-    leaves: Tuple[Tuple[int, Tuple[int, ...]], ...]  # (arena offset, strides) per leaf
-    groups: Tuple[int, int, int]
-    accesses: Tuple[Access, ...] = ()  # leaves, then the output
+    sizes: tuple[int, ...]
+    out_strides: tuple[int, ...]
+    leaves: tuple[tuple[int, tuple[int, ...]], ...]  # (arena offset, strides) per leaf
+    groups: tuple[int, int, int]
+    accesses: tuple[Access, ...] = ()  # leaves, then the output
     scratch: int = -1
 
-    def pack(self) -> List[int]:
+    def pack(self) -> list[int]:
         row = [0] * HEADER
         row[OUT], row[OUT_RANK], row[RED_RANK] = self.out, self.out_rank, self.red_rank
         row[SCRATCH], row[CHUNKS], row[BLOCK_AXES] = self.scratch, self.chunks, self.block_axes
@@ -162,12 +162,13 @@ def unpack(P: Sequence[int], p: int) -> StepParams:
     """The parameters of the step at offset p of table P (numpy_steps.py, tests)."""
     R, Q, k = int(P[p + OUT_RANK]), int(P[p + RED_RANK]), int(P[p + LEAVES])
     D = R + Q
-    at = lambda i, n: tuple(int(x) for x in P[p + i:p + i + n])
+    def at(i, n):
+        return tuple(int(x) for x in P[p + i:p + i + n])
     return StepParams(
         out=int(P[p + OUT]), out_rank=R, red_rank=Q, chunks=int(P[p + CHUNKS]),
         block_axes=int(P[p + BLOCK_AXES]), block_size=int(P[p + BLOCK_SIZE]),
         sizes=at(SIZES, D), out_strides=at(out_strides(D), R),
-        leaves=tuple((int(P[p + leaf(D, R, l)]), at(leaf(D, R, l) + 1, D)) for l in range(k)),
+        leaves=tuple((int(P[p + leaf(D, R, j)]), at(leaf(D, R, j) + 1, D)) for j in range(k)),
         groups=at(groups(D, R, k), GROUP_FIELDS),
         accesses=tuple(_access(P, p + access(D, R, k, i), int(P[p + BLOCK_SIZE]))
                        for i in range(k + 1)),
@@ -198,8 +199,8 @@ def source_constants() -> str:
 OUT_STRIDES_SOURCE = "SIZES + D"
 
 
-def leaf_source(l: int) -> str:
-    return f"SIZES + D + R + {l} * (1 + D)" if l else "SIZES + D + R"
+def leaf_source(j: int) -> str:
+    return f"SIZES + D + R + {j} * (1 + D)" if j else "SIZES + D + R"
 
 
 def groups_source(k: int) -> str:
@@ -260,13 +261,13 @@ class GemmParams:
     m: int
     n: int
     k: int
-    batch: Tuple[Tuple[int, int, int, int], ...]  # (size, out, a, b strides) per batch axis
-    groups: Tuple[int, int, int]
+    batch: tuple[tuple[int, int, int, int], ...]  # (size, out, a, b strides) per batch axis
+    groups: tuple[int, int, int]
     work: int = -1  # LOGPROB workspace offset (plan/gemm.py: gemm_workspace), else -1
     scratch: int = -1  # (loop counters: none; build_schedule places every step alike)
-    accesses: Tuple[Access, ...] = ()  # (no vector, no offset tables)
+    accesses: tuple[Access, ...] = ()  # (no vector, no offset tables)
 
-    def pack(self) -> List[int]:
+    def pack(self) -> list[int]:
         row = [0] * GEMM_HEADER
         row[OUT], row[GEMM_A], row[GEMM_A_T], row[GEMM_B] = self.out, self.a, self.a_t, self.b
         row[GEMM_B_T], row[GEMM_M], row[GEMM_N], row[GEMM_K] = self.b_t, self.m, self.n, self.k

@@ -13,8 +13,9 @@ succeeds there proves the profile covered it.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any
 
 from .cache import KernelCache, default_cache
 from .codegen.loader import CompileUnit, dispatcher_unit, kernel_unit, load_unit
@@ -30,12 +31,12 @@ class AheadReport:
     compiled: int  # of those, compiled now (the rest were in the cache already)
     seconds: float
     cache_dir: str
-    buckets: Optional[Tuple[int, ...]]
+    buckets: tuple[int, ...] | None
 
 
 def kernel_units(programs: Any, sr: Any, *, factor_specs, selector_specs=None, slot_specs=None,
                  batched_factors=(), batched_selectors=(), buckets=None,
-                 max_total_bytes: Optional[int] = None, target: str = "cpu") -> List[CompileUnit]:
+                 max_total_bytes: int | None = None, target: str = "cpu") -> list[CompileUnit]:
     """Every compile unit a profile needs, planned for every bucket, none compiled."""
     progs, sr, fspecs, sspecs, lspecs = adapt_inputs(programs, sr, factor_specs,
                                                      selector_specs, slot_specs, target, "compiled")
@@ -48,7 +49,7 @@ def kernel_units(programs: Any, sr: Any, *, factor_specs, selector_specs=None, s
         sizes = _buckets(DEFAULT_BUCKETS if buckets is None else buckets)
         plans += [(p, f, s, key) for _, p, f, s, key in
                   bucket_inputs(progs, fspecs, sspecs, lspecs, bf, bs, aid, sizes)]
-    units: Dict[str, CompileUnit] = {}
+    units: dict[str, CompileUnit] = {}
     for bprogs, bfspecs, bsspecs, key in plans:
         schedule = plan(bprogs, sr, bfspecs, bsspecs, lspecs,
                         PlanOptions.for_target(target, max_total_bytes=max_total_bytes),
@@ -64,9 +65,9 @@ def kernel_units(programs: Any, sr: Any, *, factor_specs, selector_specs=None, s
 
 def compile_ahead(programs: Any, sr: Any, *, factor_specs, selector_specs=None, slot_specs=None,
                   batched_factors=(), batched_selectors=(), buckets=None, mode: str = "compiled",
-                  cache: Optional[KernelCache] = None, workers: Optional[int] = None,
-                  max_total_bytes: Optional[int] = None, target: str = "cpu",
-                  bar: Optional[Callable[[int], Any]] = None) -> Tuple[Any, AheadReport]:
+                  cache: KernelCache | None = None, workers: int | None = None,
+                  max_total_bytes: int | None = None, target: str = "cpu",
+                  bar: Callable[[int], Any] | None = None) -> tuple[Any, AheadReport]:
     """Compile every kernel of every bucket into the cache, then the executable (all hits).
 
     bar(total) -> an object with update(n) and set_postfix_str(text) (a tqdm bar), made

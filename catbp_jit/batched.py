@@ -20,18 +20,34 @@ rows than the largest bucket run in chunks of it, into result arrays made for th
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
+from typing import Any
 
 import numpy as np
 
-from .errors import InputMismatchError, UnknownInputError, name_list
 from .cache import default_cache
-from .executable import (DEFAULT_MAX_BYTES, Executable, adapt_inputs, background_build, build,
-                         plan_options, saved_document, write_saved)
+from .errors import InputMismatchError, UnknownInputError, name_list
+from .executable import (
+    DEFAULT_MAX_BYTES,
+    Executable,
+    adapt_inputs,
+    background_build,
+    build,
+    plan_options,
+    saved_document,
+    write_saved,
+)
 from .ir.adapt import adapt_slot_key
-from .ir.batch import (BatchedCompileError, batch_axis, batch_axis_id, batch_input_specs,
-                       batch_programs, is_batched, unbatched_spec)
+from .ir.batch import (
+    BatchedCompileError,
+    batch_axis,
+    batch_axis_id,
+    batch_input_specs,
+    batch_programs,
+    is_batched,
+    unbatched_spec,
+)
 from .ir.ops import Program
 from .ir.schema import Axis, TensorSpec
 from .plan.options import PlanOptions
@@ -43,12 +59,12 @@ DEFAULT_BUCKETS = (1, 8, 64, 512)
 
 @dataclass
 class BatchedExecutable:
-    profiles: Dict[int, Executable]  # bucket (batch size) -> the executable planned for it
-    buckets: Tuple[int, ...]  # ascending
+    profiles: dict[int, Executable]  # bucket (batch size) -> the executable planned for it
+    buckets: tuple[int, ...]  # ascending
     batched_factors: frozenset
     batched_selectors: frozenset
     batch_axis_id: int  # a GEOMETRIC axis id the programs do not use
-    programs: List[Program]  # as given (adapted), before the batch rewrite
+    programs: list[Program]  # as given (adapted), before the batch rewrite
 
     @property
     def largest(self) -> Executable:
@@ -74,17 +90,17 @@ class BatchedExecutable:
     def ready(self) -> bool:
         return all([p.ready() for p in self.profiles.values()])
 
-    def wait(self, timeout: Optional[float] = None) -> bool:
+    def wait(self, timeout: float | None = None) -> bool:
         """As Executable.wait, for every bucket."""
         return all([p.wait(timeout) for p in self.profiles.values()])
 
     @property
-    def factor_specs(self) -> Dict[int, TensorSpec]:
+    def factor_specs(self) -> dict[int, TensorSpec]:
         """One row's specs, as the user declared them."""
         return self._user_specs(self.largest.factor_specs)
 
     @property
-    def selector_specs(self) -> Dict[int, TensorSpec]:
+    def selector_specs(self) -> dict[int, TensorSpec]:
         return self._user_specs(self.largest.selector_specs)
 
     def _user_specs(self, specs):
@@ -94,10 +110,10 @@ class BatchedExecutable:
     def axis(self, bucket: int) -> Axis:
         return batch_axis(self.batch_axis_id, bucket)
 
-    def bind(self, **hooks) -> "BatchedSession":
+    def bind(self, **hooks) -> BatchedSession:
         return BatchedSession(self, **hooks)
 
-    def stats(self) -> Dict[str, Any]:
+    def stats(self) -> dict[str, Any]:
         kernels = {k for exe in self.profiles.values() for k in exe.schedule.patterns}
         return {"buckets": self.buckets, "kernels": len(kernels), "tier": self.tier,
                 "total_bytes": max(exe.memory.total_bytes for exe in self.profiles.values()),
@@ -137,7 +153,7 @@ def _ids(ids: Any, specs: Mapping[int, TensorSpec], kind: str) -> frozenset:
     return out
 
 
-def _buckets(buckets: Any) -> Tuple[int, ...]:
+def _buckets(buckets: Any) -> tuple[int, ...]:
     try:
         out = tuple(sorted({int(b) for b in buckets}))
         ok = bool(out) and all(float(b) == int(b) for b in buckets)
@@ -152,12 +168,12 @@ def _buckets(buckets: Any) -> Tuple[int, ...]:
 @dataclass
 class BatchedPlan:
     """One plan per bucket (plan/pipeline.py), nothing compiled."""
-    plans: Dict[int, Plan]  # bucket -> its plan
-    buckets: Tuple[int, ...]
+    plans: dict[int, Plan]  # bucket -> its plan
+    buckets: tuple[int, ...]
     batched_factors: frozenset
     batched_selectors: frozenset
     batch_axis_id: int
-    programs: List[Program]  # as given (adapted), before the batch rewrite
+    programs: list[Program]  # as given (adapted), before the batch rewrite
 
 
 def plan_batched(progs, sr, fspecs, sspecs, lspecs, *, batched_factors: Any,
@@ -178,8 +194,8 @@ def plan_batched(progs, sr, fspecs, sspecs, lspecs, *, batched_factors: Any,
 
 
 def build_batched(bplan: BatchedPlan, *, target: str, mode: str, cache,
-                  progress: Optional[Callable[[str], None]] = None,
-                  workers: Optional[int] = None, tier: Optional[str] = None) -> BatchedExecutable:
+                  progress: Callable[[str], None] | None = None,
+                  workers: int | None = None, tier: str | None = None) -> BatchedExecutable:
     say = progress or (lambda line: None)
     profiles = {}
     background = None
@@ -200,10 +216,10 @@ def build_batched(bplan: BatchedPlan, *, target: str, mode: str, cache,
 
 def compile_batched(programs: Any, sr: Any, *, factor_specs, selector_specs, slot_specs,
                     target: str, mode: str, cache, max_bytes: int = DEFAULT_MAX_BYTES,
-                    max_total_bytes: Optional[int], progress: Optional[Callable[[str], None]],
-                    workers: Optional[int], batched_factors: Any, batched_selectors: Any,
-                    buckets: Any, options: Optional[PlanOptions] = None,
-                    tier: Optional[str] = None) -> BatchedExecutable:
+                    max_total_bytes: int | None, progress: Callable[[str], None] | None,
+                    workers: int | None, batched_factors: Any, batched_selectors: Any,
+                    buckets: Any, options: PlanOptions | None = None,
+                    tier: str | None = None) -> BatchedExecutable:
     progs, sr, fspecs, sspecs, lspecs = adapt_inputs(programs, sr, factor_specs,
                                                      selector_specs, slot_specs, target, mode)
     bplan = plan_batched(progs, sr, fspecs, sspecs, lspecs, batched_factors=batched_factors,
@@ -225,10 +241,10 @@ def bucket_inputs(progs, fspecs, sspecs, lspecs, bf, bs, aid: int, sizes):
 @dataclass(frozen=True)
 class _Input:
     """A declared input, as a batched session copies it in."""
-    shape: Tuple[int, ...]  # one row's
+    shape: tuple[int, ...]  # one row's
     batched: bool
-    views: Dict[int, np.ndarray]  # bucket -> its region (rows first); none if never read
-    kept: Optional[np.ndarray]  # an unbatched input's last value (None: batched or unread)
+    views: dict[int, np.ndarray]  # bucket -> its region (rows first); none if never read
+    kept: np.ndarray | None  # an unbatched input's last value (None: batched or unread)
 
 
 class BatchedSession:
@@ -251,8 +267,9 @@ class BatchedSession:
         self.one = np.array(exe.semiring.kind.one, dtype=exe.dtype)
         # the batch axis is innermost inside (ir/batch.py); users see it first: these
         # strided views of each bucket's regions put it first
-        rows = lambda view: np.moveaxis(view, -1, 0)
-        self._by: Dict[Tuple[str, Any], _Input] = {}
+        def rows(view):
+            return np.moveaxis(view, -1, 0)
+        self._by: dict[tuple[str, Any], _Input] = {}
         for kind, specs, batched, regions in (
                 ("factor", exe.factor_specs, exe.batched_factors, lambda s: s._factors),
                 ("selector", exe.selector_specs, exe.batched_selectors, lambda s: s._selectors),
@@ -268,11 +285,11 @@ class BatchedSession:
                     self._by[kind, ident] = _Input(spec.shape, False, views, kept)
         self._kept = [(key, i) for key, i in self._by.items() if i.kept is not None]
         self._unset = {key for key, _ in self._kept}
-        self._current: Optional[int] = None
+        self._current: int | None = None
 
         ax = exe.axis(exe.buckets[-1])
         big = self.sessions[exe.buckets[-1]]
-        self.batched_slots: Set[tuple] = {k for k, (_, spec) in big.slots.items()
+        self.batched_slots: set[tuple] = {k for k, (_, spec) in big.slots.items()
                                           if is_batched(spec, ax)}
         self.slot_specs = {k: unbatched_spec(spec, ax) for k, (_, spec) in big.slots.items()}
         self._rows_out = {b: {k: rows(s.slots[k][0]) for k in self.batched_slots}
@@ -280,13 +297,13 @@ class BatchedSession:
         self._whole_out = {b: {k: (v, self.slot_specs[k]) for k, (v, _) in s.slots.items()
                                if k not in self.batched_slots}
                            for b, s in self.sessions.items()}
-        self.slots: Dict[tuple, Tuple[np.ndarray, TensorSpec]] = {}
+        self.slots: dict[tuple, tuple[np.ndarray, TensorSpec]] = {}
 
     # -- inputs ----------------------------------------------------------------------------
 
     def _inputs(self, factors, selectors, slots):
         """(input, array) for every input given, all checked; and the number of rows."""
-        given: List[Tuple[_Input, np.ndarray]] = []
+        given: list[tuple[_Input, np.ndarray]] = []
         seen = set()
         rows = None
         for kind, table in (("factor", factors), ("selector", selectors), ("slot", slots)):
@@ -349,9 +366,9 @@ class BatchedSession:
 
     # -- running ---------------------------------------------------------------------------
 
-    def run(self, factors: Optional[Mapping[int, np.ndarray]] = None,
-            selectors: Optional[Mapping[int, np.ndarray]] = None,
-            slots: Optional[Mapping[Any, Any]] = None) -> Dict[tuple, Tuple[np.ndarray, TensorSpec]]:
+    def run(self, factors: Mapping[int, np.ndarray] | None = None,
+            selectors: Mapping[int, np.ndarray] | None = None,
+            slots: Mapping[Any, Any] | None = None) -> dict[tuple, tuple[np.ndarray, TensorSpec]]:
         """Run the rows given (see the module docstring). Returns `self.slots`: slot key ->
         (array, spec of one row); a batched slot's array has the rows first. Views valid
         until the next run (arrays of their own when the run was split into chunks)."""

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any
 
 import numpy as np
 
@@ -34,7 +34,7 @@ FORMAT_VERSION = 1
 BUNDLE_JSON = "bundle.json"
 ARRAYS_NPZ = "arrays.npz"
 
-Tensor = Tuple[np.ndarray, TensorSpec]
+Tensor = tuple[np.ndarray, TensorSpec]
 
 
 class BundleError(CatbpError, ValueError):
@@ -48,13 +48,13 @@ class Bundle:
     semiring: str
     dtype: np.dtype
     normalized_messages: bool
-    factors: Dict[int, Tensor]
-    selectors: Dict[int, Tensor]
-    programs: List[Program]
-    expected_slots: Optional[Dict[tuple, Tensor]] = None
-    expected_Z: Union[float, bool, int, None] = None
-    Z_bruteforce: Optional[float] = None
-    path: Optional[Path] = None
+    factors: dict[int, Tensor]
+    selectors: dict[int, Tensor]
+    programs: list[Program]
+    expected_slots: dict[tuple, Tensor] | None = None
+    expected_Z: float | bool | int | None = None
+    Z_bruteforce: float | None = None
+    path: Path | None = None
 
     def semiring_runtime(self) -> VMSemiringRuntime:
         return make_semiring(self.semiring, self.dtype)
@@ -71,10 +71,10 @@ class Bundle:
         except KeyError:
             raise UnknownInputError(f"bundle {self.name!r} has no selector {sid!r}") from None
 
-    def factor_specs(self) -> Dict[int, TensorSpec]:
+    def factor_specs(self) -> dict[int, TensorSpec]:
         return {fid: spec for fid, (_, spec) in self.factors.items()}
 
-    def selector_specs(self) -> Dict[int, TensorSpec]:
+    def selector_specs(self) -> dict[int, TensorSpec]:
         return {sid: spec for sid, (_, spec) in self.selectors.items()}
 
     def num_instructions(self) -> int:
@@ -85,7 +85,7 @@ class Bundle:
 # JSON <-> IR
 
 
-def spec_to_json(spec: Optional[TensorSpec]) -> Optional[list]:
+def spec_to_json(spec: TensorSpec | None) -> list | None:
     if spec is None:
         return None
     return [[ax.kind.name, ax.id, ax.size] for ax in spec.axes]
@@ -159,7 +159,7 @@ def program_from_json(obj: Any) -> Program:
 # Loading
 
 
-def _bundle_dir(path: Union[str, os.PathLike]) -> Path:
+def _bundle_dir(path: str | os.PathLike) -> Path:
     p = Path(path)
     if p.name == BUNDLE_JSON and p.is_file():
         return p.parent
@@ -170,13 +170,13 @@ def _bundle_dir(path: Union[str, os.PathLike]) -> Path:
     return p
 
 
-def _json_number(x: Any, what: str, where: str) -> Union[float, bool, int, None]:
+def _json_number(x: Any, what: str, where: str) -> float | bool | int | None:
     if x is None or isinstance(x, (bool, numbers.Real)):
         return x
     raise BundleError(f"{where}: {what} must be a number, got {shown(x)}")
 
 
-def load_bundle(path: Union[str, os.PathLike]) -> Bundle:
+def load_bundle(path: str | os.PathLike) -> Bundle:
     """Read a bundle directory (or the path of its bundle.json) fully into memory."""
     d = _bundle_dir(path)
     json_path, npz_path = d / BUNDLE_JSON, d / ARRAYS_NPZ
@@ -242,7 +242,7 @@ def load_bundle(path: Union[str, os.PathLike]) -> Bundle:
                              f"its spec {spec} has shape {spec.shape}")
         return arr, spec
 
-    def tensors(table: Any, kind: str) -> Dict[int, Tensor]:
+    def tensors(table: Any, kind: str) -> dict[int, Tensor]:
         if not isinstance(table, dict):
             raise BundleError(f"{where}: {kind}s must be an object keyed by id")
         out = {}
@@ -317,9 +317,9 @@ def _write_atomically(path: Path, write) -> None:
         write(f)
 
 
-def bundle_to_json(bundle: Bundle) -> Tuple[dict, Dict[str, np.ndarray]]:
+def bundle_to_json(bundle: Bundle) -> tuple[dict, dict[str, np.ndarray]]:
     """The bundle.json object and the arrays to store, keyed by their npz names."""
-    arrays: Dict[str, np.ndarray] = {}
+    arrays: dict[str, np.ndarray] = {}
 
     def entry(arr: np.ndarray, spec: TensorSpec, aname: str) -> dict:
         arrays[aname] = np.asarray(arr)
@@ -344,7 +344,7 @@ def bundle_to_json(bundle: Bundle) -> Tuple[dict, Dict[str, np.ndarray]]:
         if bundle.Z_bruteforce is not None:
             meta["Z_bruteforce"] = _plain_number(bundle.Z_bruteforce)
     else:
-        expected: Dict[str, Any] = {}
+        expected: dict[str, Any] = {}
         if bundle.expected_slots is not None:
             expected["slots"] = [dict(key=slot_key_to_json(key), **entry(a, s, f"slot/{n}"))
                                  for n, (key, (a, s)) in enumerate(bundle.expected_slots.items())]
@@ -356,7 +356,7 @@ def bundle_to_json(bundle: Bundle) -> Tuple[dict, Dict[str, np.ndarray]]:
     return meta, arrays
 
 
-def save_bundle(bundle: Bundle, path: Union[str, os.PathLike]) -> Path:
+def save_bundle(bundle: Bundle, path: str | os.PathLike) -> Path:
     """Write `bundle` as a bundle directory at `path` (created if needed); returns the path."""
     d = Path(path)
     d.mkdir(parents=True, exist_ok=True)
@@ -388,7 +388,7 @@ def _same_number(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
-def bundle_differences(a: Bundle, b: Bundle) -> List[str]:
+def bundle_differences(a: Bundle, b: Bundle) -> list[str]:
     """What differs between two bundles (empty when equal); `path` is not compared."""
     diffs = []
     for f in ("name", "model", "semiring", "dtype", "normalized_messages"):
@@ -397,7 +397,7 @@ def bundle_differences(a: Bundle, b: Bundle) -> List[str]:
     if a.programs != b.programs:
         diffs.append("programs differ")
 
-    def tables(what: str, ta: Optional[dict], tb: Optional[dict]) -> None:
+    def tables(what: str, ta: dict | None, tb: dict | None) -> None:
         if ta is None or tb is None:
             if ta is not tb:
                 diffs.append(f"{what}: one bundle has none")

@@ -5,7 +5,8 @@ schedule table on the device, and a pinned host staging arena of the same layout
 views the inputs are copied into (the checks are Session's). A run makes one host ->
 device transfer of the inputs and constants (they lead the arena, plan/arena.py), one per
 slot handed in, then launches every step's kernels in schedule order on the default
-stream (the static steps only when Session.run says so: see session.py). Results stay on the device until read: `sess.slots[key]` copies that slot into
+stream (the static steps only when Session.run says so: see session.py). Results stay on
+the device until read: `sess.slots[key]` copies that slot into
 its pinned view on first access after a run; `sess.device_slots[key]` is the device array
 itself (`__cuda_array_interface__`: CuPy, PyTorch and others read it without a copy).
 Nothing is allocated per run, on the host or the device, besides the launches.
@@ -13,8 +14,8 @@ Nothing is allocated per run, on the host or the device, besides the launches.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Dict, Iterator, Optional, Tuple
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -23,6 +24,7 @@ from .codegen.cuda_run import step_launches
 from .ir.schema import TensorSpec
 from .plan.pipeline import RESULT, SLOT_INPUT
 from .session import Hook, Session
+
 
 def host_and_device_arenas(n: int, dtype: np.dtype):
     """A pinned host staging arena and a device arena of n elements each."""
@@ -34,10 +36,10 @@ class _HostSlots(Mapping):
     """slot key -> (host view, spec), each copied back from the device on first access
     after a run."""
 
-    def __init__(self, session: "CudaSession"):
+    def __init__(self, session: CudaSession):
         self._s = session
 
-    def __getitem__(self, key) -> Tuple[np.ndarray, TensorSpec]:
+    def __getitem__(self, key) -> tuple[np.ndarray, TensorSpec]:
         s = self._s
         if key not in s._fresh:
             host, device, spec = s._results[key]  # KeyError for an unknown slot
@@ -54,8 +56,8 @@ class _HostSlots(Mapping):
 
 
 class CudaSession(Session):
-    def __init__(self, exe, *, before: Optional[Hook] = None, after: Optional[Hook] = None,
-                 arenas: Optional[Tuple[Any, Any]] = None):
+    def __init__(self, exe, *, before: Hook | None = None, after: Hook | None = None,
+                 arenas: tuple[Any, Any] | None = None):
         """arenas: (pinned host, device) arenas of at least exe.memory.total elements to
         work in (the bucket sessions of a batched executable share one pair)."""
         self.cuda = cuda_module()
@@ -73,12 +75,12 @@ class CudaSession(Session):
         self._uploads = [(self.mem[:end], dev[:end])] if end else []
         self._uploads += [(self.mem[b.offset:b.offset + b.size], dev[b.offset:b.offset + b.size])
                           for b in plan.bound(SLOT_INPUT)]
-        self._results: Dict[tuple, Tuple[np.ndarray, Any, TensorSpec]] = {}
+        self._results: dict[tuple, tuple[np.ndarray, Any, TensorSpec]] = {}
         for b in plan.bound(RESULT):
             host = self.mem[b.offset:b.offset + b.size]
             self._results[b.ident] = (host.reshape(b.shape),
                                       dev[b.offset:b.offset + b.size].reshape(b.shape), b.spec)
-        self.device_slots: Dict[tuple, Tuple[Any, TensorSpec]] = {
+        self.device_slots: dict[tuple, tuple[Any, TensorSpec]] = {
             key: (d, spec) for key, (_, d, spec) in self._results.items()}
         self._fresh: set = set()
         self.slots = _HostSlots(self)

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -48,7 +49,7 @@ def _need(module: str):
 
 # -- what a result holds --------------------------------------------------------------------
 
-def result_variables(graph: FactorGraph, columns: Any = "posteriors") -> Tuple[str, ...]:
+def result_variables(graph: FactorGraph, columns: Any = "posteriors") -> tuple[str, ...]:
     """The variables whose posteriors a result holds: all ("posteriors"), none ("log_Z"),
     or those listed."""
     if isinstance(columns, str):
@@ -64,7 +65,7 @@ def result_variables(graph: FactorGraph, columns: Any = "posteriors") -> Tuple[s
     return wanted
 
 
-def result_columns(graph: FactorGraph, columns: Any = "posteriors") -> List[str]:
+def result_columns(graph: FactorGraph, columns: Any = "posteriors") -> list[str]:
     """A result's columns: log_Z, then `var=state` per state of each variable kept."""
     from .frontend.table import posterior_columns
     return ["log_Z"] + posterior_columns(graph, result_variables(graph, columns))
@@ -89,9 +90,9 @@ def _source(model: Any, evidence_vars, buckets, semiring, plan_time, default_var
 
 # -- DataFrames -------------------------------------------------------------------------------
 
-def solve_table(model: Any, table: Any, *, evidence_vars: Optional[Sequence[str]] = None,
-                columns: Any = "posteriors", buckets: Optional[Sequence[int]] = None,
-                semiring: Optional[str] = None, plan_time: Optional[float] = None) -> Any:
+def solve_table(model: Any, table: Any, *, evidence_vars: Sequence[str] | None = None,
+                columns: Any = "posteriors", buckets: Sequence[int] | None = None,
+                semiring: str | None = None, plan_time: float | None = None) -> Any:
     """Posteriors of every row of a Dask DataFrame of evidence, lazily, partition by partition.
 
     model: a model file (.bif, .uai), a fetched bnlearn network's name, or a saved profile
@@ -124,8 +125,8 @@ def solve_table(model: Any, table: Any, *, evidence_vars: Optional[Sequence[str]
         _solve_frame, shipped, variables, cols, meta=meta)
 
 
-def _solve_frame(frame: Any, source: ModelSource, variables: Tuple[str, ...],
-                 cols: List[str]) -> Any:
+def _solve_frame(frame: Any, source: ModelSource, variables: tuple[str, ...],
+                 cols: list[str]) -> Any:
     """One partition: its rows' answers, on the worker (the model from LOADED)."""
     import pandas as pd
     if len(frame) == 0:  # no rows: no model needed
@@ -184,7 +185,7 @@ def _bad_cell(model: Any, frame: Any, bad: np.ndarray, v: str, values: Any) -> N
                            "-1: unobserved)")
 
 
-def _matrix(res: Any, variables: Tuple[str, ...]) -> np.ndarray:
+def _matrix(res: Any, variables: tuple[str, ...]) -> np.ndarray:
     parts = [np.asarray(res.log_Z, dtype=np.float64)[:, None]]
     parts += [np.asarray(res.marginals[v], dtype=np.float64) for v in variables]
     return np.concatenate(parts, axis=1)
@@ -192,9 +193,9 @@ def _matrix(res: Any, variables: Tuple[str, ...]) -> np.ndarray:
 
 # -- arrays -----------------------------------------------------------------------------------
 
-def solve_array(model: Any, array: Any, *, evidence_vars: Optional[Sequence[str]] = None,
-                columns: Any = "posteriors", buckets: Optional[Sequence[int]] = None,
-                semiring: Optional[str] = None, plan_time: Optional[float] = None) -> Any:
+def solve_array(model: Any, array: Any, *, evidence_vars: Sequence[str] | None = None,
+                columns: Any = "posteriors", buckets: Sequence[int] | None = None,
+                semiring: str | None = None, plan_time: float | None = None) -> Any:
     """solve_table for a 2-D integer Dask array of state indices (rows x evidence_vars,
     -1 unobserved): a float64 Dask array (rows x result_columns(graph, columns)) with the
     array's row chunks. evidence_vars: the columns' variables (a profile's by default)."""
@@ -219,8 +220,8 @@ def solve_array(model: Any, array: Any, *, evidence_vars: Optional[Sequence[str]
                          meta=np.zeros((0, width)))
 
 
-def _solve_block(block: np.ndarray, source: ModelSource, variables: Tuple[str, ...],
-                 width: int, block_info: Optional[dict] = None) -> np.ndarray:
+def _solve_block(block: np.ndarray, source: ModelSource, variables: tuple[str, ...],
+                 width: int, block_info: dict | None = None) -> np.ndarray:
     if len(block) == 0:
         return np.zeros((0, width))
     model, lock = LOADED.get(source)
@@ -238,7 +239,7 @@ def _solve_block(block: np.ndarray, source: ModelSource, variables: Tuple[str, .
 # -- many models ------------------------------------------------------------------------------
 
 def solve_many(paths: Sequence[Any], evidence: Any = None, *, semiring: str = "prob",
-               plan_time: Optional[float] = None) -> Any:
+               plan_time: float | None = None) -> Any:
     """Each model's log Z and marginals under its evidence, as a Dask bag of dicts
     {model, path, sha256, evidence, log_Z, marginals: {variable: [p per state]}}, in the
     order of paths. evidence: None, one {variable: state} for every model, or a sequence
@@ -258,7 +259,7 @@ def solve_many(paths: Sequence[Any], evidence: Any = None, *, semiring: str = "p
     return db.from_sequence(jobs, npartitions=max(1, len(jobs))).map(_solve_one)
 
 
-def _solve_one(job: Tuple[ModelSource, Dict[str, Any]]) -> Dict[str, Any]:
+def _solve_one(job: tuple[ModelSource, dict[str, Any]]) -> dict[str, Any]:
     source, evidence = job
     model, lock = LOADED.get(source)
     with lock:
@@ -271,9 +272,9 @@ def _solve_one(job: Tuple[ModelSource, Dict[str, Any]]) -> Dict[str, Any]:
 
 # -- the command line ----------------------------------------------------------------------
 
-def solve_parquet(model: Any, table: str, output: str, *, scheduler: Optional[str] = None,
-                  workers: Optional[int] = None, semiring: Optional[str] = None,
-                  plan_time: Optional[float] = None, progress: bool = True) -> int:
+def solve_parquet(model: Any, table: str, output: str, *, scheduler: str | None = None,
+                  workers: int | None = None, semiring: str | None = None,
+                  plan_time: float | None = None, progress: bool = True) -> int:
     """`catbp-jit solve MODEL --evidence-table T.parquet --dask ADDRESS | --workers N -o DIR`:
     a Parquet file or directory in, a directory of Parquet parts out, one per input
     partition, under Dask's progress bar (on stderr). The number of rows solved."""
@@ -298,7 +299,7 @@ def solve_parquet(model: Any, table: str, output: str, *, scheduler: Optional[st
 
 
 @contextlib.contextmanager
-def _client(distributed: Any, scheduler: Optional[str], workers: Optional[int]):
+def _client(distributed: Any, scheduler: str | None, workers: int | None):
     """A client of the scheduler at `scheduler`, or of a local cluster of `workers`
     processes (one thread each: the kernels are single-threaded)."""
     if scheduler is not None:

@@ -13,8 +13,9 @@ import hashlib
 import json
 import pickle
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any
 
 import numpy as np
 
@@ -25,11 +26,11 @@ from .plan.pipeline import RESULT, SLOT_INPUT
 from .reference.vm import SlotStore, adapt_slots
 from .semiring import VMSemiringRuntime, adapt_semiring
 
-Provider = Callable[[int], Tuple[np.ndarray, Any]]
+Provider = Callable[[int], tuple[np.ndarray, Any]]
 MAX_EXECUTABLES = 64
 
-_executables: "OrderedDict[tuple, Tuple[Executable, Any]]" = OrderedDict()
-_programs: Dict[bytes, "_Shape"] = {}  # program fingerprint -> what run_program needs
+_executables: OrderedDict[tuple, tuple[Executable, Any]] = OrderedDict()
+_programs: dict[bytes, _Shape] = {}  # program fingerprint -> what run_program needs
 
 
 @dataclass(frozen=True)
@@ -37,12 +38,12 @@ class _Shape:
     """What run_program needs to know of a program, worked out once per program object."""
     program: Program  # canonical
     digest: str  # of its structure
-    factor_ids: Tuple[int, ...]
-    selector_ids: Tuple[int, ...]
+    factor_ids: tuple[int, ...]
+    selector_ids: tuple[int, ...]
     slots_read: frozenset
 
 
-def _fingerprint(program: Any) -> Optional[bytes]:
+def _fingerprint(program: Any) -> bytes | None:
     """A digest of the program's whole content, recomputed per call: a program mutated in
     place between calls (an instruction's args, a replaced instruction) gets a new one,
     where id(program) would return the old program's executable. pickle walks the
@@ -65,7 +66,8 @@ def _shape(program: Any) -> _Shape:
 
     prog = adapt_program(program)
     digest = hashlib.sha256(json.dumps(program_to_json(prog)["instructions"]).encode()).hexdigest()
-    ids = lambda op, arg: tuple(sorted({ins.args[arg] for ins in prog.instructions if ins.op == op}))
+    def ids(op, arg):
+        return tuple(sorted({ins.args[arg] for ins in prog.instructions if ins.op == op}))
     shape = _Shape(prog, digest, ids(OpCode.LOAD_FACTOR, "factor_id"),
                    ids(OpCode.LOAD_SELECTOR, "selector_id"),
                    frozenset(ins.args["slot"] for ins in prog.instructions if ins.op == OpCode.LOAD_SLOT))
@@ -77,8 +79,8 @@ def _shape(program: Any) -> _Shape:
 
 
 def run_program(program: Any, sr: Any, factor_provider: Provider, selector_provider: Provider,
-                *, slots: Optional[dict] = None, target: str = "cpu",
-                mode: str = "compiled") -> Dict[tuple, Tuple[np.ndarray, Any]]:
+                *, slots: dict | None = None, target: str = "cpu",
+                mode: str = "compiled") -> dict[tuple, tuple[np.ndarray, Any]]:
     """CatBP's run_program on the JIT: a dict slot key -> (array, spec), as the reference."""
     sr = adapt_semiring(sr)
     shape = _shape(program)
@@ -122,7 +124,7 @@ def untouched_slots(exe: Executable) -> frozenset:
     return frozenset(b.ident for b in exe.plan.bound(RESULT) if (b.ident, b.offset) in handed_in)
 
 
-def _input(pair: Tuple[np.ndarray, Any], sr: VMSemiringRuntime) -> Tuple[np.ndarray, Any]:
+def _input(pair: tuple[np.ndarray, Any], sr: VMSemiringRuntime) -> tuple[np.ndarray, Any]:
     arr, spec = pair
     return np.asarray(arr).astype(sr.dtype, copy=False), adapt_spec(spec)
 

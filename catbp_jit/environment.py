@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
-from typing import Callable, Dict, Optional
 
 from .errors import CatbpError, clip
 
@@ -35,7 +35,7 @@ class EnvironmentSettingError(CatbpError, ValueError):
         super().__init__(f"environment variable {name}={clip(value)!r}: expected {accepted}")
 
 
-def _text(name: str) -> Optional[str]:
+def _text(name: str) -> str | None:
     """The variable's value stripped, or None when it is unset or blank."""
     value = os.environ.get(name)
     return value.strip() if value and value.strip() else None
@@ -52,7 +52,7 @@ def _number(name: str, text: str, accepted: str) -> Decimal:
     return number
 
 
-def _whole(name: str, low: int, accepted: str) -> Optional[int]:
+def _whole(name: str, low: int, accepted: str) -> int | None:
     text = _text(name)
     if text is None:
         return None
@@ -62,12 +62,12 @@ def _whole(name: str, low: int, accepted: str) -> Optional[int]:
     return int(number)
 
 
-def _path(name: str) -> Optional[str]:
+def _path(name: str) -> str | None:
     text = _text(name)
     return None if text is None else os.path.abspath(os.path.expanduser(text))
 
 
-def cache_policy() -> Optional[str]:
+def cache_policy() -> str | None:
     """CATBP_JIT_CACHE: the kernel cache policy (catbp_jit/cache/kernel_cache.py)."""
     text = _text("CATBP_JIT_CACHE")
     if text is None:
@@ -78,17 +78,17 @@ def cache_policy() -> Optional[str]:
     return text.lower()
 
 
-def cache_dir() -> Optional[str]:
+def cache_dir() -> str | None:
     """CATBP_JIT_CACHE_DIR: the kernel cache directory, absolute."""
     return _path("CATBP_JIT_CACHE_DIR")
 
 
-def key_file() -> Optional[str]:
+def key_file() -> str | None:
     """CATBP_JIT_KEY_FILE: the key that signs the cache's manifests, absolute."""
     return _path("CATBP_JIT_KEY_FILE")
 
 
-def lock_timeout() -> Optional[float]:
+def lock_timeout() -> float | None:
     """CATBP_JIT_LOCK_TIMEOUT: seconds to wait for a kernel's lock."""
     text = _text("CATBP_JIT_LOCK_TIMEOUT")
     if text is None:
@@ -114,17 +114,17 @@ def trusted_cache() -> bool:
                                   f"{', '.join(_TRUE)} (trusted) or {', '.join(_FALSE)}")
 
 
-def max_bytes() -> Optional[int]:
+def max_bytes() -> int | None:
     """CATBP_JIT_MAX_BYTES: the most memory one plan may take (catbp_jit/memory.py)."""
     return _whole("CATBP_JIT_MAX_BYTES", 1, _BYTES)
 
 
-def max_input_bytes() -> Optional[int]:
+def max_input_bytes() -> int | None:
     """CATBP_JIT_MAX_INPUT_BYTES: the most (decompressed) bytes a model reader accepts."""
     return _whole("CATBP_JIT_MAX_INPUT_BYTES", 1, _BYTES)
 
 
-def compile_workers() -> Optional[int]:
+def compile_workers() -> int | None:
     """CATBP_JIT_COMPILE_WORKERS: processes that compile cold kernels (0 or 1: none)."""
     return _whole("CATBP_JIT_COMPILE_WORKERS", 0,
                   "a whole number of worker processes, 0 or more (0 or 1: compile in the "
@@ -134,7 +134,7 @@ def compile_workers() -> Optional[int]:
 TIERS = ("auto", "compiled")
 
 
-def tier() -> Optional[str]:
+def tier() -> str | None:
     """CATBP_JIT_TIER: whether compile() may answer from numpy while kernels compile
     ("auto") or waits for them ("compiled"): catbp_jit/tiers.py."""
     text = _text("CATBP_JIT_TIER")
@@ -146,7 +146,7 @@ def tier() -> Optional[str]:
     return text.lower()
 
 
-def progress_after() -> Optional[float]:
+def progress_after() -> float | None:
     """CATBP_JIT_PROGRESS_AFTER: seconds a command works before it shows progress lines
     (catbp_jit/progress.py; 0: from the start)."""
     text = _text("CATBP_JIT_PROGRESS_AFTER")
@@ -160,13 +160,13 @@ def progress_after() -> Optional[float]:
     return float(seconds)
 
 
-def bnlearn_dir() -> Optional[str]:
+def bnlearn_dir() -> str | None:
     """CATBP_JIT_BNLEARN_DIR: where the bnlearn networks are kept."""
     return _path("CATBP_JIT_BNLEARN_DIR")
 
 
 # Every variable and its reader: check_all() reads them all.
-READERS: Dict[str, Callable[[], object]] = {
+READERS: dict[str, Callable[[], object]] = {
     "CATBP_JIT_CACHE": cache_policy,
     "CATBP_JIT_CACHE_DIR": cache_dir,
     "CATBP_JIT_KEY_FILE": key_file,

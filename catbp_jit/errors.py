@@ -7,7 +7,8 @@ register), so code written against CatBP catches them unchanged.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Optional
+from collections.abc import Callable, Iterable
+from typing import Any
 
 # Messages list names (variables, states, columns): a model can have 10^4 of them, and a
 # name can be a megabyte long, but an error must stay a line a person reads.
@@ -54,8 +55,8 @@ def name_list(names: Iterable[Any], fmt: Callable[[Any], str] = str, sep: str = 
 class CatbpError(Exception):
     """Base of every catbp_jit error about a program or its inputs."""
 
-    def __init__(self, reason: str, *, program: Any = None, index: Optional[int] = None,
-                 op: Optional[str] = None, operand: Optional[str] = None):
+    def __init__(self, reason: str, *, program: Any = None, index: int | None = None,
+                 op: str | None = None, operand: str | None = None):
         self.reason = reason
         self.program = program
         self.index = index

@@ -13,14 +13,21 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .cache import KernelCache, default_cache
-from .codegen.loader import (Kernel, dispatcher_unit, identity_digest, kernel_unit,
-                             load_dispatcher, load_kernel)
+from .codegen.loader import (
+    Kernel,
+    dispatcher_unit,
+    identity_digest,
+    kernel_unit,
+    load_dispatcher,
+    load_kernel,
+)
 from .codegen.workers import WorkerOptions, available_cpus, compile_in_workers
 from .errors import CatbpError, ProgramKeyError, ProgramValueError, one_line
 from .ir.adapt import adapt_programs, adapt_slot_key, adapt_spec
@@ -28,18 +35,18 @@ from .ir.batch import BatchedCompileError
 from .ir.ops import Program
 from .ir.schema import TensorSpec, format_spec
 from .ir.validate import DEFAULT_MAX_BYTES
-from .plan.arena import MemoryPlan
-from .plan.fusion import Fused
-from .plan.gc_paused import gc_paused
-from .plan.graph import Graph
-from .plan.options import PlanOptions
-from .plan.pipeline import Plan, plan as plan_adapted
-from .plan.schedule import Schedule
-from .plan.static import StaticInputs
 from .numpy_steps import interpretable
+from .plan.gc_paused import gc_paused
+from .plan.options import PlanOptions
+from .plan.pipeline import Plan
+from .plan.pipeline import plan as plan_adapted
+from .plan.static import StaticInputs
 from .semiring import VMSemiringRuntime, adapt_semiring, check_compiled_dtype
 from .tiers import KernelBuild, numpy_tier_fits, report_failure, resolve_tier, start_build
 from .tiers import log as tier_log
+
+if TYPE_CHECKING:  # batched.py imports this module
+    from .batched import BatchedExecutable
 
 MODES = ("compiled", "loop")
 TARGETS = ("cpu", "cuda")
@@ -51,15 +58,15 @@ class Executable:
     plan: Plan
     mode: str
     target: str
-    kernels: List[Kernel]
+    kernels: list[Kernel]
     dispatcher: Any = None
     dispatcher_source: str = ""
-    cache_stats: Dict[str, int] = field(default_factory=dict)
+    cache_stats: dict[str, int] = field(default_factory=dict)
     # C entry point of each kernel's compiled code, by kernel id (the dispatcher's calls)
     kernel_addresses: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     # "numpy" while the kernels compile in the background (tiers.py), then "compiled"
     tier: str = "compiled"
-    kernel_build: Optional[KernelBuild] = None
+    kernel_build: KernelBuild | None = None
     _failure_said: bool = False
 
     # what the plan holds, by the names users and tools have read it by
@@ -104,7 +111,7 @@ class Executable:
                                            "kernels": len(self.kernels)}})
         return True
 
-    def wait(self, timeout: Optional[float] = None) -> bool:
+    def wait(self, timeout: float | None = None) -> bool:
         """Wait until the kernels are in place (at most `timeout` seconds): True once they
         are, False on a timeout. Raises the background build's error if it failed."""
         if self.tier == "compiled":
@@ -132,7 +139,7 @@ class Executable:
 
     # -- inspecting ----------------------------------------------------------------------
 
-    def stats(self) -> Dict[str, Any]:
+    def stats(self) -> dict[str, Any]:
         n_ins = sum(len(p) for p in self.programs)
         return {
             "programs": len(self.programs),
@@ -149,7 +156,7 @@ class Executable:
             "tier": self.tier,
         }
 
-    def kernel_source(self, k: Union[int, str] = 0) -> str:
+    def kernel_source(self, k: int | str = 0) -> str:
         """Generated source of kernel k (its index, pattern name or key), or 'dispatcher'."""
         if k == "dispatcher":
             if self.target == "cpu" and not self.dispatcher_source:  # still compiling
@@ -167,7 +174,7 @@ class Executable:
         names = [p.name for p in self.schedule.patterns]
         raise KeyError(f"no kernel {k!r}; kernels: {names}")
 
-    def kernel_asm(self, k: Union[int, str] = 0) -> str:
+    def kernel_asm(self, k: int | str = 0) -> str:
         """The machine code of CPU kernel k (index, pattern name or key) as assembly text,
         to see what LLVM made of its loops (vector instructions: mulpd/vmulpd, vgather...).
         Cached kernels are stored as object code without their assembly, so the kernel's
@@ -183,7 +190,8 @@ class Executable:
         """The schedule: arenas, kernels, and each step with its operands and offsets."""
         m = self.memory
         # where a value lives: its arena and byte offset in it
-        region = lambda v: f"{m.regions[v].cls}+{(m.regions[v].offset - m.class_base[m.regions[v].cls]) * m.itemsize}"
+        def region(v):
+            return f"{m.regions[v].cls}+{(m.regions[v].offset - m.class_base[m.regions[v].cls]) * m.itemsize}"
         progs = ", ".join(f"{p.name} {len(p)}" for p in self.programs)
         lines = [f"executable: {self.semiring.name} {self.dtype.name}, mode {self.mode}, "
                  f"target {self.target}; programs {progs}",
@@ -198,14 +206,15 @@ class Executable:
         lines.append(f"schedule ({len(self.schedule.steps)} steps{static}):")
         for i, st in enumerate(self.schedule.steps):
             seg = st.segment
-            leaves = ", ".join(f"v{l}@{region(l)}" for l in seg.leaves)
+            leaves = ", ".join(f"v{j}@{region(j)}" for j in seg.leaves)
             red = f" reduce {format_spec(TensorSpec(seg.red_axes))}" if seg.red_axes else ""
             norm = " normalize" if seg.normalize else ""
             origin = sorted({f"{prog}[{idx}]" for n in seg.nodes if n in self.graph.nodes
                              for prog, idx in self.graph.nodes[n].origin})
             lines.append(f"  [{i}] K{self.schedule.kernel_id(i)} v{seg.out}@{region(seg.out)} "
                          f"{format_spec(seg.out_spec)} = {leaves}{red}{norm}"
-                         + (f"   # {' '.join(origin[:4])}{' ...' if len(origin) > 4 else ''}" if origin else ""))
+                         + (f"   # {' '.join(origin[:4])}{' ...' if len(origin) > 4 else ''}"
+                            if origin else ""))
         lines.append("slots:")
         for key, v in self.fused.outputs.items():
             spec = self.fused.output_specs.get(key, self.fused.specs[v])
@@ -214,7 +223,7 @@ class Executable:
 
     # -- saving ----------------------------------------------------------------------------
 
-    def save(self, path: Union[str, os.PathLike]) -> None:
+    def save(self, path: str | os.PathLike) -> None:
         """The programs, specs and options as JSON; `load` re-plans (cheap) and takes the
         kernels from the disk cache, so a saved executable runs under CATBP_JIT_CACHE=strict.
         In the numpy tier it waits for the kernels first (they are what it records)."""
@@ -228,9 +237,9 @@ class Executable:
         write_saved(path, doc)
 
 
-def saved_document(programs: List[Program], sr: VMSemiringRuntime, mode: str, target: str,
-                   fspecs: Dict[int, TensorSpec], sspecs: Dict[int, TensorSpec],
-                   lspecs: Dict[tuple, TensorSpec], kernels: List[Kernel],
+def saved_document(programs: list[Program], sr: VMSemiringRuntime, mode: str, target: str,
+                   fspecs: dict[int, TensorSpec], sspecs: dict[int, TensorSpec],
+                   lspecs: dict[tuple, TensorSpec], kernels: list[Kernel],
                    exact: bool = True) -> dict:
     """What `save` writes (a batched executable adds its batched ids and buckets)."""
     from .bundle import program_to_json, slot_key_to_json, spec_to_json
@@ -248,7 +257,7 @@ def saved_document(programs: List[Program], sr: VMSemiringRuntime, mode: str, ta
     }
 
 
-def write_saved(path: Union[str, os.PathLike], doc: dict) -> None:
+def write_saved(path: str | os.PathLike, doc: dict) -> None:
     from .atomic import replacing
     with replacing(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
         json.dump(doc, f)
@@ -258,8 +267,8 @@ class SavedExecutableError(CatbpError, ValueError):
     """A file that `load` cannot read as a saved executable."""
 
 
-def load(path: Union[str, os.PathLike], *, cache: Optional[KernelCache] = None,
-         tier: Optional[str] = None) -> Union[Executable, "BatchedExecutable"]:
+def load(path: str | os.PathLike, *, cache: KernelCache | None = None,
+         tier: str | None = None) -> Executable | BatchedExecutable:
     """The Executable (or BatchedExecutable) saved at `path` by its save(). A file that is
     not one (binary, truncated, another JSON document, a field of the wrong kind) raises
     SavedExecutableError naming the file and the field; a missing file FileNotFoundError."""
@@ -311,7 +320,8 @@ def load(path: Union[str, os.PathLike], *, cache: Optional[KernelCache] = None,
                        batched_selectors=field("batched_selectors", ids),
                        buckets=field("buckets", ids))
     dtype = field("dtype", numeric_dtype)
-    strings = lambda x: [_items(k, str) for k in _items(x, list)]
+    def strings(x):
+        return [_items(k, str) for k in _items(x, list)]
     saved = field("kernel_identities", strings) if "kernel_identities" in doc else None
     programs = field("programs", lambda x: [program_from_json(p) for p in _items(x, list)])
     sr = field("semiring", lambda x: make_semiring(x, dtype))
@@ -342,7 +352,7 @@ def load(path: Union[str, os.PathLike], *, cache: Optional[KernelCache] = None,
     return build(plans[0], target=target, mode=mode, cache=cache, tier=tier)
 
 
-def check_saved_kernels(where: str, saved: List[str], planned: set) -> None:
+def check_saved_kernels(where: str, saved: list[str], planned: set) -> None:
     """The plan made again from the saved programs must need exactly the kernels that were
     saved, checked before any is compiled: anything else means this catbp_jit plans or
     renders differently from the one that saved the file (or the file was edited), so
@@ -376,16 +386,16 @@ def _items(x: Any, kind: type = dict) -> Any:
 
 
 def compile(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
-            selector_specs: Optional[Mapping[int, Any]] = None,
-            slot_specs: Optional[Mapping[Any, Any]] = None, target: str = "cpu",
-            mode: str = "compiled", cache: Optional[KernelCache] = None,
-            max_bytes: int = DEFAULT_MAX_BYTES, max_total_bytes: Optional[int] = None,
-            progress: Optional[Callable[[str], None]] = None,
-            workers: Optional[int] = None, batched_factors: Optional[Any] = None,
-            batched_selectors: Optional[Any] = None, buckets: Optional[Any] = None,
-            options: Optional[PlanOptions] = None, static_factors: Optional[Any] = None,
-            static_selectors: Optional[Any] = None, exact: Optional[bool] = None,
-            tier: Optional[str] = None) -> Union[Executable, "BatchedExecutable"]:
+            selector_specs: Mapping[int, Any] | None = None,
+            slot_specs: Mapping[Any, Any] | None = None, target: str = "cpu",
+            mode: str = "compiled", cache: KernelCache | None = None,
+            max_bytes: int = DEFAULT_MAX_BYTES, max_total_bytes: int | None = None,
+            progress: Callable[[str], None] | None = None,
+            workers: int | None = None, batched_factors: Any | None = None,
+            batched_selectors: Any | None = None, buckets: Any | None = None,
+            options: PlanOptions | None = None, static_factors: Any | None = None,
+            static_selectors: Any | None = None, exact: bool | None = None,
+            tier: str | None = None) -> Executable | BatchedExecutable:
     """Plan, lower and compile linked programs for inputs of the given specs.
 
     programs: one program or a list run in order with slots carried over (upward,
@@ -396,9 +406,9 @@ def compile(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
     plan over it raises PlanTooLargeError before any kernel is compiled. progress: called
     with a line of text at each planning stage (and now and then in long ones), before
     each kernel is loaded (a cold one takes seconds to compile) and as each is compiled in
-    a worker (catbp_jit.progress.DelayedLines shows them only when compiling is slow). workers: processes that compile cold kernels side
-    by side (default: $CATBP_JIT_COMPILE_WORKERS, else the number of CPUs; 0 or 1: in this
-    process).
+    a worker (catbp_jit.progress.DelayedLines shows them only when compiling is slow).
+    workers: processes that compile cold kernels side by side (default:
+    $CATBP_JIT_COMPILE_WORKERS, else the number of CPUs; 0 or 1: in this process).
 
     batched_factors / batched_selectors: ids of inputs that get a leading batch axis;
     then the result is a BatchedExecutable with one plan per batch size in `buckets`
@@ -447,7 +457,7 @@ def compile(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
                  workers=workers, tier=tier)
 
 
-def static_inputs(factors: Optional[Any], selectors: Optional[Any]) -> StaticInputs:
+def static_inputs(factors: Any | None, selectors: Any | None) -> StaticInputs:
     """The static ids as given to compile() or plan(), checked to be integers."""
     def ids(given, kind):
         try:
@@ -459,8 +469,8 @@ def static_inputs(factors: Optional[Any], selectors: Optional[Any]) -> StaticInp
     return StaticInputs(ids(factors, "factor"), ids(selectors, "selector"))
 
 
-def plan_options(target: str, options: Optional[PlanOptions], max_bytes: int = DEFAULT_MAX_BYTES,
-                 max_total_bytes: Optional[int] = None, exact: Optional[bool] = None) -> PlanOptions:
+def plan_options(target: str, options: PlanOptions | None, max_bytes: int = DEFAULT_MAX_BYTES,
+                 max_total_bytes: int | None = None, exact: bool | None = None) -> PlanOptions:
     """`options` (else the target's defaults) with the byte limits and mode given as
     arguments. GEMM kernels exist on the CPU only."""
     options = options or PlanOptions.for_target(target)
@@ -476,10 +486,10 @@ def plan_options(target: str, options: Optional[PlanOptions], max_bytes: int = D
 
 
 def plan(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
-         selector_specs: Optional[Mapping[int, Any]] = None,
-         slot_specs: Optional[Mapping[Any, Any]] = None, target: str = "cpu",
-         options: Optional[PlanOptions] = None, static_factors: Optional[Any] = None,
-         static_selectors: Optional[Any] = None, exact: Optional[bool] = None) -> Plan:
+         selector_specs: Mapping[int, Any] | None = None,
+         slot_specs: Mapping[Any, Any] | None = None, target: str = "cpu",
+         options: PlanOptions | None = None, static_factors: Any | None = None,
+         static_selectors: Any | None = None, exact: bool | None = None) -> Plan:
     """Only the planning half of compile(): no kernel is rendered or compiled. options:
     the planner's knobs (default PlanOptions.for_target(target)); static_*, exact: as
     compile's."""
@@ -491,8 +501,8 @@ def plan(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
 
 @gc_paused()
 def adapt_inputs(programs: Any, sr: Any, factor_specs: Mapping[int, Any],
-                 selector_specs: Optional[Mapping[int, Any]],
-                 slot_specs: Optional[Mapping[Any, Any]], target: str, mode: str):
+                 selector_specs: Mapping[int, Any] | None,
+                 slot_specs: Mapping[Any, Any] | None, target: str, mode: str):
     """(programs, semiring, factor specs, selector specs, slot specs) in our own types."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -508,8 +518,8 @@ def adapt_inputs(programs: Any, sr: Any, factor_specs: Mapping[int, Any],
 
 
 def build(plan: Plan, *, target: str = "cpu", mode: str = "compiled",
-          cache: Optional[KernelCache] = None, progress: Optional[Callable[[str], None]] = None,
-          workers: Optional[int] = None, tier: Optional[str] = None) -> Executable:
+          cache: KernelCache | None = None, progress: Callable[[str], None] | None = None,
+          workers: int | None = None, tier: str | None = None) -> Executable:
     """The kernels of a plan's schedule for a target, from the disk cache or compiled.
     tier: "auto" (default: $CATBP_JIT_TIER, else auto) returns at once when kernels are
     cold and the numpy tier can stand in for them (tiers.py); "compiled" waits for them."""
@@ -527,8 +537,8 @@ def build(plan: Plan, *, target: str = "cpu", mode: str = "compiled",
     return build_compiled(plan, mode, cache, say, workers)
 
 
-def background_build(plans: List[Plan], cache: KernelCache, workers: Optional[int],
-                     tier: Optional[str], say: Callable[[str], None]):
+def background_build(plans: list[Plan], cache: KernelCache, workers: int | None,
+                     tier: str | None, say: Callable[[str], None]):
     """(a KernelBuild of the plans' cold kernels, cache stats) when their executables
     should start in the numpy tier (tiers.py), else None: compile() then waits. The first
     plan is the one whose size decides (a batched executable's smallest bucket: numpy's
@@ -551,7 +561,7 @@ def background_build(plans: List[Plan], cache: KernelCache, workers: Optional[in
 
 
 def build_compiled(plan: Plan, mode: str, cache: KernelCache, say: Callable[[str], None],
-                   workers: Optional[int]) -> Executable:
+                   workers: int | None) -> Executable:
     """The compiled tier at once: every kernel loaded, compiled first where cold."""
     schedule = plan.schedule
     before = dict(cache.stats)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 from decimal import Decimal
-from typing import Optional
 
 from . import environment
 from .errors import CatbpError
@@ -35,7 +34,7 @@ def available_memory_bytes() -> int:
         return 1 << 34  # unknown platform: 16 GiB
 
 
-def memory_limit(limit: Optional[int] = None) -> int:
+def memory_limit(limit: int | None = None) -> int:
     """The byte limit for one plan: `limit` if given, else CATBP_JIT_MAX_BYTES, else the
     available memory."""
     if limit is not None:

@@ -21,7 +21,7 @@ interpreter's CONTRACT): this tier is for the first runs, not for speed.
 from __future__ import annotations
 
 import math
-from typing import Callable, List
+from collections.abc import Callable
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -75,7 +75,7 @@ def interpretable(plan: Plan) -> bool:
     return all(st.pattern.template == "contract_reduce" for st in plan.schedule.steps)
 
 
-def numpy_steps(plan: Plan, mem: np.ndarray, table: np.ndarray) -> List[Callable[[], None]]:
+def numpy_steps(plan: Plan, mem: np.ndarray, table: np.ndarray) -> list[Callable[[], None]]:
     """One function per step of the plan's schedule, computing it over `mem` as laid
     out by `table` (a session's buffer and its copy of the schedule table)."""
     steps = []

@@ -12,7 +12,8 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from typing import Callable, Optional, TextIO
+from collections.abc import Callable
+from typing import TextIO
 
 from . import environment
 
@@ -25,7 +26,7 @@ def silent(line: str) -> None:
     """A progress callable that shows nothing."""
 
 
-def ticker(progress: Optional[Progress], what: str, total: int,
+def ticker(progress: Progress | None, what: str, total: int,
            every: float = TICK_EVERY) -> Callable[[int], None]:
     """tick(i) for a loop over `total` items: says "{what} i/total" at most once every
     `every` seconds (a plain list.append as `progress` is not flooded)."""
@@ -41,7 +42,7 @@ def ticker(progress: Optional[Progress], what: str, total: int,
     return tick
 
 
-def command_lines(quiet: bool, stream: Optional[TextIO] = None) -> Progress:
+def command_lines(quiet: bool, stream: TextIO | None = None) -> Progress:
     """The progress callable of a command: DelayedLines on stderr, after
     $CATBP_JIT_PROGRESS_AFTER seconds (default DEFAULT_AFTER); with --quiet, none."""
     if quiet:
@@ -69,7 +70,7 @@ class DelayedLines:
         self._write, self.after = write, after
         self._start = time.monotonic()
         self._lock = threading.Lock()
-        self._pending: Optional[str] = None  # the latest line held back
+        self._pending: str | None = None  # the latest line held back
         self._closed = False
         self._timer = threading.Timer(after, self._on_time)
         self._timer.daemon = True

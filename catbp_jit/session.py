@@ -15,7 +15,8 @@ steps are results like any other.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -25,8 +26,7 @@ from .ir.adapt import adapt_slot_key
 from .ir.schema import TensorSpec
 from .numpy_steps import numpy_steps
 from .plan.arena import ALIGN_BYTES
-from .plan.pipeline import (CONSTANT, FACTOR_INPUT, RESULT, SELECTOR_INPUT, SLOT_INPUT,
-                            Binding)
+from .plan.pipeline import CONSTANT, FACTOR_INPUT, RESULT, SELECTOR_INPUT, SLOT_INPUT, Binding
 
 Hook = Callable[[int, Any], None]
 
@@ -40,8 +40,8 @@ def aligned_empty(n: int, dtype: np.dtype) -> np.ndarray:
 
 
 class Session:
-    def __init__(self, exe, *, before: Optional[Hook] = None, after: Optional[Hook] = None,
-                 mem: Optional[np.ndarray] = None, numpy_only: bool = False):
+    def __init__(self, exe, *, before: Hook | None = None, after: Hook | None = None,
+                 mem: np.ndarray | None = None, numpy_only: bool = False):
         """mem: a buffer of at least exe.memory.total elements to work in instead of a
         new one (the bucket sessions of a batched executable share one); its owner then
         calls fill_constants() whenever another session wrote over it. numpy_only: stay in
@@ -64,7 +64,7 @@ class Session:
                       {("selector", k) for k in self._selectors} | \
                       {("slot", k) for k in self._slots_in}
         # results: views into the slot arena, valid until the next run
-        self.slots: Dict[tuple, Tuple[np.ndarray, TensorSpec]] = {
+        self.slots: dict[tuple, tuple[np.ndarray, TensorSpec]] = {
             b.ident: (view(b), b.spec) for b in plan.bound(RESULT)}
 
         self._n_steps = len(exe.schedule.steps)
@@ -105,7 +105,7 @@ class Session:
 
     # -- inputs --------------------------------------------------------------------------
 
-    def _check(self, kind: str, ident: Any, arr: Any, target: Optional[np.ndarray]) -> None:
+    def _check(self, kind: str, ident: Any, arr: Any, target: np.ndarray | None) -> None:
         shape = None if target is None else target.shape
         if target is None:
             # an input declared at compile time but not read by the optimized schedule is
@@ -145,7 +145,7 @@ class Session:
             if target is None or type(arr) is not np.ndarray or arr.dtype != dtype \
                     or arr.shape != target.shape:
                 self._check(kind, ident, arr, target)  # raises, or accepts an unread input
-        for kind, ident, arr, target in given:
+        for _, _, arr, target in given:
             if target is not None:
                 target[...] = arr
         if self._unset:
@@ -160,9 +160,9 @@ class Session:
 
     # -- running ---------------------------------------------------------------------------
 
-    def run(self, factors: Optional[Mapping[int, np.ndarray]] = None,
-            selectors: Optional[Mapping[int, np.ndarray]] = None,
-            slots: Optional[Mapping[Any, Any]] = None) -> Dict[tuple, Tuple[np.ndarray, TensorSpec]]:
+    def run(self, factors: Mapping[int, np.ndarray] | None = None,
+            selectors: Mapping[int, np.ndarray] | None = None,
+            slots: Mapping[Any, Any] | None = None) -> dict[tuple, tuple[np.ndarray, TensorSpec]]:
         """Copy the given inputs in (inputs not given keep their last values) and run: the
         static steps only in the first run and when a static input is given (see the
         module docstring), then the dynamic steps.

@@ -24,12 +24,13 @@ import logging
 import threading
 import time
 import warnings
-from typing import Callable, Dict, List, Optional, Sequence
+from collections.abc import Callable, Sequence
 
 from . import environment
 from .environment import TIERS
 from .numpy_steps import interpretable
 from .plan.pipeline import Plan
+
 # About a second of numpy per run (products and in-order sums run at some 10^7 terms a
 # second here; LOGPROB's C-library exp at some 10^6): a bigger program waits for kernels.
 NUMPY_TIER_MAX_WORK = 1 << 24
@@ -46,7 +47,7 @@ class TierError(ValueError):
     """A tier that is not one of TIERS."""
 
 
-def resolve_tier(tier: Optional[str] = None) -> str:
+def resolve_tier(tier: str | None = None) -> str:
     """`tier` if given, else $CATBP_JIT_TIER, else "auto"."""
     if tier is None:
         return environment.tier() or "auto"
@@ -74,10 +75,10 @@ class KernelBuild:
 
     def __init__(self, compile_cold: Callable[[], None], load: Callable[[], tuple]):
         self.done = threading.Event()
-        self.result: Optional[tuple] = None
-        self.error: Optional[BaseException] = None
+        self.result: tuple | None = None
+        self.error: BaseException | None = None
         self.started = time.perf_counter()
-        self.seconds: Optional[float] = None
+        self.seconds: float | None = None
 
         def work() -> None:
             try:
@@ -91,11 +92,11 @@ class KernelBuild:
         self._thread = threading.Thread(target=work, name="catbp_jit kernels", daemon=True)
         self._thread.start()
 
-    def wait(self, timeout: Optional[float] = None) -> bool:
+    def wait(self, timeout: float | None = None) -> bool:
         return self.done.wait(timeout)
 
 
-def start_build(patterns: Sequence, cold: List, cache, n_workers: int,
+def start_build(patterns: Sequence, cold: list, cache, n_workers: int,
                 say: Callable[[str], None]) -> KernelBuild:
     """A KernelBuild of `patterns` whose `cold` units (kernels and dispatcher) compile in
     n_workers worker processes first."""
@@ -108,7 +109,7 @@ def start_build(patterns: Sequence, cold: List, cache, n_workers: int,
             f"compiled {unit.name} in {seconds:.1f} s in a worker"))
 
     def load() -> tuple:
-        kernels: Dict = {p: load_kernel(p, cache) for p in patterns}
+        kernels: dict = {p: load_kernel(p, cache) for p in patterns}
         return kernels, load_dispatcher(cache)
 
     return KernelBuild(compile_cold, load)

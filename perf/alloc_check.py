@@ -50,11 +50,10 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # perf/common.py
-from common import default_shared_dir, find_bundles  # noqa: E402
-
-from catbp_jit.testing.alloc_counter import NrtAllocCounter, NumpyAllocCounter, enable_nrt_stats  # noqa: E402
 from catbp_jit.bundle import load_bundle  # noqa: E402
 from catbp_jit.executable import compile  # noqa: E402
+from catbp_jit.testing.alloc_counter import NrtAllocCounter, NumpyAllocCounter, enable_nrt_stats  # noqa: E402
+from common import default_shared_dir, find_bundles  # noqa: E402
 
 MODES = ("compiled", "loop")
 MAX_NRT_PER_RUN = 8  # a small constant: e.g. one MemInfo (2 counts) per array argument
@@ -198,7 +197,8 @@ def main(argv=None) -> int:
 
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
               for i, h in enumerate(header)]
-    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
+    def line(cells):
+        return "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
     print(line(header))
     print(line(["-" * w for w in widths]))
     for r in rows:

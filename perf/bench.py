@@ -82,10 +82,6 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # perf/common.py
-from common import (GROUPS, REPO, cpu_model, cpus_usable, default_shared_dir,  # noqa: E402
-                    find_bundles, fmt_bytes, fmt_ratio, fmt_time, load_average, threading_layer,
-                    threads_environment, time_runs, write_report)
-
 import numba  # noqa: E402
 import numpy as np  # noqa: E402
 
@@ -95,6 +91,22 @@ from catbp_jit.executable import compile  # noqa: E402
 from catbp_jit.ir.ops import OpCode  # noqa: E402
 from catbp_jit.ir.validate import validate_programs  # noqa: E402
 from catbp_jit.reference import run_programs  # noqa: E402
+from common import (  # noqa: E402
+    GROUPS,
+    REPO,
+    cpu_model,
+    cpus_usable,
+    default_shared_dir,
+    find_bundles,
+    fmt_bytes,
+    fmt_ratio,
+    fmt_time,
+    load_average,
+    threading_layer,
+    threads_environment,
+    time_runs,
+    write_report,
+)
 
 MODES = ("compiled", "loop")
 # (dispatch mode, exact) per row of a bundle: both dispatch modes exact, then the
@@ -381,7 +393,8 @@ def main(argv=None) -> int:
     if problems:
         lines += ["", "Problems:", ""]
         lines += [f"- {r['bundle']} ({mode_name(r)}): {r['check']}: {r['detail']}" for r in problems]
-    lines += ["", "## Bars (perf/README.md, Bars)", ""] + (bars_section(rows) or ["- (no bench bundle measured)"])
+    bars = bars_section(rows) or ["- (no bench bundle measured)"]
+    lines += ["", "## Bars (perf/README.md, Bars)", ""] + bars
     text = "\n".join(lines) + "\n"
 
     write_report(args.out, "bench", text, rows, CSV_COLUMNS)

@@ -22,6 +22,7 @@ import math
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -68,7 +69,7 @@ def ours(graph, ev, table, budget, batches):
     rates = {}
     for n in batches:
         rows = table[:n]
-        rates[n] = rate(lambda: model.solve_batch(rows), n, budget)
+        rates[n] = rate(partial(model.solve_batch, rows), n, budget)
     return model, rates, compile_s, tuple(buckets)
 
 
@@ -151,7 +152,7 @@ def bench_bundles(budget):
         plain = cj.compile(b.programs, sr, factor_specs=b.factor_specs(),
                            selector_specs=b.selector_specs()).bind()
         plain.run(factors=base, selectors=sels)
-        one = rate(lambda: plain.run(factors=base), 1, budget)
+        one = rate(partial(plain.run, factors=base), 1, budget)
         try:
             batched = cj.compile(b.programs, sr, factor_specs=b.factor_specs(),
                                  selector_specs=b.selector_specs(), batched_factors=set(fids),
@@ -169,7 +170,7 @@ def bench_bundles(budget):
         for n in BUNDLE_BATCHES:
             given = {f: np.ascontiguousarray(a[:n]) for f, a in rows.items()}
             batched.run(factors={**static, **given}, selectors=sels)
-            rates[n] = rate(lambda: batched.run(factors=given), n, budget)
+            rates[n] = rate(partial(batched.run, factors=given), n, budget)
         print(f"| {d.name} | {len(fids)} of {len(base)} | {one:,.0f}/s | "
               + " | ".join(f"{rates[n]:,.0f}/s" for n in BUNDLE_BATCHES)
               + f" | {rates[top] / one:,.1f}x |", flush=True)

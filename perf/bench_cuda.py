@@ -93,14 +93,26 @@ import os
 import platform
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # perf/common.py
 # (common does not import numba: NUMBA_ENABLE_CUDASIM is still to be decided)
-from common import (HERE, cpu_model, default_shared_dir, find_bundles,  # noqa: E402
-                    fmt_ratio, fmt_time, load_average, sample_rows, time_runs, write_report)
+from common import (  # noqa: E402
+    HERE,
+    cpu_model,
+    default_shared_dir,
+    find_bundles,
+    fmt_ratio,
+    fmt_time,
+    load_average,
+    sample_rows,
+    time_runs,
+    write_report,
+)
+
 # imports numba, which reads NUMBA_ENABLE_CUDASIM (--simulate) once, when first imported
 
 BATCHES = (1, 64, 1024, 16384)
@@ -144,9 +156,10 @@ CSV_COLUMNS = ("part", "group", "name", "semiring", "dtype", "steps", "batched",
 def gpu_status():
     """(None, a description of the device) when target "cuda" can run here, else (the
     reason it cannot, None)."""
+    from numba import config
+
     from catbp_jit.codegen.cuda_build import cuda_module
     from catbp_jit.errors import CudaUnavailableError
-    from numba import config
 
     try:
         cuda = cuda_module()
@@ -286,7 +299,7 @@ def time_batches(run, keep, batches, args) -> dict:
         t0 = time.perf_counter()
         answers = keep(run(n))
         min_runs = 1 if time.perf_counter() - t0 > args.budget else args.min_runs
-        out[n] = time_runs(lambda: run(n), min_runs, MAX_RUNS, args.budget)[:2] + (answers,)
+        out[n] = time_runs(partial(run, n), min_runs, MAX_RUNS, args.budget)[:2] + (answers,)
     return out
 
 

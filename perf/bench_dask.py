@@ -69,6 +69,7 @@ def local_rate(model, frame) -> float:
 def dask_rates(path: str, frames, client, partition_rows: int):
     """(seconds to the first result, {rows: rows per second}) on the client's cluster."""
     import dask.dataframe as dd
+
     from catbp_jit.dask import solve_table
     workers = len(client.scheduler_info()["workers"])
     first = frames[min(frames)].iloc[:workers]

@@ -87,13 +87,24 @@ import tempfile
 import threading
 import time
 import zlib
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # perf/common.py
-from common import (REPO, cpu_model, cpus_usable, fmt_ratio, fmt_time,  # noqa: E402
-                    load_average, network_text, pyagrum_network, threads_environment, write_report)
-
 import numpy as np  # noqa: E402
+
+from common import (  # noqa: E402
+    REPO,
+    cpu_model,
+    cpus_usable,
+    fmt_ratio,
+    fmt_time,
+    load_average,
+    network_text,
+    pyagrum_network,
+    threads_environment,
+    write_report,
+)
 
 DEFAULT_REPEAT = 5
 DEFAULT_EVIDENCE = 3
@@ -173,7 +184,7 @@ def child_solve(name: str, evidence: dict, repeat: int, budget: float,
     ours = {}
     for suffix, ev in settings:
         model = observed if ev else plain
-        s, runs, sol = best_of(lambda: model.solve(ev), repeat, budget)
+        s, runs, sol = best_of(partial(model.solve, ev), repeat, budget)
         ours[suffix] = sol.marginals
         _emit(kind="ours", suffix=suffix, s=s, runs=runs)
     if not pyagrum:
@@ -189,7 +200,7 @@ def child_solve(name: str, evidence: dict, repeat: int, budget: float,
         gev = {to_gum.get(v, v): int(x) for v, x in ev.items()}
         construct = []
 
-        def run():
+        def run(gev=gev, construct=construct):  # called in this iteration only
             t0 = time.perf_counter()
             ie = gum.LazyPropagation(bn)
             construct.append(time.perf_counter() - t0)
@@ -294,7 +305,7 @@ def run_pgmpy(name: str, evidence: dict, args) -> dict:
                      "--repeat", args.repeat, "--budget", min(args.budget, args.pgmpy_timeout),
                      "--method", args.pgmpy_method)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    lines: "queue.Queue" = queue.Queue()
+    lines: queue.Queue = queue.Queue()
     err_tail = []
 
     def pump_stdout():

@@ -39,8 +39,8 @@ import statistics
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
-from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # perf/common.py, uai2014.py
 from common import HERE, default_shared_dir, installed, write_report  # noqa: E402
@@ -96,7 +96,7 @@ def _emit(**fields) -> None:
 
 
 def child_ours(path: Path, max_bytes: int, repeat: int, budget_s: float,
-               plan_time: Optional[float]) -> None:
+               plan_time: float | None) -> None:
     import numpy as np
 
     from catbp_jit.errors import CatbpError
@@ -128,7 +128,7 @@ def child_ours(path: Path, max_bytes: int, repeat: int, budget_s: float,
             t0 = time.perf_counter()
             model.solve(evidence)
             _emit(**{f"{s}_first_s": time.perf_counter() - t0})
-            best, median, runs, sol = timed(lambda: model.solve(evidence), repeat, budget_s)
+            best, median, runs, sol = timed(partial(model.solve, evidence), repeat, budget_s)
         except CatbpError as e:
             _emit(**{f"{s}_error": str(e).splitlines()[0]})
             continue

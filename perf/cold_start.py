@@ -92,7 +92,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    rest = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + rest)
     env.pop("CATBP_JIT_CACHE", None)  # the default policy: compile on a miss
     env.pop("CATBP_JIT_TIER", None)
     if args.workers is not None:

@@ -49,7 +49,8 @@ def child(path: str, tier: str) -> dict:
 
     t0 = time.perf_counter()
     marks = []  # (seconds since t0, progress line)
-    record = lambda line: marks.append((time.perf_counter() - t0, line))
+    def record(line):
+        return marks.append((time.perf_counter() - t0, line))
     graph = read_uai(path)
     t_read = time.perf_counter() - t0
     model = CompiledModel(graph, "prob", absorb_evidence=True, progress=record)

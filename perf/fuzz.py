@@ -26,9 +26,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the generator and the comparison the tests use
 
+from jit_helpers import assert_same_slots, compile_case, run_dropin, run_reference, session_results  # noqa: E402
 from random_programs import SEMIRINGS, case_from_seed  # noqa: E402
-from jit_helpers import (assert_same_slots, compile_case, run_dropin,  # noqa: E402
-                         run_reference, session_results)
 
 DTYPES = {name: [d for s, d in SEMIRINGS if s == name] for name, _ in SEMIRINGS}
 

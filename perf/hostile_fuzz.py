@@ -40,7 +40,6 @@ import traceback
 from collections import Counter
 from multiprocessing.connection import wait
 from pathlib import Path
-from typing import Dict, List, Optional
 
 REPO = Path(__file__).resolve().parents[1]
 ASIA = REPO / "examples" / "asia.bif"
@@ -153,10 +152,10 @@ def mutate(rng, data: bytes):
 # Cases: what to write, what to run (made in the parent, so a hang can still be saved)
 
 
-def setup(work: Path) -> Dict[str, object]:
+def setup(work: Path) -> dict[str, object]:
     """The seeds: files of the repository, plus a saved profile of asia made with the
     command line and an evidence table of asia as CSV and (with pyarrow) Parquet."""
-    seeds: Dict[str, object] = {"bif": ASIA.read_bytes()}
+    seeds: dict[str, object] = {"bif": ASIA.read_bytes()}
     seeds["uai"] = {p.name: p.read_bytes() for p in sorted(UAI_DIR.glob("*/*.uai"))}
     seeds["evid"] = {p.name: p.read_bytes() for p in sorted(UAI_DIR.glob("*/*.uai.evid"))}
     seeds["json"] = [b'{"dysp": "yes", "xray": 0}', b'{"smoke": "no"}']
@@ -184,8 +183,8 @@ def setup(work: Path) -> Dict[str, object]:
 def make_case(i: int, seed: int, seeds, readers) -> dict:
     rng = random.Random(seed * 1_000_003 + i)
     reader = readers[i % len(readers)]
-    files: Dict[str, bytes] = {}
-    env: Dict[str, str] = {}
+    files: dict[str, bytes] = {}
+    env: dict[str, str] = {}
     entry, mutations = "cli", []
     solve_asia = ["solve", "asia.bif", "--target", "reference", "-q", "--plan-time", "0"]
     if reader == "uai":
@@ -299,7 +298,7 @@ def run_case(case: dict, work: Path) -> dict:
     return {"code": code, "stderr": err.getvalue(), "traceback": tb}
 
 
-def worker(conn, work: str, env: Dict[str, str]) -> None:
+def worker(conn, work: str, env: dict[str, str]) -> None:
     os.environ.update(env)
     import catbp_jit.cli  # noqa: F401 -- Numba and the rest, once
     while True:
@@ -322,7 +321,7 @@ def outcome(result: dict) -> str:
     if code not in (0, 1, 2):
         return "bad-exit"
     if code == 2:
-        lines = [l for l in result["stderr"].splitlines() if not l.startswith("catbp-jit: warning:")]
+        lines = [line for line in result["stderr"].splitlines() if not line.startswith("catbp-jit: warning:")]
         if len(lines) != 1 or not lines[0].startswith("catbp-jit: error:") \
                 or len(lines[0]) > MAX_ERROR_LINE:
             return "messy"
@@ -335,10 +334,10 @@ def signature(result: dict) -> str:
     tb = result.get("traceback")
     if tb:
         lines = tb.strip().splitlines()
-        where = [l.strip() for l in lines if l.strip().startswith("File ")]
+        where = [line.strip() for line in lines if line.strip().startswith("File ")]
         return f"{lines[-1].split(':')[0]} at {where[-1] if where else '?'}"
     err = result.get("stderr", "")
-    lines = [l for l in err.splitlines() if not l.startswith("catbp-jit: warning:")]
+    lines = [line for line in err.splitlines() if not line.startswith("catbp-jit: warning:")]
     why = ("no error line" if not lines else f"{len(lines)} lines" if len(lines) > 1
            else f"{len(lines[0]):,} characters" if len(lines[0]) > MAX_ERROR_LINE else "")
     start = " ".join(w for w in (lines[0] if lines else err).split()[:6] if "/" not in w)
@@ -364,7 +363,7 @@ def save_reproducer(out: Path, kind: str, case: dict, result: dict) -> Path:
 class Pool:
     """Worker processes, one case each at a time; a worker that hangs or dies is replaced."""
 
-    def __init__(self, n: int, work: Path, env: Dict[str, str]):
+    def __init__(self, n: int, work: Path, env: dict[str, str]):
         self.ctx = mp.get_context("spawn")
         self.work, self.env = work, env
         self.slots = [self._start(k) for k in range(n)]
@@ -395,7 +394,7 @@ class Pool:
 
 
 def fuzz(count: int, seed: int = 0, workers: int = 2, timeout: float = 10.0,
-         out: Optional[Path] = None, readers=READERS, work: Optional[Path] = None,
+         out: Path | None = None, readers=READERS, work: Path | None = None,
          log=print) -> dict:
     """Run `count` cases; return {"counts": Counter((reader, outcome)), "failures": [...]}."""
     own_work = work is None
@@ -408,8 +407,8 @@ def fuzz(count: int, seed: int = 0, workers: int = 2, timeout: float = 10.0,
                "CATBP_JIT_COMPILE_WORKERS": "0", "CATBP_JIT_MAX_BYTES": "2e9"}
         pool = Pool(workers, work, env)
         counts: Counter = Counter()
-        failures: List[dict] = []
-        first_seen: Dict[str, int] = {}
+        failures: list[dict] = []
+        first_seen: dict[str, int] = {}
         todo = iter(range(count))
         done, start = 0, time.perf_counter()
 

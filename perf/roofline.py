@@ -57,12 +57,10 @@ import math
 import sys
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # perf/common.py
-from common import (GROUPS, REPO, cpu_model, default_shared_dir, find_bundles,  # noqa: E402
-                    fmt_bytes, fmt_time, load_average, threading_layer, write_report)
-
 import numba  # noqa: E402
 import numpy as np  # noqa: E402
 from numba import njit, prange  # noqa: E402
@@ -70,6 +68,18 @@ from numba import njit, prange  # noqa: E402
 from catbp_jit.bundle import load_bundle  # noqa: E402
 from catbp_jit.errors import CatbpError  # noqa: E402
 from catbp_jit.executable import compile  # noqa: E402
+from common import (  # noqa: E402
+    GROUPS,
+    REPO,
+    cpu_model,
+    default_shared_dir,
+    find_bundles,
+    fmt_bytes,
+    fmt_time,
+    load_average,
+    threading_layer,
+    write_report,
+)
 
 # mode name -> compile() keywords selecting it. The modes' step lists differ (grid5_d3:
 # 304 steps exact, 530 reassociating), so each mode has rows of its own.
@@ -148,7 +158,7 @@ def loop_rate(loop, chunks: int, budget: Budget) -> float:
     loop(chunks, 1)  # compile
     reps = 64
     while True:  # grow until one run takes about the budget's share
-        t = best_of(lambda: loop(chunks, reps), 1)
+        t = best_of(partial(loop, chunks, reps), 1)
         if t >= budget.arith_seconds / budget.calibration_runs or reps >= 2**30:
             break
         reps *= 2
@@ -249,7 +259,7 @@ def measure_steps(exe, bundle, budget: Budget) -> list:
     for i in range(len(exe.schedule.steps)):
         entry = exe.kernels[exe.schedule.kernel_id(i)].entry
         args = (mem_at, sess.mem.size, tab_at, sess.table.size, exe.schedule.param_offset(i))
-        times.append(time_step(lambda: entry(*args), budget))
+        times.append(time_step(partial(entry, *args), budget))
     return times
 
 

@@ -18,7 +18,6 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 
@@ -58,7 +57,7 @@ def mar_error(marginals, want: dict) -> float:
     return max(float(np.max(np.abs(marginals[v] - m))) for v, m in want.items())
 
 
-def check(name: str, root: Path, max_bytes: int, plan_time: Optional[float] = None) -> dict:
+def check(name: str, root: Path, max_bytes: int, plan_time: float | None = None) -> dict:
     graph, evidence, want = load_instance(root / "problems" / name / f"{name}.uai")
     row = {"name": name, "vars": len(graph.variables), "factors": len(graph.factors),
            "evidence": len(evidence)}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Dict, Optional, Tuple
+from typing import Any
 
 import numpy as np
 
@@ -45,20 +45,20 @@ class Axis:
 
 @dataclass(frozen=True)
 class TensorSpec:
-    axes: Tuple[Axis, ...]
+    axes: tuple[Axis, ...]
 
 
 @dataclass(frozen=True)
 class Instruction:
     op: OpCode
-    dst: Optional[int]
-    args: Dict[str, Any] = field(default_factory=dict)
-    spec: Optional[TensorSpec] = None
+    dst: int | None
+    args: dict[str, Any] = field(default_factory=dict)
+    spec: TensorSpec | None = None
 
 
 @dataclass(frozen=True)
 class Program:
-    instructions: Tuple[Instruction, ...]
+    instructions: tuple[Instruction, ...]
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ class SemiringRuntime:  # only what an adapter may read
     dtype: np.dtype
 
 
-def spec(ours) -> Optional[TensorSpec]:
+def spec(ours) -> TensorSpec | None:
     if ours is None:
         return None
     return TensorSpec(tuple(Axis(a.id, AxisType[a.kind.name], a.size) for a in ours.axes))

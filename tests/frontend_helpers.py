@@ -77,7 +77,8 @@ def ising_grid(n: int, m: int, strength: float, seed: int, offset: float = 0.0):
     """Fields and couplings uniform in ±strength, as log-potentials; offset shifts every
     log-potential (a negative offset makes log Z very negative)."""
     rng = np.random.default_rng(seed)
-    name = lambda i, j: f"x{i}_{j}"
+    def name(i, j):
+        return f"x{i}_{j}"
     factors = []
     for i in range(n):
         for j in range(m):

@@ -15,7 +15,6 @@ from catbp_jit.plan.arena import ALIGN_BYTES, CLASSES
 from catbp_jit.reference import run_program as reference_run_program
 from catbp_jit.semiring import SEMIRINGS
 from catbp_jit.testing.alloc_counter import NrtAllocCounter, NumpyAllocCounter
-
 from random_programs import Case, Inputs
 
 _EXECUTABLES = {}
@@ -256,7 +255,7 @@ def check_memory_plan(exe, base_address):
         assert (base_address + lo * item) % ALIGN_BYTES == 0, ("arena", c)
         arenas[c] = (lo, hi)
     spans = sorted(arenas.values())
-    for (lo1, hi1), (lo2, hi2) in zip(spans, spans[1:]):
+    for (_, hi1), (lo2, _) in zip(spans, spans[1:]):
         assert hi1 <= lo2, ("arenas overlap", arenas)
     assert max(hi for _, hi in arenas.values()) <= m.total
 
@@ -272,7 +271,7 @@ def check_memory_plan(exe, base_address):
 
     # inputs, constants and slots: never any overlap (they all live the whole run)
     fixed = sorted(((r.offset, r.size, v) for v, r in m.regions.items() if r.cls != "workspace"))
-    for (o1, s1, v1), (o2, s2, v2) in zip(fixed, fixed[1:]):
+    for (o1, s1, v1), (o2, _, v2) in zip(fixed, fixed[1:]):
         assert o1 + s1 <= o2, ("fixed regions overlap", v1, m.regions[v1], v2, m.regions[v2])
 
     # workspace: values live at once (closed intervals) never share bytes

@@ -23,8 +23,9 @@ product as a Case.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any
 
 import numpy as np
 from hypothesis import strategies as st
@@ -42,9 +43,9 @@ CANDIDATE_KEYS = [(G, 0), (G, 1), (G, 2), (G, 3), (T, 0), (T, 1), (T, 2)]
 SIZES = [1, 1, 2, 2, 3, 3, 4, 4]  # size-1 axes are common
 
 # (semiring, dtype) -> (max leaves of a segment, max leaves of a segment that normalizes)
-SEMIRINGS: List[Tuple[str, str]] = [("PROB", "float64"), ("PROB", "float32"),
+SEMIRINGS: list[tuple[str, str]] = [("PROB", "float64"), ("PROB", "float32"),
                                     ("LOGPROB", "float64"), ("SAT", "bool"), ("COUNT", "int64")]
-LIMITS: Dict[Tuple[str, str], Tuple[int, int]] = {
+LIMITS: dict[tuple[str, str], tuple[int, int]] = {
     ("PROB", "float64"): (5, 2),
     ("PROB", "float32"): (2, 1),
     ("LOGPROB", "float64"): (3, 1),
@@ -80,7 +81,7 @@ class Chooser:
         perm = self.permutation(seq)
         return perm[:self.int(min(min_size, len(perm)), len(perm))]
 
-    def weighted(self, options: Sequence[Tuple[Any, int]]) -> Any:
+    def weighted(self, options: Sequence[tuple[Any, int]]) -> Any:
         total = sum(w for _, w in options)
         x = self.int(0, total - 1)
         for value, w in options:
@@ -110,21 +111,21 @@ class RandomChooser(Chooser):
 
 @dataclass
 class Inputs:
-    factors: Dict[int, np.ndarray]
-    selectors: Dict[int, np.ndarray]
-    slots: Dict[tuple, np.ndarray]
+    factors: dict[int, np.ndarray]
+    selectors: dict[int, np.ndarray]
+    slots: dict[tuple, np.ndarray]
 
 
 @dataclass
 class Case:
     semiring: str
     dtype: np.dtype
-    programs: List[Program]
-    factor_specs: Dict[int, TensorSpec]
-    selector_specs: Dict[int, TensorSpec]
-    slot_specs: Dict[tuple, TensorSpec]  # slots that exist before the first program
-    inputs: List[Inputs]  # value sets, each complete
-    pool: Dict[tuple, int] = field(default_factory=dict)  # axis key -> size
+    programs: list[Program]
+    factor_specs: dict[int, TensorSpec]
+    selector_specs: dict[int, TensorSpec]
+    slot_specs: dict[tuple, TensorSpec]  # slots that exist before the first program
+    inputs: list[Inputs]  # value sets, each complete
+    pool: dict[tuple, int] = field(default_factory=dict)  # axis key -> size
 
     def sr(self):
         return make_semiring(self.semiring, self.dtype)
@@ -144,7 +145,7 @@ class Case:
         vals, specs = self.inputs[which].selectors, self.selector_specs
         return lambda i: (vals[i], specs[i])
 
-    def initial_slots(self, which: int = 0) -> Dict[tuple, Tuple[np.ndarray, TensorSpec]]:
+    def initial_slots(self, which: int = 0) -> dict[tuple, tuple[np.ndarray, TensorSpec]]:
         return {k: (self.inputs[which].slots[k], s) for k, s in self.slot_specs.items()}
 
 
@@ -224,7 +225,7 @@ class _Gen:
         self.max_programs, self.max_ops = max_programs, max_ops
         self.outside_slots, self.empty_contract = outside_slots, empty_contract
 
-    def pool(self) -> Dict[tuple, int]:
+    def pool(self) -> dict[tuple, int]:
         c = self.c
         keys = c.subset(CANDIDATE_KEYS, min_size=1)[:6]
         sizes = [c.choice(SIZES) for _ in keys]
@@ -232,7 +233,7 @@ class _Gen:
             sizes[int(np.argmax(sizes))] -= 1
         return dict(zip(keys, sizes))
 
-    def rand_spec(self, max_axes: Optional[int] = None) -> TensorSpec:
+    def rand_spec(self, max_axes: int | None = None) -> TensorSpec:
         keys = self.c.subset(list(self.P))
         return _spec(keys[:max_axes] if max_axes is not None else keys, self.P)
 
@@ -251,8 +252,8 @@ class _Gen:
         selector_specs = {}
         if c.chance(0.5):
             selector_specs = {s: self.selector_spec() for s in sorted(c.subset([0, 3, 5])[:2])}
-        slot_specs: Dict[tuple, TensorSpec] = {}
-        slots: Dict[tuple, Value] = {}
+        slot_specs: dict[tuple, TensorSpec] = {}
+        slots: dict[tuple, Value] = {}
         if self.outside_slots and c.chance(0.3):
             for i in range(c.int(1, 2)):
                 key = ("given", i)
@@ -281,10 +282,10 @@ class _Gen:
 
     def program(self, name: str, index: int, last: bool) -> Program:
         c = self.c
-        self.live: Dict[int, Value] = {}
-        self.order: List[int] = []  # definition order of live registers
+        self.live: dict[int, Value] = {}
+        self.order: list[int] = []  # definition order of live registers
         self.next_rid = c.int(0, 5)
-        self.ins: List[Instruction] = []
+        self.ins: list[Instruction] = []
         for _ in range(c.int(1, self.max_ops)):
             self.step(index)
         if self.live and c.chance(0.85):  # most programs leave a result behind
@@ -379,7 +380,7 @@ class _Gen:
             inputs.pop()
         chain = chain_of(inputs)
         assert chain <= self.max_leaves
-        required: List[tuple] = []
+        required: list[tuple] = []
         for r in inputs:
             for ax in self.live[r].spec.axes:
                 if ax.size > 1 and ax.key not in required:
@@ -477,13 +478,13 @@ def generate(c: Chooser, semiring: str, dtype: str, **kw) -> Case:
 
 
 @st.composite
-def cases(draw, semirings: Sequence[Tuple[str, str]] = tuple(SEMIRINGS), **kw) -> Case:
+def cases(draw, semirings: Sequence[tuple[str, str]] = tuple(SEMIRINGS), **kw) -> Case:
     """Random valid linked programs with inputs, for one of `semirings` (name, dtype)."""
     semiring, dtype = draw(st.sampled_from(list(semirings)))
     return generate(DrawChooser(draw), semiring, dtype, **kw)
 
 
-def case_from_seed(seed: int, semiring: Optional[str] = None, dtype: Optional[str] = None,
+def case_from_seed(seed: int, semiring: str | None = None, dtype: str | None = None,
                    **kw) -> Case:
     c = RandomChooser(seed)
     if semiring is None:

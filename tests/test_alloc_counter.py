@@ -158,7 +158,7 @@ def test_exception_restores_handler():
     with pytest.raises(ZeroDivisionError):
         with NumpyAllocCounter():
             np.empty(10)
-            1 / 0
+            raise ZeroDivisionError("raised inside the block")
     assert handler_name() == ORIGINAL_HANDLER
     with NumpyAllocCounter() as c:
         pass

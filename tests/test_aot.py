@@ -8,13 +8,11 @@ import os
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
 from catbp_jit.aot import kernel_units
 from catbp_jit.bundle import load_bundle
 from catbp_jit.cli import main
-
 from conftest import REPO
 
 GRID = REPO / "examples" / "grid3_d2__prob_float64"

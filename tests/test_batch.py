@@ -16,12 +16,11 @@ from hypothesis import strategies as st
 
 import catbp_jit
 from catbp_jit import Axis, AxisType, Instruction, OpCode, Program, TensorSpec
-from catbp_jit.testing.alloc_counter import NrtAllocCounter, NumpyAllocCounter, enable_nrt_stats
 from catbp_jit.batched import BatchedCompileError
 from catbp_jit.bundle import load_bundle
 from catbp_jit.errors import InputMismatchError, UnknownInputError
 from catbp_jit.ir.batch import batch_axis, batch_axis_id, batch_programs
-
+from catbp_jit.testing.alloc_counter import NrtAllocCounter, NumpyAllocCounter, enable_nrt_stats
 from conftest import CORPUS
 from jit_helpers import assert_rows_equal, executable, inputs, rows_of, unbatched_rows
 from random_programs import cases, random_values, selector_values

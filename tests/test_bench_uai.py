@@ -13,7 +13,6 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "perf"))
 
 import bench_uai  # noqa: E402
-
 from catbp_jit.frontend import compile_model, factor_graph  # noqa: E402
 
 UAI = REPO / "tests" / "data" / "uai2014"

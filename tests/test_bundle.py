@@ -6,12 +6,17 @@ import shutil
 import numpy as np
 import pytest
 
-from catbp_jit.bundle import (Bundle, bundle_differences, load_bundle, program_from_json,
-                              program_to_json, save_bundle)
+from catbp_jit.bundle import (
+    Bundle,
+    bundle_differences,
+    load_bundle,
+    program_from_json,
+    program_to_json,
+    save_bundle,
+)
 from catbp_jit.errors import UnknownInputError
 from catbp_jit.ir.ops import OpCode, Program
 from catbp_jit.ir.schema import AxisType, TensorSpec
-
 from conftest import BENCH, CORPUS, shared_dir
 
 ALL = CORPUS + BENCH

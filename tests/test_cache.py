@@ -10,12 +10,9 @@ import sys
 
 import pytest
 
-from catbp_jit import cache as cache_mod
-from catbp_jit.cache import (CacheDirError, CacheMissError, KernelCache, environment_identity,
-                             kernel_key)
-
 from cache_helpers import SIG, entry_files, pattern, source
-
+from catbp_jit import cache as cache_mod
+from catbp_jit.cache import CacheDirError, CacheMissError, KernelCache, environment_identity, kernel_key
 
 # A fresh interpreter: what a second run of the program sees.
 CHILD = r"""

@@ -15,11 +15,15 @@ import time
 
 import pytest
 
-from catbp_jit import cache as cache_mod
-from catbp_jit.cache import (CacheDirError, CacheLockTimeout, CacheMissError, CacheTrustError,
-                             KernelCache, kernel_key)
-
 from cache_helpers import SIG, entry_files, pattern, source
+from catbp_jit import cache as cache_mod
+from catbp_jit.cache import (
+    CacheLockTimeout,
+    CacheMissError,
+    CacheTrustError,
+    KernelCache,
+    kernel_key,
+)
 from conftest import run_temp_dir
 
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
@@ -88,7 +92,8 @@ def test_file_swapped_after_the_check_is_never_unpickled(tmp_path, when):
     cache_dir, marker = tmp_path / "cache", tmp_path / "PWNED"
     warm(cache_dir, 41, ["(int64, int64)"])  # what a plain call loads
     (nbc,) = entry_files(cache_dir)["nbc"]
-    plant = lambda: nbc.write_bytes(pickle.dumps(Payload(marker)))
+    def plant():
+        return nbc.write_bytes(pickle.dumps(Payload(marker)))
     swapped = []
 
     def swap_once(paths):  # the hashes have just been checked; Numba reads next

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import List, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -23,7 +23,6 @@ from catbp_jit.codegen import workers as workers_mod
 from catbp_jit.codegen.loader import CompileUnit
 from catbp_jit.codegen.workers import KernelCompileError, WorkerOptions, compile_in_workers
 from catbp_jit.environment import EnvironmentSettingError
-
 from jit_helpers import inputs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -52,7 +51,7 @@ def results(exe, bundle):
 class Filled(NamedTuple):
     directory: Path
     exe: catbp_jit.Executable
-    progress: List[str]
+    progress: list[str]
 
 
 @pytest.fixture(scope="module")

@@ -16,15 +16,14 @@ Two promises (docs/ir.md, "Same machine, other machines"):
 import numpy as np
 import pytest
 
+import foreign
 from catbp_jit.bundle import load_bundle
 from catbp_jit.ir.adapt import adapt_program
 from catbp_jit.ir.listing import format_programs
 from catbp_jit.ir.text import parse_programs
 from catbp_jit.ir.validate import validate_programs
 from catbp_jit.reference import run_program
-
 from conftest import CORPUS
-import foreign
 
 IDS = [p.name for p in CORPUS]
 

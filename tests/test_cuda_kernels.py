@@ -11,8 +11,9 @@ keep no loop counters in it).
 Without a GPU the kernels run under Numba's CUDA simulator (conftest.py sets
 NUMBA_ENABLE_CUDASIM=1 unless the environment sets it), which runs every thread as
 Python: sizes stay small. Measured on a 2-core machine: the corpus bundles take 0.1-7 s
-each, but star5_d3 (720k arena elements) 50-95 s, so its three bundles run with the slow
-tests (pytest -m slow, as CI does).
+each, but star5_d3 (720k arena elements) 50-95 s; by default the smallest model runs in
+every semiring and dtype, and one grid, the rest with the slow tests (pytest -m slow, as
+CI does).
 """
 
 from __future__ import annotations
@@ -41,7 +42,6 @@ from catbp_jit.codegen import cuda, cuda_run
 from catbp_jit.plan.options import PlanOptions
 from catbp_jit.plan.schedule import KernelPattern
 from catbp_jit.semiring import SEMIRINGS
-
 from conftest import CORPUS, REPO
 from jit_helpers import assert_close, bit_identical, inputs
 from random_programs import cases

@@ -25,7 +25,6 @@ pytest.importorskip("numba_cuda", reason="the CUDA target needs numba-cuda: pip 
 import catbp_jit  # noqa: E402
 from catbp_jit.bundle import load_bundle  # noqa: E402
 from catbp_jit.cache import CacheMissError, KernelCache  # noqa: E402
-
 from conftest import shared_dir  # noqa: E402
 from jit_helpers import assert_close, bit_identical  # noqa: E402
 

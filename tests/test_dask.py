@@ -24,13 +24,18 @@ import dask.array as da  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from catbp_jit.cli import main  # noqa: E402
-from catbp_jit.dask import (DaskMissingError, frame_states, result_columns,  # noqa: E402
-                            solve_array, solve_many, solve_table)
+from catbp_jit.dask import (  # noqa: E402
+    DaskMissingError,
+    frame_states,
+    result_columns,
+    solve_array,
+    solve_many,
+    solve_table,
+)
 from catbp_jit.frontend import factor_graph  # noqa: E402
 from catbp_jit.frontend.graph import FactorGraphError  # noqa: E402
 from catbp_jit.frontend.model_source import LOADED, model_source  # noqa: E402
 from catbp_jit.frontend.uai import write_uai  # noqa: E402
-
 from conftest import REPO  # noqa: E402
 
 ASIA = str(REPO / "examples" / "asia.bif")

@@ -13,9 +13,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from catbp_jit import (Axis, AxisType, Instruction, OpCode, Program, TensorSpec,
-                       validate_programs, vm_counting_semiring, vm_logprob_semiring,
-                       vm_prob_semiring, vm_sat_semiring)
+from catbp_jit import (
+    Axis,
+    AxisType,
+    Instruction,
+    OpCode,
+    Program,
+    TensorSpec,
+    validate_programs,
+    vm_counting_semiring,
+    vm_logprob_semiring,
+    vm_prob_semiring,
+    vm_sat_semiring,
+)
 from catbp_jit.reference import keep_keys_from_drop, run_program, vm_eliminate_keep
 
 G, T = AxisType.GEOMETRIC, AxisType.TOPOLOGICAL
@@ -89,7 +99,8 @@ def check_against_oracle(got, exp, sr_name):
         np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
     else:
         rtol = 1e-5 if sr_name == "PROB32" else 1e-12
-        np.testing.assert_allclose(got, exp.astype(np.float64), rtol=rtol, atol=1e-6 if sr_name == "PROB32" else 0)
+        atol = 1e-6 if sr_name == "PROB32" else 0
+        np.testing.assert_allclose(got, exp.astype(np.float64), rtol=rtol, atol=atol)
 
 
 @st.composite

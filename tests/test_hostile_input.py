@@ -379,6 +379,7 @@ def run_cli(tmp_path, cache_dir, *argv, limit=-1, policy="fallback"):
     import os
     import subprocess
     import sys
+
     from catbp_jit.cache import KernelCache
     KernelCache(tmp_path / "warm")._prepare_dir()  # the session's key file exists
     env = dict(os.environ, CATBP_JIT_CACHE_DIR=str(cache_dir), CATBP_JIT_CACHE=policy,

@@ -15,10 +15,9 @@ import numpy as np
 import pytest
 
 import catbp_jit
-from catbp_jit.bundle import load_bundle
-
-from conftest import CORPUS
 import foreign
+from catbp_jit.bundle import load_bundle
+from conftest import CORPUS
 from jit_helpers import RTOL, compare_slots, executable, inputs
 
 IDS = [p.name for p in CORPUS]

@@ -25,10 +25,9 @@ from catbp_jit.plan.arena import ALIGN_BYTES, CLASSES
 from catbp_jit.plan.pipeline import plan
 from catbp_jit.reference.kernels import keep_keys_from_drop
 from catbp_jit.reference.vm import RegisterBank
-
+from conftest import CORPUS, REPO, shared_dir
 from jit_helpers import check_memory_plan, count_allocations, executable, inputs
 from random_programs import AI, AJ, AK, gemm_case
-from conftest import CORPUS, REPO, shared_dir
 
 MODES = ("compiled", "loop")
 CORPUS_BY_NAME = {p.name: p for p in CORPUS}
@@ -528,7 +527,9 @@ def test_warm_cache_new_process_strict(tmp_path):
 
 def test_cold_cache_strict_raises_naming_a_kernel(tmp_path):
     path = bench_path("grid6_d2__prob_float64")
-    b = bundle_at(path) if (path / "bundle.json").exists() else bundle_at(CORPUS_BY_NAME["grid3_d2__prob_float64"])
+    if not (path / "bundle.json").exists():
+        path = CORPUS_BY_NAME["grid3_d2__prob_float64"]
+    b = bundle_at(path)
     keys = {k.key for k in executable(b, "compiled").kernels}
     cold = KernelCache(str(tmp_path / "cold"), policy="strict")
     for mode in MODES:
@@ -556,11 +557,11 @@ def test_as_text_mentions_every_step_and_kernel(api_bundle, mode):
     text = exe.as_text()
     lines = text.splitlines()
     for i, k in enumerate(exe.kernels):
-        assert any(l.strip().startswith(f"K{i} {k.pattern.name}") for l in lines), (i, k.pattern.name)
+        assert any(line.strip().startswith(f"K{i} {k.pattern.name}") for line in lines), (i, k.pattern.name)
         assert k.key[:16] in text
     for i in range(len(exe.schedule.steps)):
         kid = exe.schedule.kernel_id(i)
-        assert any(l.strip().startswith(f"[{i}] K{kid} ") for l in lines), i
+        assert any(line.strip().startswith(f"[{i}] K{kid} ") for line in lines), i
     for key in exe.fused.outputs:
         assert repr(key) in text, key
 
@@ -688,7 +689,8 @@ def test_dropin_sees_a_program_mutated_in_place():
     spec = TensorSpec((Axis(0, AxisType.GEOMETRIC, 3),))
     tables = {0: np.array([1.0, 2.0, 3.0]), 1: np.array([10.0, 20.0, 30.0]),
               2: np.array([100.0, 200.0, 300.0])}
-    fp = lambda f: (tables[f], spec)
+    def fp(f):
+        return (tables[f], spec)
     instructions = [
         NS(op="LOAD_FACTOR", dst=1, args={"factor_id": 0}, spec=None),
         NS(op="ELIMINATE", dst=2, args={"src": 1, "keep_keys": ()}, spec=None),

@@ -5,7 +5,8 @@ CONTRACT / ELIMINATE / NORMALIZE / UNIT / slot traffic, slots handed in from out
 their inputs in every semiring and dtype (tests/random_programs.py); each is run through
 `catbp_jit.reference` and through the JIT, and every slot must agree: same keys, spec,
 shape and dtype; bool and int64 exactly; floats to a tight tolerance (TOLERANCES, in
-tests/jit_helpers.py) with NaN and ±inf in the same places. A bound session is run twice, on two different sets of inputs.
+tests/jit_helpers.py) with NaN and ±inf in the same places. A bound session is run
+twice, on two different sets of inputs.
 
 Cost: kernels are compiled once per pattern (semiring, dtype, reduce, normalize, vector)
 and cached on disk, a few dozen in all whatever the programs. The 2,000-program test runs
@@ -18,8 +19,6 @@ Bugs these tests found keep a plain regression test each.
 
 from __future__ import annotations
 
-from typing import Dict, Optional
-
 import numpy as np
 import pytest
 from hypothesis import event, given, note
@@ -27,11 +26,30 @@ from hypothesis import strategies as st
 
 import catbp_jit
 from catbp_jit import AxisType, Instruction, OpCode, Program
-
-from jit_helpers import (assert_same_slots, compile_case, record, run_dropin, run_dropin_vm,
-                         run_reference, session_results, settings)
-from random_programs import (SEMIRINGS, Case, Inputs, cases, contract, elim, load, load_slot,
-                             normalize, sp, store, unit)
+from jit_helpers import (
+    assert_same_slots,
+    compile_case,
+    record,
+    run_dropin,
+    run_dropin_vm,
+    run_reference,
+    session_results,
+    settings,
+)
+from random_programs import (
+    SEMIRINGS,
+    Case,
+    Inputs,
+    cases,
+    contract,
+    elim,
+    load,
+    load_slot,
+    normalize,
+    sp,
+    store,
+    unit,
+)
 
 G, T = AxisType.GEOMETRIC, AxisType.TOPOLOGICAL
 OP = OpCode
@@ -89,8 +107,8 @@ def test_random_programs_dropin(case, mode):
 # --------------------------------------------------------------------------- edge cases
 
 
-def hand_case(semiring: str, dtype, programs, factors: Dict[int, tuple],
-              slots: Optional[Dict[tuple, tuple]] = None) -> Case:
+def hand_case(semiring: str, dtype, programs, factors: dict[int, tuple],
+              slots: dict[tuple, tuple] | None = None) -> Case:
     dtype = np.dtype(dtype)
     if isinstance(programs, Program):
         programs = [programs]
@@ -318,7 +336,8 @@ def test_wide_products_run_as_chains_of_partial_products():
     check_all_paths(case)
 
     split = compile_case(case, "loop")
-    widest = lambda exe: max(len(step.params.leaves) for step in exe.schedule.steps)
+    def widest(exe):
+        return max(len(step.params.leaves) for step in exe.schedule.steps)
     assert widest(split) == PlanOptions().max_leaves
     wide = plan(case.programs, case.sr(), factor_specs=case.factor_specs,
                 options=PlanOptions(max_leaves=64))

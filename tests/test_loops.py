@@ -18,13 +18,17 @@ from hypothesis import strategies as st
 
 import catbp_jit
 from catbp_jit import abi
-from catbp_jit.plan.loops import (ACROSS_OUTPUTS, ACROSS_REDUCED, access_kind, access_of,
-                                  canonical_loops, loop_nest)
+from catbp_jit.plan.loops import (
+    ACROSS_OUTPUTS,
+    ACROSS_REDUCED,
+    access_kind,
+    access_of,
+    canonical_loops,
+    loop_nest,
+)
 from catbp_jit.plan.options import PlanOptions
-
-from random_programs import cases
 from jit_helpers import session_results
-
+from random_programs import cases
 
 # ------------------------------------------------------------------------ access kinds
 
@@ -103,7 +107,7 @@ def reference_order(sizes, groups, operands):
     order = sorted(range(len(sizes)), key=lambda d: (groups[d], -operands[0][d]))
     sizes, groups, operands = canonical_loops([sizes[d] for d in order], [groups[d] for d in order],
                                               [[op[d] for d in order] for op in operands])
-    main = 1 + max(range(len(operands) - 1), key=lambda l: (np.count_nonzero(operands[l + 1]), -l))
+    main = 1 + max(range(len(operands) - 1), key=lambda j: (np.count_nonzero(operands[j + 1]), -j))
     return sizes, groups, operands, main
 
 
@@ -146,7 +150,8 @@ def assert_same_bits(a, b, what):
     for k in a:
         x, y = a[k][0], b[k][0]
         assert x.dtype == y.dtype and x.shape == y.shape, (what, k)
-        bits = lambda a: np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+        def bits(a):
+            return np.ascontiguousarray(a).reshape(-1).view(np.uint8)
         assert np.array_equal(bits(x), bits(y)), (what, k, x, y)
 
 

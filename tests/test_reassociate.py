@@ -20,12 +20,31 @@ from catbp_jit.executable import plan
 from catbp_jit.plan.arena import plan_memory
 from catbp_jit.plan.fusion import Fused, Segment
 from catbp_jit.plan.reassociate import reassociate
-
 from conftest import CORPUS
-from jit_helpers import (assert_rows_equal, assert_same_slots, compare_slots, inputs, record,
-                         run_reference, session_results, settings, unbatched_rows)
-from random_programs import (AB, AI, AJ, AK, cases, contract, elim, gemm_case, load, normalize,
-                             random_values, store)
+from jit_helpers import (
+    assert_rows_equal,
+    assert_same_slots,
+    compare_slots,
+    inputs,
+    record,
+    run_reference,
+    session_results,
+    settings,
+    unbatched_rows,
+)
+from random_programs import (
+    AB,
+    AI,
+    AJ,
+    AK,
+    cases,
+    contract,
+    elim,
+    gemm_case,
+    load,
+    random_values,
+    store,
+)
 
 G = AxisType.GEOMETRIC
 
@@ -38,7 +57,7 @@ def spec(*axes: Axis) -> TensorSpec:
     return TensorSpec(tuple(axes))
 
 
-I, J, K, L = ax(0, 4), ax(1, 5), ax(2, 6), ax(3, 7)
+I, J, K, L = ax(0, 4), ax(1, 5), ax(2, 6), ax(3, 7)  # noqa: E741 (index letters, as in einsum)
 
 
 def chain_fused(normalize: bool = False) -> Fused:
@@ -349,7 +368,8 @@ def test_cuda_plans_reassociate_without_gemm():
     """GEMM is a CPU kernel: a CUDA plan keeps loop kernels, even with options that ask."""
     case = gemm_case("PROB", "float64", (AI, AK), (AK, AJ), (AI, AJ))
     kw = dict(factor_specs=case.factor_specs, exact=False)
-    templates = lambda p: {st.pattern.template for st in p.schedule.steps}
+    def templates(p):
+        return {st.pattern.template for st in p.schedule.steps}
     assert "gemm" in templates(plan(case.programs, case.sr(), **kw))
     assert templates(plan(case.programs, case.sr(), target="cuda", **kw)) == {"contract_reduce"}
     assert templates(plan(case.programs, case.sr(), target="cuda",
@@ -362,11 +382,13 @@ def matrix_products(draw):
     sizes 1-4), each operand's axes in a random order, PROB or LOGPROB, maybe normalized."""
     sizes = iter(draw(st.lists(st.integers(1, 4), min_size=8, max_size=8)))
     counter = iter(range(20, 40))
-    group = lambda: [ax(next(counter), next(sizes)) for _ in range(draw(st.integers(0, 2)))]
+    def group():
+        return [ax(next(counter), next(sizes)) for _ in range(draw(st.integers(0, 2)))]
     rows, cols, ks, batch = group(), group(), group(), group()
     if not any(x.size > 1 for x in ks):
         ks.append(ax(next(counter), 3))
-    order = lambda axes: tuple(draw(st.permutations(axes)))
+    def order(axes):
+        return tuple(draw(st.permutations(axes)))
     semiring, dtype = draw(st.sampled_from([("PROB", "float64"), ("PROB", "float32"),
                                             ("LOGPROB", "float64")]))
     values = (logprob_values_small(np.random.default_rng(draw(st.integers(0, 99))))

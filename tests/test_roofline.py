@@ -12,7 +12,6 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "perf"))
 
 import roofline  # noqa: E402
-
 from catbp_jit.bundle import load_bundle  # noqa: E402
 from catbp_jit.executable import compile  # noqa: E402
 

@@ -8,9 +8,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from catbp_jit import (VMSemiringRuntime, adapt_semiring, logsumexp, make_semiring,
-                       vm_counting_semiring, vm_logprob_semiring, vm_prob_semiring,
-                       vm_sat_semiring)
+from catbp_jit import (
+    VMSemiringRuntime,
+    adapt_semiring,
+    logsumexp,
+    make_semiring,
+    vm_counting_semiring,
+    vm_logprob_semiring,
+    vm_prob_semiring,
+    vm_sat_semiring,
+)
 
 RUNTIMES = {
     "SAT": vm_sat_semiring,

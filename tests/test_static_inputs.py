@@ -10,8 +10,6 @@ hook; compiled mode: static results poisoned between runs stay poisoned).
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional
-
 import numpy as np
 import pytest
 from hypothesis import event, given, note
@@ -19,14 +17,13 @@ from hypothesis import strategies as st
 
 import catbp_jit
 from catbp_jit import Program
-from catbp_jit.ir.batch import BatchedCompileError
 from catbp_jit.errors import UnknownInputError
+from catbp_jit.ir.batch import BatchedCompileError
 from catbp_jit.plan.static import StaticInputs, static_values
 from catbp_jit.semiring import make_semiring
-
 from frontend_helpers import graphs
 from jit_helpers import check_memory_plan, count_allocations, settings
-from random_programs import G, Case, cases, contract, elim, load, sp, store, unit
+from random_programs import Case, G, cases, contract, elim, load, sp, store, unit
 
 # ------------------------------------------------------------------------------ helpers
 
@@ -46,13 +43,13 @@ class Counter:
     """The schedule indexes a loop-mode session ran, per run (the `before` hook)."""
 
     def __init__(self):
-        self.runs: List[List[int]] = []
+        self.runs: list[list[int]] = []
 
     def before(self, i, step):
         self.runs[-1].append(i)
 
 
-def run_sequence(case: Case, static: StaticInputs, mode: str, changes: List[Optional[int]]):
+def run_sequence(case: Case, static: StaticInputs, mode: str, changes: list[int | None]):
     """Run a static-input session and a plain one side by side. changes[r]: the value set
     the static inputs take in run r (None: not given, they keep theirs); the dynamic
     inputs take value set r % n every run. Asserts equal bits; returns the executable and
@@ -100,7 +97,7 @@ def static_cases(draw):
     return case, StaticInputs(frozenset(factors), frozenset(selectors)), changes
 
 
-def check_steps(exe, runs: List[List[int]], changes: List[Optional[int]], static: StaticInputs):
+def check_steps(exe, runs: list[list[int]], changes: list[int | None], static: StaticInputs):
     n, n_static = len(exe.schedule.steps), exe.plan.n_static
     # a static input the optimized schedule does not read changes nothing when given
     read = any(static.holds(b.kind, b.ident) for b in exe.plan.bindings)
@@ -300,9 +297,9 @@ def chain_graph(n: int = 8, k: int = 3, seed: int = 5):
     return factor_graph(sizes, factors)
 
 
-def record_first_steps(model) -> List[int]:
+def record_first_steps(model) -> list[int]:
     """The first step each later solve runs (0: all; n_static: the dynamic ones)."""
-    firsts: List[int] = []
+    firsts: list[int] = []
     sess = model._session
     run = sess._execute
     sess._execute = lambda first: (firsts.append(first), run(first))[1]
@@ -334,8 +331,7 @@ def test_front_end_solves_run_only_evidence_dependent_steps(semiring, absorb, pl
     n_static = model.executable.plan.n_static
     assert n_static > 0 and plain.executable.plan.n_static == 0
     firsts = record_first_steps(model)
-    for r, ev in enumerate([{"x6": 0, "x7": 1}, {"x6": 2, "x7": 2}, {"x6": 1, "x7": 0},
-                            {"x6": 0, "x7": 1}]):
+    for ev in [{"x6": 0, "x7": 1}, {"x6": 2, "x7": 2}, {"x6": 1, "x7": 0}, {"x6": 0, "x7": 1}]:
         assert_same_solution(model.solve(ev), plain.solve(ev))
     assert firsts == [0] + [n_static] * 3
 

@@ -1,7 +1,6 @@
 """Program listings: the §7 example parses, and format -> parse is the identity."""
 
 import json
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -12,9 +11,15 @@ from catbp_jit.errors import ProgramValueError, UnknownOpcodeError
 from catbp_jit.ir.adapt import adapt_instruction, adapt_program
 from catbp_jit.ir.ops import Instruction, OpCode, Program
 from catbp_jit.ir.schema import Axis, AxisType, TensorSpec
+from catbp_jit.ir.text import (
+    ListingError,
+    format_instruction,
+    format_program,
+    format_programs,
+    parse_program,
+    parse_programs,
+)
 from conftest import shared_dir
-from catbp_jit.ir.text import (ListingError, format_instruction, format_program,
-                               format_programs, parse_program, parse_programs)
 
 G, T = AxisType.GEOMETRIC, AxisType.TOPOLOGICAL
 CORPUS = shared_dir() / "corpus"

@@ -25,10 +25,9 @@ from catbp_jit.environment import EnvironmentSettingError
 from catbp_jit.executable import Executable
 from catbp_jit.ir.batch import BatchedCompileError
 from catbp_jit.tiers import KernelBuild, TierError, numpy_tier_fits, resolve_tier, start_build
-
 from conftest import BENCH, CORPUS, REPO
 from jit_helpers import executable, inputs, rows_of
-from random_programs import cases, random_values, selector_values
+from random_programs import cases, random_values
 
 IDS = [p.name for p in CORPUS]
 SETTINGS = dict(deadline=None, database=None,

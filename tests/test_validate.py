@@ -16,15 +16,33 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from catbp_jit import (AlignmentError, Axis, AxisType, CatbpError, DoubleDefinitionError,
-                       Instruction, MissingArgumentError, OpCode, Program, ProgramValueError,
-                       SpecError, TensorSpec, UnknownInputError, UnknownOpcodeError,
-                       UnknownRegisterFreeError, UnwrittenSlotError, UseBeforeDefinitionError,
-                       adapt_program, make_semiring, validate_programs, vm_prob_semiring)
+from catbp_jit import (
+    AlignmentError,
+    Axis,
+    AxisType,
+    CatbpError,
+    DoubleDefinitionError,
+    Instruction,
+    MissingArgumentError,
+    OpCode,
+    Program,
+    ProgramValueError,
+    SpecError,
+    TensorSpec,
+    UnknownInputError,
+    UnknownOpcodeError,
+    UnknownRegisterFreeError,
+    UnwrittenSlotError,
+    UseBeforeDefinitionError,
+    adapt_program,
+    make_semiring,
+    validate_programs,
+    vm_prob_semiring,
+)
 from catbp_jit.reference import run_program, run_programs
 
 G, T = AxisType.GEOMETRIC, AxisType.TOPOLOGICAL
-I = Instruction
+I = Instruction  # noqa: E741 (I(...) reads as an instruction of a listing)
 OP = OpCode
 
 
@@ -412,7 +430,7 @@ def valid_programs(draw):
         next_rid = draw(st.integers(0, 5))
         instrs, exp = [], []
 
-        def define(ins, spec):
+        def define(ins, spec, instrs=instrs, exp=exp, live=live):  # bound: this program's
             nonlocal next_rid
             instrs.append(ins)
             exp.append(spec)

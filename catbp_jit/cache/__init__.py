@@ -35,8 +35,7 @@ This package must not import the planner or code generator (they import it).
 
 from ..atomic import atomic_write
 from .entry import MANIFEST_FORMAT
-from .errors import (CacheCorruptionError, CacheDirError, CacheLockTimeout, CacheMissError,
-                     CacheTrustError)
+from .errors import CacheCorruptionError, CacheDirError, CacheLockTimeout, CacheMissError, CacheTrustError
 from .kernel_cache import POLICIES, KernelCache, default_cache, fresh_default_cache
 from .key import CODEGEN_VERSION, default_cache_dir, environment_identity, kernel_key
 from .locks import DEFAULT_LOCK_TIMEOUT

@@ -13,7 +13,6 @@ import json
 import os
 import re
 import time
-from typing import Dict, Optional, Tuple
 
 from ..atomic import atomic_write
 from .key import _canonical_json
@@ -53,7 +52,7 @@ class _Entry:
         self.lock = _EntryLock(os.path.join(directory, "locks", self.stem + ".lock"), access)
 
     # -- Numba's files for this module: "<stem>.<qualname>-<line>.pyXY.nbi" / ".N.nbc"
-    def numba_files(self) -> Dict[str, str]:
+    def numba_files(self) -> dict[str, str]:
         found = {}
         for path in glob.glob(os.path.join(glob.escape(self.pycache), self.stem + ".*")):
             name = os.path.basename(path)
@@ -61,7 +60,7 @@ class _Entry:
                 found[name] = path
         return found
 
-    def hash_numba_files(self) -> Dict[str, str]:
+    def hash_numba_files(self) -> dict[str, str]:
         out = {}
         for name, path in sorted(self.numba_files().items()):
             with contextlib.suppress(FileNotFoundError):
@@ -69,7 +68,7 @@ class _Entry:
                     out[name] = _sha256(f.read())
         return out
 
-    def read_manifest(self) -> Tuple[Optional[dict], str]:
+    def read_manifest(self) -> tuple[dict | None, str]:
         """(manifest, "verified") if it is ours and signed with our key, else (None, why).
         The manifest's hashes are what every other file is checked against, so nothing
         it says is believed before its MAC verifies."""
@@ -108,7 +107,7 @@ class _Entry:
         self.write_manifest(m)
         return m
 
-    def verify_numba_files(self, manifest: Optional[dict] = None) -> Optional[str]:
+    def verify_numba_files(self, manifest: dict | None = None) -> str | None:
         """None if Numba's files are exactly those in the (verified) manifest, else why."""
         m, why = self.read_manifest() if manifest is None else (manifest, "")
         recorded = (m or {}).get("numba_files")
@@ -128,7 +127,7 @@ class _Entry:
                 return f"Numba cache file {name} fails its sha256 (truncated or altered)"
         return None
 
-    def check(self, source: str) -> Tuple[str, str, Optional[bytes]]:
+    def check(self, source: str) -> tuple[str, str, bytes | None]:
         """("ok" | "missing" | "invalid", reason, verified file bytes to execute)."""
         problem = _file_problem(self.source_path, self.access.check_owner)
         if problem:

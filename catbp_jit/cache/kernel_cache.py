@@ -17,16 +17,15 @@ import os
 import re
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from collections.abc import Callable
 
 from numba.core.compiler_lock import global_compiler_lock
 
 from .. import environment
-from .entry import MANIFEST_FORMAT, _SHORT, _Entry, _sha256, _unlink
+from .entry import _SHORT, MANIFEST_FORMAT, _Entry, _sha256, _unlink
 from .errors import CacheDirError, CacheLockTimeout, CacheMissError
 from .key import CODEGEN_VERSION, default_cache_dir, environment_identity, kernel_key
-from .loaded import (_PACKAGE, _describe, _eager_compile, _has_overload, _Loaded,
-                     _new_module)
+from .loaded import _PACKAGE, _describe, _eager_compile, _has_overload, _Loaded, _new_module
 from .locks import DEFAULT_LOCK_TIMEOUT
 from .numba_cache import _PinnedCache
 from .trust import _Access, _write_error, settle_access, unwritable
@@ -58,10 +57,10 @@ class KernelCache:
     and their manifests' hashes are then believed without a MAC.
     """
 
-    def __init__(self, directory: Optional[str] = None, policy: Optional[str] = None, *,
-                 lock_timeout: Optional[float] = None, trust_owner: Optional[bool] = None,
-                 write_check: Callable[[str], Optional[OSError]] = _write_error,
-                 on_verified: Optional[Callable[[List[str]], None]] = None):
+    def __init__(self, directory: str | None = None, policy: str | None = None, *,
+                 lock_timeout: float | None = None, trust_owner: bool | None = None,
+                 write_check: Callable[[str], OSError | None] = _write_error,
+                 on_verified: Callable[[list[str]], None] | None = None):
         # write_check(dir): why no file can be created there, or None. Tests pass their
         # own to stand for a read-only mount, which mode bits cannot show to root.
         self._write_check = write_check
@@ -76,9 +75,9 @@ class KernelCache:
         if policy not in POLICIES:
             raise ValueError(f"cache policy must be one of {POLICIES}, not {policy!r}")
         self.policy = policy
-        self.stats: Dict[str, int] = {"hits": 0, "misses": 0, "rebuilt": 0, "compiled": 0,
+        self.stats: dict[str, int] = {"hits": 0, "misses": 0, "rebuilt": 0, "compiled": 0,
                                       "memo_hits": 0}
-        self._memo: Dict[str, _Loaded] = {}
+        self._memo: dict[str, _Loaded] = {}
         if lock_timeout is None:
             lock_timeout = environment.lock_timeout()
             lock_timeout = DEFAULT_LOCK_TIMEOUT if lock_timeout is None else lock_timeout
@@ -89,17 +88,17 @@ class KernelCache:
         if trust_owner is None:
             trust_owner = environment.trusted_cache()
         self.trust_owner = bool(trust_owner)
-        self._access: Optional[_Access] = None  # settled by _prepare_dir
+        self._access: _Access | None = None  # settled by _prepare_dir
         # key -> why: check() found the lock held past the timeout (fallback), so get()
         # compiles that kernel in memory at once instead of waiting for it again
-        self._busy: Dict[str, str] = {}
-        self._bypassed: Optional[str] = None  # why the disk is not used (fallback only)
+        self._busy: dict[str, str] = {}
+        self._bypassed: str | None = None  # why the disk is not used (fallback only)
 
     def __repr__(self):
         return f"KernelCache({self.directory!r}, policy={self.policy!r})"
 
     @property
-    def bypassed(self) -> Optional[str]:
+    def bypassed(self) -> str | None:
         """Why the disk is not used (fallback: untrusted, unwritable, full), or None."""
         return self._bypassed
 
@@ -107,7 +106,7 @@ class KernelCache:
         return kernel_key(pattern, target)
 
     # -- public -----------------------------------------------------------------------
-    def get(self, pattern: dict, source: str, entry: str, signatures: Optional[list] = None,
+    def get(self, pattern: dict, source: str, entry: str, signatures: list | None = None,
             target: str = "cpu") -> Callable:
         """The dispatcher `entry` of the kernel module `source`, cached under `pattern`.
 
@@ -131,7 +130,7 @@ class KernelCache:
             return self._get_in_memory(key, pattern, source, entry, signatures, target)
         return self._get_from_disk(key, pattern, source, entry, signatures, target)
 
-    def check(self, pattern: dict, source: str, target: str = "cpu") -> Tuple[str, str]:
+    def check(self, pattern: dict, source: str, target: str = "cpu") -> tuple[str, str]:
         """("ok" | "missing" | "invalid" | "busy", reason) for the entry on disk; changes
         nothing. "busy": another process held the kernel's lock past the lock timeout;
         under fallback get() then compiles it in memory, under strict this raises
@@ -177,7 +176,7 @@ class KernelCache:
                     _unlink(tmp)
 
     # -- disk -------------------------------------------------------------------------
-    def _prepare_dir(self) -> Optional[_Access]:
+    def _prepare_dir(self) -> _Access | None:
         """Settle once how the directory may be used: its _Access, or None when the disk
         is bypassed (fallback; an untrusted or unwritable directory, or key file)."""
         if self._access is None and self._bypassed is None:
@@ -349,8 +348,8 @@ class KernelCache:
     def _count(self, name: str, n: int = 1) -> None:
         self.stats[name] = self.stats.get(name, 0) + n
 
-    def _emit(self, outcome: str, loaded: Optional[_Loaded], reason: str,
-              seconds: Optional[float], level: int = logging.INFO, *, key=None,
+    def _emit(self, outcome: str, loaded: _Loaded | None, reason: str,
+              seconds: float | None, level: int = logging.INFO, *, key=None,
               pattern=None, target=None) -> None:
         """One telemetry record: readable message, structured fields in extra."""
         if loaded is not None:
@@ -367,7 +366,7 @@ class KernelCache:
                 extra={"catbp_jit": record})
 
 
-_default: Optional[KernelCache] = None
+_default: KernelCache | None = None
 
 
 def default_cache() -> KernelCache:

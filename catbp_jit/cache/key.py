@@ -9,8 +9,8 @@ import json
 import os
 import platform
 import sys
-from functools import lru_cache
-from typing import Any, Optional, Tuple
+from functools import cache
+from typing import Any
 
 import llvmlite
 import llvmlite.binding as llvm
@@ -24,8 +24,8 @@ from .. import environment
 CODEGEN_VERSION = "1"
 
 
-@lru_cache(maxsize=None)
-def _static_environment() -> Tuple[Tuple[str, Any], ...]:
+@cache
+def _static_environment() -> tuple[tuple[str, Any], ...]:
     # Host CPU queries cost a few ms; the answer cannot change within a process.
     cpu_name = numba_config.CPU_NAME or llvm.get_host_cpu_name()
     if numba_config.CPU_FEATURES is not None:
@@ -46,7 +46,7 @@ def _static_environment() -> Tuple[Tuple[str, Any], ...]:
     )
 
 
-def environment_identity(*, codegen_version: Optional[str] = None) -> dict:
+def environment_identity(*, codegen_version: str | None = None) -> dict:
     """What compiled code depends on besides its source: versions, CPU, codegen version
     (``codegen_version``, default CODEGEN_VERSION: tests name another to see a bump)."""
     env = dict(_static_environment())
@@ -64,7 +64,7 @@ def _canonical_json(obj: Any) -> str:
 
 
 def kernel_key(pattern: dict, target: str = "cpu", *,
-               codegen_version: Optional[str] = None) -> str:
+               codegen_version: str | None = None) -> str:
     """sha256 hex of (codegen version, pattern, target, environment identity); the codegen
     version is CODEGEN_VERSION unless ``codegen_version`` names another."""
     version = CODEGEN_VERSION if codegen_version is None else codegen_version

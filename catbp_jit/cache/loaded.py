@@ -8,7 +8,8 @@ import logging
 import sys
 import time
 import types
-from typing import TYPE_CHECKING, Any, Callable, List, Optional
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from numba.core import sigutils
 from numba.core.registry import CPUDispatcher
@@ -26,13 +27,13 @@ _PACKAGE = "catbp_jit_kernels"  # parent of the kernel modules in sys.modules
 class _Loaded:
     """A kernel module loaded from disk (or memory), with its per-process bookkeeping."""
 
-    def __init__(self, cache: "KernelCache", key: str, pattern: dict, target: str,
-                 source: str, module: types.ModuleType, entry: Optional[_Entry]):
+    def __init__(self, cache: KernelCache, key: str, pattern: dict, target: str,
+                 source: str, module: types.ModuleType, entry: _Entry | None):
         self.cache, self.key, self.pattern, self.target = cache, key, pattern, target
         self.source, self.module, self.entry = source, module, entry
         self.in_get = False
         self.get_misses = 0
-        self._miss_started: Optional[float] = None
+        self._miss_started: float | None = None
 
     def function(self, name: str) -> Callable:
         fn = getattr(self.module, name, None)
@@ -40,7 +41,7 @@ class _Loaded:
             raise AttributeError(f"kernel {self.key[:12]}: source defines no {name!r}")
         return fn
 
-    def dispatchers(self) -> List[Any]:
+    def dispatchers(self) -> list[Any]:
         return [v for v in vars(self.module).values()
                 if isinstance(v, CPUDispatcher)
                 and getattr(v.py_func, "__module__", None) == self.module.__name__]
@@ -52,7 +53,7 @@ class _Loaded:
         self.cache._count("rebuilt")
         self.cache._emit("rebuilt", self, reason, None, level=logging.WARNING)
 
-    def load_miss(self, sig, reason: Optional[str]) -> None:
+    def load_miss(self, sig, reason: str | None) -> None:
         why = reason or f"no cached code for signature {sig}"
         if self.cache.policy == "strict":
             self.cache._emit("refused", self, why, None)  # raised: a warning says it twice
@@ -80,7 +81,7 @@ def _describe(pattern: dict) -> str:
     return f"{pattern['template']!r} ({fields})" if fields else repr(pattern["template"])
 
 
-def _new_module(name: str, path: Optional[str]) -> types.ModuleType:
+def _new_module(name: str, path: str | None) -> types.ModuleType:
     """An empty module registered in sys.modules (Numba re-imports it by name when it
     unpickles cached code, see numba.core.environment._rebuild_env)."""
     if _PACKAGE not in sys.modules:

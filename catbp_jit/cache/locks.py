@@ -10,7 +10,6 @@ import socket
 import stat
 import threading
 import time
-from typing import Dict, Optional
 
 from .errors import CacheLockTimeout
 from .trust import _Access, _euid
@@ -39,11 +38,11 @@ class _FileLock:
     so nobody else can hold it (flock works on a read-only descriptor).
     """
 
-    _registry: Dict[str, "_FileLock"] = {}
+    _registry: dict[str, _FileLock] = {}
     _registry_guard = threading.Lock()
 
     @classmethod
-    def for_path(cls, path: str) -> "_FileLock":
+    def for_path(cls, path: str) -> _FileLock:
         with cls._registry_guard:
             lock = cls._registry.get(path)
             if lock is None:
@@ -54,7 +53,7 @@ class _FileLock:
         self.path = path
         self._thread_lock = threading.RLock()
         self._depth = 0
-        self._fd: Optional[int] = None
+        self._fd: int | None = None
 
     def acquire(self, timeout: float) -> None:
         if not self._thread_lock.acquire(timeout=timeout):

@@ -31,10 +31,9 @@ import os
 import pickle
 import sys
 import uuid
-from typing import TYPE_CHECKING, Dict, Optional
+from typing import TYPE_CHECKING
 
-from numba.core.caching import (CompileResultCacheImpl, FunctionCache, IndexDataCacheFile,
-                                InTreeCacheLocator)
+from numba.core.caching import CompileResultCacheImpl, FunctionCache, IndexDataCacheFile, InTreeCacheLocator
 
 from .entry import _sha256, _unlink
 from .errors import CacheCorruptionError
@@ -66,7 +65,7 @@ class _VerifiedCacheFile(IndexDataCacheFile):
     manifest records: the check and the read are one read, so a file swapped after the
     check is never unpickled. Written 0600, whatever the umask."""
 
-    expected: Dict[str, str] = {}  # file name -> sha256, set under the kernel lock
+    expected: dict[str, str] = {}  # file name -> sha256, set under the kernel lock
 
     def _verified_bytes(self, path: str) -> bytes:
         with open(path, "rb") as f:
@@ -107,14 +106,14 @@ class _PinnedCache(FunctionCache):
     """Numba's function cache with the kernel lock and hash checks around it."""
 
     _impl_class = _PinnedImpl
-    owner: "_Loaded"
+    owner: _Loaded
 
     def __init__(self, py_func):
         super().__init__(py_func)
         self._cache_file = _VerifiedCacheFile(self._cache_path, self._impl.filename_base,
                                               self._cache_file._source_stamp)
 
-    def _expect(self) -> Optional[str]:
+    def _expect(self) -> str | None:
         """Arm the hash checks from the verified manifest (lock held); None, or why not."""
         entry = self.owner.entry
         m, why = entry.read_manifest()

@@ -13,8 +13,8 @@ import contextlib
 import os
 import stat
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Optional
 
 from .. import environment
 from .errors import CacheDirError, CacheTrustError
@@ -31,11 +31,11 @@ def key_file_path() -> str:
     return os.path.join(base, "catbp_jit", "cache.key")
 
 
-def _euid() -> Optional[int]:
+def _euid() -> int | None:
     return os.geteuid() if hasattr(os, "geteuid") else None  # None: no POSIX owners
 
 
-def _ownership_problem(path: str, st: os.stat_result, check_owner: bool) -> Optional[str]:
+def _ownership_problem(path: str, st: os.stat_result, check_owner: bool) -> str | None:
     """Why someone other than this user could have written `path`, or None."""
     euid = _euid()
     if euid is None:  # pragma: no cover - Windows: ACLs, not mode bits
@@ -47,7 +47,7 @@ def _ownership_problem(path: str, st: os.stat_result, check_owner: bool) -> Opti
     return None
 
 
-def _file_problem(path: str, check_owner: bool) -> Optional[str]:
+def _file_problem(path: str, check_owner: bool) -> str | None:
     """Why an entry file must not be read, or None (also None when it does not exist)."""
     try:
         st = os.lstat(path)
@@ -58,7 +58,7 @@ def _file_problem(path: str, check_owner: bool) -> Optional[str]:
     return _ownership_problem(path, st, check_owner)
 
 
-def _write_error(directory: str) -> Optional[OSError]:
+def _write_error(directory: str) -> OSError | None:
     """Why no file can be created in `directory` (tried, not guessed from mode bits:
     ACLs, read-only mounts), or None."""
     try:
@@ -68,7 +68,7 @@ def _write_error(directory: str) -> Optional[OSError]:
     return None
 
 
-def _not_a_directory(path: str) -> Optional[str]:
+def _not_a_directory(path: str) -> str | None:
     """`path`, or the nearest of its parents that exists, when that is not a directory."""
     while not os.path.lexists(path):
         parent = os.path.dirname(path)
@@ -132,14 +132,14 @@ class _Access:
 
 
 def settle_access(directory: str, policy: str, trust_owner: bool, lock_timeout: float,
-                  write_check: Callable[[str], Optional[OSError]]) -> _Access:
+                  write_check: Callable[[str], OSError | None]) -> _Access:
     """How `directory` may be used: its directories made (0700) and checked, the key
     loaded. Raises CacheTrustError for a directory others could write, CacheDirError
     for one that cannot be written (unless strict finds it warm: then read-only)."""
     kernels = os.path.join(directory, "kernels")
     locks = os.path.join(directory, "locks")
     dirs = (directory, kernels, os.path.join(kernels, "__pycache__"), locks)
-    error: Optional[str] = None  # why nothing can be written there
+    error: str | None = None  # why nothing can be written there
     for d in dirs:
         blocker = _not_a_directory(d)
         if blocker is not None:  # makedirs would say only "File exists"

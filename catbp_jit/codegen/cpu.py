@@ -28,8 +28,6 @@ around like numpy's int64.
 
 from __future__ import annotations
 
-from typing import List
-
 from .. import abi
 from ..plan.loops import ACROSS_OUTPUTS, ACROSS_REDUCED
 from ..plan.steps import KernelPattern
@@ -43,7 +41,7 @@ ENTRY = "kernel"
 LEAF = "L + l * LS"
 
 
-def _advance(ind: str, first: str, last: str, leaves: str, out: bool) -> List[str]:
+def _advance(ind: str, first: str, last: str, leaves: str, out: bool) -> list[str]:
     """Odometer step over axes last..first (last fastest) of o_off (out) and every leaf's
     offset in `leaves`; leaves `d < first` after a wrap."""
     pad = ind + "    "
@@ -57,7 +55,7 @@ def _advance(ind: str, first: str, last: str, leaves: str, out: bool) -> List[st
     return lines
 
 
-def _place(ind: str, last: str, start: str) -> List[str]:
+def _place(ind: str, last: str, start: str) -> list[str]:
     """Set the odometer over axes 0..last of o_off and base[] on flat position `start`
     (C order)."""
     return [f"{ind}rem = {start}", f"{ind}for d in range({last}, -1, -1):",
@@ -66,7 +64,7 @@ def _place(ind: str, last: str, start: str) -> List[str]:
             f"{ind}        base[l] += i * P[{LEAF} + 1 + d]"]
 
 
-def _product(ind: str, leaves: str) -> List[str]:
+def _product(ind: str, leaves: str) -> list[str]:
     """The leaves' ⊗-product along the current vector piece (v0, n) into buf[0:n], one
     leaf after another, left to right."""
     return [f"{ind}first_leaf(buf, mem, P, A, {leaves}[0], v0, n)",
@@ -74,14 +72,14 @@ def _product(ind: str, leaves: str) -> List[str]:
             f"{ind}    times_leaf(buf, mem, P, A + l * ACCESS_FIELDS, {leaves}[l], v0, n)"]
 
 
-def _vector(ind: str, leaves: str) -> List[str]:
+def _vector(ind: str, leaves: str) -> list[str]:
     """The product along the whole vector, piece by piece (then the caller's lines run on
     buf[0:n], inside the piece loop)."""
     return [f"{ind}for v0 in range(0, V, BUFFER):",
             f"{ind}    n = min(BUFFER, V - v0)"] + _product(ind + "    ", leaves)
 
 
-def _sweep(ind: str, k: int, body: List[str], stop: bool) -> List[str]:
+def _sweep(ind: str, k: int, body: list[str], stop: bool) -> list[str]:
     """One pass over the reduced axes of the current output element, `body` on each term
     buf[v]: the odometer axes R..top-1 outside, the vector inside, in the order of
     plan/schedule.py (C order over the reduced axes), the order of every target. (k: the
@@ -100,12 +98,12 @@ def _sweep(ind: str, k: int, body: List[str], stop: bool) -> List[str]:
     return lines
 
 
-def _reduced_value(sr: Semiring, dtype: str) -> List[str]:
+def _reduced_value(sr: Semiring, dtype: str) -> list[str]:
     """Lines leaving ⊕ over the reduced axes of the current output element in `v`."""
     return reduced_value(0, sr, ["buf[v]"], _sweep, sr.accumulator(dtype), "buf[v]")
 
 
-def _across_sweep(ind: str, body: List[str]) -> List[str]:
+def _across_sweep(ind: str, body: list[str]) -> list[str]:
     """Every reduced position, in the order of plan/schedule.py (C order over the reduced
     axes R..D-1, all walked by the odometer), with the vector's products in buf[0:n] and
     `body` run on them."""
@@ -120,7 +118,7 @@ def _across_sweep(ind: str, body: List[str]) -> List[str]:
     return lines
 
 
-def _across_outputs(sr: Semiring, dtype: str) -> List[str]:
+def _across_outputs(sr: Semiring, dtype: str) -> list[str]:
     """⊕ for the n output elements of the vector piece at v0 at once, each adding its terms
     in the order _sweep would (the same rounding), into `sums` (then stored)."""
     i, loop = "            ", "for v in range(n):"
@@ -197,7 +195,7 @@ def _walkers(sr: Semiring, dtype: str) -> str:
     return "\n\n\n".join(parts)
 
 
-def _normalize(sr: Semiring) -> List[str]:
+def _normalize(sr: Semiring) -> list[str]:
     """NORMALIZE the output in `groups` parts (the batch rows) of `size` elements each,
     part g at out + g * gs, its elements es apart (plan/schedule.py: normalize_groups)."""
     i = "        "
@@ -307,7 +305,8 @@ def kernel_source(pattern: KernelPattern) -> str:
     ).rstrip("\n").split("\n")
     across_outputs = pattern.reduce and pattern.vector == ACROSS_OUTPUTS
     if pattern.reduce:  # cur[l]: leaf l's offset where the reduced sweep is
-        lines += ["    cur = carray(stack_leaves_int64(), MAX_LEAVES)  # cur[l]: leaf l's offset in the sweep"]
+        lines += ["    cur = carray(stack_leaves_int64(), MAX_LEAVES)"
+                  "  # cur[l]: leaf l's offset in the sweep"]
     if across_outputs:
         acc = _accumulator_type(sr, pattern.dtype)
         lines += ["    top = R - nb  # output odometer axes 0..top-1; vector top..R-1; reduced R..D-1",
@@ -338,7 +337,8 @@ def kernel_source(pattern: KernelPattern) -> str:
         lines += _advance("        ", "0", "top - 1", "base", out=True)
 
     lines += ["", "",
-              f"@njit(cache=True, nogil=True, error_model=\"numpy\"{', parallel=True' if pattern.parallel else ''})",
+              f"@njit(cache=True, nogil=True, error_model=\"numpy\""
+              f"{', parallel=True' if pattern.parallel else ''})",
               f"def {ENTRY}(mem_address, mem_length, P_address, P_length, p):",
               '    """Segment p of the table. Called with addresses, not arrays: from Python (loop',
               "    mode) no MemInfo is made per call, and the compiled-mode dispatcher calls the",
@@ -360,7 +360,8 @@ def kernel_source(pattern: KernelPattern) -> str:
     lines += ["    scratch = P[p + SCRATCH]", "    chunks = P[p + CHUNKS]"]
     if pattern.parallel:
         lines += ["    for c in prange(chunks):  # fixed chunks: results do not depend on threads",
-                  f"        {part}(mem, P, p, n_work * c // chunks, n_work * (c + 1) // chunks, scratch + c * D)"]
+                  f"        {part}(mem, P, p, n_work * c // chunks, n_work * (c + 1) // chunks,"
+                  " scratch + c * D)"]
     else:
         lines += [f"    {part}(mem, P, p, ZERO, n_work, scratch)"]
     if pattern.normalize:

@@ -151,6 +151,6 @@ def kernel_source(pattern: KernelPattern) -> str:
     lines += ENTRY_SOURCE.format(dtype=pattern.dtype, call=call)
     if pattern.normalize:
         body = _normalize(sr)
-        body[0] = f"    G = p + GEMM_HEADER + GEMM_BATCH_FIELDS * nb  # the NORMALIZE groups"
+        body[0] = "    G = p + GEMM_HEADER + GEMM_BATCH_FIELDS * nb  # the NORMALIZE groups"
         lines += "\n".join(["    out = P[p + OUT]", "    n_out = M * N * n_batch"] + body) + "\n"
     return lines

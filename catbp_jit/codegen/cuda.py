@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import List, Tuple
 
 import numpy as np
 
@@ -47,7 +46,7 @@ NORMALIZE_ENTRY = "normalize"
 THREADS_PER_BLOCK = 128
 
 
-def launch_shape(params: abi.StepParams) -> Tuple[int, int]:
+def launch_shape(params: abi.StepParams) -> tuple[int, int]:
     """(kernel work items, normalize work items) of a step: its output elements, and its
     NORMALIZE groups (launched only for patterns that normalize)."""
     return math.prod(params.sizes[:params.out_rank]), params.groups[0]
@@ -64,11 +63,12 @@ def _rounds_products(sr: Semiring, dtype: str) -> bool:
 
 
 def _product_lines(ind: str, sr: Semiring, dtype: str, offsets: str, summed: bool,
-                   element) -> List[str]:
+                   element) -> list[str]:
     """`x` = the ⊗-product of the K leaves, left to right, each leaf's element as
     `element`(l, its offset in `offsets`) gives it; a float product that feeds a sum
     through `mul`, rounded on its own (see the module docstring)."""
-    at = lambda l: element(l, f"{offsets}[{l}]")
+    def at(j):
+        return element(j, f"{offsets}[{j}]")
     times = (f"x = mul(x, {at('l')})" if summed and _rounds_products(sr, dtype)
              else f"x = {sr.product(['x', at('l')])}")
     return [f"{ind}x = {at('0')}", f"{ind}for l in range(1, K):", f"{ind}    {times}"]
@@ -85,7 +85,7 @@ def _accumulator(sr: Semiring, dtype: str) -> str:
     return f"np.float64({acc})" if kind == "f" else f"np.int64({acc})"
 
 
-def _offsets(ind: str, first: str, last: str, start: str, out: bool, leaves: str) -> List[str]:
+def _offsets(ind: str, first: str, last: str, start: str, out: bool, leaves: str) -> list[str]:
     """Add flat position `start` (C order over axes first..last) to o_off (out) and every
     leaf's offset in `leaves`."""
     stop = "-1" if first == "0" else f"{first} - 1"
@@ -95,8 +95,8 @@ def _offsets(ind: str, first: str, last: str, start: str, out: bool, leaves: str
     return lines + [f"{ind}    for l in range(K):", f"{ind}        {leaves}[l] += i * P[L + l * LS + 1 + d]"]
 
 
-def _sweep(ind: str, k: int, body: List[str], stop: bool, sr: Semiring = None,
-           dtype: str = "", summed: bool = False) -> List[str]:
+def _sweep(ind: str, k: int, body: list[str], stop: bool, sr: Semiring = None,
+           dtype: str = "", summed: bool = False) -> list[str]:
     """One pass over the reduced axes of the current output element, in flat C order (the
     CPU's: odometer axes R..top-1, then the V elements of the vector, each leaf moving
     along it by its access, abi.py), `body` on each term `x`."""
@@ -110,21 +110,22 @@ def _sweep(ind: str, k: int, body: List[str], stop: bool, sr: Semiring = None,
               f"{pad}            e[l] = r[l] + P[P[a + 2] + v]",
               f"{pad}        else:",
               f"{pad}            e[l] = r[l] + v * P[a + 1]"]
-    lines += _product_lines(pad + "    ", sr, dtype, "e", summed, lambda l, at: f"mem[{at}]")
+    lines += _product_lines(pad + "    ", sr, dtype, "e", summed, lambda _leaf, at: f"mem[{at}]")
     lines += [f"{pad}    {b}" for b in body]
     if stop:  # SAT: leave every loop once a term is true
         lines += [f"{pad}    if acc:", f"{pad}        break", f"{pad}if acc:", f"{pad}    break"]
     return lines
 
 
-def _reduced_value(sr: Semiring, dtype: str) -> List[str]:
+def _reduced_value(sr: Semiring, dtype: str) -> list[str]:
     """Lines leaving ⊕ over the reduced axes of the current output element in `v`."""
-    sweep = lambda ind, k, body, stop: _sweep(ind, k, body, stop, sr, dtype, summed=True)
+    def sweep(ind, k, body, stop):
+        return _sweep(ind, k, body, stop, sr, dtype, summed=True)
     return reduced_value(0, sr, ["x"], sweep, _accumulator(sr, dtype), "x",
                          lambda x: f"np.float64({x})")
 
 
-def _normalize_group(sr: Semiring) -> List[str]:
+def _normalize_group(sr: Semiring) -> list[str]:
     """NORMALIZE group g: `size` elements at base + o * es, summed in the CPU's order."""
     i = "        "
     x = "mem[base + o * es]"
@@ -181,13 +182,13 @@ else:
 '''
 
 
-def _n_out() -> List[str]:
+def _n_out() -> list[str]:
     return ["    n_out = 1",
             "    for d in range(R):",
             "        n_out *= P[p + SIZES + d]"]
 
 
-def _kernel(pattern: KernelPattern, sr: Semiring) -> List[str]:
+def _kernel(pattern: KernelPattern, sr: Semiring) -> list[str]:
     lines = ["", "", "@cuda.jit(cache=True)",
              f"def {ENTRY}(mem, P, p):",
              '    """Segment p of the table: one output element per thread, grid-stride."""',
@@ -225,13 +226,13 @@ def _kernel(pattern: KernelPattern, sr: Semiring) -> List[str]:
         lines += ["        mem[o_off] = v"]
     else:
         lines += _product_lines("        ", sr, pattern.dtype, "b", False,
-                                lambda l, at: f"mem[{at}]")
+                                lambda _leaf, at: f"mem[{at}]")
         lines += ["        mem[o_off] = x"]
     lines += ["        o += cuda.gridsize(1)"]
     return lines
 
 
-def _normalize(pattern: KernelPattern, sr: Semiring) -> List[str]:
+def _normalize(pattern: KernelPattern, sr: Semiring) -> list[str]:
     lines = ["", "", "@cuda.jit(cache=True)",
              f"def {NORMALIZE_ENTRY}(mem, P, p):",
              '    """NORMALIZE the output of segment p (after `kernel`): one group per thread, its',

@@ -9,8 +9,9 @@ the cache is refused, as on the CPU.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Callable, List, Optional
+from typing import Any
 
 import numpy as np
 
@@ -119,8 +120,8 @@ def load_cuda_kernel(pattern: KernelPattern, cache: KernelCache, device: str,
     return CudaKernel(pattern, key, unit.source, entry, 0, normalize)
 
 
-def build_cuda(plan: Plan, *, mode: str = "compiled", cache: Optional[KernelCache] = None,
-               progress: Optional[Callable[[str], None]] = None):
+def build_cuda(plan: Plan, *, mode: str = "compiled", cache: KernelCache | None = None,
+               progress: Callable[[str], None] | None = None):
     """The Executable of a plan on the GPU. Both modes launch the same kernels in schedule
     order from Python (a GPU has no compiled dispatcher to call them through)."""
     from numba import config
@@ -132,7 +133,7 @@ def build_cuda(plan: Plan, *, mode: str = "compiled", cache: Optional[KernelCach
     cache = cache or default_cache()
     before = dict(cache.stats)
     say = progress or (lambda line: None)
-    kernels: List[CudaKernel] = []
+    kernels: list[CudaKernel] = []
     for i, pattern in enumerate(plan.schedule.patterns):
         say(f"kernel {i + 1}/{len(plan.schedule.patterns)}: {pattern.name} ({device})")
         kernels.append(load_cuda_kernel(replace(pattern, parallel=False), cache, device,

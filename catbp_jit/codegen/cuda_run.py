@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, List, Sequence, Tuple
+from typing import Any
 
 from ..plan.schedule import Schedule
 from ..plan.steps import KernelPattern
@@ -58,16 +59,16 @@ def load_module(pattern: KernelPattern, directory: str | os.PathLike) -> ModuleT
     return module
 
 
-def load_modules(schedule: Schedule, directory: str | os.PathLike) -> List[ModuleType]:
+def load_modules(schedule: Schedule, directory: str | os.PathLike) -> list[ModuleType]:
     """One module per kernel id of the schedule."""
     return [load_module(pattern, directory) for pattern in schedule.patterns]
 
 
-Launch = Tuple[Any, int]  # (configured entry, parameter offset)
+Launch = tuple[Any, int]  # (configured entry, parameter offset)
 
 
-def step_launches(entries: Sequence[Tuple[Any, Any]], schedule: Schedule,
-                  options: LaunchOptions = LaunchOptions()) -> Tuple[Tuple[Launch, ...], ...]:
+def step_launches(entries: Sequence[tuple[Any, Any]], schedule: Schedule,
+                  options: LaunchOptions = LaunchOptions()) -> tuple[tuple[Launch, ...], ...]:
     """Per step, its launches in order: the kernel's `kernel`, then its `normalize` if it
     normalizes. entries: (kernel, normalize or None) per kernel id."""
     out = []
@@ -83,13 +84,13 @@ def step_launches(entries: Sequence[Tuple[Any, Any]], schedule: Schedule,
 
 
 def launches(modules: Sequence[ModuleType], schedule: Schedule,
-             options: LaunchOptions = LaunchOptions()) -> Tuple[Launch, ...]:
+             options: LaunchOptions = LaunchOptions()) -> tuple[Launch, ...]:
     """Every launch of the schedule in order, from one loaded module per kernel id."""
     entries = [(getattr(m, cuda.ENTRY), getattr(m, cuda.NORMALIZE_ENTRY, None)) for m in modules]
     return tuple(launch for step in step_launches(entries, schedule, options) for launch in step)
 
 
-def run_launches(planned: Sequence[Tuple[Any, int]], d_mem: Any, d_P: Any) -> None:
+def run_launches(planned: Sequence[tuple[Any, int]], d_mem: Any, d_P: Any) -> None:
     """Launch them in order on the device arena and table (device arrays)."""
     for entry, p in planned:
         entry(d_mem, d_P, p)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, replace
-from typing import Any, Dict
+from typing import Any
 
 from numba.core import sigutils
 
@@ -27,7 +27,7 @@ DISPATCHER_SIGNATURE = "(int64, int64, int64, int64, int64, int64, int64)"
 @dataclass(frozen=True)
 class CompileUnit:
     name: str  # readable: the kernel's pattern name, or "dispatcher"
-    identity: Dict[str, Any]  # what the cache keys it by: the pattern plus the source's digest
+    identity: dict[str, Any]  # what the cache keys it by: the pattern plus the source's digest
     source: str
     entry: str  # the function the caller needs compiled
     signature: str
@@ -42,7 +42,7 @@ class Kernel:
     address: int  # C entry point of its compiled code (the compiled-mode dispatcher calls it)
 
 
-def _identity(fields: Dict[str, Any], source: str) -> Dict[str, Any]:
+def _identity(fields: dict[str, Any], source: str) -> dict[str, Any]:
     return dict(fields, source_sha256=hashlib.sha256(source.encode()).hexdigest())
 
 

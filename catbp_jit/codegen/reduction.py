@@ -8,15 +8,15 @@ that feeds a sum is written (CUDA rounds it alone, see codegen/cuda.py).
 
 from __future__ import annotations
 
-from typing import Callable, List
+from collections.abc import Callable
 
 from ..semiring import Semiring
 
-Sweep = Callable[[str, int, List[str], bool], List[str]]
+Sweep = Callable[[str, int, list[str], bool], list[str]]
 
 
-def reduced_value(k: int, sr: Semiring, terms: List[str], sweep: Sweep, acc: str,
-                  summed: str, literal: Callable[[str], str] = lambda x: x) -> List[str]:
+def reduced_value(k: int, sr: Semiring, terms: list[str], sweep: Sweep, acc: str,
+                  summed: str, literal: Callable[[str], str] = lambda x: x) -> list[str]:
     """Lines leaving ⊕ over the reduced axes of the current output element in `v`.
     terms: the k leaves' current elements; acc: ⊕'s starting value; summed: the product
     of the terms as a term of a sum."""

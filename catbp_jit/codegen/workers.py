@@ -25,8 +25,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING
 
 from .. import environment
 from .loader import CompileUnit
@@ -53,7 +54,7 @@ class WorkerOptions:
     workers: int
 
     @classmethod
-    def resolve(cls, workers: Optional[int] = None) -> "WorkerOptions":
+    def resolve(cls, workers: int | None = None) -> WorkerOptions:
         """`workers` if given, else $CATBP_JIT_COMPILE_WORKERS, else the number of CPUs this
         process may run on."""
         if workers is None:
@@ -88,7 +89,7 @@ _WORKER = "import sys; from catbp_jit.codegen.workers import main; sys.exit(main
 
 
 class _Worker:
-    def __init__(self, directory: str, units_file: Optional[str] = None):
+    def __init__(self, directory: str, units_file: str | None = None):
         """units_file: the worker's whole list (compile_detached), else units come on stdin."""
         self.stderr = tempfile.TemporaryFile()
         env = dict(os.environ, **{ENV: "0"})  # a worker never starts workers of its own
@@ -135,7 +136,7 @@ class _Worker:
         self.stderr.close()
 
 
-def _serve(worker: _Worker, todo: "queue.Queue", done: "queue.Queue") -> None:
+def _serve(worker: _Worker, todo: queue.Queue, done: queue.Queue) -> None:
     """Hand units to one worker until none are left or the worker dies."""
     while True:
         try:
@@ -148,8 +149,8 @@ def _serve(worker: _Worker, todo: "queue.Queue", done: "queue.Queue") -> None:
             return
 
 
-def compile_in_workers(units: Sequence[CompileUnit], cache: "KernelCache", n_workers: int,
-                       on_done: Optional[Callable[[CompileUnit, float, bool], None]] = None) -> int:
+def compile_in_workers(units: Sequence[CompileUnit], cache: KernelCache, n_workers: int,
+                       on_done: Callable[[CompileUnit, float, bool], None] | None = None) -> int:
     """Compile `units` into `cache` (on disk) with n_workers processes, this one included:
     n_workers - 1 workers are started, and this process compiles too, taking units from
     the same queue (it would only wait otherwise, and its kernels need no loading after).
@@ -160,13 +161,13 @@ def compile_in_workers(units: Sequence[CompileUnit], cache: "KernelCache", n_wor
     """
     from .loader import load_unit
 
-    todo: "queue.Queue" = queue.Queue()
+    todo: queue.Queue = queue.Queue()
     for i, unit in enumerate(units):
         todo.put((i, unit))
-    done: "queue.Queue" = queue.Queue()
-    workers: List[_Worker] = []
-    errors: Dict[int, str] = {}
-    finished: Dict[int, bool] = {}  # unit -> compiled (or failed) in a worker
+    done: queue.Queue = queue.Queue()
+    workers: list[_Worker] = []
+    errors: dict[int, str] = {}
+    finished: dict[int, bool] = {}  # unit -> compiled (or failed) in a worker
 
     def record(i: int, reply: dict, in_worker: bool) -> None:
         finished[i] = in_worker
@@ -176,7 +177,7 @@ def compile_in_workers(units: Sequence[CompileUnit], cache: "KernelCache", n_wor
         else:
             errors[i] = reply.get("error", "no reason given")
 
-    def drain(timeout: Optional[float]) -> bool:
+    def drain(timeout: float | None) -> bool:
         try:
             i, reply = done.get(timeout=timeout) if timeout else done.get_nowait()
         except queue.Empty:
@@ -232,8 +233,8 @@ def compile_in_workers(units: Sequence[CompileUnit], cache: "KernelCache", n_wor
     return sum(finished.values())
 
 
-def compile_detached(units: Sequence[CompileUnit], cache: "KernelCache", n_workers: int,
-                     on_done: Optional[Callable[[CompileUnit, float], None]] = None) -> None:
+def compile_detached(units: Sequence[CompileUnit], cache: KernelCache, n_workers: int,
+                     on_done: Callable[[CompileUnit, float], None] | None = None) -> None:
     """Compile `units` into `cache` with n_workers processes while this process goes on
     with other work (the numpy tier, tiers.py), waiting only for their replies.
 
@@ -250,8 +251,8 @@ def compile_detached(units: Sequence[CompileUnit], cache: "KernelCache", n_worke
     if not n:
         return
     count = max(1, min(n_workers, n))
-    done: "queue.Queue" = queue.Queue()
-    workers: List[_Worker] = []
+    done: queue.Queue = queue.Queue()
+    workers: list[_Worker] = []
     for i in range(count):
         order = list(range(i * n // count, n)) + list(range(i * n // count))
         fd, path = tempfile.mkstemp(prefix="catbp_jit_units_", suffix=".jsonl")
@@ -267,8 +268,8 @@ def compile_detached(units: Sequence[CompileUnit], cache: "KernelCache", n_worke
     if not workers:
         compile_in_workers(units, cache, 1, on_done and (lambda u, s, w: on_done(u, s)))
         return
-    ok: Dict[int, bool] = {}
-    errors: Dict[int, str] = {}
+    ok: dict[int, bool] = {}
+    errors: dict[int, str] = {}
     running = len(workers)
     while len(ok) < n and running:
         j, reply = done.get()
@@ -291,7 +292,7 @@ def compile_detached(units: Sequence[CompileUnit], cache: "KernelCache", n_worke
             f"a worker process: {reason}" + (f" (also failed: {', '.join(others)})" if others else ""))
 
 
-def _listen(worker: _Worker, order: List[int], done: "queue.Queue") -> None:
+def _listen(worker: _Worker, order: list[int], done: queue.Queue) -> None:
     """Pass a detached worker's replies on, as (unit index, reply), then (None, worker)."""
     for j in order:
         line = worker.proc.stdout.readline()
@@ -301,7 +302,7 @@ def _listen(worker: _Worker, order: List[int], done: "queue.Queue") -> None:
     done.put((None, worker))
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """The worker: compile each unit read from stdin (or from the file argv[1], which it
     deletes) into the cache directory argv[0], replying on stdout after each."""
     from ..cache import KernelCache

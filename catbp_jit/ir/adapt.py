@@ -15,15 +15,15 @@ accepts is mapped to one canonical spelling:
 from __future__ import annotations
 
 import numbers
-from typing import Any, Iterable, List, Optional, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
-from ..errors import (MissingArgumentError, ProgramValueError, SpecError,
-                      UnknownOpcodeError, shown)
+from ..errors import MissingArgumentError, ProgramValueError, SpecError, UnknownOpcodeError, shown
 from .ops import Instruction, OpCode, Program
 from .schema import Axis, AxisKey, AxisType, TensorSpec
 
 
-def _name_of(x: Any) -> Optional[str]:
+def _name_of(x: Any) -> str | None:
     if isinstance(x, str):
         return x
     name = getattr(x, "name", None)
@@ -61,7 +61,7 @@ def adapt_axis(x: Any) -> Axis:
     return Axis(_as_int(aid, "axis id"), adapt_axis_type(kind), _as_int(size, "axis size"))
 
 
-def adapt_spec(x: Any) -> Optional[TensorSpec]:
+def adapt_spec(x: Any) -> TensorSpec | None:
     if x is None or isinstance(x, TensorSpec):
         return x
     axes = getattr(x, "axes", x)
@@ -184,13 +184,13 @@ def adapt_instruction(ins: Any) -> Instruction:
     return Instruction(op, dst, args, spec)
 
 
-def adapt_program(p: Any, name: Optional[str] = None) -> Program:
+def adapt_program(p: Any, name: str | None = None) -> Program:
     """A Program from a Program-like object (`.instructions`) or a list of instructions."""
     if name is None:
         name = getattr(p, "name", None)
         name = name if isinstance(name, str) else None
     instrs = getattr(p, "instructions", p)
-    out: List[Instruction] = []
+    out: list[Instruction] = []
     for i, ins in enumerate(instrs):
         try:
             out.append(adapt_instruction(ins))
@@ -200,7 +200,7 @@ def adapt_program(p: Any, name: Optional[str] = None) -> Program:
     return Program(tuple(out), name)
 
 
-def adapt_programs(programs: Any) -> List[Program]:
+def adapt_programs(programs: Any) -> list[Program]:
     """A list of programs; a single program is a list of one. Unnamed ones get p0, p1, ..."""
     if hasattr(programs, "instructions"):
         programs = [programs]

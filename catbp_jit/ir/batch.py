@@ -18,8 +18,8 @@ results equal row-by-row runs bit for bit.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from typing import Iterable, List, Mapping, Set, Tuple
 
 from ..errors import CatbpError
 from .ops import Instruction, OpCode, Program
@@ -30,7 +30,7 @@ class BatchedCompileError(CatbpError, ValueError):
     """Batched inputs, buckets or programs that a batched compile cannot use."""
 
 
-def batch_axis_id(programs: List[Program], specs: Iterable[TensorSpec]) -> int:
+def batch_axis_id(programs: list[Program], specs: Iterable[TensorSpec]) -> int:
     """An axis id used by no axis of either kind anywhere in the programs or input specs
     (legacy ELIMINATE `drop` lists ids of both kinds, so both namespaces count)."""
     used = {ax.id for spec in specs for ax in spec.axes}
@@ -61,19 +61,19 @@ def unbatched_spec(spec: TensorSpec, axis: Axis) -> TensorSpec:
     return TensorSpec(spec.axes[:-1]) if is_batched(spec, axis) else spec
 
 
-def batch_programs(programs: List[Program], axis: Axis, batched_factors: Set[int],
-                   batched_selectors: Set[int],
-                   outside_slots: Iterable[tuple] = ()) -> Tuple[List[Program], Set[tuple]]:
+def batch_programs(programs: list[Program], axis: Axis, batched_factors: set[int],
+                   batched_selectors: set[int],
+                   outside_slots: Iterable[tuple] = ()) -> tuple[list[Program], set[tuple]]:
     """The programs rewritten for the batch axis, and the slots that end up batched.
 
     A slot's spec is fixed at its first write (outside_slots: handed in, unbatched), so a
     slot that would hold a batched value at one time and an unbatched one at another is
     refused, naming the program and instruction."""
-    slots: Set[tuple] = set()
+    slots: set[tuple] = set()
     first: dict = {key: "handed in to run() unbatched" for key in outside_slots}
-    out: List[Program] = []
+    out: list[Program] = []
     for pi, prog in enumerate(programs):
-        regs: Set[int] = set()  # registers holding a batched value
+        regs: set[int] = set()  # registers holding a batched value
         rewritten = []
         for index, ins in enumerate(prog.instructions):
             ins, batched = _rewrite(ins, axis, regs, slots, batched_factors, batched_selectors)
@@ -96,8 +96,8 @@ def batch_programs(programs: List[Program], axis: Axis, batched_factors: Set[int
     return out, slots
 
 
-def _rewrite(ins: Instruction, axis: Axis, regs: Set[int], slots: Set[tuple],
-             factors: Set[int], selectors: Set[int]) -> Tuple[Instruction, bool]:
+def _rewrite(ins: Instruction, axis: Axis, regs: set[int], slots: set[tuple],
+             factors: set[int], selectors: set[int]) -> tuple[Instruction, bool]:
     """(the instruction for the batched programs, whether what it defines is batched)."""
     op, args = ins.op, ins.args
     if op == OpCode.LOAD_FACTOR:
@@ -122,6 +122,6 @@ def _rewrite(ins: Instruction, axis: Axis, regs: Set[int], slots: Set[tuple],
     return ins, False  # UNIT, FREE
 
 
-def batch_input_specs(specs: Mapping[int, TensorSpec], batched: Set[int],
+def batch_input_specs(specs: Mapping[int, TensorSpec], batched: set[int],
                       axis: Axis) -> dict:
     return {k: batched_spec(v, axis) if k in batched else v for k, v in specs.items()}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numbers
 import re
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 from .opcodes import OpCode
 from .schema import AxisType, TensorSpec, format_key, format_spec
@@ -55,7 +55,7 @@ def format_value(v: Any) -> str:
     return repr(v)  # str, bool, None (anything else prints, but does not read back)
 
 
-def format_instruction(ins: Instruction, index: Optional[int] = None) -> str:
+def format_instruction(ins: Instruction, index: int | None = None) -> str:
     parts = [] if index is None else [f"[{index}]"]
     parts.append(ins.op.name)
     if ins.dst is not None:

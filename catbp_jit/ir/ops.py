@@ -3,22 +3,22 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional, Tuple
+from typing import Any
 
 from .listing import format_instruction, format_program
 from .opcodes import OpCode
 from .schema import TensorSpec
 
 RegID = int
-SlotKey = Tuple[Any, ...]
+SlotKey = tuple[Any, ...]
 
 
 @dataclass(frozen=True)
 class Instruction:
     op: OpCode
-    dst: Optional[RegID]
-    args: Dict[str, Any] = field(default_factory=dict)
-    spec: Optional[TensorSpec] = None
+    dst: RegID | None
+    args: dict[str, Any] = field(default_factory=dict)
+    spec: TensorSpec | None = None
 
     def __str__(self) -> str:
         return format_instruction(self)
@@ -26,8 +26,8 @@ class Instruction:
 
 @dataclass(frozen=True)
 class Program:
-    instructions: Tuple[Instruction, ...]
-    name: Optional[str] = None
+    instructions: tuple[Instruction, ...]
+    name: str | None = None
 
     def __post_init__(self):
         if not isinstance(self.instructions, tuple):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Dict, Tuple
 
 
 class AxisType(Enum):
@@ -21,7 +20,7 @@ class AxisType(Enum):
     __hash__ = object.__hash__
 
 
-AxisKey = Tuple[AxisType, int]
+AxisKey = tuple[AxisType, int]
 
 
 @dataclass(frozen=True)
@@ -38,9 +37,9 @@ class Axis:
 
 @dataclass(frozen=True)
 class TensorSpec:
-    axes: Tuple[Axis, ...]
+    axes: tuple[Axis, ...]
     # axis key -> position, made once (see axis_pos). Not compared or shown.
-    _pos: Dict[AxisKey, int] = field(init=False, repr=False, compare=False)
+    _pos: dict[AxisKey, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         # Accept any sequence of axes; store a tuple so specs hash and compare by value.
@@ -49,23 +48,23 @@ class TensorSpec:
         object.__setattr__(self, "_pos", {ax.key: i for i, ax in enumerate(self.axes)})
 
     @property
-    def shape(self) -> Tuple[int, ...]:
+    def shape(self) -> tuple[int, ...]:
         return tuple(ax.size for ax in self.axes)
 
     @property
-    def keys(self) -> Tuple[AxisKey, ...]:
+    def keys(self) -> tuple[AxisKey, ...]:
         return tuple(ax.key for ax in self.axes)
 
     @property
     def ndim(self) -> int:
         return len(self.axes)
 
-    def axis_pos(self) -> Dict[AxisKey, int]:
+    def axis_pos(self) -> dict[AxisKey, int]:
         """{axis key: position}; shared by every call (planning asks millions of times):
         read it, do not change it."""
         return self._pos
 
-    def subset(self, keep_keys) -> "TensorSpec":
+    def subset(self, keep_keys) -> TensorSpec:
         """The axes named in keep_keys, in keep_keys order; absent keys are skipped."""
         pos = self.axis_pos()
         return TensorSpec(tuple(self.axes[pos[k]] for k in keep_keys if k in pos))

@@ -14,12 +14,11 @@ import math
 import re
 import tokenize
 from types import SimpleNamespace
-from typing import Any, List, Optional, Tuple
+from typing import Any
 
 from ..errors import ProgramValueError
 from .adapt import adapt_instruction
-from .listing import format_instruction, format_program, format_programs, format_value  # noqa: F401 (re-exported)
-from .listing import is_axis_key
+from .listing import format_instruction, format_program, format_programs, format_value, is_axis_key  # noqa: F401 (re-exported)
 from .ops import Program
 from .schema import Axis, AxisType, TensorSpec
 
@@ -28,7 +27,7 @@ class ListingError(ProgramValueError):
     """A listing that cannot be read back into programs; the reason starts with `line N:`."""
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _listing_error(cls: type) -> type:
     """An adapt error's own type with ListingError mixed in, so either `except` catches it."""
     if cls is ProgramValueError or issubclass(cls, ListingError):
@@ -102,7 +101,7 @@ def _parse_value(text: str) -> Any:
     return _evaluate(tree.body)
 
 
-def _tokens(line: str) -> List[tokenize.TokenInfo]:
+def _tokens(line: str) -> list[tokenize.TokenInfo]:
     """The tokens of one line, without comments; a line that does not tokenize is an error."""
     try:
         toks = list(tokenize.generate_tokens(io.StringIO(line).readline))
@@ -119,7 +118,7 @@ def _tokens(line: str) -> List[tokenize.TokenInfo]:
 
 def _split_fields(line: str, toks) -> dict:
     """`dst=1 args={...}` -> {'dst': '1', 'args': '{...}'}: a top-level NAME '=' opens a field."""
-    starts: List[Tuple[str, int, int]] = []  # (field, where its name starts, where its value starts)
+    starts: list[tuple[str, int, int]] = []  # (field, where its name starts, where its value starts)
     depth = 0
     for i, t in enumerate(toks):
         if depth == 0 and t.type == tokenize.NAME and i + 1 < len(toks) \
@@ -146,7 +145,7 @@ def _split_fields(line: str, toks) -> dict:
     return fields
 
 
-def _parse_instruction(line: str, toks, expected: int) -> Tuple[int, str, SimpleNamespace]:
+def _parse_instruction(line: str, toks, expected: int) -> tuple[int, str, SimpleNamespace]:
     """`[i] OPNAME fields...` -> (i, OPNAME, raw instruction for adapt_instruction)."""
     if not (len(toks) >= 4 and toks[0].string == "[" and toks[1].type == tokenize.NUMBER
             and toks[1].string.isdigit() and toks[2].string == "]"
@@ -168,7 +167,7 @@ def _parse_instruction(line: str, toks, expected: int) -> Tuple[int, str, Simple
     return index, op, SimpleNamespace(op=op, dst=values.get("dst"), args=args, spec=spec)
 
 
-def _header_name(line: str, toks) -> Optional[str]:
+def _header_name(line: str, toks) -> str | None:
     """`program` -> None, `program upward` -> 'upward', `program 'a b'` -> 'a b'."""
     if len(toks) == 1:
         return None
@@ -180,9 +179,9 @@ def _header_name(line: str, toks) -> Optional[str]:
     return line[toks[1].start[1]:toks[-1].end[1]]
 
 
-def _parse(text: str) -> List[Tuple[int, Program]]:
+def _parse(text: str) -> list[tuple[int, Program]]:
     """(first line, program) pairs. Instructions before any header form an unnamed program."""
-    found: List[Tuple[int, Optional[str], list]] = []
+    found: list[tuple[int, str | None, list]] = []
     for lineno, line in enumerate(text.splitlines(), 1):
         name = found[-1][1] if found else None
         index = op = None
@@ -207,7 +206,7 @@ def _parse(text: str) -> List[Tuple[int, Program]]:
     return [(lineno, Program(tuple(instrs), name)) for lineno, name, instrs in found]
 
 
-def parse_programs(text: str) -> List[Program]:
+def parse_programs(text: str) -> list[Program]:
     return [p for _, p in _parse(text)]
 
 

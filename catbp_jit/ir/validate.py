@@ -9,14 +9,23 @@ instruction index, the operand and the reason.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any
 
 import numpy as np
 
-from ..errors import (AlignmentError, CatbpError, DoubleDefinitionError, ProgramValueError,
-                      SpecError, UnknownInputError, UnknownRegisterFreeError,
-                      UnwrittenSlotError, UseBeforeDefinitionError)
+from ..errors import (
+    AlignmentError,
+    CatbpError,
+    DoubleDefinitionError,
+    ProgramValueError,
+    SpecError,
+    UnknownInputError,
+    UnknownRegisterFreeError,
+    UnwrittenSlotError,
+    UseBeforeDefinitionError,
+)
 from .adapt import adapt_programs, adapt_slot_key, adapt_spec
 from .ops import Instruction, OpCode, Program, SlotKey
 from .schema import TensorSpec, format_key
@@ -27,11 +36,11 @@ DEFAULT_MAX_BYTES = 1 << 34  # 16 GiB for one tensor: far beyond any sane progra
 
 @dataclass
 class ValidatedPrograms:
-    programs: List[Program]
+    programs: list[Program]
     # value_specs[p][i]: the spec of the value instruction i of program p defines (its dst,
     # or the src NORMALIZE rewrites), None where it defines none or an input spec is unknown.
-    value_specs: List[List[Optional[TensorSpec]]]
-    slot_specs: Dict[SlotKey, Optional[TensorSpec]]  # every slot after the last program
+    value_specs: list[list[TensorSpec | None]]
+    slot_specs: dict[SlotKey, TensorSpec | None]  # every slot after the last program
 
 
 def check_spec(spec: TensorSpec, *, itemsize: int = 8, max_bytes: int = DEFAULT_MAX_BYTES,
@@ -61,8 +70,9 @@ def check_alignment(in_spec: TensorSpec, out_spec: TensorSpec) -> None:
                 raise AlignmentError(f"input axis {format_key(ax.key)} (size {ax.size}) is not in "
                                      f"the output spec {out_spec} and is not a singleton")
         elif out_spec.axes[out_pos[ax.key]].size != ax.size:
+            said = out_spec.axes[out_pos[ax.key]].size
             raise AlignmentError(f"size mismatch for axis {format_key(ax.key)}: input has "
-                                 f"{ax.size}, output spec {out_spec} says {out_spec.axes[out_pos[ax.key]].size}")
+                                 f"{ax.size}, output spec {out_spec} says {said}")
 
 
 def eliminate_spec(in_spec: TensorSpec, ins: Instruction) -> TensorSpec:
@@ -83,9 +93,9 @@ class _Unknown:
 UNKNOWN = _Unknown()
 
 
-def validate_programs(programs: Any, *, factor_specs: Optional[Mapping[int, Any]] = None,
-                      selector_specs: Optional[Mapping[int, Any]] = None,
-                      slot_specs: Optional[Mapping[Any, Any]] = None, itemsize: int = 8,
+def validate_programs(programs: Any, *, factor_specs: Mapping[int, Any] | None = None,
+                      selector_specs: Mapping[int, Any] | None = None,
+                      slot_specs: Mapping[Any, Any] | None = None, itemsize: int = 8,
                       max_bytes: int = DEFAULT_MAX_BYTES) -> ValidatedPrograms:
     """Adapt and check a linked list of programs; return them with every value's spec.
 
@@ -98,15 +108,15 @@ def validate_programs(programs: Any, *, factor_specs: Optional[Mapping[int, Any]
                           itemsize=itemsize, max_bytes=max_bytes)
 
 
-def check_programs(progs: List[Program], *, factor_specs: Optional[Mapping[int, Any]] = None,
-                   selector_specs: Optional[Mapping[int, Any]] = None,
-                   slot_specs: Optional[Mapping[Any, Any]] = None, itemsize: int = 8,
+def check_programs(progs: list[Program], *, factor_specs: Mapping[int, Any] | None = None,
+                   selector_specs: Mapping[int, Any] | None = None,
+                   slot_specs: Mapping[Any, Any] | None = None, itemsize: int = 8,
                    max_bytes: int = DEFAULT_MAX_BYTES) -> ValidatedPrograms:
     """validate_programs for programs adapt_programs made (compile() has adapted them
     already: a second pass over a long program costs seconds)."""
     fspecs = None if factor_specs is None else {int(k): adapt_spec(v) for k, v in factor_specs.items()}
     sspecs = None if selector_specs is None else {int(k): adapt_spec(v) for k, v in selector_specs.items()}
-    slots: Dict[SlotKey, Any] = {}
+    slots: dict[SlotKey, Any] = {}
     for k, v in (slot_specs or {}).items():
         slots[adapt_slot_key(k)] = UNKNOWN if v is None else adapt_spec(v)
     limits = dict(itemsize=itemsize, max_bytes=max_bytes)
@@ -139,9 +149,9 @@ class _ProgramChecker:
     def __init__(self, prog: Program, fspecs, sspecs, slots, limits):
         self.prog = prog
         self.fspecs, self.sspecs, self.slots, self.limits = fspecs, sspecs, slots, limits
-        self.live: Dict[int, Any] = {}
-        self.defined_at: Dict[int, int] = {}
-        self.freed_at: Dict[int, int] = {}
+        self.live: dict[int, Any] = {}
+        self.defined_at: dict[int, int] = {}
+        self.freed_at: dict[int, int] = {}
 
     def read(self, rid: int, operand: str):
         if rid in self.live:

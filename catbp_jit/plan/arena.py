@@ -15,8 +15,9 @@ The buffer is split into arenas by class, each starting on such a boundary:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import AbstractSet, Dict, List, Mapping, Optional, Tuple
 
 from ..ir.schema import element_count
 from .fusion import Fused
@@ -37,14 +38,14 @@ class Region:
 @dataclass
 class MemoryPlan:
     itemsize: int
-    regions: Dict[int, Region]
-    class_base: Dict[str, int]  # element offset of each arena
-    class_size: Dict[str, int]  # elements used by each arena (before padding)
+    regions: dict[int, Region]
+    class_base: dict[str, int]  # element offset of each arena
+    class_size: dict[str, int]  # elements used by each arena (before padding)
     total: int  # elements in the whole buffer
-    intervals: Dict[int, Interval] = field(default_factory=dict)
-    scratch: Dict[int, Region] = field(default_factory=dict)  # segment index -> its scratch
+    intervals: dict[int, Interval] = field(default_factory=dict)
+    scratch: dict[int, Region] = field(default_factory=dict)  # segment index -> its scratch
 
-    def class_bytes(self) -> Dict[str, int]:
+    def class_bytes(self) -> dict[str, int]:
         return {c: n * self.itemsize for c, n in self.class_size.items()}
 
     @property
@@ -56,7 +57,7 @@ def _round_up(n: int, step: int) -> int:
     return -(-n // step) * step
 
 
-def value_classes(fused: Fused, persistent: AbstractSet[int] = frozenset()) -> Dict[int, str]:
+def value_classes(fused: Fused, persistent: AbstractSet[int] = frozenset()) -> dict[int, str]:
     """The arena each value lives in (persistent: see plan/static.py)."""
     stored = set(fused.outputs.values())
     classes = {}
@@ -75,10 +76,10 @@ def value_classes(fused: Fused, persistent: AbstractSet[int] = frozenset()) -> D
     return classes
 
 
-def first_fit(intervals: List[Interval], sizes: Dict[int, int], step: int) -> Tuple[Dict[int, int], int]:
+def first_fit(intervals: list[Interval], sizes: dict[int, int], step: int) -> tuple[dict[int, int], int]:
     """Linear scan by start; each value takes the lowest aligned gap among live values."""
-    placed: Dict[int, int] = {}
-    active: List[Tuple[int, int, int]] = []  # (offset, size, end)
+    placed: dict[int, int] = {}
+    active: list[tuple[int, int, int]] = []  # (offset, size, end)
     high = 0
     for iv in sorted(intervals, key=lambda iv: (iv.start, iv.value)):
         active = [a for a in active if a[2] >= iv.start]  # closed intervals
@@ -96,19 +97,19 @@ def first_fit(intervals: List[Interval], sizes: Dict[int, int], step: int) -> Tu
 
 def plan_memory(fused: Fused, itemsize: int, align_bytes: int = ALIGN_BYTES,
                 persistent: AbstractSet[int] = frozenset(),
-                scratch: Optional[Mapping[int, int]] = None) -> MemoryPlan:
+                scratch: Mapping[int, int] | None = None) -> MemoryPlan:
     """persistent: values that keep their own region across runs (plan/static.py).
     scratch: segment index -> elements it needs while it runs (live at that index only)."""
     step = max(1, align_bytes // itemsize)  # elements per alignment unit
     sizes = {v: max(1, element_count(spec)) for v, spec in fused.specs.items()}
     classes = value_classes(fused, persistent)
-    by_class: Dict[str, List[int]] = {c: [] for c in CLASSES}
+    by_class: dict[str, list[int]] = {c: [] for c in CLASSES}
     for v in fused.specs:
         by_class[classes[v]].append(v)
 
     intervals = live_intervals(fused.segments)
-    local: Dict[int, int] = {}
-    used: Dict[str, int] = {}
+    local: dict[int, int] = {}
+    used: dict[str, int] = {}
     for cls in ("inputs", "constants", "slots", "static"):
         cursor = 0
         for v in sorted(by_class[cls]):
@@ -123,7 +124,7 @@ def plan_memory(fused: Fused, itemsize: int, align_bytes: int = ALIGN_BYTES,
     work, used["workspace"] = first_fit(live, sizes, step)
     local.update(work)
 
-    base: Dict[str, int] = {}
+    base: dict[str, int] = {}
     cursor = 0
     for cls in CLASSES:
         base[cls] = cursor

@@ -16,12 +16,10 @@ base value with the view's alignment, which is again alignment by key.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Tuple
 
 from ..ir.ops import SlotKey
 from ..ir.schema import Axis, TensorSpec
 from .graph import CONTRACT, ELIMINATE, NORMALIZE, SLOT_IN, VIEW, Graph
-
 
 MAX_READERS = 3  # a product is recomputed by at most this many readers
 MAX_RECOMPUTED = 3  # ... and only if it multiplies at most this many leaves
@@ -36,23 +34,23 @@ DEFAULT_MAX_LEAVES = 8
 class Segment:
     out: int  # the value it writes
     out_spec: TensorSpec
-    red_axes: Tuple[Axis, ...]  # reduced axes; the loop space is out_spec.axes + red_axes
-    leaves: Tuple[int, ...]  # materialized values, in ⊗ order (one may appear twice)
+    red_axes: tuple[Axis, ...]  # reduced axes; the loop space is out_spec.axes + red_axes
+    leaves: tuple[int, ...]  # materialized values, in ⊗ order (one may appear twice)
     reduce: bool  # an ELIMINATE is part of it (even if every reduced axis has size 1)
     normalize: bool
-    nodes: Tuple[int, ...]  # the graph nodes it computes, for listings
+    nodes: tuple[int, ...]  # the graph nodes it computes, for listings
 
 
 @dataclass
 class Fused:
     """What the memory planner needs: the segments in order and every value's spec/kind."""
-    segments: List[Segment]
-    specs: Dict[int, TensorSpec]  # every materialized value
-    kinds: Dict[int, str]  # value -> FACTOR | SELECTOR | SLOT_IN | UNIT | "computed"
-    attrs: Dict[int, object]  # input values -> factor id / selector id / slot key
-    outputs: Dict[SlotKey, int]
+    segments: list[Segment]
+    specs: dict[int, TensorSpec]  # every materialized value
+    kinds: dict[int, str]  # value -> FACTOR | SELECTOR | SLOT_IN | UNIT | "computed"
+    attrs: dict[int, object]  # input values -> factor id / selector id / slot key
+    outputs: dict[SlotKey, int]
     semiring: str
-    output_specs: Dict[SlotKey, TensorSpec] = field(default_factory=dict)  # as the slot shows it
+    output_specs: dict[SlotKey, TensorSpec] = field(default_factory=dict)  # as the slot shows it
 
 
 def base_of(g: Graph, nid: int) -> int:
@@ -65,7 +63,7 @@ def base_of(g: Graph, nid: int) -> int:
 def fuse(g: Graph, max_leaves: int = DEFAULT_MAX_LEAVES) -> Fused:
     consumers = g.consumers()
     outputs = set(g.outputs.values())
-    users: Dict[int, List[int]] = {nid: [] for nid in g.nodes}
+    users: dict[int, list[int]] = {nid: [] for nid in g.nodes}
     for node in g.nodes.values():
         for i in node.inputs:
             users[i].append(node.id)
@@ -75,8 +73,8 @@ def fuse(g: Graph, max_leaves: int = DEFAULT_MAX_LEAVES) -> Fused:
     # keeps the product's left-to-right order). With one reader that is plain fusion; with
     # a few readers a small product is recomputed rather than written out and read back,
     # which is cheaper when it is large.
-    inline: Dict[int, bool] = {}
-    n_leaves: Dict[int, int] = {}
+    inline: dict[int, bool] = {}
+    n_leaves: dict[int, int] = {}
     for nid, node in g.nodes.items():
         if node.op != CONTRACT:
             continue
@@ -85,13 +83,14 @@ def fuse(g: Graph, max_leaves: int = DEFAULT_MAX_LEAVES) -> Fused:
         readers = [g.nodes[u] for u in users[nid]]
         first_use = all(u.inputs[0] == nid and nid not in u.inputs[1:] and u.op in (CONTRACT, ELIMINATE)
                         for u in readers)
-        inline[nid] = (nid not in outputs and bool(readers) and first_use and
-                       (len(readers) == 1 or (len(readers) <= MAX_READERS and n_leaves[nid] <= MAX_RECOMPUTED)))
+        few_readers = len(readers) == 1 or (len(readers) <= MAX_READERS
+                                            and n_leaves[nid] <= MAX_RECOMPUTED)
+        inline[nid] = nid not in outputs and bool(readers) and first_use and few_readers
 
     def inlined(nid: int) -> bool:
         return inline.get(nid, False)
 
-    def leaves_of(nid: int) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:
+    def leaves_of(nid: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """(leaves, nodes) of a CONTRACT, expanding an inlined first input."""
         node = g.nodes[nid]
         first, rest = node.inputs[0], node.inputs[1:]
@@ -101,17 +100,17 @@ def fuse(g: Graph, max_leaves: int = DEFAULT_MAX_LEAVES) -> Fused:
             leaves, nodes = (base_of(g, first),), ()
         return leaves + tuple(base_of(g, r) for r in rest), nodes + (nid,)
 
-    segments: List[Segment] = []
-    by_out: Dict[int, int] = {}  # value -> index of the segment writing it
-    partial_specs: Dict[int, TensorSpec] = {}
+    segments: list[Segment] = []
+    by_out: dict[int, int] = {}  # value -> index of the segment writing it
+    partial_specs: dict[int, TensorSpec] = {}
     next_id = max(g.nodes, default=-1) + 1  # values made here: partial products, copies
 
-    def narrow(leaves: Tuple[int, ...], space: Tuple[Axis, ...], nodes) -> Tuple[int, ...]:
+    def narrow(leaves: tuple[int, ...], space: tuple[Axis, ...], nodes) -> tuple[int, ...]:
         """At most max_leaves leaves: the first ones become partial-product segments."""
         nonlocal next_id
         while len(leaves) > max_leaves:
             head = leaves[:max_leaves]
-            head_specs = [partial_specs[l] if l in partial_specs else g.nodes[l].spec for l in head]
+            head_specs = [partial_specs[v] if v in partial_specs else g.nodes[v].spec for v in head]
             spec = TensorSpec(tuple(ax for ax in space if any(
                 s.has_key(ax.key) and s.get_axis(ax.key).size == ax.size for s in head_specs)))
             partial_specs[next_id] = spec
@@ -154,9 +153,9 @@ def fuse(g: Graph, max_leaves: int = DEFAULT_MAX_LEAVES) -> Fused:
         by_out[nid] = len(segments)
         segments.append(seg)
 
-    specs: Dict[int, TensorSpec] = {}
-    kinds: Dict[int, str] = {}
-    attrs: Dict[int, object] = {}
+    specs: dict[int, TensorSpec] = {}
+    kinds: dict[int, str] = {}
+    attrs: dict[int, object] = {}
     for seg in segments:
         specs[seg.out], kinds[seg.out] = seg.out_spec, "computed"
     for seg in segments:
@@ -168,9 +167,9 @@ def fuse(g: Graph, max_leaves: int = DEFAULT_MAX_LEAVES) -> Fused:
     # Every slot result must be a value of its own in the slot arena. A result that is a
     # view of a computed value with the same elements in the same order is that value
     # (stored in the slot arena); other views, inputs and constants get a copy segment.
-    final: Dict[SlotKey, int] = {}
-    out_specs: Dict[SlotKey, TensorSpec] = {}
-    copies: Dict[int, int] = {}
+    final: dict[SlotKey, int] = {}
+    out_specs: dict[SlotKey, TensorSpec] = {}
+    copies: dict[int, int] = {}
     for key, nid in g.outputs.items():
         node = g.nodes[nid]
         out_specs[key] = node.spec
@@ -197,6 +196,7 @@ def fuse(g: Graph, max_leaves: int = DEFAULT_MAX_LEAVES) -> Fused:
 
 def _same_order(a: TensorSpec, b: TensorSpec) -> bool:
     """Same elements at the same flat positions: equal non-singleton axes, in order."""
-    big = lambda spec: [(ax.key, ax.size) for ax in spec.axes if ax.size > 1]
+    def big(spec):
+        return [(ax.key, ax.size) for ax in spec.axes if ax.size > 1]
     return big(a) == big(b)
 

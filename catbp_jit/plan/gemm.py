@@ -22,8 +22,8 @@ short sums for the tolerance's sake.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Dict, Optional, Sequence, Tuple
 
 from .. import abi
 from ..ir.schema import TensorSpec
@@ -53,7 +53,7 @@ class GemmShape:
     m: int
     n: int
     k: int
-    batch: Tuple[Tuple[int, int, int, int], ...]  # (size, out, a, b strides) per batch axis
+    batch: tuple[tuple[int, int, int, int], ...]  # (size, out, a, b strides) per batch axis
 
     @property
     def work_elements(self) -> int:
@@ -61,14 +61,15 @@ class GemmShape:
         return self.m * self.k + self.k * self.n + self.m + self.n
 
 
-def gemm_shape(seg: Segment, fused: Fused, layouts: Dict[int, TensorSpec], dtype: str,
-               options: PlanOptions) -> Optional[GemmShape]:
+def gemm_shape(seg: Segment, fused: Fused, layouts: dict[int, TensorSpec], dtype: str,
+               options: PlanOptions) -> GemmShape | None:
     """The matrix product that computes `seg`, or None when it is not one."""
     if (options.exact or not options.gemm or fused.semiring not in GEMM_SEMIRINGS
             or dtype not in GEMM_DTYPES or len(seg.leaves) != 2):
         return None
     out_l, a_l, b_l = (layouts[v] for v in (seg.out,) + seg.leaves)
-    big = lambda spec: {ax.key: ax.size for ax in spec.axes if ax.size > 1}
+    def big(spec):
+        return {ax.key: ax.size for ax in spec.axes if ax.size > 1}
     out, a, b = big(out_l), big(a_l), big(b_l)
     red = {ax.key for ax in seg.red_axes if ax.size > 1}
     if not red or any(ax.size != a.get(ax.key, ax.size) or ax.size != b.get(ax.key, ax.size)
@@ -92,7 +93,7 @@ def gemm_shape(seg: Segment, fused: Fused, layouts: Dict[int, TensorSpec], dtype
 
 
 def _shape(a: int, b: int, rows, cols, ks, shared, out_l: TensorSpec, a_l: TensorSpec,
-           b_l: TensorSpec, dtype: str) -> Optional[GemmShape]:
+           b_l: TensorSpec, dtype: str) -> GemmShape | None:
     so, sa, sb = (c_strides(spec) for spec in (out_l, a_l, b_l))
     size = {ax.key: ax.size for spec in (out_l, a_l, b_l) for ax in spec.axes}
     m, n, k = (_count(g, size) for g in (rows, cols, ks))
@@ -110,7 +111,7 @@ def _shape(a: int, b: int, rows, cols, ks, shared, out_l: TensorSpec, a_l: Tenso
     return GemmShape(a, b, a_t, b_t, m, n, k, batch)
 
 
-def _matrix(first, second, strides, size, n_first: int, n_second: int) -> Optional[bool]:
+def _matrix(first, second, strides, size, n_first: int, n_second: int) -> bool | None:
     """False if the operand is a C-order [first][second] matrix, True if F-order (stored
     [second][first]), None if neither."""
     f, s = _group(first, strides, size), _group(second, strides, size)
@@ -121,7 +122,7 @@ def _matrix(first, second, strides, size, n_first: int, n_second: int) -> Option
     return None
 
 
-def _group(keys: Sequence[tuple], strides: Dict[tuple, int], size: Dict[tuple, int]):
+def _group(keys: Sequence[tuple], strides: dict[tuple, int], size: dict[tuple, int]):
     """The stride of a group of axes walked as one (the last fastest) when its elements
     are evenly spaced; None for an empty group (any stride fits); -1 when uneven."""
     if not keys:
@@ -140,8 +141,8 @@ def _count(keys, size) -> int:
     return n
 
 
-def gemm_workspace(fused: Fused, layouts: Dict[int, TensorSpec], dtype: str,
-                   options: PlanOptions) -> Dict[int, int]:
+def gemm_workspace(fused: Fused, layouts: dict[int, TensorSpec], dtype: str,
+                   options: PlanOptions) -> dict[int, int]:
     """Segment index -> elements of workspace its LOGPROB GEMM needs while it runs."""
     if fused.semiring != "LOGPROB":
         return {}
@@ -154,7 +155,7 @@ def gemm_workspace(fused: Fused, layouts: Dict[int, TensorSpec], dtype: str,
 
 
 def gemm_step(index: int, seg: Segment, fused: Fused, memory: MemoryPlan, dtype: str,
-              layouts: Dict[int, TensorSpec], batch_key: Optional[tuple],
+              layouts: dict[int, TensorSpec], batch_key: tuple | None,
               options: PlanOptions):
     """The GEMM Step of segment `index`, or None (then it is lowered to a loop kernel)."""
 

@@ -8,8 +8,9 @@ What remains is a DAG of value-producing nodes whose specs are all known.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any
 
 from ..ir.ops import OpCode, SlotKey
 from ..ir.schema import TensorSpec
@@ -28,18 +29,18 @@ class Node:
     id: int
     op: str
     spec: TensorSpec
-    inputs: Tuple[int, ...] = ()
+    inputs: tuple[int, ...] = ()
     attr: Any = None  # factor id, selector id, slot key, or ELIMINATE's kept keys
-    origin: Tuple[Tuple[str, int], ...] = ()  # (program, instruction index) it came from
+    origin: tuple[tuple[str, int], ...] = ()  # (program, instruction index) it came from
 
 
 @dataclass
 class Graph:
-    nodes: Dict[int, Node]  # in a topological order (definition order)
-    outputs: Dict[SlotKey, int]  # every slot after the last program -> its value
+    nodes: dict[int, Node]  # in a topological order (definition order)
+    outputs: dict[SlotKey, int]  # every slot after the last program -> its value
     semiring: str
 
-    def consumers(self) -> Dict[int, int]:
+    def consumers(self) -> dict[int, int]:
         """How many times each value is read (as an input or as a slot result)."""
         count = {nid: 0 for nid in self.nodes}
         for node in self.nodes.values():
@@ -51,10 +52,10 @@ class Graph:
 
 
 def build_graph(checked: ValidatedPrograms, semiring: str,
-                slot_specs: Optional[Mapping[SlotKey, TensorSpec]] = None) -> Graph:
+                slot_specs: Mapping[SlotKey, TensorSpec] | None = None) -> Graph:
     """The SSA graph of validated programs (specs must all be known: compile needs them)."""
-    nodes: Dict[int, Node] = {}
-    loaded: Dict[Tuple[str, Any], int] = {}  # one input node per factor/selector/slot id
+    nodes: dict[int, Node] = {}
+    loaded: dict[tuple[str, Any], int] = {}  # one input node per factor/selector/slot id
 
     def add(op, spec, inputs=(), attr=None, origin=()) -> int:
         nid = len(nodes)
@@ -66,13 +67,13 @@ def build_graph(checked: ValidatedPrograms, semiring: str,
             loaded[(op, ident)] = add(op, spec, attr=ident, origin=origin)
         return loaded[(op, ident)]
 
-    slots: Dict[SlotKey, int] = {}
+    slots: dict[SlotKey, int] = {}
     for key, spec in (slot_specs or {}).items():
         slots[key] = load(SLOT_IN, key, spec, ())
 
     normalizes = SEMIRINGS[semiring].normalizes
     for prog, specs in zip(checked.programs, checked.value_specs):
-        regs: Dict[int, int] = {}
+        regs: dict[int, int] = {}
         for index, ins in enumerate(prog.instructions):
             where = ((prog.name, index),)
             spec = specs[index]

@@ -22,7 +22,6 @@ prefix costs its own points times its leaves, and a kernel launch.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import List, Tuple
 
 from ..ir.schema import Axis, TensorSpec
 from .fusion import Fused, Segment
@@ -38,12 +37,12 @@ MAX_POINTS = 1 << 15
 def hoist_prefixes(fused: Fused) -> Fused:
     """Every segment whose leading leaves pay to be multiplied apart, split (repeatedly:
     a prefix may have a prefix worth hoisting)."""
-    segments: List[Segment] = []
+    segments: list[Segment] = []
     specs, kinds = dict(fused.specs), dict(fused.kinds)
     next_id = max(specs, default=-1) + 1
     for seg in fused.segments:
         pending = [seg]
-        done: List[Segment] = []
+        done: list[Segment] = []
         while pending:
             s = pending.pop()
             j, space = best_prefix(s, specs)
@@ -58,7 +57,7 @@ def hoist_prefixes(fused: Fused) -> Fused:
     return replace(fused, segments=segments, specs=specs, kinds=kinds)
 
 
-def best_prefix(seg: Segment, specs) -> Tuple[object, Tuple[Axis, ...]]:
+def best_prefix(seg: Segment, specs) -> tuple[object, tuple[Axis, ...]]:
     """(j, the prefix's axes) for the prefix l0..lj that saves the most, or (None, ())."""
     loop = tuple(seg.out_spec.axes) + tuple(seg.red_axes)
     points = _points(loop)

@@ -12,15 +12,13 @@ out as the unbatched value is. The layout changes addresses only.
 
 from __future__ import annotations
 
-from typing import Dict, Optional
-
 from ..ir.schema import TensorSpec
 from .fusion import Fused
 
 
-def choose_layouts(fused: Fused, batch_key: Optional[tuple] = None) -> Dict[int, TensorSpec]:
+def choose_layouts(fused: Fused, batch_key: tuple | None = None) -> dict[int, TensorSpec]:
     outputs = set(fused.outputs.values())
-    best: Dict[int, tuple] = {}  # value -> (work, segment index)
+    best: dict[int, tuple] = {}  # value -> (work, segment index)
     for i, seg in enumerate(fused.segments):
         if not seg.red_axes:
             continue

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List
 
 from .fusion import Segment
 
@@ -15,10 +14,10 @@ class Interval:
     end: int  # index of the last segment that reads it (== start if none does)
 
 
-def live_intervals(segments: List[Segment]) -> Dict[int, Interval]:
+def live_intervals(segments: list[Segment]) -> dict[int, Interval]:
     """Intervals are closed: a segment's output never shares memory with its own leaves."""
-    start: Dict[int, int] = {}
-    end: Dict[int, int] = {}
+    start: dict[int, int] = {}
+    end: dict[int, int] = {}
     for i, seg in enumerate(segments):
         start[seg.out] = i
         end.setdefault(seg.out, i)

@@ -33,9 +33,9 @@ loop) spread over V.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from math import prod
-from typing import List, Optional, Sequence, Tuple
 
 from .. import abi
 
@@ -60,9 +60,9 @@ class LoopNest:
     """A segment's loop space as a kernel walks it: axes in loop order (output axes, then
     reduced ones), each operand's strides (the output first), and the vector: the nb axes
     ending at `end` (the last axis, or with ACROSS_OUTPUTS the last output axis)."""
-    sizes: List[int]
-    groups: List[int]  # 0: output axis, 1: reduced axis
-    operands: List[List[int]]
+    sizes: list[int]
+    groups: list[int]  # 0: output axis, 1: reduced axis
+    operands: list[list[int]]
     nb: int
     across: str
 
@@ -74,7 +74,7 @@ class LoopNest:
     def end(self) -> int:
         return self.out_rank if self.across == ACROSS_OUTPUTS else len(self.sizes)
 
-    def vector_sizes(self) -> List[int]:
+    def vector_sizes(self) -> list[int]:
         return self.sizes[self.end - self.nb:self.end]
 
     def access(self, i: int) -> abi.Access:
@@ -82,8 +82,8 @@ class LoopNest:
         return access_of(self.vector_sizes(), self.operands[i][self.end - self.nb:self.end])
 
 
-def loop_nest(sizes: List[int], groups: List[int], operands: List[List[int]], reduce: bool,
-              main: int, limit: int, parallel: bool, across: Optional[str] = None) -> LoopNest:
+def loop_nest(sizes: list[int], groups: list[int], operands: list[list[int]], reduce: bool,
+              main: int, limit: int, parallel: bool, across: str | None = None) -> LoopNest:
     """The loop nest of a segment in canonical form (plan/schedule.canonical_loops). main:
     the operand whose memory order fixes the order of the reduced axes; limit: most
     elements a vector with a GATHERED access may have; parallel: the step will run on all
@@ -162,7 +162,7 @@ def _filled(sizes, groups, operands, first: int, end: int, limit: int, parallel:
     return LoopNest(sizes, groups, operands, nb, across)
 
 
-def canonical_loops(sizes: List[int], groups: List[int], operands: List[List[int]]):
+def canonical_loops(sizes: list[int], groups: list[int], operands: list[list[int]]):
     """Drop size-1 axes, then merge neighbours of one group contiguous in every operand."""
     keep = [d for d, n in enumerate(sizes) if n > 1]
     sizes = [sizes[d] for d in keep]
@@ -180,7 +180,7 @@ def canonical_loops(sizes: List[int], groups: List[int], operands: List[List[int
     return sizes, groups, operands
 
 
-def access_kind(sizes: Sequence[int], strides: Sequence[int]) -> Tuple[int, int]:
+def access_kind(sizes: Sequence[int], strides: Sequence[int]) -> tuple[int, int]:
     """(kind, step) of an operand with these strides over vector axes of these sizes."""
     if prod(sizes) == 1:
         return abi.CONTIGUOUS, 1  # one element: the same whatever the kind; this one stores
@@ -217,7 +217,8 @@ def vector_axes(sizes: Sequence[int], first: int, end: int, operands: Sequence[S
     it cheaper per element. One axis always does, however long: along one axis every
     access is an affine one, and the kernel walks a long vector in pieces.
     operands: the output's strides, then the leaves'."""
-    column = lambda start: [op[start:end] for op in operands]
+    def column(start):
+        return [op[start:end] for op in operands]
     nb, V = 1, sizes[end - 1]
     cost = vector_cost(sizes[end - 1:end], column(end - 1))
     for d in range(end - 2, first - 1, -1):
@@ -240,14 +241,15 @@ def vector_cost(sizes: Sequence[int], operands: Sequence[Sequence[int]],
     return cost + (VECTOR_COST * len(operands) / prod(sizes) if overhead else 0.0)
 
 
-def vector_order(sizes: Sequence[int], operands: Sequence[Sequence[int]], limit: int) -> List[int]:
+def vector_order(sizes: Sequence[int], operands: Sequence[Sequence[int]], limit: int) -> list[int]:
     """A loop order for axes whose order does not change results: the vector's axes last,
     chosen greedily from the innermost out (each the axis that makes the vector cheapest
     per element, while it fits in `limit` and lowers the cost with the per-vector overhead
     counted), and the other axes
     outside it in the output's memory order, so that consecutive vectors write nearby."""
     rank = len(sizes)
-    column = lambda axes: [[op[d] for d in axes] for op in operands]
+    def column(axes):
+        return [[op[d] for d in axes] for op in operands]
     by_output = sorted(range(rank), key=lambda d: (-operands[0][d], d))
     # the innermost axis by its cost per element alone: with the overhead, a long axis
     # would win however it is walked (a short one pays the overhead until others join it)

@@ -7,7 +7,6 @@ wants 256-byte-aligned regions, the transaction size of its memory).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Optional
 
 from ..abi import MAX_LEAVES
 from ..ir.validate import DEFAULT_MAX_BYTES
@@ -39,13 +38,13 @@ class PlanOptions:
     block: int = 256
     # the vector of reducing segments: "reduced", "outputs" (plan/loops.py), or None for
     # the cheaper by the cost model. Results are bit-identical whichever it is.
-    across: Optional[str] = None
+    across: str | None = None
     # multiply a product's first leaves apart when they hold few of its axes
     # (plan/hoist.py); bit-identical either way
     hoist: bool = True
     align_bytes: int = ALIGN_BYTES
     max_bytes: int = DEFAULT_MAX_BYTES  # one tensor
-    max_total_bytes: Optional[int] = None  # all arenas (None: catbp_jit.memory.memory_limit())
+    max_total_bytes: int | None = None  # all arenas (None: catbp_jit.memory.memory_limit())
     # exact: every segment multiplies and sums in the order the program wrote, so results
     # are the same bits in every mode and thread count. False (reassociating, opt-in):
     # products and sums may be regrouped as the semiring laws allow (plan/reassociate.py,
@@ -67,7 +66,7 @@ class PlanOptions:
                              f"not {self.block!r}")
 
     @classmethod
-    def for_target(cls, target: str, **fields) -> "PlanOptions":
+    def for_target(cls, target: str, **fields) -> PlanOptions:
         # A GPU thread sums one output element: the CPU's vector across outputs buys it
         # nothing, and one vector for every reduction keeps its kernels half as many.
         defaults = {"align_bytes": ALIGNMENT.get(target, ALIGN_BYTES), "gemm": target == "cpu"}
@@ -75,5 +74,5 @@ class PlanOptions:
             defaults["across"] = "reduced"
         return cls(**dict(defaults, **fields))
 
-    def with_(self, **fields) -> "PlanOptions":
+    def with_(self, **fields) -> PlanOptions:
         return replace(self, **fields)

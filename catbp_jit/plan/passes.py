@@ -7,13 +7,12 @@ re-alignment only moves elements.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Dict
 
 from ..semiring import SEMIRINGS
 from .graph import CONTRACT, ELIMINATE, INPUT_OPS, NORMALIZE, UNIT, VIEW, Graph, Node
 
 
-def _rebuild(g: Graph, keep, remap: Dict[int, int]) -> Graph:
+def _rebuild(g: Graph, keep, remap: dict[int, int]) -> Graph:
     if not remap and len(keep) == len(g.nodes):  # nothing dropped or renamed
         return g
     nodes = {}
@@ -36,8 +35,8 @@ def dead_code_elimination(g: Graph) -> Graph:
 
 def common_subexpressions(g: Graph) -> Graph:
     """Merge nodes with the same op, inputs, attribute and spec."""
-    seen: Dict[tuple, int] = {}
-    remap: Dict[int, int] = {}
+    seen: dict[tuple, int] = {}
+    remap: dict[int, int] = {}
     keep = set()
     for nid, node in g.nodes.items():
         inputs = tuple(remap.get(i, i) for i in node.inputs)
@@ -98,7 +97,8 @@ def drop_unit_factors(g: Graph) -> Graph:
 
 def _same_elements(a, b) -> bool:
     """Do two specs hold the same elements in another order (up to singleton axes)?"""
-    big = lambda spec: sorted((ax.kind.value, ax.id, ax.size) for ax in spec.axes if ax.size > 1)
+    def big(spec):
+        return sorted((ax.kind.value, ax.id, ax.size) for ax in spec.axes if ax.size > 1)
     return big(a) == big(b)
 
 
@@ -113,7 +113,7 @@ def fold_views(g: Graph) -> Graph:
     consumers = g.consumers()
     outputs = set(g.outputs.values())
     nodes = dict(g.nodes)
-    remap: Dict[int, int] = {}
+    remap: dict[int, int] = {}
     for nid, node in g.nodes.items():
         if node.op != VIEW:
             continue

@@ -11,7 +11,7 @@ codegen/cuda.py) and a session binds its memory by reading `bindings` alone.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
 from ..ir.ops import Program
 from ..ir.schema import TensorSpec
@@ -48,35 +48,35 @@ class Binding:
     spec: TensorSpec  # as stored (a result: as the program declared it)
 
     @property
-    def shape(self) -> Tuple[int, ...]:
+    def shape(self) -> tuple[int, ...]:
         return self.spec.shape
 
 
 @dataclass
 class Plan:
-    programs: List[Program]
+    programs: list[Program]
     semiring: VMSemiringRuntime
-    factor_specs: Dict[int, TensorSpec]
-    selector_specs: Dict[int, TensorSpec]
-    slot_specs: Dict[tuple, TensorSpec]
+    factor_specs: dict[int, TensorSpec]
+    selector_specs: dict[int, TensorSpec]
+    slot_specs: dict[tuple, TensorSpec]
     options: PlanOptions
-    batch_key: Optional[tuple]
+    batch_key: tuple | None
     graph: Graph
     fused: Fused
     memory: MemoryPlan
     schedule: Schedule
-    bindings: List[Binding] = field(default_factory=list)
+    bindings: list[Binding] = field(default_factory=list)
     static: StaticInputs = StaticInputs()  # inputs declared static (plan/static.py)
     n_static: int = 0  # schedule.steps[:n_static] are the static steps
 
-    def bound(self, kind: str) -> List[Binding]:
+    def bound(self, kind: str) -> list[Binding]:
         return [b for b in self.bindings if b.kind == kind]
 
 @gc_paused()
-def plan(progs: List[Program], sr: VMSemiringRuntime, fspecs: Dict[int, TensorSpec],
-         sspecs: Dict[int, TensorSpec], lspecs: Dict[tuple, TensorSpec],
-         options: PlanOptions = PlanOptions(), batch_key: Optional[tuple] = None,
-         static: StaticInputs = StaticInputs(), progress: Optional[Progress] = None) -> Plan:
+def plan(progs: list[Program], sr: VMSemiringRuntime, fspecs: dict[int, TensorSpec],
+         sspecs: dict[int, TensorSpec], lspecs: dict[tuple, TensorSpec],
+         options: PlanOptions = PlanOptions(), batch_key: tuple | None = None,
+         static: StaticInputs = StaticInputs(), progress: Progress | None = None) -> Plan:
     """The plan of adapted programs. batch_key: the batch axis of programs rewritten by
     ir/batch.py (their NORMALIZEs work per row), else None. static: the inputs whose
     segments run only when they change (plan/static.py). A plan whose arenas exceed
@@ -110,11 +110,11 @@ def plan(progs: List[Program], sr: VMSemiringRuntime, fspecs: Dict[int, TensorSp
                 schedule, binding_table(fused, memory), static, n_static)
 
 
-def program_names(programs: List[Program]) -> str:
+def program_names(programs: list[Program]) -> str:
     return ", ".join(p.name or f"p{i}" for i, p in enumerate(programs))
 
 
-def binding_table(fused: Fused, memory: MemoryPlan) -> List[Binding]:
+def binding_table(fused: Fused, memory: MemoryPlan) -> list[Binding]:
     """Inputs and constants in value order, then results in slot order."""
     table = []
     for v, kind in sorted(fused.kinds.items()):
@@ -129,8 +129,8 @@ def binding_table(fused: Fused, memory: MemoryPlan) -> List[Binding]:
     return table
 
 
-def check_plan_fits(programs: List[Program], memory: MemoryPlan,
-                    max_total_bytes: Optional[int] = None) -> None:
+def check_plan_fits(programs: list[Program], memory: MemoryPlan,
+                    max_total_bytes: int | None = None) -> None:
     """Refuse a plan whose arenas cannot all be allocated, before seconds of compiling
     end in numpy's "Unable to allocate" at bind()."""
     limit = memory_limit(max_total_bytes)

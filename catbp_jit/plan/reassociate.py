@@ -24,8 +24,9 @@ step writes).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
-from typing import AbstractSet, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 import opt_einsum
 
@@ -41,18 +42,18 @@ EXP_COST = {"LOGPROB": 8}
 @dataclass(frozen=True)
 class Operand:
     value: int
-    keys: FrozenSet[tuple]  # its axes of size > 1 in the segment's loop space
+    keys: frozenset[tuple]  # its axes of size > 1 in the segment's loop space
 
 
-def reassociate(fused: Fused, batch_key: Optional[tuple] = None) -> Fused:
+def reassociate(fused: Fused, batch_key: tuple | None = None) -> Fused:
     """`fused` with every segment that pays split into pairwise segments (pure: the
     argument is not modified)."""
     next_id = max(list(fused.specs) + [s.out for s in fused.segments], default=-1) + 1
-    segments: List[Segment] = []
+    segments: list[Segment] = []
     specs, kinds = dict(fused.specs), dict(fused.kinds)
     # an intermediate computed again by a later segment (two messages summing the same
     # belief's private axes out) is computed once: (leaves, spec, reduced axes) -> value
-    made: Dict[tuple, int] = {}
+    made: dict[tuple, int] = {}
     # A workspace value is laid out later (plan/layout.py) with its reducing reader's kept
     # axes outermost: its private axes come innermost when it has one reader. Inputs,
     # constants and slot results are stored in their spec's order; a workspace value
@@ -68,7 +69,7 @@ def reassociate(fused: Fused, batch_key: Optional[tuple] = None) -> Fused:
             segments.append(seg)
             continue
         next_id += len(steps) - 1
-        same: Dict[int, int] = {}
+        same: dict[int, int] = {}
         for step in steps:
             step = replace(step, leaves=tuple(same.get(v, v) for v in step.leaves))
             key = (step.leaves, step.out_spec, frozenset(ax.key for ax in step.red_axes))
@@ -82,9 +83,9 @@ def reassociate(fused: Fused, batch_key: Optional[tuple] = None) -> Fused:
     return replace(fused, segments=segments, specs=specs, kinds=kinds)
 
 
-def contraction_steps(seg: Segment, specs: Dict[int, TensorSpec], batch_key: Optional[tuple],
+def contraction_steps(seg: Segment, specs: dict[int, TensorSpec], batch_key: tuple | None,
                       first_id: int, exp_cost: int = 0, free: AbstractSet[int] = frozenset(),
-                      unknown: AbstractSet[int] = frozenset()) -> Optional[List[Segment]]:
+                      unknown: AbstractSet[int] = frozenset()) -> list[Segment] | None:
     """The pairwise segments computing `seg` (intermediates numbered from first_id), or
     None when the fused segment is as cheap."""
     space = [ax for ax in tuple(seg.out_spec.axes) + tuple(seg.red_axes) if ax.size > 1]
@@ -115,7 +116,7 @@ def contraction_steps(seg: Segment, specs: Dict[int, TensorSpec], batch_key: Opt
     if plan_work(plan[:-1] + [last], size, exp_cost) >= fused_work:
         return None
 
-    steps: List[Segment] = []
+    steps: list[Segment] = []
     pending = list(operands)
     for n, st in enumerate(plan):
         ins = [pending[i] for i in st.picked]
@@ -140,13 +141,13 @@ def contraction_steps(seg: Segment, specs: Dict[int, TensorSpec], batch_key: Opt
 
 @dataclass(frozen=True)
 class PairStep:
-    picked: Tuple[int, ...]  # positions in the pending list; the result goes to its end
-    used: FrozenSet[tuple]  # the step's loop space
-    kept: FrozenSet[tuple]  # its output: the axes a later operand or the output needs
+    picked: tuple[int, ...]  # positions in the pending list; the result goes to its end
+    used: frozenset[tuple]  # the step's loop space
+    kept: frozenset[tuple]  # its output: the axes a later operand or the output needs
 
 
-def _innermost(spec: TensorSpec, i: int, out_keys: FrozenSet[tuple],
-               operands: Sequence[Operand], batch_key: Optional[tuple] = None) -> bool:
+def _innermost(spec: TensorSpec, i: int, out_keys: frozenset[tuple],
+               operands: Sequence[Operand], batch_key: tuple | None = None) -> bool:
     """Whether the axes only operand i has are its last stored axes, the batch axis aside:
     it is stored last in every batched value (ir/batch.py), and counting it would make a
     batched bucket regroup otherwise than the unbatched program (other rounding)."""
@@ -156,14 +157,14 @@ def _innermost(spec: TensorSpec, i: int, out_keys: FrozenSet[tuple],
     return set(stored[len(stored) - len(own):]) == own
 
 
-def pairwise_plan(operands: Sequence[FrozenSet[tuple]], out_keys: FrozenSet[tuple],
-                  size: Dict[tuple, int],
-                  alone: Optional[Sequence[bool]] = None) -> List[PairStep]:
+def pairwise_plan(operands: Sequence[frozenset[tuple]], out_keys: frozenset[tuple],
+                  size: dict[tuple, int],
+                  alone: Sequence[bool] | None = None) -> list[PairStep]:
     """The steps combining operands (their keys) into the output, as opt_einsum's paths
     read: each step removes the operands it picks and appends its result. First, each
     operand's axes nobody else uses are summed out on their own (cheaper than carrying
     them into a product), for the operands `alone` allows (default: all)."""
-    steps: List[PairStep] = []
+    steps: list[PairStep] = []
     pending = list(operands)
     for i, keys in enumerate(operands):
         others = out_keys.union(*(k for j, k in enumerate(operands) if j != i))
@@ -186,20 +187,20 @@ def pairwise_plan(operands: Sequence[FrozenSet[tuple]], out_keys: FrozenSet[tupl
     return steps
 
 
-def plan_work(steps: Sequence[PairStep], size: Dict[tuple, int], exp_cost: int = 0) -> int:
+def plan_work(steps: Sequence[PairStep], size: dict[tuple, int], exp_cost: int = 0) -> int:
     """Loop-space elements x leaves, plus the elements written, plus exp_cost per term
     of a sum, summed over the steps (an intermediate as large as the output costs its
     write and its read again: a product without sums rarely pays to split)."""
     return sum(loop_work(st.used, st.kept, len(st.picked), size, exp_cost) for st in steps)
 
 
-def loop_work(keys, out_keys, leaves: int, size: Dict[tuple, int], exp_cost: int = 0) -> int:
+def loop_work(keys, out_keys, leaves: int, size: dict[tuple, int], exp_cost: int = 0) -> int:
     """The same count for one loop over `keys` writing `out_keys`."""
     sums = exp_cost if set(keys) - set(out_keys) else 0
     return _space(keys, size) * (leaves + sums) + _space(out_keys, size)
 
 
-def _space(keys, size: Dict[tuple, int]) -> int:
+def _space(keys, size: dict[tuple, int]) -> int:
     n = 1
     for k in keys:
         n *= size[k]

@@ -15,7 +15,6 @@ the kernels' loop counters.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Dict, List, Optional
 
 import numpy as np
 
@@ -33,8 +32,8 @@ from .steps import KernelPattern, Step, c_strides, normalize_groups  # noqa: F40
 
 @dataclass
 class Schedule:
-    steps: List[Step]
-    patterns: List[KernelPattern]  # distinct patterns, sorted by name
+    steps: list[Step]
+    patterns: list[KernelPattern]  # distinct patterns, sorted by name
     table: np.ndarray  # int64, see the module docstring
 
     def kernel_id(self, i: int) -> int:
@@ -45,7 +44,7 @@ class Schedule:
 
 
 def lower_segment(seg: Segment, fused: Fused, memory: MemoryPlan, dtype: str,
-                  layouts: Dict[int, TensorSpec], batch_key: Optional[tuple] = None,
+                  layouts: dict[int, TensorSpec], batch_key: tuple | None = None,
                   options: PlanOptions = PlanOptions()) -> Step:
     loop_axes = list(seg.out_spec.axes) + list(seg.red_axes)
     groups = [0] * seg.out_spec.ndim + [1] * len(seg.red_axes)
@@ -77,7 +76,7 @@ def lower_segment(seg: Segment, fused: Fused, memory: MemoryPlan, dtype: str,
     # axis: a batched segment walks each row in the order the unbatched one does, so its
     # sums round alike.
     main = 1 + max(range(len(seg.leaves)),
-                   key=lambda l: (row_count(fused.specs[seg.leaves[l]], batch_key), -l))
+                   key=lambda j: (row_count(fused.specs[seg.leaves[j]], batch_key), -j))
     space = int(np.prod(sizes, dtype=np.int64)) * max(1, len(seg.leaves))
     nest = loop_nest(sizes, groups, operands, reduce, main, options.block,
                      space >= options.parallel_min_work, options.across)
@@ -107,13 +106,13 @@ def lower_segment(seg: Segment, fused: Fused, memory: MemoryPlan, dtype: str,
     return Step(seg, pattern, params, work)
 
 
-def row_count(spec: TensorSpec, batch_key: Optional[tuple]) -> int:
+def row_count(spec: TensorSpec, batch_key: tuple | None) -> int:
     """Elements of one batch row of a value (all of them if it is not batched)."""
     return element_count(TensorSpec(tuple(ax for ax in spec.axes if ax.key != batch_key)))
 
 
-def shape_key(seg: Segment, fused: Fused, layouts: Dict[int, TensorSpec],
-              batch_key: Optional[tuple]) -> tuple:
+def shape_key(seg: Segment, fused: Fused, layouts: dict[int, TensorSpec],
+              batch_key: tuple | None) -> tuple:
     """Everything lower_segment reads about a segment but its arena offsets, with axes
     named by first appearance (lowering matches axes by key, never orders by it): the
     segments of one shape (a chain's links, a grid's rows) have equal keys and lower to
@@ -128,12 +127,12 @@ def shape_key(seg: Segment, fused: Fused, layouts: Dict[int, TensorSpec],
 
 
 def lower_segments(fused: Fused, memory: MemoryPlan, dtype: str,
-                   layouts: Dict[int, TensorSpec], batch_key: Optional[tuple],
-                   options: PlanOptions, progress: Optional[Progress] = None) -> List[Step]:
+                   layouts: dict[int, TensorSpec], batch_key: tuple | None,
+                   options: PlanOptions, progress: Progress | None = None) -> list[Step]:
     """Every segment's Step. Segments of one shape are lowered once (shape_key) and each
     given its own offsets: the cost model was most of the time a long program planned."""
     tick = ticker(progress, "planning: segments lowered", len(fused.segments))
-    lowered: Dict[tuple, Step] = {}
+    lowered: dict[tuple, Step] = {}
     steps = []
     regions = memory.regions
     for i, seg in enumerate(fused.segments):
@@ -156,17 +155,17 @@ def lower_segments(fused: Fused, memory: MemoryPlan, dtype: str,
 
 
 def build_schedule(fused: Fused, memory: MemoryPlan, dtype: str,
-                   layouts: Optional[Dict[int, TensorSpec]] = None,
-                   batch_key: Optional[tuple] = None,
+                   layouts: dict[int, TensorSpec] | None = None,
+                   batch_key: tuple | None = None,
                    options: PlanOptions = PlanOptions(),
-                   progress: Optional[Progress] = None) -> Schedule:
+                   progress: Progress | None = None) -> Schedule:
     """batch_key: the batch axis of programs rewritten by ir/batch.py, if any."""
     layouts = layouts if layouts is not None else dict(fused.specs)
     steps = lower_segments(fused, memory, dtype, layouts, batch_key, options, progress)
     # kernels in a canonical order, so that schedules using the same kernels share one
     # compiled dispatcher
     patterns = sorted({st.pattern for st in steps}, key=lambda p: p.name)
-    ids: Dict[KernelPattern, int] = {p: i for i, p in enumerate(patterns)}
+    ids: dict[KernelPattern, int] = {p: i for i, p in enumerate(patterns)}
     # laid out in order: step rows, parameters, offset tables, scratch
     cursor = abi.STEP_ROW * len(steps) + sum(st.params.size() for st in steps)
     with_tables, tables = [], []  # each step's params, its offset tables placed
@@ -186,8 +185,8 @@ def build_schedule(fused: Fused, memory: MemoryPlan, dtype: str,
     for st, params in zip(steps, with_tables):
         placed.append(Step(st.segment, st.pattern, replace(params, scratch=cursor), st.work))
         cursor += params.scratch_size()
-    head: List[int] = []
-    params: List[int] = []
+    head: list[int] = []
+    params: list[int] = []
     for st in placed:
         head += [ids[st.pattern], abi.STEP_ROW * len(placed) + len(params)]
         params += st.params.pack()

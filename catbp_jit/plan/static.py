@@ -19,8 +19,8 @@ them.
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
-from typing import AbstractSet, FrozenSet, Set, Tuple
 
 from .fusion import Fused
 from .graph import FACTOR, SELECTOR, UNIT
@@ -29,8 +29,8 @@ from .graph import FACTOR, SELECTOR, UNIT
 @dataclass(frozen=True)
 class StaticInputs:
     """The inputs declared static: factor ids and selector ids."""
-    factors: FrozenSet[int] = frozenset()
-    selectors: FrozenSet[int] = frozenset()
+    factors: frozenset[int] = frozenset()
+    selectors: frozenset[int] = frozenset()
 
     def __bool__(self) -> bool:
         return bool(self.factors or self.selectors)
@@ -40,7 +40,7 @@ class StaticInputs:
         return ident in {"factor": self.factors, "selector": self.selectors}.get(kind, ())
 
 
-def static_values(fused: Fused, static: StaticInputs) -> Set[int]:
+def static_values(fused: Fused, static: StaticInputs) -> set[int]:
     """The values a run need not recompute: static inputs, constants and the outputs of
     static segments (segments are in program order, so a leaf's writer comes first)."""
     known = {v for v, kind in fused.kinds.items()
@@ -52,7 +52,7 @@ def static_values(fused: Fused, static: StaticInputs) -> Set[int]:
     return known
 
 
-def static_first(fused: Fused, static: StaticInputs) -> Tuple[Fused, int]:
+def static_first(fused: Fused, static: StaticInputs) -> tuple[Fused, int]:
     """The segments reordered static first (each part in program order), and how many
     are static. Without static inputs: `fused` unchanged, 0."""
     if not static:
@@ -63,7 +63,7 @@ def static_first(fused: Fused, static: StaticInputs) -> Tuple[Fused, int]:
     return replace(fused, segments=first + rest), len(first)
 
 
-def persistent_values(fused: Fused, n_static: int) -> Set[int]:
+def persistent_values(fused: Fused, n_static: int) -> set[int]:
     """Outputs of the first n_static segments (the static ones) that a dynamic segment
     reads: they must keep their values across runs."""
     static_outs = {seg.out for seg in fused.segments[:n_static]}

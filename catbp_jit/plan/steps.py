@@ -5,7 +5,6 @@ GEMM lowering (gemm.py), which the schedule tries first."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Dict, List, Optional, Union
 
 from .. import abi
 from ..ir.schema import TensorSpec
@@ -42,11 +41,11 @@ class KernelPattern:
 class Step:
     segment: Segment
     pattern: KernelPattern
-    params: Union[abi.StepParams, abi.GemmParams]  # by pattern.template
+    params: abi.StepParams | abi.GemmParams  # by pattern.template
     work: int  # output elements x reduced elements x leaves
 
 
-def c_strides(spec: TensorSpec) -> Dict[tuple, int]:
+def c_strides(spec: TensorSpec) -> dict[tuple, int]:
     """Element strides of a C-contiguous tensor, by axis key."""
     strides, step = {}, 1
     for ax in reversed(spec.axes):
@@ -55,7 +54,7 @@ def c_strides(spec: TensorSpec) -> Dict[tuple, int]:
     return strides
 
 
-def normalize_groups(seg: Segment, layout: TensorSpec, batch_key: Optional[tuple]) -> List[int]:
+def normalize_groups(seg: Segment, layout: TensorSpec, batch_key: tuple | None) -> list[int]:
     """[groups, group stride, element stride]: a NORMALIZE normalizes each of `groups`
     parts of its output alone, part g being the elements at g * group stride + i *
     element stride: one part per batch row (the batch axis is innermost), else [1, 0, 1].

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import List
-
 import numpy as np
 
 from ..errors import AlignmentError
@@ -33,7 +31,7 @@ def align_array_to(arr: np.ndarray, in_spec: TensorSpec, out_spec: TensorSpec) -
     else:
         arr_t = np.array(arr).reshape(())
 
-    shape: List[int] = []
+    shape: list[int] = []
     cursor = 0
     for ax in out_spec.axes:
         if ax.key in in_pos:

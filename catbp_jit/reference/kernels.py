@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence, Tuple
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -16,7 +16,7 @@ def vm_unit(out_spec: TensorSpec, sr: VMSemiringRuntime) -> np.ndarray:
     return sr.one(out_spec.shape).astype(sr.dtype, copy=False)
 
 
-def vm_contract(inputs: Sequence[Tuple[np.ndarray, TensorSpec]], out_spec: TensorSpec,
+def vm_contract(inputs: Sequence[tuple[np.ndarray, TensorSpec]], out_spec: TensorSpec,
                 sr: VMSemiringRuntime) -> np.ndarray:
     """The ⊗-product of the inputs aligned to out_spec, multiplied left to right."""
     if not inputs:
@@ -30,7 +30,7 @@ def vm_contract(inputs: Sequence[Tuple[np.ndarray, TensorSpec]], out_spec: Tenso
 
 
 def vm_eliminate_keep(arr: np.ndarray, in_spec: TensorSpec, keep_keys: Sequence[AxisKey],
-                      sr: VMSemiringRuntime) -> Tuple[np.ndarray, TensorSpec]:
+                      sr: VMSemiringRuntime) -> tuple[np.ndarray, TensorSpec]:
     """⊕-reduce every axis not in keep_keys; the result's axes follow keep_keys order.
 
     Keys in keep_keys that the input lacks are ignored. Kept axes are moved first (in
@@ -59,7 +59,7 @@ def vm_eliminate_keep(arr: np.ndarray, in_spec: TensorSpec, keep_keys: Sequence[
     return x, TensorSpec(tuple(in_spec.axes[pos[k]] for k in present))
 
 
-def keep_keys_from_drop(in_spec: TensorSpec, drop_ids: Sequence[int]) -> Tuple[AxisKey, ...]:
+def keep_keys_from_drop(in_spec: TensorSpec, drop_ids: Sequence[int]) -> tuple[AxisKey, ...]:
     """The legacy `drop` argument (axis ids, of either kind) as keep_keys."""
     drop = set(drop_ids)
     return tuple(ax.key for ax in in_spec.axes if ax.id not in drop)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Optional, Tuple
 
 import numpy as np
 
@@ -13,14 +12,14 @@ from ..ir.schema import Axis, AxisType, TensorSpec
 @dataclass(frozen=True)
 class SelectorPayload:
     mode_axis_id: int
-    interface_axis_ids: Tuple[int, ...]
+    interface_axis_ids: tuple[int, ...]
     quotient_map: np.ndarray  # flat interface state -> mode id (-1: infeasible)
     num_modes: int
-    diag_mask: Optional[np.ndarray] = None  # fixed-point feasibility per flat state
+    diag_mask: np.ndarray | None = None  # fixed-point feasibility per flat state
 
 
-def vm_load_selector(payload: SelectorPayload, domains: Dict[int, int], mode_sizes: Dict[int, int],
-                     dtype=np.float32, one_val=None, zero_val=None) -> Tuple[np.ndarray, TensorSpec]:
+def vm_load_selector(payload: SelectorPayload, domains: dict[int, int], mode_sizes: dict[int, int],
+                     dtype=np.float32, one_val=None, zero_val=None) -> tuple[np.ndarray, TensorSpec]:
     """The dense selector tensor: interface axes (GEOMETRIC) then the mode axis (TOPOLOGICAL)."""
     ids = tuple(payload.interface_axis_ids)
     geo_shape = tuple(domains[v] for v in ids)

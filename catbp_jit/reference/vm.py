@@ -10,24 +10,31 @@ operand that caused it, keeping the exception type (KeyError, ValueError) of the
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterable, Optional, Tuple
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 
-from ..errors import CatbpError, ProgramKeyError, ProgramValueError, UseBeforeDefinitionError, UnwrittenSlotError
+from ..errors import (
+    CatbpError,
+    ProgramKeyError,
+    ProgramValueError,
+    UnwrittenSlotError,
+    UseBeforeDefinitionError,
+)
 from ..ir.adapt import adapt_program, adapt_slot_key, adapt_spec
 from ..ir.ops import Instruction, RegID, SlotKey
 from ..ir.schema import TensorSpec
 from ..semiring import VMSemiringRuntime, adapt_semiring
 from .kernels import keep_keys_from_drop, vm_contract, vm_eliminate_keep, vm_unit
 
-Provider = Callable[[int], Tuple[np.ndarray, Any]]
+Provider = Callable[[int], tuple[np.ndarray, Any]]
 
 
 class RegisterBank:
     def __init__(self):
-        self.data: Dict[RegID, np.ndarray] = {}
-        self.spec: Dict[RegID, TensorSpec] = {}
+        self.data: dict[RegID, np.ndarray] = {}
+        self.spec: dict[RegID, TensorSpec] = {}
         self.next_id: int = 0
 
     def alloc(self, arr: np.ndarray, spec: TensorSpec) -> RegID:
@@ -40,7 +47,7 @@ class RegisterBank:
         self.data[rid] = arr
         self.spec[rid] = spec
 
-    def get(self, rid: RegID) -> Tuple[np.ndarray, TensorSpec]:
+    def get(self, rid: RegID) -> tuple[np.ndarray, TensorSpec]:
         if rid not in self.data:
             raise UseBeforeDefinitionError(f"register r{rid} is not defined (never written, or freed)")
         return self.data[rid], self.spec[rid]
@@ -59,13 +66,13 @@ class RegisterBank:
 
 
 class SlotStore:
-    def __init__(self, data: Optional[Dict[SlotKey, Tuple[np.ndarray, TensorSpec]]] = None):
-        self.data: Dict[SlotKey, Tuple[np.ndarray, TensorSpec]] = {} if data is None else data
+    def __init__(self, data: dict[SlotKey, tuple[np.ndarray, TensorSpec]] | None = None):
+        self.data: dict[SlotKey, tuple[np.ndarray, TensorSpec]] = {} if data is None else data
 
     def set(self, key: SlotKey, arr: np.ndarray, spec: TensorSpec) -> None:
         self.data[key] = (arr, spec)
 
-    def get(self, key: SlotKey) -> Tuple[np.ndarray, TensorSpec]:
+    def get(self, key: SlotKey) -> tuple[np.ndarray, TensorSpec]:
         if key not in self.data:
             raise UnwrittenSlotError(f"slot {key!r} not found (never stored)")
         return self.data[key]
@@ -76,7 +83,7 @@ class SlotStore:
     __contains__ = has
 
 
-def _load(provider: Provider, ident: int, sr: VMSemiringRuntime) -> Tuple[np.ndarray, TensorSpec]:
+def _load(provider: Provider, ident: int, sr: VMSemiringRuntime) -> tuple[np.ndarray, TensorSpec]:
     arr, spec = provider(ident)
     return np.asarray(arr).astype(sr.dtype, copy=False), adapt_spec(spec)
 
@@ -105,7 +112,7 @@ class VirtualMachine:
                 raise ProgramValueError(str(e), program=prog.name, index=index,
                                         op=ins.op.name) from e
 
-    def _get(self, rid: RegID, operand: str) -> Tuple[np.ndarray, TensorSpec]:
+    def _get(self, rid: RegID, operand: str) -> tuple[np.ndarray, TensorSpec]:
         try:
             return self.regs.get(rid)
         except CatbpError as e:
@@ -157,7 +164,8 @@ class VirtualMachine:
             self.regs.free(rid)
 
 
-def adapt_slots(slots: Optional[Dict[Any, Tuple[np.ndarray, Any]]]) -> Dict[SlotKey, Tuple[np.ndarray, TensorSpec]]:
+def adapt_slots(slots: dict[Any, tuple[np.ndarray, Any]] | None
+                ) -> dict[SlotKey, tuple[np.ndarray, TensorSpec]]:
     """Slots handed in by a user: keys as hashable tuples, specs as ours, arrays as given."""
     if not slots:
         return {}
@@ -165,7 +173,7 @@ def adapt_slots(slots: Optional[Dict[Any, Tuple[np.ndarray, Any]]]) -> Dict[Slot
 
 
 def run_program(program: Any, sr: Any, factor_provider: Provider, selector_provider: Provider,
-                *, slots: Optional[dict] = None) -> Dict[SlotKey, Tuple[np.ndarray, TensorSpec]]:
+                *, slots: dict | None = None) -> dict[SlotKey, tuple[np.ndarray, TensorSpec]]:
     """Run one program on a fresh VM whose slots start as `slots`; return all slots."""
     vm = VirtualMachine(sr)
     vm.slots.data.update(adapt_slots(slots))
@@ -174,7 +182,7 @@ def run_program(program: Any, sr: Any, factor_provider: Provider, selector_provi
 
 
 def run_programs(programs: Iterable[Any], sr: Any, factor_provider: Provider,
-                 selector_provider: Provider, *, slots: Optional[dict] = None) -> dict:
+                 selector_provider: Provider, *, slots: dict | None = None) -> dict:
     """Run linked programs in order (upward, downward, finalize), slots carried over."""
     for p in programs:
         slots = run_program(p, sr, factor_provider, selector_provider, slots=slots)

@@ -38,10 +38,11 @@ Properties worth knowing
 * **Frees and reallocs follow the array.**  numpy frees (and resizes) a buffer
   through the handler stored on the array that owns it, i.e. the one current
   when the array was created: growing an array created before the block is
-  not seen, free of an array created before the block is not seen either.  An array allocated inside the block and freed
-  after it still calls our free callback (it then counts nothing), which is why
-  the handler struct and callbacks are created once per process and kept alive
-  forever (they are deliberately leaked).
+  not seen, free of an array created before the block is not seen either.  An
+  array allocated inside the block and freed after it still calls our free
+  callback (it then counts nothing), which is why the handler struct and
+  callbacks are created once per process and kept alive forever (they are
+  deliberately leaked).
 * **GIL.**  ctypes callbacks wrap the call in ``PyGILState_Ensure`` /
   ``PyGILState_Release``, so they are safe even when numpy allocates or frees
   with the GIL released: the callback simply acquires it.  The counters are
@@ -292,7 +293,7 @@ class NumpyAllocCounter:
         self.frees = 0
         self.bytes = 0
 
-    def __enter__(self) -> "NumpyAllocCounter":
+    def __enter__(self) -> NumpyAllocCounter:
         m = _get_machinery()
         active = _ACTIVE.get()
         # Re-entering the same counter must not count allocations twice.
@@ -427,7 +428,7 @@ class NrtAllocCounter:
         alloc, _, mi_alloc, _ = self._delta()
         return alloc + mi_alloc
 
-    def __enter__(self) -> "NrtAllocCounter":
+    def __enter__(self) -> NrtAllocCounter:
         if self._enable and not nrt_stats_enabled():
             enable_nrt_stats()
         self._start = nrt_allocation_stats()  # raises if disabled
