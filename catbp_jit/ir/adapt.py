@@ -41,12 +41,20 @@ def adapt_axis_type(x: Any) -> AxisType:
     raise SpecError(f"unknown axis kind {shown(x)} (expected GEOMETRIC or TOPOLOGICAL)")
 
 
-def _as_int(x: Any, what: str) -> int:
+def _integral(x: Any) -> int | None:
+    """x as an int when it is an integer (numpy's too) and not a bool, else None."""
     if type(x) is int:  # the common case, without the slow ABC check below
         return x
     if isinstance(x, bool) or not isinstance(x, numbers.Integral):
-        raise SpecError(f"{what} must be an integer, got {shown(x)}")
+        return None
     return int(x)
+
+
+def _as_int(x: Any, what: str) -> int:
+    n = _integral(x)
+    if n is None:
+        raise SpecError(f"{what} must be an integer, got {shown(x)}")
+    return n
 
 
 def adapt_axis(x: Any) -> Axis:
@@ -104,11 +112,10 @@ def adapt_opcode(x: Any) -> OpCode:
 
 
 def _reg(x: Any, what: str) -> int:
-    if type(x) is int:  # the common case, without the slow ABC check below
-        return x
-    if isinstance(x, bool) or not isinstance(x, numbers.Integral):
+    n = _integral(x)
+    if n is None:
         raise ProgramValueError(f"{what} must be a register id (int), got {shown(x)}")
-    return int(x)
+    return n
 
 
 def _regs(x: Any, what: str) -> tuple:
