@@ -103,9 +103,9 @@ class CompiledModel:
         self._companions: Dict[str, CompiledModel] = {}
 
     def batch_buckets(self) -> Tuple[int, ...]:
+        """The buckets solve_batch plans (BuiltModel.batch_buckets: those asked for whose
+        beliefs fit in BATCH_BYTES, at least the smallest)."""
         return self.built.batch_buckets()
-
-    batch_buckets.__doc__ = BuiltModel.batch_buckets.__doc__
 
     def _bind_batched(self, executable) -> None:
         self.batch_executable = executable
