@@ -31,6 +31,7 @@ from .cli_errors import CliError, check_kernel_cache
 from .codegen.workers import KernelCompileError, WorkerOptionError
 from .environment import EnvironmentSettingError, check_all
 from .errors import CatbpError, bounded
+from .semiring import SEMIRING_NAMES
 
 EXIT_OK, EXIT_MISMATCH, EXIT_ERROR = 0, 1, 2
 MAX_LISTED_MISMATCHES = 5
@@ -307,7 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--evidence-vars", metavar="VAR,VAR,...",
                    help="a model's evidence variables (their indicators are batched)")
     # --semiring defaults to None so that a bundle (which has its own) can refuse it
-    p.add_argument("--semiring", choices=("prob", "logprob", "sat", "count"), default=None,
+    p.add_argument("--semiring", choices=[s.lower() for s in SEMIRING_NAMES], default=None,
                    help="a model's semiring (default prob)")
     p.add_argument("--mode", choices=("compiled", "loop"), default="compiled")
     p.add_argument("--target", choices=("cpu", "cuda"), default="cpu",
@@ -369,14 +370,14 @@ def cmd_aot(args: argparse.Namespace) -> int:
         bs = _id_list(args.batched_selectors, "--batched-selectors")
         name = bundle.name
     else:
-        from .frontend.model import CompiledModel
+        from .frontend.build import build_model
         graph = read_model(args.input)  # CommandError for what is no model
         ev = tuple(v for v in (args.evidence_vars or "").split(",") if v)
         args.semiring = args.semiring or "prob"
         # the plan and programs only (the reference target compiles nothing)
-        model = CompiledModel(graph, args.semiring, evidence_vars=ev, target="reference")
-        programs, sr, fspecs, sspecs = list(model.programs), model.sr, model.factor_specs, {}
-        bf, bs = model._batched_factor_ids(), ()
+        built = build_model(graph, args.semiring, evidence_vars=ev, target="reference")
+        programs, sr, fspecs, sspecs = list(built.programs), built.sr, built.factor_specs, {}
+        bf, bs = built.batched_factor_ids(), ()
         from .frontend.model_source import DEFAULT_BUCKETS, profile_entry
         buckets = (buckets or DEFAULT_BUCKETS) if bf else None
         name = graph.name

@@ -228,7 +228,7 @@ def _solve_block(block: np.ndarray, source: ModelSource, variables: tuple[str, .
     first = block_info[0]["array-location"][0][0] if block_info else 0
     try:
         from .frontend.batch import evidence_table
-        table = evidence_table(model, np.asarray(block))
+        table = evidence_table(model.built, np.asarray(block))
     except FactorGraphError as e:  # its row is the block's: say the array's
         raise FactorGraphError(f"{e} (the block from array row {first})") from None
     with lock:

@@ -11,15 +11,13 @@ reproduces CatBP's results bit for bit.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
 
 from .errors import CatbpError
-
-SEMIRING_NAMES = ("SAT", "PROB", "LOGPROB", "COUNT")
-
 
 @dataclass(frozen=True)
 class Semiring:
@@ -36,10 +34,63 @@ class Semiring:
     single_term_reduction_is_identity: bool = True
     # the dtypes compiled kernels exist for (every target); the reference takes any
     dtypes: Tuple[str, ...] = ()
+    # what a result (Z, a marginal's entry) means, so that the front end reads it without
+    # asking which semiring it is: "bool" (SAT: possible or not), "count" (COUNT: a number
+    # of models, int64 arithmetic that wraps modulo 2^64), "scaled" (PROB: a float, which
+    # the front end runs scaled: frontend/scaling.py), "log" (LOGPROB: the natural log)
+    result_kind: str = "scaled"
 
     @property
     def normalizes(self) -> bool:
         return self.normalization is not None
+
+    @property
+    def is_log(self) -> bool:
+        """Results are logs (LOGPROB): potentials load as log, Z as log Z."""
+        return self.result_kind == "log"
+
+    @property
+    def is_scaled(self) -> bool:
+        """The front end keeps tables and messages near 1 and Z as their scales (PROB)."""
+        return self.result_kind == "scaled"
+
+    @property
+    def is_count(self) -> bool:
+        """Z counts models in wrapping int64 arithmetic: exact below 2^63 (COUNT)."""
+        return self.result_kind == "count"
+
+    @property
+    def result_dtype(self) -> Optional[str]:
+        """The dtype Z is exact in, a bool (SAT) or an int64 count (COUNT); None when Z
+        is a float (PROB, LOGPROB: log Z carries it)."""
+        return {"bool": "bool", "count": "int64"}.get(self.result_kind)
+
+    @property
+    def marginal_dtype(self) -> str:
+        """A normalized marginal's dtype: which values are possible (SAT), else float64."""
+        return "bool" if self.result_kind == "bool" else "float64"
+
+    def to_log_z(self, z: Any) -> float:
+        """log Z from one Z as the programs compute it: a truth (0 or -inf), a count, a
+        float (PROB's Z, already rebuilt from its scales) or a log."""
+        if self.result_kind == "bool":
+            return 0.0 if bool(z) else -math.inf
+        if self.result_kind == "count":
+            count = int(z)
+            return math.log(count) if count > 0 else -math.inf
+        if self.result_kind == "log":
+            return float(z)
+        with np.errstate(divide="ignore"):
+            return float(np.log(float(z)))
+
+    def log_z_rows(self, z: np.ndarray) -> np.ndarray:
+        """log Z of each row of a batch (float64), from the rows' Z as computed."""
+        if self.result_kind == "bool":
+            return np.where(np.asarray(z, dtype=bool), 0.0, -math.inf)
+        if self.result_kind == "log":
+            return np.array(z, dtype=np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.log(np.asarray(z).astype(np.float64))
 
     def product(self, terms) -> str:
         """⊗ of the terms, left to right as written, as source."""
@@ -56,24 +107,28 @@ class Semiring:
         LOGPROB: natural log (0 -> -inf). SAT: non-zero. COUNT: 1 where non-zero, so Z
         counts the assignments every factor allows."""
         values = np.asarray(values)
-        if self.name == "LOGPROB":
+        if self.is_log:
             with np.errstate(divide="ignore"):
                 values = np.log(values)
-        elif self.name in ("SAT", "COUNT"):
+        elif self.result_dtype is not None:  # an exact answer counts the allowed assignments
             values = values != 0
         # np.asarray: numpy turns 0-d results into scalars, the executor wants arrays
         return np.asarray(values, dtype=dtype)
 
 
+# every semiring, the front end's default first: the one list of their names
 SEMIRINGS = {
-    "SAT": Semiring("SAT", "bool", True, False, " and ", "any", None, dtypes=("bool",)),
     "PROB": Semiring("PROB", "float64", 1.0, 0.0, " * ", "sum", "divide_by_total",
-                     dtypes=("float64", "float32")),
+                     dtypes=("float64", "float32"), result_kind="scaled"),
     "LOGPROB": Semiring("LOGPROB", "float64", 0.0, -np.inf, " + ", "logsumexp",
                         "subtract_logsumexp", single_term_reduction_is_identity=False,
-                        dtypes=("float64", "float32")),
-    "COUNT": Semiring("COUNT", "int64", 1, 0, " * ", "sum", None, dtypes=("int64",)),
+                        dtypes=("float64", "float32"), result_kind="log"),
+    "SAT": Semiring("SAT", "bool", True, False, " and ", "any", None, dtypes=("bool",),
+                    result_kind="bool"),
+    "COUNT": Semiring("COUNT", "int64", 1, 0, " * ", "sum", None, dtypes=("int64",),
+                      result_kind="count"),
 }
+SEMIRING_NAMES = tuple(SEMIRINGS)  # ("PROB", "LOGPROB", "SAT", "COUNT")
 
 
 class SemiringDtypeError(CatbpError, ValueError):
@@ -213,18 +268,21 @@ def vm_counting_semiring(dtype=np.int64) -> VMSemiringRuntime:
     )
 
 
+# each name's runtime factory ("COUNTING": CatBP's other name for COUNT); SAT is bool only
+_RUNTIMES: Dict[str, Callable[..., VMSemiringRuntime]] = {
+    "PROB": vm_prob_semiring, "LOGPROB": vm_logprob_semiring,
+    "SAT": lambda *dtype: vm_sat_semiring(), "COUNT": vm_counting_semiring,
+    "COUNTING": vm_counting_semiring,
+}
+
+
 def make_semiring(name: str, dtype: Any = None) -> VMSemiringRuntime:
-    """The runtime for a semiring name ("SAT", "PROB", "LOGPROB", "COUNT") and dtype."""
-    key = str(name).upper()
-    if key == "SAT":
-        return vm_sat_semiring()
-    if key == "PROB":
-        return vm_prob_semiring(np.float64 if dtype is None else dtype)
-    if key == "LOGPROB":
-        return vm_logprob_semiring(np.float64 if dtype is None else dtype)
-    if key in ("COUNT", "COUNTING"):
-        return vm_counting_semiring(np.int64 if dtype is None else dtype)
-    raise ValueError(f"unknown semiring {name!r} (known: {', '.join(SEMIRING_NAMES)})")
+    """The runtime for a semiring name ("SAT", "PROB", "LOGPROB", "COUNT") and dtype
+    (None: the semiring's default)."""
+    factory = _RUNTIMES.get(str(name).upper())
+    if factory is None:
+        raise ValueError(f"unknown semiring {name!r} (known: {', '.join(SEMIRING_NAMES)})")
+    return factory() if dtype is None else factory(dtype)
 
 
 def adapt_semiring(sr: Any) -> VMSemiringRuntime:

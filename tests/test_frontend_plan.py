@@ -190,8 +190,8 @@ def chain(n, d):
 
 
 def test_a_plan_over_the_total_limit_is_refused_before_emitting(monkeypatch):
-    from catbp_jit.frontend import model
-    monkeypatch.setattr(model, "emit_programs", lambda *a: pytest.fail("emitted a refused plan"))
+    from catbp_jit.frontend import build
+    monkeypatch.setattr(build, "emit_programs", lambda *a: pytest.fail("emitted a refused plan"))
     graph = chain(50, 10)  # 49 cliques of 100 states: 39,200 bytes as float64
     with pytest.raises(ModelTooLargeError,
                        match=r"chain: the junction tree's cliques hold [\d,]+ states .* or more .*, the "

@@ -425,7 +425,7 @@ def tiny_bundle(tmp_path):
                                         (("a", "b"), [[0.9, 0.1], [0.2, 0.8]])])
     m = compile_model(g, target="reference")
     b = Bundle("tiny", "tiny", "PROB", np.dtype("float64"), False,
-               {f: (m._values[f], m.factor_specs[f]) for f in m.factor_specs}, {},
+               {f: (m.built.values[f], m.factor_specs[f]) for f in m.factor_specs}, {},
                list(m.programs))
     return save_bundle(b, tmp_path / "tiny")
 

@@ -12,13 +12,13 @@ have the bits that one numpy call per variable gave.
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Dict, Iterator, Sequence, Tuple
+from typing import Dict, Iterator, Sequence, Tuple, Union
 
 import numpy as np
 
+from ..semiring import Semiring, semiring as describe
 from .scaling import exp_of_log
 
 
@@ -112,26 +112,40 @@ def answer_layout(names: Sequence[str], domains: Mapping[str, int],
         observed_all=positions(absorbed))
 
 
-def finish(semiring: str, z, raw: np.ndarray, layout: AnswerLayout):
+def finish(semiring: Union[str, Semiring], z, raw: np.ndarray, layout: AnswerLayout):
     """Z, log Z and normalized marginals from the semiring's raw values (flat); each
     marginal is normalized on its own, by the same operations, so with the same bits, as
-    one numpy call per variable would."""
-    at = layout.at
-    if semiring == "SAT":
-        sat = bool(z)
-        return sat, (0.0 if sat else -math.inf), Marginals(raw.astype(bool), at)
-    if semiring == "LOGPROB":
-        log_z = float(z)
-        return exp_of_log(log_z), log_z, Marginals(_log_normalized(raw, layout), at)
-    if semiring == "COUNT":
-        count = int(z)
-        log_z = math.log(count) if count > 0 else -math.inf
-        marg = raw.astype(np.float64) / count if count > 0 else np.full(raw.shape, np.nan)
-        return count, log_z, Marginals(marg, at)
-    zf = float(z)
-    with np.errstate(divide="ignore"):
-        log_z = float(np.log(zf))
-    return zf, log_z, Marginals(_normalized(raw, layout), at)
+    one numpy call per variable would. semiring: its description (or its name)."""
+    kind = semiring if isinstance(semiring, Semiring) else describe(semiring)
+    log_z = kind.to_log_z(z)
+    value, marginals = _FINISH[kind.result_kind](z, log_z, raw, layout)
+    return value, log_z, Marginals(marginals, layout.at)
+
+
+def _finish_bool(z, log_z: float, raw: np.ndarray, layout: AnswerLayout):
+    """SAT: satisfiable or not; which values some model takes."""
+    return bool(z), raw.astype(bool)
+
+
+def _finish_count(z, log_z: float, raw: np.ndarray, layout: AnswerLayout):
+    """COUNT: the number of models; the fraction of them per value."""
+    count = int(z)
+    return count, (raw.astype(np.float64) / count if count > 0 else np.full(raw.shape, np.nan))
+
+
+def _finish_log(z, log_z: float, raw: np.ndarray, layout: AnswerLayout):
+    """LOGPROB: Z from its log; each marginal normalized in the log domain."""
+    return exp_of_log(log_z), _log_normalized(raw, layout)
+
+
+def _finish_scaled(z, log_z: float, raw: np.ndarray, layout: AnswerLayout):
+    """PROB: Z as a float (the caller rebuilds a scaled Z itself); each marginal m / sum."""
+    return float(z), _normalized(raw, layout)
+
+
+# what a result means (Semiring.result_kind) -> how Z and the marginals are read
+_FINISH = {"bool": _finish_bool, "count": _finish_count, "log": _finish_log,
+           "scaled": _finish_scaled}
 
 
 def _by_group(normalize, raw: np.ndarray, layout: AnswerLayout) -> np.ndarray:

@@ -12,19 +12,28 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, Iterable, Mapping, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Mapping, Sequence, Tuple
 
 import numpy as np
 
 from ..errors import name_list
 from ..semiring import logsumexp
 from .graph import FactorGraphError
-from .scaling import TINY, NumericalError, exp_of_log
+from .scaling import TINY, NumericalError
 
 if TYPE_CHECKING:
-    from .model import CompiledModel
+    from .build import BuiltModel
 
 UNOBSERVED = -1
+Evidence = Dict[str, int]
+
+
+@dataclass(frozen=True)
+class Certificates:
+    """What vouches for a rare row (model.py's CompiledModel passes its own, which solve
+    companion models): each raises NumericalError unless the row's answer is exact."""
+    infeasible: Callable[[Evidence], None]  # PROB's Z is 0: nothing is possible
+    count_fits: Callable[[Evidence], None]  # COUNT's wrapped count is the count
 
 
 @dataclass
@@ -57,7 +66,7 @@ class BatchSolution:
         return out
 
 
-def evidence_table(model: "CompiledModel", rows: Any) -> np.ndarray:
+def evidence_table(model: "BuiltModel", rows: Any) -> np.ndarray:
     """Rows of evidence as an int64 table (n, len(model.evidence_columns)) of state indices,
     -1 where unobserved. rows: a sequence of {variable: state index or name}, or a 2-D
     integer array whose columns follow model.evidence_columns."""
@@ -98,7 +107,7 @@ def evidence_table(model: "CompiledModel", rows: Any) -> np.ndarray:
                     raise FactorGraphError(
                         f"{name}: evidence row {i} observes {v!r}, but this model was compiled "
                         f"for evidence on {name_list(cols, repr) or 'no variables'}")
-                table[i, where[v]] = model._state_index(v, state)
+                table[i, where[v]] = model.state_index(v, state)
     if model.absorbed is not None and (table == UNOBSERVED).any():
         i, j = (int(x[0]) for x in np.nonzero(table == UNOBSERVED))
         raise FactorGraphError(
@@ -108,7 +117,7 @@ def evidence_table(model: "CompiledModel", rows: Any) -> np.ndarray:
     return table
 
 
-def evidence_factors(model: "CompiledModel", table: np.ndarray) -> Tuple[Dict[int, np.ndarray], np.ndarray]:
+def evidence_factors(model: "BuiltModel", table: np.ndarray) -> Tuple[Dict[int, np.ndarray], np.ndarray]:
     """The batched factor values that carry the rows, and per row the power of two (PROB)
     the cut tables were scaled by."""
     n = len(table)
@@ -147,43 +156,61 @@ def _pow2_rows(rows: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     return np.ldexp(rows, (-k).reshape((n,) + (1,) * (rows.ndim - 1))), k
 
 
-def _as_semiring(model: "CompiledModel", values: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(model.sr.kind.potentials(values, model.sr.dtype))
+def _as_semiring(model: "BuiltModel", values: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(model.kind.potentials(values, model.sr.dtype))
 
 
-def batch_solution(model: "CompiledModel", slots: Mapping[tuple, np.ndarray], table: np.ndarray,
-                   exponent: np.ndarray) -> BatchSolution:
+def batch_solution(model: "BuiltModel", slots: Mapping[tuple, np.ndarray], table: np.ndarray,
+                   exponent: np.ndarray, certify: Certificates) -> BatchSolution:
     """Answers from the rows of Z, the scales and the raw marginals."""
-    n, sr = len(table), model.semiring
+    n = len(table)
     if n == 0:
         return _no_rows(model, table)
     z = _rows(slots, ("Z",), n, ())
     raw = {v: _raw_marginal(model, slots, table, v, z) for v in model.graph.names}
-    columns = model.evidence_columns
+    if model.kind.is_scaled:
+        return _scaled_rows(model, slots, table, exponent, certify, z, raw)
     # every array below is a copy: the slots are views the next run writes over
-    if sr == "SAT":
-        sat = np.array(z, dtype=bool)
-        marg = {v: np.array(m, dtype=bool) for v, m in raw.items()}
-        return BatchSolution(sr, np.where(sat, 0.0, -math.inf), marg, table, columns, sat)
-    if sr == "COUNT":
-        counts = np.asarray(z, dtype=np.int64).copy()
-        if model._count_may_wrap:  # rare: a model of 2^63 assignments or more
-            for i in range(n):
-                model._check_count_fits(_row_evidence(model, table[i]))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            log_z = np.log(counts.astype(np.float64))
-            marg = {v: np.asarray(m, dtype=np.float64) / counts[:, None] for v, m in raw.items()}
-        return BatchSolution(sr, log_z, _nan_where_zero(marg, log_z), table, columns, counts)
-    if sr == "LOGPROB":
-        log_z = np.array(z, dtype=np.float64)
-        marg = {}
-        with np.errstate(invalid="ignore"):
-            for v, m in raw.items():
-                m = np.asarray(m, dtype=np.float64)
-                marg[v] = np.exp(m - logsumexp(m, axis=(1,))[:, None])
-        return BatchSolution(sr, log_z, _nan_where_zero(marg, log_z), table, columns)
-    # PROB: Z is the root's total times every upward scale times the tables' powers of two
-    parts = np.stack([z] + [_rows(slots, k, n, ()) for k in model._scale_slots], axis=1)
+    kind = model.kind
+    counts = None if kind.result_dtype is None else np.array(z, dtype=kind.result_dtype)
+    if model.count_may_wrap:  # rare: a model of 2^63 assignments or more
+        for i in range(n):
+            certify.count_fits(_row_evidence(model, table[i]))
+    log_z = kind.log_z_rows(z if counts is None else counts)
+    marg = _ROW_MARGINALS[kind.result_kind](raw, counts)
+    if kind.marginal_dtype != "bool":  # SAT's impossible rows: all False
+        marg = _nan_where_zero(marg, log_z)
+    return BatchSolution(model.semiring, log_z, marg, table, model.evidence_columns, counts)
+
+
+def _bool_marginals(raw: Dict[str, np.ndarray], counts: np.ndarray) -> Dict[str, np.ndarray]:
+    return {v: np.array(m, dtype=bool) for v, m in raw.items()}
+
+
+def _count_marginals(raw: Dict[str, np.ndarray], counts: np.ndarray) -> Dict[str, np.ndarray]:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return {v: np.asarray(m, dtype=np.float64) / counts[:, None] for v, m in raw.items()}
+
+
+def _log_marginals(raw: Dict[str, np.ndarray], counts: None) -> Dict[str, np.ndarray]:
+    marg = {}
+    with np.errstate(invalid="ignore"):
+        for v, m in raw.items():
+            m = np.asarray(m, dtype=np.float64)
+            marg[v] = np.exp(m - logsumexp(m, axis=(1,))[:, None])
+    return marg
+
+
+# what a result means (Semiring.result_kind) -> each row's normalized marginals
+_ROW_MARGINALS = {"bool": _bool_marginals, "count": _count_marginals, "log": _log_marginals}
+
+
+def _scaled_rows(model: "BuiltModel", slots: Mapping[tuple, np.ndarray], table: np.ndarray,
+                 exponent: np.ndarray, certify: Certificates, z: np.ndarray,
+                 raw: Dict[str, np.ndarray]) -> BatchSolution:
+    """PROB: Z is the root's total times every upward scale times the tables' powers of two."""
+    n = len(table)
+    parts = np.stack([z] + [_rows(slots, k, n, ()) for k in model.scale_slots], axis=1)
     parts = np.asarray(parts, dtype=np.float64)
     zero = (parts == 0).any(axis=1)
     lost = ~zero & (parts < TINY).any(axis=1)
@@ -191,22 +218,22 @@ def batch_solution(model: "CompiledModel", slots: Mapping[tuple, np.ndarray], ta
         raise NumericalError(
             f"{model.graph.name}: evidence row {int(np.flatnonzero(lost)[0])}: PROB underflowed "
             f"(a message's total fell below {TINY:.3g}); solve with semiring='logprob'")
-    for i in np.flatnonzero(zero):  # certified, or NumericalError (model._check_infeasible)
-        model._check_infeasible(_row_evidence(model, table[i]))
+    for i in np.flatnonzero(zero):  # certified, or NumericalError
+        certify.infeasible(_row_evidence(model, table[i]))
     with np.errstate(divide="ignore"):
-        log_z = np.log(parts).sum(axis=1) + (exponent + model._exponent) * math.log(2.0)
+        log_z = np.log(parts).sum(axis=1) + (exponent + model.exponent) * math.log(2.0)
     log_z[zero] = -math.inf
     with np.errstate(invalid="ignore", divide="ignore"):
         marg = {v: m / m.sum(axis=1, keepdims=True)
                 for v, m in ((v, np.asarray(m, dtype=np.float64)) for v, m in raw.items())}
-    return BatchSolution(sr, log_z, _nan_where_zero(marg, log_z), table, columns)
+    return BatchSolution(model.semiring, log_z, _nan_where_zero(marg, log_z), table,
+                         model.evidence_columns)
 
 
-def _no_rows(model: "CompiledModel", table: np.ndarray) -> BatchSolution:
-    sat = model.semiring == "SAT"
-    counts = {"SAT": np.zeros(0, bool), "COUNT": np.zeros(0, np.int64)}.get(model.semiring)
-    marg = {v: np.zeros((0, d), dtype=bool if sat else np.float64)
-            for v, d in model.graph.variables.items()}
+def _no_rows(model: "BuiltModel", table: np.ndarray) -> BatchSolution:
+    kind = model.kind
+    counts = None if kind.result_dtype is None else np.zeros(0, kind.result_dtype)
+    marg = {v: np.zeros((0, d), dtype=kind.marginal_dtype) for v, d in model.graph.variables.items()}
     return BatchSolution(model.semiring, np.zeros(0), marg, table, model.evidence_columns, counts)
 
 
@@ -217,17 +244,17 @@ def _rows(slots: Mapping[tuple, Any], key: tuple, n: int, shape: Tuple[int, ...]
     return a if a.ndim == len(shape) + 1 else np.broadcast_to(a, (n,) + a.shape)
 
 
-def _raw_marginal(model: "CompiledModel", slots, table: np.ndarray, v: str,
+def _raw_marginal(model: "BuiltModel", slots, table: np.ndarray, v: str,
                   z: np.ndarray) -> np.ndarray:
     """Variable v's raw marginal per row; an absorbed variable's is Z at its observed state
     and the semiring's zero elsewhere (what the indicator model computes)."""
     n, d = len(table), model.graph.variables[v]
-    planned = model._planned_index
+    planned = model.planned_index
     if v in planned:
         return _rows(slots, ("marg", planned[v]), n, (d,))
     hit = np.zeros((n, d), dtype=bool)
     hit[np.arange(n), table[:, model.evidence_columns.index(v)]] = True
-    zero = model.sr.kind.zero
+    zero = model.kind.zero
     return np.where(hit, np.asarray(z)[:, None], zero)
 
 
@@ -250,19 +277,16 @@ def concatenate(parts: Sequence[BatchSolution]) -> BatchSolution:
                          None if first.counts is None else cat([p.counts for p in parts]))
 
 
-def _row_evidence(model: "CompiledModel", states: np.ndarray) -> Dict[str, int]:
+def _row_evidence(model: "BuiltModel", states: np.ndarray) -> Dict[str, int]:
     return {v: int(s) for v, s in zip(model.evidence_columns, states) if s != UNOBSERVED}
 
 
-def stack_solutions(model: "CompiledModel", solutions: Sequence[Any], table: np.ndarray) -> BatchSolution:
+def stack_solutions(model: "BuiltModel", solutions: Sequence[Any], table: np.ndarray) -> BatchSolution:
     """Row-by-row answers (the reference target) as one BatchSolution."""
     n = len(table)
     log_z = np.array([s.log_Z for s in solutions], dtype=np.float64).reshape(n)
     marg = {v: np.array([s.marginals[v] for s in solutions]).reshape(n, d)
             for v, d in model.graph.variables.items()}
-    counts = None
-    if model.semiring == "SAT":
-        counts = np.array([s.Z for s in solutions], dtype=bool).reshape(n)
-    elif model.semiring == "COUNT":
-        counts = np.array([s.Z for s in solutions], dtype=np.int64).reshape(n)
+    dtype = model.kind.result_dtype  # SAT, COUNT: Z exactly
+    counts = None if dtype is None else np.array([s.Z for s in solutions], dtype=dtype).reshape(n)
     return BatchSolution(model.semiring, log_z, marg, table, model.evidence_columns, counts)

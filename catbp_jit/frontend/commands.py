@@ -23,7 +23,8 @@ from ..errors import CatbpError, name_list, shown
 from .graph import FactorGraph, FactorGraphError
 from ..memory import format_bytes
 from ..progress import close as close_progress, command_lines
-from .model import SEMIRINGS, CompiledModel
+from ..semiring import SEMIRING_NAMES
+from .model import CompiledModel
 from .model_source import DEFAULT_BUCKETS
 from .search import DEFAULT_PLAN_TIME
 
@@ -394,7 +395,7 @@ def add_commands(sub) -> None:
     p = sub.add_parser("solve", help="exact log Z and marginals of a model",
                        epilog=EXIT_STATUS_HELP)
     common(p)
-    p.add_argument("--semiring", choices=[s.lower() for s in SEMIRINGS], default="prob",
+    p.add_argument("--semiring", choices=[s.lower() for s in SEMIRING_NAMES], default="prob",
                    help="prob (default), logprob, sat (satisfiable?) or count (number of models)")
     # --format defaults to None so that --evidence-table (which writes a table) can refuse it
     p.add_argument("--format", choices=("text", "uai", "json"), default=None,
