@@ -21,8 +21,8 @@ import statistics
 import sys
 import time
 import warnings
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -36,7 +36,7 @@ from .semiring import SEMIRING_NAMES
 EXIT_OK, EXIT_MISMATCH, EXIT_ERROR = 0, 1, 2
 MAX_LISTED_MISMATCHES = 5
 
-Slots = Dict[tuple, Tuple[np.ndarray, object]]
+Slots = dict[tuple, tuple[np.ndarray, object]]
 
 
 def _kernel_cache_refused(e: BaseException) -> bool:
@@ -67,7 +67,7 @@ def _reference_engine(bundle: Bundle) -> Callable[[], Slots]:
 
 
 def _jit_engine(bundle: Bundle, mode: str = "compiled", target: str = "cpu",
-                tier: Optional[str] = None, quiet: bool = True) -> Callable[[], Slots]:
+                tier: str | None = None, quiet: bool = True) -> Callable[[], Slots]:
     from .executable import compile  # imported lazily: numba takes a moment to load
     from .progress import close, command_lines
 
@@ -99,7 +99,7 @@ def _jit_engine(bundle: Bundle, mode: str = "compiled", target: str = "cpu",
     return run
 
 
-ENGINES: Dict[str, Callable[..., Callable[[], Slots]]] = {
+ENGINES: dict[str, Callable[..., Callable[[], Slots]]] = {
     "jit": _jit_engine,
     "reference": _reference_engine,
 }
@@ -113,7 +113,7 @@ def _rtol_for(*dtypes: np.dtype) -> float:
     return 1e-5 if any(np.dtype(d) == np.float32 for d in dtypes) else 1e-9
 
 
-def compare_slot(got: np.ndarray, want: np.ndarray, bundle_dtype: np.dtype) -> Optional[str]:
+def compare_slot(got: np.ndarray, want: np.ndarray, bundle_dtype: np.dtype) -> str | None:
     """None when `got` matches `want`, else a short reason."""
     got, want = np.asarray(got), np.asarray(want)
     if got.shape != want.shape:
@@ -134,7 +134,7 @@ def compare_slot(got: np.ndarray, want: np.ndarray, bundle_dtype: np.dtype) -> O
     return f"values differ ({int(np.count_nonzero(got != want))} of {want.size} entries)"
 
 
-def compare_slots(got: Slots, bundle: Bundle) -> List[Tuple[tuple, str]]:
+def compare_slots(got: Slots, bundle: Bundle) -> list[tuple[tuple, str]]:
     """(key, reason) for every expected slot that is missing or differs."""
     bad = []
     for key, (want, _) in (bundle.expected_slots or {}).items():
@@ -232,7 +232,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_MISMATCH
 
 
-def _compiled_tier(run: Callable[[], Slots], numpy_slots: Slots, out) -> Tuple[Slots, str]:
+def _compiled_tier(run: Callable[[], Slots], numpy_slots: Slots, out) -> tuple[Slots, str]:
     """Wait for the kernels, run once more with them: (their slots, "" when they are the
     numpy tier's very bits, else what differs)."""
     exe = _jit_engine.exe
@@ -322,7 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _id_list(text: Optional[str], what: str) -> tuple:
+def _id_list(text: str | None, what: str) -> tuple:
     if not text:
         return ()
     try:
@@ -334,7 +334,7 @@ def _id_list(text: Optional[str], what: str) -> tuple:
 def _refuse_other_kinds_options(args: argparse.Namespace, is_bundle: bool) -> None:
     """aot: a bundle brings its own semiring and factors, a model its own variables: an
     option for the other kind of input would be silently ignored, so it is an error."""
-    def given(*names: str) -> List[str]:
+    def given(*names: str) -> list[str]:
         return [f"--{n.replace('_', '-')}" for n in names if getattr(args, n) is not None]
 
     if is_bundle and given("semiring", "evidence_vars"):
@@ -421,13 +421,13 @@ def _report(e: BaseException) -> int:
     return EXIT_ERROR
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     with warnings.catch_warnings():  # restores Python's own display when main returns
         warnings.showwarning = _one_line_warning
         return _main(argv)
 
 
-def _main(argv: Optional[Sequence[str]] = None) -> int:
+def _main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

@@ -1,23 +1,26 @@
 """Semiring runtimes: the numpy operations the reference VM applies, one per semiring.
 
-The factory names and behaviour are CatBP's (CatBP's VM specification; docs/ir.md, Semirings): PROB normalizes by
-dividing by the total unless it is 0, LOGPROB subtracts the logsumexp, SAT and COUNT do
-not normalize. `add_reduce(x, axis)` reduces over a non-empty tuple of axes; any falsy
-`axis` (an empty tuple, but also 0 or None) returns x unreduced. That is CatBP's own
-behaviour (`... if axis else x`), kept so that code written against CatBP's runtimes gets
-the same answers; the VM only ever passes non-empty tuples. Every float reduction here uses numpy's own summation so that the reference
-reproduces CatBP's results bit for bit.
+The factory names and behaviour are CatBP's (CatBP's VM specification; docs/ir.md,
+Semirings): PROB normalizes by dividing by the total unless it is 0, LOGPROB subtracts the
+logsumexp, SAT and COUNT do not normalize. `add_reduce(x, axis)` reduces over a non-empty
+tuple of axes; any falsy `axis` (an empty tuple, but also 0 or None) returns x unreduced.
+That is CatBP's own behaviour (`... if axis else x`), kept so that code written against
+CatBP's runtimes gets the same answers; the VM only ever passes non-empty tuples. Every
+float reduction here uses numpy's own summation so that the reference reproduces CatBP's
+results bit for bit.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any
 
 import numpy as np
 
 from .errors import CatbpError
+
 
 @dataclass(frozen=True)
 class Semiring:
@@ -29,11 +32,11 @@ class Semiring:
     zero: Any  # ⊕'s identity: an empty sum, an impossible state
     product_op: str  # ⊗ between terms in kernel source
     reduction: str  # ⊕: "sum", "any" (stops at the first true term), "logsumexp" (two passes)
-    normalization: Optional[str]  # NORMALIZE: "divide_by_total", "subtract_logsumexp", or none
+    normalization: str | None  # NORMALIZE: "divide_by_total", "subtract_logsumexp", or none
     # ⊕ over a single term gives the term back (logsumexp of +inf gives NaN: it does not)
     single_term_reduction_is_identity: bool = True
     # the dtypes compiled kernels exist for (every target); the reference takes any
-    dtypes: Tuple[str, ...] = ()
+    dtypes: tuple[str, ...] = ()
     # what a result (Z, a marginal's entry) means, so that the front end reads it without
     # asking which semiring it is: "bool" (SAT: possible or not), "count" (COUNT: a number
     # of models, int64 arithmetic that wraps modulo 2^64), "scaled" (PROB: a float, which
@@ -60,7 +63,7 @@ class Semiring:
         return self.result_kind == "count"
 
     @property
-    def result_dtype(self) -> Optional[str]:
+    def result_dtype(self) -> str | None:
         """The dtype Z is exact in, a bool (SAT) or an int64 count (COUNT); None when Z
         is a float (PROB, LOGPROB: log Z carries it)."""
         return {"bool": "bool", "count": "int64"}.get(self.result_kind)
@@ -135,7 +138,7 @@ class SemiringDtypeError(CatbpError, ValueError):
     """A semiring runtime in a dtype no compiled kernel exists for."""
 
 
-def check_compiled_dtype(sr: "VMSemiringRuntime") -> None:
+def check_compiled_dtype(sr: VMSemiringRuntime) -> None:
     """Refuse, before anything is planned, a dtype the kernels are not generated for
     (they read memory through a typed pointer per dtype: float16 has none)."""
     supported = sr.kind.dtypes
@@ -153,14 +156,14 @@ def semiring(name: str) -> Semiring:
         raise ValueError(f"unknown semiring {name!r} (known: {', '.join(SEMIRING_NAMES)})") from None
 
 
-def logsumexp(x: np.ndarray, axis: Optional[Tuple[int, ...]] = None) -> np.ndarray:
+def logsumexp(x: np.ndarray, axis: tuple[int, ...] | None = None) -> np.ndarray:
     """Max-shifted logsumexp; an all -inf (or empty) reduction gives -inf, never NaN."""
     x = np.asarray(x)
     with np.errstate(divide="ignore", invalid="ignore"):  # log(0) = -inf is intended
         return _logsumexp(x, axis)
 
 
-def _logsumexp(x: np.ndarray, axis: Optional[Tuple[int, ...]]) -> np.ndarray:
+def _logsumexp(x: np.ndarray, axis: tuple[int, ...] | None) -> np.ndarray:
     if x.size == 0:
         return np.array(-np.inf)
     if axis is None:
@@ -180,10 +183,10 @@ class VMSemiringRuntime:
     name: str
     dtype: np.dtype
     mul: Callable[[np.ndarray, np.ndarray], np.ndarray]
-    add_reduce: Callable[[np.ndarray, Tuple[int, ...]], np.ndarray]
-    one: Callable[[Tuple[int, ...]], np.ndarray]
-    zero: Callable[[Tuple[int, ...]], np.ndarray]
-    normalize: Optional[Callable[..., np.ndarray]] = None
+    add_reduce: Callable[[np.ndarray, tuple[int, ...]], np.ndarray]
+    one: Callable[[tuple[int, ...]], np.ndarray]
+    zero: Callable[[tuple[int, ...]], np.ndarray]
+    normalize: Callable[..., np.ndarray] | None = None
 
     def supports_normalize(self) -> bool:
         return self.normalize is not None
@@ -269,7 +272,7 @@ def vm_counting_semiring(dtype=np.int64) -> VMSemiringRuntime:
 
 
 # each name's runtime factory ("COUNTING": CatBP's other name for COUNT); SAT is bool only
-_RUNTIMES: Dict[str, Callable[..., VMSemiringRuntime]] = {
+_RUNTIMES: dict[str, Callable[..., VMSemiringRuntime]] = {
     "PROB": vm_prob_semiring, "LOGPROB": vm_logprob_semiring,
     "SAT": lambda *dtype: vm_sat_semiring(), "COUNT": vm_counting_semiring,
     "COUNTING": vm_counting_semiring,

@@ -9,7 +9,6 @@ import pytest
 
 from catbp_jit.bundle import load_bundle, save_bundle
 from catbp_jit.cli import compare_slot, main
-
 from conftest import CORPUS, REPO, shared_dir
 
 IDS = [p.name for p in CORPUS]

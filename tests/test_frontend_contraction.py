@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 from catbp_jit.frontend import compile_model, factor_graph, solve
 from catbp_jit.frontend.contraction import contraction_tree, tree_from_path
 from catbp_jit.frontend.search import PlanSearch
-
 from frontend_helpers import SEMIRINGS, brute_force, check_solution, graphs
 
 GREEDY = PlanSearch(time_s=0)  # no search: the tests need no cotengra and stay quick

@@ -20,7 +20,6 @@ from hypothesis import strategies as st
 from catbp_jit.frontend import compile_model, factor_graph, solve
 from catbp_jit.frontend.scaling import NumericalError, ScaledNumber, exp_of_log, pow2_scaled
 from catbp_jit.frontend.uai import read_evidence, read_mar, read_uai
-
 from conftest import shared_dir
 from frontend_helpers import ising_grid
 

@@ -14,15 +14,22 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from catbp_jit.errors import CatbpError
 import catbp_jit.frontend.plan as plan_mod
+from catbp_jit.errors import CatbpError
 from catbp_jit.frontend import FactorGraphError, compile_model, factor_graph
 from catbp_jit.frontend.emit import emit_programs
 from catbp_jit.frontend.model import ModelTooLargeError
-from catbp_jit.frontend.plan import (HEURISTICS, PlanLimitError, PlanLimits, elimination_order,
-                                     format_count, greedy_order, interaction_graph, junction_tree)
+from catbp_jit.frontend.plan import (
+    HEURISTICS,
+    PlanLimitError,
+    PlanLimits,
+    elimination_order,
+    format_count,
+    greedy_order,
+    interaction_graph,
+    junction_tree,
+)
 from catbp_jit.memory import PlanTooLargeError
-
 from conftest import shared_dir
 
 # -- the oracle: greedy_order before score deltas (it rescored every touched variable) ----

@@ -15,7 +15,8 @@ import zipfile
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bn_helpers import pyagrum_network
 from catbp_jit.frontend import bnlearn

@@ -22,7 +22,6 @@ from catbp_jit.frontend.contraction import tree_from_path
 from catbp_jit.frontend.plan import elimination_order
 from catbp_jit.frontend.plan_cache import PlanCacheWarning
 from catbp_jit.frontend.search import PlanSearch, plan_cost, tree_order
-
 from frontend_helpers import SEMIRINGS, brute_force, check_solution, graphs
 
 ctg = pytest.importorskip("cotengra")  # the `plan` extra; `test` installs it

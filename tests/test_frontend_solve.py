@@ -9,10 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from catbp_jit.frontend import (FactorGraphError, compile_model, factor_graph,
-                                junction_tree, solve)
+from catbp_jit.frontend import FactorGraphError, compile_model, factor_graph, junction_tree, solve
 from catbp_jit.ir.text import parse_programs
-
 from frontend_helpers import SEMIRINGS, brute_force, check_solution, graphs
 
 

@@ -10,13 +10,11 @@ import csv
 import io
 import math
 
-import numpy as np
 import pytest
 
 from catbp_jit.cli import main
 from catbp_jit.frontend import compile_model
 from catbp_jit.frontend.bif import read_bif
-
 from conftest import REPO
 
 ASIA = REPO / "examples" / "asia.bif"

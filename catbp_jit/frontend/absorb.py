@@ -12,8 +12,8 @@ bound as new factor values.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Dict, Mapping, Sequence, Tuple
 
 import numpy as np
 
@@ -23,8 +23,8 @@ from .graph import Factor, FactorGraph
 @dataclass(frozen=True)
 class Absorbed:
     graph: FactorGraph  # without the observed variables; cut factors hold placeholder tables
-    observed: Tuple[str, ...]
-    cut: Tuple[int, ...]  # the factors whose scope has an observed variable
+    observed: tuple[str, ...]
+    cut: tuple[int, ...]  # the factors whose scope has an observed variable
 
 
 def absorb(graph: FactorGraph, observed: Sequence[str]) -> Absorbed:
@@ -45,7 +45,7 @@ def absorb(graph: FactorGraph, observed: Sequence[str]) -> Absorbed:
     return Absorbed(reduced, tuple(observed), tuple(cut))
 
 
-def cut_values(graph: FactorGraph, absorbed: Absorbed, states: Mapping[str, int]) -> Dict[int, np.ndarray]:
+def cut_values(graph: FactorGraph, absorbed: Absorbed, states: Mapping[str, int]) -> dict[int, np.ndarray]:
     """The cut factors' tables at the observed states (state indices, every observed variable)."""
     gone = set(absorbed.observed)
     # np.asarray: a factor over observed variables only is cut to a 0-d table

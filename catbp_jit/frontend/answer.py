@@ -12,13 +12,13 @@ have the bits that one numpy call per variable gave.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Dict, Iterator, Sequence, Tuple, Union
 
 import numpy as np
 
-from ..semiring import Semiring, semiring as describe
+from ..semiring import Semiring
+from ..semiring import semiring as describe
 from .scaling import exp_of_log
 
 
@@ -28,7 +28,7 @@ class Marginals(Mapping):
 
     __slots__ = ("flat", "_at")
 
-    def __init__(self, flat: np.ndarray, at: Mapping[str, Tuple[int, int]]):
+    def __init__(self, flat: np.ndarray, at: Mapping[str, tuple[int, int]]):
         self.flat = flat
         self._at = at
 
@@ -50,10 +50,10 @@ class Marginals(Mapping):
 class AnswerLayout:
     """Where a model's results are, and where each variable's marginal goes in the flat
     array: a segment of its domain size, the variables grouped by domain size."""
-    keys: Tuple[tuple, ...]  # the result slots read: Z, the scales, the planned marginals
+    keys: tuple[tuple, ...]  # the result slots read: Z, the scales, the planned marginals
     n_scales: int
-    at: Dict[str, Tuple[int, int]]  # variable -> (start, stop) in the flat marginals
-    groups: Tuple[Tuple[int, int, int], ...]  # (start, stop, domain size) of each group
+    at: dict[str, tuple[int, int]]  # variable -> (start, stop) in the flat marginals
+    groups: tuple[tuple[int, int, int], ...]  # (start, stop, domain size) of each group
     planned: np.ndarray  # flat positions the planned marginal slots fill, in keys' order
     # (ascending: keys list the planned variables in the flat array's order)
     observed: np.ndarray  # start of each absorbed variable's segment, in the graph's order
@@ -112,7 +112,7 @@ def answer_layout(names: Sequence[str], domains: Mapping[str, int],
         observed_all=positions(absorbed))
 
 
-def finish(semiring: Union[str, Semiring], z, raw: np.ndarray, layout: AnswerLayout):
+def finish(semiring: str | Semiring, z, raw: np.ndarray, layout: AnswerLayout):
     """Z, log Z and normalized marginals from the semiring's raw values (flat); each
     marginal is normalized on its own, by the same operations, so with the same bits, as
     one numpy call per variable would. semiring: its description (or its name)."""

@@ -11,8 +11,9 @@ the largest), and turns the rows of Z, the scales and the marginals back into an
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Mapping, Sequence, Tuple
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     from .build import BuiltModel
 
 UNOBSERVED = -1
-Evidence = Dict[str, int]
+Evidence = dict[str, int]
 
 
 @dataclass(frozen=True)
@@ -42,9 +43,9 @@ class BatchSolution:
     row whose Z is 0 (the row's evidence is impossible); SAT: bool, COUNT: counts."""
     semiring: str
     log_Z: np.ndarray
-    marginals: Dict[str, np.ndarray]
+    marginals: dict[str, np.ndarray]
     states: np.ndarray  # (n, evidence variables): the rows as state indices, -1 unobserved
-    columns: Tuple[str, ...]  # the evidence variables, in the order of states' columns
+    columns: tuple[str, ...]  # the evidence variables, in the order of states' columns
     counts: Any = None  # SAT: satisfiable per row (bool); COUNT: models per row (int64)
 
     def __len__(self) -> int:
@@ -66,7 +67,7 @@ class BatchSolution:
         return out
 
 
-def evidence_table(model: "BuiltModel", rows: Any) -> np.ndarray:
+def evidence_table(model: BuiltModel, rows: Any) -> np.ndarray:
     """Rows of evidence as an int64 table (n, len(model.evidence_columns)) of state indices,
     -1 where unobserved. rows: a sequence of {variable: state index or name}, or a 2-D
     integer array whose columns follow model.evidence_columns."""
@@ -117,7 +118,7 @@ def evidence_table(model: "BuiltModel", rows: Any) -> np.ndarray:
     return table
 
 
-def evidence_factors(model: "BuiltModel", table: np.ndarray) -> Tuple[Dict[int, np.ndarray], np.ndarray]:
+def evidence_factors(model: BuiltModel, table: np.ndarray) -> tuple[dict[int, np.ndarray], np.ndarray]:
     """The batched factor values that carry the rows, and per row the power of two (PROB)
     the cut tables were scaled by."""
     n = len(table)
@@ -148,7 +149,7 @@ def evidence_factors(model: "BuiltModel", table: np.ndarray) -> Tuple[Dict[int, 
     return out, exponent
 
 
-def _pow2_rows(rows: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+def _pow2_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """scaling.pow2_scaled for each row: (rows / 2**k per row, k); all-zero rows keep k=0."""
     n = len(rows)
     top = rows.reshape(n, -1).max(axis=1) if rows.size else np.zeros(n)
@@ -156,11 +157,11 @@ def _pow2_rows(rows: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     return np.ldexp(rows, (-k).reshape((n,) + (1,) * (rows.ndim - 1))), k
 
 
-def _as_semiring(model: "BuiltModel", values: np.ndarray) -> np.ndarray:
+def _as_semiring(model: BuiltModel, values: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(model.kind.potentials(values, model.sr.dtype))
 
 
-def batch_solution(model: "BuiltModel", slots: Mapping[tuple, np.ndarray], table: np.ndarray,
+def batch_solution(model: BuiltModel, slots: Mapping[tuple, np.ndarray], table: np.ndarray,
                    exponent: np.ndarray, certify: Certificates) -> BatchSolution:
     """Answers from the rows of Z, the scales and the raw marginals."""
     n = len(table)
@@ -183,16 +184,16 @@ def batch_solution(model: "BuiltModel", slots: Mapping[tuple, np.ndarray], table
     return BatchSolution(model.semiring, log_z, marg, table, model.evidence_columns, counts)
 
 
-def _bool_marginals(raw: Dict[str, np.ndarray], counts: np.ndarray) -> Dict[str, np.ndarray]:
+def _bool_marginals(raw: dict[str, np.ndarray], counts: np.ndarray) -> dict[str, np.ndarray]:
     return {v: np.array(m, dtype=bool) for v, m in raw.items()}
 
 
-def _count_marginals(raw: Dict[str, np.ndarray], counts: np.ndarray) -> Dict[str, np.ndarray]:
+def _count_marginals(raw: dict[str, np.ndarray], counts: np.ndarray) -> dict[str, np.ndarray]:
     with np.errstate(divide="ignore", invalid="ignore"):
         return {v: np.asarray(m, dtype=np.float64) / counts[:, None] for v, m in raw.items()}
 
 
-def _log_marginals(raw: Dict[str, np.ndarray], counts: None) -> Dict[str, np.ndarray]:
+def _log_marginals(raw: dict[str, np.ndarray], counts: None) -> dict[str, np.ndarray]:
     marg = {}
     with np.errstate(invalid="ignore"):
         for v, m in raw.items():
@@ -205,9 +206,9 @@ def _log_marginals(raw: Dict[str, np.ndarray], counts: None) -> Dict[str, np.nda
 _ROW_MARGINALS = {"bool": _bool_marginals, "count": _count_marginals, "log": _log_marginals}
 
 
-def _scaled_rows(model: "BuiltModel", slots: Mapping[tuple, np.ndarray], table: np.ndarray,
+def _scaled_rows(model: BuiltModel, slots: Mapping[tuple, np.ndarray], table: np.ndarray,
                  exponent: np.ndarray, certify: Certificates, z: np.ndarray,
-                 raw: Dict[str, np.ndarray]) -> BatchSolution:
+                 raw: dict[str, np.ndarray]) -> BatchSolution:
     """PROB: Z is the root's total times every upward scale times the tables' powers of two."""
     n = len(table)
     parts = np.stack([z] + [_rows(slots, k, n, ()) for k in model.scale_slots], axis=1)
@@ -230,21 +231,21 @@ def _scaled_rows(model: "BuiltModel", slots: Mapping[tuple, np.ndarray], table: 
                          model.evidence_columns)
 
 
-def _no_rows(model: "BuiltModel", table: np.ndarray) -> BatchSolution:
+def _no_rows(model: BuiltModel, table: np.ndarray) -> BatchSolution:
     kind = model.kind
     counts = None if kind.result_dtype is None else np.zeros(0, kind.result_dtype)
     marg = {v: np.zeros((0, d), dtype=kind.marginal_dtype) for v, d in model.graph.variables.items()}
     return BatchSolution(model.semiring, np.zeros(0), marg, table, model.evidence_columns, counts)
 
 
-def _rows(slots: Mapping[tuple, Any], key: tuple, n: int, shape: Tuple[int, ...]) -> np.ndarray:
+def _rows(slots: Mapping[tuple, Any], key: tuple, n: int, shape: tuple[int, ...]) -> np.ndarray:
     """A slot's rows: a slot that does not depend on the evidence has none (it is the same
     for every row) and is broadcast."""
     a = np.asarray(slots[key])
     return a if a.ndim == len(shape) + 1 else np.broadcast_to(a, (n,) + a.shape)
 
 
-def _raw_marginal(model: "BuiltModel", slots, table: np.ndarray, v: str,
+def _raw_marginal(model: BuiltModel, slots, table: np.ndarray, v: str,
                   z: np.ndarray) -> np.ndarray:
     """Variable v's raw marginal per row; an absorbed variable's is Z at its observed state
     and the semiring's zero elsewhere (what the indicator model computes)."""
@@ -258,7 +259,7 @@ def _raw_marginal(model: "BuiltModel", slots, table: np.ndarray, v: str,
     return np.where(hit, np.asarray(z)[:, None], zero)
 
 
-def _nan_where_zero(marg: Dict[str, np.ndarray], log_z: np.ndarray) -> Dict[str, np.ndarray]:
+def _nan_where_zero(marg: dict[str, np.ndarray], log_z: np.ndarray) -> dict[str, np.ndarray]:
     """Rows whose Z is 0 have no marginals: NaN, as solve() gives them."""
     dead = log_z == -math.inf
     if dead.any():
@@ -270,18 +271,19 @@ def _nan_where_zero(marg: Dict[str, np.ndarray], log_z: np.ndarray) -> Dict[str,
 def concatenate(parts: Sequence[BatchSolution]) -> BatchSolution:
     """The answers of consecutive chunks of rows as one."""
     first = parts[0]
-    cat = lambda xs: np.concatenate(xs, axis=0)
+    def cat(xs):
+        return np.concatenate(xs, axis=0)
     return BatchSolution(first.semiring, cat([p.log_Z for p in parts]),
                          {v: cat([p.marginals[v] for p in parts]) for v in first.marginals},
                          cat([p.states for p in parts]), first.columns,
                          None if first.counts is None else cat([p.counts for p in parts]))
 
 
-def _row_evidence(model: "BuiltModel", states: np.ndarray) -> Dict[str, int]:
+def _row_evidence(model: BuiltModel, states: np.ndarray) -> dict[str, int]:
     return {v: int(s) for v, s in zip(model.evidence_columns, states) if s != UNOBSERVED}
 
 
-def stack_solutions(model: "BuiltModel", solutions: Sequence[Any], table: np.ndarray) -> BatchSolution:
+def stack_solutions(model: BuiltModel, solutions: Sequence[Any], table: np.ndarray) -> BatchSolution:
     """Row-by-row answers (the reference target) as one BatchSolution."""
     n = len(table)
     log_z = np.array([s.log_Z for s in solutions], dtype=np.float64).reshape(n)

@@ -38,7 +38,7 @@ import re
 import sys
 import warnings
 from array import array
-from typing import Dict, Iterator, List, Optional, Tuple
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -106,14 +106,14 @@ def _unquote(name: str) -> str:
     return name[1:-1] if len(name) >= 2 and name[0] == '"' == name[-1] else name
 
 
-def _names(text: str) -> List[str]:
+def _names(text: str) -> list[str]:
     """The names in a comma and/or space separated list."""
     if '"' in text:
         return [_unquote(m.group()) for m in _NAME.finditer(text)]
     return text.replace(",", " ").split()  # the common case, fast
 
 
-def _statements(body: str) -> Iterator[Tuple[int, str]]:
+def _statements(body: str) -> Iterator[tuple[int, str]]:
     """(offset in body, text without the ';') of each ';'-terminated statement, one at a
     time: a list of them all would cost ~100 bytes per ';' of `;;;;...`."""
     end = 0
@@ -135,7 +135,7 @@ def _statements(body: str) -> Iterator[Tuple[int, str]]:
 
 
 class _Variable:
-    def __init__(self, name: str, states: List[str], pos: int):
+    def __init__(self, name: str, states: list[str], pos: int):
         self.name = name
         self.states = states
         self.index = {s: i for i, s in enumerate(states)}
@@ -159,8 +159,8 @@ def _without_comments(text: str, label: str) -> str:
     return "".join(pieces + [text[end:]]) if pieces else text
 
 
-def read_bif(source: Source, name: Optional[str] = None, *, normalize: bool = True,
-             max_input_bytes: Optional[int] = None) -> FactorGraph:
+def read_bif(source: Source, name: str | None = None, *, normalize: bool = True,
+             max_input_bytes: int | None = None) -> FactorGraph:
     """A FactorGraph (one CPT factor per variable) from a .bif or .bif.gz file, or its text.
 
     Variables keep their declaration order and state names; factor i is the CPT of
@@ -178,9 +178,9 @@ def read_bif(source: Source, name: Optional[str] = None, *, normalize: bool = Tr
     src = _Text(_without_comments(raw, label), label)
     text = src.text
 
-    network_name: Optional[str] = None
-    variables: Dict[str, _Variable] = {}
-    cpt_blocks: Dict[str, Tuple[int, str, List[str], int, int]] = {}
+    network_name: str | None = None
+    variables: dict[str, _Variable] = {}
+    cpt_blocks: dict[str, tuple[int, str, list[str], int, int]] = {}
     pos = _SPACE.match(text, 0).end()
     while pos < len(text):
         m = _BLOCK.match(text, pos)
@@ -251,7 +251,7 @@ def read_bif(source: Source, name: Optional[str] = None, *, normalize: bool = Tr
                         states={v.name: v.states for v in variables.values()})
 
 
-def _find_cycle(parents: Dict[str, List[str]]) -> Optional[List[str]]:
+def _find_cycle(parents: dict[str, list[str]]) -> list[str] | None:
     """A cycle of parent links as [v, ..., v], each a parent of the next, or None."""
     done: set = set()
     for root in parents:
@@ -275,7 +275,7 @@ def _find_cycle(parents: Dict[str, List[str]]) -> Optional[List[str]]:
     return None
 
 
-def _cpt_header(src: _Text, header: str, pos: int) -> Tuple[str, List[str]]:
+def _cpt_header(src: _Text, header: str, pos: int) -> tuple[str, list[str]]:
     """(child, parents) from `CHILD | P1, P2` (or the old `CHILD P1 P2` spelling)."""
     if "|" in header:
         left, _, right = header.partition("|")
@@ -289,8 +289,8 @@ def _cpt_header(src: _Text, header: str, pos: int) -> Tuple[str, List[str]]:
     return child_names[0], parents
 
 
-def _variable_states(src: _Text, var: str, start: int, end: int) -> List[str]:
-    states: Optional[List[str]] = None
+def _variable_states(src: _Text, var: str, start: int, end: int) -> list[str]:
+    states: list[str] | None = None
     for offset, stmt in _statements(src.text[start:end]):
         where = start + offset
         stmt = stmt.strip()
@@ -317,7 +317,7 @@ def _variable_states(src: _Text, var: str, start: int, end: int) -> List[str]:
     return states
 
 
-def _floats(src: _Text, tokens: List[str], where: int, what: str) -> np.ndarray:
+def _floats(src: _Text, tokens: list[str], where: int, what: str) -> np.ndarray:
     try:
         values = np.array(tokens, dtype=np.float64)
     except ValueError:
@@ -327,7 +327,7 @@ def _floats(src: _Text, tokens: List[str], where: int, what: str) -> np.ndarray:
 
 
 def _number_list(src: _Text, text: str, pos: int, n: int, where: int,
-                 what: str) -> Tuple[np.ndarray, int]:
+                 what: str) -> tuple[np.ndarray, int]:
     """(the first n numbers, how many there are) of the comma and/or space separated
     numbers of `text` from `pos` on. Split a bounded chunk at a time (a list of every token
     costs ~60 bytes each, 30x the text `1,1,1,...`), into an array of the n expected:
@@ -348,8 +348,8 @@ def _number_list(src: _Text, text: str, pos: int, n: int, where: int,
     return values[:count], count
 
 
-def _cpt(src: _Text, variables: Dict[str, _Variable], pos: int, child: str,
-         parents: List[str], start: int, end: int):
+def _cpt(src: _Text, variables: dict[str, _Variable], pos: int, child: str,
+         parents: list[str], start: int, end: int):
     """The (scope, values) factor of one probability block."""
     where = f"variable {shown(child)}"
     for p in parents:
@@ -370,14 +370,14 @@ def _cpt(src: _Text, variables: Dict[str, _Variable], pos: int, child: str,
                              f"{format_bytes(memory_limit())} (CATBP_JIT_MAX_BYTES)")
     strides = [math.prod(parent_shape[i + 1:]) for i in range(len(parents))]
 
-    table: Optional[np.ndarray] = None  # (n_configs, k): row r = parent configuration r
-    default: Optional[np.ndarray] = None
+    table: np.ndarray | None = None  # (n_configs, k): row r = parent configuration r
+    default: np.ndarray | None = None
     # Rows as int64 arrays and their values parsed every _NUMBER_CHUNK tokens: lists of
     # Python ints and strings would take ~30x the text of the rows.
     row_configs = array("q")
     row_places = array("q")  # where each row is, for messages
-    row_values: List[str] = []  # not yet parsed
-    row_parts: List[np.ndarray] = []  # parsed
+    row_values: list[str] = []  # not yet parsed
+    row_parts: list[np.ndarray] = []  # parsed
     text = src.text
     for offset, stmt in _statements(text[start:end]):
         at = start + offset + _SPACE.match(stmt).end()

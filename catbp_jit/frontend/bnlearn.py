@@ -20,7 +20,6 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple, Union
 
 from .. import environment
 from .bif import read_bif
@@ -43,7 +42,7 @@ def data_dir() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "catbp_jit" / "bnlearn"
 
 
-def _find(directory: Path, name: str) -> Optional[Path]:
+def _find(directory: Path, name: str) -> Path | None:
     for suffix in _SUFFIXES:
         path = directory / (name + suffix)
         if path.is_file():
@@ -51,7 +50,7 @@ def _find(directory: Path, name: str) -> Optional[Path]:
     return None
 
 
-def available() -> List[str]:
+def available() -> list[str]:
     """The networks present in data_dir(): NETWORKS order first, then any others sorted."""
     directory = data_dir()
     if not directory.is_dir():
@@ -84,7 +83,7 @@ def load_network(name: str) -> FactorGraph:
     return read_bif(network_path(name), name=name)
 
 
-def parents_first(graph: FactorGraph) -> Tuple[List[str], Dict[str, tuple]]:
+def parents_first(graph: FactorGraph) -> tuple[list[str], dict[str, tuple]]:
     """A Bayesian network's variables parents-first, and each one's parents.
 
     A network read from BIF has one factor per variable, its CPT, whose scope is
@@ -92,7 +91,7 @@ def parents_first(graph: FactorGraph) -> Tuple[List[str], Dict[str, tuple]]:
     itself walk the variables in this order.
     """
     parents = {f.scope[0]: tuple(f.scope[1:]) for f in graph.factors}
-    order: List[str] = []
+    order: list[str] = []
     seen = set()
     for root in graph.variables:  # depth-first, without recursion: deep chains are fine
         if root in seen:
@@ -115,8 +114,8 @@ def _complete(directory: Path) -> bool:
     return all((directory / f"{n}.bif.gz").is_file() for n in NETWORKS)
 
 
-def fetch(dest: Union[str, os.PathLike, None] = None, *, pip: str = sys.executable,
-          wheel: Union[str, os.PathLike, None] = None) -> Path:
+def fetch(dest: str | os.PathLike | None = None, *, pip: str = sys.executable,
+          wheel: str | os.PathLike | None = None) -> Path:
     """Make sure every NETWORKS file is in `dest` (default data_dir()); return `dest`.
 
     Does nothing when they are all there. Otherwise downloads the pgmpy 0.1.26 wheel with

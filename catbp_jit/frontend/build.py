@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any
 
 import numpy as np
 
@@ -68,29 +69,29 @@ class BuiltModel:
     target: str
     exact: bool
     plan_search: PlanSearch
-    evidence_vars: Tuple[str, ...]  # in the graph's variable order
-    evidence_columns: Tuple[str, ...]  # solve_batch's evidence columns: the order given
-    absorbed: Optional[Absorbed]  # the observed variables cut out (absorb_evidence=True)
+    evidence_vars: tuple[str, ...]  # in the graph's variable order
+    evidence_columns: tuple[str, ...]  # solve_batch's evidence columns: the order given
+    absorbed: Absorbed | None  # the observed variables cut out (absorb_evidence=True)
     planned: FactorGraph  # the graph the plan is over: without absorbed variables
     planned_index: Mapping[str, int]  # a planned variable -> its ("marg", i) slot
     plan_choice: PlanChoice
     plan: TreePlan  # the junction tree of the chosen order (kept either way)
-    stats: Dict[str, Any]
+    stats: dict[str, Any]
     plan_kind: str  # "junction" or "contraction": whose programs run
-    contraction: Optional[ContractionTree]  # the contraction tree when its programs run
-    programs: Tuple[Program, ...]
-    scale_slots: Tuple[tuple, ...]  # PROB: the scales Z is rebuilt from; else ()
+    contraction: ContractionTree | None  # the contraction tree when its programs run
+    programs: tuple[Program, ...]
+    scale_slots: tuple[tuple, ...]  # PROB: the scales Z is rebuilt from; else ()
     factor_specs: Mapping[int, Any]
     answer: AnswerLayout  # where Z, the scales and the marginals are read from
     values: Mapping[int, np.ndarray]  # every factor's values as loaded (cut ones: placeholders)
     exponent: int  # PROB: the power of two the uncut tables were scaled by
     count_may_wrap: bool  # COUNT: the model has 2^63 assignments or more (see check_count_fits)
     executable: Any = None  # the compiled programs (None on the reference target)
-    gather: Optional[np.ndarray] = None  # the buffer positions of answer.keys' values
-    buckets: Optional[Tuple[int, ...]] = None  # asked for; see batch_buckets
+    gather: np.ndarray | None = None  # the buffer positions of answer.keys' values
+    buckets: tuple[int, ...] | None = None  # asked for; see batch_buckets
     batch_executable: Any = None  # compiled by build_model when buckets are given
-    progress: Optional[Progress] = None
-    times: Dict[str, float] = field(default_factory=dict)  # plan_s, compile_s
+    progress: Progress | None = None
+    times: dict[str, float] = field(default_factory=dict)  # plan_s, compile_s
 
     @property
     def kind(self) -> Semiring:
@@ -115,11 +116,11 @@ class BuiltModel:
         raise FactorGraphError(f"{self.graph.name}: evidence {clip(v)}={shown(value)} is not a state of "
                                f"{clip(v)} ({allowed})")
 
-    def semiring_values(self, tables: Mapping[int, np.ndarray]) -> Tuple[Dict[int, np.ndarray], int]:
+    def semiring_values(self, tables: Mapping[int, np.ndarray]) -> tuple[dict[int, np.ndarray], int]:
         """Tables as the programs load them, and (PROB) the power of two they were scaled by."""
         return semiring_values(self.sr, tables)
 
-    def evidence_values(self, evidence: Mapping[str, Any]) -> Tuple[Dict[int, np.ndarray], int]:
+    def evidence_values(self, evidence: Mapping[str, Any]) -> tuple[dict[int, np.ndarray], int]:
         """The factor values that carry the evidence: cut factors, or indicators; and (PROB)
         the power of two the cut tables were scaled by."""
         extra = [v for v in evidence if v not in self.evidence_vars]
@@ -140,7 +141,7 @@ class BuiltModel:
             return self.semiring_values(cut_values(self.graph, self.absorbed, states))
         return self.indicators(evidence), 0
 
-    def indicators(self, evidence: Mapping[str, Any]) -> Dict[int, np.ndarray]:
+    def indicators(self, evidence: Mapping[str, Any]) -> dict[int, np.ndarray]:
         """Evidence values as indicator factors (ids after the graph's factors)."""
         out = {}
         n = len(self.graph.factors)
@@ -153,14 +154,14 @@ class BuiltModel:
             out[n + k] = self.kind.potentials(ind, self.sr.dtype)
         return out
 
-    def batched_factor_ids(self) -> Tuple[int, ...]:
+    def batched_factor_ids(self) -> tuple[int, ...]:
         """The factors whose values carry the evidence: indicators, or the cut factors."""
         if self.absorbed is not None:
             return tuple(self.absorbed.cut)
         n = len(self.graph.factors)
         return tuple(range(n, n + len(self.evidence_vars)))
 
-    def batch_buckets(self) -> Tuple[int, ...]:
+    def batch_buckets(self) -> tuple[int, ...]:
         """The buckets solve_batch plans: those asked for (default batched.DEFAULT_BUCKETS)
         whose beliefs fit in BATCH_BYTES, at least the smallest. A larger batch runs in
         chunks of the largest: past that size rows stream through memory and get slower
@@ -182,7 +183,8 @@ class BuiltModel:
             exact=self.exact)
 
 
-def semiring_values(sr: VMSemiringRuntime, tables: Mapping[int, np.ndarray]) -> Tuple[Dict[int, np.ndarray], int]:
+def semiring_values(sr: VMSemiringRuntime, tables: Mapping[int, np.ndarray]
+                    ) -> tuple[dict[int, np.ndarray], int]:
     """Tables as sr's programs load them, and (PROB) the power of two they were scaled by."""
     kind = sr.kind
     if not kind.is_scaled:
@@ -197,10 +199,10 @@ def semiring_values(sr: VMSemiringRuntime, tables: Mapping[int, np.ndarray]) -> 
 def build_model(graph: FactorGraph, semiring: str = "prob", *,
                 evidence_vars: Sequence[str] = (), absorb_evidence: bool = False,
                 target: str = "cpu", dtype: Any = None,
-                max_clique_bytes: int = MAX_CLIQUE_BYTES, max_total_bytes: Optional[int] = None,
-                buckets: Optional[Sequence[int]] = None, progress: Optional[Progress] = None,
-                partial_evaluation: bool = True, plan_time: Optional[float] = None,
-                plan_search: Optional[PlanSearch] = None, plan_kind: str = "auto",
+                max_clique_bytes: int = MAX_CLIQUE_BYTES, max_total_bytes: int | None = None,
+                buckets: Sequence[int] | None = None, progress: Progress | None = None,
+                partial_evaluation: bool = True, plan_time: float | None = None,
+                plan_search: PlanSearch | None = None, plan_kind: str = "auto",
                 exact: bool = True) -> BuiltModel:
     """Plan, emit and compile a model (the options are compile_model's). partial_evaluation:
     the factors that carry no evidence are static inputs, so each solve runs only the
@@ -237,7 +239,6 @@ def build_model(graph: FactorGraph, semiring: str = "prob", *,
     planned_index = planned.index()  # variable -> its ("marg", i) slot
     sizes = tuple(planned.variables.values())
     scopes = [tuple(planned_index[v] for v in f.scope) for f in planned.factors]
-    item = sr.dtype.itemsize
 
     # (the collector paused: see plan/gc_paused.py)
     with gc_paused():
@@ -310,7 +311,7 @@ def _compiled(built: BuiltModel, rebound, partial_evaluation: bool) -> BuiltMode
     return replace(built, executable=executable, gather=gather)
 
 
-def _plan(name: str, sizes, scopes, ev_idx, absorbed_vars, limits: "_Limits",
+def _plan(name: str, sizes, scopes, ev_idx, absorbed_vars, limits: _Limits,
           search: PlanSearch, plan_kind: str, say: Progress):
     """The chosen order, its junction tree and contraction tree, their statistics and
     the kind of programs to emit (the cheaper by estimate under "auto")."""
@@ -349,7 +350,7 @@ class _Limits:
     """The memory limits a plan is held to, and the refusals of a plan over them."""
 
     def __init__(self, name: str, dtype: np.dtype, max_clique_bytes: int,
-                 max_total_bytes: Optional[int]):
+                 max_total_bytes: int | None):
         # every belief is kept in a slot: the cliques' states together must fit in memory
         self.name, self.item, self.dtype = name, dtype.itemsize, dtype.name
         self.clique_bytes, self.total_bytes = max_clique_bytes, memory_limit(max_total_bytes)

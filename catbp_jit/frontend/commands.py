@@ -14,16 +14,16 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Dict, Optional
 
 import numpy as np
 
 from ..cli_errors import CliError, check_kernel_cache
 from ..errors import CatbpError, name_list, shown
-from .graph import FactorGraph, FactorGraphError
 from ..memory import format_bytes
-from ..progress import close as close_progress, command_lines
+from ..progress import close as close_progress
+from ..progress import command_lines
 from ..semiring import SEMIRING_NAMES
+from .graph import FactorGraph, FactorGraphError
 from .model import CompiledModel
 from .model_source import DEFAULT_BUCKETS
 from .search import DEFAULT_PLAN_TIME
@@ -61,10 +61,10 @@ def read_model(spec: str) -> FactorGraph:
                        f"({', '.join(bnlearn.NETWORKS[:6])}, ...)")
 
 
-def read_evidence(args: argparse.Namespace, graph: FactorGraph) -> Dict[str, object]:
+def read_evidence(args: argparse.Namespace, graph: FactorGraph) -> dict[str, object]:
     """{variable: state} from --evidence and every --observe. A variable given twice must
     name the same state both times (as index or name): the last one does not silently win."""
-    evidence: Dict[str, object] = {}
+    evidence: dict[str, object] = {}
     if args.evidence:
         path = Path(args.evidence)
         if not path.exists():
@@ -90,10 +90,10 @@ def read_evidence(args: argparse.Namespace, graph: FactorGraph) -> Dict[str, obj
     return evidence
 
 
-def _json_evidence(path: Path, graph: FactorGraph) -> Dict[str, object]:
+def _json_evidence(path: Path, graph: FactorGraph) -> dict[str, object]:
     """A JSON object {variable: state index or name}, each variable once."""
     def pairs(items):
-        out: Dict[str, object] = {}
+        out: dict[str, object] = {}
         for var, state in items:
             if var in out and _state_key(graph, var, out[var]) != _state_key(graph, var, state):
                 raise CommandError(f"{path}: {shown(var)} is observed twice, as {shown(out[var])} and "
@@ -292,7 +292,7 @@ def _positive(text: str) -> int:
     return value
 
 
-def _no_answer(sol, evidence: Dict[str, object]) -> Optional[str]:
+def _no_answer(sol, evidence: dict[str, object]) -> str | None:
     """None when Z > 0; else why Z is 0, and so there are no marginals (they are 0/0)."""
     if sol.log_Z > -math.inf:
         return None

@@ -22,8 +22,8 @@ then internal nodes in contraction order, children before parents.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 # a pair contracted by the bucket elimination is the cheapest among at most this many
 # tensors; beyond, the smallest two (a bucket that large is rare, and pairs are quadratic)
@@ -39,22 +39,22 @@ class Leaf:
 @dataclass(frozen=True)
 class Node:
     id: int
-    variables: Tuple[int, ...]  # the tensor's axes, ascending (a leaf: its scope)
-    children: Tuple[int, ...]  # () for a leaf, else the two contracted nodes
-    leaf: Optional[Leaf] = None
+    variables: tuple[int, ...]  # the tensor's axes, ascending (a leaf: its scope)
+    children: tuple[int, ...]  # () for a leaf, else the two contracted nodes
+    leaf: Leaf | None = None
 
 
 @dataclass(frozen=True)
 class ContractionTree:
-    sizes: Tuple[int, ...]
-    nodes: Tuple[Node, ...]  # leaves first, then internal nodes, children before parents
+    sizes: tuple[int, ...]
+    nodes: tuple[Node, ...]  # leaves first, then internal nodes, children before parents
     root: int
-    home: Tuple[int, ...]  # per variable: the node whose tensor its marginal is read from
+    home: tuple[int, ...]  # per variable: the node whose tensor its marginal is read from
 
     def states(self, n: int) -> int:
         return math.prod(self.sizes[v] for v in self.nodes[n].variables)
 
-    def loop_variables(self, n: int) -> Tuple[int, ...]:
+    def loop_variables(self, n: int) -> tuple[int, ...]:
         """The variables an internal node's contraction loops over: its children's union."""
         return tuple(sorted({v for c in self.nodes[n].children for v in self.nodes[c].variables}))
 
@@ -62,15 +62,15 @@ class ContractionTree:
         return math.prod(self.sizes[v] for v in self.loop_variables(n))
 
     @property
-    def internal(self) -> Tuple[Node, ...]:
+    def internal(self) -> tuple[Node, ...]:
         return tuple(n for n in self.nodes if n.children)
 
-    def parents(self) -> Dict[int, int]:
+    def parents(self) -> dict[int, int]:
         return {c: n.id for n in self.nodes for c in n.children}
 
-    def on_paths_to_homes(self, parent: Dict[int, int]) -> Set[int]:
+    def on_paths_to_homes(self, parent: dict[int, int]) -> set[int]:
         """The nodes whose adjoints the marginals need: the homes and their ancestors."""
-        needed: Set[int] = set()
+        needed: set[int] = set()
         for n in set(self.home):
             while n not in needed:
                 needed.add(n)
@@ -79,7 +79,7 @@ class ContractionTree:
                 n = parent[n]
         return needed
 
-    def adjoint_variables(self, n: int, parent: Dict[int, int]) -> Tuple[int, ...]:
+    def adjoint_variables(self, n: int, parent: dict[int, int]) -> tuple[int, ...]:
         """The axes of node n's adjoint (the contraction of everything outside its subtree):
         its variables that its parent or its sibling holds; the root's is a scalar."""
         if n == self.root:
@@ -89,7 +89,7 @@ class ContractionTree:
         outside = set(p.variables) | set(self.nodes[sibling].variables)
         return tuple(v for v in self.nodes[n].variables if v in outside)
 
-    def stats(self) -> Dict[str, int]:
+    def stats(self) -> dict[str, int]:
         internal = self.internal
         loops = [self.loop_states(n.id) for n in internal] or [self.states(self.root)]
         stored = [self.states(n.id) for n in internal]
@@ -104,7 +104,7 @@ class _Builder:
     def __init__(self, sizes: Sequence[int], scopes: Sequence[Sequence[int]],
                  evidence: Sequence[int]):
         self.sizes = tuple(sizes)
-        nodes: List[Node] = []
+        nodes: list[Node] = []
         for f, scope in enumerate(scopes):
             nodes.append(Node(len(nodes), tuple(sorted(set(scope))), (), Leaf("factor", f)))
         for v in sorted(evidence):
@@ -116,11 +116,11 @@ class _Builder:
             if v not in held:
                 nodes.append(Node(len(nodes), (v,), (), Leaf("unit", v)))
         self.nodes = nodes
-        self.holders: Dict[int, Set[int]] = {v: set() for v in range(len(sizes))}
+        self.holders: dict[int, set[int]] = {v: set() for v in range(len(sizes))}
         for n in nodes:
             for v in n.variables:
                 self.holders[v].add(n.id)
-        self.active: Set[int] = {n.id for n in nodes}
+        self.active: set[int] = {n.id for n in nodes}
 
     def states(self, variables) -> int:
         return math.prod(self.sizes[v] for v in variables)
@@ -139,7 +139,7 @@ class _Builder:
         self.active.add(n)
         return n
 
-    def contract_all(self, group: List[int]) -> int:
+    def contract_all(self, group: list[int]) -> int:
         """Contract a group two at a time, the cheapest pair first; the last node."""
         group = list(group)
         while len(group) > 1:
@@ -153,7 +153,7 @@ class _Builder:
         # what is left holds no shared variable: components, or scalars
         root = self.contract_all(sorted(self.active))  # a scalar, or the only tensor
         # each marginal from the smallest tensor holding the variable
-        home: List[Tuple[int, int]] = [(0, -1)] * len(self.sizes)
+        home: list[tuple[int, int]] = [(0, -1)] * len(self.sizes)
         for n in self.nodes:
             s = self.states(n.variables)
             for v in n.variables:
@@ -175,7 +175,7 @@ def contraction_tree(sizes: Sequence[int], scopes: Sequence[Sequence[int]],
 
 
 def tree_from_path(sizes: Sequence[int], scopes: Sequence[Sequence[int]],
-                   path: Sequence[Tuple[int, int]], evidence: Sequence[int] = ()) -> ContractionTree:
+                   path: Sequence[tuple[int, int]], evidence: Sequence[int] = ()) -> ContractionTree:
     """The contraction tree of a path found for the factors alone (plan search, in
     cotengra's single-assignment form: inputs are the factors with a non-empty scope, in
     order, numbered from 0; each pair contracted is numbered next). Each evidence
@@ -183,7 +183,7 @@ def tree_from_path(sizes: Sequence[int], scopes: Sequence[Sequence[int]],
     more than that factor's cost); what the path leaves apart is contracted last."""
     b = _Builder(sizes, scopes, evidence)
     current = {f: f for f, scope in enumerate(scopes)}  # factor -> the node that holds it now
-    by_variable: Dict[int, List[int]] = {}
+    by_variable: dict[int, list[int]] = {}
     for f, scope in enumerate(scopes):
         for v in set(scope):
             by_variable.setdefault(v, []).append(f)
@@ -197,7 +197,7 @@ def tree_from_path(sizes: Sequence[int], scopes: Sequence[Sequence[int]],
     return b.finish()
 
 
-def _cheapest_pair(group: List[int], nodes: List[Node], states) -> Tuple[int, int]:
+def _cheapest_pair(group: list[int], nodes: list[Node], states) -> tuple[int, int]:
     if len(group) > PAIR_SEARCH_LIMIT:
         a, b = sorted(group, key=lambda n: (states(nodes[n].variables), n))[:2]
         return a, b

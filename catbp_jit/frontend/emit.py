@@ -21,7 +21,7 @@ has no indicators: the plan is over a graph without the observed variables).
 from __future__ import annotations
 
 import math
-from typing import Dict, List, Sequence, Tuple
+from collections.abc import Sequence
 
 from ..ir import Axis, AxisType, Instruction, OpCode, Program, TensorSpec
 from .plan import TreePlan
@@ -36,7 +36,7 @@ def spec_of(plan: TreePlan, variables: Sequence[int]) -> TensorSpec:
 
 
 def factor_specs(plan: TreePlan, scopes: Sequence[Sequence[int]],
-                 evidence: Sequence[int]) -> Dict[int, TensorSpec]:
+                 evidence: Sequence[int]) -> dict[int, TensorSpec]:
     """The spec of every factor the programs load (graph factors, then indicators)."""
     specs = {f: spec_of(plan, scope) for f, scope in enumerate(scopes)}
     for k, v in enumerate(sorted(evidence)):
@@ -49,9 +49,9 @@ class _Emitter:
 
     def __init__(self, name: str):
         self.name = name
-        self.instructions: List[Instruction] = []
+        self.instructions: list[Instruction] = []
         self.next_reg = 1
-        self.live: Dict[int, None] = {}  # an ordered set: FREE lists them in definition order
+        self.live: dict[int, None] = {}  # an ordered set: FREE lists them in definition order
 
     def _def(self, op: OpCode, args: dict, spec=None) -> int:
         r = self.next_reg
@@ -96,7 +96,7 @@ class _Emitter:
 
 
 def _local_inputs(e: _Emitter, plan: TreePlan, a: int, n_factors: int,
-                  evidence_index: Dict[int, int]) -> List[int]:
+                  evidence_index: dict[int, int]) -> list[int]:
     clique = plan.cliques[a]
     regs = [e.load_factor(f) for f in clique.factors]
     regs += [e.load_factor(n_factors + evidence_index[v]) for v in clique.evidence]
@@ -169,13 +169,13 @@ def emit_downward(plan: TreePlan, n_factors: int, evidence: Sequence[int],
 
 
 def _suffix_unions(plan: TreePlan, a: int,
-                   kids: Sequence[int]) -> List[Tuple[Tuple[int, ...], int]]:
+                   kids: Sequence[int]) -> list[tuple[tuple[int, ...], int]]:
     """Per i: the variables of suffix[i], the union of the separators of children i.., and
     its states. One pass from the last child, a new tuple only where the union grows (at
     most once per variable): linear in k, where taking each union afresh was quadratic."""
-    unions: List[Tuple[Tuple[int, ...], int]] = [((), 1)] * len(kids)
+    unions: list[tuple[tuple[int, ...], int]] = [((), 1)] * len(kids)
     seen: set = set()
-    variables: Tuple[int, ...] = ()
+    variables: tuple[int, ...] = ()
     states = 1
     for i in range(len(kids) - 1, -1, -1):
         new = [v for v in plan.separator(a, kids[i]) if v not in seen]
@@ -193,7 +193,7 @@ def _suffixes_fit(plan: TreePlan, a: int, kids: Sequence[int]) -> bool:
     return sum(states for _, states in unions[1:len(kids) - 1]) <= plan.states(a) // 2
 
 
-def _send_halving(e: _Emitter, plan: TreePlan, a: int, spec: TensorSpec, rest: List[int],
+def _send_halving(e: _Emitter, plan: TreePlan, a: int, spec: TensorSpec, rest: list[int],
                   kids: Sequence[int], msgs: Sequence[int], belief: bool, scaled: bool) -> None:
     """Send each child the product of `rest` and the other children's messages.
 
@@ -216,7 +216,7 @@ def _send_halving(e: _Emitter, plan: TreePlan, a: int, spec: TensorSpec, rest: L
 
 
 def _suffixes(e: _Emitter, plan: TreePlan, a: int, kids: Sequence[int],
-              msgs: Sequence[int]) -> List[List[int]]:
+              msgs: Sequence[int]) -> list[list[int]]:
     """suffix[i]: registers whose ⊗ is msg(ci) ⊗ … ⊗ msg(c(k-1)); suffix[k] is empty.
 
     A suffix product lives until the first messages are sent, so all of them are alive at
@@ -227,7 +227,7 @@ def _suffixes(e: _Emitter, plan: TreePlan, a: int, kids: Sequence[int],
     """
     budget = plan.states(a) // 2
     unions = _suffix_unions(plan, a, kids)
-    suffix: List[List[int]] = [[] for _ in range(len(kids) + 1)]
+    suffix: list[list[int]] = [[] for _ in range(len(kids) + 1)]
     for i in range(len(kids) - 1, 0, -1):  # suffix[0] is never used
         rest = [msgs[i]] + suffix[i + 1]
         union, states = unions[i]
@@ -252,11 +252,11 @@ def emit_finalize(plan: TreePlan) -> Program:
 
 
 def emit_programs(plan: TreePlan, n_factors: int, evidence: Sequence[int] = (),
-                  scaled: bool = False) -> Tuple[Program, Program, Program]:
+                  scaled: bool = False) -> tuple[Program, Program, Program]:
     return (emit_upward(plan, n_factors, evidence, scaled),
             emit_downward(plan, n_factors, evidence, scaled), emit_finalize(plan))
 
 
-def scale_slots(plan: TreePlan) -> Tuple[tuple, ...]:
+def scale_slots(plan: TreePlan) -> tuple[tuple, ...]:
     """The slots a scaled upward program stores: one per upward message."""
     return tuple(("scale", c.id, c.parent) for c in plan.cliques if c.parent is not None)

@@ -22,14 +22,14 @@ k-th evidence indicator (ascending variable) is factor n_factors + k; ("Z",) and
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from collections.abc import Sequence
 
 from .contraction import ContractionTree
 from .emit import _Emitter, spec_of
 
 
 def _load(e: _Emitter, tree: ContractionTree, n: int, n_factors: int,
-          indicator: Dict[int, int]) -> int:
+          indicator: dict[int, int]) -> int:
     """A register holding node n's tensor."""
     node = tree.nodes[n]
     if node.leaf is None:
@@ -68,11 +68,11 @@ def emit_contraction_downward(tree: ContractionTree, n_factors: int,
     e = _Emitter("downward")
     indicator = {v: k for k, v in enumerate(sorted(evidence))}
     parent = tree.parents()
-    homed: Dict[int, List[int]] = {}
+    homed: dict[int, list[int]] = {}
     for v, n in enumerate(tree.home):
         homed.setdefault(n, []).append(v)
     needed = tree.on_paths_to_homes(parent)
-    adjoint: Dict[int, Optional[int]] = {tree.root: None}  # None: the scalar one
+    adjoint: dict[int, int | None] = {tree.root: None}  # None: the scalar one
     stack = [tree.root]
     while stack:
         n = stack.pop()
@@ -112,6 +112,6 @@ def emit_contraction_programs(tree: ContractionTree, n_factors: int, evidence: S
             emit_contraction_downward(tree, n_factors, evidence, scaled))
 
 
-def contraction_scale_slots(tree: ContractionTree) -> Tuple[tuple, ...]:
+def contraction_scale_slots(tree: ContractionTree) -> tuple[tuple, ...]:
     """The slots a scaled upward program stores: one per internal node but the root."""
     return tuple(("scale", n.id) for n in tree.internal if n.id != tree.root)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -23,28 +23,28 @@ class FactorGraphError(CatbpError, ValueError):
 
 @dataclass(frozen=True)
 class Factor:
-    scope: Tuple[str, ...]  # variable names; the table's axes in this order
+    scope: tuple[str, ...]  # variable names; the table's axes in this order
     values: np.ndarray  # float64, shape = the scope's domain sizes
 
 
 @dataclass(frozen=True)
 class FactorGraph:
-    variables: Dict[str, int]  # name -> domain size, in a fixed order (axis ids follow it)
-    factors: Tuple[Factor, ...]
+    variables: dict[str, int]  # name -> domain size, in a fixed order (axis ids follow it)
+    factors: tuple[Factor, ...]
     name: str = "model"
-    states: Dict[str, Tuple[str, ...]] = field(default_factory=dict)  # optional state names
+    states: dict[str, tuple[str, ...]] = field(default_factory=dict)  # optional state names
 
     @property
-    def names(self) -> Tuple[str, ...]:
+    def names(self) -> tuple[str, ...]:
         return tuple(self.variables)
 
-    def index(self) -> Dict[str, int]:
+    def index(self) -> dict[str, int]:
         return {v: i for i, v in enumerate(self.variables)}
 
 
-def factor_graph(var_domains: Mapping[str, int], factors: Union[Iterable, Mapping] = (), *,
+def factor_graph(var_domains: Mapping[str, int], factors: Iterable | Mapping = (), *,
                  name: str = "model",
-                 states: Optional[Mapping[str, Sequence[str]]] = None) -> FactorGraph:
+                 states: Mapping[str, Sequence[str]] | None = None) -> FactorGraph:
     """Check and build a FactorGraph.
 
     var_domains: {variable name: domain size (a positive integer)}.
@@ -59,7 +59,7 @@ def factor_graph(var_domains: Mapping[str, int], factors: Union[Iterable, Mappin
     if not isinstance(var_domains, Mapping):
         raise FactorGraphError(f"{name}: variable domains must be a mapping {{name: domain "
                                f"size}}, got {type(var_domains).__name__}")
-    variables: Dict[str, int] = {}
+    variables: dict[str, int] = {}
     for v, d in var_domains.items():
         if not isinstance(v, str) or not v:
             raise FactorGraphError(f"{name}: variable names must be non-empty strings, got {shown(v)}")
@@ -75,7 +75,7 @@ def factor_graph(var_domains: Mapping[str, int], factors: Union[Iterable, Mappin
         labelled = [(str(i), f) for i, f in enumerate(factors)]
     checked = [_check_factor(name, label, variables, f) for label, f in labelled]
 
-    state_names: Dict[str, Tuple[str, ...]] = {}
+    state_names: dict[str, tuple[str, ...]] = {}
     for v, s in (states or {}).items():
         if (v not in variables or isinstance(s, (str, bytes)) or not isinstance(s, Sequence)
                 or len(s) != variables[v]):

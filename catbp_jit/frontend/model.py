@@ -20,19 +20,31 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..ir import Program
 from ..semiring import SEMIRING_NAMES
 from .answer import Marginals, finish
-from .build import (BATCH_BYTES, MAX_CLIQUE_BYTES, PLAN_KINDS, TARGETS, BuiltModel,  # noqa: F401
-                    ModelTooLargeError, Progress, build_model)
+from .build import (  # noqa: F401
+    BATCH_BYTES,
+    MAX_CLIQUE_BYTES,
+    PLAN_KINDS,
+    TARGETS,
+    BuiltModel,
+    ModelTooLargeError,
+    Progress,
+    build_model,
+)
 from .graph import Factor, FactorGraph, factor_graph
 from .plan import TreePlan
 from .scaling import TINY, NumericalError, ScaledNumber
+
+if TYPE_CHECKING:  # imported where solve_batch runs: most models never batch
+    from .batch import BatchSolution
 
 SEMIRINGS = SEMIRING_NAMES  # the semiring names (semiring.py keeps the list)
 
@@ -51,12 +63,12 @@ class Solution:
     # in the semiring, unnormalized, times exp(-raw_log_scale): PROB's raw_log_scale is
     # log Z when Z is not a float (the raw marginals then sum to 1), else 0
     raw_marginals: Mapping[str, np.ndarray]
-    evidence: Dict[str, int]
-    model: "CompiledModel" = field(repr=False)
+    evidence: dict[str, int]
+    model: CompiledModel = field(repr=False)
     raw_log_scale: float = 0.0
 
     @property
-    def programs(self) -> Tuple[Program, ...]:
+    def programs(self) -> tuple[Program, ...]:
         return self.model.programs
 
     @property
@@ -100,9 +112,9 @@ class CompiledModel:
         # the sessions' buffers are part of compiling, as they always were
         self.times = {**built.times, "compile_s": built.times["compile_s"] + time.perf_counter() - t0}
         # models that certify an answer, built on first need (see _companion)
-        self._companions: Dict[str, CompiledModel] = {}
+        self._companions: dict[str, CompiledModel] = {}
 
-    def batch_buckets(self) -> Tuple[int, ...]:
+    def batch_buckets(self) -> tuple[int, ...]:
         """The buckets solve_batch plans (BuiltModel.batch_buckets: those asked for whose
         beliefs fit in BATCH_BYTES, at least the smallest)."""
         return self.built.batch_buckets()
@@ -114,7 +126,7 @@ class CompiledModel:
 
     # -- running -----------------------------------------------------------------------------
 
-    def run_slots(self, evidence: Optional[Mapping[str, Any]] = None) -> Dict[tuple, np.ndarray]:
+    def run_slots(self, evidence: Mapping[str, Any] | None = None) -> dict[tuple, np.ndarray]:
         """Z, the marginals and (PROB) the scales, as the programs computed them; ("exponent",)
         is the power of two the tables were scaled by."""
         built = self.built
@@ -145,7 +157,7 @@ class CompiledModel:
         self._bound = True
         return exponent + self.built.exponent
 
-    def _results(self, evidence: Mapping[str, Any]) -> Tuple[np.ndarray, int]:
+    def _results(self, evidence: Mapping[str, Any]) -> tuple[np.ndarray, int]:
         """Z, the scales and the planned marginals, flat in the answer layout's order (one
         index into the session's buffer), and the tables' power of two."""
         built = self.built
@@ -159,7 +171,7 @@ class CompiledModel:
                 self._session.slots[k]
         return self._session.mem[built.gather], exponent
 
-    def solve(self, evidence: Optional[Mapping[str, Any]] = None) -> Solution:
+    def solve(self, evidence: Mapping[str, Any] | None = None) -> Solution:
         built = self.built
         evidence = dict(evidence or {})
         values, exponent = self._results(evidence)
@@ -174,7 +186,7 @@ class CompiledModel:
         return Solution(built.semiring, *finish(built.kind, z, raw, built.answer),
                         Marginals(raw, built.answer.at), evidence, self)
 
-    def _scaled_solution(self, evidence: Dict[str, Any], values: np.ndarray, exponent: int,
+    def _scaled_solution(self, evidence: dict[str, Any], values: np.ndarray, exponent: int,
                          raw: np.ndarray) -> Solution:
         """PROB: Z from the root's total and the scales; raw marginals rescaled to Z."""
         built = self.built
@@ -195,7 +207,7 @@ class CompiledModel:
         return Solution(built.semiring, value, z.log, marginals, marginals, evidence, self,
                         raw_log_scale=z.log)
 
-    def _companion(self, semiring: str, on_support: bool = False) -> "CompiledModel":
+    def _companion(self, semiring: str, on_support: bool = False) -> CompiledModel:
         """The same graph, evidence and target in another semiring, built on first need;
         on_support: with the 0/1 support of our tables (PROB's Z then counts the models)."""
         if semiring not in self._companions:
@@ -229,12 +241,18 @@ class CompiledModel:
                 "int64 holds (COUNT would wrap); semiring='logprob' on 0/1 tables gives the "
                 "log of the count")
 
-    def solve_batch(self, rows: Any) -> "BatchSolution":
+    def solve_batch(self, rows: Any) -> BatchSolution:
         """Answers for many evidence rows in one run (batch.py): rows is a sequence of
         {variable: state} or a 2-D integer array (rows x evidence_columns, -1 unobserved
         where the model keeps indicators). log_Z has shape (n,), marginals[v] (n, k)."""
-        from .batch import (Certificates, batch_solution, concatenate, evidence_factors,
-                            evidence_table, stack_solutions)
+        from .batch import (
+            Certificates,
+            batch_solution,
+            concatenate,
+            evidence_factors,
+            evidence_table,
+            stack_solutions,
+        )
         built = self.built
         table = evidence_table(built, rows)
         if built.target == "reference" or not built.batched_factor_ids():
@@ -272,7 +290,7 @@ def compile_model(graph: FactorGraph, semiring: str = "prob", **options) -> Comp
 
 
 def solve(var_domains: Any, factors: Any = None, *, semiring: str = "prob",
-          evidence: Optional[Mapping[str, Any]] = None, target: str = "cpu",
+          evidence: Mapping[str, Any] | None = None, target: str = "cpu",
           **options) -> Solution:
     """Exact Z and marginals of a discrete factor graph.
 

@@ -19,9 +19,10 @@ import hashlib
 import json
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any
 
 from .graph import FactorGraph, FactorGraphError
 
@@ -40,9 +41,9 @@ class ModelSource:
     sha256: str
     data: bytes = field(repr=False)
     semiring: str = "prob"
-    evidence_vars: Tuple[str, ...] = ()
-    buckets: Optional[Tuple[int, ...]] = DEFAULT_BUCKETS  # None: solve() only
-    plan_time: Optional[float] = None  # None: compile_model's default search (cached on disk)
+    evidence_vars: tuple[str, ...] = ()
+    buckets: tuple[int, ...] | None = DEFAULT_BUCKETS  # None: solve() only
+    plan_time: float | None = None  # None: compile_model's default search (cached on disk)
     absorb_evidence: bool = False
 
     def key(self) -> tuple:
@@ -63,15 +64,15 @@ class ModelSource:
                              buckets=self.buckets, plan_time=self.plan_time,
                              absorb_evidence=self.absorb_evidence)
 
-    def with_options(self, **options: Any) -> "ModelSource":
+    def with_options(self, **options: Any) -> ModelSource:
         from dataclasses import replace
         return replace(self, **options)
 
 
-def model_source(model: Any, *, semiring: Optional[str] = None,
-                 evidence_vars: Optional[Sequence[str]] = None,
-                 buckets: Optional[Sequence[int]] = None,
-                 plan_time: Optional[float] = None) -> ModelSource:
+def model_source(model: Any, *, semiring: str | None = None,
+                 evidence_vars: Sequence[str] | None = None,
+                 buckets: Sequence[int] | None = None,
+                 plan_time: float | None = None) -> ModelSource:
     """A ModelSource from a model file (.bif, .uai, gzipped too), a fetched bnlearn
     network's name, or a saved profile of a model (.json, made by `catbp-jit aot MODEL`).
     A profile fixes the semiring, evidence variables and buckets: options that differ
@@ -114,7 +115,7 @@ def _stem(path: Path) -> str:
 
 
 def profile_entry(model: Any, semiring: str, evidence_vars: Sequence[str],
-                  buckets: Optional[Sequence[int]], target: str = "cpu") -> dict:
+                  buckets: Sequence[int] | None, target: str = "cpu") -> dict:
     """What `catbp-jit aot MODEL` records in the profile about its model."""
     path = _model_path(model).resolve()
     return {"path": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
@@ -176,11 +177,11 @@ class LoadedModels:
 
     def __init__(self, size: int = MAX_LOADED):
         self.size = size
-        self._models: "OrderedDict[tuple, Tuple[Any, threading.Lock]]" = OrderedDict()
+        self._models: OrderedDict[tuple, tuple[Any, threading.Lock]] = OrderedDict()
         self._lock = threading.Lock()
         self.compiled = 0  # models compiled (or loaded from the kernel cache) here
 
-    def get(self, source: ModelSource) -> Tuple[Any, threading.Lock]:
+    def get(self, source: ModelSource) -> tuple[Any, threading.Lock]:
         key = source.key()
         with self._lock:
             if key in self._models:

@@ -18,35 +18,35 @@ import heapq
 import math
 import time
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 
 @dataclass(frozen=True)
 class Clique:
     id: int
-    variables: Tuple[int, ...]  # variable indices, ascending: the belief's axis order
-    parent: Optional[int]
-    children: Tuple[int, ...]
-    factors: Tuple[int, ...]  # indices into the graph's factors, in graph order
-    evidence: Tuple[int, ...]  # variables whose evidence indicator this clique loads
+    variables: tuple[int, ...]  # variable indices, ascending: the belief's axis order
+    parent: int | None
+    children: tuple[int, ...]
+    factors: tuple[int, ...]  # indices into the graph's factors, in graph order
+    evidence: tuple[int, ...]  # variables whose evidence indicator this clique loads
 
 
 @dataclass(frozen=True)
 class TreePlan:
-    sizes: Tuple[int, ...]  # domain size per variable index
-    order: Tuple[int, ...]  # the elimination order
-    cliques: Tuple[Clique, ...]
+    sizes: tuple[int, ...]  # domain size per variable index
+    order: tuple[int, ...]  # the elimination order
+    cliques: tuple[Clique, ...]
     root: int
-    postorder: Tuple[int, ...]  # children before parents
-    home: Tuple[int, ...]  # per variable: the clique its marginal is read from
-    up_separator: Tuple[Tuple[int, ...], ...]  # per clique: what it shares with its parent
+    postorder: tuple[int, ...]  # children before parents
+    home: tuple[int, ...]  # per variable: the clique its marginal is read from
+    up_separator: tuple[tuple[int, ...], ...]  # per clique: what it shares with its parent
 
     @property
-    def preorder(self) -> Tuple[int, ...]:
+    def preorder(self) -> tuple[int, ...]:
         return tuple(reversed(self.postorder))
 
-    def separator(self, a: int, b: int) -> Tuple[int, ...]:
+    def separator(self, a: int, b: int) -> tuple[int, ...]:
         """The variables two adjacent cliques share, in ascending order."""
         if self.cliques[a].parent == b:
             return self.up_separator[a]
@@ -57,7 +57,7 @@ class TreePlan:
     def states(self, c: int) -> int:
         return math.prod(self.sizes[v] for v in self.cliques[c].variables)
 
-    def stats(self) -> Dict[str, int]:
+    def stats(self) -> dict[str, int]:
         states = [self.states(c.id) for c in self.cliques]
         return {"variables": len(self.sizes), "cliques": len(self.cliques),
                 "max_clique_variables": max(len(c.variables) for c in self.cliques),
@@ -67,8 +67,8 @@ class TreePlan:
                     for c in self.cliques if c.parent is not None)}
 
 
-def interaction_graph(n: int, scopes: Sequence[Sequence[int]]) -> List[Set[int]]:
-    adj: List[Set[int]] = [set() for _ in range(n)]
+def interaction_graph(n: int, scopes: Sequence[Sequence[int]]) -> list[set[int]]:
+    adj: list[set[int]] = [set() for _ in range(n)]
     for scope in scopes:
         for u in scope:
             adj[u].update(w for w in scope if w != u)
@@ -99,20 +99,20 @@ class PlanLimits:
     """Caps, in states, on the junction tree's cliques: each one, and all together; None:
     no cap. A greedy run that passes one stops there instead of finishing a plan that
     would be refused."""
-    max_clique_states: Optional[int] = None
-    max_total_states: Optional[int] = None
+    max_clique_states: int | None = None
+    max_total_states: int | None = None
 
 
 @dataclass(frozen=True)
 class GreedyRun:
     """One heuristic's greedy elimination, finished or stopped early."""
     heuristic: str
-    order: Tuple[int, ...]  # every variable when finished, the eliminated prefix when stopped
+    order: tuple[int, ...]  # every variable when finished, the eliminated prefix when stopped
     total_states: int  # of the cliques formed so far: what the heuristics are compared by
     tree_states: int  # of those the junction tree keeps (not inside another): its beliefs
     largest_variables: int  # the largest clique formed so far
     largest_states: int
-    stopped: Optional[str] = None  # None, "clique" or "total" (a limit), "worse" (than the best)
+    stopped: str | None = None  # None, "clique" or "total" (a limit), "worse" (than the best)
 
 
 class PlanLimitError(ValueError):
@@ -140,7 +140,7 @@ def format_count(n: int) -> str:
 
 def elimination_order(sizes: Sequence[int], scopes: Sequence[Sequence[int]],
                       heuristic: str = "best", *, limits: PlanLimits = PlanLimits(),
-                      progress: Optional[Progress] = None) -> Tuple[int, ...]:
+                      progress: Progress | None = None) -> tuple[int, ...]:
     """A greedy elimination order; "best" runs every heuristic and keeps the order whose
     cliques hold the fewest states in all (no single heuristic wins on every network:
     weighted min-fill on munin1 and barley, min-fill on mildew, min-weight on munin2).
@@ -149,8 +149,8 @@ def elimination_order(sizes: Sequence[int], scopes: Sequence[Sequence[int]],
     or pass `limits`; when no run finishes within the limits, PlanLimitError.
     """
     say = progress or (lambda msg: None)
-    best: Optional[GreedyRun] = None
-    over: List[GreedyRun] = []
+    best: GreedyRun | None = None
+    over: list[GreedyRun] = []
     for name in (HEURISTICS if heuristic == "best" else [heuristic]):
         t0 = time.perf_counter()
         run = greedy_order(sizes, scopes, name, limits=limits,
@@ -176,8 +176,8 @@ def _describe(run: GreedyRun, n: int) -> str:
 
 
 def greedy_order(sizes: Sequence[int], scopes: Sequence[Sequence[int]], heuristic: str, *,
-                 limits: PlanLimits = PlanLimits(), best_total: Optional[int] = None,
-                 progress: Optional[Progress] = None) -> GreedyRun:
+                 limits: PlanLimits = PlanLimits(), best_total: int | None = None,
+                 progress: Progress | None = None) -> GreedyRun:
     """Eliminate the lowest-scoring variable until none is left (ties: lowest index).
 
     Stops early when the states reach `best_total` or pass `limits`; `progress` hears how
@@ -186,10 +186,10 @@ def greedy_order(sizes: Sequence[int], scopes: Sequence[Sequence[int]], heuristi
     g = _Greedy(sizes, scopes, HEURISTICS[heuristic])
     n = len(sizes)
     kept = _KeptCliques(n)
-    order: List[int] = []
+    order: list[int] = []
     total = tree_total = 0
     largest = (0, 0)  # (states, variables)
-    stopped: Optional[str] = None
+    stopped: str | None = None
     t0 = last = time.perf_counter()
     for x in iter(g.pop, None):
         order.append(x)
@@ -225,11 +225,11 @@ class _KeptCliques:
 
     def __init__(self, n: int):
         # per v: the eliminated u with v among their neighbours
-        self.waiting: List[List[int]] = [[] for _ in range(n)]
+        self.waiting: list[list[int]] = [[] for _ in range(n)]
         self.claimed = [False] * n  # u's first-eliminated neighbour has come
         self.length = [0] * n
 
-    def kept(self, v: int, neighbours: Set[int]) -> bool:
+    def kept(self, v: int, neighbours: set[int]) -> bool:
         k = len(neighbours) + 1
         inside = False
         for u in self.waiting[v]:
@@ -269,18 +269,18 @@ class _Greedy:
         self.adj = adj = interaction_graph(n, scopes)
         self.usum = [self._unit_sum(nb) for nb in adj]  # Σ unit over the neighbours
         self.weight = [s * math.prod(map(size.__getitem__, nb)) for s, nb in zip(size, adj)]
-        self.log_weight: List[Optional[float]] = [None] * n  # None: not summed yet
+        self.log_weight: list[float | None] = [None] * n  # None: not summed yet
         self.fill = [self._fill_of(nb) for nb in adj]
-        self.current: List[Optional[tuple]] = [self._key(v) for v in range(n)]
+        self.current: list[tuple | None] = [self._key(v) for v in range(n)]
         self.heap = list(self.current)
         heapq.heapify(self.heap)
 
-    def _unit_sum(self, vs: Set[int]) -> int:
+    def _unit_sum(self, vs: set[int]) -> int:
         if self.same_unit is not None:  # every variable alike (min-fill; binary models)
             return len(vs) * self.same_unit
         return sum(map(self.unit.__getitem__, vs))
 
-    def _fill_of(self, nb: Set[int]) -> int:
+    def _fill_of(self, nb: set[int]) -> int:
         """A neighbourhood's fill: all its pairs less its edges, O(degree) set intersections."""
         unit, adj = self.unit, self.adj
         edges = 0  # each edge among the neighbours is seen from both ends
@@ -298,7 +298,7 @@ class _Greedy:
             log_w = math.log(self.weight[v]) * (1 - 1e-9) - 1e-9
         return (log_w, self.fill[v], v) if self.weight_first else (self.fill[v], log_w, v)
 
-    def pop(self) -> Optional[int]:
+    def pop(self) -> int | None:
         """The variable with the lowest score, or None when all are eliminated."""
         heap, current = self.heap, self.current
         while heap:
@@ -329,7 +329,7 @@ class _Greedy:
         # x's neighbours become a clique, each set gaining them in nb's order; the pair
         # (a, b) in a common neighbour's neighbourhood stops being missing: counted by
         # a fill edge's units, then subtracted once per common neighbour
-        closed: Dict[int, Counter] = {}
+        closed: dict[int, Counter] = {}
         for a in nb:
             na = adj[a]
             new = nb - na
@@ -372,11 +372,11 @@ class _Greedy:
 
 
 def elimination_cliques(n: int, scopes: Sequence[Sequence[int]],
-                        order: Sequence[int]) -> Tuple[List[Set[int]], List[Optional[int]]]:
+                        order: Sequence[int]) -> tuple[list[set[int]], list[int | None]]:
     """The clique each elimination forms and its parent (by position in `order`)."""
     adj = interaction_graph(n, scopes)
     pos = {v: i for i, v in enumerate(order)}
-    cliques: List[Set[int]] = []
+    cliques: list[set[int]] = []
     for v in order:
         nb = adj[v]
         cliques.append({v} | nb)
@@ -384,7 +384,7 @@ def elimination_cliques(n: int, scopes: Sequence[Sequence[int]],
             adj[a].discard(v)
             adj[a].update(w for w in nb if w != a)
         adj[v] = set()
-    parents: List[Optional[int]] = []
+    parents: list[int | None] = []
     for i, v in enumerate(order):
         rest = [pos[w] for w in cliques[i] if w != v]
         parents.append(min(rest) if rest else None)
@@ -392,7 +392,7 @@ def elimination_cliques(n: int, scopes: Sequence[Sequence[int]],
 
 
 def junction_tree(sizes: Sequence[int], scopes: Sequence[Sequence[int]],
-                  order: Optional[Sequence[int]] = None,
+                  order: Sequence[int] | None = None,
                   evidence: Sequence[int] = ()) -> TreePlan:
     n = len(sizes)
     order = tuple(order) if order is not None else elimination_order(sizes, scopes)
@@ -406,7 +406,7 @@ def junction_tree(sizes: Sequence[int], scopes: Sequence[Sequence[int]],
     # Merge away non-maximal cliques: when one end of a tree edge contains the other,
     # contracting the edge keeps the running intersection property.
     alive = [True] * m
-    children: List[Set[int]] = [set() for _ in range(m)]  # sets: a hub has thousands
+    children: list[set[int]] = [set() for _ in range(m)]  # sets: a hub has thousands
     for i, p in enumerate(parent):
         if p is not None:
             children[p].add(i)
@@ -425,24 +425,24 @@ def junction_tree(sizes: Sequence[int], scopes: Sequence[Sequence[int]],
     roots = [renum[i] for i in ids if parent[i] is None]
     # one tree: component roots hang under the first root, with empty separators
     root = max(roots, key=lambda r: (len(sets[ids[r]]), -r)) if roots else 0
-    par: List[Optional[int]] = [renum[parent[i]] if parent[i] is not None else None for i in ids]
+    par: list[int | None] = [renum[parent[i]] if parent[i] is not None else None for i in ids]
     for r in roots:
         if r != root:
             par[r] = root
-    kids: List[List[int]] = [[] for _ in ids]
+    kids: list[list[int]] = [[] for _ in ids]
     for c, p in enumerate(par):
         if p is not None:
             kids[p].append(c)
     variables = [tuple(sorted(sets[i])) for i in ids]
     states = [math.prod(sizes[v] for v in vs) for vs in variables]
 
-    holding: Dict[int, List[int]] = {}
+    holding: dict[int, list[int]] = {}
     for c, vs in enumerate(variables):
         for v in vs:
             holding.setdefault(v, []).append(c)
     home = tuple(min(holding[v], key=lambda c: (states[c], c)) for v in range(n))
 
-    assigned: List[List[int]] = [[] for _ in ids]
+    assigned: list[list[int]] = [[] for _ in ids]
     members = [set(vs) for vs in variables]
     for f, scope in enumerate(scopes):
         if scope:
@@ -453,11 +453,11 @@ def junction_tree(sizes: Sequence[int], scopes: Sequence[Sequence[int]],
         else:
             c = root  # a constant factor scales Z; any clique will do
         assigned[c].append(f)
-    ev: List[List[int]] = [[] for _ in ids]
+    ev: list[list[int]] = [[] for _ in ids]
     for v in sorted(set(evidence)):
         ev[home[v]].append(v)
 
-    postorder: List[int] = []
+    postorder: list[int] = []
     stack = [(root, False)]
     while stack:
         c, expanded = stack.pop()
@@ -473,13 +473,13 @@ def junction_tree(sizes: Sequence[int], scopes: Sequence[Sequence[int]],
     return TreePlan(tuple(sizes), order, cliques, root, tuple(postorder), home, separators)
 
 
-def _shared(a: Tuple[int, ...], b: Tuple[int, ...]) -> Tuple[int, ...]:
+def _shared(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
     vb = set(b)
     return tuple(v for v in a if v in vb)
 
 
-def _merge(gone: int, *, into: int, parent: List[Optional[int]], children: List[Set[int]],
-           alive: List[bool]) -> None:
+def _merge(gone: int, *, into: int, parent: list[int | None], children: list[set[int]],
+           alive: list[bool]) -> None:
     """Contract the tree edge gone–into; `into` takes gone's other neighbours."""
     alive[gone] = False
     if parent[into] == gone:  # a child absorbs its parent: it takes the parent's place

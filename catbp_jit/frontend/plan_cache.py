@@ -17,7 +17,6 @@ import json
 import os
 import warnings
 from dataclasses import dataclass
-from typing import Optional, Tuple
 
 from .. import environment
 from ..atomic import atomic_write
@@ -34,12 +33,12 @@ class PlanCacheWarning(UserWarning):
 
 @dataclass(frozen=True)
 class PlanKey:
-    sizes: Tuple[int, ...]
-    scopes: Tuple[Tuple[int, ...], ...]
-    evidence: Tuple[int, ...]  # evidence variables kept as indicators (indices)
-    absorbed: Tuple[str, ...]  # evidence variables cut out of the graph (names)
+    sizes: tuple[int, ...]
+    scopes: tuple[tuple[int, ...], ...]
+    evidence: tuple[int, ...]  # evidence variables kept as indicators (indices)
+    absorbed: tuple[str, ...]  # evidence variables cut out of the graph (names)
     limits: PlanLimits
-    kinds: Tuple[str, ...] = ("junction", "contraction")  # the programs the plan may emit
+    kinds: tuple[str, ...] = ("junction", "contraction")  # the programs the plan may emit
 
     def digest(self) -> str:
         doc = [FORMAT, list(self.sizes), [list(s) for s in self.scopes], list(self.evidence),
@@ -50,21 +49,21 @@ class PlanKey:
 
 @dataclass(frozen=True)
 class CachedPlan:
-    order: Tuple[int, ...]
+    order: tuple[int, ...]
     planner: str  # who found it: "greedy" or "cotengra"
     plan_time: float  # the budget it was searched with
     # the searched contraction tree (search.Searched.path) when it won, else None
-    path: Optional[Tuple[Tuple[int, int], ...]] = None
+    path: tuple[tuple[int, int], ...] | None = None
 
 
-def plan_dir() -> Optional[str]:
+def plan_dir() -> str | None:
     """Where plans are kept, or None when the kernel cache is off."""
     if environment.cache_policy() == "off":
         return None
     return os.path.join(default_cache_dir(), "plans")
 
 
-def load(key: PlanKey, directory: Optional[str] = None) -> Optional[CachedPlan]:
+def load(key: PlanKey, directory: str | None = None) -> CachedPlan | None:
     """The plan filed under `key`, or None (missing; damaged: PlanCacheWarning)."""
     directory = directory or plan_dir()
     if directory is None:
@@ -77,7 +76,8 @@ def load(key: PlanKey, directory: Optional[str] = None) -> Optional[CachedPlan]:
     except (FileNotFoundError, NotADirectoryError):  # (a file where the directory is)
         return None
     except OSError as e:
-        warnings.warn(f"{path}: cannot read the cached plan ({e}); planning anew", PlanCacheWarning)
+        warnings.warn(f"{path}: cannot read the cached plan ({e}); planning anew",
+                      PlanCacheWarning, stacklevel=2)
         return None
     why = None
     try:
@@ -86,14 +86,15 @@ def load(key: PlanKey, directory: Optional[str] = None) -> Optional[CachedPlan]:
     except (UnicodeDecodeError, ValueError) as e:
         why = f"not valid JSON: {e}"
     if why:
-        warnings.warn(f"{path}: damaged plan cache file ({why}); planning anew", PlanCacheWarning)
+        warnings.warn(f"{path}: damaged plan cache file ({why}); planning anew",
+                      PlanCacheWarning, stacklevel=2)
         return None
     path = doc.get("path")
     return CachedPlan(tuple(doc["order"]), doc["planner"], float(doc["plan_time"]),
                       None if path is None else tuple(tuple(p) for p in path))
 
 
-def _problem(doc, digest: str, n: int, tensors: int) -> Optional[str]:
+def _problem(doc, digest: str, n: int, tensors: int) -> str | None:
     """Why `doc` is not a plan for this key (n variables, `tensors` factors with a
     non-empty scope), or None."""
     if not isinstance(doc, dict):
@@ -130,7 +131,7 @@ def _is_ssa_path(path, tensors: int) -> bool:
     return True
 
 
-def store(key: PlanKey, plan: CachedPlan, directory: Optional[str] = None) -> None:
+def store(key: PlanKey, plan: CachedPlan, directory: str | None = None) -> None:
     """File `plan` under `key`; an unwritable directory only costs the next search."""
     directory = directory or plan_dir()
     if directory is None:
@@ -143,5 +144,5 @@ def store(key: PlanKey, plan: CachedPlan, directory: Optional[str] = None) -> No
         os.makedirs(directory, 0o700, exist_ok=True)
         atomic_write(os.path.join(directory, f"{digest}.json"), json.dumps(doc).encode())
     except OSError as e:
-        warnings.warn(f"{directory}: cannot keep the searched plan ({e})", PlanCacheWarning)
+        warnings.warn(f"{directory}: cannot keep the searched plan ({e})", PlanCacheWarning, stacklevel=2)
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import decimal
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable, Tuple, Union
 
 import numpy as np
 
@@ -28,7 +28,7 @@ from ..errors import CatbpError
 TINY = float(np.finfo(np.float64).tiny)
 
 
-def pow2_scaled(values: np.ndarray) -> Tuple[np.ndarray, int]:
+def pow2_scaled(values: np.ndarray) -> tuple[np.ndarray, int]:
     """values / 2**k, k the binary exponent of the largest entry (so it lies in [0.5, 1));
     an all-zero table is kept as it is (k = 0). Exact: only exponents change, except for
     entries that become subnormal, which are below 2**-1022 of the largest anyway."""
@@ -47,7 +47,7 @@ class ScaledNumber:
     exponent: int
 
     @staticmethod
-    def product(factors: Iterable[float], exponent: int = 0) -> "ScaledNumber":
+    def product(factors: Iterable[float], exponent: int = 0) -> ScaledNumber:
         """The product of non-negative floats times 2**exponent, one rounding per factor."""
         mant, exp = 1.0, exponent
         for x in factors:
@@ -59,7 +59,7 @@ class ScaledNumber:
         return ScaledNumber(mant, exp)
 
     @staticmethod
-    def product_of(factors: np.ndarray, exponent: int = 0) -> "ScaledNumber":
+    def product_of(factors: np.ndarray, exponent: int = 0) -> ScaledNumber:
         """product() of an array, vectorized, with the same bits: frexp is exact, and the
         running product of mantissas (each in [0.5, 1)) rounds as product()'s does while it
         stays a normal float, which renormalizing every _RUN factors guarantees. Zeros,
@@ -81,7 +81,7 @@ class ScaledNumber:
             return -math.inf
         return math.log(self.mantissa) + self.exponent * math.log(2.0)
 
-    def value(self) -> Union[float, decimal.Decimal]:
+    def value(self) -> float | decimal.Decimal:
         """A float when float64 holds it without losing bits (normal range), else a
         decimal.Decimal with 17 significant digits (never inf, never a false 0)."""
         if self.mantissa == 0.0:
@@ -98,7 +98,7 @@ _DECIMAL = decimal.Context(prec=17, Emax=decimal.MAX_EMAX, Emin=decimal.MIN_EMIN
 _FLOAT_LOG_RANGE = (math.log(TINY), math.log(np.finfo(np.float64).max))
 
 
-def exp_of_log(log_value: float) -> Union[float, decimal.Decimal]:
+def exp_of_log(log_value: float) -> float | decimal.Decimal:
     """exp(log_value) as a float where float64 holds it as a normal number, else a
     decimal.Decimal (17 digits): what LOGPROB's Z is when log Z is in the thousands."""
     lo, hi = _FLOAT_LOG_RANGE

@@ -22,14 +22,13 @@ import math
 import time
 import warnings
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import plan_cache
 from .contraction import ContractionTree, contraction_tree, tree_from_path
+from .plan import PlanLimitError, PlanLimits, Progress, TreePlan, elimination_order, junction_tree
 from .plan_cache import PlanKey
-from .plan import (PlanLimitError, PlanLimits, Progress, TreePlan, elimination_order,
-                   junction_tree)
 
 # seconds; paid once per model structure (plans are cached). cotengra's trials take
 # 0.3-2 s each on UAI 2014's Pedigree/Promedus/linkage models and vary a lot: 5 s often
@@ -62,7 +61,7 @@ class PlanSearch:
     time_s: float = DEFAULT_PLAN_TIME
     min_flops: float = SEARCH_ABOVE_FLOPS
     cache: bool = True
-    searcher: Optional[Callable[..., Optional["Searched"]]] = None
+    searcher: Callable[..., Searched | None] | None = None
 
     def __post_init__(self):
         if not (isinstance(self.time_s, (int, float)) and math.isfinite(self.time_s)
@@ -145,14 +144,14 @@ def within(cost: PlanCost, limits: PlanLimits) -> bool:
 @dataclass(frozen=True)
 class PlanChoice:
     """The order that won, which planner found it, its cost and how long the search took."""
-    order: Tuple[int, ...]
+    order: tuple[int, ...]
     planner: str  # "greedy", "cotengra", or "cache" (a search paid earlier)
     cost: PlanCost
     search_s: float = 0.0
-    greedy_cost: Optional[PlanCost] = None  # None when greedy found no plan within the limits
+    greedy_cost: PlanCost | None = None  # None when greedy found no plan within the limits
     # a searched contraction tree, as tree_from_path takes it, when it won; else the
     # order's own trees are the candidates
-    path: Optional[Tuple[Tuple[int, int], ...]] = None
+    path: tuple[tuple[int, int], ...] | None = None
 
 
 def search_available() -> bool:
@@ -161,9 +160,9 @@ def search_available() -> bool:
 
 def choose_order(sizes: Sequence[int], scopes: Sequence[Sequence[int]], *,
                  limits: PlanLimits = PlanLimits(), search: PlanSearch = PlanSearch(),
-                 key: Optional[PlanKey] = None,
-                 progress: Optional[Progress] = None,
-                 kinds: Tuple[str, ...] = ("junction", "contraction")) -> PlanChoice:
+                 key: PlanKey | None = None,
+                 progress: Progress | None = None,
+                 kinds: tuple[str, ...] = ("junction", "contraction")) -> PlanChoice:
     """The cheapest order within `limits`: greedy's, or a searched one when `search` allows.
     Each order is costed as the cheaper of its junction and contraction trees (`kinds`:
     those allowed), and a searched contraction tree is a candidate of its own.
@@ -180,8 +179,8 @@ def choose_order(sizes: Sequence[int], scopes: Sequence[Sequence[int]], *,
             if within(cost, limits):
                 say(f"plan from the cache ({hit.planner}, searched for {hit.plan_time:g} s)")
                 return PlanChoice(hit.order, "cache", cost, path=path)
-    greedy: Optional[PlanChoice] = None
-    refused: Optional[PlanLimitError] = None
+    greedy: PlanChoice | None = None
+    refused: PlanLimitError | None = None
     try:
         order = elimination_order(sizes, scopes, limits=limits, progress=progress)
         greedy = PlanChoice(order, "greedy", _cost(sizes, scopes, order, kinds))
@@ -259,13 +258,13 @@ class Searched:
     """What a search found: the best order as `score` judged it, and the path (cotengra's
     single-assignment form, over the factors with a non-empty scope) of its tree with the
     fewest flops, for tree_from_path."""
-    order: Tuple[int, ...]
-    path: Tuple[Tuple[int, int], ...]
+    order: tuple[int, ...]
+    path: tuple[tuple[int, int], ...]
 
 
 def searched_order(sizes: Sequence[int], scopes: Sequence[Sequence[int]], time_s: float,
-                   score: Optional[Callable[[Tuple[int, ...]], float]] = None,
-                   seed: Optional[Sequence[int]] = None) -> Optional[Searched]:
+                   score: Callable[[tuple[int, ...]], float] | None = None,
+                   seed: Sequence[int] | None = None) -> Searched | None:
     """The best order and tree cotengra's trials give in `time_s` (None when the network
     has fewer than two tensors: nothing to search). The SCORED trials with the fewest
     flops are turned into orders and judged by `score` (lower is better; default:
@@ -284,7 +283,7 @@ def searched_order(sizes: Sequence[int], scopes: Sequence[Sequence[int]], time_s
         return None
     symbol = {v: ctg.get_symbol(v) for s in inputs for v in s}
     methods = ["greedy", "kahypar" if importlib.util.find_spec("kahypar") else "labels"]
-    trees: List[Tuple[float, int, object]] = []  # (-flops, trial, tree): the SCORED best
+    trees: list[tuple[float, int, object]] = []  # (-flops, trial, tree): the SCORED best
     arrival = itertools.count()  # tells equal flops apart (trees do not compare)
 
     class Kept(ctg.HyperOptimizer):
@@ -316,7 +315,7 @@ def searched_order(sizes: Sequence[int], scopes: Sequence[Sequence[int]], time_s
         # trials kept so far stand; without any, the caller keeps the greedy plan
         warnings.warn(f"plan search stopped by a failing cotengra trial ({type(e).__name__}: "
                       f"{str(e)[:200]}); {len(trees)} trial(s) kept before it are used",
-                      PlanSearchWarning)
+                      PlanSearchWarning, stacklevel=2)
         tree = None
     best = sorted(trees, key=lambda t: (-t[0], t[1]))
     candidates = [t for _, _, t in best] or ([tree] if tree is not None else [])
@@ -327,7 +326,7 @@ def searched_order(sizes: Sequence[int], scopes: Sequence[Sequence[int]], time_s
             refined.append(t.subtree_reconfigure(minimize="flops"))
         except Exception as e:  # a failed refinement only loses that candidate
             warnings.warn(f"plan search: subtree reconfiguration failed ({type(e).__name__}: "
-                          f"{str(e)[:200]})", PlanSearchWarning)
+                          f"{str(e)[:200]})", PlanSearchWarning, stacklevel=2)
     candidates += refined
     if not candidates:
         return None
@@ -341,7 +340,7 @@ def _seed_tree(ctg, sizes, scopes, inputs, symbol, order):
     """cotengra's tree of the order's contraction tree over the factors (None when a
     variable in no factor, whose unit tensor cotengra does not see, joins it)."""
     tree = contraction_tree(sizes, [s for s in scopes if s], order)
-    ssa: Dict[int, int] = {}
+    ssa: dict[int, int] = {}
     path = []
     for node in tree.nodes:
         if node.leaf is not None:
@@ -364,13 +363,13 @@ class PlanSearchWarning(UserWarning):
     """The plan search failed part-way; the plan is the best found before (or greedy)."""
 
 
-def tree_order(tree, inputs: Sequence[Tuple[int, ...]], n: int) -> Tuple[int, ...]:
+def tree_order(tree, inputs: Sequence[tuple[int, ...]], n: int) -> tuple[int, ...]:
     """The elimination order of a contraction tree: each variable at the contraction (in
     the tree's order) after which no tensor outside the contracted subtree holds it;
     variables of a single tensor first, variables in none (their own cliques) last."""
     appearances = Counter(v for s in inputs for v in s)
-    order: List[int] = [v for v in sorted(appearances) if appearances[v] == 1]
-    counts: Dict[object, Counter] = {}
+    order: list[int] = [v for v in sorted(appearances) if appearances[v] == 1]
+    counts: dict[object, Counter] = {}
 
     def held(node) -> Counter:
         if node not in counts:  # a leaf: one input tensor, less what it alone holds

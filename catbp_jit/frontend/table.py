@@ -14,8 +14,9 @@ from __future__ import annotations
 import contextlib
 import csv
 import math
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import IO, Any, Iterator, List, Optional, Sequence, Tuple
+from typing import IO, Any
 
 import numpy as np
 
@@ -53,7 +54,7 @@ def parquet_errors(path: Any) -> Iterator[None]:
                                f"bytes that are not UTF-8: {e.reason})") from None
 
 
-def _csv_rows(path: Path) -> Iterator[List[str]]:
+def _csv_rows(path: Path) -> Iterator[list[str]]:
     """The rows of a CSV file, header first; a table that is no UTF-8 CSV is one error
     naming its line. utf-8-sig: Excel's "CSV UTF-8" starts with a byte-order mark, which
     would otherwise stick to the first column's name; newline="": csv itself reads \r\n."""
@@ -70,7 +71,7 @@ def _csv_rows(path: Path) -> Iterator[List[str]]:
                                    "(save the table as UTF-8 CSV)") from None
 
 
-def _first_undecodable(path: Path) -> Tuple[int, int]:
+def _first_undecodable(path: Path) -> tuple[int, int]:
     """(line number, byte) of the first byte that is not UTF-8 (the decoder reads blocks,
     so its error says neither)."""
     with open(path, "rb") as f:
@@ -82,7 +83,7 @@ def _first_undecodable(path: Path) -> Tuple[int, int]:
     return 0, 0
 
 
-def table_columns(path: Path) -> Tuple[str, ...]:
+def table_columns(path: Path) -> tuple[str, ...]:
     """The evidence variables a table names (its header)."""
     if path.suffix == ".parquet":
         pq = _parquet()
@@ -140,8 +141,8 @@ def state_codes(graph: FactorGraph, v: str) -> dict:
     return codes
 
 
-def _encode(path: Path, rows: List[Sequence[Optional[str]]], codes: List[dict],
-            columns: Sequence[str], batch_start: Optional[int]) -> np.ndarray:
+def _encode(path: Path, rows: list[Sequence[str | None]], codes: list[dict],
+            columns: Sequence[str], batch_start: int | None) -> np.ndarray:
     out = np.empty((len(rows), len(columns)), dtype=np.int64)
     for i, row in enumerate(rows):
         if len(row) != len(columns):
@@ -159,11 +160,11 @@ def _encode(path: Path, rows: List[Sequence[Optional[str]]], codes: List[dict],
     return out
 
 
-def posterior_header(graph: FactorGraph) -> List[str]:
+def posterior_header(graph: FactorGraph) -> list[str]:
     return ["row", "log_Z"] + posterior_columns(graph, graph.variables)
 
 
-def posterior_columns(graph: FactorGraph, variables: Sequence[str]) -> List[str]:
+def posterior_columns(graph: FactorGraph, variables: Sequence[str]) -> list[str]:
     """`var=state` for each state of each variable (states by name, else by index)."""
     cols = []
     for v in variables:
@@ -185,8 +186,8 @@ class PosteriorWriter:
     is best a temporary one (catbp_jit.atomic.replacing): a table that fails halfway must
     not leave a partial file where the user's old one was."""
 
-    def __init__(self, graph: FactorGraph, out: Optional[Path], stdout: IO[str],
-                 parquet: Optional[bool] = None):
+    def __init__(self, graph: FactorGraph, out: Path | None, stdout: IO[str],
+                 parquet: bool | None = None):
         self.header = posterior_header(graph)
         self.path = out
         self._parquet_writer = None
@@ -214,7 +215,7 @@ class PosteriorWriter:
         for r in matrix:
             self._csv.writerow([int(r[0])] + [_cell(x) for x in r[1:]])
 
-    def __enter__(self) -> "PosteriorWriter":
+    def __enter__(self) -> PosteriorWriter:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -18,8 +18,8 @@ import math
 import os
 import re
 import zlib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
@@ -27,7 +27,7 @@ from .. import environment
 from ..errors import clip
 from .graph import FactorGraph, FactorGraphError, factor_graph
 
-Source = Union[str, bytes, os.PathLike]
+Source = str | bytes | os.PathLike
 
 # Suffixes that make a whitespace-free string a file name even when the file is missing.
 _FILE_SUFFIXES = (".uai", ".evid", ".bif", ".gz", ".txt")
@@ -38,7 +38,7 @@ DEFAULT_MAX_INPUT_BYTES = 1 << 30
 _GUNZIP_CHUNK = 1 << 20
 
 
-def input_limit(limit: Optional[int] = None) -> int:
+def input_limit(limit: int | None = None) -> int:
     """The most bytes of (decompressed) text a reader accepts: `limit` if given, else
     CATBP_JIT_MAX_INPUT_BYTES, else DEFAULT_MAX_INPUT_BYTES."""
     if limit is not None:
@@ -53,7 +53,7 @@ def _too_large(label: str, limit: int, what: str) -> FactorGraphError:
 
 
 def read_source(source: Source, default_label: str,
-                max_input_bytes: Optional[int] = None) -> Tuple[str, str, Optional[str]]:
+                max_input_bytes: int | None = None) -> tuple[str, str, str | None]:
     """The text of `source` and how to name it in messages: (text, label, stem).
 
     A Path is always a file. bytes are the file's content. A str names a file when such a
@@ -65,7 +65,7 @@ def read_source(source: Source, default_label: str,
     without reading the rest.
     """
     limit = input_limit(max_input_bytes)
-    path: Optional[Path] = None
+    path: Path | None = None
     if isinstance(source, os.PathLike):
         path = Path(source)
     elif isinstance(source, str):
@@ -132,9 +132,9 @@ class _Tokens:
         self.text = text
         self.label = label
         self.pos = 0  # just after the token taken last
-        self.last: Optional[re.Match] = None  # the token taken last (None: none yet)
+        self.last: re.Match | None = None  # the token taken last (None: none yet)
 
-    def error_at(self, token: Optional[re.Match], reason: str) -> FactorGraphError:
+    def error_at(self, token: re.Match | None, reason: str) -> FactorGraphError:
         """An error at `token` (a match), or at the end of the file when None."""
         if token is None:
             return FactorGraphError(f"{self.label}: at the end of the file: {reason}")
@@ -142,7 +142,7 @@ class _Tokens:
         return FactorGraphError(f"{self.label}:{line}: at token {_short(token.group())!r}: "
                                 f"{reason}")
 
-    def next_match(self) -> Optional[re.Match]:
+    def next_match(self) -> re.Match | None:
         m = _TOKEN.search(self.text, self.pos)
         if m is not None:
             self.last, self.pos = m, m.end()
@@ -154,7 +154,7 @@ class _Tokens:
             raise self.error_at(None, f"the file ends early, expected {what}")
         return m.group()
 
-    def int(self, what: str, low: int = 0, high: Optional[int] = None) -> int:
+    def int(self, what: str, low: int = 0, high: int | None = None) -> int:
         tok = self.take(what)
         try:
             value = int(tok)
@@ -193,7 +193,7 @@ class _Tokens:
             done += len(chunk)
         return values
 
-    def _split_chunk(self, most: int) -> List[str]:
+    def _split_chunk(self, most: int) -> list[str]:
         """Up to `most` tokens from about a chunk of text (whole tokens only); moves past them."""
         text, pos = self.text, self.pos
         # Enough text for `most` ordinary numbers, so a small table splits a small chunk.
@@ -225,8 +225,8 @@ def is_number(tok: str) -> bool:
         return False
 
 
-def read_uai(source: Source, *, name: Optional[str] = None,
-             max_input_bytes: Optional[int] = None) -> FactorGraph:
+def read_uai(source: Source, *, name: str | None = None,
+             max_input_bytes: int | None = None) -> FactorGraph:
     """A FactorGraph from a .uai model (MARKOV or BAYES; a path, `.gz` path, or the text).
 
     Variables are named "0", "1", ... in file order; factors keep the file's order.
@@ -240,7 +240,7 @@ def read_uai(source: Source, *, name: Optional[str] = None,
     n_vars = tokens.int("the number of variables")
     domains = [tokens.int(f"the domain size of variable {v}", low=1) for v in range(n_vars)]
     n_factors = tokens.int("the number of factors")
-    scopes: List[Tuple[int, ...]] = []
+    scopes: list[tuple[int, ...]] = []
     for f in range(n_factors):
         size = tokens.int(f"the scope size of factor {f}")
         size_token = tokens.last
@@ -268,7 +268,7 @@ def read_uai(source: Source, *, name: Optional[str] = None,
 
 
 def read_evidence(source: Source, graph: FactorGraph, *,
-                  max_input_bytes: Optional[int] = None) -> Dict[str, int]:
+                  max_input_bytes: int | None = None) -> dict[str, int]:
     """Evidence from a UAI .evid file (a path or the text): {variable name: state index}.
 
     Variable index i is the i-th variable of `graph` (its name is str(i) for a graph
@@ -300,7 +300,7 @@ def read_evidence(source: Source, graph: FactorGraph, *,
         if samples == 0:
             return {}
         first = tokens.int("the number of observed variables")
-    evidence: Dict[str, int] = {}
+    evidence: dict[str, int] = {}
     for _ in range(first):
         index = tokens.int("a variable index", high=len(names))
         index_token = tokens.last
@@ -315,7 +315,7 @@ def read_evidence(source: Source, graph: FactorGraph, *,
     return evidence
 
 
-def _older_layout_samples(text: str, total: int) -> Optional[int]:
+def _older_layout_samples(text: str, total: int) -> int | None:
     """The sample count if the `total` tokens of `text` add up as the older .evid layout,
     else None."""
     tokens = _TOKEN.finditer(text)
@@ -353,7 +353,7 @@ def format_mar(graph: FactorGraph, marginals: Mapping[str, np.ndarray]) -> str:
     return "MAR\n" + " ".join(parts) + "\n"
 
 
-def read_mar(source: Source, graph: FactorGraph) -> Dict[str, np.ndarray]:
+def read_mar(source: Source, graph: FactorGraph) -> dict[str, np.ndarray]:
     """Marginals in the MAR format (`format_mar`'s, or a competition's answer file), by
     variable of `graph`: each variable's domain size must match."""
     text, label, _ = read_source(source, "MAR")
