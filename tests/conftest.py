@@ -56,6 +56,14 @@ def run_temp_dir(tmp_path_factory, config) -> Path:
     return base.parent if hasattr(config, "workerinput") else base
 
 
+def suite_cache_root(tmp_path_factory, config) -> Path:
+    """Where the suite keeps its kernel cache and signing key: the run's temporary folder,
+    or CATBP_JIT_TEST_CACHE_DIR, which several runs may share (CI's runs after the first
+    find the kernels the first one compiled)."""
+    shared = os.environ.get("CATBP_JIT_TEST_CACHE_DIR")
+    return Path(shared) if shared else run_temp_dir(tmp_path_factory, config)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _own_cache_dir(tmp_path_factory, request):
     # Tests never touch the user's kernel cache, even one CATBP_JIT_CACHE_DIR names: signed
@@ -63,9 +71,9 @@ def _own_cache_dir(tmp_path_factory, request):
     # Under pytest-xdist the workers share one cache (the run's base folder, above each
     # worker's own): a kernel one worker compiled is a hit for the others. The cache is
     # made for processes that share it (entry locks, files that appear whole).
-    base = run_temp_dir(tmp_path_factory, request.config)
+    base = suite_cache_root(tmp_path_factory, request.config)
     cache, key = base / "kernel_cache", base / "cache_key"
-    cache.mkdir(exist_ok=True)
+    cache.mkdir(mode=0o700, parents=True, exist_ok=True)
     key.mkdir(mode=0o700, exist_ok=True)
     os.environ["CATBP_JIT_CACHE_DIR"] = str(cache)
     # ... nor the user's cache key (~/.config/catbp_jit/cache.key, or CATBP_JIT_KEY_FILE).

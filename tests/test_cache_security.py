@@ -24,7 +24,7 @@ from catbp_jit.cache import (
     KernelCache,
     kernel_key,
 )
-from conftest import run_temp_dir
+from conftest import suite_cache_root
 
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 
@@ -431,6 +431,7 @@ def test_the_suite_never_touches_the_users_cache(tmp_path):
 
     user_cache, user_key = tmp_path / "user_cache", tmp_path / "user.key"
     env = dict(os.environ, CATBP_JIT_CACHE_DIR=str(user_cache), CATBP_JIT_KEY_FILE=str(user_key))
+    env.pop("CATBP_JIT_TEST_CACHE_DIR", None)
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0",
                         f"--basetemp={tmp_path / 'inner'}",
                         f"{__file__}::test_the_suite_has_a_cache_of_its_own"],
@@ -443,7 +444,7 @@ def test_the_suite_never_touches_the_users_cache(tmp_path):
 def test_the_suite_has_a_cache_of_its_own(tmp_path_factory, pytestconfig):
     from pathlib import Path
 
-    base = run_temp_dir(tmp_path_factory, pytestconfig)
+    base = suite_cache_root(tmp_path_factory, pytestconfig)
     kc = KernelCache()
     assert Path(kc.directory).is_relative_to(base), kc.directory
     assert Path(cache_mod.key_file_path()).is_relative_to(base)
