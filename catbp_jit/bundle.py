@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -172,7 +172,7 @@ def _bundle_dir(path: str | os.PathLike) -> Path:
 
 def _json_number(x: Any, what: str, where: str) -> float | bool | int | None:
     if x is None or isinstance(x, (bool, numbers.Real)):
-        return x
+        return cast("float | bool | int | None", x)  # a JSON number: an int, a float or a bool
     raise BundleError(f"{where}: {what} must be a number, got {shown(x)}")
 
 
@@ -286,7 +286,7 @@ def load_bundle(path: str | os.PathLike) -> Bundle:
 
     return Bundle(
         name=name,
-        model=meta.get("model", name),
+        model=meta["model"] if "model" in meta else name,
         semiring=semiring,
         dtype=dtype,
         normalized_messages=bool(meta.get("normalized_messages", False)),
@@ -363,7 +363,8 @@ def save_bundle(bundle: Bundle, path: str | os.PathLike) -> Path:
     meta, arrays = bundle_to_json(bundle)
     text = json.dumps(meta, indent=1)  # the corpus's layout, byte for byte
     # Arrays first: a bundle.json that exists always refers to arrays already written.
-    _write_atomically(d / ARRAYS_NPZ, lambda f: np.savez_compressed(f, **arrays))
+    # (the ignore: mypy matches **arrays to savez_compressed's allow_pickle: bool as well)
+    _write_atomically(d / ARRAYS_NPZ, lambda f: np.savez_compressed(f, **arrays))  # type: ignore[arg-type]
     _write_atomically(d / BUNDLE_JSON, lambda f: f.write(text.encode("utf-8")))
     return d
 
