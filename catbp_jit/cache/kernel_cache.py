@@ -137,6 +137,7 @@ class KernelCache:
         CacheLockTimeout."""
         access = self._prepare_dir()
         if access is None:
+            assert self._bypassed is not None  # (no access: the disk is bypassed, and why is said)
             return "invalid", self._bypassed
         key = self.key_for(pattern, target)
         entry = _Entry(self.directory, key, access)
