@@ -130,7 +130,7 @@ def _compile_ahead_cuda(programs, sr, units, factor_specs, selector_specs, slot_
     if progress is not None:
         progress.close()
     profiles = exe.profiles.values() if hasattr(exe, "profiles") else [exe]
-    compiled = sum(p.cache_stats.get("misses", 0) for p in profiles)
+    compiled = sum(int(p.cache_stats.get("misses", 0)) for p in profiles)  # (a count: an int)
     report = AheadReport(len(units), min(compiled, len(units)), time.perf_counter() - t0,
                          cache.directory, tuple(exe.buckets) if hasattr(exe, "buckets") else None)
     return exe, report

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -256,7 +256,7 @@ class BatchedSession:
 
             arenas = host_and_device_arenas(total, exe.dtype)  # shared by every bucket
             self.mem = arenas[0]
-            self.sessions = {b: CudaSession(p, arenas=arenas, **hooks)
+            self.sessions: dict[int, Session] = {b: CudaSession(p, arenas=arenas, **hooks)
                              for b, p in exe.profiles.items()}
         else:
             self.mem = aligned_empty(total, exe.dtype)  # shared by every bucket
@@ -348,7 +348,7 @@ class BatchedSession:
         if self._current != bucket:  # another bucket wrote over this one's regions
             sess.fill_constants()
             for _, inp in self._kept:
-                np.copyto(inp.views[bucket], inp.kept)
+                np.copyto(inp.views[bucket], cast(np.ndarray, inp.kept))  # (_kept: the kept ones)
             self._current = bucket
         return sess
 

@@ -32,7 +32,7 @@ def host_and_device_arenas(n: int, dtype: np.dtype):
     return cuda.pinned_array(n, dtype=dtype), cuda.device_array(n, dtype=dtype)
 
 
-class _HostSlots(Mapping):
+class _HostSlots(Mapping[tuple, tuple[np.ndarray, TensorSpec]]):
     """slot key -> (host view, spec), each copied back from the device on first access
     after a run."""
 

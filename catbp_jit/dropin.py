@@ -15,7 +15,7 @@ import pickle
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -26,10 +26,14 @@ from .plan.pipeline import RESULT, SLOT_INPUT
 from .reference.vm import SlotStore, adapt_slots
 from .semiring import VMSemiringRuntime, adapt_semiring
 
+if TYPE_CHECKING:
+    from .session import Session
+
 Provider = Callable[[int], tuple[np.ndarray, Any]]
 MAX_EXECUTABLES = 64
 
-_executables: OrderedDict[tuple, tuple[Executable, Any]] = OrderedDict()
+# (executable, its session, untouched_slots(executable))
+_executables: OrderedDict[tuple, tuple[Executable, Session, frozenset]] = OrderedDict()
 _programs: dict[bytes, _Shape] = {}  # program fingerprint -> what run_program needs
 
 
@@ -97,9 +101,10 @@ def run_program(program: Any, sr: Any, factor_provider: Provider, selector_provi
            tuple((k, s) for k, (_, s) in slot_in.items()))
     entry = _executables.get(key)
     if entry is None:
-        exe = compile(prog, sr, factor_specs={f: s for f, (_, s) in factors.items()},
-                      selector_specs={i: s for i, (_, s) in selectors.items()},
-                      slot_specs={k: s for k, (_, s) in slot_in.items()}, target=target, mode=mode)
+        exe = cast(Executable, compile(  # (no batched inputs: not a BatchedExecutable)
+            prog, sr, factor_specs={f: s for f, (_, s) in factors.items()},
+            selector_specs={i: s for i, (_, s) in selectors.items()},
+            slot_specs={k: s for k, (_, s) in slot_in.items()}, target=target, mode=mode))
         entry = (exe, exe.bind(), untouched_slots(exe))
         _executables[key] = entry
         while len(_executables) > MAX_EXECUTABLES:

@@ -64,13 +64,14 @@ class Session:
                       {("selector", k) for k in self._selectors} | \
                       {("slot", k) for k in self._slots_in}
         # results: views into the slot arena, valid until the next run
-        self.slots: dict[tuple, tuple[np.ndarray, TensorSpec]] = {
+        # (a Mapping: a CudaSession's copies each slot back from the device when it is read)
+        self.slots: Mapping[tuple, tuple[np.ndarray, TensorSpec]] = {
             b.ident: (view(b), b.spec) for b in plan.bound(RESULT)}
 
         self._n_steps = len(exe.schedule.steps)
         self._n_static = exe.plan.n_static
         self._static = exe.plan.static
-        self._numpy_steps = None  # the numpy tier's steps, made on first need
+        self._numpy_steps: list[Callable[[], None]] | None = None  # the numpy tier's, made on first need
         self._numpy_only = numpy_only
         self.compiled = not numpy_only and exe.ready()  # False: in the numpy tier (tiers.py)
         if self.compiled:
@@ -106,7 +107,6 @@ class Session:
     # -- inputs --------------------------------------------------------------------------
 
     def _check(self, kind: str, ident: Any, arr: Any, target: np.ndarray | None) -> None:
-        shape = None if target is None else target.shape
         if target is None:
             # an input declared at compile time but not read by the optimized schedule is
             # accepted (and ignored) when it matches its declared spec
@@ -117,6 +117,8 @@ class Session:
                 raise UnknownInputError(f"this executable has no {kind} {ident!r} "
                                         f"(it reads: {sorted(map(repr, known))[:10]})")
             shape = specs[ident].shape
+        else:
+            shape = target.shape
         if not isinstance(arr, np.ndarray):
             raise InputMismatchError(f"{kind} {ident!r}: expected a numpy array, got {type(arr).__name__}")
         if arr.dtype != self.mem.dtype or arr.shape != shape:
@@ -162,7 +164,7 @@ class Session:
 
     def run(self, factors: Mapping[int, np.ndarray] | None = None,
             selectors: Mapping[int, np.ndarray] | None = None,
-            slots: Mapping[Any, Any] | None = None) -> dict[tuple, tuple[np.ndarray, TensorSpec]]:
+            slots: Mapping[Any, Any] | None = None) -> Mapping[tuple, tuple[np.ndarray, TensorSpec]]:
         """Copy the given inputs in (inputs not given keep their last values) and run: the
         static steps only in the first run and when a static input is given (see the
         module docstring), then the dynamic steps.
@@ -204,13 +206,14 @@ class Session:
 
 
     def _execute_numpy(self, first: int) -> None:
-        if self._numpy_steps is None:
-            self._numpy_steps = numpy_steps(self.exe.plan, self.mem, self.table)
+        run = self._numpy_steps
+        if run is None:
+            run = self._numpy_steps = numpy_steps(self.exe.plan, self.mem, self.table)
         steps = self.exe.schedule.steps
         for i in range(first, self._n_steps):
             if self.before is not None:
                 self.before(i, steps[i])
-            self._numpy_steps[i]()
+            run[i]()
             if self.after is not None:
                 self.after(i, steps[i])
 

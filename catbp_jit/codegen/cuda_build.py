@@ -139,5 +139,5 @@ def build_cuda(plan: Plan, *, mode: str = "compiled", cache: KernelCache | None 
         say(f"kernel {i + 1}/{len(plan.schedule.patterns)}: {pattern.name} ({device})")
         kernels.append(load_cuda_kernel(replace(pattern, parallel=False), cache, device,
                                         bool(config.ENABLE_CUDASIM)))  # type: ignore[attr-defined]
-    used = {k: cache.stats.get(k, 0) - before.get(k, 0) for k in cache.stats}
+    used: dict[str, float] = {k: cache.stats.get(k, 0) - before.get(k, 0) for k in cache.stats}
     return Executable(plan, mode, "cuda", kernels, None, "", used, np.zeros(0, np.int64))
