@@ -14,11 +14,12 @@ import numbers
 import os
 import zipfile
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, cast
+from typing import Any, BinaryIO, cast
 
 import numpy as np
 
@@ -311,7 +312,7 @@ def _plain_number(x: Any) -> Any:
     return x
 
 
-def _write_atomically(path: Path, write) -> None:
+def _write_atomically(path: Path, write: Callable[[BinaryIO], object]) -> None:
     """Write to a temp file beside `path`, then rename over it: readers never see half a file."""
     with replacing(path) as tmp, open(tmp, "wb") as f:
         write(f)

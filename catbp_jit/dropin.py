@@ -70,7 +70,7 @@ def _shape(program: Any) -> _Shape:
 
     prog = adapt_program(program)
     digest = hashlib.sha256(json.dumps(program_to_json(prog)["instructions"]).encode()).hexdigest()
-    def ids(op, arg):
+    def ids(op: OpCode, arg: str) -> tuple[int, ...]:
         return tuple(sorted({ins.args[arg] for ins in prog.instructions if ins.op == op}))
     shape = _Shape(prog, digest, ids(OpCode.LOAD_FACTOR, "factor_id"),
                    ids(OpCode.LOAD_SELECTOR, "selector_id"),
@@ -83,7 +83,7 @@ def _shape(program: Any) -> _Shape:
 
 
 def run_program(program: Any, sr: Any, factor_provider: Provider, selector_provider: Provider,
-                *, slots: dict | None = None, target: str = "cpu",
+                *, slots: dict[Any, tuple[np.ndarray, Any]] | None = None, target: str = "cpu",
                 mode: str = "compiled") -> dict[tuple, tuple[np.ndarray, Any]]:
     """CatBP's run_program on the JIT: a dict slot key -> (array, spec), as the reference."""
     sr = adapt_semiring(sr)
@@ -137,7 +137,7 @@ def _input(pair: tuple[np.ndarray, Any], sr: VMSemiringRuntime) -> tuple[np.ndar
 class VirtualMachine:
     """CatBP's VirtualMachine on the JIT: `run` one program at a time; `vm.slots.data`."""
 
-    def __init__(self, sr: Any, target: str = "cpu", mode: str = "compiled"):
+    def __init__(self, sr: Any, target: str = "cpu", mode: str = "compiled") -> None:
         self.sr = adapt_semiring(sr)
         self.target, self.mode = target, mode
         self.slots = SlotStore()

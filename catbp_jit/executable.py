@@ -47,6 +47,11 @@ from .tiers import log as tier_log
 
 if TYPE_CHECKING:  # batched.py imports this module
     from .batched import BatchedExecutable
+    from .plan.arena import MemoryPlan
+    from .plan.fusion import Fused
+    from .plan.graph import Graph
+    from .plan.schedule import Schedule
+    from .session import Session
 
 MODES = ("compiled", "loop")
 TARGETS = ("cpu", "cuda")
@@ -70,15 +75,41 @@ class Executable:
     _failure_said: bool = False
 
     # what the plan holds, by the names users and tools have read it by
-    programs = property(lambda self: self.plan.programs)
-    semiring = property(lambda self: self.plan.semiring)
-    factor_specs = property(lambda self: self.plan.factor_specs)
-    selector_specs = property(lambda self: self.plan.selector_specs)
-    slot_specs = property(lambda self: self.plan.slot_specs)
-    graph = property(lambda self: self.plan.graph)
-    fused = property(lambda self: self.plan.fused)
-    memory = property(lambda self: self.plan.memory)
-    schedule = property(lambda self: self.plan.schedule)
+    @property
+    def programs(self) -> list[Program]:
+        return self.plan.programs
+
+    @property
+    def semiring(self) -> VMSemiringRuntime:
+        return self.plan.semiring
+
+    @property
+    def factor_specs(self) -> dict[int, TensorSpec]:
+        return self.plan.factor_specs
+
+    @property
+    def selector_specs(self) -> dict[int, TensorSpec]:
+        return self.plan.selector_specs
+
+    @property
+    def slot_specs(self) -> dict[tuple, TensorSpec]:
+        return self.plan.slot_specs
+
+    @property
+    def graph(self) -> Graph:
+        return self.plan.graph
+
+    @property
+    def fused(self) -> Fused:
+        return self.plan.fused
+
+    @property
+    def memory(self) -> MemoryPlan:
+        return self.plan.memory
+
+    @property
+    def schedule(self) -> Schedule:
+        return self.plan.schedule
 
     @property
     def dtype(self) -> np.dtype:
@@ -127,9 +158,10 @@ class Executable:
         return self.ready()
 
     def _program_names(self) -> str:
-        return ", ".join(p.name for p in self.programs) or "programs"
+        # (adapt_programs named every program: the p{i} is program_names' fallback, unused)
+        return ", ".join(p.name or f"p{i}" for i, p in enumerate(self.programs)) or "programs"
 
-    def bind(self, **hooks):
+    def bind(self, **hooks: Any) -> Session:
         """A Session: the arenas and the schedule table, allocated here, once (on the
         device too, for target "cuda"). hooks: before= / after= (called around each step),
         numpy_only=True (CPU: a session that computes in the numpy tier for good)."""
@@ -554,7 +586,8 @@ def build(plan: Plan, *, target: str = "cpu", mode: str = "compiled",
 
 
 def background_build(plans: list[Plan], cache: KernelCache, workers: int | None,
-                     tier: str | None, say: Callable[[str], None]):
+                     tier: str | None, say: Callable[[str], None]
+                     ) -> tuple[KernelBuild, dict[str, int]] | None:
     """(a KernelBuild of the plans' cold kernels, cache stats) when their executables
     should start in the numpy tier (tiers.py), else None: compile() then waits. The first
     plan is the one whose size decides (a batched executable's smallest bucket: numpy's

@@ -32,7 +32,7 @@ Provider = Callable[[int], tuple[np.ndarray, Any]]
 
 
 class RegisterBank:
-    def __init__(self):
+    def __init__(self) -> None:
         self.data: dict[RegID, np.ndarray] = {}
         self.spec: dict[RegID, TensorSpec] = {}
         self.next_id: int = 0
@@ -66,7 +66,7 @@ class RegisterBank:
 
 
 class SlotStore:
-    def __init__(self, data: dict[SlotKey, tuple[np.ndarray, TensorSpec]] | None = None):
+    def __init__(self, data: dict[SlotKey, tuple[np.ndarray, TensorSpec]] | None = None) -> None:
         self.data: dict[SlotKey, tuple[np.ndarray, TensorSpec]] = {} if data is None else data
 
     def set(self, key: SlotKey, arr: np.ndarray, spec: TensorSpec) -> None:
@@ -95,7 +95,7 @@ def _given_spec(spec: Any) -> TensorSpec:
 
 
 class VirtualMachine:
-    def __init__(self, sr: Any):
+    def __init__(self, sr: Any) -> None:
         self.sr = adapt_semiring(sr)
         self.regs = RegisterBank()
         self.slots = SlotStore()
