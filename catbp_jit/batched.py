@@ -235,8 +235,8 @@ def compile_batched(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
 
 def bucket_inputs(progs: list[Program], fspecs: dict[int, TensorSpec], sspecs: dict[int, TensorSpec],
                   lspecs: dict[tuple, TensorSpec], bf: frozenset, bs: frozenset, aid: int,
-                  sizes: Iterable[int]
-                  ) -> Iterator[tuple[int, list[Program], dict[int, TensorSpec], dict[int, TensorSpec], tuple]]:
+                  sizes: Iterable[int]) -> Iterator[tuple[int, list[Program], dict[int, TensorSpec],
+                                                          dict[int, TensorSpec], tuple]]:
     """Per bucket: (size, its rewritten programs, factor specs, selector specs, batch axis key)."""
     for b in sizes:
         ax = batch_axis(aid, b)

@@ -134,7 +134,8 @@ class Session:
     def _given(self, factors: Mapping[int, Any] | None, selectors: Mapping[int, Any] | None,
                slots: Mapping[Any, Any] | None) -> list[tuple[str, Any, Any, np.ndarray | None]]:
         """(kind, id, array, target view or None) for every input handed to run()."""
-        out: list[tuple[str, Any, Any, np.ndarray | None]] = [("factor", i, a, self._factors.get(i)) for i, a in (factors or {}).items()]
+        out: list[tuple[str, Any, Any, np.ndarray | None]] = [
+            ("factor", i, a, self._factors.get(i)) for i, a in (factors or {}).items()]
         out += [("selector", i, a, self._selectors.get(i)) for i, a in (selectors or {}).items()]
         for ident, arr in (slots or {}).items():
             ident = adapt_slot_key(ident)

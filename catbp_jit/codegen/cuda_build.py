@@ -137,6 +137,7 @@ def build_cuda(plan: Plan, *, mode: str = "compiled", cache: KernelCache | None 
     kernels: list[Kernel] = []  # (CudaKernels)
     for i, pattern in enumerate(plan.schedule.patterns):
         say(f"kernel {i + 1}/{len(plan.schedule.patterns)}: {pattern.name} ({device})")
+        # (the ignore: as in _check_lowering, a setting numba.core.config makes at import time)
         kernels.append(load_cuda_kernel(replace(pattern, parallel=False), cache, device,
                                         bool(config.ENABLE_CUDASIM)))  # type: ignore[attr-defined]
     used: dict[str, float] = {k: cache.stats.get(k, 0) - before.get(k, 0) for k in cache.stats}
