@@ -43,6 +43,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    Table = Sequence[int] | np.ndarray  # a schedule's table: a session's copy is an array
 
 # a step row: (kernel id, parameter offset)
 STEP_ROW = 2
@@ -158,7 +164,7 @@ class StepParams:
         return max(1, self.rank) * self.chunks
 
 
-def unpack(P: Sequence[int], p: int) -> StepParams:
+def unpack(P: Table, p: int) -> StepParams:
     """The parameters of the step at offset p of table P (numpy_steps.py, tests)."""
     R, Q, k = int(P[p + OUT_RANK]), int(P[p + RED_RANK]), int(P[p + LEAVES])
     D = R + Q
@@ -175,7 +181,7 @@ def unpack(P: Sequence[int], p: int) -> StepParams:
         scratch=int(P[p + SCRATCH]))
 
 
-def _access(P: Sequence[int], at: int, V: int) -> Access:
+def _access(P: Table, at: int, V: int) -> Access:
     kind, step, table = (int(x) for x in P[at:at + ACCESS_FIELDS])
     offsets = tuple(int(x) for x in P[table:table + V]) if kind == GATHERED else ()
     return Access(kind, step, offsets, table)

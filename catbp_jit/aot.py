@@ -13,16 +13,21 @@ succeeds there proves the profile covered it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .cache import KernelCache, default_cache
 from .codegen.loader import CompileUnit, dispatcher_unit, kernel_unit, load_unit
 from .codegen.workers import WorkerOptions, compile_in_workers
-from .executable import adapt_inputs, compile
+from .executable import Executable, adapt_inputs, compile
+from .ir.ops import Program
+from .ir.schema import TensorSpec
 from .plan.options import PlanOptions
 from .plan.pipeline import plan
+
+if TYPE_CHECKING:
+    from .batched import BatchedExecutable
 
 
 @dataclass(frozen=True)
@@ -34,13 +39,18 @@ class AheadReport:
     buckets: tuple[int, ...] | None
 
 
-def kernel_units(programs: Any, sr: Any, *, factor_specs, selector_specs=None, slot_specs=None,
-                 batched_factors=(), batched_selectors=(), buckets=None,
+def kernel_units(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
+                 selector_specs: Mapping[int, Any] | None = None,
+                 slot_specs: Mapping[Any, Any] | None = None, batched_factors: Any = (),
+                 batched_selectors: Any = (), buckets: Any | None = None,
                  max_total_bytes: int | None = None, target: str = "cpu") -> list[CompileUnit]:
     """Every compile unit a profile needs, planned for every bucket, none compiled."""
     progs, sr, fspecs, sspecs, lspecs = adapt_inputs(programs, sr, factor_specs,
                                                      selector_specs, slot_specs, target, "compiled")
-    plans = [(progs, fspecs, sspecs, None)]  # unbatched too: a model's solve() runs it
+    # (programs, factor specs, selector specs, batch key) per plan: unbatched too (a
+    # model's solve() runs it)
+    plans: list[tuple[list[Program], dict[int, TensorSpec], dict[int, TensorSpec], tuple | None]] = [
+        (progs, fspecs, sspecs, None)]
     if batched_factors or batched_selectors or buckets is not None:
         from .batched import DEFAULT_BUCKETS, _buckets, _ids, batch_axis_id, bucket_inputs
         bf, bs = _ids(batched_factors, fspecs, "factor"), _ids(batched_selectors, sspecs, "selector")
@@ -63,11 +73,14 @@ def kernel_units(programs: Any, sr: Any, *, factor_specs, selector_specs=None, s
     return list(units.values())
 
 
-def compile_ahead(programs: Any, sr: Any, *, factor_specs, selector_specs=None, slot_specs=None,
-                  batched_factors=(), batched_selectors=(), buckets=None, mode: str = "compiled",
+def compile_ahead(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
+                  selector_specs: Mapping[int, Any] | None = None,
+                  slot_specs: Mapping[Any, Any] | None = None, batched_factors: Any = (),
+                  batched_selectors: Any = (), buckets: Any | None = None, mode: str = "compiled",
                   cache: KernelCache | None = None, workers: int | None = None,
                   max_total_bytes: int | None = None, target: str = "cpu",
-                  bar: Callable[[int], Any] | None = None) -> tuple[Any, AheadReport]:
+                  bar: Callable[[int], Any] | None = None
+                  ) -> tuple[Executable | BatchedExecutable, AheadReport]:
     """Compile every kernel of every bucket into the cache, then the executable (all hits).
 
     bar(total) -> an object with update(n) and set_postfix_str(text) (a tqdm bar), made
@@ -130,7 +143,7 @@ def _compile_ahead_cuda(programs, sr, units, factor_specs, selector_specs, slot_
     if progress is not None:
         progress.close()
     profiles = exe.profiles.values() if hasattr(exe, "profiles") else [exe]
-    compiled = sum(p.cache_stats.get("misses", 0) for p in profiles)
+    compiled = sum(int(p.cache_stats.get("misses", 0)) for p in profiles)  # (a count: an int)
     report = AheadReport(len(units), min(compiled, len(units)), time.perf_counter() - t0,
                          cache.directory, tuple(exe.buckets) if hasattr(exe, "buckets") else None)
     return exe, report

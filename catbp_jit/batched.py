@@ -20,13 +20,14 @@ rows than the largest bucket run in chunks of it, into result arrays made for th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
-from .cache import default_cache
+from .cache import KernelCache, default_cache
 from .errors import InputMismatchError, UnknownInputError, name_list
 from .executable import (
     DEFAULT_MAX_BYTES,
@@ -52,6 +53,7 @@ from .ir.ops import Program
 from .ir.schema import Axis, TensorSpec
 from .plan.options import PlanOptions
 from .plan.pipeline import Plan, plan
+from .semiring import VMSemiringRuntime
 from .session import Session, aligned_empty
 
 DEFAULT_BUCKETS = (1, 8, 64, 512)
@@ -71,7 +73,7 @@ class BatchedExecutable:
         return self.profiles[self.buckets[-1]]
 
     @property
-    def semiring(self):
+    def semiring(self) -> VMSemiringRuntime:
         return self.largest.semiring
 
     @property
@@ -103,14 +105,14 @@ class BatchedExecutable:
     def selector_specs(self) -> dict[int, TensorSpec]:
         return self._user_specs(self.largest.selector_specs)
 
-    def _user_specs(self, specs):
+    def _user_specs(self, specs: Mapping[int, TensorSpec]) -> dict[int, TensorSpec]:
         ax = self.axis(self.buckets[-1])
         return {k: unbatched_spec(v, ax) for k, v in specs.items()}
 
     def axis(self, bucket: int) -> Axis:
         return batch_axis(self.batch_axis_id, bucket)
 
-    def bind(self, **hooks) -> BatchedSession:
+    def bind(self, **hooks: Any) -> BatchedSession:
         return BatchedSession(self, **hooks)
 
     def stats(self) -> dict[str, Any]:
@@ -119,13 +121,13 @@ class BatchedExecutable:
                 "total_bytes": max(exe.memory.total_bytes for exe in self.profiles.values()),
                 "profiles": {b: exe.stats() for b, exe in self.profiles.items()}}
 
-    def kernel_source(self, k: Any = 0) -> str:
+    def kernel_source(self, k: int | str = 0) -> str:
         return self.largest.kernel_source(k)
 
     def as_text(self) -> str:
         return "\n\n".join(f"bucket {b}:\n{exe.as_text()}" for b, exe in self.profiles.items())
 
-    def save(self, path: Any) -> None:
+    def save(self, path: str | os.PathLike) -> None:
         """As Executable.save, with the batched ids and the buckets: `load` plans every
         bucket again and takes the kernels from the disk cache (waiting for them first in
         the numpy tier)."""
@@ -176,7 +178,8 @@ class BatchedPlan:
     programs: list[Program]  # as given (adapted), before the batch rewrite
 
 
-def plan_batched(progs, sr, fspecs, sspecs, lspecs, *, batched_factors: Any,
+def plan_batched(progs: list[Program], sr: VMSemiringRuntime, fspecs: dict[int, TensorSpec],
+                 sspecs: dict[int, TensorSpec], lspecs: dict[tuple, TensorSpec], *, batched_factors: Any,
                  batched_selectors: Any, buckets: Any, options: PlanOptions) -> BatchedPlan:
     """Every bucket's plan, from adapted inputs."""
     bf = _ids(batched_factors, fspecs, "factor")
@@ -193,7 +196,7 @@ def plan_batched(progs, sr, fspecs, sspecs, lspecs, *, batched_factors: Any,
     return BatchedPlan(plans, sizes, bf, bs, aid, progs)
 
 
-def build_batched(bplan: BatchedPlan, *, target: str, mode: str, cache,
+def build_batched(bplan: BatchedPlan, *, target: str, mode: str, cache: KernelCache | None,
                   progress: Callable[[str], None] | None = None,
                   workers: int | None = None, tier: str | None = None) -> BatchedExecutable:
     say = progress or (lambda line: None)
@@ -214,8 +217,9 @@ def build_batched(bplan: BatchedPlan, *, target: str, mode: str, cache,
                              bplan.batched_selectors, bplan.batch_axis_id, bplan.programs)
 
 
-def compile_batched(programs: Any, sr: Any, *, factor_specs, selector_specs, slot_specs,
-                    target: str, mode: str, cache, max_bytes: int = DEFAULT_MAX_BYTES,
+def compile_batched(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
+                    selector_specs: Mapping[int, Any] | None, slot_specs: Mapping[Any, Any] | None,
+                    target: str, mode: str, cache: KernelCache | None, max_bytes: int = DEFAULT_MAX_BYTES,
                     max_total_bytes: int | None, progress: Callable[[str], None] | None,
                     workers: int | None, batched_factors: Any, batched_selectors: Any,
                     buckets: Any, options: PlanOptions | None = None,
@@ -229,7 +233,10 @@ def compile_batched(programs: Any, sr: Any, *, factor_specs, selector_specs, slo
                          workers=workers, tier=tier)
 
 
-def bucket_inputs(progs, fspecs, sspecs, lspecs, bf, bs, aid: int, sizes):
+def bucket_inputs(progs: list[Program], fspecs: dict[int, TensorSpec], sspecs: dict[int, TensorSpec],
+                  lspecs: dict[tuple, TensorSpec], bf: frozenset, bs: frozenset, aid: int,
+                  sizes: Iterable[int]) -> Iterator[tuple[int, list[Program], dict[int, TensorSpec],
+                                                          dict[int, TensorSpec], tuple]]:
     """Per bucket: (size, its rewritten programs, factor specs, selector specs, batch axis key)."""
     for b in sizes:
         ax = batch_axis(aid, b)
@@ -248,7 +255,7 @@ class _Input:
 
 
 class BatchedSession:
-    def __init__(self, exe: BatchedExecutable, **hooks):
+    def __init__(self, exe: BatchedExecutable, **hooks: Any) -> None:
         self.exe = exe
         total = max(p.memory.total for p in exe.profiles.values())
         if exe.largest.target == "cuda":
@@ -256,7 +263,7 @@ class BatchedSession:
 
             arenas = host_and_device_arenas(total, exe.dtype)  # shared by every bucket
             self.mem = arenas[0]
-            self.sessions = {b: CudaSession(p, arenas=arenas, **hooks)
+            self.sessions: dict[int, Session] = {b: CudaSession(p, arenas=arenas, **hooks)
                              for b, p in exe.profiles.items()}
         else:
             self.mem = aligned_empty(total, exe.dtype)  # shared by every bucket
@@ -267,7 +274,7 @@ class BatchedSession:
         self.one = np.array(exe.semiring.kind.one, dtype=exe.dtype)
         # the batch axis is innermost inside (ir/batch.py); users see it first: these
         # strided views of each bucket's regions put it first
-        def rows(view):
+        def rows(view: np.ndarray) -> np.ndarray:
             return np.moveaxis(view, -1, 0)
         self._by: dict[tuple[str, Any], _Input] = {}
         for kind, specs, batched, regions in (
@@ -301,7 +308,9 @@ class BatchedSession:
 
     # -- inputs ----------------------------------------------------------------------------
 
-    def _inputs(self, factors, selectors, slots):
+    def _inputs(self, factors: Mapping[int, np.ndarray] | None,
+                selectors: Mapping[int, np.ndarray] | None, slots: Mapping[Any, Any] | None
+                ) -> tuple[list[tuple[_Input, np.ndarray]], int]:
         """(input, array) for every input given, all checked; and the number of rows."""
         given: list[tuple[_Input, np.ndarray]] = []
         seen = set()
@@ -341,6 +350,7 @@ class BatchedSession:
             names = sorted(f"{k} {i!r}" for k, i in unset)
             raise UnknownInputError(f"no value given yet for {name_list(names)}")
         self._unset.clear()  # (all checked: from here on, nothing can fail)
+        assert rows is not None  # (every batched input was given, and there is one at least)
         return given, rows
 
     def _choose(self, bucket: int) -> Session:
@@ -348,11 +358,11 @@ class BatchedSession:
         if self._current != bucket:  # another bucket wrote over this one's regions
             sess.fill_constants()
             for _, inp in self._kept:
-                np.copyto(inp.views[bucket], inp.kept)
+                np.copyto(inp.views[bucket], cast(np.ndarray, inp.kept))  # (_kept: the kept ones)
             self._current = bucket
         return sess
 
-    def _copy_in(self, bucket: int, given, lo: int, n: int) -> None:
+    def _copy_in(self, bucket: int, given: list[tuple[_Input, np.ndarray]], lo: int, n: int) -> None:
         for inp, arr in given:
             view = inp.views.get(bucket)
             if view is None:
@@ -361,7 +371,7 @@ class BatchedSession:
                 np.copyto(view[:n], arr[lo:lo + n])
                 view[n:].fill(self.one)  # padding rows: the semiring's one
             else:
-                np.copyto(inp.kept, arr)
+                np.copyto(cast(np.ndarray, inp.kept), arr)  # (read, so kept)
                 np.copyto(view, arr)
 
     # -- running ---------------------------------------------------------------------------
@@ -386,7 +396,8 @@ class BatchedSession:
             return self.slots
         return self._run_chunks(given, n)
 
-    def _run_chunks(self, given, n: int):
+    def _run_chunks(self, given: list[tuple[_Input, np.ndarray]], n: int
+                    ) -> dict[tuple, tuple[np.ndarray, TensorSpec]]:
         big = self.exe.buckets[-1]
         sess = self._choose(big)
         results = {key: np.empty((n,) + self.slot_specs[key].shape, self.mem.dtype)

@@ -14,11 +14,12 @@ import numbers
 import os
 import zipfile
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, BinaryIO, cast
 
 import numpy as np
 
@@ -172,7 +173,7 @@ def _bundle_dir(path: str | os.PathLike) -> Path:
 
 def _json_number(x: Any, what: str, where: str) -> float | bool | int | None:
     if x is None or isinstance(x, (bool, numbers.Real)):
-        return x
+        return cast("float | bool | int | None", x)  # a JSON number: an int, a float or a bool
     raise BundleError(f"{where}: {what} must be a number, got {shown(x)}")
 
 
@@ -286,7 +287,7 @@ def load_bundle(path: str | os.PathLike) -> Bundle:
 
     return Bundle(
         name=name,
-        model=meta.get("model", name),
+        model=meta["model"] if "model" in meta else name,
         semiring=semiring,
         dtype=dtype,
         normalized_messages=bool(meta.get("normalized_messages", False)),
@@ -311,7 +312,7 @@ def _plain_number(x: Any) -> Any:
     return x
 
 
-def _write_atomically(path: Path, write) -> None:
+def _write_atomically(path: Path, write: Callable[[BinaryIO], object]) -> None:
     """Write to a temp file beside `path`, then rename over it: readers never see half a file."""
     with replacing(path) as tmp, open(tmp, "wb") as f:
         write(f)
@@ -363,7 +364,8 @@ def save_bundle(bundle: Bundle, path: str | os.PathLike) -> Path:
     meta, arrays = bundle_to_json(bundle)
     text = json.dumps(meta, indent=1)  # the corpus's layout, byte for byte
     # Arrays first: a bundle.json that exists always refers to arrays already written.
-    _write_atomically(d / ARRAYS_NPZ, lambda f: np.savez_compressed(f, **arrays))
+    # (the ignore: mypy matches **arrays to savez_compressed's allow_pickle: bool as well)
+    _write_atomically(d / ARRAYS_NPZ, lambda f: np.savez_compressed(f, **arrays))  # type: ignore[arg-type]
     _write_atomically(d / BUNDLE_JSON, lambda f: f.write(text.encode("utf-8")))
     return d
 

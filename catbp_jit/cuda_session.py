@@ -15,31 +15,34 @@ Nothing is allocated per run, on the host or the device, besides the launches.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from .codegen.cuda_build import cuda_module
+from .codegen.cuda_build import CudaKernel, cuda_module
 from .codegen.cuda_run import step_launches
 from .ir.schema import TensorSpec
 from .plan.pipeline import RESULT, SLOT_INPUT
 from .session import Hook, Session
 
+if TYPE_CHECKING:
+    from .executable import Executable
 
-def host_and_device_arenas(n: int, dtype: np.dtype):
+
+def host_and_device_arenas(n: int, dtype: np.dtype) -> tuple[Any, Any]:
     """A pinned host staging arena and a device arena of n elements each."""
     cuda = cuda_module()
     return cuda.pinned_array(n, dtype=dtype), cuda.device_array(n, dtype=dtype)
 
 
-class _HostSlots(Mapping):
+class _HostSlots(Mapping[tuple, tuple[np.ndarray, TensorSpec]]):
     """slot key -> (host view, spec), each copied back from the device on first access
     after a run."""
 
-    def __init__(self, session: CudaSession):
+    def __init__(self, session: CudaSession) -> None:
         self._s = session
 
-    def __getitem__(self, key) -> tuple[np.ndarray, TensorSpec]:
+    def __getitem__(self, key: tuple) -> tuple[np.ndarray, TensorSpec]:
         s = self._s
         if key not in s._fresh:
             host, device, spec = s._results[key]  # KeyError for an unknown slot
@@ -56,8 +59,8 @@ class _HostSlots(Mapping):
 
 
 class CudaSession(Session):
-    def __init__(self, exe, *, before: Hook | None = None, after: Hook | None = None,
-                 arenas: tuple[Any, Any] | None = None):
+    def __init__(self, exe: Executable, *, before: Hook | None = None, after: Hook | None = None,
+                 arenas: tuple[Any, Any] | None = None) -> None:
         """arenas: (pinned host, device) arenas of at least exe.memory.total elements to
         work in (the bucket sessions of a batched executable share one pair)."""
         self.cuda = cuda_module()
@@ -84,7 +87,8 @@ class CudaSession(Session):
             key: (d, spec) for key, (_, d, spec) in self._results.items()}
         self._fresh: set = set()
         self.slots = _HostSlots(self)
-        self._launches = step_launches([(k.entry, k.normalize) for k in self.exe.kernels],
+        kernels = cast("list[CudaKernel]", self.exe.kernels)  # (target "cuda": build_cuda's)
+        self._launches = step_launches([(k.entry, k.normalize) for k in kernels],
                                        self.exe.schedule)
 
     def fill_constants(self) -> None:

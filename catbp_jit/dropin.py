@@ -15,7 +15,7 @@ import pickle
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -26,10 +26,14 @@ from .plan.pipeline import RESULT, SLOT_INPUT
 from .reference.vm import SlotStore, adapt_slots
 from .semiring import VMSemiringRuntime, adapt_semiring
 
+if TYPE_CHECKING:
+    from .session import Session
+
 Provider = Callable[[int], tuple[np.ndarray, Any]]
 MAX_EXECUTABLES = 64
 
-_executables: OrderedDict[tuple, tuple[Executable, Any]] = OrderedDict()
+# (executable, its session, untouched_slots(executable))
+_executables: OrderedDict[tuple, tuple[Executable, Session, frozenset]] = OrderedDict()
 _programs: dict[bytes, _Shape] = {}  # program fingerprint -> what run_program needs
 
 
@@ -66,7 +70,7 @@ def _shape(program: Any) -> _Shape:
 
     prog = adapt_program(program)
     digest = hashlib.sha256(json.dumps(program_to_json(prog)["instructions"]).encode()).hexdigest()
-    def ids(op, arg):
+    def ids(op: OpCode, arg: str) -> tuple[int, ...]:
         return tuple(sorted({ins.args[arg] for ins in prog.instructions if ins.op == op}))
     shape = _Shape(prog, digest, ids(OpCode.LOAD_FACTOR, "factor_id"),
                    ids(OpCode.LOAD_SELECTOR, "selector_id"),
@@ -79,7 +83,7 @@ def _shape(program: Any) -> _Shape:
 
 
 def run_program(program: Any, sr: Any, factor_provider: Provider, selector_provider: Provider,
-                *, slots: dict | None = None, target: str = "cpu",
+                *, slots: dict[Any, tuple[np.ndarray, Any]] | None = None, target: str = "cpu",
                 mode: str = "compiled") -> dict[tuple, tuple[np.ndarray, Any]]:
     """CatBP's run_program on the JIT: a dict slot key -> (array, spec), as the reference."""
     sr = adapt_semiring(sr)
@@ -97,9 +101,10 @@ def run_program(program: Any, sr: Any, factor_provider: Provider, selector_provi
            tuple((k, s) for k, (_, s) in slot_in.items()))
     entry = _executables.get(key)
     if entry is None:
-        exe = compile(prog, sr, factor_specs={f: s for f, (_, s) in factors.items()},
-                      selector_specs={i: s for i, (_, s) in selectors.items()},
-                      slot_specs={k: s for k, (_, s) in slot_in.items()}, target=target, mode=mode)
+        exe = cast(Executable, compile(  # (no batched inputs: not a BatchedExecutable)
+            prog, sr, factor_specs={f: s for f, (_, s) in factors.items()},
+            selector_specs={i: s for i, (_, s) in selectors.items()},
+            slot_specs={k: s for k, (_, s) in slot_in.items()}, target=target, mode=mode))
         entry = (exe, exe.bind(), untouched_slots(exe))
         _executables[key] = entry
         while len(_executables) > MAX_EXECUTABLES:
@@ -132,7 +137,7 @@ def _input(pair: tuple[np.ndarray, Any], sr: VMSemiringRuntime) -> tuple[np.ndar
 class VirtualMachine:
     """CatBP's VirtualMachine on the JIT: `run` one program at a time; `vm.slots.data`."""
 
-    def __init__(self, sr: Any, target: str = "cpu", mode: str = "compiled"):
+    def __init__(self, sr: Any, target: str = "cpu", mode: str = "compiled") -> None:
         self.sr = adapt_semiring(sr)
         self.target, self.mode = target, mode
         self.slots = SlotStore()

@@ -29,7 +29,7 @@ from .codegen.loader import (
     load_kernel,
 )
 from .codegen.workers import WorkerOptions, available_cpus, compile_in_workers
-from .errors import CatbpError, ProgramKeyError, ProgramValueError, one_line
+from .errors import CatbpError, ProgramKeyError, ProgramValueError, SpecError, one_line
 from .ir.adapt import adapt_programs, adapt_slot_key, adapt_spec
 from .ir.batch import BatchedCompileError
 from .ir.ops import Program
@@ -47,6 +47,11 @@ from .tiers import log as tier_log
 
 if TYPE_CHECKING:  # batched.py imports this module
     from .batched import BatchedExecutable
+    from .plan.arena import MemoryPlan
+    from .plan.fusion import Fused
+    from .plan.graph import Graph
+    from .plan.schedule import Schedule
+    from .session import Session
 
 MODES = ("compiled", "loop")
 TARGETS = ("cpu", "cuda")
@@ -61,7 +66,7 @@ class Executable:
     kernels: list[Kernel]
     dispatcher: Any = None
     dispatcher_source: str = ""
-    cache_stats: dict[str, int] = field(default_factory=dict)
+    cache_stats: dict[str, float] = field(default_factory=dict)  # counts, and compiled_tier_after_s
     # C entry point of each kernel's compiled code, by kernel id (the dispatcher's calls)
     kernel_addresses: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     # "numpy" while the kernels compile in the background (tiers.py), then "compiled"
@@ -70,15 +75,41 @@ class Executable:
     _failure_said: bool = False
 
     # what the plan holds, by the names users and tools have read it by
-    programs = property(lambda self: self.plan.programs)
-    semiring = property(lambda self: self.plan.semiring)
-    factor_specs = property(lambda self: self.plan.factor_specs)
-    selector_specs = property(lambda self: self.plan.selector_specs)
-    slot_specs = property(lambda self: self.plan.slot_specs)
-    graph = property(lambda self: self.plan.graph)
-    fused = property(lambda self: self.plan.fused)
-    memory = property(lambda self: self.plan.memory)
-    schedule = property(lambda self: self.plan.schedule)
+    @property
+    def programs(self) -> list[Program]:
+        return self.plan.programs
+
+    @property
+    def semiring(self) -> VMSemiringRuntime:
+        return self.plan.semiring
+
+    @property
+    def factor_specs(self) -> dict[int, TensorSpec]:
+        return self.plan.factor_specs
+
+    @property
+    def selector_specs(self) -> dict[int, TensorSpec]:
+        return self.plan.selector_specs
+
+    @property
+    def slot_specs(self) -> dict[tuple, TensorSpec]:
+        return self.plan.slot_specs
+
+    @property
+    def graph(self) -> Graph:
+        return self.plan.graph
+
+    @property
+    def fused(self) -> Fused:
+        return self.plan.fused
+
+    @property
+    def memory(self) -> MemoryPlan:
+        return self.plan.memory
+
+    @property
+    def schedule(self) -> Schedule:
+        return self.plan.schedule
 
     @property
     def dtype(self) -> np.dtype:
@@ -99,15 +130,17 @@ class Executable:
                 self._failure_said = True
                 report_failure(build, f"executable of {self._program_names()}")
             return False
-        kernels, (dispatcher, dsource) = build.result
+        result, seconds = build.result, build.seconds
+        assert result is not None and seconds is not None  # (done, and without an error)
+        kernels, (dispatcher, dsource) = result
         self.kernels = [kernels[p] for p in self.schedule.patterns]
         self.kernel_addresses = np.array([k.address for k in self.kernels], dtype=np.int64)
         self.dispatcher, self.dispatcher_source = dispatcher, dsource
         self.tier = "compiled"
-        self.cache_stats["compiled_tier_after_s"] = round(build.seconds, 3)
-        tier_log.info("compiled tier for %s after %.2f s", self._program_names(), build.seconds,
+        self.cache_stats["compiled_tier_after_s"] = round(seconds, 3)
+        tier_log.info("compiled tier for %s after %.2f s", self._program_names(), seconds,
                       extra={"catbp_jit": {"event": "tier", "tier": "compiled",
-                                           "seconds": build.seconds,
+                                           "seconds": seconds,
                                            "kernels": len(self.kernels)}})
         return True
 
@@ -116,16 +149,19 @@ class Executable:
         are, False on a timeout. Raises the background build's error if it failed."""
         if self.tier == "compiled":
             return True
-        if not self.kernel_build.wait(timeout):
+        build = self.kernel_build
+        assert build is not None  # (the numpy tier's kernels are being built)
+        if not build.wait(timeout):
             return False
-        if self.kernel_build.error is not None:
-            raise self.kernel_build.error
+        if build.error is not None:
+            raise build.error
         return self.ready()
 
     def _program_names(self) -> str:
-        return ", ".join(p.name for p in self.programs) or "programs"
+        # (adapt_programs named every program: the p{i} is program_names' fallback, unused)
+        return ", ".join(p.name or f"p{i}" for i, p in enumerate(self.programs)) or "programs"
 
-    def bind(self, **hooks):
+    def bind(self, **hooks: Any) -> Session:
         """A Session: the arenas and the schedule table, allocated here, once (on the
         device too, for target "cuda"). hooks: before= / after= (called around each step),
         numpy_only=True (CPU: a session that computes in the numpy tier for good)."""
@@ -380,7 +416,7 @@ def _as_int(x: Any) -> int:
 
 def _items(x: Any, kind: type = dict) -> Any:
     if not isinstance(x, kind):
-        names = {dict: "an object", list: "an array", str: "a string"}
+        names: dict[type, str] = {dict: "an object", list: "an array", str: "a string"}
         raise TypeError(f"expected {names[kind]}, got {type(x).__name__}")
     return x
 
@@ -502,7 +538,9 @@ def plan(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
 @gc_paused()
 def adapt_inputs(programs: Any, sr: Any, factor_specs: Mapping[int, Any],
                  selector_specs: Mapping[int, Any] | None,
-                 slot_specs: Mapping[Any, Any] | None, target: str, mode: str):
+                 slot_specs: Mapping[Any, Any] | None, target: str, mode: str
+                 ) -> tuple[list[Program], VMSemiringRuntime, dict[int, TensorSpec],
+                            dict[int, TensorSpec], dict[tuple, TensorSpec]]:
     """(programs, semiring, factor specs, selector specs, slot specs) in our own types."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -511,10 +549,20 @@ def adapt_inputs(programs: Any, sr: Any, factor_specs: Mapping[int, Any],
     sr = adapt_semiring(sr)
     check_compiled_dtype(sr)  # before any planning
     progs = adapt_programs(programs)
-    fspecs = {int(k): adapt_spec(v) for k, v in (factor_specs or {}).items()}
-    sspecs = {int(k): adapt_spec(v) for k, v in (selector_specs or {}).items()}
-    lspecs = {adapt_slot_key(k): adapt_spec(v) for k, v in (slot_specs or {}).items()}
+    fspecs = {int(k): _known_spec(v, "factor", k) for k, v in (factor_specs or {}).items()}
+    sspecs = {int(k): _known_spec(v, "selector", k) for k, v in (selector_specs or {}).items()}
+    lspecs = {adapt_slot_key(k): _known_spec(v, "slot", k) for k, v in (slot_specs or {}).items()}
     return progs, sr, fspecs, sspecs, lspecs
+
+
+def _known_spec(x: Any, kind: str, ident: Any) -> TensorSpec:
+    """adapt_spec of an input's declared spec, which planning needs: a None is refused here
+    (it failed with an AttributeError deep in planning)."""
+    spec = adapt_spec(x)
+    if spec is None:
+        raise SpecError(f"{kind} {ident!r} has no spec (None); compiling needs the spec of "
+                        f"every input", operand=f"{kind} {ident!r}")
+    return spec
 
 
 def build(plan: Plan, *, target: str = "cpu", mode: str = "compiled",
@@ -538,7 +586,8 @@ def build(plan: Plan, *, target: str = "cpu", mode: str = "compiled",
 
 
 def background_build(plans: list[Plan], cache: KernelCache, workers: int | None,
-                     tier: str | None, say: Callable[[str], None]):
+                     tier: str | None, say: Callable[[str], None]
+                     ) -> tuple[KernelBuild, dict[str, int]] | None:
     """(a KernelBuild of the plans' cold kernels, cache stats) when their executables
     should start in the numpy tier (tiers.py), else None: compile() then waits. The first
     plan is the one whose size decides (a batched executable's smallest bucket: numpy's
@@ -576,7 +625,7 @@ def build_compiled(plan: Plan, mode: str, cache: KernelCache, say: Callable[[str
     # also under the strict policy.
     say("dispatcher")
     dispatcher, dsource = load_dispatcher(cache)
-    used = {k: cache.stats.get(k, 0) - before.get(k, 0) for k in cache.stats}
+    used: dict[str, float] = {k: cache.stats.get(k, 0) - before.get(k, 0) for k in cache.stats}
     if in_workers:  # what workers compiled was a miss, though this process found it on disk
         used.update(hits=used["hits"] - in_workers, misses=used["misses"] + in_workers,
                     compiled_in_workers=in_workers)

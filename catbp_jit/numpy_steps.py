@@ -37,12 +37,12 @@ SUM_BLOCK = 1 << 12  # terms added per accumulate call: bounds the float64 copy
 
 
 def libm_exp(x: np.ndarray) -> np.ndarray:
-    return _exp(np.asarray(x, np.float64)).astype(np.float64)
+    return np.asarray(_exp(np.asarray(x, np.float64))).astype(np.float64)  # (0-d: a float)
 
 
 def libm_log(x: np.ndarray) -> np.ndarray:
     # the argument is a sum that includes exp(0) = 1 (or is NaN): never 0, never negative
-    return _log(np.asarray(x, np.float64)).astype(np.float64)
+    return np.asarray(_log(np.asarray(x, np.float64))).astype(np.float64)  # (0-d: a float)
 
 
 def in_order_sum(terms: np.ndarray) -> np.ndarray:

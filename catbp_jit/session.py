@@ -16,7 +16,7 @@ steps are results like any other.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,6 +27,9 @@ from .ir.schema import TensorSpec
 from .numpy_steps import numpy_steps
 from .plan.arena import ALIGN_BYTES
 from .plan.pipeline import CONSTANT, FACTOR_INPUT, RESULT, SELECTOR_INPUT, SLOT_INPUT, Binding
+
+if TYPE_CHECKING:
+    from .executable import Executable
 
 Hook = Callable[[int, Any], None]
 
@@ -40,8 +43,8 @@ def aligned_empty(n: int, dtype: np.dtype) -> np.ndarray:
 
 
 class Session:
-    def __init__(self, exe, *, before: Hook | None = None, after: Hook | None = None,
-                 mem: np.ndarray | None = None, numpy_only: bool = False):
+    def __init__(self, exe: Executable, *, before: Hook | None = None, after: Hook | None = None,
+                 mem: np.ndarray | None = None, numpy_only: bool = False) -> None:
         """mem: a buffer of at least exe.memory.total elements to work in instead of a
         new one (the bucket sessions of a batched executable share one); its owner then
         calls fill_constants() whenever another session wrote over it. numpy_only: stay in
@@ -64,13 +67,14 @@ class Session:
                       {("selector", k) for k in self._selectors} | \
                       {("slot", k) for k in self._slots_in}
         # results: views into the slot arena, valid until the next run
-        self.slots: dict[tuple, tuple[np.ndarray, TensorSpec]] = {
+        # (a Mapping: a CudaSession's copies each slot back from the device when it is read)
+        self.slots: Mapping[tuple, tuple[np.ndarray, TensorSpec]] = {
             b.ident: (view(b), b.spec) for b in plan.bound(RESULT)}
 
         self._n_steps = len(exe.schedule.steps)
         self._n_static = exe.plan.n_static
         self._static = exe.plan.static
-        self._numpy_steps = None  # the numpy tier's steps, made on first need
+        self._numpy_steps: list[Callable[[], None]] | None = None  # the numpy tier's, made on first need
         self._numpy_only = numpy_only
         self.compiled = not numpy_only and exe.ready()  # False: in the numpy tier (tiers.py)
         if self.compiled:
@@ -106,17 +110,20 @@ class Session:
     # -- inputs --------------------------------------------------------------------------
 
     def _check(self, kind: str, ident: Any, arr: Any, target: np.ndarray | None) -> None:
-        shape = None if target is None else target.shape
         if target is None:
             # an input declared at compile time but not read by the optimized schedule is
             # accepted (and ignored) when it matches its declared spec
-            specs = {"factor": self.exe.factor_specs, "selector": self.exe.selector_specs,
-                     "slot": self.exe.slot_specs}[kind]
+            declared: dict[str, Mapping[Any, TensorSpec]] = {
+                "factor": self.exe.factor_specs, "selector": self.exe.selector_specs,
+                "slot": self.exe.slot_specs}
+            specs = declared[kind]
             if ident not in specs:
                 known = {"factor": self._factors, "selector": self._selectors, "slot": self._slots_in}[kind]
                 raise UnknownInputError(f"this executable has no {kind} {ident!r} "
                                         f"(it reads: {sorted(map(repr, known))[:10]})")
             shape = specs[ident].shape
+        else:
+            shape = target.shape
         if not isinstance(arr, np.ndarray):
             raise InputMismatchError(f"{kind} {ident!r}: expected a numpy array, got {type(arr).__name__}")
         if arr.dtype != self.mem.dtype or arr.shape != shape:
@@ -124,9 +131,11 @@ class Session:
                 f"{kind} {ident!r}: got {arr.dtype}{list(arr.shape)}, compiled for "
                 f"{self.mem.dtype}{list(shape)}; compile again for other specs or cast first")
 
-    def _given(self, factors, selectors, slots) -> list:
+    def _given(self, factors: Mapping[int, Any] | None, selectors: Mapping[int, Any] | None,
+               slots: Mapping[Any, Any] | None) -> list[tuple[str, Any, Any, np.ndarray | None]]:
         """(kind, id, array, target view or None) for every input handed to run()."""
-        out = [("factor", i, a, self._factors.get(i)) for i, a in (factors or {}).items()]
+        out: list[tuple[str, Any, Any, np.ndarray | None]] = [
+            ("factor", i, a, self._factors.get(i)) for i, a in (factors or {}).items()]
         out += [("selector", i, a, self._selectors.get(i)) for i, a in (selectors or {}).items()]
         for ident, arr in (slots or {}).items():
             ident = adapt_slot_key(ident)
@@ -134,7 +143,8 @@ class Session:
             out.append(("slot", ident, arr, self._slots_in.get(ident)))
         return out
 
-    def _bind_inputs(self, factors, selectors, slots) -> None:
+    def _bind_inputs(self, factors: Mapping[int, Any] | None, selectors: Mapping[int, Any] | None,
+                     slots: Mapping[Any, Any] | None) -> None:
         # everything is checked before anything is copied: a refused run changes nothing.
         # A run of a big program binds hundreds of small inputs, so the common case (a
         # read input of the right dtype and shape) is tested inline and `target[...] = arr`
@@ -162,7 +172,7 @@ class Session:
 
     def run(self, factors: Mapping[int, np.ndarray] | None = None,
             selectors: Mapping[int, np.ndarray] | None = None,
-            slots: Mapping[Any, Any] | None = None) -> dict[tuple, tuple[np.ndarray, TensorSpec]]:
+            slots: Mapping[Any, Any] | None = None) -> Mapping[tuple, tuple[np.ndarray, TensorSpec]]:
         """Copy the given inputs in (inputs not given keep their last values) and run: the
         static steps only in the first run and when a static input is given (see the
         module docstring), then the dynamic steps.
@@ -204,13 +214,14 @@ class Session:
 
 
     def _execute_numpy(self, first: int) -> None:
-        if self._numpy_steps is None:
-            self._numpy_steps = numpy_steps(self.exe.plan, self.mem, self.table)
+        run = self._numpy_steps
+        if run is None:
+            run = self._numpy_steps = numpy_steps(self.exe.plan, self.mem, self.table)
         steps = self.exe.schedule.steps
         for i in range(first, self._n_steps):
             if self.before is not None:
                 self.before(i, steps[i])
-            self._numpy_steps[i]()
+            run[i]()
             if self.after is not None:
                 self.after(i, steps[i])
 

@@ -17,7 +17,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from numba.core.compiler_lock import global_compiler_lock
 
@@ -60,7 +60,7 @@ class KernelCache:
     def __init__(self, directory: str | None = None, policy: str | None = None, *,
                  lock_timeout: float | None = None, trust_owner: bool | None = None,
                  write_check: Callable[[str], OSError | None] = _write_error,
-                 on_verified: Callable[[list[str]], None] | None = None):
+                 on_verified: Callable[[list[str]], None] | None = None) -> None:
         # write_check(dir): why no file can be created there, or None. Tests pass their
         # own to stand for a read-only mount, which mode bits cannot show to root.
         self._write_check = write_check
@@ -94,7 +94,7 @@ class KernelCache:
         self._busy: dict[str, str] = {}
         self._bypassed: str | None = None  # why the disk is not used (fallback only)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"KernelCache({self.directory!r}, policy={self.policy!r})"
 
     @property
@@ -137,6 +137,7 @@ class KernelCache:
         CacheLockTimeout."""
         access = self._prepare_dir()
         if access is None:
+            assert self._bypassed is not None  # (no access: the disk is bypassed, and why is said)
             return "invalid", self._bypassed
         key = self.key_for(pattern, target)
         entry = _Entry(self.directory, key, access)
@@ -378,7 +379,7 @@ def default_cache() -> KernelCache:
 
 
 @contextlib.contextmanager
-def fresh_default_cache():
+def fresh_default_cache() -> Iterator[None]:
     """Inside the block ``default_cache()`` is built anew from the environment (as in a
     new process); the previous one is back afterwards. For tests that change the env."""
     global _default

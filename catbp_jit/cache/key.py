@@ -27,9 +27,10 @@ CODEGEN_VERSION = "1"
 @cache
 def _static_environment() -> tuple[tuple[str, Any], ...]:
     # Host CPU queries cost a few ms; the answer cannot change within a process.
-    cpu_name = numba_config.CPU_NAME or llvm.get_host_cpu_name()
-    if numba_config.CPU_FEATURES is not None:
-        features = numba_config.CPU_FEATURES
+    # (the ignores: numba.core.config makes its settings at import time, from the environment)
+    cpu_name = numba_config.CPU_NAME or llvm.get_host_cpu_name()  # type: ignore[attr-defined]
+    if numba_config.CPU_FEATURES is not None:  # type: ignore[attr-defined]
+        features = numba_config.CPU_FEATURES  # type: ignore[attr-defined]
     else:
         try:
             features = llvm.get_host_cpu_features().flatten()

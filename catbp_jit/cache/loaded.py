@@ -48,6 +48,7 @@ class _Loaded:
 
     # -- called from _PinnedCache with the kernel lock held
     def corrupt(self, reason: str) -> None:
+        assert self.entry is not None  # (Numba's hooks are pinned to kernels on disk only)
         self.entry.purge_numba_files()
         self.entry.record()  # now records no Numba files
         self.cache._count("rebuilt")
@@ -90,6 +91,7 @@ def _new_module(name: str, path: str | None) -> types.ModuleType:
         sys.modules[_PACKAGE] = pkg
     if path is not None:
         spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None  # (a .py path always has a loader)
         module = importlib.util.module_from_spec(spec)
     else:
         module = types.ModuleType(name)

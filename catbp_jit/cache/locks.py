@@ -17,7 +17,7 @@ from .trust import _Access, _euid
 try:  # POSIX advisory locks; Windows falls back to msvcrt byte-range locks.
     import fcntl
 except ImportError:  # pragma: no cover - not exercised on Linux CI
-    fcntl = None
+    fcntl = None  # type: ignore[assignment]  # (no fcntl: marked by None)
     import msvcrt
 
 DEFAULT_LOCK_TIMEOUT = 120.0  # seconds; CATBP_JIT_LOCK_TIMEOUT overrides
@@ -72,6 +72,7 @@ class _FileLock:
             self._depth -= 1
             if self._depth == 0:
                 fd, self._fd = self._fd, None
+                assert fd is not None  # (the first acquire opened it)
                 try:
                     if fcntl is not None:
                         os.ftruncate(fd, 0)  # nobody holds it now

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 from numba.core.caching import CompileResultCacheImpl, FunctionCache, IndexDataCacheFile, InTreeCacheLocator
 
-from .entry import _sha256, _unlink
+from .entry import _Entry, _sha256, _unlink
 from .errors import CacheCorruptionError
 
 if TYPE_CHECKING:
@@ -107,26 +107,35 @@ class _PinnedCache(FunctionCache):
 
     _impl_class = _PinnedImpl
     owner: _Loaded
+    _cache_file: _VerifiedCacheFile  # (made in __init__)
 
     def __init__(self, py_func):
         super().__init__(py_func)
         self._cache_file = _VerifiedCacheFile(self._cache_path, self._impl.filename_base,
                                               self._cache_file._source_stamp)
 
+    @property
+    def _entry(self) -> _Entry:
+        """The kernel's files (a _PinnedCache is made for kernels loaded from disk only)."""
+        entry = self.owner.entry
+        assert entry is not None
+        return entry
+
     def _expect(self) -> str | None:
         """Arm the hash checks from the verified manifest (lock held); None, or why not."""
-        entry = self.owner.entry
+        entry = self._entry
         m, why = entry.read_manifest()
         reason = why if m is None else entry.verify_numba_files(m)
-        self._cache_file.expected = {} if reason else dict(m["numba_files"])
+        # (m is None only with a reason: `m is not None` below narrows, and changes nothing)
+        self._cache_file.expected = dict(m["numba_files"]) if m is not None and not reason else {}
         on_verified = self.owner.cache.on_verified
-        if reason is None and on_verified is not None:
+        if m is not None and reason is None and on_verified is not None:
             on_verified([os.path.join(entry.pycache, name) for name in sorted(m["numba_files"])])
         return reason
 
     def load_overload(self, sig, target_context):
         owner = self.owner
-        with owner.entry.lock:
+        with self._entry.lock:
             reason = self._expect()
             data = None
             if reason is None:
@@ -142,10 +151,10 @@ class _PinnedCache(FunctionCache):
 
     def save_overload(self, sig, data):
         owner = self.owner
-        with owner.entry.lock:
+        with self._entry.lock:
             reason = self._expect()
             if reason is not None:  # Numba reads the index to extend it: never unverified
                 owner.corrupt(reason)
             super().save_overload(sig, data)
-            owner.entry.record()
+            self._entry.record()
         owner.saved(sig)

@@ -95,7 +95,7 @@ def _offsets(ind: str, first: str, last: str, start: str, out: bool, leaves: str
     return lines + [f"{ind}    for l in range(K):", f"{ind}        {leaves}[l] += i * P[L + l * LS + 1 + d]"]
 
 
-def _sweep(ind: str, k: int, body: list[str], stop: bool, sr: Semiring = None,
+def _sweep(ind: str, k: int, body: list[str], stop: bool, sr: Semiring,
            dtype: str = "", summed: bool = False) -> list[str]:
     """One pass over the reduced axes of the current output element, in flat C order (the
     CPU's: odometer axes R..top-1, then the V elements of the vector, each leaf moving

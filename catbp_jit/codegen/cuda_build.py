@@ -56,7 +56,8 @@ def _check_lowering() -> None:
     here, by name, than as an AttributeError from deep inside a kernel's compilation."""
     from numba import config
 
-    if config.ENABLE_CUDASIM:  # the simulator runs kernels as Python: no lowering
+    # (the ignore: numba.core.config makes its settings at import time, from the environment)
+    if config.ENABLE_CUDASIM:  # type: ignore[attr-defined]  # the simulator: no lowering
         return
     try:
         import numba.cuda.cudaimpl  # noqa: F401
@@ -77,7 +78,7 @@ def device_name(cuda) -> str:
     device's compute capability."""
     from numba import config
 
-    if config.ENABLE_CUDASIM:
+    if config.ENABLE_CUDASIM:  # type: ignore[attr-defined]  # (as in _check_lowering)
         return "simulator"
     major, minor = cuda.get_current_device().compute_capability
     return f"sm_{major}{minor}"
@@ -133,10 +134,11 @@ def build_cuda(plan: Plan, *, mode: str = "compiled", cache: KernelCache | None 
     cache = cache or default_cache()
     before = dict(cache.stats)
     say = progress or (lambda line: None)
-    kernels: list[CudaKernel] = []
+    kernels: list[Kernel] = []  # (CudaKernels)
     for i, pattern in enumerate(plan.schedule.patterns):
         say(f"kernel {i + 1}/{len(plan.schedule.patterns)}: {pattern.name} ({device})")
+        # (the ignore: as in _check_lowering, a setting numba.core.config makes at import time)
         kernels.append(load_cuda_kernel(replace(pattern, parallel=False), cache, device,
-                                        bool(config.ENABLE_CUDASIM)))
-    used = {k: cache.stats.get(k, 0) - before.get(k, 0) for k in cache.stats}
+                                        bool(config.ENABLE_CUDASIM)))  # type: ignore[attr-defined]
+    used: dict[str, float] = {k: cache.stats.get(k, 0) - before.get(k, 0) for k in cache.stats}
     return Executable(plan, mode, "cuda", kernels, None, "", used, np.zeros(0, np.int64))

@@ -14,8 +14,9 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
+from .. import abi
 from ..plan.schedule import Schedule
 from ..plan.steps import KernelPattern
 from . import cuda
@@ -54,6 +55,7 @@ def load_module(pattern: KernelPattern, directory: str | os.PathLike) -> ModuleT
         f.write(source)
     os.replace(tmp, path)  # a reader never sees half a module
     spec = importlib.util.spec_from_file_location(f"catbp_cuda_{pattern.name}", path)
+    assert spec is not None and spec.loader is not None  # (a .py path always has a loader)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -75,7 +77,7 @@ def step_launches(entries: Sequence[tuple[Any, Any]], schedule: Schedule,
     for i, step in enumerate(schedule.steps):
         kernel, normalize = entries[schedule.kernel_id(i)]
         p = schedule.param_offset(i)
-        threads, groups = cuda.launch_shape(step.params)
+        threads, groups = cuda.launch_shape(cast(abi.StepParams, step.params))  # (no GEMM on a GPU)
         mine = [(kernel[options.blocks(threads), options.threads_per_block], p)]
         if step.pattern.normalize:
             mine.append((normalize[options.blocks(groups), options.threads_per_block], p))

@@ -119,6 +119,7 @@ def scratch_compile(source: str) -> str:
         path = Path(tmp) / f"{name}.py"
         path.write_text(source.replace("cache=True", "cache=False"))
         spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None  # (a .py path always has a loader)
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         try:

@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .. import environment
 from .loader import CompileUnit
@@ -100,10 +100,12 @@ class _Worker:
             stderr=self.stderr, env=env, text=True, encoding="utf-8")
 
     def compile(self, unit: CompileUnit) -> dict:
+        stdin, stdout = self.proc.stdin, self.proc.stdout
+        assert stdin is not None and stdout is not None  # (units come on stdin: both are pipes)
         try:
-            self.proc.stdin.write(json.dumps(asdict(unit)) + "\n")
-            self.proc.stdin.flush()
-            line = self.proc.stdout.readline()
+            stdin.write(json.dumps(asdict(unit)) + "\n")
+            stdin.flush()
+            line = stdout.readline()
         except (OSError, ValueError):  # a dead worker's pipe, or one closed on us
             line = ""
         if line:
@@ -132,6 +134,7 @@ class _Worker:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        assert self.proc.stdout is not None  # (a pipe)
         self.proc.stdout.close()
         self.stderr.close()
 
@@ -203,7 +206,7 @@ def compile_in_workers(units: Sequence[CompileUnit], cache: KernelCache, n_worke
             started = time.perf_counter()
             try:
                 load_unit(unit, cache)
-                reply = {"ok": True}
+                reply: dict[str, Any] = {"ok": True}
             except Exception as e:  # the same report as a worker's
                 reply = {"ok": False, "error": _quote(f"{type(e).__name__}: {e}")}
             reply["seconds"] = time.perf_counter() - started
@@ -294,8 +297,10 @@ def compile_detached(units: Sequence[CompileUnit], cache: KernelCache, n_workers
 
 def _listen(worker: _Worker, order: list[int], done: queue.Queue) -> None:
     """Pass a detached worker's replies on, as (unit index, reply), then (None, worker)."""
+    stdout = worker.proc.stdout
+    assert stdout is not None  # (a pipe)
     for j in order:
-        line = worker.proc.stdout.readline()
+        line = stdout.readline()
         if not line:
             break
         done.put((j, json.loads(line)))
@@ -328,7 +333,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             # nothing to load here
             if cache.check(unit.identity, unit.source)[0] != "ok":
                 load_unit(unit, cache)
-            reply = {"ok": True}
+            reply: dict[str, Any] = {"ok": True}
         except Exception as e:  # reported to the parent, which names the kernel
             reply = {"ok": False, "error": _quote(f"{type(e).__name__}: {e}")}
         reply["seconds"] = time.perf_counter() - started

@@ -19,6 +19,7 @@ results equal row-by-row runs bit for bit.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import replace
 
 from ..errors import CatbpError
@@ -61,8 +62,8 @@ def unbatched_spec(spec: TensorSpec, axis: Axis) -> TensorSpec:
     return TensorSpec(spec.axes[:-1]) if is_batched(spec, axis) else spec
 
 
-def batch_programs(programs: list[Program], axis: Axis, batched_factors: set[int],
-                   batched_selectors: set[int],
+def batch_programs(programs: list[Program], axis: Axis, batched_factors: AbstractSet[int],
+                   batched_selectors: AbstractSet[int],
                    outside_slots: Iterable[tuple] = ()) -> tuple[list[Program], set[tuple]]:
     """The programs rewritten for the batch axis, and the slots that end up batched.
 
@@ -97,7 +98,7 @@ def batch_programs(programs: list[Program], axis: Axis, batched_factors: set[int
 
 
 def _rewrite(ins: Instruction, axis: Axis, regs: set[int], slots: set[tuple],
-             factors: set[int], selectors: set[int]) -> tuple[Instruction, bool]:
+             factors: AbstractSet[int], selectors: AbstractSet[int]) -> tuple[Instruction, bool]:
     """(the instruction for the batched programs, whether what it defines is batched)."""
     op, args = ins.op, ins.args
     if op == OpCode.LOAD_FACTOR:
@@ -122,6 +123,6 @@ def _rewrite(ins: Instruction, axis: Axis, regs: set[int], slots: set[tuple],
     return ins, False  # UNIT, FREE
 
 
-def batch_input_specs(specs: Mapping[int, TensorSpec], batched: set[int],
+def batch_input_specs(specs: Mapping[int, TensorSpec], batched: AbstractSet[int],
                       axis: Axis) -> dict:
     return {k: batched_spec(v, axis) if k in batched else v for k, v in specs.items()}

@@ -74,7 +74,7 @@ def _evaluate_dict(node: ast.Dict) -> Any:
     """A dict keyed by axis keys is a TensorSpec (`{G0: 2}`); any other dict is a dict."""
     if any(k is None for k in node.keys):
         raise ValueError("** is not allowed in a listing")
-    keys = [_evaluate(k) for k in node.keys]
+    keys = [_evaluate(k) for k in node.keys if k is not None]  # all of them (checked above)
     values = [_evaluate(v) for v in node.values]
     if keys and all(is_axis_key(k) for k in keys):
         if not all(type(s) is int for s in values):
@@ -199,8 +199,9 @@ def _parse(text: str) -> list[tuple[int, Program]]:
             index, op, raw = _parse_instruction(line, toks, len(instrs))
             instrs.append(adapt_instruction(raw))
         except ProgramValueError as e:  # from adapt_instruction: keep its type, add the place
-            raise _listing_error(type(e))(f"line {lineno}: {e.reason}", program=name,
-                                          index=index, op=op) from None
+            cls: type = type(e)  # as `type`: mypy finds type[ProgramValueError] not Hashable
+            raise _listing_error(cls)(f"line {lineno}: {e.reason}", program=name,
+                                      index=index, op=op) from None
         except (ValueError, TypeError) as e:  # ours, or adapt's on a badly shaped value
             raise ListingError(f"line {lineno}: {e}", program=name, index=index, op=op) from None
     return [(lineno, Program(tuple(instrs), name)) for lineno, name, instrs in found]

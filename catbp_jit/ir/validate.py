@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -123,6 +123,8 @@ def check_programs(progs: list[Program], *, factor_specs: Mapping[int, Any] | No
     for table, kind in ((fspecs, "factor"), (sspecs, "selector")):
         for ident, spec in (table or {}).items():
             try:
+                if spec is None:  # (check_spec would fail on it with an AttributeError)
+                    raise SpecError(f"{kind} {ident} has no spec (None)")
                 check_spec(spec, what=f"{kind} {ident}", **limits)
             except CatbpError as e:
                 raise type(e)(e.reason, operand=f"{kind} {ident}") from None
@@ -180,24 +182,27 @@ class _ProgramChecker:
 
     def step(self, index: int, ins: Instruction):
         op, args = ins.op, ins.args
+        # adapt_instruction gave every op that defines a register its dst, and UNIT its spec
+        dst = cast(int, ins.dst)
         if op == OpCode.UNIT:
-            check_spec(ins.spec, what="UNIT spec", **self.limits)
-            self.define(index, ins.dst, ins.spec)
-            return ins.spec
+            unit_spec = cast(TensorSpec, ins.spec)
+            check_spec(unit_spec, what="UNIT spec", **self.limits)
+            self.define(index, dst, unit_spec)
+            return unit_spec
         if op == OpCode.LOAD_FACTOR:
             spec = self.load(self.fspecs, args["factor_id"], "factor")
-            self.define(index, ins.dst, spec)
+            self.define(index, dst, spec)
             return spec
         if op == OpCode.LOAD_SELECTOR:
             spec = self.load(self.sspecs, args["selector_id"], "selector")
-            self.define(index, ins.dst, spec)
+            self.define(index, dst, spec)
             return spec
         if op == OpCode.LOAD_SLOT:
             key = args["slot"]
             if key not in self.slots:
                 raise UnwrittenSlotError(f"slot {key!r} is read before any STORE_SLOT wrote it",
                                          operand="slot")
-            self.define(index, ins.dst, self.slots[key])
+            self.define(index, dst, self.slots[key])
             return self.slots[key]
         if op == OpCode.STORE_SLOT:
             key, spec = args["slot"], self.read(args["src"], "src")
@@ -217,12 +222,12 @@ class _ProgramChecker:
                         check_alignment(in_spec, out_spec)
                     except AlignmentError as e:
                         raise AlignmentError(f"r{rid}: {e.reason}", operand=f"inputs[{i}]") from None
-            self.define(index, ins.dst, out_spec)
+            self.define(index, dst, out_spec)
             return out_spec
         if op == OpCode.ELIMINATE:
             in_spec = self.read(args["src"], "src")
             spec = UNKNOWN if in_spec is UNKNOWN else eliminate_spec(in_spec, ins)
-            self.define(index, ins.dst, spec)
+            self.define(index, dst, spec)
             return spec
         if op == OpCode.NORMALIZE:
             return self.read(args["src"], "src")  # rewrites src in place: same spec

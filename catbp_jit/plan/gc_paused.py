@@ -10,11 +10,12 @@ it; it runs again as usual afterwards.
 from __future__ import annotations
 
 import gc
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 
 @contextmanager
-def gc_paused():
+def gc_paused() -> Iterator[None]:
     """Usable as `with gc_paused():` or as a decorator. Nested uses, and callers that
     disabled the collector themselves, leave it as they found it."""
     was_enabled = gc.isenabled()

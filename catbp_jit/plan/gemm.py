@@ -167,7 +167,7 @@ def gemm_step(index: int, seg: Segment, fused: Fused, memory: MemoryPlan, dtype:
     params = abi.GemmParams(
         out=region[seg.out].offset, a=region[shape.a].offset, a_t=shape.a_t,
         b=region[shape.b].offset, b_t=shape.b_t, m=shape.m, n=shape.n, k=shape.k,
-        batch=shape.batch, groups=tuple(normalize_groups(seg, layouts[seg.out], batch_key)),
+        batch=shape.batch, groups=normalize_groups(seg, layouts[seg.out], batch_key),
         work=work)
     n_batch = _count([size for size, *_ in shape.batch], {n: n for n, *_ in shape.batch})
     pattern = KernelPattern(fused.semiring, dtype, True, seg.normalize, False, template="gemm")

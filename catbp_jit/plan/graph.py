@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from ..ir.ops import OpCode, SlotKey
 from ..ir.schema import TensorSpec
@@ -68,8 +68,8 @@ def build_graph(checked: ValidatedPrograms, semiring: str,
         return loaded[(op, ident)]
 
     slots: dict[SlotKey, int] = {}
-    for key, spec in (slot_specs or {}).items():
-        slots[key] = load(SLOT_IN, key, spec, ())
+    for key, slot_spec in (slot_specs or {}).items():
+        slots[key] = load(SLOT_IN, key, slot_spec, ())
 
     normalizes = SEMIRINGS[semiring].normalizes
     for prog, specs in zip(checked.programs, checked.value_specs):
@@ -78,27 +78,29 @@ def build_graph(checked: ValidatedPrograms, semiring: str,
             where = ((prog.name, index),)
             spec = specs[index]
             op, a = ins.op, ins.args
+            dst = cast(int, ins.dst)  # (adapt_instruction gave each op that defines one a dst)
             if op in (OpCode.UNIT, OpCode.LOAD_FACTOR, OpCode.LOAD_SELECTOR, OpCode.CONTRACT,
                       OpCode.ELIMINATE) and spec is None:
                 raise ValueError(f"program {prog.name!r}, instruction [{index}]: spec unknown; "
                                  "compiling needs the factor, selector and slot specs")
             if op == OpCode.UNIT:
-                regs[ins.dst] = add(UNIT, spec, origin=where)
+                regs[dst] = add(UNIT, spec, origin=where)
             elif op == OpCode.LOAD_FACTOR:
-                regs[ins.dst] = load(FACTOR, a["factor_id"], spec, where)
+                regs[dst] = load(FACTOR, a["factor_id"], spec, where)
             elif op == OpCode.LOAD_SELECTOR:
-                regs[ins.dst] = load(SELECTOR, a["selector_id"], spec, where)
+                regs[dst] = load(SELECTOR, a["selector_id"], spec, where)
             elif op == OpCode.LOAD_SLOT:
-                regs[ins.dst] = slots[a["slot"]]
+                regs[dst] = slots[a["slot"]]
             elif op == OpCode.STORE_SLOT:
                 slots[a["slot"]] = regs[a["src"]]
             elif op == OpCode.CONTRACT and not a["inputs"]:
-                regs[ins.dst] = add(UNIT, spec, origin=where)  # the reference returns vm_unit
+                regs[dst] = add(UNIT, spec, origin=where)  # the reference returns vm_unit
             elif op == OpCode.CONTRACT:
-                regs[ins.dst] = add(CONTRACT, spec, [regs[r] for r in a["inputs"]], origin=where)
+                regs[dst] = add(CONTRACT, spec, [regs[r] for r in a["inputs"]], origin=where)
             elif op == OpCode.ELIMINATE:
                 src = regs[a["src"]]
-                regs[ins.dst] = add(ELIMINATE, spec, [src], attr=spec.keys, origin=where)
+                assert spec is not None  # (checked above)
+                regs[dst] = add(ELIMINATE, spec, [src], attr=spec.keys, origin=where)
             elif op == OpCode.NORMALIZE:
                 if normalizes:
                     src = regs[a["src"]]

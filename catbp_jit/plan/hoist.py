@@ -57,11 +57,12 @@ def hoist_prefixes(fused: Fused) -> Fused:
     return replace(fused, segments=segments, specs=specs, kinds=kinds)
 
 
-def best_prefix(seg: Segment, specs) -> tuple[object, tuple[Axis, ...]]:
+def best_prefix(seg: Segment, specs) -> tuple[int | None, tuple[Axis, ...]]:
     """(j, the prefix's axes) for the prefix l0..lj that saves the most, or (None, ())."""
     loop = tuple(seg.out_spec.axes) + tuple(seg.red_axes)
     points = _points(loop)
-    best, best_gain = (None, ()), 0
+    best: tuple[int | None, tuple[Axis, ...]] = (None, ())
+    best_gain = 0
     held: set = set()
     for j, leaf in enumerate(seg.leaves[:-1]):
         spec = specs[leaf]

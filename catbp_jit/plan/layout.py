@@ -34,6 +34,6 @@ def choose_layouts(fused: Fused, batch_key: tuple | None = None) -> dict[int, Te
         spec = fused.specs[v]
         kept = [k for k in fused.segments[i].out_spec.keys if spec.has_key(k) and k != batch_key]
         rest = [k for k in spec.keys if k not in kept and k != batch_key]
-        last = [batch_key] if spec.has_key(batch_key) else []
+        last = [batch_key] if batch_key is not None and spec.has_key(batch_key) else []
         layouts[v] = TensorSpec(tuple(spec.get_axis(k) for k in kept + rest + last))
     return layouts

@@ -7,6 +7,7 @@ wants 256-byte-aligned regions, the transaction size of its memory).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from ..abi import MAX_LEAVES
 from ..ir.validate import DEFAULT_MAX_BYTES
@@ -69,7 +70,8 @@ class PlanOptions:
     def for_target(cls, target: str, **fields) -> PlanOptions:
         # A GPU thread sums one output element: the CPU's vector across outputs buys it
         # nothing, and one vector for every reduction keeps its kernels half as many.
-        defaults = {"align_bytes": ALIGNMENT.get(target, ALIGN_BYTES), "gemm": target == "cpu"}
+        defaults: dict[str, Any] = {"align_bytes": ALIGNMENT.get(target, ALIGN_BYTES),
+                                    "gemm": target == "cpu"}
         if target == "cuda":
             defaults["across"] = "reduced"
         return cls(**dict(defaults, **fields))

@@ -15,6 +15,7 @@ the kernels' loop counters.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import cast
 
 import numpy as np
 
@@ -101,7 +102,7 @@ def lower_segment(seg: Segment, fused: Fused, memory: MemoryPlan, dtype: str,
         sizes=tuple(sizes), out_strides=tuple(operands[0][:out_rank]),
         leaves=tuple((memory.regions[leaf].offset, tuple(row))
                      for leaf, row in zip(seg.leaves, leaf_rows)),
-        groups=tuple(normalize_groups(seg, layouts[seg.out], batch_key)),
+        groups=normalize_groups(seg, layouts[seg.out], batch_key),
         accesses=accesses)
     return Step(seg, pattern, params, work)
 
@@ -146,9 +147,10 @@ def lower_segments(fused: Fused, memory: MemoryPlan, dtype: str,
         if first is None:
             lowered[key] = step = lower_segment(seg, fused, memory, dtype, layouts, batch_key, options)
         else:
+            first_params = cast(abi.StepParams, first.params)  # (lower_segment makes no GEMM step)
             leaves = tuple((regions[leaf].offset, row)
-                           for leaf, (_, row) in zip(seg.leaves, first.params.leaves))
-            params = replace(first.params, out=regions[seg.out].offset, leaves=leaves)
+                           for leaf, (_, row) in zip(seg.leaves, first_params.leaves))
+            params = replace(first_params, out=regions[seg.out].offset, leaves=leaves)
             step = Step(seg, first.pattern, params, first.work)
         steps.append(step)
     return steps
@@ -168,23 +170,25 @@ def build_schedule(fused: Fused, memory: MemoryPlan, dtype: str,
     ids: dict[KernelPattern, int] = {p: i for i, p in enumerate(patterns)}
     # laid out in order: step rows, parameters, offset tables, scratch
     cursor = abi.STEP_ROW * len(steps) + sum(st.params.size() for st in steps)
-    with_tables, tables = [], []  # each step's params, its offset tables placed
+    # each step's params, its offset tables placed
+    with_tables: list[abi.StepParams | abi.GemmParams] = []
+    tables: list[int] = []
     for st in steps:
-        params = st.params
-        if any(acc.kind == abi.GATHERED for acc in params.accesses):
+        step_params = st.params
+        if any(acc.kind == abi.GATHERED for acc in step_params.accesses):
             accesses = []
-            for acc in params.accesses:
+            for acc in step_params.accesses:
                 if acc.kind == abi.GATHERED:
                     acc = replace(acc, table=cursor)
                     cursor += len(acc.offsets)
                     tables += acc.offsets
                 accesses.append(acc)
-            params = replace(params, accesses=tuple(accesses))
-        with_tables.append(params)
+            step_params = replace(step_params, accesses=tuple(accesses))
+        with_tables.append(step_params)
     placed = []
-    for st, params in zip(steps, with_tables):
-        placed.append(Step(st.segment, st.pattern, replace(params, scratch=cursor), st.work))
-        cursor += params.scratch_size()
+    for st, step_params in zip(steps, with_tables):
+        placed.append(Step(st.segment, st.pattern, replace(step_params, scratch=cursor), st.work))
+        cursor += step_params.scratch_size()
     head: list[int] = []
     params: list[int] = []
     for st in placed:

@@ -54,14 +54,14 @@ def c_strides(spec: TensorSpec) -> dict[tuple, int]:
     return strides
 
 
-def normalize_groups(seg: Segment, layout: TensorSpec, batch_key: tuple | None) -> list[int]:
+def normalize_groups(seg: Segment, layout: TensorSpec, batch_key: tuple | None) -> tuple[int, int, int]:
     """[groups, group stride, element stride]: a NORMALIZE normalizes each of `groups`
     parts of its output alone, part g being the elements at g * group stride + i *
     element stride: one part per batch row (the batch axis is innermost), else [1, 0, 1].
     The rest of a row is walked in its memory order, the unbatched value's order."""
     if not seg.normalize or batch_key is None or not seg.out_spec.has_key(batch_key):
-        return [1, 0, 1]
+        return (1, 0, 1)
     if layout.axes[-1].key != batch_key:  # ir/batch.py and layout.py keep it innermost
         raise AssertionError(f"segment v{seg.out}: batch axis not innermost in {layout}")
     rows = layout.axes[-1].size
-    return [rows, 1, rows]
+    return (rows, 1, rows)

@@ -26,6 +26,7 @@ def vm_contract(inputs: Sequence[tuple[np.ndarray, TensorSpec]], out_spec: Tenso
         view = align_array_to(arr, spec, out_spec).astype(sr.dtype, copy=False)
         aligned = np.broadcast_to(view, out_spec.shape)
         acc = aligned.copy() if acc is None else sr.mul(acc, aligned)
+    assert acc is not None  # (inputs is not empty)
     return acc
 
 
@@ -39,13 +40,16 @@ def vm_eliminate_keep(arr: np.ndarray, in_spec: TensorSpec, keep_keys: Sequence[
     if not keep_keys:
         if arr.ndim == 0:
             return arr, TensorSpec(())
-        out = sr.add_reduce(arr.astype(sr.dtype, copy=False), axis=tuple(range(arr.ndim)))
+        # (each ignore: semiring.py types add_reduce without its axis keyword)
+        out = sr.add_reduce(arr.astype(sr.dtype, copy=False),  # type: ignore[call-arg]
+                            axis=tuple(range(arr.ndim)))
         return np.asarray(out), TensorSpec(())
 
     pos = in_spec.axis_pos()
     present = [k for k in keep_keys if k in pos]
     if not present:
-        out = sr.add_reduce(arr.astype(sr.dtype, copy=False), axis=tuple(range(arr.ndim)))
+        out = sr.add_reduce(arr.astype(sr.dtype, copy=False),  # type: ignore[call-arg]
+                            axis=tuple(range(arr.ndim)))
         return np.asarray(out), TensorSpec(())
 
     keep_axes = [pos[k] for k in present]
@@ -53,7 +57,8 @@ def vm_eliminate_keep(arr: np.ndarray, in_spec: TensorSpec, keep_keys: Sequence[
     perm = keep_axes + drop_axes
     x = np.transpose(arr, axes=perm) if perm != list(range(arr.ndim)) else arr
     if drop_axes:
-        x = sr.add_reduce(x.astype(sr.dtype, copy=False), axis=tuple(range(len(keep_axes), x.ndim)))
+        x = sr.add_reduce(x.astype(sr.dtype, copy=False),  # type: ignore[call-arg]  # (as above)
+                          axis=tuple(range(len(keep_axes), x.ndim)))
     else:
         x = x.astype(sr.dtype, copy=False)
     return x, TensorSpec(tuple(in_spec.axes[pos[k]] for k in present))

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from ..ir.schema import Axis, AxisType, TensorSpec
 
@@ -19,7 +21,8 @@ class SelectorPayload:
 
 
 def vm_load_selector(payload: SelectorPayload, domains: dict[int, int], mode_sizes: dict[int, int],
-                     dtype=np.float32, one_val=None, zero_val=None) -> tuple[np.ndarray, TensorSpec]:
+                     dtype: DTypeLike = np.float32, one_val: Any = None,
+                     zero_val: Any = None) -> tuple[np.ndarray, TensorSpec]:
     """The dense selector tensor: interface axes (GEOMETRIC) then the mode axis (TOPOLOGICAL)."""
     ids = tuple(payload.interface_axis_ids)
     geo_shape = tuple(domains[v] for v in ids)
@@ -28,7 +31,7 @@ def vm_load_selector(payload: SelectorPayload, domains: dict[int, int], mode_siz
     one_val = 1 if one_val is None else one_val
     zero_val = 0 if zero_val is None else zero_val
 
-    data = np.full((flat, q), zero_val, dtype=dtype)
+    data: np.ndarray = np.full((flat, q), zero_val, dtype=dtype)
     labels = np.asarray(payload.quotient_map).astype(np.int64, copy=False)
     rows = np.arange(flat, dtype=np.int64)
     if payload.diag_mask is not None:

@@ -11,7 +11,7 @@ operand that caused it, keeping the exception type (KeyError, ValueError) of the
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -32,7 +32,7 @@ Provider = Callable[[int], tuple[np.ndarray, Any]]
 
 
 class RegisterBank:
-    def __init__(self):
+    def __init__(self) -> None:
         self.data: dict[RegID, np.ndarray] = {}
         self.spec: dict[RegID, TensorSpec] = {}
         self.next_id: int = 0
@@ -66,7 +66,7 @@ class RegisterBank:
 
 
 class SlotStore:
-    def __init__(self, data: dict[SlotKey, tuple[np.ndarray, TensorSpec]] | None = None):
+    def __init__(self, data: dict[SlotKey, tuple[np.ndarray, TensorSpec]] | None = None) -> None:
         self.data: dict[SlotKey, tuple[np.ndarray, TensorSpec]] = {} if data is None else data
 
     def set(self, key: SlotKey, arr: np.ndarray, spec: TensorSpec) -> None:
@@ -85,11 +85,17 @@ class SlotStore:
 
 def _load(provider: Provider, ident: int, sr: VMSemiringRuntime) -> tuple[np.ndarray, TensorSpec]:
     arr, spec = provider(ident)
-    return np.asarray(arr).astype(sr.dtype, copy=False), adapt_spec(spec)
+    return np.asarray(arr).astype(sr.dtype, copy=False), _given_spec(spec)
+
+
+def _given_spec(spec: Any) -> TensorSpec:
+    """The spec of a loaded input or a slot handed in, as ours. A provider (or slots=) must
+    give one; a None given against that is kept, and fails where it is used, as in CatBP."""
+    return cast(TensorSpec, adapt_spec(spec))
 
 
 class VirtualMachine:
-    def __init__(self, sr: Any):
+    def __init__(self, sr: Any) -> None:
         self.sr = adapt_semiring(sr)
         self.regs = RegisterBank()
         self.slots = SlotStore()
@@ -157,7 +163,9 @@ class VirtualMachine:
         if self.sr.supports_normalize():
             src = ins.args["src"]
             arr, spec = self._get(src, "src")
-            self.regs.put(src, self.sr.normalize(arr, None), spec)
+            normalize = self.sr.normalize
+            assert normalize is not None  # (what supports_normalize checks)
+            self.regs.put(src, normalize(arr, None), spec)
 
     def _op_free(self, ins, fp, sp):
         for rid in ins.args.get("srcs", ()):
@@ -169,11 +177,12 @@ def adapt_slots(slots: dict[Any, tuple[np.ndarray, Any]] | None
     """Slots handed in by a user: keys as hashable tuples, specs as ours, arrays as given."""
     if not slots:
         return {}
-    return {adapt_slot_key(k): (arr, adapt_spec(spec)) for k, (arr, spec) in slots.items()}
+    return {adapt_slot_key(k): (arr, _given_spec(spec)) for k, (arr, spec) in slots.items()}
 
 
 def run_program(program: Any, sr: Any, factor_provider: Provider, selector_provider: Provider,
-                *, slots: dict | None = None) -> dict[SlotKey, tuple[np.ndarray, TensorSpec]]:
+                *, slots: dict[Any, tuple[np.ndarray, Any]] | None = None
+                ) -> dict[SlotKey, tuple[np.ndarray, TensorSpec]]:
     """Run one program on a fresh VM whose slots start as `slots`; return all slots."""
     vm = VirtualMachine(sr)
     vm.slots.data.update(adapt_slots(slots))
@@ -182,7 +191,8 @@ def run_program(program: Any, sr: Any, factor_provider: Provider, selector_provi
 
 
 def run_programs(programs: Iterable[Any], sr: Any, factor_provider: Provider,
-                 selector_provider: Provider, *, slots: dict | None = None) -> dict:
+                 selector_provider: Provider, *, slots: dict[Any, tuple[np.ndarray, Any]] | None = None
+                 ) -> dict[SlotKey, tuple[np.ndarray, TensorSpec]]:
     """Run linked programs in order (upward, downward, finalize), slots carried over."""
     for p in programs:
         slots = run_program(p, sr, factor_provider, selector_provider, slots=slots)

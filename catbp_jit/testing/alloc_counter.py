@@ -57,6 +57,7 @@ import contextvars
 import ctypes
 import ctypes.util
 import threading
+from typing import Any, Protocol, cast
 
 __all__ = [
     "NumpyAllocCounter",
@@ -130,7 +131,8 @@ class _Machinery:
         if tuple(int(x) for x in np.__version__.split(".")[:2]) < (1, 22):
             raise RuntimeError("NumpyAllocCounter needs numpy >= 1.22 (NEP 49)")
         try:
-            from numpy._core import _multiarray_umath as mu  # numpy >= 2
+            # (the ignore: numpy's stubs leave out this private C extension)
+            from numpy._core import _multiarray_umath as mu  # type: ignore[attr-defined]  # numpy >= 2
         except ImportError:  # pragma: no cover - numpy 1.x
             from numpy.core import _multiarray_umath as mu
 
@@ -243,10 +245,12 @@ class _Machinery:
     def handler_name_now() -> str:
         import numpy as np
 
+        # (None only for an array that does not own its data; no array: the current handler)
         try:
-            return np._core.multiarray.get_handler_name()
+            return cast(str, np._core.multiarray.get_handler_name())
         except AttributeError:  # pragma: no cover - numpy 1.x
-            return np.core.multiarray.get_handler_name()
+            # (the ignore: numpy 2's stubs have no numpy.core.multiarray)
+            return np.core.multiarray.get_handler_name()  # type: ignore[attr-defined]
 
 
 def _get_machinery() -> _Machinery:
@@ -285,7 +289,8 @@ class NumpyAllocCounter:
 
     def __init__(self) -> None:
         self.reset()
-        self._saved = None  # stack of (previous handler, ContextVar token)
+        # stack of (previous handler, ContextVar token)
+        self._saved: list[tuple[Any, contextvars.Token[tuple] | None]] | None = None
 
     def reset(self) -> None:
         self.allocations = 0
@@ -311,6 +316,7 @@ class NumpyAllocCounter:
 
     def __exit__(self, *exc) -> None:
         m = _get_machinery()
+        assert self._saved is not None  # (__enter__ made it)
         previous, token = self._saved.pop()
         m.set_handler(previous)
         if token is None:
@@ -359,10 +365,19 @@ class NumpyAllocCounter:
 _DISABLED_STATS_VALUE = 0x41414141
 
 
-def _nrt():
+class NrtStats(Protocol):
+    """numba's nrt_mstats namedtuple (rtsys.get_allocation_stats())."""
+    alloc: int
+    free: int
+    mi_alloc: int
+    mi_free: int
+
+
+def _nrt() -> tuple[Any, Any]:
     # Importing numba.core.runtime.nrt runs memsys_use_cpython_allocator(),
     # which must happen before stats are read; rtsys is the public handle.
-    from numba.core.runtime import _nrt_python
+    # (the ignore: a C extension of numba's, which has no stub)
+    from numba.core.runtime import _nrt_python  # type: ignore[attr-defined]
     from numba.core.runtime.nrt import rtsys
 
     return _nrt_python, rtsys
@@ -383,7 +398,7 @@ def enable_nrt_stats() -> None:
     _nrt_python.memsys_enable_stats()
 
 
-def nrt_allocation_stats():
+def nrt_allocation_stats() -> NrtStats:
     """``rtsys.get_allocation_stats()``: namedtuple (alloc, free, mi_alloc, mi_free)."""
     if not nrt_stats_enabled():
         raise RuntimeError(
@@ -406,7 +421,7 @@ class NrtAllocCounter:
 
     def __init__(self, enable: bool = False) -> None:
         self._enable = enable
-        self._start = None
+        self._start: NrtStats | None = None  # while active
         self.reset()
 
     def reset(self) -> None:
@@ -417,9 +432,10 @@ class NrtAllocCounter:
         if self._start is not None:
             self._start = nrt_allocation_stats()
 
-    def _delta(self):
+    def _delta(self) -> tuple[int, int, int, int]:
         now = nrt_allocation_stats()
         s = self._start
+        assert s is not None  # (inside the with block)
         return (now.alloc - s.alloc, now.free - s.free,
                 now.mi_alloc - s.mi_alloc, now.mi_free - s.mi_free)
 
