@@ -188,14 +188,17 @@ def _n_out() -> list[str]:
             "        n_out *= P[p + SIZES + d]"]
 
 
+def _entry(name: str, doc: list[str]) -> list[str]:
+    """A kernel's head: segment p's output offset (out), output rank (R) and rank (D)."""
+    return ["", "", "@cuda.jit(cache=True)", f"def {name}(mem, P, p):", *doc,
+            "    out = P[p + OUT]",
+            "    R = P[p + OUT_RANK]",
+            "    D = R + P[p + RED_RANK]"]
+
+
 def _kernel(pattern: KernelPattern, sr: Semiring) -> list[str]:
-    lines = ["", "", "@cuda.jit(cache=True)",
-             f"def {ENTRY}(mem, P, p):",
-             '    """Segment p of the table: one output element per thread, grid-stride."""',
-             "    out = P[p + OUT]",
-             "    R = P[p + OUT_RANK]",
-             "    D = R + P[p + RED_RANK]",
-             "    K = P[p + LEAVES]",
+    lines = _entry(ENTRY, ['    """Segment p of the table: one output element per thread, grid-stride."""'])
+    lines += ["    K = P[p + LEAVES]",
              "    N = p + SIZES  # P[N + d]: size of axis d",
              f"    SO = p + {abi.OUT_STRIDES_SOURCE}  # P[SO + d]: output stride of axis d < R",
              "    LS = 1 + D  # a leaf's row: its offset, then its D strides",
@@ -233,14 +236,10 @@ def _kernel(pattern: KernelPattern, sr: Semiring) -> list[str]:
 
 
 def _normalize(pattern: KernelPattern, sr: Semiring) -> list[str]:
-    lines = ["", "", "@cuda.jit(cache=True)",
-             f"def {NORMALIZE_ENTRY}(mem, P, p):",
-             '    """NORMALIZE the output of segment p (after `kernel`): one group per thread, its',
-             "    groups, gs, es: part g at out + g * gs, its elements es apart",
-             '    (plan/schedule.py: normalize_groups)."""',
-             "    out = P[p + OUT]",
-             "    R = P[p + OUT_RANK]",
-             "    D = R + P[p + RED_RANK]"]
+    lines = _entry(NORMALIZE_ENTRY, [
+        '    """NORMALIZE the output of segment p (after `kernel`): one group per thread, its',
+        "    groups, gs, es: part g at out + g * gs, its elements es apart",
+        '    (plan/schedule.py: normalize_groups)."""'])
     lines += _n_out()
     lines += ["    G = p + SIZES + D + R + P[p + LEAVES] * (1 + D)  # after the last leaf's strides",
               "    groups, gs, es = P[G], P[G + 1], P[G + 2]",
