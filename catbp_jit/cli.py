@@ -21,8 +21,10 @@ import statistics
 import sys
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,10 +35,14 @@ from .environment import EnvironmentSettingError, check_all
 from .errors import CatbpError, bounded
 from .semiring import SEMIRING_NAMES
 
+if TYPE_CHECKING:
+    from .executable import Executable
+    from .ir import TensorSpec
+
 EXIT_OK, EXIT_MISMATCH, EXIT_ERROR = 0, 1, 2
 MAX_LISTED_MISMATCHES = 5
 
-Slots = dict[tuple, tuple[np.ndarray, object]]
+Slots = Mapping[tuple, tuple[np.ndarray, object]]
 
 
 def _kernel_cache_refused(e: BaseException) -> bool:
@@ -66,9 +72,22 @@ def _reference_engine(bundle: Bundle) -> Callable[[], Slots]:
     return run
 
 
+@dataclass(frozen=True)
+class _JitRun:
+    """The jit engine's run (called: every program, the final slots) and what cmd_run
+    reports of it: the executable, when compile() began, and a summary line."""
+    run: Callable[[], Slots]
+    exe: Executable
+    started: float
+    summary: str
+
+    def __call__(self) -> Slots:
+        return self.run()
+
+
 def _jit_engine(bundle: Bundle, mode: str = "compiled", target: str = "cpu",
-                tier: str | None = None, quiet: bool = True) -> Callable[[], Slots]:
-    from .executable import compile  # imported lazily: numba takes a moment to load
+                tier: str | None = None, quiet: bool = True) -> _JitRun:
+    from .executable import Executable, compile  # imported lazily: numba takes a moment to load
     from .progress import close, command_lines
 
     check_kernel_cache()
@@ -80,23 +99,23 @@ def _jit_engine(bundle: Bundle, mode: str = "compiled", target: str = "cpu",
                       mode=mode, target=target, tier=tier, progress=progress)
     finally:
         close(progress)
+    assert isinstance(exe, Executable)  # nothing batched: one executable
     session = exe.bind()
     factors = {fid: arr for fid, (arr, _) in bundle.factors.items()}
     selectors = {sid: arr for sid, (arr, _) in bundle.selectors.items()}
     stats = exe.stats()
     ready = time.perf_counter() - t0
-    _jit_engine.exe, _jit_engine.started = exe, t0
-    _jit_engine.summary = (f"{'ready' if exe.tier == 'numpy' else 'compiled'} in {ready:.2f} s: "
-                           f"{stats['segments']} segments, {stats['kernels']} kernels (cache: "
-                           f"{stats['cache'].get('hits', 0)} hits, {stats['cache'].get('misses', 0)} "
-                           f"misses), arenas {stats['total_bytes']} bytes")
+    summary = (f"{'ready' if exe.tier == 'numpy' else 'compiled'} in {ready:.2f} s: "
+               f"{stats['segments']} segments, {stats['kernels']} kernels (cache: "
+               f"{stats['cache'].get('hits', 0)} hits, {stats['cache'].get('misses', 0)} "
+               f"misses), arenas {stats['total_bytes']} bytes")
 
     def run() -> Slots:
         slots = session.run(factors=factors, selectors=selectors)
         session.fetch()  # a GPU run is timed until its results are back on the host
         return slots
 
-    return run
+    return _JitRun(run, exe, t0, summary)
 
 
 ENGINES: dict[str, Callable[..., Callable[[], Slots]]] = {
@@ -151,7 +170,7 @@ def compare_slots(got: Slots, bundle: Bundle) -> list[tuple[tuple, str]]:
 # Subcommands
 
 
-def _format_value(arr) -> str:
+def _format_value(arr: Any) -> str:
     a = np.asarray(arr)
     return repr(a.item()) if a.size == 1 else np.array2string(a, threshold=8)
 
@@ -176,12 +195,15 @@ def cmd_run(args: argparse.Namespace) -> int:
                        "kernels before the first run")
     args.mode, args.target = args.mode or "compiled", args.target or "cpu"
 
+    run: Callable[[], Slots]
+    jit: _JitRun | None = None  # the jit engine's
     try:
         if args.engine == "jit":
-            run = _jit_engine(bundle, args.mode, args.target, args.tier, args.quiet)
+            run = jit = _jit_engine(bundle, args.mode, args.target, args.tier, args.quiet)
         else:
             run = ENGINES[args.engine](bundle)
-        times, slots = [], {}
+        times: list[float] = []
+        slots: Slots = {}
         for _ in range(args.repeat):
             t0 = time.perf_counter()
             slots = run()
@@ -206,12 +228,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     engine = args.engine + (f", {args.mode} mode, target {args.target}" if args.engine == "jit" else "")
     out(f"time:      best {min(ms):.3f} ms, median {statistics.median(ms):.3f} ms "
         f"over {len(ms)} run{'s' if len(ms) != 1 else ''} ({engine} engine)")
-    if args.engine == "jit":
-        out(f"jit:       {_jit_engine.summary}")
-        if _jit_engine.exe.tier == "numpy":
+    if jit is not None:  # args.engine == "jit"
+        out(f"jit:       {jit.summary}")
+        if jit.exe.tier == "numpy":
             out("tier:      numpy (the kernels' results, computed by numpy while the kernels "
                 "compile in the background)")
-            slots, failed = _compiled_tier(run, slots, out)
+            slots, failed = _compiled_tier(jit, slots, out)
             if failed:
                 print(f"compiled tier: {failed}")
                 return EXIT_MISMATCH
@@ -232,10 +254,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_MISMATCH
 
 
-def _compiled_tier(run: Callable[[], Slots], numpy_slots: Slots, out) -> tuple[Slots, str]:
+def _compiled_tier(run: _JitRun, numpy_slots: Slots,
+                   out: Callable[..., None]) -> tuple[Slots, str]:
     """Wait for the kernels, run once more with them: (their slots, "" when they are the
     numpy tier's very bits, else what differs)."""
-    exe = _jit_engine.exe
+    exe = run.exe
     try:
         exe.wait()
     except KernelCompileError as e:
@@ -246,7 +269,7 @@ def _compiled_tier(run: Callable[[], Slots], numpy_slots: Slots, out) -> tuple[S
     took = time.perf_counter() - t0
     differ = [k for k, v in kept.items() if not np.array_equal(
         np.asarray(slots[k][0]).reshape(-1).view(np.uint8), v.reshape(-1).view(np.uint8))]
-    out(f"compiled:  kernels ready {time.perf_counter() - _jit_engine.started:.2f} s after "
+    out(f"compiled:  kernels ready {time.perf_counter() - run.started:.2f} s after "
         f"compile() began; a run with them took {took * 1e3:.3f} ms and gave "
         + ("the same bits" if not differ else f"other bits in {len(differ)} slots"))
     return slots, (f"{len(differ)} slots differ from the numpy tier's, e.g. {differ[0]!r}"
@@ -360,6 +383,7 @@ def cmd_aot(args: argparse.Namespace) -> int:
     buckets = _id_list(args.buckets, "--buckets") or None
     path = Path(args.input)
     model_entry = None
+    fspecs: Mapping[int, TensorSpec]
     is_bundle = (path / "bundle.json").exists() or path.name == "bundle.json"
     _refuse_other_kinds_options(args, is_bundle)
     if is_bundle:
@@ -386,7 +410,7 @@ def cmd_aot(args: argparse.Namespace) -> int:
     if out.is_dir():  # before compiling, not after
         raise CliError(f"-o {out}: is a directory; the profile is a file")
 
-    def bar(total: int):
+    def bar(total: int) -> Any:  # a tqdm bar
         return tqdm(total=total, unit="kernel", desc=f"compiling {name}", file=sys.stderr,
                     disable=args.quiet, dynamic_ncols=True)
 
@@ -407,7 +431,8 @@ def cmd_aot(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+def _one_line_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                      file: IO[str] | None = None, line: str | None = None) -> None:
     """A warning (a CPT that does not sum to 1, a cache bypassed) is one line on stderr, as
     an error is, without Python's file, line and source."""
     print(f"catbp-jit: warning: {' '.join(str(message).split())}", file=sys.stderr)

@@ -13,11 +13,12 @@ results bit for bit.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from .errors import CatbpError
 
@@ -95,7 +96,7 @@ class Semiring:
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.log(np.asarray(z).astype(np.float64))
 
-    def product(self, terms) -> str:
+    def product(self, terms: Iterable[str]) -> str:
         """⊗ of the terms, left to right as written, as source."""
         return self.product_op.join(terms)
 
@@ -209,8 +210,8 @@ def vm_sat_semiring() -> VMSemiringRuntime:
     )
 
 
-def vm_prob_semiring(dtype=np.float64) -> VMSemiringRuntime:
-    dt = np.dtype(dtype)
+def vm_prob_semiring(dtype: DTypeLike = np.float64) -> VMSemiringRuntime:
+    dt: np.dtype = np.dtype(dtype)
 
     def normalize(x: np.ndarray, axis=None) -> np.ndarray:
         if axis is None:
@@ -230,8 +231,8 @@ def vm_prob_semiring(dtype=np.float64) -> VMSemiringRuntime:
     )
 
 
-def vm_logprob_semiring(dtype=np.float64) -> VMSemiringRuntime:
-    dt = np.dtype(dtype)
+def vm_logprob_semiring(dtype: DTypeLike = np.float64) -> VMSemiringRuntime:
+    dt: np.dtype = np.dtype(dtype)
 
     def add_reduce(x: np.ndarray, axis) -> np.ndarray:
         return logsumexp(x, axis=axis) if axis else x
@@ -258,8 +259,8 @@ def vm_logprob_semiring(dtype=np.float64) -> VMSemiringRuntime:
     )
 
 
-def vm_counting_semiring(dtype=np.int64) -> VMSemiringRuntime:
-    dt = np.dtype(dtype)
+def vm_counting_semiring(dtype: DTypeLike = np.int64) -> VMSemiringRuntime:
+    dt: np.dtype = np.dtype(dtype)
     return VMSemiringRuntime(
         name="COUNT",
         dtype=dt,

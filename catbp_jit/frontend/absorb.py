@@ -12,7 +12,7 @@ bound as new factor values.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,5 +53,5 @@ def cut_values(graph: FactorGraph, absorbed: Absorbed, states: Mapping[str, int]
             for f in absorbed.cut}
 
 
-def _index(scope: Sequence[str], gone, state_of) -> tuple:
+def _index(scope: Sequence[str], gone: set[str], state_of: Callable[[str], int]) -> tuple:
     return tuple(state_of(v) if v in gone else slice(None) for v in scope)

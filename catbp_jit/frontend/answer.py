@@ -11,9 +11,11 @@ have the bits that one numpy call per variable gave.
 
 from __future__ import annotations
 
+import decimal
 import itertools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -69,7 +71,7 @@ class AnswerLayout:
         parts = [np.arange(offsets[k], offsets[k] + sizes[k]) for k in self.keys]
         return np.concatenate(parts).astype(np.intp) if parts else np.zeros(0, np.intp)
 
-    def raw(self, values: np.ndarray, states: Sequence[int], zero, dtype) -> np.ndarray:
+    def raw(self, values: np.ndarray, states: Sequence[int], zero: Any, dtype: Any) -> np.ndarray:
         """The flat raw marginals from the gathered values (Z, scales, planned marginals):
         an absorbed variable's is Z at its observed state and zero elsewhere (what the
         indicator model computes). states: the absorbed variables', in the graph's order."""
@@ -101,7 +103,7 @@ def answer_layout(names: Sequence[str], domains: Mapping[str, int],
     absorbed = [v for v in names if v not in planned_index]  # as the model lists them
     at = {v: at[v] for v in names}  # iterated in the graph's order
 
-    def positions(vs):
+    def positions(vs: list[str]) -> np.ndarray:
         return np.concatenate([np.arange(*at[v]) for v in vs]).astype(np.intp) if vs else \
             np.zeros(0, np.intp)
 
@@ -112,7 +114,8 @@ def answer_layout(names: Sequence[str], domains: Mapping[str, int],
         observed_all=positions(absorbed))
 
 
-def finish(semiring: str | Semiring, z, raw: np.ndarray, layout: AnswerLayout):
+def finish(semiring: str | Semiring, z: Any, raw: np.ndarray,
+           layout: AnswerLayout) -> tuple[Any, float, Marginals]:
     """Z, log Z and normalized marginals from the semiring's raw values (flat); each
     marginal is normalized on its own, by the same operations, so with the same bits, as
     one numpy call per variable would. semiring: its description (or its name)."""
@@ -122,33 +125,35 @@ def finish(semiring: str | Semiring, z, raw: np.ndarray, layout: AnswerLayout):
     return value, log_z, Marginals(marginals, layout.at)
 
 
-def _finish_bool(z, log_z: float, raw: np.ndarray, layout: AnswerLayout):
+def _finish_bool(z: Any, log_z: float, raw: np.ndarray, layout: AnswerLayout) -> tuple[bool, np.ndarray]:
     """SAT: satisfiable or not; which values some model takes."""
     return bool(z), raw.astype(bool)
 
 
-def _finish_count(z, log_z: float, raw: np.ndarray, layout: AnswerLayout):
+def _finish_count(z: Any, log_z: float, raw: np.ndarray, layout: AnswerLayout) -> tuple[int, np.ndarray]:
     """COUNT: the number of models; the fraction of them per value."""
     count = int(z)
     return count, (raw.astype(np.float64) / count if count > 0 else np.full(raw.shape, np.nan))
 
 
-def _finish_log(z, log_z: float, raw: np.ndarray, layout: AnswerLayout):
+def _finish_log(z: Any, log_z: float, raw: np.ndarray,
+                layout: AnswerLayout) -> tuple[float | decimal.Decimal, np.ndarray]:
     """LOGPROB: Z from its log; each marginal normalized in the log domain."""
     return exp_of_log(log_z), _log_normalized(raw, layout)
 
 
-def _finish_scaled(z, log_z: float, raw: np.ndarray, layout: AnswerLayout):
+def _finish_scaled(z: Any, log_z: float, raw: np.ndarray, layout: AnswerLayout) -> tuple[float, np.ndarray]:
     """PROB: Z as a float (the caller rebuilds a scaled Z itself); each marginal m / sum."""
     return float(z), _normalized(raw, layout)
 
 
 # what a result means (Semiring.result_kind) -> how Z and the marginals are read
-_FINISH = {"bool": _finish_bool, "count": _finish_count, "log": _finish_log,
-           "scaled": _finish_scaled}
+_FINISH: dict[str, Callable[[Any, float, np.ndarray, AnswerLayout], tuple[Any, np.ndarray]]] = {
+    "bool": _finish_bool, "count": _finish_count, "log": _finish_log, "scaled": _finish_scaled}
 
 
-def _by_group(normalize, raw: np.ndarray, layout: AnswerLayout) -> np.ndarray:
+def _by_group(normalize: Callable[[np.ndarray], np.ndarray], raw: np.ndarray,
+              layout: AnswerLayout) -> np.ndarray:
     """normalize applied to each group of variables as a (variables, domain) matrix."""
     m = raw.astype(np.float64, copy=False)
     out = np.empty(m.shape, dtype=np.float64)
@@ -160,7 +165,7 @@ def _by_group(normalize, raw: np.ndarray, layout: AnswerLayout) -> np.ndarray:
 
 def _normalized(raw: np.ndarray, layout: AnswerLayout) -> np.ndarray:
     """m / sum(m) per variable; NaN where the sum is not positive."""
-    def rows(m):
+    def rows(m: np.ndarray) -> np.ndarray:
         total = m.sum(axis=1, keepdims=True)
         return np.where(total > 0, m / total, np.nan)
     return _by_group(rows, raw, layout)
@@ -169,7 +174,7 @@ def _normalized(raw: np.ndarray, layout: AnswerLayout) -> np.ndarray:
 def _log_normalized(raw: np.ndarray, layout: AnswerLayout) -> np.ndarray:
     """exp(m - logsumexp(m)) per variable (semiring.logsumexp's max shift); NaN where
     every entry is -inf."""
-    def rows(m):
+    def rows(m: np.ndarray) -> np.ndarray:
         top = m.max(axis=1, keepdims=True)
         total = np.where(np.isneginf(top), -np.inf,
                          top + np.log(np.exp(m - top).sum(axis=1, keepdims=True)))

@@ -143,8 +143,8 @@ def evidence_factors(model: BuiltModel, table: np.ndarray) -> tuple[dict[int, np
         moved = np.transpose(fac.values, cut + kept)  # observed axes first
         rows = moved[tuple(column[fac.scope[i]] for i in cut)]  # (n, *kept shape)
         if model.scaled:
-            rows, k = _pow2_rows(rows)
-            exponent += k
+            rows, shifts = _pow2_rows(rows)
+            exponent += shifts
         out[f] = _as_semiring(model, rows)
     return out, exponent
 
@@ -184,16 +184,17 @@ def batch_solution(model: BuiltModel, slots: Mapping[tuple, np.ndarray], table: 
     return BatchSolution(model.semiring, log_z, marg, table, model.evidence_columns, counts)
 
 
-def _bool_marginals(raw: dict[str, np.ndarray], counts: np.ndarray) -> dict[str, np.ndarray]:
+def _bool_marginals(raw: dict[str, np.ndarray], counts: np.ndarray | None) -> dict[str, np.ndarray]:
     return {v: np.array(m, dtype=bool) for v, m in raw.items()}
 
 
-def _count_marginals(raw: dict[str, np.ndarray], counts: np.ndarray) -> dict[str, np.ndarray]:
+def _count_marginals(raw: dict[str, np.ndarray], counts: np.ndarray | None) -> dict[str, np.ndarray]:
+    assert counts is not None  # COUNT's Z is exact: its rows are counts
     with np.errstate(divide="ignore", invalid="ignore"):
         return {v: np.asarray(m, dtype=np.float64) / counts[:, None] for v, m in raw.items()}
 
 
-def _log_marginals(raw: dict[str, np.ndarray], counts: None) -> dict[str, np.ndarray]:
+def _log_marginals(raw: dict[str, np.ndarray], counts: np.ndarray | None) -> dict[str, np.ndarray]:
     marg = {}
     with np.errstate(invalid="ignore"):
         for v, m in raw.items():
@@ -203,7 +204,8 @@ def _log_marginals(raw: dict[str, np.ndarray], counts: None) -> dict[str, np.nda
 
 
 # what a result means (Semiring.result_kind) -> each row's normalized marginals
-_ROW_MARGINALS = {"bool": _bool_marginals, "count": _count_marginals, "log": _log_marginals}
+_ROW_MARGINALS: dict[str, Callable[[dict[str, np.ndarray], np.ndarray | None], dict[str, np.ndarray]]] = {
+    "bool": _bool_marginals, "count": _count_marginals, "log": _log_marginals}
 
 
 def _scaled_rows(model: BuiltModel, slots: Mapping[tuple, np.ndarray], table: np.ndarray,
@@ -245,7 +247,7 @@ def _rows(slots: Mapping[tuple, Any], key: tuple, n: int, shape: tuple[int, ...]
     return a if a.ndim == len(shape) + 1 else np.broadcast_to(a, (n,) + a.shape)
 
 
-def _raw_marginal(model: BuiltModel, slots, table: np.ndarray, v: str,
+def _raw_marginal(model: BuiltModel, slots: Mapping[tuple, np.ndarray], table: np.ndarray, v: str,
                   z: np.ndarray) -> np.ndarray:
     """Variable v's raw marginal per row; an absorbed variable's is Z at its observed state
     and the semiring's zero elsewhere (what the indicator model computes)."""
@@ -271,7 +273,7 @@ def _nan_where_zero(marg: dict[str, np.ndarray], log_z: np.ndarray) -> dict[str,
 def concatenate(parts: Sequence[BatchSolution]) -> BatchSolution:
     """The answers of consecutive chunks of rows as one."""
     first = parts[0]
-    def cat(xs):
+    def cat(xs: list[np.ndarray]) -> np.ndarray:
         return np.concatenate(xs, axis=0)
     return BatchSolution(first.semiring, cat([p.log_Z for p in parts]),
                          {v: cat([p.marginals[v] for p in parts]) for v in first.marginals},

@@ -102,6 +102,13 @@ class _Text:
         raise self.error(open_brace, "this '{' is never closed")
 
 
+def _after_space(text: str, pos: int) -> int:
+    """The position after the white space (if any) at `pos`."""
+    m = _SPACE.match(text, pos)
+    assert m is not None  # \s* matches the empty string too
+    return m.end()
+
+
 def _unquote(name: str) -> str:
     return name[1:-1] if len(name) >= 2 and name[0] == '"' == name[-1] else name
 
@@ -181,7 +188,7 @@ def read_bif(source: Source, name: str | None = None, *, normalize: bool = True,
     network_name: str | None = None
     variables: dict[str, _Variable] = {}
     cpt_blocks: dict[str, tuple[int, str, list[str], int, int]] = {}
-    pos = _SPACE.match(text, 0).end()
+    pos = _after_space(text, 0)
     while pos < len(text):
         m = _BLOCK.match(text, pos)
         if not m:
@@ -203,7 +210,7 @@ def read_bif(source: Source, name: str | None = None, *, normalize: bool = True,
             if not n:
                 raise src.error(pos, f"expected a name after {kind!r}")
             block_name = _unquote(n.group())
-            open_brace = _SPACE.match(text, n.end()).end()
+            open_brace = _after_space(text, n.end())
             if text[open_brace:open_brace + 1] != "{":
                 raise src.error(open_brace, f"expected '{{' after {kind} {shown(block_name)}")
             close = src.block_end(open_brace)
@@ -214,7 +221,7 @@ def read_bif(source: Source, name: str | None = None, *, normalize: bool = True,
                     raise src.error(pos, f"variable {shown(block_name)} is declared twice")
                 states = _variable_states(src, block_name, open_brace + 1, close)
                 variables[block_name] = _Variable(block_name, states, pos)
-        pos = _SPACE.match(text, close + 1).end()
+        pos = _after_space(text, close + 1)
 
     factors = []
     off = []  # (variable, the row sum furthest from 1) for CPTs with rows beyond rounding
@@ -349,7 +356,7 @@ def _number_list(src: _Text, text: str, pos: int, n: int, where: int,
 
 
 def _cpt(src: _Text, variables: dict[str, _Variable], pos: int, child: str,
-         parents: list[str], start: int, end: int):
+         parents: list[str], start: int, end: int) -> tuple[tuple[str, ...], np.ndarray]:
     """The (scope, values) factor of one probability block."""
     where = f"variable {shown(child)}"
     for p in parents:
@@ -380,7 +387,7 @@ def _cpt(src: _Text, variables: dict[str, _Variable], pos: int, child: str,
     row_parts: list[np.ndarray] = []  # parsed
     text = src.text
     for offset, stmt in _statements(text[start:end]):
-        at = start + offset + _SPACE.match(stmt).end()
+        at = start + offset + _after_space(stmt, 0)
         stmt = stmt.strip()
         if stmt.endswith("\0"):
             raise src.error(at, f"{where}: missing ';' at the end of "
@@ -404,18 +411,20 @@ def _cpt(src: _Text, variables: dict[str, _Variable], pos: int, child: str,
                                         f"{shown(label)} is not a state of parent {shown(pv.name)} (states: "
                                         f"{name_list(pv.states)})")
                 config += state * stride
-            values = stmt[close + 1:].replace(",", " ").split()
-            if len(values) != k:
+            entries = stmt[close + 1:].replace(",", " ").split()
+            if len(entries) != k:
                 raise src.error(at, f"{where}: row ({one_line(stmt[1:close].strip())}) has "
-                                    f"{len(values)} values, the child has {k} states")
+                                    f"{len(entries)} values, the child has {k} states")
             row_configs.append(config)
-            row_values.extend(values)
+            row_values.extend(entries)
             row_places.append(at)
             if len(row_values) >= _NUMBER_CHUNK:
                 row_parts.append(_floats(src, row_values, at, f"{where}: rows"))
                 row_values.clear()
             continue
-        keyword = _WORD.match(stmt).group()  # not split(): that copies the statement
+        word = _WORD.match(stmt)  # not split(): that copies the statement
+        assert word is not None  # stmt is stripped, not empty and not a row
+        keyword = word.group()
         if keyword == "table":
             if table is not None:
                 raise src.error(at, f"{where}: a second 'table'")
@@ -456,16 +465,16 @@ def _cpt(src: _Text, variables: dict[str, _Variable], pos: int, child: str,
     if default is not None:
         table[~given] = default
     elif not given.all():
-        config = np.unravel_index(int(np.flatnonzero(~given)[0]), parent_shape)
-        labels = name_list(f"{v.name}={v.states[i]}" for v, i in zip(parent_vars, config))
-        raise src.error(pos, f"{where}: no row for ({labels}) and no table or default")
+        missing = np.unravel_index(int(np.flatnonzero(~given)[0]), parent_shape)
+        described = name_list(f"{v.name}={v.states[i]}" for v, i in zip(parent_vars, missing))
+        raise src.error(pos, f"{where}: no row for ({described}) and no table or default")
     bad = np.flatnonzero(~np.isfinite(table) | (table < 0))
     if bad.size:
         r, c = divmod(int(bad[0]), k)
-        config = np.unravel_index(r, parent_shape)
-        labels = name_list(f"{v.name}={v.states[i]}" for v, i in zip(parent_vars, config))
+        bad_config = np.unravel_index(r, parent_shape)
+        described = name_list(f"{v.name}={v.states[i]}" for v, i in zip(parent_vars, bad_config))
         raise src.error(pos, f"{where}: P({clip(child)}={clip(variables[child].states[c])}"
-                             f"{' | ' + labels if labels else ''}) = {float(table[r, c])!r}; CPT "
+                             f"{' | ' + described if described else ''}) = {float(table[r, c])!r}; CPT "
                              "entries must be finite and non-negative")
     values = np.ascontiguousarray(np.moveaxis(table.reshape(parent_shape + (k,)), -1, 0))
     return (child, *parents), values

@@ -14,12 +14,12 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import clip, name_list, shown
-from ..ir import Program
+from ..ir import Program, TensorSpec
 from ..memory import PlanTooLargeError, format_bytes, memory_limit
 from ..plan.gc_paused import gc_paused
 from ..plan.pipeline import RESULT
@@ -34,6 +34,10 @@ from .plan import PlanLimitError, PlanLimits, TreePlan, format_count, junction_t
 from .plan_cache import PlanKey
 from .scaling import pow2_scaled
 from .search import PlanChoice, PlanSearch, choose_order, plan_cost, tree_cost
+
+if TYPE_CHECKING:  # (numba loads with them: imported where compiling happens)
+    from ..batched import BatchedExecutable
+    from ..executable import Executable
 
 PLAN_KINDS = ("auto", "junction", "contraction")
 TARGETS = ("cpu", "cuda", "reference")  # the JIT on the CPU or a GPU; the reference VM
@@ -81,15 +85,15 @@ class BuiltModel:
     contraction: ContractionTree | None  # the contraction tree when its programs run
     programs: tuple[Program, ...]
     scale_slots: tuple[tuple, ...]  # PROB: the scales Z is rebuilt from; else ()
-    factor_specs: Mapping[int, Any]
+    factor_specs: Mapping[int, TensorSpec]
     answer: AnswerLayout  # where Z, the scales and the marginals are read from
     values: Mapping[int, np.ndarray]  # every factor's values as loaded (cut ones: placeholders)
     exponent: int  # PROB: the power of two the uncut tables were scaled by
     count_may_wrap: bool  # COUNT: the model has 2^63 assignments or more (see check_count_fits)
-    executable: Any = None  # the compiled programs (None on the reference target)
+    executable: Executable | None = None  # the compiled programs (None on the reference target)
     gather: np.ndarray | None = None  # the buffer positions of answer.keys' values
     buckets: tuple[int, ...] | None = None  # asked for; see batch_buckets
-    batch_executable: Any = None  # compiled by build_model when buckets are given
+    batch_executable: BatchedExecutable | None = None  # compiled by build_model when buckets are given
     progress: Progress | None = None
     times: dict[str, float] = field(default_factory=dict)  # plan_s, compile_s
 
@@ -172,15 +176,18 @@ class BuiltModel:
         row_bytes = max(1, self.stats[kept] * self.sr.dtype.itemsize)
         return tuple(b for b in asked if b * row_bytes <= BATCH_BYTES) or asked[:1]
 
-    def compile_batched(self):
+    def compile_batched(self) -> BatchedExecutable:
         """The programs compiled with the evidence factors batched (batch_buckets' buckets):
         what solve_batch runs. Compiled anew on each call."""
+        from ..batched import BatchedExecutable
         from ..executable import compile as jit_compile
-        return jit_compile(
+        executable = jit_compile(
             list(self.programs), self.sr, factor_specs=self.factor_specs,
             batched_factors=set(self.batched_factor_ids()),
             buckets=self.batch_buckets(), target=self.target, progress=self.progress,
             exact=self.exact)
+        assert isinstance(executable, BatchedExecutable)  # buckets given: batched
+        return executable
 
 
 def semiring_values(sr: VMSemiringRuntime, tables: Mapping[int, np.ndarray]
@@ -254,6 +261,7 @@ def build_model(graph: FactorGraph, semiring: str = "prob", *,
         else:
             limits.check_junction_tree(plan, stats)
         scaled = sr.kind.is_scaled  # see scaling.py
+        programs: tuple[Program, ...]
         if contraction is not None:
             programs = emit_contraction_programs(tree, len(scopes), ev_idx, scaled=scaled)
             scales = contraction_scale_slots(tree) if scaled else ()
@@ -296,8 +304,9 @@ def build_model(graph: FactorGraph, semiring: str = "prob", *,
     return built
 
 
-def _compiled(built: BuiltModel, rebound, partial_evaluation: bool) -> BuiltModel:
+def _compiled(built: BuiltModel, rebound: set[int], partial_evaluation: bool) -> BuiltModel:
     """built with its executable, and where the answer's values lie in its buffer."""
+    from ..executable import Executable
     from ..executable import compile as jit_compile
     # every factor but the cut factors or indicators keeps its value for good
     static = {f for f in range(len(built.planned.factors))
@@ -305,14 +314,16 @@ def _compiled(built: BuiltModel, rebound, partial_evaluation: bool) -> BuiltMode
     executable = jit_compile(list(built.programs), built.sr, factor_specs=built.factor_specs,
                              target=built.target, progress=built.progress,
                              static_factors=static, exact=built.exact)
+    assert isinstance(executable, Executable)  # nothing batched: one executable
     results = {b.ident: b for b in executable.plan.bound(RESULT)}
     gather = built.answer.gather_index(
         {k: b.offset for k, b in results.items()}, {k: b.size for k, b in results.items()})
     return replace(built, executable=executable, gather=gather)
 
 
-def _plan(name: str, sizes, scopes, ev_idx, absorbed_vars, limits: _Limits,
-          search: PlanSearch, plan_kind: str, say: Progress):
+def _plan(name: str, sizes: tuple[int, ...], scopes: list[tuple[int, ...]], ev_idx: list[int],
+          absorbed_vars: tuple[str, ...], limits: _Limits, search: PlanSearch, plan_kind: str,
+          say: Progress) -> tuple[PlanChoice, TreePlan, ContractionTree, dict[str, Any], str]:
     """The chosen order, its junction tree and contraction tree, their statistics and
     the kind of programs to emit (the cheaper by estimate under "auto")."""
     # filed under the limits asked for, not the memory free at the moment (a cached plan
@@ -325,11 +336,12 @@ def _plan(name: str, sizes, scopes, ev_idx, absorbed_vars, limits: _Limits,
                               progress=lambda msg: say(f"planning {name}: {msg}"), kinds=kinds)
     except PlanLimitError as e:
         run = e.run
+        assert run.stopped is not None  # "clique" or "total": the limit it passed
         raise limits.too_large(run.largest_variables, run.largest_states, run.tree_states,
                                run.stopped, stopped=True) from None
     # both plans of the order, with the evidence indicators the search left out
     plan = junction_tree(sizes, scopes, choice.order, ev_idx)
-    stats = plan.stats()
+    stats: dict[str, Any] = plan.stats()
     path = choice.path  # a searched tree, else the order's
     tree = (tree_from_path(sizes, scopes, path, ev_idx) if path is not None
             else contraction_tree(sizes, scopes, choice.order, ev_idx))

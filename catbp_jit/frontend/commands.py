@@ -13,7 +13,9 @@ import json
 import math
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -24,7 +26,7 @@ from ..progress import close as close_progress
 from ..progress import command_lines
 from ..semiring import SEMIRING_NAMES
 from .graph import FactorGraph, FactorGraphError
-from .model import CompiledModel
+from .model import CompiledModel, Solution
 from .model_source import DEFAULT_BUCKETS
 from .search import DEFAULT_PLAN_TIME
 
@@ -120,7 +122,7 @@ def _state_key(graph: FactorGraph, var: str, state: object) -> object:
     return names.index(state) if isinstance(state, str) and state in names else state
 
 
-def _state_labels(graph: FactorGraph, v: str):
+def _state_labels(graph: FactorGraph, v: str) -> tuple[str, ...]:
     return graph.states.get(v) or tuple(str(i) for i in range(graph.variables[v]))
 
 
@@ -292,7 +294,7 @@ def _positive(text: str) -> int:
     return value
 
 
-def _no_answer(sol, evidence: dict[str, object]) -> str | None:
+def _no_answer(sol: Solution, evidence: dict[str, object]) -> str | None:
     """None when Z > 0; else why Z is 0, and so there are no marginals (they are 0/0)."""
     if sol.log_Z > -math.inf:
         return None
@@ -301,18 +303,18 @@ def _no_answer(sol, evidence: dict[str, object]) -> str | None:
     return f"{why}: marginals are undefined"
 
 
-def _text_z(z) -> str:
+def _text_z(z: object) -> str:
     """Z as Python would print it; a Decimal (Z beyond float64) as its digits."""
     return str(z) if isinstance(z, decimal.Decimal) else repr(z)
 
 
-def _json_z(z):
+def _json_z(z: object) -> object:
     """A Decimal Z (beyond float64) as a string of its digits: a JSON number that large
     would be read back as inf by most parsers; log_Z carries the same value as a number."""
     return str(z) if isinstance(z, decimal.Decimal) else z
 
 
-def _finite_or_null(x):
+def _finite_or_null(x: object) -> object:
     """`x` with every NaN or infinite float replaced by None, for strict JSON."""
     if isinstance(x, float):
         return x if math.isfinite(x) else None
@@ -323,7 +325,7 @@ def _finite_or_null(x):
     return x
 
 
-def _fmt(x) -> str:
+def _fmt(x: Any) -> str:
     return str(x) if isinstance(x, bool) else f"{x:.6g}"
 
 
@@ -378,9 +380,9 @@ def _seconds(text: str) -> float:
     return value
 
 
-def add_commands(sub) -> None:
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register `solve` and `plan` on the top-level `catbp-jit` parser."""
-    def common(p):
+    def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("model", metavar="MODEL",
                        help="a .uai or .bif file (.gz too), or a fetched bnlearn network name")
         p.add_argument("--evidence", metavar="FILE",
@@ -424,7 +426,7 @@ def add_commands(sub) -> None:
     p.set_defaults(func=guarded(cmd_plan))
 
 
-def guarded(cmd):
+def guarded(cmd: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """`cmd` with the front end's input errors turned into CliError (one line, exit 2)."""
     def run(args: argparse.Namespace) -> int:
         try:

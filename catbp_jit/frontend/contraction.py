@@ -22,7 +22,7 @@ then internal nodes in contraction order, children before parents.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 # a pair contracted by the bucket elimination is the cheapest among at most this many
@@ -122,7 +122,7 @@ class _Builder:
                 self.holders[v].add(n.id)
         self.active: set[int] = {n.id for n in nodes}
 
-    def states(self, variables) -> int:
+    def states(self, variables: Iterable[int]) -> int:
         return math.prod(self.sizes[v] for v in variables)
 
     def merge(self, a: int, b: int) -> int:
@@ -197,15 +197,17 @@ def tree_from_path(sizes: Sequence[int], scopes: Sequence[Sequence[int]],
     return b.finish()
 
 
-def _cheapest_pair(group: list[int], nodes: list[Node], states) -> tuple[int, int]:
+def _cheapest_pair(group: list[int], nodes: list[Node],
+                   states: Callable[[Iterable[int]], int]) -> tuple[int, int]:
     if len(group) > PAIR_SEARCH_LIMIT:
         a, b = sorted(group, key=lambda n: (states(nodes[n].variables), n))[:2]
         return a, b
-    best = None
+    best: tuple[int, int, int] | None = None
     for i, a in enumerate(group):
         va = set(nodes[a].variables)
         for b in group[i + 1:]:
             key = (states(va | set(nodes[b].variables)), a, b)
             if best is None or key < best:
                 best = key
+    assert best is not None  # a group of two tensors at least
     return best[1], best[2]

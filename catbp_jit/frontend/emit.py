@@ -22,16 +22,25 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Protocol
 
 from ..ir import Axis, AxisType, Instruction, OpCode, Program, TensorSpec
 from .plan import TreePlan
 
 
-def axis_key(v: int):
+class HasSizes(Protocol):
+    """What spec_of reads of a plan: the domain size per variable index (a TreePlan, or a
+    contraction tree: emit_tree.py)."""
+
+    @property
+    def sizes(self) -> Sequence[int]: ...
+
+
+def axis_key(v: int) -> tuple[AxisType, int]:
     return (AxisType.GEOMETRIC, v)
 
 
-def spec_of(plan: TreePlan, variables: Sequence[int]) -> TensorSpec:
+def spec_of(plan: HasSizes, variables: Sequence[int]) -> TensorSpec:
     return TensorSpec(tuple(Axis(v, AxisType.GEOMETRIC, plan.sizes[v]) for v in variables))
 
 
@@ -53,7 +62,7 @@ class _Emitter:
         self.next_reg = 1
         self.live: dict[int, None] = {}  # an ordered set: FREE lists them in definition order
 
-    def _def(self, op: OpCode, args: dict, spec=None) -> int:
+    def _def(self, op: OpCode, args: dict, spec: TensorSpec | None = None) -> int:
         r = self.next_reg
         self.next_reg += 1
         self.instructions.append(Instruction(op, r, args, spec))
@@ -103,7 +112,8 @@ def _local_inputs(e: _Emitter, plan: TreePlan, a: int, n_factors: int,
     return regs
 
 
-def _send(e: _Emitter, slot: tuple, msg: int, scale_slot=None, scaled: bool = False) -> None:
+def _send(e: _Emitter, slot: tuple, msg: int, scale_slot: tuple | None = None,
+          scaled: bool = False) -> None:
     """Store a message; scaled: normalized first, its total kept in scale_slot if given."""
     if scaled:
         if scale_slot is not None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..ir import Program
 from .contraction import ContractionTree
 from .emit import _Emitter, spec_of
 
@@ -42,7 +43,7 @@ def _load(e: _Emitter, tree: ContractionTree, n: int, n_factors: int,
 
 
 def emit_contraction_upward(tree: ContractionTree, n_factors: int, evidence: Sequence[int] = (),
-                            scaled: bool = False):
+                            scaled: bool = False) -> Program:
     e = _Emitter("upward")
     indicator = {v: k for k, v in enumerate(sorted(evidence))}
     for node in tree.internal:
@@ -64,7 +65,7 @@ def emit_contraction_upward(tree: ContractionTree, n_factors: int, evidence: Seq
 
 
 def emit_contraction_downward(tree: ContractionTree, n_factors: int,
-                              evidence: Sequence[int] = (), scaled: bool = False):
+                              evidence: Sequence[int] = (), scaled: bool = False) -> Program:
     e = _Emitter("downward")
     indicator = {v: k for k, v in enumerate(sorted(evidence))}
     parent = tree.parents()
@@ -107,7 +108,7 @@ def emit_contraction_downward(tree: ContractionTree, n_factors: int,
 
 
 def emit_contraction_programs(tree: ContractionTree, n_factors: int, evidence: Sequence[int] = (),
-                              scaled: bool = False):
+                              scaled: bool = False) -> tuple[Program, Program]:
     return (emit_contraction_upward(tree, n_factors, evidence, scaled),
             emit_contraction_downward(tree, n_factors, evidence, scaled))
 

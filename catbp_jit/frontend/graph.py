@@ -11,6 +11,7 @@ import math
 import numbers
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -84,13 +85,14 @@ def factor_graph(var_domains: Mapping[str, int], factors: Iterable | Mapping = (
     return FactorGraph(variables, tuple(checked), name, state_names)
 
 
-def _domain_size(name: str, v: str, d) -> int:
+def _domain_size(name: str, v: str, d: Any) -> int:
     """d as a positive int; a float is accepted only when it is a whole number (2.0)."""
     if isinstance(d, (bool, np.bool_)) or not isinstance(d, numbers.Real):
         size = None
     else:
         try:
-            size = int(d) if d == int(d) else None
+            # typeshed's Real.__trunc__ returns an _IntegralLike, not an int: int() takes any Real
+            size = int(d) if d == int(d) else None  # type: ignore[call-overload]
         except (ValueError, OverflowError):  # NaN, inf
             size = None
     if size is None or size < 1:
@@ -99,7 +101,7 @@ def _domain_size(name: str, v: str, d) -> int:
     return size
 
 
-def _check_factor(name: str, label: str, variables: Mapping[str, int], factor) -> Factor:
+def _check_factor(name: str, label: str, variables: Mapping[str, int], factor: Any) -> Factor:
     where = f"{name}: factor {label}"
     if isinstance(factor, Factor):
         scope, values = factor.scope, factor.values
@@ -144,14 +146,14 @@ def _check_factor(name: str, label: str, variables: Mapping[str, int], factor) -
     return Factor(scope, arr)
 
 
-def _is_sequence(x) -> bool:
+def _is_sequence(x: Any) -> bool:
     """A list, tuple or other sequence, but not a string (its characters are no scope)."""
     # tuple and list first: the ABC check is slow, and readers build 100,000s of factors
     return isinstance(x, (tuple, list, np.ndarray)) or (isinstance(x, Sequence)
                                             and not isinstance(x, (str, bytes)))
 
 
-def _describe(x) -> str:
+def _describe(x: Any) -> str:
     text = repr(x)
     return f"{type(x).__name__} {text[:60]}{'...' if len(text) > 60 else ''}"
 

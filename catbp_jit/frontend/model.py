@@ -43,8 +43,15 @@ from .graph import Factor, FactorGraph, factor_graph
 from .plan import TreePlan
 from .scaling import TINY, NumericalError, ScaledNumber
 
-if TYPE_CHECKING:  # imported where solve_batch runs: most models never batch
+if TYPE_CHECKING:  # for the checker (batch.py is imported where solve_batch runs: most models never batch)
+    from ..batched import BatchedExecutable, BatchedSession
+    from ..executable import Executable
+    from ..ir import TensorSpec
+    from ..semiring import VMSemiringRuntime
+    from .absorb import Absorbed
     from .batch import BatchSolution
+    from .contraction import ContractionTree
+    from .search import PlanChoice, PlanSearch
 
 SEMIRINGS = SEMIRING_NAMES  # the semiring names (semiring.py keeps the list)
 
@@ -86,13 +93,35 @@ class CompiledModel:
     evidence on its evidence variables, one set (solve) or many rows (solve_batch), without
     recompiling. `built` is what build_model built; the model's attributes read it."""
 
-    graph, semiring, sr, target, exact = map(_built, ("graph", "semiring", "sr", "target", "exact"))
-    plan_search, plan_choice, plan, plan_kind, contraction, stats = map(
-        _built, ("plan_search", "plan_choice", "plan", "plan_kind", "contraction", "stats"))
-    evidence_vars, evidence_columns, absorbed, planned = map(
-        _built, ("evidence_vars", "evidence_columns", "absorbed", "planned"))
-    programs, factor_specs, scaled, executable, buckets = map(
-        _built, ("programs", "factor_specs", "scaled", "executable", "buckets"))
+    if TYPE_CHECKING:  # for the checker: the types of the read-only properties below
+        graph: FactorGraph
+        semiring: str
+        sr: VMSemiringRuntime
+        target: str
+        exact: bool
+        plan_search: PlanSearch
+        plan_choice: PlanChoice
+        plan: TreePlan
+        plan_kind: str
+        contraction: ContractionTree | None
+        stats: dict[str, Any]
+        evidence_vars: tuple[str, ...]
+        evidence_columns: tuple[str, ...]
+        absorbed: Absorbed | None
+        planned: FactorGraph
+        programs: tuple[Program, ...]
+        factor_specs: Mapping[int, TensorSpec]
+        scaled: bool
+        executable: Executable | None
+        buckets: tuple[int, ...] | None
+    else:
+        graph, semiring, sr, target, exact = map(_built, ("graph", "semiring", "sr", "target", "exact"))
+        plan_search, plan_choice, plan, plan_kind, contraction, stats = map(
+            _built, ("plan_search", "plan_choice", "plan", "plan_kind", "contraction", "stats"))
+        evidence_vars, evidence_columns, absorbed, planned = map(
+            _built, ("evidence_vars", "evidence_columns", "absorbed", "planned"))
+        programs, factor_specs, scaled, executable, buckets = map(
+            _built, ("programs", "factor_specs", "scaled", "executable", "buckets"))
 
     def __init__(self, graph: FactorGraph, semiring: str = "prob", **options: Any):
         """options: build.build_model's (evidence_vars, absorb_evidence, target, dtype,
@@ -105,8 +134,8 @@ class CompiledModel:
             self._session = built.executable.bind()
             self._bound = False
         # compiled by build_model when buckets are given, else on first need
-        self.batch_executable = None
-        self._batch_session = None
+        self.batch_executable: BatchedExecutable | None = None
+        self._batch_session: BatchedSession | None = None
         if built.batch_executable is not None:
             self._bind_batched(built.batch_executable)
         # the sessions' buffers are part of compiling, as they always were
@@ -119,17 +148,18 @@ class CompiledModel:
         beliefs fit in BATCH_BYTES, at least the smallest)."""
         return self.built.batch_buckets()
 
-    def _bind_batched(self, executable) -> None:
+    def _bind_batched(self, executable: BatchedExecutable) -> None:
         self.batch_executable = executable
         self._batch_session = executable.bind()
         self._batch_bound = False
 
     # -- running -----------------------------------------------------------------------------
 
-    def run_slots(self, evidence: Mapping[str, Any] | None = None) -> dict[tuple, np.ndarray]:
+    def run_slots(self, evidence: Mapping[str, Any] | None = None) -> dict[tuple, np.ndarray | int]:
         """Z, the marginals and (PROB) the scales, as the programs computed them; ("exponent",)
-        is the power of two the tables were scaled by."""
+        is the power of two the tables were scaled by (an int)."""
         built = self.built
+        out: dict[tuple, np.ndarray | int]
         if built.target != "reference":
             exponent = self._run(evidence or {})
             slots = self._session.slots
@@ -164,7 +194,9 @@ class CompiledModel:
         if built.target == "reference":
             slots = self.run_slots(evidence)
             values = [np.ravel(slots[k]) for k in built.answer.keys]
-            return np.concatenate(values), slots[("exponent",)]
+            exponent = slots[("exponent",)]
+            assert isinstance(exponent, int)  # the one entry that is no array
+            return np.concatenate(values), exponent
         exponent = self._run(evidence)
         if built.target == "cuda":  # copy back these slots only (not the beliefs and messages)
             for k in built.answer.keys:
@@ -262,9 +294,11 @@ class CompiledModel:
             return stack_solutions(built, [self.solve(e) for e in evidence], table)
         if self._batch_session is None:
             self._bind_batched(built.compile_batched())
+        executable, session = self.batch_executable, self._batch_session
+        assert executable is not None and session is not None  # bound now if not before
         # runs of at most the largest bucket, each answered from its views of Z, the scales
         # and the marginals: the session's own chunking would copy every belief out too
-        largest = self.batch_executable.buckets[-1]
+        largest = executable.buckets[-1]
         wanted = [("Z",)] + [("marg", i) for i in built.planned_index.values()]
         wanted += list(built.scale_slots)
         certify = Certificates(self._check_infeasible, self._check_count_fits)
@@ -275,7 +309,7 @@ class CompiledModel:
             if not self._batch_bound:
                 static = set(built.batched_factor_ids())
                 factors.update({f: a for f, a in built.values.items() if f not in static})
-            slots = self._batch_session.run(factors=factors)
+            slots = session.run(factors=factors)
             self._batch_bound = True
             answers.append(batch_solution(built, {k: slots[k][0] for k in wanted}, chunk,
                                           exponent, certify))
@@ -285,13 +319,13 @@ class CompiledModel:
 _LOG_INT64_LIMIT = 63 * math.log(2.0) - 1e-9  # a count at or above 2^63 (or just below)
 
 
-def compile_model(graph: FactorGraph, semiring: str = "prob", **options) -> CompiledModel:
+def compile_model(graph: FactorGraph, semiring: str = "prob", **options: Any) -> CompiledModel:
     return CompiledModel(graph, semiring, **options)
 
 
 def solve(var_domains: Any, factors: Any = None, *, semiring: str = "prob",
           evidence: Mapping[str, Any] | None = None, target: str = "cpu",
-          **options) -> Solution:
+          **options: Any) -> Solution:
     """Exact Z and marginals of a discrete factor graph.
 
     var_domains: {name: domain size} with `factors` as (scope, array) pairs, or a

@@ -22,9 +22,12 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .graph import FactorGraph, FactorGraphError
+
+if TYPE_CHECKING:
+    from .model import CompiledModel
 
 MODEL_SUFFIXES = (".uai", ".uai.gz", ".bif", ".bif.gz")
 PROFILE_KEY = "model"  # the entry of a saved profile that names its model
@@ -58,7 +61,7 @@ class ModelSource:
         from .uai import read_uai
         return read_uai(self.data, name=self.name)
 
-    def compile(self):
+    def compile(self) -> CompiledModel:
         from .model import CompiledModel
         return CompiledModel(self.graph(), self.semiring, evidence_vars=self.evidence_vars,
                              buckets=self.buckets, plan_time=self.plan_time,
@@ -130,7 +133,8 @@ def add_profile_entry(profile: Path, entry: dict) -> None:
     write_saved(profile, doc)
 
 
-def _from_profile(path: Path, semiring, evidence_vars, buckets, plan_time) -> ModelSource:
+def _from_profile(path: Path, semiring: str | None, evidence_vars: Sequence[str] | None,
+                  buckets: Sequence[int] | None, plan_time: float | None) -> ModelSource:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -143,17 +147,17 @@ def _from_profile(path: Path, semiring, evidence_vars, buckets, plan_time) -> Mo
                                "make it with `catbp-jit aot MODEL --evidence-vars ...`)")
     try:
         model, sha = Path(entry["path"]), str(entry["sha256"])
-        saved = dict(semiring=str(entry["semiring"]),
-                     evidence_vars=tuple(map(str, entry["evidence_vars"])),
-                     buckets=tuple(int(b) for b in entry["buckets"]))
+        saved: dict[str, Any] = dict(semiring=str(entry["semiring"]),  # option -> its value
+                                     evidence_vars=tuple(map(str, entry["evidence_vars"])),
+                                     buckets=tuple(int(b) for b in entry["buckets"]))
     except (KeyError, TypeError, ValueError) as e:
         raise FactorGraphError(f"{path}: the {PROFILE_KEY!r} entry is damaged ({e!r})") from None
     if entry.get("target", "cpu") != "cpu":  # workers run the CPU kernels
         raise FactorGraphError(f"{path}: a profile for target {entry['target']!r}; scaling out "
                                "runs on CPUs (compile it with `catbp-jit aot` for the cpu)")
-    asked = dict(semiring=semiring and semiring.lower(),
-                 evidence_vars=None if evidence_vars is None else tuple(evidence_vars),
-                 buckets=None if buckets is None else tuple(buckets))
+    asked: dict[str, Any] = dict(semiring=semiring and semiring.lower(),
+                                 evidence_vars=None if evidence_vars is None else tuple(evidence_vars),
+                                 buckets=None if buckets is None else tuple(buckets))
     for option, value in asked.items():
         same = (value is None or (set(value) == set(saved[option]) if option == "evidence_vars"
                                   else value == saved[option]))
@@ -177,11 +181,11 @@ class LoadedModels:
 
     def __init__(self, size: int = MAX_LOADED):
         self.size = size
-        self._models: OrderedDict[tuple, tuple[Any, threading.Lock]] = OrderedDict()
+        self._models: OrderedDict[tuple, tuple[CompiledModel, threading.Lock]] = OrderedDict()
         self._lock = threading.Lock()
         self.compiled = 0  # models compiled (or loaded from the kernel cache) here
 
-    def get(self, source: ModelSource) -> tuple[Any, threading.Lock]:
+    def get(self, source: ModelSource) -> tuple[CompiledModel, threading.Lock]:
         key = source.key()
         with self._lock:
             if key in self._models:

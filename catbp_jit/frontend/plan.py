@@ -271,8 +271,9 @@ class _Greedy:
         self.weight = [s * math.prod(map(size.__getitem__, nb)) for s, nb in zip(size, adj)]
         self.log_weight: list[float | None] = [None] * n  # None: not summed yet
         self.fill = [self._fill_of(nb) for nb in adj]
-        self.current: list[tuple | None] = [self._key(v) for v in range(n)]
-        self.heap = list(self.current)
+        # the same key objects: a heap entry is current while it `is` current[v]
+        self.heap: list[tuple] = [self._key(v) for v in range(n)]
+        self.current: list[tuple | None] = list(self.heap)
         heapq.heapify(self.heap)
 
     def _unit_sum(self, vs: set[int]) -> int:
@@ -411,8 +412,10 @@ def junction_tree(sizes: Sequence[int], scopes: Sequence[Sequence[int]],
         if p is not None:
             children[p].add(i)
     for i in range(m):  # ascending position: each child is visited before its parent
-        while alive[i] and parent[i] is not None:
+        while alive[i]:
             p = parent[i]
+            if p is None:
+                break
             if sets[i] <= sets[p]:
                 _merge(i, into=p, parent=parent, children=children, alive=alive)
             elif sets[p] <= sets[i]:
@@ -425,7 +428,7 @@ def junction_tree(sizes: Sequence[int], scopes: Sequence[Sequence[int]],
     roots = [renum[i] for i in ids if parent[i] is None]
     # one tree: component roots hang under the first root, with empty separators
     root = max(roots, key=lambda r: (len(sets[ids[r]]), -r)) if roots else 0
-    par: list[int | None] = [renum[parent[i]] if parent[i] is not None else None for i in ids]
+    par: list[int | None] = [None if (q := parent[i]) is None else renum[q] for i in ids]
     for r in roots:
         if r != root:
             par[r] = root

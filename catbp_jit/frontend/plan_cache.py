@@ -17,6 +17,7 @@ import json
 import os
 import warnings
 from dataclasses import dataclass
+from typing import Any
 
 from .. import environment
 from ..atomic import atomic_write
@@ -94,7 +95,7 @@ def load(key: PlanKey, directory: str | None = None) -> CachedPlan | None:
                       None if path is None else tuple(tuple(p) for p in path))
 
 
-def _problem(doc, digest: str, n: int, tensors: int) -> str | None:
+def _problem(doc: Any, digest: str, n: int, tensors: int) -> str | None:
     """Why `doc` is not a plan for this key (n variables, `tensors` factors with a
     non-empty scope), or None."""
     if not isinstance(doc, dict):
@@ -107,7 +108,7 @@ def _problem(doc, digest: str, n: int, tensors: int) -> str | None:
         return f"the order is not a permutation of the {n} variables"
     if doc.get("planner") not in ("greedy", "cotengra"):
         return "unknown planner"
-    plan_time = doc.get("plan_time")
+    plan_time: Any = doc.get("plan_time")  # any JSON value: its type is checked here
     if type(plan_time) not in (int, float) or not plan_time >= 0:
         return "bad plan_time"
     path = doc.get("path")
@@ -116,7 +117,7 @@ def _problem(doc, digest: str, n: int, tensors: int) -> str | None:
     return None
 
 
-def _is_ssa_path(path, tensors: int) -> bool:
+def _is_ssa_path(path: Any, tensors: int) -> bool:
     """Does `path` contract each of `tensors` inputs and each pair made, once at most?"""
     if not isinstance(path, list) or len(path) >= max(tensors, 1):
         return False

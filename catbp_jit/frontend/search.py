@@ -22,12 +22,21 @@ import math
 import time
 import warnings
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from . import plan_cache
 from .contraction import ContractionTree, contraction_tree, tree_from_path
-from .plan import PlanLimitError, PlanLimits, Progress, TreePlan, elimination_order, junction_tree
+from .plan import (
+    GreedyRun,
+    PlanLimitError,
+    PlanLimits,
+    Progress,
+    TreePlan,
+    elimination_order,
+    junction_tree,
+)
 from .plan_cache import PlanKey
 
 # seconds; paid once per model structure (plans are cached). cotengra's trials take
@@ -63,7 +72,7 @@ class PlanSearch:
     cache: bool = True
     searcher: Callable[..., Searched | None] | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not (isinstance(self.time_s, (int, float)) and math.isfinite(self.time_s)
                 and self.time_s >= 0):
             raise ValueError(f"plan_time must be a number of seconds >= 0, got {self.time_s!r}")
@@ -186,10 +195,15 @@ def choose_order(sizes: Sequence[int], scopes: Sequence[Sequence[int]], *,
         greedy = PlanChoice(order, "greedy", _cost(sizes, scopes, order, kinds))
     except PlanLimitError as e:
         refused = e
-    worth = _near(refused.run, limits) if greedy is None else greedy.cost.flops >= search.min_flops
+    if greedy is None:
+        assert refused is not None  # elimination_order raised it
+        worth = _near(refused.run, limits)
+    else:
+        worth = greedy.cost.flops >= search.min_flops
     if (search.time_s <= 0 or not worth or not search_available() or len(scopes) < 2
             or (greedy is not None and cliques_are_factors(sizes, scopes, greedy.order))):
         if greedy is None:
+            assert refused is not None
             raise refused
         return PlanChoice(greedy.order, "greedy", greedy.cost, greedy_cost=greedy.cost)
     t0 = time.perf_counter()
@@ -212,7 +226,8 @@ def choose_order(sizes: Sequence[int], scopes: Sequence[Sequence[int]], *,
                 f"{tree.largest_states:,} states (its contraction tree)")
             if within(tree, limits) and (best is None or tree.flops < best.cost.flops):
                 best = PlanChoice(found.order, "cotengra", tree, path=found.path)
-    if best is None:
+    if best is None:  # greedy refused, and no search found a plan within the limits
+        assert refused is not None
         raise refused
     if search.cache and key is not None:
         plan_cache.store(key, plan_cache.CachedPlan(best.order, best.planner, search.time_s,
@@ -236,14 +251,17 @@ def _score(cost: PlanCost, limits: PlanLimits) -> float:
     return cost.flops if within(cost, limits) else math.inf
 
 
-def _near(run, limits: PlanLimits) -> bool:
+def _near(run: GreedyRun, limits: PlanLimits) -> bool:
     """Did a greedy run refused at a limit come within RESCUE_WITHIN of it?"""
     if run.stopped == "clique":
+        assert limits.max_clique_states is not None  # a run stops only at a limit given
         return run.largest_states <= limits.max_clique_states * RESCUE_WITHIN
+    assert limits.max_total_states is not None
     return run.tree_states <= limits.max_total_states * RESCUE_WITHIN
 
 
-def _cost(sizes, scopes, order, kinds=("junction", "contraction")) -> PlanCost:
+def _cost(sizes: Sequence[int], scopes: Sequence[Sequence[int]], order: Sequence[int],
+          kinds: tuple[str, ...] = ("junction", "contraction")) -> PlanCost:
     """The cheaper of the order's two plans (of `kinds`): its junction or contraction tree."""
     costs = []
     if "junction" in kinds:
@@ -283,7 +301,8 @@ def searched_order(sizes: Sequence[int], scopes: Sequence[Sequence[int]], time_s
         return None
     symbol = {v: ctg.get_symbol(v) for s in inputs for v in s}
     methods = ["greedy", "kahypar" if importlib.util.find_spec("kahypar") else "labels"]
-    trees: list[tuple[float, int, object]] = []  # (-flops, trial, tree): the SCORED best
+    # (-flops, trial, tree): the SCORED best (cotengra's trees, which it does not type)
+    trees: list[tuple[float, int, Any]] = []
     arrival = itertools.count()  # tells equal flops apart (trees do not compare)
 
     class Kept(ctg.HyperOptimizer):
@@ -336,7 +355,9 @@ def searched_order(sizes: Sequence[int], scopes: Sequence[Sequence[int]], time_s
     return Searched(order, tuple((int(i), int(j)) for i, j in fewest.get_ssa_path()))
 
 
-def _seed_tree(ctg, sizes, scopes, inputs, symbol, order):
+def _seed_tree(ctg: Any, sizes: Sequence[int], scopes: Sequence[Sequence[int]],
+               inputs: Sequence[tuple[int, ...]], symbol: Mapping[int, str],
+               order: Sequence[int]) -> Any:
     """cotengra's tree of the order's contraction tree over the factors (None when a
     variable in no factor, whose unit tensor cotengra does not see, joins it)."""
     tree = contraction_tree(sizes, [s for s in scopes if s], order)
@@ -363,7 +384,7 @@ class PlanSearchWarning(UserWarning):
     """The plan search failed part-way; the plan is the best found before (or greedy)."""
 
 
-def tree_order(tree, inputs: Sequence[tuple[int, ...]], n: int) -> tuple[int, ...]:
+def tree_order(tree: Any, inputs: Sequence[tuple[int, ...]], n: int) -> tuple[int, ...]:
     """The elimination order of a contraction tree: each variable at the contraction (in
     the tree's order) after which no tensor outside the contracted subtree holds it;
     variables of a single tensor first, variables in none (their own cliques) last."""

@@ -14,19 +14,22 @@ from __future__ import annotations
 import contextlib
 import csv
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
 from .graph import FactorGraph, FactorGraphError
 
+if TYPE_CHECKING:
+    from .batch import BatchSolution
+
 UNOBSERVED_CELLS = {"", "na", "nan", "?", "-1", "none", "null"}
 CHUNK_ROWS = 8192
 
 
-def _parquet():
+def _parquet() -> Any:
     try:
         import pyarrow.parquet as pq
     except ImportError:
@@ -141,7 +144,7 @@ def state_codes(graph: FactorGraph, v: str) -> dict:
     return codes
 
 
-def _encode(path: Path, rows: list[Sequence[str | None]], codes: list[dict],
+def _encode(path: Path, rows: Sequence[Sequence[str | None]], codes: list[dict],
             columns: Sequence[str], batch_start: int | None) -> np.ndarray:
     out = np.empty((len(rows), len(columns)), dtype=np.int64)
     for i, row in enumerate(rows):
@@ -164,7 +167,7 @@ def posterior_header(graph: FactorGraph) -> list[str]:
     return ["row", "log_Z"] + posterior_columns(graph, graph.variables)
 
 
-def posterior_columns(graph: FactorGraph, variables: Sequence[str]) -> list[str]:
+def posterior_columns(graph: FactorGraph, variables: Iterable[str]) -> list[str]:
     """`var=state` for each state of each variable (states by name, else by index)."""
     cols = []
     for v in variables:
@@ -173,7 +176,7 @@ def posterior_columns(graph: FactorGraph, variables: Sequence[str]) -> list[str]
     return cols
 
 
-def posterior_rows(graph: FactorGraph, res, first_row: int) -> np.ndarray:
+def posterior_rows(graph: FactorGraph, res: BatchSolution, first_row: int) -> np.ndarray:
     """One chunk's answers as a float matrix in posterior_header's column order."""
     n = len(res)
     parts = [np.arange(first_row, first_row + n, dtype=np.float64)[:, None], res.log_Z[:, None]]
@@ -190,8 +193,9 @@ class PosteriorWriter:
                  parquet: bool | None = None):
         self.header = posterior_header(graph)
         self.path = out
-        self._parquet_writer = None
+        self._parquet_writer: Any = None  # a pyarrow.parquet.ParquetWriter, once rows come
         self._closed = False
+        self._file: IO[str] | None
         if parquet is None:
             parquet = out is not None and out.suffix == ".parquet"
         if parquet:
@@ -218,7 +222,7 @@ class PosteriorWriter:
     def __enter__(self) -> PosteriorWriter:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:

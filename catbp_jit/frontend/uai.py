@@ -66,6 +66,7 @@ def read_source(source: Source, default_label: str,
     """
     limit = input_limit(max_input_bytes)
     path: Path | None = None
+    data: bytes | bytearray  # bytearray: decompressed
     if isinstance(source, os.PathLike):
         path = Path(source)
     elif isinstance(source, str):
@@ -154,7 +155,7 @@ class _Tokens:
             raise self.error_at(None, f"the file ends early, expected {what}")
         return m.group()
 
-    def int(self, what: str, low: int = 0, high: int | None = None) -> int:
+    def integer(self, what: str, low: int = 0, high: int | None = None) -> int:
         tok = self.take(what)
         try:
             value = int(tok)
@@ -237,14 +238,14 @@ def read_uai(source: Source, *, name: str | None = None,
     kind = tokens.take("the preamble MARKOV or BAYES")
     if kind.upper() not in ("MARKOV", "BAYES"):
         raise tokens.error_at(tokens.last, "the file must start with MARKOV or BAYES")
-    n_vars = tokens.int("the number of variables")
-    domains = [tokens.int(f"the domain size of variable {v}", low=1) for v in range(n_vars)]
-    n_factors = tokens.int("the number of factors")
+    n_vars = tokens.integer("the number of variables")
+    domains = [tokens.integer(f"the domain size of variable {v}", low=1) for v in range(n_vars)]
+    n_factors = tokens.integer("the number of factors")
     scopes: list[tuple[int, ...]] = []
     for f in range(n_factors):
-        size = tokens.int(f"the scope size of factor {f}")
+        size = tokens.integer(f"the scope size of factor {f}")
         size_token = tokens.last
-        scope = tuple(tokens.int(f"a variable index in the scope of factor {f}", high=n_vars)
+        scope = tuple(tokens.integer(f"a variable index in the scope of factor {f}", high=n_vars)
                       for _ in range(size))
         if len(set(scope)) != len(scope):
             raise tokens.error_at(size_token, f"factor {f} has a variable twice in its scope")
@@ -254,7 +255,7 @@ def read_uai(source: Source, *, name: str | None = None,
     for f, scope in enumerate(scopes):
         shape = tuple(domains[v] for v in scope)
         expected = math.prod(shape)
-        count = tokens.int(f"the entry count of factor {f}'s table")
+        count = tokens.integer(f"the entry count of factor {f}'s table")
         if count != expected:
             raise tokens.error_at(tokens.last, f"factor {f}'s table has {count} entries, its "
                                                f"scope's domains {shape} give {expected}")
@@ -286,7 +287,7 @@ def read_evidence(source: Source, graph: FactorGraph, *,
     total = sum(1 for _ in _TOKEN.finditer(text))
     if total == 0:
         return {}
-    first = tokens.int("the number of observed variables")
+    first = tokens.integer("the number of observed variables")
     if total != 1 + 2 * first:
         samples = _older_layout_samples(text, total)
         if samples is None:
@@ -299,14 +300,14 @@ def read_evidence(source: Source, graph: FactorGraph, *,
                                                "only one set of evidence can be read")
         if samples == 0:
             return {}
-        first = tokens.int("the number of observed variables")
+        first = tokens.integer("the number of observed variables")
     evidence: dict[str, int] = {}
     for _ in range(first):
-        index = tokens.int("a variable index", high=len(names))
+        index = tokens.integer("a variable index", high=len(names))
         index_token = tokens.last
         var = names[index]
         size = graph.variables[var]
-        state = tokens.int(f"the state of variable {index} ({var!r}, domain size {size})",
+        state = tokens.integer(f"the state of variable {index} ({var!r}, domain size {size})",
                            high=size)
         if evidence.get(var, state) != state:
             raise tokens.error_at(index_token, f"variable {index} ({var!r}) is observed twice "
