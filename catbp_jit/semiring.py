@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import DTypeLike
@@ -179,12 +179,19 @@ def _logsumexp(x: np.ndarray, axis: tuple[int, ...] | None) -> np.ndarray:
     return np.squeeze(y, axis=axis)
 
 
+class AddReduce(Protocol):
+    """⊕ over `axis` (a tuple of axes; falsy: x unreduced), called as CatBP calls it:
+    positionally or with the keyword; over every axis numpy may give a scalar."""
+
+    def __call__(self, x: np.ndarray, axis: Any) -> np.ndarray | np.generic: ...
+
+
 @dataclass(frozen=True)
 class VMSemiringRuntime:
     name: str
     dtype: np.dtype
     mul: Callable[[np.ndarray, np.ndarray], np.ndarray]
-    add_reduce: Callable[[np.ndarray, tuple[int, ...]], np.ndarray]
+    add_reduce: AddReduce
     one: Callable[[tuple[int, ...]], np.ndarray]
     zero: Callable[[tuple[int, ...]], np.ndarray]
     normalize: Callable[..., np.ndarray] | None = None

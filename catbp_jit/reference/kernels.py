@@ -40,15 +40,14 @@ def vm_eliminate_keep(arr: np.ndarray, in_spec: TensorSpec, keep_keys: Sequence[
     if not keep_keys:
         if arr.ndim == 0:
             return arr, TensorSpec(())
-        # (each ignore: semiring.py types add_reduce without its axis keyword)
-        out = sr.add_reduce(arr.astype(sr.dtype, copy=False),  # type: ignore[call-arg]
+        out = sr.add_reduce(arr.astype(sr.dtype, copy=False),
                             axis=tuple(range(arr.ndim)))
         return np.asarray(out), TensorSpec(())
 
     pos = in_spec.axis_pos()
     present = [k for k in keep_keys if k in pos]
     if not present:
-        out = sr.add_reduce(arr.astype(sr.dtype, copy=False),  # type: ignore[call-arg]
+        out = sr.add_reduce(arr.astype(sr.dtype, copy=False),
                             axis=tuple(range(arr.ndim)))
         return np.asarray(out), TensorSpec(())
 
@@ -57,8 +56,9 @@ def vm_eliminate_keep(arr: np.ndarray, in_spec: TensorSpec, keep_keys: Sequence[
     perm = keep_axes + drop_axes
     x = np.transpose(arr, axes=perm) if perm != list(range(arr.ndim)) else arr
     if drop_axes:
-        x = sr.add_reduce(x.astype(sr.dtype, copy=False),  # type: ignore[call-arg]  # (as above)
-                          axis=tuple(range(len(keep_axes), x.ndim)))
+        # (kept axes remain: an array, never numpy's scalar; asarray returns it as is)
+        x = np.asarray(sr.add_reduce(x.astype(sr.dtype, copy=False),
+                                     axis=tuple(range(len(keep_axes), x.ndim))))
     else:
         x = x.astype(sr.dtype, copy=False)
     return x, TensorSpec(tuple(in_spec.axes[pos[k]] for k in present))
