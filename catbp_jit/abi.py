@@ -108,6 +108,7 @@ def param_count(D: int, R: int, k: int) -> int:
 class Access:
     """How an operand moves along a step's vector (see the module docstring). table: the
     offsets of a GATHERED access (V of them), placed in P once every step is laid out."""
+
     kind: int
     step: int = 0
     offsets: tuple[int, ...] = ()
@@ -122,6 +123,7 @@ class StepParams:
     """A step's parameters by name; `pack` gives the row the table holds, in this order.
     scratch and the accesses' tables are offsets into the table, known only once every step
     is laid out (plan/schedule.build_schedule fills them in)."""
+
     out: int
     out_rank: int
     red_rank: int
@@ -168,37 +170,47 @@ def unpack(P: Table, p: int) -> StepParams:
     """The parameters of the step at offset p of table P (numpy_steps.py, tests)."""
     R, Q, k = int(P[p + OUT_RANK]), int(P[p + RED_RANK]), int(P[p + LEAVES])
     D = R + Q
+
     def at(i, n):
-        return tuple(int(x) for x in P[p + i:p + i + n])
+        return tuple(int(x) for x in P[p + i : p + i + n])
+
     return StepParams(
-        out=int(P[p + OUT]), out_rank=R, red_rank=Q, chunks=int(P[p + CHUNKS]),
-        block_axes=int(P[p + BLOCK_AXES]), block_size=int(P[p + BLOCK_SIZE]),
-        sizes=at(SIZES, D), out_strides=at(out_strides(D), R),
+        out=int(P[p + OUT]),
+        out_rank=R,
+        red_rank=Q,
+        chunks=int(P[p + CHUNKS]),
+        block_axes=int(P[p + BLOCK_AXES]),
+        block_size=int(P[p + BLOCK_SIZE]),
+        sizes=at(SIZES, D),
+        out_strides=at(out_strides(D), R),
         leaves=tuple((int(P[p + leaf(D, R, j)]), at(leaf(D, R, j) + 1, D)) for j in range(k)),
         groups=at(groups(D, R, k), GROUP_FIELDS),
-        accesses=tuple(_access(P, p + access(D, R, k, i), int(P[p + BLOCK_SIZE]))
-                       for i in range(k + 1)),
-        scratch=int(P[p + SCRATCH]))
+        accesses=tuple(_access(P, p + access(D, R, k, i), int(P[p + BLOCK_SIZE])) for i in range(k + 1)),
+        scratch=int(P[p + SCRATCH]),
+    )
 
 
 def _access(P: Table, at: int, V: int) -> Access:
-    kind, step, table = (int(x) for x in P[at:at + ACCESS_FIELDS])
-    offsets = tuple(int(x) for x in P[table:table + V]) if kind == GATHERED else ()
+    kind, step, table = (int(x) for x in P[at : at + ACCESS_FIELDS])
+    offsets = tuple(int(x) for x in P[table : table + V]) if kind == GATHERED else ()
     return Access(kind, step, offsets, table)
 
 
 # -- the same offsets in kernel source ---------------------------------------------------
 
+
 def source_constants() -> str:
     """Module-level constants a generated kernel reads the table with (Numba folds them)."""
-    return ("# the kernel ABI (catbp_jit/abi.py): offsets of a step's parameters from p\n"
-            f"OUT, OUT_RANK, RED_RANK, SCRATCH = {OUT}, {OUT_RANK}, {RED_RANK}, {SCRATCH}\n"
-            f"CHUNKS, BLOCK_AXES, BLOCK_SIZE, LEAVES, SIZES = {CHUNKS}, {BLOCK_AXES}, "
-            f"{BLOCK_SIZE}, {LEAVES}, {SIZES}\n"
-            f"GROUP_FIELDS, ACCESS_FIELDS = {GROUP_FIELDS}, {ACCESS_FIELDS}\n"
-            f"CONSTANT, CONTIGUOUS, STRIDED, GATHERED = {CONSTANT}, {CONTIGUOUS}, {STRIDED}, "
-            f"{GATHERED}  # access kinds\n"
-            f"STEP_ROW, STEP_KERNEL, STEP_PARAMS = {STEP_ROW}, {STEP_KERNEL}, {STEP_PARAMS}\n")
+    return (
+        "# the kernel ABI (catbp_jit/abi.py): offsets of a step's parameters from p\n"
+        f"OUT, OUT_RANK, RED_RANK, SCRATCH = {OUT}, {OUT_RANK}, {RED_RANK}, {SCRATCH}\n"
+        f"CHUNKS, BLOCK_AXES, BLOCK_SIZE, LEAVES, SIZES = {CHUNKS}, {BLOCK_AXES}, "
+        f"{BLOCK_SIZE}, {LEAVES}, {SIZES}\n"
+        f"GROUP_FIELDS, ACCESS_FIELDS = {GROUP_FIELDS}, {ACCESS_FIELDS}\n"
+        f"CONSTANT, CONTIGUOUS, STRIDED, GATHERED = {CONSTANT}, {CONTIGUOUS}, {STRIDED}, "
+        f"{GATHERED}  # access kinds\n"
+        f"STEP_ROW, STEP_KERNEL, STEP_PARAMS = {STEP_ROW}, {STEP_KERNEL}, {STEP_PARAMS}\n"
+    )
 
 
 # offsets from p as source over the names above and D, R (mirrors out_strides/leaf/groups)
@@ -259,6 +271,7 @@ def gemm_groups(nb: int) -> int:
 @dataclass(frozen=True)
 class GemmParams:
     """A GEMM step's parameters by name (see above); `pack` gives the table's row."""
+
     out: int
     a: int
     a_t: bool
@@ -294,9 +307,11 @@ class GemmParams:
 
 def gemm_source_constants() -> str:
     """The GEMM offsets as module-level constants of a generated kernel."""
-    return ("# the GEMM kernel ABI (catbp_jit/abi.py)\n"
-            f"OUT, GEMM_A, GEMM_A_T, GEMM_B, GEMM_B_T = {OUT}, {GEMM_A}, {GEMM_A_T}, {GEMM_B}, "
-            f"{GEMM_B_T}\n"
-            f"GEMM_M, GEMM_N, GEMM_K, GEMM_WORK = {GEMM_M}, {GEMM_N}, {GEMM_K}, {GEMM_WORK}\n"
-            f"GEMM_BATCH_RANK, GEMM_HEADER, GEMM_BATCH_FIELDS = {GEMM_BATCH_RANK}, "
-            f"{GEMM_HEADER}, {GEMM_BATCH_FIELDS}\n")
+    return (
+        "# the GEMM kernel ABI (catbp_jit/abi.py)\n"
+        f"OUT, GEMM_A, GEMM_A_T, GEMM_B, GEMM_B_T = {OUT}, {GEMM_A}, {GEMM_A_T}, {GEMM_B}, "
+        f"{GEMM_B_T}\n"
+        f"GEMM_M, GEMM_N, GEMM_K, GEMM_WORK = {GEMM_M}, {GEMM_N}, {GEMM_K}, {GEMM_WORK}\n"
+        f"GEMM_BATCH_RANK, GEMM_HEADER, GEMM_BATCH_FIELDS = {GEMM_BATCH_RANK}, "
+        f"{GEMM_HEADER}, {GEMM_BATCH_FIELDS}\n"
+    )

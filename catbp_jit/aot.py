@@ -39,31 +39,49 @@ class AheadReport:
     buckets: tuple[int, ...] | None
 
 
-def kernel_units(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
-                 selector_specs: Mapping[int, Any] | None = None,
-                 slot_specs: Mapping[Any, Any] | None = None, batched_factors: Any = (),
-                 batched_selectors: Any = (), buckets: Any | None = None,
-                 max_total_bytes: int | None = None, target: str = "cpu") -> list[CompileUnit]:
+def kernel_units(
+    programs: Any,
+    sr: Any,
+    *,
+    factor_specs: Mapping[int, Any],
+    selector_specs: Mapping[int, Any] | None = None,
+    slot_specs: Mapping[Any, Any] | None = None,
+    batched_factors: Any = (),
+    batched_selectors: Any = (),
+    buckets: Any | None = None,
+    max_total_bytes: int | None = None,
+    target: str = "cpu",
+) -> list[CompileUnit]:
     """Every compile unit a profile needs, planned for every bucket, none compiled."""
-    progs, sr, fspecs, sspecs, lspecs = adapt_inputs(programs, sr, factor_specs,
-                                                     selector_specs, slot_specs, target, "compiled")
+    progs, sr, fspecs, sspecs, lspecs = adapt_inputs(
+        programs, sr, factor_specs, selector_specs, slot_specs, target, "compiled"
+    )
     # (programs, factor specs, selector specs, batch key) per plan: unbatched too (a
     # model's solve() runs it)
     plans: list[tuple[list[Program], dict[int, TensorSpec], dict[int, TensorSpec], tuple | None]] = [
-        (progs, fspecs, sspecs, None)]
+        (progs, fspecs, sspecs, None)
+    ]
     if batched_factors or batched_selectors or buckets is not None:
         from .batched import DEFAULT_BUCKETS, _buckets, _ids, batch_axis_id, bucket_inputs
+
         bf, bs = _ids(batched_factors, fspecs, "factor"), _ids(batched_selectors, sspecs, "selector")
-        aid = batch_axis_id(progs, list(fspecs.values()) + list(sspecs.values())
-                            + list(lspecs.values()))
+        aid = batch_axis_id(progs, list(fspecs.values()) + list(sspecs.values()) + list(lspecs.values()))
         sizes = _buckets(DEFAULT_BUCKETS if buckets is None else buckets)
-        plans += [(p, f, s, key) for _, p, f, s, key in
-                  bucket_inputs(progs, fspecs, sspecs, lspecs, bf, bs, aid, sizes)]
+        plans += [
+            (p, f, s, key)
+            for _, p, f, s, key in bucket_inputs(progs, fspecs, sspecs, lspecs, bf, bs, aid, sizes)
+        ]
     units: dict[str, CompileUnit] = {}
     for bprogs, bfspecs, bsspecs, key in plans:
-        schedule = plan(bprogs, sr, bfspecs, bsspecs, lspecs,
-                        PlanOptions.for_target(target, max_total_bytes=max_total_bytes),
-                        key).schedule
+        schedule = plan(
+            bprogs,
+            sr,
+            bfspecs,
+            bsspecs,
+            lspecs,
+            PlanOptions.for_target(target, max_total_bytes=max_total_bytes),
+            key,
+        ).schedule
         for pattern in schedule.patterns:
             unit = kernel_unit(pattern, target)
             units.setdefault(unit.name + unit.identity["source_sha256"], unit)
@@ -73,14 +91,23 @@ def kernel_units(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
     return list(units.values())
 
 
-def compile_ahead(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
-                  selector_specs: Mapping[int, Any] | None = None,
-                  slot_specs: Mapping[Any, Any] | None = None, batched_factors: Any = (),
-                  batched_selectors: Any = (), buckets: Any | None = None, mode: str = "compiled",
-                  cache: KernelCache | None = None, workers: int | None = None,
-                  max_total_bytes: int | None = None, target: str = "cpu",
-                  bar: Callable[[int], Any] | None = None
-                  ) -> tuple[Executable | BatchedExecutable, AheadReport]:
+def compile_ahead(
+    programs: Any,
+    sr: Any,
+    *,
+    factor_specs: Mapping[int, Any],
+    selector_specs: Mapping[int, Any] | None = None,
+    slot_specs: Mapping[Any, Any] | None = None,
+    batched_factors: Any = (),
+    batched_selectors: Any = (),
+    buckets: Any | None = None,
+    mode: str = "compiled",
+    cache: KernelCache | None = None,
+    workers: int | None = None,
+    max_total_bytes: int | None = None,
+    target: str = "cpu",
+    bar: Callable[[int], Any] | None = None,
+) -> tuple[Executable | BatchedExecutable, AheadReport]:
     """Compile every kernel of every bucket into the cache, then the executable (all hits).
 
     bar(total) -> an object with update(n) and set_postfix_str(text) (a tqdm bar), made
@@ -88,15 +115,38 @@ def compile_ahead(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
     """
     cache = cache or default_cache()
     t0 = time.perf_counter()
-    units = kernel_units(programs, sr, factor_specs=factor_specs, selector_specs=selector_specs,
-                         slot_specs=slot_specs, batched_factors=batched_factors,
-                         batched_selectors=batched_selectors, buckets=buckets,
-                         max_total_bytes=max_total_bytes, target=target)
-    batched = ({"batched_factors": batched_factors, "batched_selectors": batched_selectors,
-                "buckets": buckets} if batched_factors or batched_selectors or buckets else {})
+    units = kernel_units(
+        programs,
+        sr,
+        factor_specs=factor_specs,
+        selector_specs=selector_specs,
+        slot_specs=slot_specs,
+        batched_factors=batched_factors,
+        batched_selectors=batched_selectors,
+        buckets=buckets,
+        max_total_bytes=max_total_bytes,
+        target=target,
+    )
+    batched = (
+        {"batched_factors": batched_factors, "batched_selectors": batched_selectors, "buckets": buckets}
+        if batched_factors or batched_selectors or buckets
+        else {}
+    )
     if target == "cuda":
-        return _compile_ahead_cuda(programs, sr, units, factor_specs, selector_specs, slot_specs,
-                                   batched, mode, cache, max_total_bytes, bar, t0)
+        return _compile_ahead_cuda(
+            programs,
+            sr,
+            units,
+            factor_specs,
+            selector_specs,
+            slot_specs,
+            batched,
+            mode,
+            cache,
+            max_total_bytes,
+            bar,
+            t0,
+        )
     cold = [u for u in units if cache.check(u.identity, u.source)[0] != "ok"]
     progress = bar(len(cold)) if bar is not None else None
 
@@ -115,16 +165,42 @@ def compile_ahead(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
             done(unit, time.perf_counter() - started)
     if progress is not None:
         progress.close()
-    exe = compile(programs, sr, factor_specs=factor_specs, selector_specs=selector_specs,
-                  slot_specs=slot_specs, mode=mode, cache=cache, workers=0,
-                  max_total_bytes=max_total_bytes, **batched)
-    report = AheadReport(len(units), len(cold), time.perf_counter() - t0, cache.directory,
-                         tuple(exe.buckets) if hasattr(exe, "buckets") else None)
+    exe = compile(
+        programs,
+        sr,
+        factor_specs=factor_specs,
+        selector_specs=selector_specs,
+        slot_specs=slot_specs,
+        mode=mode,
+        cache=cache,
+        workers=0,
+        max_total_bytes=max_total_bytes,
+        **batched,
+    )
+    report = AheadReport(
+        len(units),
+        len(cold),
+        time.perf_counter() - t0,
+        cache.directory,
+        tuple(exe.buckets) if hasattr(exe, "buckets") else None,
+    )
     return exe, report
 
 
-def _compile_ahead_cuda(programs, sr, units, factor_specs, selector_specs, slot_specs,
-                        batched, mode, cache, max_total_bytes, bar, t0):
+def _compile_ahead_cuda(
+    programs,
+    sr,
+    units,
+    factor_specs,
+    selector_specs,
+    slot_specs,
+    batched,
+    mode,
+    cache,
+    max_total_bytes,
+    bar,
+    t0,
+):
     """On a GPU, loading a kernel compiles it into the cache (for the device at hand, which
     is part of its key): compile() does it all, one kernel after another (compiling for a
     GPU needs the GPU; no worker processes)."""
@@ -137,13 +213,28 @@ def _compile_ahead_cuda(programs, sr, units, factor_specs, selector_specs, slot_
             progress.set_postfix_str(line.split(": ", 1)[-1], refresh=False)
             progress.update(1)
 
-    exe = compile(programs, sr, factor_specs=factor_specs, selector_specs=selector_specs,
-                  slot_specs=slot_specs, mode=mode, cache=cache, target="cuda",
-                  max_total_bytes=max_total_bytes, progress=said, **batched)
+    exe = compile(
+        programs,
+        sr,
+        factor_specs=factor_specs,
+        selector_specs=selector_specs,
+        slot_specs=slot_specs,
+        mode=mode,
+        cache=cache,
+        target="cuda",
+        max_total_bytes=max_total_bytes,
+        progress=said,
+        **batched,
+    )
     if progress is not None:
         progress.close()
     profiles = exe.profiles.values() if hasattr(exe, "profiles") else [exe]
     compiled = sum(int(p.cache_stats.get("misses", 0)) for p in profiles)  # (a count: an int)
-    report = AheadReport(len(units), min(compiled, len(units)), time.perf_counter() - t0,
-                         cache.directory, tuple(exe.buckets) if hasattr(exe, "buckets") else None)
+    report = AheadReport(
+        len(units),
+        min(compiled, len(units)),
+        time.perf_counter() - t0,
+        cache.directory,
+        tuple(exe.buckets) if hasattr(exe, "buckets") else None,
+    )
     return exe, report

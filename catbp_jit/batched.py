@@ -86,7 +86,7 @@ class BatchedExecutable:
 
     @property
     def tier(self) -> str:
-        """"numpy" until every bucket has its kernels (they share one build), then "compiled"."""
+        """ "numpy" until every bucket has its kernels (they share one build), then "compiled"."""
         return "compiled" if all(p.tier == "compiled" for p in self.profiles.values()) else "numpy"
 
     def ready(self) -> bool:
@@ -117,9 +117,13 @@ class BatchedExecutable:
 
     def stats(self) -> dict[str, Any]:
         kernels = {k for exe in self.profiles.values() for k in exe.schedule.patterns}
-        return {"buckets": self.buckets, "kernels": len(kernels), "tier": self.tier,
-                "total_bytes": max(exe.memory.total_bytes for exe in self.profiles.values()),
-                "profiles": {b: exe.stats() for b, exe in self.profiles.items()}}
+        return {
+            "buckets": self.buckets,
+            "kernels": len(kernels),
+            "tier": self.tier,
+            "total_bytes": max(exe.memory.total_bytes for exe in self.profiles.values()),
+            "profiles": {b: exe.stats() for b, exe in self.profiles.items()},
+        }
 
     def kernel_source(self, k: int | str = 0) -> str:
         return self.largest.kernel_source(k)
@@ -134,11 +138,22 @@ class BatchedExecutable:
         self.wait()
         big = self.largest
         kernels = {k.key: k for exe in self.profiles.values() for k in exe.kernels}
-        doc = saved_document(self.programs, self.semiring, self.mode, big.target,
-                             self.factor_specs, self.selector_specs, big.slot_specs,
-                             list(kernels.values()), big.plan.options.exact)
-        doc.update(batched_factors=sorted(self.batched_factors),
-                   batched_selectors=sorted(self.batched_selectors), buckets=list(self.buckets))
+        doc = saved_document(
+            self.programs,
+            self.semiring,
+            self.mode,
+            big.target,
+            self.factor_specs,
+            self.selector_specs,
+            big.slot_specs,
+            list(kernels.values()),
+            big.plan.options.exact,
+        )
+        doc.update(
+            batched_factors=sorted(self.batched_factors),
+            batched_selectors=sorted(self.batched_selectors),
+            buckets=list(self.buckets),
+        )
         write_saved(path, doc)
 
 
@@ -146,12 +161,14 @@ def _ids(ids: Any, specs: Mapping[int, TensorSpec], kind: str) -> frozenset:
     try:
         out = frozenset(int(i) for i in ids)
     except (TypeError, ValueError):
-        raise BatchedCompileError(f"batched_{kind}s must be a collection of {kind} ids, "
-                                  f"got {ids!r}") from None
+        raise BatchedCompileError(
+            f"batched_{kind}s must be a collection of {kind} ids, got {ids!r}"
+        ) from None
     unknown = sorted(out - set(specs))
     if unknown:
-        raise BatchedCompileError(f"batched_{kind}s: no {kind} spec for id(s) {unknown} "
-                                  f"(declared: {sorted(specs)[:10]})")
+        raise BatchedCompileError(
+            f"batched_{kind}s: no {kind} spec for id(s) {unknown} (declared: {sorted(specs)[:10]})"
+        )
     return out
 
 
@@ -162,14 +179,14 @@ def _buckets(buckets: Any) -> tuple[int, ...]:
     except (TypeError, ValueError):
         ok = False
     if not ok or out[0] < 1:
-        raise BatchedCompileError(f"buckets must be positive integers (batch sizes), "
-                                  f"got {buckets!r}")
+        raise BatchedCompileError(f"buckets must be positive integers (batch sizes), got {buckets!r}")
     return out
 
 
 @dataclass
 class BatchedPlan:
     """One plan per bucket (plan/pipeline.py), nothing compiled."""
+
     plans: dict[int, Plan]  # bucket -> its plan
     buckets: tuple[int, ...]
     batched_factors: frozenset
@@ -178,27 +195,47 @@ class BatchedPlan:
     programs: list[Program]  # as given (adapted), before the batch rewrite
 
 
-def plan_batched(progs: list[Program], sr: VMSemiringRuntime, fspecs: dict[int, TensorSpec],
-                 sspecs: dict[int, TensorSpec], lspecs: dict[tuple, TensorSpec], *, batched_factors: Any,
-                 batched_selectors: Any, buckets: Any, options: PlanOptions) -> BatchedPlan:
+def plan_batched(
+    progs: list[Program],
+    sr: VMSemiringRuntime,
+    fspecs: dict[int, TensorSpec],
+    sspecs: dict[int, TensorSpec],
+    lspecs: dict[tuple, TensorSpec],
+    *,
+    batched_factors: Any,
+    batched_selectors: Any,
+    buckets: Any,
+    options: PlanOptions,
+) -> BatchedPlan:
     """Every bucket's plan, from adapted inputs."""
     bf = _ids(batched_factors, fspecs, "factor")
     bs = _ids(batched_selectors, sspecs, "selector")
     if not bf and not bs:
-        raise BatchedCompileError("buckets given but no batched_factors or batched_selectors: "
-                                  "name the inputs that have a batch axis")
+        raise BatchedCompileError(
+            "buckets given but no batched_factors or batched_selectors: "
+            "name the inputs that have a batch axis"
+        )
     sizes = _buckets(DEFAULT_BUCKETS if buckets is None else buckets)
-    aid = batch_axis_id(progs, list(fspecs.values()) + list(sspecs.values())
-                        + list(lspecs.values()))
-    plans = {b: plan(bprogs, sr, bfspecs, bsspecs, lspecs, options, key)
-             for b, bprogs, bfspecs, bsspecs, key in bucket_inputs(progs, fspecs, sspecs, lspecs,
-                                                                   bf, bs, aid, sizes)}
+    aid = batch_axis_id(progs, list(fspecs.values()) + list(sspecs.values()) + list(lspecs.values()))
+    plans = {
+        b: plan(bprogs, sr, bfspecs, bsspecs, lspecs, options, key)
+        for b, bprogs, bfspecs, bsspecs, key in bucket_inputs(
+            progs, fspecs, sspecs, lspecs, bf, bs, aid, sizes
+        )
+    }
     return BatchedPlan(plans, sizes, bf, bs, aid, progs)
 
 
-def build_batched(bplan: BatchedPlan, *, target: str, mode: str, cache: KernelCache | None,
-                  progress: Callable[[str], None] | None = None,
-                  workers: int | None = None, tier: str | None = None) -> BatchedExecutable:
+def build_batched(
+    bplan: BatchedPlan,
+    *,
+    target: str,
+    mode: str,
+    cache: KernelCache | None,
+    progress: Callable[[str], None] | None = None,
+    workers: int | None = None,
+    tier: str | None = None,
+) -> BatchedExecutable:
     say = progress or (lambda line: None)
     profiles = {}
     background = None
@@ -207,47 +244,84 @@ def build_batched(bplan: BatchedPlan, *, target: str, mode: str, cache: KernelCa
         background = background_build(list(bplan.plans.values()), cache, workers, tier, say)
     for b, p in bplan.plans.items():
         if background is not None:
-            profiles[b] = Executable(p, mode, target, [], cache_stats=dict(background[1]),
-                                     tier="numpy", kernel_build=background[0])
+            profiles[b] = Executable(
+                p, mode, target, [], cache_stats=dict(background[1]), tier="numpy", kernel_build=background[0]
+            )
             continue
         say(f"bucket {b}")
-        profiles[b] = build(p, target=target, mode=mode, cache=cache, progress=progress,
-                            workers=workers, tier="compiled")
-    return BatchedExecutable(profiles, bplan.buckets, bplan.batched_factors,
-                             bplan.batched_selectors, bplan.batch_axis_id, bplan.programs)
+        profiles[b] = build(
+            p, target=target, mode=mode, cache=cache, progress=progress, workers=workers, tier="compiled"
+        )
+    return BatchedExecutable(
+        profiles,
+        bplan.buckets,
+        bplan.batched_factors,
+        bplan.batched_selectors,
+        bplan.batch_axis_id,
+        bplan.programs,
+    )
 
 
-def compile_batched(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
-                    selector_specs: Mapping[int, Any] | None, slot_specs: Mapping[Any, Any] | None,
-                    target: str, mode: str, cache: KernelCache | None, max_bytes: int = DEFAULT_MAX_BYTES,
-                    max_total_bytes: int | None, progress: Callable[[str], None] | None,
-                    workers: int | None, batched_factors: Any, batched_selectors: Any,
-                    buckets: Any, options: PlanOptions | None = None,
-                    tier: str | None = None) -> BatchedExecutable:
-    progs, sr, fspecs, sspecs, lspecs = adapt_inputs(programs, sr, factor_specs,
-                                                     selector_specs, slot_specs, target, mode)
-    bplan = plan_batched(progs, sr, fspecs, sspecs, lspecs, batched_factors=batched_factors,
-                         batched_selectors=batched_selectors, buckets=buckets,
-                         options=plan_options(target, options, max_bytes, max_total_bytes))
-    return build_batched(bplan, target=target, mode=mode, cache=cache, progress=progress,
-                         workers=workers, tier=tier)
+def compile_batched(
+    programs: Any,
+    sr: Any,
+    *,
+    factor_specs: Mapping[int, Any],
+    selector_specs: Mapping[int, Any] | None,
+    slot_specs: Mapping[Any, Any] | None,
+    target: str,
+    mode: str,
+    cache: KernelCache | None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    max_total_bytes: int | None,
+    progress: Callable[[str], None] | None,
+    workers: int | None,
+    batched_factors: Any,
+    batched_selectors: Any,
+    buckets: Any,
+    options: PlanOptions | None = None,
+    tier: str | None = None,
+) -> BatchedExecutable:
+    progs, sr, fspecs, sspecs, lspecs = adapt_inputs(
+        programs, sr, factor_specs, selector_specs, slot_specs, target, mode
+    )
+    bplan = plan_batched(
+        progs,
+        sr,
+        fspecs,
+        sspecs,
+        lspecs,
+        batched_factors=batched_factors,
+        batched_selectors=batched_selectors,
+        buckets=buckets,
+        options=plan_options(target, options, max_bytes, max_total_bytes),
+    )
+    return build_batched(
+        bplan, target=target, mode=mode, cache=cache, progress=progress, workers=workers, tier=tier
+    )
 
 
-def bucket_inputs(progs: list[Program], fspecs: dict[int, TensorSpec], sspecs: dict[int, TensorSpec],
-                  lspecs: dict[tuple, TensorSpec], bf: frozenset, bs: frozenset, aid: int,
-                  sizes: Iterable[int]) -> Iterator[tuple[int, list[Program], dict[int, TensorSpec],
-                                                          dict[int, TensorSpec], tuple]]:
+def bucket_inputs(
+    progs: list[Program],
+    fspecs: dict[int, TensorSpec],
+    sspecs: dict[int, TensorSpec],
+    lspecs: dict[tuple, TensorSpec],
+    bf: frozenset,
+    bs: frozenset,
+    aid: int,
+    sizes: Iterable[int],
+) -> Iterator[tuple[int, list[Program], dict[int, TensorSpec], dict[int, TensorSpec], tuple]]:
     """Per bucket: (size, its rewritten programs, factor specs, selector specs, batch axis key)."""
     for b in sizes:
         ax = batch_axis(aid, b)
         bprogs, _ = batch_programs(progs, ax, bf, bs, lspecs)
-        yield (b, bprogs, batch_input_specs(fspecs, bf, ax), batch_input_specs(sspecs, bs, ax),
-               ax.key)
+        yield (b, bprogs, batch_input_specs(fspecs, bf, ax), batch_input_specs(sspecs, bs, ax), ax.key)
 
 
 @dataclass(frozen=True)
 class _Input:
     """A declared input, as a batched session copies it in."""
+
     shape: tuple[int, ...]  # one row's
     batched: bool
     views: dict[int, np.ndarray]  # bucket -> its region (rows first); none if never read
@@ -263,30 +337,33 @@ class BatchedSession:
 
             arenas = host_and_device_arenas(total, exe.dtype)  # shared by every bucket
             self.mem = arenas[0]
-            self.sessions: dict[int, Session] = {b: CudaSession(p, arenas=arenas, **hooks)
-                             for b, p in exe.profiles.items()}
+            self.sessions: dict[int, Session] = {
+                b: CudaSession(p, arenas=arenas, **hooks) for b, p in exe.profiles.items()
+            }
         else:
             self.mem = aligned_empty(total, exe.dtype)  # shared by every bucket
-            self.sessions = {b: Session(p, mem=self.mem, **hooks)
-                             for b, p in exe.profiles.items()}
+            self.sessions = {b: Session(p, mem=self.mem, **hooks) for b, p in exe.profiles.items()}
         for s in self.sessions.values():
             s._unset.clear()  # inputs are tracked here, across buckets
         self.one = np.array(exe.semiring.kind.one, dtype=exe.dtype)
+
         # the batch axis is innermost inside (ir/batch.py); users see it first: these
         # strided views of each bucket's regions put it first
         def rows(view: np.ndarray) -> np.ndarray:
             return np.moveaxis(view, -1, 0)
+
         self._by: dict[tuple[str, Any], _Input] = {}
         for kind, specs, batched, regions in (
-                ("factor", exe.factor_specs, exe.batched_factors, lambda s: s._factors),
-                ("selector", exe.selector_specs, exe.batched_selectors, lambda s: s._selectors),
-                ("slot", exe.largest.slot_specs, frozenset(), lambda s: s._slots_in)):
+            ("factor", exe.factor_specs, exe.batched_factors, lambda s: s._factors),
+            ("selector", exe.selector_specs, exe.batched_selectors, lambda s: s._selectors),
+            ("slot", exe.largest.slot_specs, frozenset(), lambda s: s._slots_in),
+        ):
             for ident, spec in specs.items():
-                views = {b: regions(s)[ident] for b, s in self.sessions.items()
-                         if ident in regions(s)}
+                views = {b: regions(s)[ident] for b, s in self.sessions.items() if ident in regions(s)}
                 if ident in batched:
-                    self._by[kind, ident] = _Input(spec.shape, True,
-                                                   {b: rows(v) for b, v in views.items()}, None)
+                    self._by[kind, ident] = _Input(
+                        spec.shape, True, {b: rows(v) for b, v in views.items()}, None
+                    )
                 else:  # kept here: another bucket's run writes over its regions
                     kept = np.empty(spec.shape, exe.dtype) if views else None
                     self._by[kind, ident] = _Input(spec.shape, False, views, kept)
@@ -296,21 +373,25 @@ class BatchedSession:
 
         ax = exe.axis(exe.buckets[-1])
         big = self.sessions[exe.buckets[-1]]
-        self.batched_slots: set[tuple] = {k for k, (_, spec) in big.slots.items()
-                                          if is_batched(spec, ax)}
+        self.batched_slots: set[tuple] = {k for k, (_, spec) in big.slots.items() if is_batched(spec, ax)}
         self.slot_specs = {k: unbatched_spec(spec, ax) for k, (_, spec) in big.slots.items()}
-        self._rows_out = {b: {k: rows(s.slots[k][0]) for k in self.batched_slots}
-                          for b, s in self.sessions.items()}
-        self._whole_out = {b: {k: (v, self.slot_specs[k]) for k, (v, _) in s.slots.items()
-                               if k not in self.batched_slots}
-                           for b, s in self.sessions.items()}
+        self._rows_out = {
+            b: {k: rows(s.slots[k][0]) for k in self.batched_slots} for b, s in self.sessions.items()
+        }
+        self._whole_out = {
+            b: {k: (v, self.slot_specs[k]) for k, (v, _) in s.slots.items() if k not in self.batched_slots}
+            for b, s in self.sessions.items()
+        }
         self.slots: dict[tuple, tuple[np.ndarray, TensorSpec]] = {}
 
     # -- inputs ----------------------------------------------------------------------------
 
-    def _inputs(self, factors: Mapping[int, np.ndarray] | None,
-                selectors: Mapping[int, np.ndarray] | None, slots: Mapping[Any, Any] | None
-                ) -> tuple[list[tuple[_Input, np.ndarray]], int]:
+    def _inputs(
+        self,
+        factors: Mapping[int, np.ndarray] | None,
+        selectors: Mapping[int, np.ndarray] | None,
+        slots: Mapping[Any, Any] | None,
+    ) -> tuple[list[tuple[_Input, np.ndarray]], int]:
         """(input, array) for every input given, all checked; and the number of rows."""
         given: list[tuple[_Input, np.ndarray]] = []
         seen = set()
@@ -324,27 +405,34 @@ class BatchedSession:
                 if inp is None:
                     raise UnknownInputError(f"this executable has no {kind} {ident!r}")
                 if not isinstance(arr, np.ndarray):
-                    raise InputMismatchError(f"{kind} {ident!r}: expected a numpy array, "
-                                             f"got {type(arr).__name__}")
+                    raise InputMismatchError(
+                        f"{kind} {ident!r}: expected a numpy array, got {type(arr).__name__}"
+                    )
                 want = ((arr.shape[0] if arr.ndim else -1,) if inp.batched else ()) + inp.shape
                 if arr.dtype != self.mem.dtype or arr.shape != want:
                     form = f"(n, *{list(inp.shape)})" if inp.batched else f"{list(inp.shape)}"
                     raise InputMismatchError(
                         f"{kind} {ident!r}: got {arr.dtype}{list(arr.shape)}, compiled for "
-                        f"{self.mem.dtype} {form}{' (a batched input)' if inp.batched else ''}")
+                        f"{self.mem.dtype} {form}{' (a batched input)' if inp.batched else ''}"
+                    )
                 if inp.batched:
                     if rows is not None and arr.shape[0] != rows:
                         raise InputMismatchError(
                             f"{kind} {ident!r}: {arr.shape[0]} rows, but another batched "
-                            f"input has {rows}; every batched input of a run has the same rows")
+                            f"input has {rows}; every batched input of a run has the same rows"
+                        )
                     rows = arr.shape[0]
                 given.append((inp, arr))
                 seen.add((kind, ident))
-        missing = [f"{kind} {ident!r}" for (kind, ident), inp in self._by.items()
-                   if inp.batched and (kind, ident) not in seen]
+        missing = [
+            f"{kind} {ident!r}"
+            for (kind, ident), inp in self._by.items()
+            if inp.batched and (kind, ident) not in seen
+        ]
         if missing:
-            raise UnknownInputError(f"every run gives every batched input (its rows); missing "
-                                    f"{name_list(sorted(missing))}")
+            raise UnknownInputError(
+                f"every run gives every batched input (its rows); missing {name_list(sorted(missing))}"
+            )
         unset = self._unset - seen
         if unset:
             names = sorted(f"{k} {i!r}" for k, i in unset)
@@ -368,7 +456,7 @@ class BatchedSession:
             if view is None:
                 continue  # declared, but read by no schedule
             if inp.batched:
-                np.copyto(view[:n], arr[lo:lo + n])
+                np.copyto(view[:n], arr[lo : lo + n])
                 view[n:].fill(self.one)  # padding rows: the semiring's one
             else:
                 np.copyto(cast(np.ndarray, inp.kept), arr)  # (read, so kept)
@@ -376,9 +464,12 @@ class BatchedSession:
 
     # -- running ---------------------------------------------------------------------------
 
-    def run(self, factors: Mapping[int, np.ndarray] | None = None,
-            selectors: Mapping[int, np.ndarray] | None = None,
-            slots: Mapping[Any, Any] | None = None) -> dict[tuple, tuple[np.ndarray, TensorSpec]]:
+    def run(
+        self,
+        factors: Mapping[int, np.ndarray] | None = None,
+        selectors: Mapping[int, np.ndarray] | None = None,
+        slots: Mapping[Any, Any] | None = None,
+    ) -> dict[tuple, tuple[np.ndarray, TensorSpec]]:
         """Run the rows given (see the module docstring). Returns `self.slots`: slot key ->
         (array, spec of one row); a batched slot's array has the rows first. Views valid
         until the next run (arrays of their own when the run was split into chunks)."""
@@ -396,19 +487,21 @@ class BatchedSession:
             return self.slots
         return self._run_chunks(given, n)
 
-    def _run_chunks(self, given: list[tuple[_Input, np.ndarray]], n: int
-                    ) -> dict[tuple, tuple[np.ndarray, TensorSpec]]:
+    def _run_chunks(
+        self, given: list[tuple[_Input, np.ndarray]], n: int
+    ) -> dict[tuple, tuple[np.ndarray, TensorSpec]]:
         big = self.exe.buckets[-1]
         sess = self._choose(big)
-        results = {key: np.empty((n,) + self.slot_specs[key].shape, self.mem.dtype)
-                   for key in self.batched_slots}
+        results = {
+            key: np.empty((n,) + self.slot_specs[key].shape, self.mem.dtype) for key in self.batched_slots
+        }
         for lo in range(0, n, big):
             m = min(big, n - lo)
             self._copy_in(big, given, lo, m)
             sess.run()
             sess.fetch()
             for key, rows in self._rows_out[big].items():
-                results[key][lo:lo + m] = rows[:m]
+                results[key][lo : lo + m] = rows[:m]
         self.slots.update(self._whole_out[big])
         for key, rows in results.items():
             self.slots[key] = (rows, self.slot_specs[key])

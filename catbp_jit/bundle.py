@@ -124,8 +124,7 @@ def instruction_to_json(ins: Instruction) -> dict:
 
 
 def program_to_json(program: Program) -> dict:
-    return {"name": program.name,
-            "instructions": [instruction_to_json(ins) for ins in program.instructions]}
+    return {"name": program.name, "instructions": [instruction_to_json(ins) for ins in program.instructions]}
 
 
 def program_from_json(obj: Any) -> Program:
@@ -139,21 +138,25 @@ def program_from_json(obj: Any) -> Program:
     instrs = []
     for i, d in enumerate(obj["instructions"]):
         if not isinstance(d, dict) or "op" not in d:
-            raise BundleError(f"program {shown(name)}, instruction [{i}]: expected an object with "
-                              f"'op', got {d!r:.80}")
+            raise BundleError(
+                f"program {shown(name)}, instruction [{i}]: expected an object with 'op', got {d!r:.80}"
+            )
         if not isinstance(d.get("args") or {}, dict):
-            raise BundleError(f"program {shown(name)}, instruction [{i}]: 'args' must be an object, "
-                              f"got {d['args']!r:.80}")
+            raise BundleError(
+                f"program {shown(name)}, instruction [{i}]: 'args' must be an object, got {d['args']!r:.80}"
+            )
         # adapt_instruction reads attributes, so give the dict attribute access.
-        instrs.append(SimpleNamespace(op=d["op"], dst=d.get("dst"), args=d.get("args") or {},
-                                      spec=d.get("spec")))
+        instrs.append(
+            SimpleNamespace(op=d["op"], dst=d.get("dst"), args=d.get("args") or {}, spec=d.get("spec"))
+        )
     try:
         return adapt_program(instrs, name=name)
     except CatbpError:  # already says which instruction and why
         raise
     except (TypeError, KeyError, AttributeError, IndexError) as e:  # an argument of the wrong kind
-        raise BundleError(f"program {shown(name)}: an instruction argument of the wrong kind "
-                          f"({type(e).__name__}: {e})") from None
+        raise BundleError(
+            f"program {shown(name)}: an instruction argument of the wrong kind ({type(e).__name__}: {e})"
+        ) from None
 
 
 # ---------------------------------------------------------------------------------------
@@ -196,11 +199,14 @@ def load_bundle(path: str | os.PathLike) -> Bundle:
         raise BundleError(f"bundle {str(d)!r}: {BUNDLE_JSON} must hold a JSON object")
 
     if meta.get("format") != FORMAT_NAME:
-        raise BundleError(f"bundle {str(d)!r}: format is {shown(meta.get('format'))}, "
-                         f"expected {FORMAT_NAME!r}")
+        raise BundleError(
+            f"bundle {str(d)!r}: format is {shown(meta.get('format'))}, expected {FORMAT_NAME!r}"
+        )
     if meta.get("version") != FORMAT_VERSION:
-        raise BundleError(f"bundle {str(d)!r}: unsupported {FORMAT_NAME} version "
-                         f"{shown(meta.get('version'))} (this reader knows version {FORMAT_VERSION})")
+        raise BundleError(
+            f"bundle {str(d)!r}: unsupported {FORMAT_NAME} version "
+            f"{shown(meta.get('version'))} (this reader knows version {FORMAT_VERSION})"
+        )
     for k in ("name", "semiring", "dtype", "factors", "selectors", "programs"):
         if k not in meta:
             raise BundleError(f"bundle {str(d)!r}: {BUNDLE_JSON} has no {k!r}")
@@ -221,8 +227,16 @@ def load_bundle(path: str | os.PathLike) -> Bundle:
             arrays = {k: z[k] for k in z.files}
     # truncated, not a zip; NotImplementedError: an unknown compression method; RuntimeError:
     # an entry marked encrypted; LZMAError: a damaged LZMA entry
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError,
-            RuntimeError, lzma.LZMAError) as e:
+    except (
+        OSError,
+        ValueError,
+        EOFError,
+        zipfile.BadZipFile,
+        zlib.error,
+        NotImplementedError,
+        RuntimeError,
+        lzma.LZMAError,
+    ) as e:
         raise BundleError(f"{where}: {ARRAYS_NPZ} cannot be read ({e})") from None
 
     def tensor(entry: Any, what: str) -> Tensor:
@@ -239,8 +253,10 @@ def load_bundle(path: str | os.PathLike) -> Bundle:
             raise BundleError(f"{where}: {what}: array {shown(aname)} is missing from {ARRAYS_NPZ}")
         arr = arrays[aname]
         if arr.shape != spec.shape:
-            raise BundleError(f"{where}: {what}: array {aname!r} has shape {arr.shape} but "
-                             f"its spec {spec} has shape {spec.shape}")
+            raise BundleError(
+                f"{where}: {what}: array {aname!r} has shape {arr.shape} but "
+                f"its spec {spec} has shape {spec.shape}"
+            )
         return arr, spec
 
     def tensors(table: Any, kind: str) -> dict[int, Tensor]:
@@ -334,10 +350,8 @@ def bundle_to_json(bundle: Bundle) -> tuple[dict, dict[str, np.ndarray]]:
         "semiring": bundle.semiring,
         "dtype": np.dtype(bundle.dtype).name,
         "normalized_messages": bool(bundle.normalized_messages),
-        "factors": {str(fid): entry(a, s, f"factor/{fid}")
-                    for fid, (a, s) in bundle.factors.items()},
-        "selectors": {str(sid): entry(a, s, f"selector/{sid}")
-                      for sid, (a, s) in bundle.selectors.items()},
+        "factors": {str(fid): entry(a, s, f"factor/{fid}") for fid, (a, s) in bundle.factors.items()},
+        "selectors": {str(sid): entry(a, s, f"selector/{sid}") for sid, (a, s) in bundle.selectors.items()},
         "programs": [program_to_json(p) for p in bundle.programs],
     }
     if bundle.expected_slots is None and bundle.expected_Z is None:
@@ -347,8 +361,10 @@ def bundle_to_json(bundle: Bundle) -> tuple[dict, dict[str, np.ndarray]]:
     else:
         expected: dict[str, Any] = {}
         if bundle.expected_slots is not None:
-            expected["slots"] = [dict(key=slot_key_to_json(key), **entry(a, s, f"slot/{n}"))
-                                 for n, (key, (a, s)) in enumerate(bundle.expected_slots.items())]
+            expected["slots"] = [
+                dict(key=slot_key_to_json(key), **entry(a, s, f"slot/{n}"))
+                for n, (key, (a, s)) in enumerate(bundle.expected_slots.items())
+            ]
         if bundle.expected_Z is not None:
             expected["Z"] = _plain_number(bundle.expected_Z)
         if bundle.Z_bruteforce is not None:

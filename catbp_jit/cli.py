@@ -65,8 +65,7 @@ def _reference_engine(bundle: Bundle) -> Callable[[], Slots]:
     def run() -> Slots:
         slots = None
         for p in bundle.programs:
-            slots = run_program(p, sr, bundle.factor_provider, bundle.selector_provider,
-                                slots=slots)
+            slots = run_program(p, sr, bundle.factor_provider, bundle.selector_provider, slots=slots)
         return slots if slots is not None else {}
 
     return run
@@ -76,6 +75,7 @@ def _reference_engine(bundle: Bundle) -> Callable[[], Slots]:
 class _JitRun:
     """The jit engine's run (called: every program, the final slots) and what cmd_run
     reports of it: the executable, when compile() began, and a summary line."""
+
     run: Callable[[], Slots]
     exe: Executable
     started: float
@@ -85,8 +85,9 @@ class _JitRun:
         return self.run()
 
 
-def _jit_engine(bundle: Bundle, mode: str = "compiled", target: str = "cpu",
-                tier: str | None = None, quiet: bool = True) -> _JitRun:
+def _jit_engine(
+    bundle: Bundle, mode: str = "compiled", target: str = "cpu", tier: str | None = None, quiet: bool = True
+) -> _JitRun:
     from .executable import Executable, compile  # imported lazily: numba takes a moment to load
     from .progress import close, command_lines
 
@@ -94,9 +95,16 @@ def _jit_engine(bundle: Bundle, mode: str = "compiled", target: str = "cpu",
     t0 = time.perf_counter()
     progress = command_lines(quiet)  # lines on stderr once compiling takes a while
     try:
-        exe = compile(bundle.programs, bundle.semiring_runtime(),
-                      factor_specs=bundle.factor_specs(), selector_specs=bundle.selector_specs(),
-                      mode=mode, target=target, tier=tier, progress=progress)
+        exe = compile(
+            bundle.programs,
+            bundle.semiring_runtime(),
+            factor_specs=bundle.factor_specs(),
+            selector_specs=bundle.selector_specs(),
+            mode=mode,
+            target=target,
+            tier=tier,
+            progress=progress,
+        )
     finally:
         close(progress)
     assert isinstance(exe, Executable)  # nothing batched: one executable
@@ -105,10 +113,12 @@ def _jit_engine(bundle: Bundle, mode: str = "compiled", target: str = "cpu",
     selectors = {sid: arr for sid, (arr, _) in bundle.selectors.items()}
     stats = exe.stats()
     ready = time.perf_counter() - t0
-    summary = (f"{'ready' if exe.tier == 'numpy' else 'compiled'} in {ready:.2f} s: "
-               f"{stats['segments']} segments, {stats['kernels']} kernels (cache: "
-               f"{stats['cache'].get('hits', 0)} hits, {stats['cache'].get('misses', 0)} "
-               f"misses), arenas {stats['total_bytes']} bytes")
+    summary = (
+        f"{'ready' if exe.tier == 'numpy' else 'compiled'} in {ready:.2f} s: "
+        f"{stats['segments']} segments, {stats['kernels']} kernels (cache: "
+        f"{stats['cache'].get('hits', 0)} hits, {stats['cache'].get('misses', 0)} "
+        f"misses), arenas {stats['total_bytes']} bytes"
+    )
 
     def run() -> Slots:
         slots = session.run(factors=factors, selectors=selectors)
@@ -191,8 +201,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.engine != "jit" and jit_only:
         raise CliError(f"{', '.join(jit_only)} apply to the jit engine only, not --engine {args.engine}")
     if args.tier is not None and args.target == "cuda":  # CUDA kernels always compile first
-        raise CliError("--tier applies to the CPU target only; --target cuda compiles its "
-                       "kernels before the first run")
+        raise CliError(
+            "--tier applies to the CPU target only; --target cuda compiles its kernels before the first run"
+        )
     args.mode, args.target = args.mode or "compiled", args.target or "cpu"
 
     run: Callable[[], Slots]
@@ -215,10 +226,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     counts = ", ".join(f"{p.name} {len(p)}" for p in bundle.programs)
     out(f"bundle:    {bundle.name}")
-    out(f"semiring:  {bundle.semiring} ({bundle.dtype.name})"
-        + (", normalized messages" if bundle.normalized_messages else ""))
-    out(f"programs:  {len(bundle.programs)} ({counts}); "
-        f"{bundle.num_instructions()} instructions")
+    out(
+        f"semiring:  {bundle.semiring} ({bundle.dtype.name})"
+        + (", normalized messages" if bundle.normalized_messages else "")
+    )
+    out(f"programs:  {len(bundle.programs)} ({counts}); {bundle.num_instructions()} instructions")
     z = slots.get(("Z",))
     out(f"Z:         {_format_value(z[0]) if z is not None else '(no Z slot)'}")
     if bundle.Z_bruteforce is not None:
@@ -226,13 +238,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     out(f"slots:     {len(slots)}")
     ms = [t * 1e3 for t in times]
     engine = args.engine + (f", {args.mode} mode, target {args.target}" if args.engine == "jit" else "")
-    out(f"time:      best {min(ms):.3f} ms, median {statistics.median(ms):.3f} ms "
-        f"over {len(ms)} run{'s' if len(ms) != 1 else ''} ({engine} engine)")
+    out(
+        f"time:      best {min(ms):.3f} ms, median {statistics.median(ms):.3f} ms "
+        f"over {len(ms)} run{'s' if len(ms) != 1 else ''} ({engine} engine)"
+    )
     if jit is not None:  # args.engine == "jit"
         out(f"jit:       {jit.summary}")
         if jit.exe.tier == "numpy":
-            out("tier:      numpy (the kernels' results, computed by numpy while the kernels "
-                "compile in the background)")
+            out(
+                "tier:      numpy (the kernels' results, computed by numpy while the kernels "
+                "compile in the background)"
+            )
             slots, failed = _compiled_tier(jit, slots, out)
             if failed:
                 print(f"compiled tier: {failed}")
@@ -254,8 +270,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_MISMATCH
 
 
-def _compiled_tier(run: _JitRun, numpy_slots: Slots,
-                   out: Callable[..., None]) -> tuple[Slots, str]:
+def _compiled_tier(run: _JitRun, numpy_slots: Slots, out: Callable[..., None]) -> tuple[Slots, str]:
     """Wait for the kernels, run once more with them: (their slots, "" when they are the
     numpy tier's very bits, else what differs)."""
     exe = run.exe
@@ -267,13 +282,19 @@ def _compiled_tier(run: _JitRun, numpy_slots: Slots,
     t0 = time.perf_counter()
     slots = run()
     took = time.perf_counter() - t0
-    differ = [k for k, v in kept.items() if not np.array_equal(
-        np.asarray(slots[k][0]).reshape(-1).view(np.uint8), v.reshape(-1).view(np.uint8))]
-    out(f"compiled:  kernels ready {time.perf_counter() - run.started:.2f} s after "
+    differ = [
+        k
+        for k, v in kept.items()
+        if not np.array_equal(
+            np.asarray(slots[k][0]).reshape(-1).view(np.uint8), v.reshape(-1).view(np.uint8)
+        )
+    ]
+    out(
+        f"compiled:  kernels ready {time.perf_counter() - run.started:.2f} s after "
         f"compile() began; a run with them took {took * 1e3:.3f} ms and gave "
-        + ("the same bits" if not differ else f"other bits in {len(differ)} slots"))
-    return slots, (f"{len(differ)} slots differ from the numpy tier's, e.g. {differ[0]!r}"
-                   if differ else "")
+        + ("the same bits" if not differ else f"other bits in {len(differ)} slots")
+    )
+    return slots, (f"{len(differ)} slots differ from the numpy tier's, e.g. {differ[0]!r}" if differ else "")
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -287,28 +308,47 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="catbp-jit",
-                                     description="Run and inspect CatBP program bundles.")
+    parser = argparse.ArgumentParser(prog="catbp-jit", description="Run and inspect CatBP program bundles.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("run", help="run a bundle's programs and check the expected slots")
     p.add_argument("bundle", metavar="BUNDLE_DIR", help="bundle directory (or its bundle.json)")
-    p.add_argument("--engine", choices=sorted(ENGINES), default="jit",
-                   help="executor to run the programs with (default: jit)")
+    p.add_argument(
+        "--engine",
+        choices=sorted(ENGINES),
+        default="jit",
+        help="executor to run the programs with (default: jit)",
+    )
     # --mode, --target and --tier default to None so that the reference engine can refuse them
-    p.add_argument("--mode", choices=("compiled", "loop"), default=None,
-                   help="jit dispatch: one compiled dispatcher, or a Python loop (default: compiled)")
-    p.add_argument("--target", choices=("cpu", "cuda"), default=None,
-                   help="jit target: the CPU (default) or an NVIDIA GPU (needs numba-cuda: "
-                        "pip install -e '.[cuda]')")
-    p.add_argument("--tier", choices=("auto", "compiled"), default=None,
-                   help="jit: auto (default, or $CATBP_JIT_TIER) answers at once from numpy "
-                        "while cold kernels compile, then checks a run with them; compiled "
-                        "waits for the kernels first")
-    p.add_argument("--repeat", type=int, default=3,
-                   help="number of timed runs; best and median are reported (default: 3)")
-    p.add_argument("--quiet", "-q", action="store_true",
-                   help="print nothing unless some expected slot does not match")
+    p.add_argument(
+        "--mode",
+        choices=("compiled", "loop"),
+        default=None,
+        help="jit dispatch: one compiled dispatcher, or a Python loop (default: compiled)",
+    )
+    p.add_argument(
+        "--target",
+        choices=("cpu", "cuda"),
+        default=None,
+        help="jit target: the CPU (default) or an NVIDIA GPU (needs numba-cuda: pip install -e '.[cuda]')",
+    )
+    p.add_argument(
+        "--tier",
+        choices=("auto", "compiled"),
+        default=None,
+        help="jit: auto (default, or $CATBP_JIT_TIER) answers at once from numpy "
+        "while cold kernels compile, then checks a run with them; compiled "
+        "waits for the kernels first",
+    )
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        help="number of timed runs; best and median are reported (default: 3)",
+    )
+    p.add_argument(
+        "--quiet", "-q", action="store_true", help="print nothing unless some expected slot does not match"
+    )
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("list", help="print a bundle's programs")
@@ -316,30 +356,52 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser(
-        "aot", help="plan every bucket, compile every kernel into the cache, save the profile",
+        "aot",
+        help="plan every bucket, compile every kernel into the cache, save the profile",
         description="Compile ahead of time: afterwards catbp_jit.load(PROFILE) (or the same "
-                    "model solved again) compiles nothing, even with CATBP_JIT_CACHE=strict.")
-    p.add_argument("input", metavar="INPUT",
-                   help="a catbp-bundle directory, or a model (.uai, .bif, a bnlearn name)")
-    p.add_argument("--buckets", metavar="N,N,...",
-                   help="batch sizes to plan (with --batched-factors/--evidence-vars); "
-                        "default: no batch axis (a bundle), 1,64,1024 (a model)")
-    p.add_argument("--batched-factors", metavar="ID,ID,...",
-                   help="bundle factor ids that get a batch axis")
-    p.add_argument("--batched-selectors", metavar="ID,ID,...",
-                   help="bundle selector ids that get a batch axis")
-    p.add_argument("--evidence-vars", metavar="VAR,VAR,...",
-                   help="a model's evidence variables (their indicators are batched)")
+        "model solved again) compiles nothing, even with CATBP_JIT_CACHE=strict.",
+    )
+    p.add_argument(
+        "input", metavar="INPUT", help="a catbp-bundle directory, or a model (.uai, .bif, a bnlearn name)"
+    )
+    p.add_argument(
+        "--buckets",
+        metavar="N,N,...",
+        help="batch sizes to plan (with --batched-factors/--evidence-vars); "
+        "default: no batch axis (a bundle), 1,64,1024 (a model)",
+    )
+    p.add_argument("--batched-factors", metavar="ID,ID,...", help="bundle factor ids that get a batch axis")
+    p.add_argument(
+        "--batched-selectors", metavar="ID,ID,...", help="bundle selector ids that get a batch axis"
+    )
+    p.add_argument(
+        "--evidence-vars",
+        metavar="VAR,VAR,...",
+        help="a model's evidence variables (their indicators are batched)",
+    )
     # --semiring defaults to None so that a bundle (which has its own) can refuse it
-    p.add_argument("--semiring", choices=[s.lower() for s in SEMIRING_NAMES], default=None,
-                   help="a model's semiring (default prob)")
+    p.add_argument(
+        "--semiring",
+        choices=[s.lower() for s in SEMIRING_NAMES],
+        default=None,
+        help="a model's semiring (default prob)",
+    )
     p.add_argument("--mode", choices=("compiled", "loop"), default="compiled")
-    p.add_argument("--target", choices=("cpu", "cuda"), default="cpu",
-                   help="compile for the CPU (default) or this machine's NVIDIA GPU")
-    p.add_argument("-o", "--output", metavar="PROFILE",
-                   help="where to save the executable (JSON; default INPUT's name + .profile.json)")
+    p.add_argument(
+        "--target",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="compile for the CPU (default) or this machine's NVIDIA GPU",
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        metavar="PROFILE",
+        help="where to save the executable (JSON; default INPUT's name + .profile.json)",
+    )
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     from .frontend.commands import add_commands, guarded
+
     p.set_defaults(func=guarded(cmd_aot))
     add_commands(sub)
     return parser
@@ -357,21 +419,27 @@ def _id_list(text: str | None, what: str) -> tuple:
 def _refuse_other_kinds_options(args: argparse.Namespace, is_bundle: bool) -> None:
     """aot: a bundle brings its own semiring and factors, a model its own variables: an
     option for the other kind of input would be silently ignored, so it is an error."""
+
     def given(*names: str) -> list[str]:
         return [f"--{n.replace('_', '-')}" for n in names if getattr(args, n) is not None]
 
     if is_bundle and given("semiring", "evidence_vars"):
-        raise CliError(f"{', '.join(given('semiring', 'evidence_vars'))}: for a model only; "
-                       f"{args.input} is a bundle (it has its own semiring; batch it with "
-                       "--batched-factors/--batched-selectors)")
+        raise CliError(
+            f"{', '.join(given('semiring', 'evidence_vars'))}: for a model only; "
+            f"{args.input} is a bundle (it has its own semiring; batch it with "
+            "--batched-factors/--batched-selectors)"
+        )
     if not is_bundle and given("batched_factors", "batched_selectors"):
-        raise CliError(f"{', '.join(given('batched_factors', 'batched_selectors'))}: for a "
-                       f"bundle only; {args.input} is a model (batch it with --evidence-vars)")
+        raise CliError(
+            f"{', '.join(given('batched_factors', 'batched_selectors'))}: for a "
+            f"bundle only; {args.input} is a model (batch it with --evidence-vars)"
+        )
     batched = args.batched_factors or args.batched_selectors or args.evidence_vars
     if args.buckets is not None and not batched:
-        raise CliError("--buckets: there is no batch axis to plan them for; give "
-                       + ("--batched-factors or --batched-selectors" if is_bundle
-                          else "--evidence-vars"))
+        raise CliError(
+            "--buckets: there is no batch axis to plan them for; give "
+            + ("--batched-factors or --batched-selectors" if is_bundle else "--evidence-vars")
+        )
 
 
 def cmd_aot(args: argparse.Namespace) -> int:
@@ -380,6 +448,7 @@ def cmd_aot(args: argparse.Namespace) -> int:
 
     from .aot import compile_ahead
     from .frontend.commands import read_model
+
     buckets = _id_list(args.buckets, "--buckets") or None
     path = Path(args.input)
     model_entry = None
@@ -395,6 +464,7 @@ def cmd_aot(args: argparse.Namespace) -> int:
         name = bundle.name
     else:
         from .frontend.build import build_model
+
         graph = read_model(args.input)  # CommandError for what is no model
         ev = tuple(v for v in (args.evidence_vars or "").split(",") if v)
         args.semiring = args.semiring or "prob"
@@ -403,6 +473,7 @@ def cmd_aot(args: argparse.Namespace) -> int:
         programs, sr, fspecs, sspecs = list(built.programs), built.sr, built.factor_specs, {}
         bf, bs = built.batched_factor_ids(), ()
         from .frontend.model_source import DEFAULT_BUCKETS, profile_entry
+
         buckets = (buckets or DEFAULT_BUCKETS) if bf else None
         name = graph.name
         model_entry = profile_entry(args.input, args.semiring, ev, buckets, args.target)
@@ -411,28 +482,55 @@ def cmd_aot(args: argparse.Namespace) -> int:
         raise CliError(f"-o {out}: is a directory; the profile is a file")
 
     def bar(total: int) -> Any:  # a tqdm bar
-        return tqdm(total=total, unit="kernel", desc=f"compiling {name}", file=sys.stderr,
-                    disable=args.quiet, dynamic_ncols=True)
+        return tqdm(
+            total=total,
+            unit="kernel",
+            desc=f"compiling {name}",
+            file=sys.stderr,
+            disable=args.quiet,
+            dynamic_ncols=True,
+        )
 
-    exe, report = compile_ahead(programs, sr, factor_specs=fspecs, selector_specs=sspecs,
-                                batched_factors=bf, batched_selectors=bs, buckets=buckets,
-                                mode=args.mode, target=args.target, bar=bar)
+    exe, report = compile_ahead(
+        programs,
+        sr,
+        factor_specs=fspecs,
+        selector_specs=sspecs,
+        batched_factors=bf,
+        batched_selectors=bs,
+        buckets=buckets,
+        mode=args.mode,
+        target=args.target,
+        bar=bar,
+    )
     from .atomic import replacing
+
     with replacing(out) as tmp:  # the old profile stays until the new one is whole
         exe.save(tmp)
         if model_entry is not None:  # which model, so that catbp_jit.dask can compile it again
             from .frontend.model_source import add_profile_entry
+
             add_profile_entry(tmp, model_entry)
-    print(f"{name}: {report.kernels} kernels ({report.compiled} compiled now, "
-          f"{report.kernels - report.compiled} already cached) in {report.cache_dir}")
-    print(f"profile: {out} ({args.mode} mode"
-          + (f", buckets {','.join(map(str, report.buckets))}" if report.buckets else "")
-          + f"), {report.seconds:.1f} s")
+    print(
+        f"{name}: {report.kernels} kernels ({report.compiled} compiled now, "
+        f"{report.kernels - report.compiled} already cached) in {report.cache_dir}"
+    )
+    print(
+        f"profile: {out} ({args.mode} mode"
+        + (f", buckets {','.join(map(str, report.buckets))}" if report.buckets else "")
+        + f"), {report.seconds:.1f} s"
+    )
     return EXIT_OK
 
 
-def _one_line_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
-                      file: IO[str] | None = None, line: str | None = None) -> None:
+def _one_line_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: IO[str] | None = None,
+    line: str | None = None,
+) -> None:
     """A warning (a CPT that does not sum to 1, a cache bypassed) is one line on stderr, as
     an error is, without Python's file, line and source."""
     print(f"catbp-jit: warning: {' '.join(str(message).split())}", file=sys.stderr)

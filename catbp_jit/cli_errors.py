@@ -12,6 +12,7 @@ def check_kernel_cache() -> None:
     """Before compiling: settings the kernel cache refuses are an input error, not a
     traceback."""
     from .cache import default_cache  # lazily: it loads numba
+
     try:
         default_cache()
     except ValueError as e:  # EnvironmentSettingError: the policy, the lock timeout...

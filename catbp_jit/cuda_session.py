@@ -59,8 +59,14 @@ class _HostSlots(Mapping[tuple, tuple[np.ndarray, TensorSpec]]):
 
 
 class CudaSession(Session):
-    def __init__(self, exe: Executable, *, before: Hook | None = None, after: Hook | None = None,
-                 arenas: tuple[Any, Any] | None = None) -> None:
+    def __init__(
+        self,
+        exe: Executable,
+        *,
+        before: Hook | None = None,
+        after: Hook | None = None,
+        arenas: tuple[Any, Any] | None = None,
+    ) -> None:
         """arenas: (pinned host, device) arenas of at least exe.memory.total elements to
         work in (the bucket sessions of a batched executable share one pair)."""
         self.cuda = cuda_module()
@@ -76,20 +82,25 @@ class CudaSession(Session):
         mem = plan.memory
         end = mem.class_base["constants"] + mem.class_size["constants"]
         self._uploads = [(self.mem[:end], dev[:end])] if end else []
-        self._uploads += [(self.mem[b.offset:b.offset + b.size], dev[b.offset:b.offset + b.size])
-                          for b in plan.bound(SLOT_INPUT)]
+        self._uploads += [
+            (self.mem[b.offset : b.offset + b.size], dev[b.offset : b.offset + b.size])
+            for b in plan.bound(SLOT_INPUT)
+        ]
         self._results: dict[tuple, tuple[np.ndarray, Any, TensorSpec]] = {}
         for b in plan.bound(RESULT):
-            host = self.mem[b.offset:b.offset + b.size]
-            self._results[b.ident] = (host.reshape(b.shape),
-                                      dev[b.offset:b.offset + b.size].reshape(b.shape), b.spec)
+            host = self.mem[b.offset : b.offset + b.size]
+            self._results[b.ident] = (
+                host.reshape(b.shape),
+                dev[b.offset : b.offset + b.size].reshape(b.shape),
+                b.spec,
+            )
         self.device_slots: dict[tuple, tuple[Any, TensorSpec]] = {
-            key: (d, spec) for key, (_, d, spec) in self._results.items()}
+            key: (d, spec) for key, (_, d, spec) in self._results.items()
+        }
         self._fresh: set = set()
         self.slots = _HostSlots(self)
         kernels = cast("list[CudaKernel]", self.exe.kernels)  # (target "cuda": build_cuda's)
-        self._launches = step_launches([(k.entry, k.normalize) for k in kernels],
-                                       self.exe.schedule)
+        self._launches = step_launches([(k.entry, k.normalize) for k in kernels], self.exe.schedule)
 
     def fill_constants(self) -> None:
         super().fill_constants()  # on the host; the next run's upload takes them across

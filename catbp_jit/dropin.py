@@ -40,6 +40,7 @@ _programs: dict[bytes, _Shape] = {}  # program fingerprint -> what run_program n
 @dataclass(frozen=True)
 class _Shape:
     """What run_program needs to know of a program, worked out once per program object."""
+
     program: Program  # canonical
     digest: str  # of its structure
     factor_ids: tuple[int, ...]
@@ -70,11 +71,17 @@ def _shape(program: Any) -> _Shape:
 
     prog = adapt_program(program)
     digest = hashlib.sha256(json.dumps(program_to_json(prog)["instructions"]).encode()).hexdigest()
+
     def ids(op: OpCode, arg: str) -> tuple[int, ...]:
         return tuple(sorted({ins.args[arg] for ins in prog.instructions if ins.op == op}))
-    shape = _Shape(prog, digest, ids(OpCode.LOAD_FACTOR, "factor_id"),
-                   ids(OpCode.LOAD_SELECTOR, "selector_id"),
-                   frozenset(ins.args["slot"] for ins in prog.instructions if ins.op == OpCode.LOAD_SLOT))
+
+    shape = _Shape(
+        prog,
+        digest,
+        ids(OpCode.LOAD_FACTOR, "factor_id"),
+        ids(OpCode.LOAD_SELECTOR, "selector_id"),
+        frozenset(ins.args["slot"] for ins in prog.instructions if ins.op == OpCode.LOAD_SLOT),
+    )
     if fingerprint is not None:
         if len(_programs) > 4 * MAX_EXECUTABLES:
             _programs.clear()
@@ -82,9 +89,16 @@ def _shape(program: Any) -> _Shape:
     return shape
 
 
-def run_program(program: Any, sr: Any, factor_provider: Provider, selector_provider: Provider,
-                *, slots: dict[Any, tuple[np.ndarray, Any]] | None = None, target: str = "cpu",
-                mode: str = "compiled") -> dict[tuple, tuple[np.ndarray, Any]]:
+def run_program(
+    program: Any,
+    sr: Any,
+    factor_provider: Provider,
+    selector_provider: Provider,
+    *,
+    slots: dict[Any, tuple[np.ndarray, Any]] | None = None,
+    target: str = "cpu",
+    mode: str = "compiled",
+) -> dict[tuple, tuple[np.ndarray, Any]]:
     """CatBP's run_program on the JIT: a dict slot key -> (array, spec), as the reference."""
     sr = adapt_semiring(sr)
     shape = _shape(program)
@@ -92,19 +106,36 @@ def run_program(program: Any, sr: Any, factor_provider: Provider, selector_provi
     factors = {fid: _input(factor_provider(fid), sr) for fid in shape.factor_ids}
     selectors = {sid: _input(selector_provider(sid), sr) for sid in shape.selector_ids}
     given = adapt_slots(slots)
-    slot_in = {k: (np.asarray(a).astype(sr.dtype, copy=False), s)
-               for k, (a, s) in given.items() if k in shape.slots_read}
+    slot_in = {
+        k: (np.asarray(a).astype(sr.dtype, copy=False), s)
+        for k, (a, s) in given.items()
+        if k in shape.slots_read
+    }
 
-    key = (shape.digest, sr.name, sr.dtype.str, target, mode,
-           tuple((f, s) for f, (_, s) in factors.items()),
-           tuple((i, s) for i, (_, s) in selectors.items()),
-           tuple((k, s) for k, (_, s) in slot_in.items()))
+    key = (
+        shape.digest,
+        sr.name,
+        sr.dtype.str,
+        target,
+        mode,
+        tuple((f, s) for f, (_, s) in factors.items()),
+        tuple((i, s) for i, (_, s) in selectors.items()),
+        tuple((k, s) for k, (_, s) in slot_in.items()),
+    )
     entry = _executables.get(key)
     if entry is None:
-        exe = cast(Executable, compile(  # (no batched inputs: not a BatchedExecutable)
-            prog, sr, factor_specs={f: s for f, (_, s) in factors.items()},
-            selector_specs={i: s for i, (_, s) in selectors.items()},
-            slot_specs={k: s for k, (_, s) in slot_in.items()}, target=target, mode=mode))
+        exe = cast(
+            Executable,
+            compile(  # (no batched inputs: not a BatchedExecutable)
+                prog,
+                sr,
+                factor_specs={f: s for f, (_, s) in factors.items()},
+                selector_specs={i: s for i, (_, s) in selectors.items()},
+                slot_specs={k: s for k, (_, s) in slot_in.items()},
+                target=target,
+                mode=mode,
+            ),
+        )
         entry = (exe, exe.bind(), untouched_slots(exe))
         _executables[key] = entry
         while len(_executables) > MAX_EXECUTABLES:
@@ -112,9 +143,11 @@ def run_program(program: Any, sr: Any, factor_provider: Provider, selector_provi
     else:
         _executables.move_to_end(key)
     exe, session, untouched = entry
-    out = session.run(factors={f: a for f, (a, _) in factors.items()},
-                      selectors={i: a for i, (a, _) in selectors.items()},
-                      slots={k: a for k, (a, _) in slot_in.items()})
+    out = session.run(
+        factors={f: a for f, (a, _) in factors.items()},
+        selectors={i: a for i, (a, _) in selectors.items()},
+        slots={k: a for k, (a, _) in slot_in.items()},
+    )
     result = dict(given)
     for k, (view, spec) in out.items():
         if k not in untouched:  # (untouched: the caller's own array, as the reference does)
@@ -143,8 +176,15 @@ class VirtualMachine:
         self.slots = SlotStore()
 
     def run(self, program: Any, factor_provider: Provider, selector_provider: Provider) -> None:
-        self.slots.data = run_program(program, self.sr, factor_provider, selector_provider,
-                                      slots=self.slots.data, target=self.target, mode=self.mode)
+        self.slots.data = run_program(
+            program,
+            self.sr,
+            factor_provider,
+            selector_provider,
+            slots=self.slots.data,
+            target=self.target,
+            mode=self.mode,
+        )
 
 
 def clear_cache() -> None:

@@ -73,8 +73,9 @@ def cache_policy() -> str | None:
     if text is None:
         return None
     if text.lower() not in CACHE_POLICIES:
-        raise EnvironmentSettingError("CATBP_JIT_CACHE", os.environ["CATBP_JIT_CACHE"],
-                                      "one of " + ", ".join(CACHE_POLICIES))
+        raise EnvironmentSettingError(
+            "CATBP_JIT_CACHE", os.environ["CATBP_JIT_CACHE"], "one of " + ", ".join(CACHE_POLICIES)
+        )
     return text.lower()
 
 
@@ -97,8 +98,9 @@ def lock_timeout() -> float | None:
     accepted = f"a number of seconds from 0 to {threading.TIMEOUT_MAX:.0f}"
     seconds = _number("CATBP_JIT_LOCK_TIMEOUT", text, accepted)
     if not 0 <= seconds <= Decimal(threading.TIMEOUT_MAX):
-        raise EnvironmentSettingError("CATBP_JIT_LOCK_TIMEOUT",
-                                      os.environ["CATBP_JIT_LOCK_TIMEOUT"], accepted)
+        raise EnvironmentSettingError(
+            "CATBP_JIT_LOCK_TIMEOUT", os.environ["CATBP_JIT_LOCK_TIMEOUT"], accepted
+        )
     return float(seconds)
 
 
@@ -109,9 +111,11 @@ def trusted_cache() -> bool:
         return False
     if text.lower() in _TRUE:
         return True
-    raise EnvironmentSettingError("CATBP_JIT_TRUSTED_CACHE",
-                                  os.environ["CATBP_JIT_TRUSTED_CACHE"],
-                                  f"{', '.join(_TRUE)} (trusted) or {', '.join(_FALSE)}")
+    raise EnvironmentSettingError(
+        "CATBP_JIT_TRUSTED_CACHE",
+        os.environ["CATBP_JIT_TRUSTED_CACHE"],
+        f"{', '.join(_TRUE)} (trusted) or {', '.join(_FALSE)}",
+    )
 
 
 def max_bytes() -> int | None:
@@ -126,9 +130,11 @@ def max_input_bytes() -> int | None:
 
 def compile_workers() -> int | None:
     """CATBP_JIT_COMPILE_WORKERS: processes that compile cold kernels (0 or 1: none)."""
-    return _whole("CATBP_JIT_COMPILE_WORKERS", 0,
-                  "a whole number of worker processes, 0 or more (0 or 1: compile in the "
-                  "calling process)")
+    return _whole(
+        "CATBP_JIT_COMPILE_WORKERS",
+        0,
+        "a whole number of worker processes, 0 or more (0 or 1: compile in the calling process)",
+    )
 
 
 TIERS = ("auto", "compiled")
@@ -141,8 +147,9 @@ def tier() -> str | None:
     if text is None:
         return None
     if text.lower() not in TIERS:
-        raise EnvironmentSettingError("CATBP_JIT_TIER", os.environ["CATBP_JIT_TIER"],
-                                      "one of " + ", ".join(TIERS))
+        raise EnvironmentSettingError(
+            "CATBP_JIT_TIER", os.environ["CATBP_JIT_TIER"], "one of " + ", ".join(TIERS)
+        )
     return text.lower()
 
 
@@ -155,8 +162,9 @@ def progress_after() -> float | None:
     accepted = "a number of seconds, 0 or more"
     seconds = _number("CATBP_JIT_PROGRESS_AFTER", text, accepted)
     if seconds < 0 or seconds > Decimal(threading.TIMEOUT_MAX):  # (a timer waits this long)
-        raise EnvironmentSettingError("CATBP_JIT_PROGRESS_AFTER",
-                                      os.environ["CATBP_JIT_PROGRESS_AFTER"], accepted)
+        raise EnvironmentSettingError(
+            "CATBP_JIT_PROGRESS_AFTER", os.environ["CATBP_JIT_PROGRESS_AFTER"], accepted
+        )
     return float(seconds)
 
 

@@ -27,7 +27,7 @@ def bounded(message: str, limit: int = MESSAGE_CHARS) -> str:
     expected): the last guard against a quoted piece of a file no other check clipped."""
     if len(message) <= limit:
         return message
-    head, tail = message[:limit * 3 // 4], message[-(limit // 4):]
+    head, tail = message[: limit * 3 // 4], message[-(limit // 4) :]
     return f"{head} ...({len(message) - len(head) - len(tail):,} characters)... {tail}"
 
 
@@ -42,8 +42,9 @@ def shown(value: Any) -> str:
     return clip(repr(value))
 
 
-def name_list(names: Iterable[Any], fmt: Callable[[Any], str] = str, sep: str = ", ",
-              limit: int = LISTED_NAMES) -> str:
+def name_list(
+    names: Iterable[Any], fmt: Callable[[Any], str] = str, sep: str = ", ", limit: int = LISTED_NAMES
+) -> str:
     """The first `limit` names, each formatted by `fmt` and clipped, then how many more:
     "a, b, c, ... and 9,990 more". ASCII only: stderr may not take an ellipsis character."""
     names = list(names)
@@ -55,8 +56,15 @@ def name_list(names: Iterable[Any], fmt: Callable[[Any], str] = str, sep: str = 
 class CatbpError(Exception):
     """Base of every catbp_jit error about a program or its inputs."""
 
-    def __init__(self, reason: str, *, program: Any = None, index: int | None = None,
-                 op: str | None = None, operand: str | None = None):
+    def __init__(
+        self,
+        reason: str,
+        *,
+        program: Any = None,
+        index: int | None = None,
+        op: str | None = None,
+        operand: str | None = None,
+    ):
         self.reason = reason
         self.program = program
         self.index = index

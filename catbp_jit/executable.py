@@ -138,10 +138,19 @@ class Executable:
         self.dispatcher, self.dispatcher_source = dispatcher, dsource
         self.tier = "compiled"
         self.cache_stats["compiled_tier_after_s"] = round(seconds, 3)
-        tier_log.info("compiled tier for %s after %.2f s", self._program_names(), seconds,
-                      extra={"catbp_jit": {"event": "tier", "tier": "compiled",
-                                           "seconds": seconds,
-                                           "kernels": len(self.kernels)}})
+        tier_log.info(
+            "compiled tier for %s after %.2f s",
+            self._program_names(),
+            seconds,
+            extra={
+                "catbp_jit": {
+                    "event": "tier",
+                    "tier": "compiled",
+                    "seconds": seconds,
+                    "kernels": len(self.kernels),
+                }
+            },
+        )
         return True
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -225,15 +234,20 @@ class Executable:
     def as_text(self) -> str:
         """The schedule: arenas, kernels, and each step with its operands and offsets."""
         m = self.memory
+
         # where a value lives: its arena and byte offset in it
         def region(v):
             return f"{m.regions[v].cls}+{(m.regions[v].offset - m.class_base[m.regions[v].cls]) * m.itemsize}"
+
         progs = ", ".join(f"{p.name} {len(p)}" for p in self.programs)
-        lines = [f"executable: {self.semiring.name} {self.dtype.name}, mode {self.mode}, "
-                 f"target {self.target}; programs {progs}",
-                 "arenas (bytes): " + ", ".join(f"{c} {b}" for c, b in m.class_bytes().items())
-                 + f"; total {m.total_bytes}",
-                 f"kernels ({len(self.kernels)}):"]
+        lines = [
+            f"executable: {self.semiring.name} {self.dtype.name}, mode {self.mode}, "
+            f"target {self.target}; programs {progs}",
+            "arenas (bytes): "
+            + ", ".join(f"{c} {b}" for c, b in m.class_bytes().items())
+            + f"; total {m.total_bytes}",
+            f"kernels ({len(self.kernels)}):",
+        ]
         if self.tier == "numpy":
             lines[-1] = f"kernels ({len(self.schedule.patterns)}, compiling; steps run in numpy):"
             lines += [f"  K{i} {p.name}" for i, p in enumerate(self.schedule.patterns)]
@@ -245,12 +259,19 @@ class Executable:
             leaves = ", ".join(f"v{j}@{region(j)}" for j in seg.leaves)
             red = f" reduce {format_spec(TensorSpec(seg.red_axes))}" if seg.red_axes else ""
             norm = " normalize" if seg.normalize else ""
-            origin = sorted({f"{prog}[{idx}]" for n in seg.nodes if n in self.graph.nodes
-                             for prog, idx in self.graph.nodes[n].origin})
-            lines.append(f"  [{i}] K{self.schedule.kernel_id(i)} v{seg.out}@{region(seg.out)} "
-                         f"{format_spec(seg.out_spec)} = {leaves}{red}{norm}"
-                         + (f"   # {' '.join(origin[:4])}{' ...' if len(origin) > 4 else ''}"
-                            if origin else ""))
+            origin = sorted(
+                {
+                    f"{prog}[{idx}]"
+                    for n in seg.nodes
+                    if n in self.graph.nodes
+                    for prog, idx in self.graph.nodes[n].origin
+                }
+            )
+            lines.append(
+                f"  [{i}] K{self.schedule.kernel_id(i)} v{seg.out}@{region(seg.out)} "
+                f"{format_spec(seg.out_spec)} = {leaves}{red}{norm}"
+                + (f"   # {' '.join(origin[:4])}{' ...' if len(origin) > 4 else ''}" if origin else "")
+            )
         lines.append("slots:")
         for key, v in self.fused.outputs.items():
             spec = self.fused.output_specs.get(key, self.fused.specs[v])
@@ -264,25 +285,46 @@ class Executable:
         kernels from the disk cache, so a saved executable runs under CATBP_JIT_CACHE=strict.
         In the numpy tier it waits for the kernels first (they are what it records)."""
         self.wait()
-        doc = saved_document(self.programs, self.semiring, self.mode, self.target,
-                             self.factor_specs, self.selector_specs, self.slot_specs,
-                             self.kernels, self.plan.options.exact)
+        doc = saved_document(
+            self.programs,
+            self.semiring,
+            self.mode,
+            self.target,
+            self.factor_specs,
+            self.selector_specs,
+            self.slot_specs,
+            self.kernels,
+            self.plan.options.exact,
+        )
         if self.plan.static:
-            doc.update(static_factors=sorted(self.plan.static.factors),
-                       static_selectors=sorted(self.plan.static.selectors))
+            doc.update(
+                static_factors=sorted(self.plan.static.factors),
+                static_selectors=sorted(self.plan.static.selectors),
+            )
         write_saved(path, doc)
 
 
-def saved_document(programs: list[Program], sr: VMSemiringRuntime, mode: str, target: str,
-                   fspecs: dict[int, TensorSpec], sspecs: dict[int, TensorSpec],
-                   lspecs: dict[tuple, TensorSpec], kernels: list[Kernel],
-                   exact: bool = True) -> dict:
+def saved_document(
+    programs: list[Program],
+    sr: VMSemiringRuntime,
+    mode: str,
+    target: str,
+    fspecs: dict[int, TensorSpec],
+    sspecs: dict[int, TensorSpec],
+    lspecs: dict[tuple, TensorSpec],
+    kernels: list[Kernel],
+    exact: bool = True,
+) -> dict:
     """What `save` writes (a batched executable adds its batched ids and buckets)."""
     from .bundle import program_to_json, slot_key_to_json, spec_to_json
 
     return {
-        "format": SAVE_FORMAT, "version": 1,
-        "semiring": sr.name, "dtype": sr.dtype.name, "mode": mode, "target": target,
+        "format": SAVE_FORMAT,
+        "version": 1,
+        "semiring": sr.name,
+        "dtype": sr.dtype.name,
+        "mode": mode,
+        "target": target,
         "factor_specs": {str(k): spec_to_json(v) for k, v in fspecs.items()},
         "selector_specs": {str(k): spec_to_json(v) for k, v in sspecs.items()},
         "slot_specs": [[slot_key_to_json(k), spec_to_json(v)] for k, v in lspecs.items()],
@@ -295,6 +337,7 @@ def saved_document(programs: list[Program], sr: VMSemiringRuntime, mode: str, ta
 
 def write_saved(path: str | os.PathLike, doc: dict) -> None:
     from .atomic import replacing
+
     with replacing(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
         json.dump(doc, f)
 
@@ -303,8 +346,9 @@ class SavedExecutableError(CatbpError, ValueError):
     """A file that `load` cannot read as a saved executable."""
 
 
-def load(path: str | os.PathLike, *, cache: KernelCache | None = None,
-         tier: str | None = None) -> Executable | BatchedExecutable:
+def load(
+    path: str | os.PathLike, *, cache: KernelCache | None = None, tier: str | None = None
+) -> Executable | BatchedExecutable:
     """The Executable (or BatchedExecutable) saved at `path` by its save(). A file that is
     not one (binary, truncated, another JSON document, a field of the wrong kind) raises
     SavedExecutableError naming the file and the field; a missing file FileNotFoundError."""
@@ -318,8 +362,7 @@ def load(path: str | os.PathLike, *, cache: KernelCache | None = None,
     # ValueError: not UTF-8, not JSON, or a number of over 4,300 digits; RecursionError:
     # arrays nested thousands deep
     except (ValueError, RecursionError) as e:
-        raise SavedExecutableError(f"{where} is not a saved catbp_jit executable (not JSON: "
-                                   f"{e})") from None
+        raise SavedExecutableError(f"{where} is not a saved catbp_jit executable (not JSON: {e})") from None
     if not isinstance(doc, dict) or doc.get("format") != SAVE_FORMAT or doc.get("version") != 1:
         raise SavedExecutableError(f"{where} is not a saved catbp_jit executable (version 1)")
 
@@ -336,6 +379,7 @@ def load(path: str | os.PathLike, *, cache: KernelCache | None = None,
             if x not in choices:
                 raise ValueError(f"{x!r} is not one of {', '.join(choices)}")
             return x
+
         return read
 
     def specs(x):
@@ -352,23 +396,28 @@ def load(path: str | os.PathLike, *, cache: KernelCache | None = None,
 
     batched = {}
     if "buckets" in doc:  # a batched executable
-        batched = dict(batched_factors=field("batched_factors", ids),
-                       batched_selectors=field("batched_selectors", ids),
-                       buckets=field("buckets", ids))
+        batched = dict(
+            batched_factors=field("batched_factors", ids),
+            batched_selectors=field("batched_selectors", ids),
+            buckets=field("buckets", ids),
+        )
     dtype = field("dtype", numeric_dtype)
+
     def strings(x):
         return [_items(k, str) for k in _items(x, list)]
+
     saved = field("kernel_identities", strings) if "kernel_identities" in doc else None
     programs = field("programs", lambda x: [program_from_json(p) for p in _items(x, list)])
     sr = field("semiring", lambda x: make_semiring(x, dtype))
     fspecs, sspecs = field("factor_specs", specs), field("selector_specs", specs)
-    lspecs = field("slot_specs", lambda x: {adapt_slot_key(k): adapt_spec(v)
-                                            for k, v in _items(x, list)})
+    lspecs = field("slot_specs", lambda x: {adapt_slot_key(k): adapt_spec(v) for k, v in _items(x, list)})
     target, mode = field("target", one_of(TARGETS)), field("mode", one_of(MODES))
     exact = field("exact", _as_bool) if "exact" in doc else True  # (older files: exact)
     options = plan_options(target, None, exact=exact)
-    static = StaticInputs(frozenset(field("static_factors", ids) if "static_factors" in doc else ()),
-                          frozenset(field("static_selectors", ids) if "static_selectors" in doc else ()))
+    static = StaticInputs(
+        frozenset(field("static_factors", ids) if "static_factors" in doc else ()),
+        frozenset(field("static_selectors", ids) if "static_selectors" in doc else ()),
+    )
     try:  # programs that do not check (a register read before it is written...): edited
         adapted = adapt_inputs(programs, sr, fspecs, sspecs, lspecs, target, mode)
         if batched:
@@ -381,8 +430,9 @@ def load(path: str | os.PathLike, *, cache: KernelCache | None = None,
     except (ProgramValueError, ProgramKeyError, BatchedCompileError) as e:
         raise SavedExecutableError(f"{where}: {e}") from None
     if saved is not None:  # (files saved before kernel identities were recorded: unchecked)
-        check_saved_kernels(where, saved, {identity_digest(p, target) for pl in plans
-                                           for p in pl.schedule.patterns})
+        check_saved_kernels(
+            where, saved, {identity_digest(p, target) for pl in plans for p in pl.schedule.patterns}
+        )
     if batched:
         return build_batched(bplan, target=target, mode=mode, cache=cache, tier=tier)
     return build(plans[0], target=target, mode=mode, cache=cache, tier=tier)
@@ -399,7 +449,8 @@ def check_saved_kernels(where: str, saved: list[str], planned: set) -> None:
             f"{where}: its kernels are not the ones this catbp_jit plans for it "
             f"({len(missing)} saved but not planned now, {len(extra)} planned now but not "
             f"saved): it was saved by another version of catbp_jit or edited; compile it "
-            f"again from its programs")
+            f"again from its programs"
+        )
 
 
 def _as_bool(x: Any) -> bool:
@@ -421,17 +472,29 @@ def _items(x: Any, kind: type = dict) -> Any:
     return x
 
 
-def compile(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
-            selector_specs: Mapping[int, Any] | None = None,
-            slot_specs: Mapping[Any, Any] | None = None, target: str = "cpu",
-            mode: str = "compiled", cache: KernelCache | None = None,
-            max_bytes: int = DEFAULT_MAX_BYTES, max_total_bytes: int | None = None,
-            progress: Callable[[str], None] | None = None,
-            workers: int | None = None, batched_factors: Any | None = None,
-            batched_selectors: Any | None = None, buckets: Any | None = None,
-            options: PlanOptions | None = None, static_factors: Any | None = None,
-            static_selectors: Any | None = None, exact: bool | None = None,
-            tier: str | None = None) -> Executable | BatchedExecutable:
+def compile(
+    programs: Any,
+    sr: Any,
+    *,
+    factor_specs: Mapping[int, Any],
+    selector_specs: Mapping[int, Any] | None = None,
+    slot_specs: Mapping[Any, Any] | None = None,
+    target: str = "cpu",
+    mode: str = "compiled",
+    cache: KernelCache | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    max_total_bytes: int | None = None,
+    progress: Callable[[str], None] | None = None,
+    workers: int | None = None,
+    batched_factors: Any | None = None,
+    batched_selectors: Any | None = None,
+    buckets: Any | None = None,
+    options: PlanOptions | None = None,
+    static_factors: Any | None = None,
+    static_selectors: Any | None = None,
+    exact: bool | None = None,
+    tier: str | None = None,
+) -> Executable | BatchedExecutable:
     """Plan, lower and compile linked programs for inputs of the given specs.
 
     programs: one program or a list run in order with slots carried over (upward,
@@ -476,37 +539,59 @@ def compile(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
             raise BatchedCompileError(
                 "static_factors / static_selectors are not supported with batched inputs "
                 "(a batched executable already computes its unbatched inputs' segments once "
-                "per run, for every row); compile without batching to declare static inputs")
+                "per run, for every row); compile without batching to declare static inputs"
+            )
         from .batched import compile_batched
 
-        return compile_batched(programs, sr, factor_specs=factor_specs,
-                               selector_specs=selector_specs, slot_specs=slot_specs,
-                               target=target, mode=mode, cache=cache, max_bytes=max_bytes,
-                               max_total_bytes=max_total_bytes, progress=progress,
-                               workers=workers, batched_factors=batched_factors or (),
-                               batched_selectors=batched_selectors or (), buckets=buckets,
-                               options=options, tier=tier)
-    the_plan = plan_adapted(*adapt_inputs(programs, sr, factor_specs, selector_specs,
-                                          slot_specs, target, mode), options, static=static,
-                            progress=progress)
-    return build(the_plan, target=target, mode=mode, cache=cache, progress=progress,
-                 workers=workers, tier=tier)
+        return compile_batched(
+            programs,
+            sr,
+            factor_specs=factor_specs,
+            selector_specs=selector_specs,
+            slot_specs=slot_specs,
+            target=target,
+            mode=mode,
+            cache=cache,
+            max_bytes=max_bytes,
+            max_total_bytes=max_total_bytes,
+            progress=progress,
+            workers=workers,
+            batched_factors=batched_factors or (),
+            batched_selectors=batched_selectors or (),
+            buckets=buckets,
+            options=options,
+            tier=tier,
+        )
+    the_plan = plan_adapted(
+        *adapt_inputs(programs, sr, factor_specs, selector_specs, slot_specs, target, mode),
+        options,
+        static=static,
+        progress=progress,
+    )
+    return build(
+        the_plan, target=target, mode=mode, cache=cache, progress=progress, workers=workers, tier=tier
+    )
 
 
 def static_inputs(factors: Any | None, selectors: Any | None) -> StaticInputs:
     """The static ids as given to compile() or plan(), checked to be integers."""
+
     def ids(given, kind):
         try:
-            return frozenset(_as_int(int(i) if isinstance(i, np.integer) else i)
-                             for i in (given or ()))
+            return frozenset(_as_int(int(i) if isinstance(i, np.integer) else i) for i in (given or ()))
         except TypeError:
-            raise TypeError(f"static_{kind}s must be a collection of {kind} ids, "
-                            f"got {given!r}") from None
+            raise TypeError(f"static_{kind}s must be a collection of {kind} ids, got {given!r}") from None
+
     return StaticInputs(ids(factors, "factor"), ids(selectors, "selector"))
 
 
-def plan_options(target: str, options: PlanOptions | None, max_bytes: int = DEFAULT_MAX_BYTES,
-                 max_total_bytes: int | None = None, exact: bool | None = None) -> PlanOptions:
+def plan_options(
+    target: str,
+    options: PlanOptions | None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    max_total_bytes: int | None = None,
+    exact: bool | None = None,
+) -> PlanOptions:
     """`options` (else the target's defaults) with the byte limits and mode given as
     arguments. GEMM kernels exist on the CPU only."""
     options = options or PlanOptions.for_target(target)
@@ -521,26 +606,41 @@ def plan_options(target: str, options: PlanOptions | None, max_bytes: int = DEFA
     return options
 
 
-def plan(programs: Any, sr: Any, *, factor_specs: Mapping[int, Any],
-         selector_specs: Mapping[int, Any] | None = None,
-         slot_specs: Mapping[Any, Any] | None = None, target: str = "cpu",
-         options: PlanOptions | None = None, static_factors: Any | None = None,
-         static_selectors: Any | None = None, exact: bool | None = None) -> Plan:
+def plan(
+    programs: Any,
+    sr: Any,
+    *,
+    factor_specs: Mapping[int, Any],
+    selector_specs: Mapping[int, Any] | None = None,
+    slot_specs: Mapping[Any, Any] | None = None,
+    target: str = "cpu",
+    options: PlanOptions | None = None,
+    static_factors: Any | None = None,
+    static_selectors: Any | None = None,
+    exact: bool | None = None,
+) -> Plan:
     """Only the planning half of compile(): no kernel is rendered or compiled. options:
     the planner's knobs (default PlanOptions.for_target(target)); static_*, exact: as
     compile's."""
-    return plan_adapted(*adapt_inputs(programs, sr, factor_specs, selector_specs, slot_specs,
-                                      target, "compiled"),
-                        plan_options(target, options, exact=exact),
-                        static=static_inputs(static_factors, static_selectors))
+    return plan_adapted(
+        *adapt_inputs(programs, sr, factor_specs, selector_specs, slot_specs, target, "compiled"),
+        plan_options(target, options, exact=exact),
+        static=static_inputs(static_factors, static_selectors),
+    )
 
 
 @gc_paused()
-def adapt_inputs(programs: Any, sr: Any, factor_specs: Mapping[int, Any],
-                 selector_specs: Mapping[int, Any] | None,
-                 slot_specs: Mapping[Any, Any] | None, target: str, mode: str
-                 ) -> tuple[list[Program], VMSemiringRuntime, dict[int, TensorSpec],
-                            dict[int, TensorSpec], dict[tuple, TensorSpec]]:
+def adapt_inputs(
+    programs: Any,
+    sr: Any,
+    factor_specs: Mapping[int, Any],
+    selector_specs: Mapping[int, Any] | None,
+    slot_specs: Mapping[Any, Any] | None,
+    target: str,
+    mode: str,
+) -> tuple[
+    list[Program], VMSemiringRuntime, dict[int, TensorSpec], dict[int, TensorSpec], dict[tuple, TensorSpec]
+]:
     """(programs, semiring, factor specs, selector specs, slot specs) in our own types."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -560,14 +660,23 @@ def _known_spec(x: Any, kind: str, ident: Any) -> TensorSpec:
     (it failed with an AttributeError deep in planning)."""
     spec = adapt_spec(x)
     if spec is None:
-        raise SpecError(f"{kind} {ident!r} has no spec (None); compiling needs the spec of "
-                        f"every input", operand=f"{kind} {ident!r}")
+        raise SpecError(
+            f"{kind} {ident!r} has no spec (None); compiling needs the spec of every input",
+            operand=f"{kind} {ident!r}",
+        )
     return spec
 
 
-def build(plan: Plan, *, target: str = "cpu", mode: str = "compiled",
-          cache: KernelCache | None = None, progress: Callable[[str], None] | None = None,
-          workers: int | None = None, tier: str | None = None) -> Executable:
+def build(
+    plan: Plan,
+    *,
+    target: str = "cpu",
+    mode: str = "compiled",
+    cache: KernelCache | None = None,
+    progress: Callable[[str], None] | None = None,
+    workers: int | None = None,
+    tier: str | None = None,
+) -> Executable:
     """The kernels of a plan's schedule for a target, from the disk cache or compiled.
     tier: "auto" (default: $CATBP_JIT_TIER, else auto) returns at once when kernels are
     cold and the numpy tier can stand in for them (tiers.py); "compiled" waits for them."""
@@ -580,14 +689,13 @@ def build(plan: Plan, *, target: str = "cpu", mode: str = "compiled",
     background = background_build([plan], cache, workers, tier, say)
     if background is not None:
         build_, stats = background
-        return Executable(plan, mode, target, [], cache_stats=dict(stats), tier="numpy",
-                          kernel_build=build_)
+        return Executable(plan, mode, target, [], cache_stats=dict(stats), tier="numpy", kernel_build=build_)
     return build_compiled(plan, mode, cache, say, workers)
 
 
-def background_build(plans: list[Plan], cache: KernelCache, workers: int | None,
-                     tier: str | None, say: Callable[[str], None]
-                     ) -> tuple[KernelBuild, dict[str, int]] | None:
+def background_build(
+    plans: list[Plan], cache: KernelCache, workers: int | None, tier: str | None, say: Callable[[str], None]
+) -> tuple[KernelBuild, dict[str, int]] | None:
     """(a KernelBuild of the plans' cold kernels, cache stats) when their executables
     should start in the numpy tier (tiers.py), else None: compile() then waits. The first
     plan is the one whose size decides (a batched executable's smallest bucket: numpy's
@@ -604,18 +712,22 @@ def background_build(plans: list[Plan], cache: KernelCache, workers: int | None,
     cold = [u for u in units if cache.check(u.identity, u.source)[0] != "ok"]
     if not cold or cache.bypassed:  # (workers hand kernels over through the disk only)
         return None
-    stats = {"hits": len(units) - len(cold), "misses": len(cold), "compiled": 0,
-             "compiled_in_background": len(cold)}
+    stats = {
+        "hits": len(units) - len(cold),
+        "misses": len(cold),
+        "compiled": 0,
+        "compiled_in_background": len(cold),
+    }
     return start_build(patterns, cold, cache, min(n_workers, len(cold)), say), stats
 
 
-def build_compiled(plan: Plan, mode: str, cache: KernelCache, say: Callable[[str], None],
-                   workers: int | None) -> Executable:
+def build_compiled(
+    plan: Plan, mode: str, cache: KernelCache, say: Callable[[str], None], workers: int | None
+) -> Executable:
     """The compiled tier at once: every kernel loaded, compiled first where cold."""
     schedule = plan.schedule
     before = dict(cache.stats)
-    in_workers = _compile_cold_in_workers(schedule.patterns, cache,
-                                          WorkerOptions.resolve(workers), say)
+    in_workers = _compile_cold_in_workers(schedule.patterns, cache, WorkerOptions.resolve(workers), say)
     kernels = []
     for i, pattern in enumerate(schedule.patterns):
         say(f"kernel {i + 1}/{len(schedule.patterns)}: {pattern.name}")
@@ -627,14 +739,16 @@ def build_compiled(plan: Plan, mode: str, cache: KernelCache, say: Callable[[str
     dispatcher, dsource = load_dispatcher(cache)
     used: dict[str, float] = {k: cache.stats.get(k, 0) - before.get(k, 0) for k in cache.stats}
     if in_workers:  # what workers compiled was a miss, though this process found it on disk
-        used.update(hits=used["hits"] - in_workers, misses=used["misses"] + in_workers,
-                    compiled_in_workers=in_workers)
+        used.update(
+            hits=used["hits"] - in_workers, misses=used["misses"] + in_workers, compiled_in_workers=in_workers
+        )
     addresses = np.array([k.address for k in kernels], dtype=np.int64)
     return Executable(plan, mode, "cpu", kernels, dispatcher, dsource, used, addresses)
 
 
-def _compile_cold_in_workers(patterns, cache: KernelCache, options: WorkerOptions,
-                             say: Callable[[str], None]) -> int:
+def _compile_cold_in_workers(
+    patterns, cache: KernelCache, options: WorkerOptions, say: Callable[[str], None]
+) -> int:
     """Compile the cold kernels (and dispatcher) of a schedule side by side, in this
     process and worker processes, into the disk cache, when two or more are cold and two
     or more CPUs are there to run them; the caller then loads everything from disk (or
@@ -648,5 +762,11 @@ def _compile_cold_in_workers(patterns, cache: KernelCache, options: WorkerOption
     if not n_workers or cache.bypassed:  # workers share kernels through the disk only
         return 0
     say(f"compiling {len(cold)} cold kernels in {n_workers} processes")
-    return compile_in_workers(cold, cache, n_workers, lambda unit, seconds, in_worker: say(
-        f"compiled {unit.name} in {seconds:.1f} s{' in a worker' if in_worker else ''}"))
+    return compile_in_workers(
+        cold,
+        cache,
+        n_workers,
+        lambda unit, seconds, in_worker: say(
+            f"compiled {unit.name} in {seconds:.1f} s{' in a worker' if in_worker else ''}"
+        ),
+    )

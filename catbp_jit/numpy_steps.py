@@ -51,7 +51,7 @@ def in_order_sum(terms: np.ndarray) -> np.ndarray:
     rows, n = terms.shape
     acc = np.zeros((rows, 1), np.float64)
     for lo in range(0, n, SUM_BLOCK):
-        block = np.concatenate([acc, terms[:, lo:lo + SUM_BLOCK]], axis=1, dtype=np.float64)
+        block = np.concatenate([acc, terms[:, lo : lo + SUM_BLOCK]], axis=1, dtype=np.float64)
         acc = np.add.accumulate(block, axis=1)[:, -1:]
     return acc[:, 0]
 
@@ -90,8 +90,7 @@ def _step(pattern, params: abi.StepParams, mem: np.ndarray) -> Callable[[], None
     itemsize = mem.itemsize
 
     def view(offset: int, shape, strides) -> np.ndarray:
-        return as_strided(mem[offset:], shape=tuple(shape),
-                          strides=tuple(s * itemsize for s in strides))
+        return as_strided(mem[offset:], shape=tuple(shape), strides=tuple(s * itemsize for s in strides))
 
     sizes, R = params.sizes, params.out_rank
     leaves = [view(off, sizes, strides) for off, strides in params.leaves]

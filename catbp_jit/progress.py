@@ -26,8 +26,9 @@ def silent(line: str) -> None:
     """A progress callable that shows nothing."""
 
 
-def ticker(progress: Progress | None, what: str, total: int,
-           every: float = TICK_EVERY) -> Callable[[int], None]:
+def ticker(
+    progress: Progress | None, what: str, total: int, every: float = TICK_EVERY
+) -> Callable[[int], None]:
     """tick(i) for a loop over `total` items: says "{what} i/total" at most once every
     `every` seconds (a plain list.append as `progress` is not flooded)."""
     if progress is None or progress is silent:
@@ -39,6 +40,7 @@ def ticker(progress: Progress | None, what: str, total: int,
         if now - last[0] >= every:
             last[0] = now
             progress(f"{what} {i:,}/{total:,}")
+
     return tick
 
 
@@ -51,6 +53,7 @@ def command_lines(quiet: bool, stream: TextIO | None = None) -> Progress:
 
     def write(line: str) -> None:
         print(line, file=stream or sys.stderr, flush=True)
+
     return DelayedLines(write, DEFAULT_AFTER if after is None else after)
 
 

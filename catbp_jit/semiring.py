@@ -27,6 +27,7 @@ from .errors import CatbpError
 class Semiring:
     """What the planner and every code generator know of a semiring: one description,
     read by every stage, so that a target renders the same plan (no name switches)."""
+
     name: str
     default_dtype: str
     one: Any  # ⊗'s identity: what UNIT loads
@@ -122,15 +123,31 @@ class Semiring:
 
 # every semiring, the front end's default first: the one list of their names
 SEMIRINGS = {
-    "PROB": Semiring("PROB", "float64", 1.0, 0.0, " * ", "sum", "divide_by_total",
-                     dtypes=("float64", "float32"), result_kind="scaled"),
-    "LOGPROB": Semiring("LOGPROB", "float64", 0.0, -np.inf, " + ", "logsumexp",
-                        "subtract_logsumexp", single_term_reduction_is_identity=False,
-                        dtypes=("float64", "float32"), result_kind="log"),
-    "SAT": Semiring("SAT", "bool", True, False, " and ", "any", None, dtypes=("bool",),
-                    result_kind="bool"),
-    "COUNT": Semiring("COUNT", "int64", 1, 0, " * ", "sum", None, dtypes=("int64",),
-                      result_kind="count"),
+    "PROB": Semiring(
+        "PROB",
+        "float64",
+        1.0,
+        0.0,
+        " * ",
+        "sum",
+        "divide_by_total",
+        dtypes=("float64", "float32"),
+        result_kind="scaled",
+    ),
+    "LOGPROB": Semiring(
+        "LOGPROB",
+        "float64",
+        0.0,
+        -np.inf,
+        " + ",
+        "logsumexp",
+        "subtract_logsumexp",
+        single_term_reduction_is_identity=False,
+        dtypes=("float64", "float32"),
+        result_kind="log",
+    ),
+    "SAT": Semiring("SAT", "bool", True, False, " and ", "any", None, dtypes=("bool",), result_kind="bool"),
+    "COUNT": Semiring("COUNT", "int64", 1, 0, " * ", "sum", None, dtypes=("int64",), result_kind="count"),
 }
 SEMIRING_NAMES = tuple(SEMIRINGS)  # ("PROB", "LOGPROB", "SAT", "COUNT")
 
@@ -144,9 +161,11 @@ def check_compiled_dtype(sr: VMSemiringRuntime) -> None:
     (they read memory through a typed pointer per dtype: float16 has none)."""
     supported = sr.kind.dtypes
     if sr.dtype.name not in supported:
-        raise SemiringDtypeError(f"semiring {sr.name} in {sr.dtype.name}: compiled kernels "
-                                 f"exist for {', '.join(supported)} only (the reference "
-                                 f"interpreter takes any numpy dtype)")
+        raise SemiringDtypeError(
+            f"semiring {sr.name} in {sr.dtype.name}: compiled kernels "
+            f"exist for {', '.join(supported)} only (the reference "
+            f"interpreter takes any numpy dtype)"
+        )
 
 
 def semiring(name: str) -> Semiring:
@@ -281,8 +300,10 @@ def vm_counting_semiring(dtype: DTypeLike = np.int64) -> VMSemiringRuntime:
 
 # each name's runtime factory ("COUNTING": CatBP's other name for COUNT); SAT is bool only
 _RUNTIMES: dict[str, Callable[..., VMSemiringRuntime]] = {
-    "PROB": vm_prob_semiring, "LOGPROB": vm_logprob_semiring,
-    "SAT": lambda *dtype: vm_sat_semiring(), "COUNT": vm_counting_semiring,
+    "PROB": vm_prob_semiring,
+    "LOGPROB": vm_logprob_semiring,
+    "SAT": lambda *dtype: vm_sat_semiring(),
+    "COUNT": vm_counting_semiring,
     "COUNTING": vm_counting_semiring,
 }
 

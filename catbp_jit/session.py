@@ -39,12 +39,19 @@ def aligned_empty(n: int, dtype: np.dtype) -> np.ndarray:
     dtype = np.dtype(dtype)
     raw = np.zeros(n * dtype.itemsize + ALIGN_BYTES, dtype=np.uint8)
     start = (-raw.ctypes.data) % ALIGN_BYTES
-    return raw[start:start + n * dtype.itemsize].view(dtype)
+    return raw[start : start + n * dtype.itemsize].view(dtype)
 
 
 class Session:
-    def __init__(self, exe: Executable, *, before: Hook | None = None, after: Hook | None = None,
-                 mem: np.ndarray | None = None, numpy_only: bool = False) -> None:
+    def __init__(
+        self,
+        exe: Executable,
+        *,
+        before: Hook | None = None,
+        after: Hook | None = None,
+        mem: np.ndarray | None = None,
+        numpy_only: bool = False,
+    ) -> None:
         """mem: a buffer of at least exe.memory.total elements to work in instead of a
         new one (the bucket sessions of a batched executable share one); its owner then
         calls fill_constants() whenever another session wrote over it. numpy_only: stay in
@@ -56,20 +63,23 @@ class Session:
         plan = exe.plan
 
         def view(b: Binding) -> np.ndarray:
-            return self.mem[b.offset:b.offset + b.size].reshape(b.shape)
+            return self.mem[b.offset : b.offset + b.size].reshape(b.shape)
 
         self._factors = {b.ident: view(b) for b in plan.bound(FACTOR_INPUT)}
         self._selectors = {b.ident: view(b) for b in plan.bound(SELECTOR_INPUT)}
         self._slots_in = {b.ident: view(b) for b in plan.bound(SLOT_INPUT)}
         self._constants = [view(b) for b in plan.bound(CONSTANT)]
         self.fill_constants()
-        self._unset = {("factor", k) for k in self._factors} | \
-                      {("selector", k) for k in self._selectors} | \
-                      {("slot", k) for k in self._slots_in}
+        self._unset = (
+            {("factor", k) for k in self._factors}
+            | {("selector", k) for k in self._selectors}
+            | {("slot", k) for k in self._slots_in}
+        )
         # results: views into the slot arena, valid until the next run
         # (a Mapping: a CudaSession's copies each slot back from the device when it is read)
         self.slots: Mapping[tuple, tuple[np.ndarray, TensorSpec]] = {
-            b.ident: (view(b), b.spec) for b in plan.bound(RESULT)}
+            b.ident: (view(b), b.spec) for b in plan.bound(RESULT)
+        }
 
         self._n_steps = len(exe.schedule.steps)
         self._n_static = exe.plan.n_static
@@ -86,21 +96,33 @@ class Session:
         # kernels get addresses, not arrays: no NRT record per call (the executable keeps
         # the kernel address array alive, this session its buffer and table)
         mem_at, tab_at = self.mem.ctypes.data, self.table.ctypes.data
-        self._dispatch_args = (mem_at, self.mem.size, tab_at, self.table.size,
-                               exe.kernel_addresses.ctypes.data, exe.kernel_addresses.size,
-                               self._n_steps)
+        self._dispatch_args = (
+            mem_at,
+            self.mem.size,
+            tab_at,
+            self.table.size,
+            exe.kernel_addresses.ctypes.data,
+            exe.kernel_addresses.size,
+            self._n_steps,
+        )
         # the dynamic steps alone: the dispatcher runs rows 0..n-1 of its table, so a copy
         # of the table whose head lists only the dynamic steps' rows (params unchanged)
-        self.dynamic_table = (dynamic_table(self.table, self._n_static, self._n_steps)
-                              if self._n_static else self.table)
-        self._dynamic_args = (mem_at, self.mem.size, self.dynamic_table.ctypes.data,
-                              self.dynamic_table.size) + self._dispatch_args[4:6] + \
-            (self._n_steps - self._n_static,)
+        self.dynamic_table = (
+            dynamic_table(self.table, self._n_static, self._n_steps) if self._n_static else self.table
+        )
+        self._dynamic_args = (
+            (mem_at, self.mem.size, self.dynamic_table.ctypes.data, self.dynamic_table.size)
+            + self._dispatch_args[4:6]
+            + (self._n_steps - self._n_static,)
+        )
         if exe.mode == "loop":
-            self._calls = [(exe.kernels[exe.schedule.kernel_id(i)].entry,
-                            (mem_at, self.mem.size, tab_at, self.table.size,
-                             exe.schedule.param_offset(i)))
-                           for i in range(self._n_steps)]
+            self._calls = [
+                (
+                    exe.kernels[exe.schedule.kernel_id(i)].entry,
+                    (mem_at, self.mem.size, tab_at, self.table.size, exe.schedule.param_offset(i)),
+                )
+                for i in range(self._n_steps)
+            ]
 
     def fill_constants(self) -> None:
         for c in self._constants:
@@ -114,13 +136,16 @@ class Session:
             # an input declared at compile time but not read by the optimized schedule is
             # accepted (and ignored) when it matches its declared spec
             declared: dict[str, Mapping[Any, TensorSpec]] = {
-                "factor": self.exe.factor_specs, "selector": self.exe.selector_specs,
-                "slot": self.exe.slot_specs}
+                "factor": self.exe.factor_specs,
+                "selector": self.exe.selector_specs,
+                "slot": self.exe.slot_specs,
+            }
             specs = declared[kind]
             if ident not in specs:
                 known = {"factor": self._factors, "selector": self._selectors, "slot": self._slots_in}[kind]
-                raise UnknownInputError(f"this executable has no {kind} {ident!r} "
-                                        f"(it reads: {sorted(map(repr, known))[:10]})")
+                raise UnknownInputError(
+                    f"this executable has no {kind} {ident!r} (it reads: {sorted(map(repr, known))[:10]})"
+                )
             shape = specs[ident].shape
         else:
             shape = target.shape
@@ -129,13 +154,19 @@ class Session:
         if arr.dtype != self.mem.dtype or arr.shape != shape:
             raise InputMismatchError(
                 f"{kind} {ident!r}: got {arr.dtype}{list(arr.shape)}, compiled for "
-                f"{self.mem.dtype}{list(shape)}; compile again for other specs or cast first")
+                f"{self.mem.dtype}{list(shape)}; compile again for other specs or cast first"
+            )
 
-    def _given(self, factors: Mapping[int, Any] | None, selectors: Mapping[int, Any] | None,
-               slots: Mapping[Any, Any] | None) -> list[tuple[str, Any, Any, np.ndarray | None]]:
+    def _given(
+        self,
+        factors: Mapping[int, Any] | None,
+        selectors: Mapping[int, Any] | None,
+        slots: Mapping[Any, Any] | None,
+    ) -> list[tuple[str, Any, Any, np.ndarray | None]]:
         """(kind, id, array, target view or None) for every input handed to run()."""
         out: list[tuple[str, Any, Any, np.ndarray | None]] = [
-            ("factor", i, a, self._factors.get(i)) for i, a in (factors or {}).items()]
+            ("factor", i, a, self._factors.get(i)) for i, a in (factors or {}).items()
+        ]
         out += [("selector", i, a, self._selectors.get(i)) for i, a in (selectors or {}).items()]
         for ident, arr in (slots or {}).items():
             ident = adapt_slot_key(ident)
@@ -143,8 +174,12 @@ class Session:
             out.append(("slot", ident, arr, self._slots_in.get(ident)))
         return out
 
-    def _bind_inputs(self, factors: Mapping[int, Any] | None, selectors: Mapping[int, Any] | None,
-                     slots: Mapping[Any, Any] | None) -> None:
+    def _bind_inputs(
+        self,
+        factors: Mapping[int, Any] | None,
+        selectors: Mapping[int, Any] | None,
+        slots: Mapping[Any, Any] | None,
+    ) -> None:
         # everything is checked before anything is copied: a refused run changes nothing.
         # A run of a big program binds hundreds of small inputs, so the common case (a
         # read input of the right dtype and shape) is tested inline and `target[...] = arr`
@@ -152,27 +187,32 @@ class Session:
         given = self._given(factors, selectors, slots)
         dtype = self.mem.dtype
         for kind, ident, arr, target in given:
-            if target is None or type(arr) is not np.ndarray or arr.dtype != dtype \
-                    or arr.shape != target.shape:
+            if (
+                target is None
+                or type(arr) is not np.ndarray
+                or arr.dtype != dtype
+                or arr.shape != target.shape
+            ):
                 self._check(kind, ident, arr, target)  # raises, or accepts an unread input
         for _, _, arr, target in given:
             if target is not None:
                 target[...] = arr
         if self._unset:
-            self._unset.difference_update((kind, ident) for kind, ident, _, t in given
-                                          if t is not None)
+            self._unset.difference_update((kind, ident) for kind, ident, _, t in given if t is not None)
         if self._static and not self.stale:
-            self.stale = any(self._static.holds(kind, ident)
-                             for kind, ident, _, t in given if t is not None)
+            self.stale = any(self._static.holds(kind, ident) for kind, ident, _, t in given if t is not None)
         if self._unset:
             missing = sorted(f"{k} {i!r}" for k, i in self._unset)
             raise UnknownInputError(f"no value given yet for {name_list(missing)}")
 
     # -- running ---------------------------------------------------------------------------
 
-    def run(self, factors: Mapping[int, np.ndarray] | None = None,
-            selectors: Mapping[int, np.ndarray] | None = None,
-            slots: Mapping[Any, Any] | None = None) -> Mapping[tuple, tuple[np.ndarray, TensorSpec]]:
+    def run(
+        self,
+        factors: Mapping[int, np.ndarray] | None = None,
+        selectors: Mapping[int, np.ndarray] | None = None,
+        slots: Mapping[Any, Any] | None = None,
+    ) -> Mapping[tuple, tuple[np.ndarray, TensorSpec]]:
         """Copy the given inputs in (inputs not given keep their last values) and run: the
         static steps only in the first run and when a static input is given (see the
         module docstring), then the dynamic steps.
@@ -212,7 +252,6 @@ class Session:
                 if self.after is not None:
                     self.after(i, steps[i])
 
-
     def _execute_numpy(self, first: int) -> None:
         run = self._numpy_steps
         if run is None:
@@ -231,5 +270,5 @@ def dynamic_table(table: np.ndarray, n_static: int, n_steps: int) -> np.ndarray:
     (abi.py: the rows are (kernel id, parameter offset); the parameters stay put)."""
     out = table.copy()
     rows = slice(abi.STEP_ROW * n_static, abi.STEP_ROW * n_steps)
-    out[:abi.STEP_ROW * (n_steps - n_static)] = table[rows]
+    out[: abi.STEP_ROW * (n_steps - n_static)] = table[rows]
     return out

@@ -96,8 +96,9 @@ class KernelBuild:
         return self.done.wait(timeout)
 
 
-def start_build(patterns: Sequence, cold: list, cache, n_workers: int,
-                say: Callable[[str], None]) -> KernelBuild:
+def start_build(
+    patterns: Sequence, cold: list, cache, n_workers: int, say: Callable[[str], None]
+) -> KernelBuild:
     """A KernelBuild of `patterns` whose `cold` units (kernels and dispatcher) compile in
     n_workers worker processes first."""
     from .codegen.loader import load_dispatcher, load_kernel
@@ -105,8 +106,12 @@ def start_build(patterns: Sequence, cold: list, cache, n_workers: int,
 
     def compile_cold() -> None:
         say(f"compiling {len(cold)} kernels in {n_workers} background processes")
-        compile_detached(cold, cache, n_workers, lambda unit, seconds: say(
-            f"compiled {unit.name} in {seconds:.1f} s in a worker"))
+        compile_detached(
+            cold,
+            cache,
+            n_workers,
+            lambda unit, seconds: say(f"compiled {unit.name} in {seconds:.1f} s in a worker"),
+        )
 
     def load() -> tuple:
         kernels: dict = {p: load_kernel(p, cache) for p in patterns}
@@ -118,7 +123,10 @@ def start_build(patterns: Sequence, cold: list, cache, n_workers: int,
 def report_failure(build: KernelBuild, what: str) -> None:
     """Say once, as a warning, that the kernels of `what` will not come: its sessions go
     on in the numpy tier (the same answers, more slowly)."""
-    warnings.warn(f"{what}: its kernels failed to compile in the background, so it keeps "
-                  f"running in the numpy tier (the same results, slower): {build.error}",
-                  RuntimeWarning, stacklevel=3)
+    warnings.warn(
+        f"{what}: its kernels failed to compile in the background, so it keeps "
+        f"running in the numpy tier (the same results, slower): {build.error}",
+        RuntimeWarning,
+        stacklevel=3,
+    )
     log.warning("kernels failed for %s: %s", what, build.error)

@@ -74,8 +74,12 @@ def count_runs(sess, kwargs, runs: int) -> dict:
                 sess.run(**calls[i % len(calls)])
             nrt_per_run.append(nrt.allocations)
             nrt_net += nrt.allocations - nrt.frees
-    return {"numpy": numpy_count.allocations, "nrt_min": min(nrt_per_run),
-            "nrt_max": max(nrt_per_run), "nrt_net": nrt_net}
+    return {
+        "numpy": numpy_count.allocations,
+        "nrt_min": min(nrt_per_run),
+        "nrt_max": max(nrt_per_run),
+        "nrt_net": nrt_net,
+    }
 
 
 def batched_session(bundle, factors: dict, selectors: dict, mode: str, buckets):
@@ -84,13 +88,21 @@ def batched_session(bundle, factors: dict, selectors: dict, mode: str, buckets):
     import numpy as np
 
     fid = min(factors)
-    exe = compile(bundle.programs, bundle.semiring_runtime(), factor_specs=bundle.factor_specs(),
-                  selector_specs=bundle.selector_specs(), mode=mode,
-                  batched_factors={fid}, buckets=buckets)
+    exe = compile(
+        bundle.programs,
+        bundle.semiring_runtime(),
+        factor_specs=bundle.factor_specs(),
+        selector_specs=bundle.selector_specs(),
+        mode=mode,
+        batched_factors={fid},
+        buckets=buckets,
+    )
     sess = exe.bind()
     counts = [1, buckets[-1]] + [b + 1 for b in buckets[:-1]] + [0]
-    calls = [{"factors": {**factors, fid: np.repeat(factors[fid][None], n, axis=0)},
-              "selectors": selectors} for n in counts]
+    calls = [
+        {"factors": {**factors, fid: np.repeat(factors[fid][None], n, axis=0)}, "selectors": selectors}
+        for n in counts
+    ]
     return sess, calls
 
 
@@ -102,8 +114,9 @@ def self_test() -> None:
     with NumpyAllocCounter() as c:
         np.empty(16)
     if c.allocations != 1:
-        raise SystemExit(f"alloc_check: the numpy counter saw {c.allocations} allocations "
-                         "of np.empty(16), expected 1")
+        raise SystemExit(
+            f"alloc_check: the numpy counter saw {c.allocations} allocations of np.empty(16), expected 1"
+        )
     make = njit(lambda n: np.empty(n))
     make(4)  # compile outside the count
     with NrtAllocCounter() as nrt:
@@ -127,19 +140,34 @@ def verdict(c: dict) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--shared", type=Path, default=default_shared_dir(),
-                        help="the shared directory holding bench/ (default: %(default)s)")
+    parser.add_argument(
+        "--shared",
+        type=Path,
+        default=default_shared_dir(),
+        help="the shared directory holding bench/ (default: %(default)s)",
+    )
     parser.add_argument("--runs", type=int, default=100, help="counted runs per call (default 100)")
-    parser.add_argument("--large-runs", type=int, default=10,
-                        help=f"counted runs for bundles whose arena exceeds "
-                             f"{LARGE_ARENA_BYTES >> 20} MB (default 10)")
-    parser.add_argument("--skip-large", action="store_true",
-                        help=f"skip bundles whose arena exceeds {LARGE_ARENA_BYTES >> 20} MB")
-    parser.add_argument("--buckets", type=lambda x: tuple(int(b) for b in x.split(",") if b),
-                        default=(1, 8, 64), metavar="B,B,...",
-                        help="buckets of the batched check (default 1,8,64; '' skips it)")
-    parser.add_argument("--bundles", nargs="+", metavar="NAME",
-                        help="only bundles whose name contains one of these strings")
+    parser.add_argument(
+        "--large-runs",
+        type=int,
+        default=10,
+        help=f"counted runs for bundles whose arena exceeds {LARGE_ARENA_BYTES >> 20} MB (default 10)",
+    )
+    parser.add_argument(
+        "--skip-large",
+        action="store_true",
+        help=f"skip bundles whose arena exceeds {LARGE_ARENA_BYTES >> 20} MB",
+    )
+    parser.add_argument(
+        "--buckets",
+        type=lambda x: tuple(int(b) for b in x.split(",") if b),
+        default=(1, 8, 64),
+        metavar="B,B,...",
+        help="buckets of the batched check (default 1,8,64; '' skips it)",
+    )
+    parser.add_argument(
+        "--bundles", nargs="+", metavar="NAME", help="only bundles whose name contains one of these strings"
+    )
     args = parser.parse_args(argv)
     if args.runs < 1 or args.large_runs < 1:
         parser.error("--runs and --large-runs must be at least 1")
@@ -150,8 +178,7 @@ def main(argv=None) -> int:
     enable_nrt_stats()
     self_test()
 
-    header = ("bundle", "mode", "steps", "call", "runs", "numpy", "nrt min", "nrt max",
-              "nrt net", "verdict")
+    header = ("bundle", "mode", "steps", "call", "runs", "numpy", "nrt min", "nrt max", "nrt net", "verdict")
     rows = []
     notes = []
     per_mode_nrt = {mode: set() for mode in MODES}
@@ -162,57 +189,85 @@ def main(argv=None) -> int:
         selectors = {sid: arr for sid, (arr, _) in bundle.selectors.items()}
         for mode in MODES:
             print(f"... {path.name} ({mode})", file=sys.stderr, flush=True)
-            exe = compile(bundle.programs, bundle.semiring_runtime(),
-                          factor_specs=bundle.factor_specs(),
-                          selector_specs=bundle.selector_specs(), mode=mode)
+            exe = compile(
+                bundle.programs,
+                bundle.semiring_runtime(),
+                factor_specs=bundle.factor_specs(),
+                selector_specs=bundle.selector_specs(),
+                mode=mode,
+            )
             large = exe.memory.total_bytes > LARGE_ARENA_BYTES
             if large and args.skip_large:
-                notes.append(f"skipped {path.name} ({mode}): arena "
-                             f"{exe.memory.total_bytes / 2**20:.0f} MB > {LARGE_ARENA_BYTES >> 20} MB")
+                notes.append(
+                    f"skipped {path.name} ({mode}): arena "
+                    f"{exe.memory.total_bytes / 2**20:.0f} MB > {LARGE_ARENA_BYTES >> 20} MB"
+                )
                 continue
             runs = min(args.runs, args.large_runs) if large else args.runs
             runs_text = f"{runs}*" if runs != args.runs else str(runs)
             sess = exe.bind()
             sess.run(factors=factors, selectors=selectors)  # warm-up (and binds every input)
-            calls = (("run(inputs)", {"factors": factors, "selectors": selectors}),
-                     ("run()", {}))
+            calls = (("run(inputs)", {"factors": factors, "selectors": selectors}), ("run()", {}))
             for call, kwargs in calls:
                 counts = count_runs(sess, kwargs, runs)
                 v = verdict(counts)
                 failed = failed or v != "ok"
                 per_mode_nrt[mode].add(counts["nrt_max"])
-                rows.append((path.name, mode, str(len(exe.schedule.steps)), call, runs_text,
-                             str(counts["numpy"]), str(counts["nrt_min"]),
-                             str(counts["nrt_max"]), str(counts["nrt_net"]), v))
+                rows.append(
+                    (
+                        path.name,
+                        mode,
+                        str(len(exe.schedule.steps)),
+                        call,
+                        runs_text,
+                        str(counts["numpy"]),
+                        str(counts["nrt_min"]),
+                        str(counts["nrt_max"]),
+                        str(counts["nrt_net"]),
+                        v,
+                    )
+                )
             del sess, exe  # give the arena back before the next compile
             if large or not args.buckets:
                 continue
-            counts = count_runs(*batched_session(bundle, factors, selectors, mode,
-                                                 args.buckets), runs)
+            counts = count_runs(*batched_session(bundle, factors, selectors, mode, args.buckets), runs)
             v = verdict(counts)
             failed = failed or v != "ok"
-            rows.append((path.name, mode, "-", f"run(rows) {args.buckets}", runs_text,
-                         str(counts["numpy"]), str(counts["nrt_min"]),
-                         str(counts["nrt_max"]), str(counts["nrt_net"]), v))
+            rows.append(
+                (
+                    path.name,
+                    mode,
+                    "-",
+                    f"run(rows) {args.buckets}",
+                    runs_text,
+                    str(counts["numpy"]),
+                    str(counts["nrt_min"]),
+                    str(counts["nrt_max"]),
+                    str(counts["nrt_net"]),
+                    v,
+                )
+            )
 
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
-              for i, h in enumerate(header)]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+
     def line(cells):
         return "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
+
     print(line(header))
     print(line(["-" * w for w in widths]))
     for r in rows:
         print(line(r))
     print()
     if any(r[4].endswith("*") for r in rows):
-        print(f"* reduced run count (--large-runs {args.large_runs}): the arena exceeds "
-              f"{LARGE_ARENA_BYTES >> 20} MB and one run takes seconds")
+        print(
+            f"* reduced run count (--large-runs {args.large_runs}): the arena exceeds "
+            f"{LARGE_ARENA_BYTES >> 20} MB and one run takes seconds"
+        )
     for n in notes:
         print(n)
     for mode in MODES:
         if per_mode_nrt[mode]:
-            print(f"NRT allocations per run, {mode} mode, over all bundles: "
-                  f"{sorted(per_mode_nrt[mode])}")
+            print(f"NRT allocations per run, {mode} mode, over all bundles: {sorted(per_mode_nrt[mode])}")
     print("result:", "FAIL" if failed else "ok (no numpy allocation; constant NRT count per run)")
     return 1 if failed else 0
 

@@ -112,28 +112,64 @@ MODES = ("compiled", "loop")
 # (dispatch mode, exact) per row of a bundle: both dispatch modes exact, then the
 # reassociating mode compiled
 RUNS = (("compiled", True), ("loop", True), ("compiled", False))
-REF_BUDGET_S = 2.5     # reference: total time per bundle when runs are fast
+REF_BUDGET_S = 2.5  # reference: total time per bundle when runs are fast
 REF_MIN_RUNS = 3
 REF_MAX_RUNS = 200
-JIT_BUDGET_S = 1.0     # JIT: total time per bundle, mode and call
+JIT_BUDGET_S = 1.0  # JIT: total time per bundle, mode and call
 JIT_MIN_RUNS = 3
 JIT_MAX_RUNS = 5000
 QUICK_BUDGET_S = 0.2
 
 # The bars of perf/README.md: (model, minimum ratio reference/JIT in compiled mode, kind).
-SPEED_BARS = (("chain200_d2", 100.0, "overhead-bound"),
-              ("grid4x8_d2", 100.0, "overhead-bound"),
-              ("grid5_d3", 20.0, "compute-bound"))
+SPEED_BARS = (
+    ("chain200_d2", 100.0, "overhead-bound"),
+    ("grid4x8_d2", 100.0, "overhead-bound"),
+    ("grid5_d3", 20.0, "compute-bound"),
+)
 # issue 13's aim for the reassociating mode (compiled, exact=False)
 REASSOC_BARS = (("grid5_d3", 50.0, "compute-bound"),)
 
-COLUMNS = ("bundle", "mode", "steps", "kernels", "reference", "compile", "run(inputs)",
-           "run()", "x inputs", "x bound", "arena", "ref peak", "arena/peak", "check")
-CSV_COLUMNS = ("group", "bundle", "semiring", "dtype", "mode", "exact", "steps", "kernels",
-               "ref_s", "ref_runs", "compile_s", "cache_misses", "run_inputs_s",
-               "run_inputs_runs", "run_bound_s", "run_bound_runs", "ratio_inputs",
-               "ratio_bound", "arena_bytes", "ref_peak_bytes", "arena_over_peak", "check",
-               "detail")
+COLUMNS = (
+    "bundle",
+    "mode",
+    "steps",
+    "kernels",
+    "reference",
+    "compile",
+    "run(inputs)",
+    "run()",
+    "x inputs",
+    "x bound",
+    "arena",
+    "ref peak",
+    "arena/peak",
+    "check",
+)
+CSV_COLUMNS = (
+    "group",
+    "bundle",
+    "semiring",
+    "dtype",
+    "mode",
+    "exact",
+    "steps",
+    "kernels",
+    "ref_s",
+    "ref_runs",
+    "compile_s",
+    "cache_misses",
+    "run_inputs_s",
+    "run_inputs_runs",
+    "run_bound_s",
+    "run_bound_runs",
+    "ratio_inputs",
+    "ratio_bound",
+    "arena_bytes",
+    "ref_peak_bytes",
+    "arena_over_peak",
+    "check",
+    "detail",
+)
 
 
 # ---------------------------------------------------------------------------------------
@@ -145,8 +181,7 @@ def bench_reference(bundle, budget_s: float, ref_runs):
     sr = bundle.semiring_runtime()
 
     def run():
-        return run_programs(bundle.programs, sr, bundle.factor_provider,
-                            bundle.selector_provider)
+        return run_programs(bundle.programs, sr, bundle.factor_provider, bundle.selector_provider)
 
     max_runs = REF_MAX_RUNS if ref_runs is None else ref_runs
     min_runs = min(REF_MIN_RUNS, max_runs)
@@ -157,12 +192,16 @@ def reference_peak_bytes(bundle) -> int:
     """The reference's peak live bytes, from a walk of the IR (rules in the docstring)."""
     sr = bundle.semiring_runtime()
     itemsize = sr.dtype.itemsize
-    checked = validate_programs(bundle.programs, factor_specs=bundle.factor_specs(),
-                                selector_specs=bundle.selector_specs(), itemsize=itemsize)
+    checked = validate_programs(
+        bundle.programs,
+        factor_specs=bundle.factor_specs(),
+        selector_specs=bundle.selector_specs(),
+        itemsize=itemsize,
+    )
 
-    value_bytes = {}   # value id -> its size in bytes
-    value_ndim = {}    # value id -> its number of axes
-    input_value = {}   # ("factor", id) or ("selector", id) -> the value id of that input
+    value_bytes = {}  # value id -> its size in bytes
+    value_ndim = {}  # value id -> its number of axes
+    input_value = {}  # ("factor", id) or ("selector", id) -> the value id of that input
 
     def new_value(spec) -> int:
         vid = len(value_bytes)
@@ -221,9 +260,14 @@ def bench_jit(bundle, mode: str, budget_s: float, ref_slots, exact: bool = True)
     selectors = {sid: arr for sid, (arr, _) in bundle.selectors.items()}
 
     t0 = time.perf_counter()
-    exe = compile(bundle.programs, bundle.semiring_runtime(),
-                  factor_specs=bundle.factor_specs(), selector_specs=bundle.selector_specs(),
-                  mode=mode, exact=exact)
+    exe = compile(
+        bundle.programs,
+        bundle.semiring_runtime(),
+        factor_specs=bundle.factor_specs(),
+        selector_specs=bundle.selector_specs(),
+        mode=mode,
+        exact=exact,
+    )
     compile_s = time.perf_counter() - t0
     sess = exe.bind()
     sess.run(factors=factors, selectors=selectors)  # warm-up
@@ -248,12 +292,13 @@ def bench_jit(bundle, mode: str, budget_s: float, ref_slots, exact: bool = True)
         "kernels": len(exe.kernels),
         "compile_s": compile_s,
         "cache_misses": exe.cache_stats.get("misses", 0),
-        "run_inputs_s": inputs_s, "run_inputs_runs": inputs_runs,
-        "run_bound_s": bound_s, "run_bound_runs": bound_runs,
+        "run_inputs_s": inputs_s,
+        "run_inputs_runs": inputs_runs,
+        "run_bound_s": bound_s,
+        "run_bound_runs": bound_runs,
         "arena_bytes": exe.memory.total_bytes,
         "check": "ok" if not problems else "FAIL",
-        "detail": "; ".join(problems[:3]) + (f"; ... {len(problems) - 3} more"
-                                              if len(problems) > 3 else ""),
+        "detail": "; ".join(problems[:3]) + (f"; ... {len(problems) - 3} more" if len(problems) > 3 else ""),
     }
 
 
@@ -263,13 +308,22 @@ def bench_jit(bundle, mode: str, budget_s: float, ref_slots, exact: bool = True)
 
 def markdown_row(row: dict) -> list:
     return [
-        row["bundle"], mode_name(row), str(row.get("steps", "-")), str(row.get("kernels", "-")),
+        row["bundle"],
+        mode_name(row),
+        str(row.get("steps", "-")),
+        str(row.get("kernels", "-")),
         f"{fmt_time(row['ref_s'])} ({row['ref_runs']})",
-        (f"{row['compile_s']:.2f} s ({row['cache_misses']} miss)"
-         if row.get("compile_s") is not None else "-"),
-        fmt_time(row.get("run_inputs_s")), fmt_time(row.get("run_bound_s")),
-        fmt_ratio(row.get("ratio_inputs")), fmt_ratio(row.get("ratio_bound")),
-        fmt_bytes(row.get("arena_bytes")), fmt_bytes(row["ref_peak_bytes"]),
+        (
+            f"{row['compile_s']:.2f} s ({row['cache_misses']} miss)"
+            if row.get("compile_s") is not None
+            else "-"
+        ),
+        fmt_time(row.get("run_inputs_s")),
+        fmt_time(row.get("run_bound_s")),
+        fmt_ratio(row.get("ratio_inputs")),
+        fmt_ratio(row.get("ratio_bound")),
+        fmt_bytes(row.get("arena_bytes")),
+        fmt_bytes(row["ref_peak_bytes"]),
         f"{row['arena_over_peak']:.2f}" if row.get("arena_over_peak") is not None else "-",
         row["check"],
     ]
@@ -280,8 +334,7 @@ def mode_name(row: dict) -> str:
 
 
 def markdown_table(rows) -> list:
-    lines = ["| " + " | ".join(COLUMNS) + " |",
-             "|" + "|".join("---" for _ in COLUMNS) + "|"]
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "|".join("---" for _ in COLUMNS) + "|"]
     for row in rows:
         lines.append("| " + " | ".join(markdown_row(row)) + " |")
     return lines
@@ -299,18 +352,22 @@ def bars_section(rows) -> list:
                     continue
                 # judged on run(inputs), the drop-in use; run() shown for comparison
                 verdict = "PASS" if row["ratio_inputs"] >= bar else "MISS"
-                lines.append(f"- {verdict} {row['bundle']} ({kind}, bar >= {bar:.0f}x, "
-                             f"{mode_name(row)}): {row['ratio_inputs']:.1f}x with inputs, "
-                             f"{row['ratio_bound']:.1f}x bound")
+                lines.append(
+                    f"- {verdict} {row['bundle']} ({kind}, bar >= {bar:.0f}x, "
+                    f"{mode_name(row)}): {row['ratio_inputs']:.1f}x with inputs, "
+                    f"{row['ratio_bound']:.1f}x bound"
+                )
     seen = set()
     for row in rows:
         if row["group"] != "bench" or row.get("arena_bytes") is None or row["bundle"] in seen:
             continue
         seen.add(row["bundle"])
         verdict = "PASS" if row["arena_bytes"] < row["ref_peak_bytes"] else "MISS"
-        lines.append(f"- {verdict} {row['bundle']} (arena below the reference's peak): "
-                     f"{fmt_bytes(row['arena_bytes'])} vs {fmt_bytes(row['ref_peak_bytes'])}, "
-                     f"ratio {row['arena_over_peak']:.2f}")
+        lines.append(
+            f"- {verdict} {row['bundle']} (arena below the reference's peak): "
+            f"{fmt_bytes(row['arena_bytes'])} vs {fmt_bytes(row['ref_peak_bytes'])}, "
+            f"ratio {row['arena_over_peak']:.2f}"
+        )
     return lines
 
 
@@ -341,18 +398,31 @@ def header_lines(args, load_at_start: str) -> list:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--shared", type=Path, default=default_shared_dir(),
-                        help="the shared directory holding bench/ and corpus/ (default: %(default)s)")
+    parser.add_argument(
+        "--shared",
+        type=Path,
+        default=default_shared_dir(),
+        help="the shared directory holding bench/ and corpus/ (default: %(default)s)",
+    )
     parser.add_argument("--only", choices=GROUPS, help="only the bench or only the corpus bundles")
-    parser.add_argument("--bundles", nargs="+", metavar="NAME",
-                        help="only bundles whose name contains one of these strings")
-    parser.add_argument("--out", type=Path, default=REPO / "perf" / "out",
-                        help="where bench.md and bench.csv go (default: %(default)s)")
-    parser.add_argument("--ref-runs", type=int, metavar="N",
-                        help=f"at most N reference runs per bundle (default: adaptive, "
-                             f"at least {REF_MIN_RUNS})")
-    parser.add_argument("--quick", action="store_true",
-                        help="short budgets and a single reference run for slow bundles")
+    parser.add_argument(
+        "--bundles", nargs="+", metavar="NAME", help="only bundles whose name contains one of these strings"
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=REPO / "perf" / "out",
+        help="where bench.md and bench.csv go (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--ref-runs",
+        type=int,
+        metavar="N",
+        help=f"at most N reference runs per bundle (default: adaptive, at least {REF_MIN_RUNS})",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="short budgets and a single reference run for slow bundles"
+    )
     args = parser.parse_args(argv)
     if args.ref_runs is not None and args.ref_runs < 1:
         parser.error("--ref-runs must be at least 1")
@@ -373,9 +443,17 @@ def main(argv=None) -> int:
         ref_s, ref_runs, ref_slots = bench_reference(bundle, args.ref_budget, args.ref_runs)
         peak = reference_peak_bytes(bundle)
         for mode, exact in RUNS:
-            row = {"group": group, "bundle": path.name, "semiring": bundle.semiring,
-                   "dtype": bundle.dtype.name, "mode": mode, "exact": exact, "ref_s": ref_s,
-                   "ref_runs": ref_runs, "ref_peak_bytes": peak}
+            row = {
+                "group": group,
+                "bundle": path.name,
+                "semiring": bundle.semiring,
+                "dtype": bundle.dtype.name,
+                "mode": mode,
+                "exact": exact,
+                "ref_s": ref_s,
+                "ref_runs": ref_runs,
+                "ref_peak_bytes": peak,
+            }
             print(f"... {group}/{path.name}: {mode_name(row)}", file=sys.stderr, flush=True)
             try:
                 row.update(bench_jit(bundle, mode, args.jit_budget, ref_slots, exact))

@@ -52,19 +52,23 @@ def rate(fn, rows: int, budget: float) -> float:
 def ours(graph, ev, table, budget, batches):
     from catbp_jit.errors import CatbpError
     from catbp_jit.frontend import compile_model
+
     buckets = list(batches)
     while True:  # the largest buckets of a big network may not fit in memory
         try:
             t0 = time.perf_counter()
-            model = compile_model(graph, "prob", evidence_vars=ev, absorb_evidence=True,
-                                  buckets=tuple(buckets))
+            model = compile_model(
+                graph, "prob", evidence_vars=ev, absorb_evidence=True, buckets=tuple(buckets)
+            )
             compile_s = time.perf_counter() - t0
             break
         except (CatbpError, MemoryError) as e:
             if len(buckets) == 1:
                 raise
-            print(f"  {graph.name}: bucket {buckets[-1]} refused ({str(e).splitlines()[0][:90]}...)",
-                  file=sys.stderr)
+            print(
+                f"  {graph.name}: bucket {buckets[-1]} refused ({str(e).splitlines()[0][:90]}...)",
+                file=sys.stderr,
+            )
             buckets.pop()
     rates = {}
     for n in batches:
@@ -75,6 +79,7 @@ def ours(graph, ev, table, budget, batches):
 
 def pyagrum_rate(name, ev, table, budget, model):
     import pyagrum as gum
+
     with tempfile.TemporaryDirectory(prefix="bench_batch_") as tmp:
         bn, renamed = pyagrum_network(gum, network_text(name), Path(tmp))
     to_gum = {ours_name: g for g, ours_name in renamed.items()}
@@ -90,7 +95,7 @@ def pyagrum_rate(name, ev, table, budget, model):
         done += 1
     q = done / (time.perf_counter() - t0)
     # the last row, compared with ours
-    mine = model.solve_batch(table[done - 1:done])
+    mine = model.solve_batch(table[done - 1 : done])
     diff = 0.0
     for n, post in zip(nodes, last):
         v = bn.variable(n).name()
@@ -101,9 +106,13 @@ def pyagrum_rate(name, ev, table, budget, model):
 
 def bench_networks(names, budget, with_pyagrum, batches):
     from catbp_jit.frontend.bnlearn import load_network
+
     results = []
-    print("| network | observed | buckets | compile | " + " | ".join(f"ours n={n}" for n in batches)
-          + f" | pyAgrum loop | x (n={1024 if 1024 in batches else max(batches)}) | max diff |")
+    print(
+        "| network | observed | buckets | compile | "
+        + " | ".join(f"ours n={n}" for n in batches)
+        + f" | pyAgrum loop | x (n={1024 if 1024 in batches else max(batches)}) | max diff |"
+    )
     print("|---|--:|---|--:|" + "--:|" * len(batches) + "--:|--:|--:|")
     for name in names:
         graph = load_network(name)
@@ -117,14 +126,18 @@ def bench_networks(names, budget, with_pyagrum, batches):
             except Exception as e:
                 print(f"| {name} | {k} | refused: {str(e).splitlines()[0][:100]} |")
                 continue
-            q, diff = (pyagrum_rate(name, ev, table, budget, model) if with_pyagrum
-                       else (float("nan"), float("nan")))
+            q, diff = (
+                pyagrum_rate(name, ev, table, budget, model) if with_pyagrum else (float("nan"), float("nan"))
+            )
             top = 1024 if 1024 in rates else max(rates)
             ratio = rates[top] / q if q == q else float("nan")
             results.append((name, k, rates, q))
-            print(f"| {name} | {k} | {','.join(map(str, buckets))} | {compile_s:.1f} s | "
-                  + " | ".join(f"{rates[n]:,.0f}/s" for n in batches)
-                  + f" | {q:,.0f}/s | {ratio:,.0f}x | {diff:.1e} |", flush=True)
+            print(
+                f"| {name} | {k} | {','.join(map(str, buckets))} | {compile_s:.1f} s | "
+                + " | ".join(f"{rates[n]:,.0f}/s" for n in batches)
+                + f" | {q:,.0f}/s | {ratio:,.0f}x | {diff:.1e} |",
+                flush=True,
+            )
     return results
 
 
@@ -135,11 +148,15 @@ def bench_bundles(budget):
     """The executor alone: the unary factors (local evidence) of a bench bundle batched."""
     import catbp_jit as cj
     from catbp_jit.bundle import load_bundle
+
     root = HERE.parent.parent / "shared" / "bench"
     if not root.is_dir():
         root = HERE.parent / "tests" / "data" / "bench"
-    print("\n| bundle | batched factors | one at a time | "
-          + " | ".join(f"batched n={n}" for n in BUNDLE_BATCHES) + f" | x (n={BUNDLE_BATCHES[-1]}) |")
+    print(
+        "\n| bundle | batched factors | one at a time | "
+        + " | ".join(f"batched n={n}" for n in BUNDLE_BATCHES)
+        + f" | x (n={BUNDLE_BATCHES[-1]}) |"
+    )
     print("|---|--:|--:|--:|--:|--:|")
     for d in sorted(p for p in root.iterdir() if (p / "bundle.json").exists()):
         b = load_bundle(d)
@@ -149,36 +166,47 @@ def bench_bundles(budget):
         fids = sorted(f for f, (a, _) in b.factors.items() if a.ndim <= 1) or sorted(b.factors)
         base = {f: np.ascontiguousarray(a, dtype=b.dtype) for f, (a, _) in b.factors.items()}
         sels = {s: np.ascontiguousarray(a, dtype=b.dtype) for s, (a, _) in b.selectors.items()}
-        plain = cj.compile(b.programs, sr, factor_specs=b.factor_specs(),
-                           selector_specs=b.selector_specs()).bind()
+        plain = cj.compile(
+            b.programs, sr, factor_specs=b.factor_specs(), selector_specs=b.selector_specs()
+        ).bind()
         plain.run(factors=base, selectors=sels)
         one = rate(partial(plain.run, factors=base), 1, budget)
         try:
-            batched = cj.compile(b.programs, sr, factor_specs=b.factor_specs(),
-                                 selector_specs=b.selector_specs(), batched_factors=set(fids),
-                                 buckets=BUNDLE_BATCHES).bind()
+            batched = cj.compile(
+                b.programs,
+                sr,
+                factor_specs=b.factor_specs(),
+                selector_specs=b.selector_specs(),
+                batched_factors=set(fids),
+                buckets=BUNDLE_BATCHES,
+            ).bind()
         except (cj.CatbpError, MemoryError) as e:  # batched intermediates too large
-            print(f"| {d.name} | {len(fids)} of {len(base)} | {one:,.0f}/s | refused: "
-                  f"{str(e).splitlines()[0][-90:]} |")
+            print(
+                f"| {d.name} | {len(fids)} of {len(base)} | {one:,.0f}/s | refused: "
+                f"{str(e).splitlines()[0][-90:]} |"
+            )
             continue
         rng = np.random.default_rng(0)
         top = BUNDLE_BATCHES[-1]
-        rows = {f: base[f][None] * rng.uniform(0.5, 1.5, size=(top,) + base[f].shape)
-                for f in fids}
+        rows = {f: base[f][None] * rng.uniform(0.5, 1.5, size=(top,) + base[f].shape) for f in fids}
         static = {f: a for f, a in base.items() if f not in rows}
         rates = {}
         for n in BUNDLE_BATCHES:
             given = {f: np.ascontiguousarray(a[:n]) for f, a in rows.items()}
             batched.run(factors={**static, **given}, selectors=sels)
             rates[n] = rate(partial(batched.run, factors=given), n, budget)
-        print(f"| {d.name} | {len(fids)} of {len(base)} | {one:,.0f}/s | "
-              + " | ".join(f"{rates[n]:,.0f}/s" for n in BUNDLE_BATCHES)
-              + f" | {rates[top] / one:,.1f}x |", flush=True)
+        print(
+            f"| {d.name} | {len(fids)} of {len(base)} | {one:,.0f}/s | "
+            + " | ".join(f"{rates[n]:,.0f}/s" for n in BUNDLE_BATCHES)
+            + f" | {rates[top] / one:,.1f}x |",
+            flush=True,
+        )
 
 
 def plot(results, path: Path, batches):
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
@@ -186,7 +214,7 @@ def plot(results, path: Path, batches):
         return
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for name, k, rates, q in results:
-        line, = ax.plot(batches, [rates[n] for n in batches], marker="o", label=f"{name}, {k} obs")
+        (line,) = ax.plot(batches, [rates[n] for n in batches], marker="o", label=f"{name}, {k} obs")
         if q == q:
             ax.axhline(q, color=line.get_color(), linestyle=":", linewidth=1)
     ax.set_xscale("log", base=2)
@@ -207,13 +235,15 @@ def main(argv=None) -> int:
     ap.add_argument("--budget", type=float, default=1.0, help="seconds per measurement")
     ap.add_argument("--no-pyagrum", action="store_true")
     ap.add_argument("--no-bundles", action="store_true")
-    ap.add_argument("--batches", default=",".join(map(str, BATCHES)),
-                    help="rows per batch to measure (default 1,64,1024,16384)")
+    ap.add_argument(
+        "--batches",
+        default=",".join(map(str, BATCHES)),
+        help="rows per batch to measure (default 1,64,1024,16384)",
+    )
     args = ap.parse_args(argv)
     batches = tuple(int(x) for x in args.batches.split(","))
     with_pyagrum = not args.no_pyagrum and installed("pyagrum")
-    results = bench_networks([n for n in args.networks.split(",") if n], args.budget,
-                             with_pyagrum, batches)
+    results = bench_networks([n for n in args.networks.split(",") if n], args.budget, with_pyagrum, batches)
     if not args.no_bundles:
         bench_bundles(args.budget)
     if results:

@@ -134,19 +134,71 @@ SIM_NETWORKS = ("asia",)
 
 EXACT_SEMIRINGS = ("PROB", "SAT", "COUNT")
 
-BUNDLE_COLUMNS = ("bundle", "steps", "compile cpu", "compile gpu", "run(inputs) cpu",
-                  "run(inputs) gpu", "gpu/cpu", "run() cpu", "run() gpu", "gpu/cpu", "check")
-BATCH_COLUMNS = ("name", "batched", "buckets", "compile cpu", "compile gpu", "rows",
-                 "batch cpu", "batch gpu", "row cpu", "row gpu", "q/s cpu", "q/s gpu",
-                 "gpu/cpu", "check")
-CSV_COLUMNS = ("part", "group", "name", "semiring", "dtype", "steps", "batched", "buckets",
-               "rows", "cpu_compile_s", "cpu_cache_misses", "gpu_compile_s",
-               "gpu_cache_misses", "cpu_inputs_s", "cpu_inputs_runs", "gpu_inputs_s",
-               "gpu_inputs_runs", "ratio_inputs", "cpu_bound_s", "cpu_bound_runs",
-               "gpu_bound_s", "gpu_bound_runs", "ratio_bound", "cpu_batch_s",
-               "cpu_batch_runs", "gpu_batch_s", "gpu_batch_runs", "ratio_batch",
-               "cpu_row_s", "gpu_row_s", "cpu_rows_per_s", "gpu_rows_per_s", "check",
-               "detail")
+BUNDLE_COLUMNS = (
+    "bundle",
+    "steps",
+    "compile cpu",
+    "compile gpu",
+    "run(inputs) cpu",
+    "run(inputs) gpu",
+    "gpu/cpu",
+    "run() cpu",
+    "run() gpu",
+    "gpu/cpu",
+    "check",
+)
+BATCH_COLUMNS = (
+    "name",
+    "batched",
+    "buckets",
+    "compile cpu",
+    "compile gpu",
+    "rows",
+    "batch cpu",
+    "batch gpu",
+    "row cpu",
+    "row gpu",
+    "q/s cpu",
+    "q/s gpu",
+    "gpu/cpu",
+    "check",
+)
+CSV_COLUMNS = (
+    "part",
+    "group",
+    "name",
+    "semiring",
+    "dtype",
+    "steps",
+    "batched",
+    "buckets",
+    "rows",
+    "cpu_compile_s",
+    "cpu_cache_misses",
+    "gpu_compile_s",
+    "gpu_cache_misses",
+    "cpu_inputs_s",
+    "cpu_inputs_runs",
+    "gpu_inputs_s",
+    "gpu_inputs_runs",
+    "ratio_inputs",
+    "cpu_bound_s",
+    "cpu_bound_runs",
+    "gpu_bound_s",
+    "gpu_bound_runs",
+    "ratio_bound",
+    "cpu_batch_s",
+    "cpu_batch_runs",
+    "gpu_batch_s",
+    "gpu_batch_runs",
+    "ratio_batch",
+    "cpu_row_s",
+    "gpu_row_s",
+    "cpu_rows_per_s",
+    "gpu_rows_per_s",
+    "check",
+    "detail",
+)
 
 
 # ---------------------------------------------------------------------------------------
@@ -191,15 +243,16 @@ def compare_results(cpu: dict, gpu: dict, semiring: str, dtype) -> list:
         want, got = np.asarray(cpu[key]), np.asarray(gpu[key])
         if semiring in EXACT_SEMIRINGS:
             if want.dtype != got.dtype or want.shape != got.shape:
-                problems.append(f"{key!r}: {got.dtype}{list(got.shape)} on the GPU, "
-                                f"{want.dtype}{list(want.shape)} on the CPU")
+                problems.append(
+                    f"{key!r}: {got.dtype}{list(got.shape)} on the GPU, "
+                    f"{want.dtype}{list(want.shape)} on the CPU"
+                )
             else:
                 differ = want != got
                 if want.dtype.kind in "fc":  # NaN on both sides is the same answer
                     differ &= ~(np.isnan(want) & np.isnan(got))
                 if differ.any():
-                    problems.append(f"{key!r}: {int(np.count_nonzero(differ))} of "
-                                    f"{want.size} entries differ")
+                    problems.append(f"{key!r}: {int(np.count_nonzero(differ))} of {want.size} entries differ")
         else:
             reason = compare_slot(got, want, dtype)
             if reason is not None:
@@ -209,8 +262,7 @@ def compare_results(cpu: dict, gpu: dict, semiring: str, dtype) -> list:
 
 def verdict(problems: list, row: dict) -> None:
     row["check"] = "FAIL" if problems else "ok"
-    row["detail"] = "; ".join(problems[:3]) + (f"; ... {len(problems) - 3} more"
-                                                if len(problems) > 3 else "")
+    row["detail"] = "; ".join(problems[:3]) + (f"; ... {len(problems) - 3} more" if len(problems) > 3 else "")
 
 
 def snapshot(slots) -> dict:
@@ -236,8 +288,13 @@ def bench_bundle_target(bundle, target: str, args) -> tuple:
     factors = {fid: arr for fid, (arr, _) in bundle.factors.items()}
     selectors = {sid: arr for sid, (arr, _) in bundle.selectors.items()}
     t0 = time.perf_counter()
-    exe = compile(bundle.programs, bundle.semiring_runtime(), factor_specs=bundle.factor_specs(),
-                  selector_specs=bundle.selector_specs(), target=target)
+    exe = compile(
+        bundle.programs,
+        bundle.semiring_runtime(),
+        factor_specs=bundle.factor_specs(),
+        selector_specs=bundle.selector_specs(),
+        target=target,
+    )
     compile_s = time.perf_counter() - t0
     sess = exe.bind()
     read_all(sess.run(factors=factors, selectors=selectors))  # warm-up
@@ -251,11 +308,18 @@ def bench_bundle_target(bundle, target: str, args) -> tuple:
     inputs_s, inputs_runs, _ = time_runs(run_inputs, args.min_runs, MAX_RUNS, args.budget)
     bound_s, bound_runs, _ = time_runs(run_bound, args.min_runs, MAX_RUNS, args.budget)
     t = "cpu" if target == "cpu" else "gpu"
-    return ({"steps": len(exe.schedule.steps), f"{t}_compile_s": compile_s,
-             f"{t}_cache_misses": exe.cache_stats.get("misses", 0),
-             f"{t}_inputs_s": inputs_s, f"{t}_inputs_runs": inputs_runs,
-             f"{t}_bound_s": bound_s, f"{t}_bound_runs": bound_runs},
-            snapshot(sess.slots))
+    return (
+        {
+            "steps": len(exe.schedule.steps),
+            f"{t}_compile_s": compile_s,
+            f"{t}_cache_misses": exe.cache_stats.get("misses", 0),
+            f"{t}_inputs_s": inputs_s,
+            f"{t}_inputs_runs": inputs_runs,
+            f"{t}_bound_s": bound_s,
+            f"{t}_bound_runs": bound_runs,
+        },
+        snapshot(sess.slots),
+    )
 
 
 def bench_bundles(bundles, args, gpu: bool) -> list:
@@ -264,8 +328,15 @@ def bench_bundles(bundles, args, gpu: bool) -> list:
     rows = []
     for group, path in bundles:
         bundle = load_bundle(path)
-        row = {"part": "bundle", "group": group, "name": path.name, "semiring": bundle.semiring,
-               "dtype": bundle.dtype.name, "check": "cpu only", "detail": ""}
+        row = {
+            "part": "bundle",
+            "group": group,
+            "name": path.name,
+            "semiring": bundle.semiring,
+            "dtype": bundle.dtype.name,
+            "check": "cpu only",
+            "detail": "",
+        }
         rows.append(row)
         try:
             print(f"... {group}/{path.name}: cpu", file=sys.stderr, flush=True)
@@ -331,8 +402,11 @@ def fitting(compile_with, batches, what: str):
         except (CatbpError, MemoryError) as e:
             if len(buckets) == 1:
                 raise
-            print(f"  {what}: buckets {','.join(map(str, buckets))} refused "
-                  f"({str(e).splitlines()[0][:90]}); without {buckets[-1]}", file=sys.stderr)
+            print(
+                f"  {what}: buckets {','.join(map(str, buckets))} refused "
+                f"({str(e).splitlines()[0][:90]}); without {buckets[-1]}",
+                file=sys.stderr,
+            )
             buckets.pop()
 
 
@@ -362,17 +436,28 @@ def bench_batched_bundle(bundle, group: str, name: str, args, gpu: bool) -> list
     factors = {f: np.ascontiguousarray(a, dtype=dtype) for f, (a, _) in bundle.factors.items()}
     selectors = {s: np.ascontiguousarray(a, dtype=dtype) for s, (a, _) in bundle.selectors.items()}
     fid = min(factors)
-    table = perturbed_rows(factors[fid], max(args.batches), bundle.semiring,
-                           np.random.default_rng(0))
-    base = {"part": "batched", "group": group, "name": name, "semiring": bundle.semiring,
-            "dtype": dtype.name, "batched": f"factor {fid}"}
+    table = perturbed_rows(factors[fid], max(args.batches), bundle.semiring, np.random.default_rng(0))
+    base = {
+        "part": "batched",
+        "group": group,
+        "name": name,
+        "semiring": bundle.semiring,
+        "dtype": dtype.name,
+        "batched": f"factor {fid}",
+    }
 
     def session(target: str, buckets):
         def compile_with(bs):
-            return compile(bundle.programs, bundle.semiring_runtime(),
-                           factor_specs=bundle.factor_specs(),
-                           selector_specs=bundle.selector_specs(), target=target,
-                           batched_factors={fid}, buckets=bs, max_total_bytes=args.batch_bytes)
+            return compile(
+                bundle.programs,
+                bundle.semiring_runtime(),
+                factor_specs=bundle.factor_specs(),
+                selector_specs=bundle.selector_specs(),
+                target=target,
+                batched_factors={fid},
+                buckets=bs,
+                max_total_bytes=args.batch_bytes,
+            )
 
         t0 = time.perf_counter()
         exe, buckets = fitting(compile_with, buckets, f"{name} ({target})")
@@ -391,8 +476,7 @@ def bench_batched_bundle(bundle, group: str, name: str, args, gpu: bool) -> list
     sess, cpu_compile_s, buckets = session("cpu", args.batches)
     # a batch past the largest bucket gets result arrays of its own, and every batch's
     # results are copied to compare: n rows of every batched slot, twice
-    row_bytes = dtype.itemsize * sum(int(np.prod(sess.slot_specs[k].shape))
-                                            for k in sess.batched_slots)
+    row_bytes = dtype.itemsize * sum(int(np.prod(sess.slot_specs[k].shape)) for k in sess.batched_slots)
     batches = [n for n in args.batches if 2 * n * row_bytes <= args.batch_bytes]
     base.update(buckets=",".join(map(str, buckets)), cpu_compile_s=cpu_compile_s)
     cpu = timed(sess, batches)
@@ -402,10 +486,17 @@ def bench_batched_bundle(bundle, group: str, name: str, args, gpu: bool) -> list
         sess = None  # (the CPU session's arena goes first)
         sess, base["gpu_compile_s"], _ = session("cuda", buckets)  # the CPU's buckets
         result = timed(sess, batches)
-    skipped = [dict(base, rows=n, check="skipped",
-                    detail=f"{n} rows of results, copied, need {2 * n * row_bytes / 2**20:.0f} "
-                           f"MiB, over --batch-mib {args.batch_mib}")
-               for n in args.batches if n not in batches]
+    skipped = [
+        dict(
+            base,
+            rows=n,
+            check="skipped",
+            detail=f"{n} rows of results, copied, need {2 * n * row_bytes / 2**20:.0f} "
+            f"MiB, over --batch-mib {args.batch_mib}",
+        )
+        for n in args.batches
+        if n not in batches
+    ]
     return batch_rows(base, batches, cpu, result, bundle.semiring, dtype) + skipped
 
 
@@ -443,13 +534,19 @@ def bench_network(name: str, args, gpu: bool) -> list:
     k = min(args.observed, len(graph.names))
     ev = [graph.names[i] for i in sorted(rng.choice(len(graph.names), size=k, replace=False))]
     table = np.stack([sample[v] for v in ev], axis=1)
-    base = {"part": "network", "name": name, "semiring": "PROB", "dtype": "float64",
-            "batched": f"{k} observed"}
+    base = {
+        "part": "network",
+        "name": name,
+        "semiring": "PROB",
+        "dtype": "float64",
+        "batched": f"{k} observed",
+    }
 
     def measure(target: str, buckets=None):
         def compile_with(bs):
-            return compile_model(graph, "prob", evidence_vars=ev, absorb_evidence=True,
-                                 buckets=bs, target=target)
+            return compile_model(
+                graph, "prob", evidence_vars=ev, absorb_evidence=True, buckets=bs, target=target
+            )
 
         t0 = time.perf_counter()
         model, _ = fitting(compile_with, buckets or args.batches, f"{name} ({target})")
@@ -500,28 +597,54 @@ def fmt_rate(x) -> str:
 
 
 def bundle_line(row: dict) -> list:
-    return [row["name"], str(row.get("steps", "-")), fmt_compile(row, "cpu"),
-            fmt_compile(row, "gpu"), fmt_time(row.get("cpu_inputs_s")),
-            fmt_time(row.get("gpu_inputs_s")), fmt_ratio(row.get("ratio_inputs")),
-            fmt_time(row.get("cpu_bound_s")), fmt_time(row.get("gpu_bound_s")),
-            fmt_ratio(row.get("ratio_bound")), row["check"]]
+    return [
+        row["name"],
+        str(row.get("steps", "-")),
+        fmt_compile(row, "cpu"),
+        fmt_compile(row, "gpu"),
+        fmt_time(row.get("cpu_inputs_s")),
+        fmt_time(row.get("gpu_inputs_s")),
+        fmt_ratio(row.get("ratio_inputs")),
+        fmt_time(row.get("cpu_bound_s")),
+        fmt_time(row.get("gpu_bound_s")),
+        fmt_ratio(row.get("ratio_bound")),
+        row["check"],
+    ]
 
 
 def batch_line(row: dict, first: bool) -> list:
     """A batch row; the model's columns only on its first row."""
-    model = ([row["name"], row.get("batched", "-"), row.get("buckets", "-"),
-              fmt_compile(row, "cpu"), fmt_compile(row, "gpu")] if first else [""] * 5)
-    batch = [fmt_time(row.get(f"{t}_batch_s")) + ("*" if row.get(f"{t}_batch_runs") == 1 else "")
-             for t in ("cpu", "gpu")]
-    return model + [str(row.get("rows", "-")), *batch, fmt_time(row.get("cpu_row_s")),
-                    fmt_time(row.get("gpu_row_s")), fmt_rate(row.get("cpu_rows_per_s")),
-                    fmt_rate(row.get("gpu_rows_per_s")), fmt_ratio(row.get("ratio_batch")),
-                    row["check"]]
+    model = (
+        [
+            row["name"],
+            row.get("batched", "-"),
+            row.get("buckets", "-"),
+            fmt_compile(row, "cpu"),
+            fmt_compile(row, "gpu"),
+        ]
+        if first
+        else [""] * 5
+    )
+    batch = [
+        fmt_time(row.get(f"{t}_batch_s")) + ("*" if row.get(f"{t}_batch_runs") == 1 else "")
+        for t in ("cpu", "gpu")
+    ]
+    return model + [
+        str(row.get("rows", "-")),
+        *batch,
+        fmt_time(row.get("cpu_row_s")),
+        fmt_time(row.get("gpu_row_s")),
+        fmt_rate(row.get("cpu_rows_per_s")),
+        fmt_rate(row.get("gpu_rows_per_s")),
+        fmt_ratio(row.get("ratio_batch")),
+        row["check"],
+    ]
 
 
 def table(columns, lines) -> list:
-    return (["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
-            + ["| " + " | ".join(line) + " |" for line in lines])
+    return ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"] + [
+        "| " + " | ".join(line) + " |" for line in lines
+    ]
 
 
 def batch_table(rows) -> list:
@@ -530,8 +653,9 @@ def batch_table(rows) -> list:
         lines.append(batch_line(row, row["name"] != last))
         last = row["name"]
     once = any(row.get(f"{t}_batch_runs") == 1 for row in rows for t in ("cpu", "gpu"))
-    return table(BATCH_COLUMNS, lines) + (["", "\\* one timed run (after a warm-up): it took "
-                                           "longer than the budget"] if once else [])
+    return table(BATCH_COLUMNS, lines) + (
+        ["", "\\* one timed run (after a warm-up): it took longer than the budget"] if once else []
+    )
 
 
 def header_lines(args, gpu_line: str, load_at_start: str) -> list:
@@ -560,35 +684,66 @@ def header_lines(args, gpu_line: str, load_at_start: str) -> list:
 def parse_args(argv):
     """(parser, args), the defaults filled in; imports nothing that imports numba."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--shared", type=Path, default=None,
-                        help="the shared directory holding bench/ and corpus/ "
-                             "(default: $CATBP_SHARED_DIR, else <repo>/../shared)")
-    parser.add_argument("--only", choices=("bench", "corpus"),
-                        help="only the bench or only the corpus bundles")
-    parser.add_argument("--bundles", nargs="*", metavar="NAME",
-                        help="only bundles whose name contains one of these strings "
-                             "(given empty: no bundle table)")
-    parser.add_argument("--batch-bundles", nargs="*", metavar="NAME",
-                        help=f"bundles to batch, by name as --bundles (default: "
-                             f"{', '.join(BATCH_BUNDLES)}; given empty: none)")
-    parser.add_argument("--networks", help=f"bnlearn networks, comma-separated (default: "
-                                           f"{','.join(NETWORKS)}; '' for none)")
-    parser.add_argument("--batches", help=f"rows per batch, comma-separated (default: "
-                                          f"{','.join(map(str, BATCHES))})")
-    parser.add_argument("--observed", type=int, default=OBSERVED,
-                        help="observed variables per network row (default: %(default)s)")
-    parser.add_argument("--budget", type=float, metavar="S",
-                        help=f"seconds per measurement (default {BUDGET_S}, "
-                             f"{QUICK_BUDGET_S} with --quick)")
+    parser.add_argument(
+        "--shared",
+        type=Path,
+        default=None,
+        help="the shared directory holding bench/ and corpus/ "
+        "(default: $CATBP_SHARED_DIR, else <repo>/../shared)",
+    )
+    parser.add_argument(
+        "--only", choices=("bench", "corpus"), help="only the bench or only the corpus bundles"
+    )
+    parser.add_argument(
+        "--bundles",
+        nargs="*",
+        metavar="NAME",
+        help="only bundles whose name contains one of these strings (given empty: no bundle table)",
+    )
+    parser.add_argument(
+        "--batch-bundles",
+        nargs="*",
+        metavar="NAME",
+        help=f"bundles to batch, by name as --bundles (default: "
+        f"{', '.join(BATCH_BUNDLES)}; given empty: none)",
+    )
+    parser.add_argument(
+        "--networks", help=f"bnlearn networks, comma-separated (default: {','.join(NETWORKS)}; '' for none)"
+    )
+    parser.add_argument(
+        "--batches", help=f"rows per batch, comma-separated (default: {','.join(map(str, BATCHES))})"
+    )
+    parser.add_argument(
+        "--observed",
+        type=int,
+        default=OBSERVED,
+        help="observed variables per network row (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        metavar="S",
+        help=f"seconds per measurement (default {BUDGET_S}, {QUICK_BUDGET_S} with --quick)",
+    )
     parser.add_argument("--quick", action="store_true", help="short budgets")
-    parser.add_argument("--batch-mib", type=int, default=BATCH_MIB,
-                        help="largest arena of a batched bundle's buckets, MiB "
-                             "(default: %(default)s)")
-    parser.add_argument("--out", type=Path, default=HERE / "out",
-                        help="where bench_cuda.md and bench_cuda.csv go (default: %(default)s)")
-    parser.add_argument("--simulate", action="store_true",
-                        help="run the CUDA kernels in Numba's simulator (NUMBA_ENABLE_CUDASIM=1):"
-                             " a smoke run without a GPU, tiny defaults, times meaningless")
+    parser.add_argument(
+        "--batch-mib",
+        type=int,
+        default=BATCH_MIB,
+        help="largest arena of a batched bundle's buckets, MiB (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=HERE / "out",
+        help="where bench_cuda.md and bench_cuda.csv go (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--simulate",
+        action="store_true",
+        help="run the CUDA kernels in Numba's simulator (NUMBA_ENABLE_CUDASIM=1):"
+        " a smoke run without a GPU, tiny defaults, times meaningless",
+    )
     args = parser.parse_args(argv)
     sim = args.simulate or os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
     if args.bundles is None and sim:
@@ -596,8 +751,7 @@ def parse_args(argv):
         args.only = args.only or "corpus"
     if args.batch_bundles is None:
         args.batch_bundles = list(SIM_BATCH_BUNDLES if sim else BATCH_BUNDLES)
-    networks = (",".join(SIM_NETWORKS if sim else NETWORKS) if args.networks is None
-                else args.networks)
+    networks = ",".join(SIM_NETWORKS if sim else NETWORKS) if args.networks is None else args.networks
     args.networks = [n for n in networks.split(",") if n]
     batches = args.batches or ",".join(map(str, SIM_BATCHES if sim else BATCHES))
     try:
@@ -620,20 +774,22 @@ def main(argv=None) -> int:
     if args.simulate:
         # numba reads it once, when first imported
         if "numba" in sys.modules and not sys.modules["numba"].config.ENABLE_CUDASIM:
-            parser.error("--simulate: numba is already imported without the simulator "
-                         "(run the script as a process)")
+            parser.error(
+                "--simulate: numba is already imported without the simulator (run the script as a process)"
+            )
         os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
 
     args.shared = args.shared or default_shared_dir()
     bundles = find_bundles(args.shared, args.only, args.bundles) if args.bundles != [] else []
-    batch_bundles = (find_bundles(args.shared, None, args.batch_bundles)
-                     if args.batch_bundles else [])
+    batch_bundles = find_bundles(args.shared, None, args.batch_bundles) if args.batch_bundles else []
     if args.bundles != [] and not bundles:
-        parser.error(f"no bundles found under {args.shared} (--shared DIR; --bundles with "
-                     f"no name skips them)")
+        parser.error(
+            f"no bundles found under {args.shared} (--shared DIR; --bundles with no name skips them)"
+        )
     if args.batch_bundles and not batch_bundles:
-        parser.error(f"no bundles to batch under {args.shared} (--shared DIR; "
-                     f"--batch-bundles with no name skips them)")
+        parser.error(
+            f"no bundles to batch under {args.shared} (--shared DIR; --batch-bundles with no name skips them)"
+        )
     load_at_start = load_average()
     reason, device = gpu_status()
     gpu_line = f"GPU: {device}" if reason is None else f"GPU rows skipped: {reason}"
@@ -655,12 +811,15 @@ def main(argv=None) -> int:
     problems = [r for r in rows if r["check"] in ("FAIL", "ERROR")]
     if problems:
         lines += ["", "Problems:", ""]
-        lines += [f"- {r['name']}" + (f" (rows {r['rows']})" if "rows" in r else "")
-                  + f": {r['check']}: {r['detail']}" for r in problems]
+        lines += [
+            f"- {r['name']}"
+            + (f" (rows {r['rows']})" if "rows" in r else "")
+            + f": {r['check']}: {r['detail']}"
+            for r in problems
+        ]
     skipped = [r for r in rows if r["check"] == "skipped"]
     if skipped:
-        lines += ["", "Skipped:", ""] + [f"- {r['name']} (rows {r['rows']}): {r['detail']}"
-                                         for r in skipped]
+        lines += ["", "Skipped:", ""] + [f"- {r['name']} (rows {r['rows']}): {r['detail']}" for r in skipped]
     text = "\n".join(lines) + "\n"
 
     write_report(args.out, "bench_cuda", text, rows, CSV_COLUMNS)

@@ -45,9 +45,9 @@ BUCKETS = (1, 64, 1024)
 def evidence_frame(graph, n: int, seed: int):
     """n rows of OBSERVED sampled variables (state indices, -1 unobserved) as a DataFrame."""
     import pandas as pd
+
     names = list(graph.variables)  # the same variables for every n
-    chosen = [names[i] for i in sorted(np.random.default_rng(0).choice(len(names), OBSERVED,
-                                                                        replace=False))]
+    chosen = [names[i] for i in sorted(np.random.default_rng(0).choice(len(names), OBSERVED, replace=False))]
     rng = np.random.default_rng(seed)
     sample = sample_rows(graph, n, seed)
     cols = {}
@@ -71,6 +71,7 @@ def dask_rates(path: str, frames, client, partition_rows: int):
     import dask.dataframe as dd
 
     from catbp_jit.dask import solve_table
+
     workers = len(client.scheduler_info()["workers"])
     first = frames[min(frames)].iloc[:workers]
     t0 = time.perf_counter()
@@ -118,20 +119,22 @@ def main(argv=None) -> int:
     results = {}
     for workers in WORKERS:
         t0 = time.perf_counter()
-        with distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                      dashboard_address=None) as cluster, \
-                distributed.Client(cluster) as client:
-            print(f"{workers} workers: cluster up in {time.perf_counter() - t0:.1f} s",
-                  file=sys.stderr)
+        with (
+            distributed.LocalCluster(
+                n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
+            ) as cluster,
+            distributed.Client(cluster) as client,
+        ):
+            print(f"{workers} workers: cluster up in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
             for name in networks:
-                results[name, workers] = dask_rates(paths[name], frames[name], client,
-                                                    args.partition_rows)
+                results[name, workers] = dask_rates(paths[name], frames[name], client, args.partition_rows)
                 print(f"{name}, {workers} workers: {results[name, workers]}", file=sys.stderr)
-    print(f"\nrows/s, {OBSERVED} evidence variables ({MISSING:.0%} of cells unobserved), "
-          f"buckets {BUCKETS}, partitions of {args.partition_rows} rows "
-          f"(at least 2 per worker); {os.cpu_count()} CPUs\n")
-    head = ["network", "rows", "local solve_batch"] + [f"{w} worker{'s' * (w > 1)}"
-                                                       for w in WORKERS]
+    print(
+        f"\nrows/s, {OBSERVED} evidence variables ({MISSING:.0%} of cells unobserved), "
+        f"buckets {BUCKETS}, partitions of {args.partition_rows} rows "
+        f"(at least 2 per worker); {os.cpu_count()} CPUs\n"
+    )
+    head = ["network", "rows", "local solve_batch"] + [f"{w} worker{'s' * (w > 1)}" for w in WORKERS]
     head += [f"first result, {w} worker{'s' * (w > 1)}" for w in WORKERS]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))

@@ -145,6 +145,7 @@ def observation(graph, k: int, seed: int) -> dict:
     if k <= 0:
         return {}
     from catbp_jit.frontend.bnlearn import parents_first
+
     rng = np.random.default_rng(seed)
     order, parents = parents_first(graph)
     cpt = {f.scope[0]: f.values for f in graph.factors}
@@ -164,20 +165,27 @@ def observation(graph, k: int, seed: int) -> dict:
 def compile_both(name: str, evidence: dict):
     """The model without evidence and the one absorbing `evidence`; reports their times."""
     from catbp_jit.frontend import bnlearn, compile_model
+
     graph = bnlearn.load_network(name)
     plain = compile_model(graph, "prob", progress=None)
-    observed = compile_model(graph, "prob", evidence_vars=tuple(evidence), absorb_evidence=True,
-                             progress=None) if evidence else None
+    observed = (
+        compile_model(graph, "prob", evidence_vars=tuple(evidence), absorb_evidence=True, progress=None)
+        if evidence
+        else None
+    )
     models = [m for m in (plain, observed) if m is not None]
-    _emit(kind="compile", plan_s=sum(m.times["plan_s"] for m in models),
-          compile_s=sum(m.times["compile_s"] for m in models),
-          misses=sum(m.executable.cache_stats.get("misses", 0) for m in models), stats=plain.stats,
-          stats_ev=observed.stats if observed else None)
+    _emit(
+        kind="compile",
+        plan_s=sum(m.times["plan_s"] for m in models),
+        compile_s=sum(m.times["compile_s"] for m in models),
+        misses=sum(m.executable.cache_stats.get("misses", 0) for m in models),
+        stats=plain.stats,
+        stats_ev=observed.stats if observed else None,
+    )
     return plain, observed
 
 
-def child_solve(name: str, evidence: dict, repeat: int, budget: float,
-                pyagrum: bool) -> None:
+def child_solve(name: str, evidence: dict, repeat: int, budget: float, pyagrum: bool) -> None:
     """Compile (warm), then time our solves and pyAgrum's, without and with evidence."""
     plain, observed = compile_both(name, evidence)
     settings = [("", {})] + ([("_ev", evidence)] if evidence else [])
@@ -190,6 +198,7 @@ def child_solve(name: str, evidence: dict, repeat: int, budget: float,
     if not pyagrum:
         return
     import pyagrum as gum
+
     with tempfile.TemporaryDirectory(prefix="bench_frontend_") as tmp:
         t0 = time.perf_counter()
         bn, renamed = pyagrum_network(gum, network_text(name), Path(tmp))
@@ -214,18 +223,28 @@ def child_solve(name: str, evidence: dict, repeat: int, budget: float,
         for v, m in ours[suffix].items():
             p = np.asarray(ie.posterior(to_gum.get(v, v)).toarray(), dtype=np.float64)
             diff = max(diff, float(np.max(np.abs(p - m))))
-        _emit(kind="pyagrum", suffix=suffix, s=s, runs=runs, load_s=load_s,
-              construct_s=min(construct), maxdiff=diff)
+        _emit(
+            kind="pyagrum",
+            suffix=suffix,
+            s=s,
+            runs=runs,
+            load_s=load_s,
+            construct_s=min(construct),
+            maxdiff=diff,
+        )
 
 
 def child_pgmpy(name: str, evidence: dict, repeat: int, budget: float, method: str) -> None:
     """Read the network with pgmpy, then time every posterior; a line per run."""
     import warnings
+
     warnings.filterwarnings("ignore")
     import logging
+
     logging.disable(logging.WARNING)
     from pgmpy.inference import BeliefPropagation, VariableElimination
     from pgmpy.readwrite import BIFReader
+
     text = network_text(name)
     t0 = time.perf_counter()
     model = BIFReader(string=text).get_model()
@@ -301,9 +320,18 @@ def _parse_lines(text: str) -> list:
 
 def run_pgmpy(name: str, evidence: dict, args) -> dict:
     """pgmpy's time in a subprocess: killed `timeout` s after it has read the network."""
-    cmd = _child_cmd("pgmpy", name, "--evidence-json", json.dumps(evidence),
-                     "--repeat", args.repeat, "--budget", min(args.budget, args.pgmpy_timeout),
-                     "--method", args.pgmpy_method)
+    cmd = _child_cmd(
+        "pgmpy",
+        name,
+        "--evidence-json",
+        json.dumps(evidence),
+        "--repeat",
+        args.repeat,
+        "--budget",
+        min(args.budget, args.pgmpy_timeout),
+        "--method",
+        args.pgmpy_method,
+    )
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines: queue.Queue = queue.Queue()
     err_tail = []
@@ -362,11 +390,17 @@ def run_pgmpy(name: str, evidence: dict, args) -> dict:
 
 def bench_network(name: str, args, have_pyagrum: bool, have_pgmpy: bool) -> dict:
     from catbp_jit.frontend import bnlearn
+
     graph = bnlearn.load_network(name)
     evidence = observation(graph, args.evidence, zlib.crc32(name.encode()))
-    row = {"network": name, "variables": len(graph.variables), "factors": len(graph.factors),
-           "evidence": ";".join(f"{v}={graph.states[v][x] if graph.states.get(v) else x}"
-                                for v, x in evidence.items())}
+    row = {
+        "network": name,
+        "variables": len(graph.variables),
+        "factors": len(graph.factors),
+        "evidence": ";".join(
+            f"{v}={graph.states[v][x] if graph.states.get(v) else x}" for v, x in evidence.items()
+        ),
+    }
     errors = []
     ev_json = json.dumps(evidence)
 
@@ -386,8 +420,9 @@ def bench_network(name: str, args, have_pyagrum: bool, have_pgmpy: bool) -> dict
             if err:
                 errors.append(f"cold compile: {err}")
         say("compile warm, ours" + (", pyAgrum" if have_pyagrum and not args.skip_pyagrum else ""))
-        cmd = _child_cmd("solve", name, "--evidence-json", ev_json, "--repeat", args.repeat,
-                         "--budget", args.budget)
+        cmd = _child_cmd(
+            "solve", name, "--evidence-json", ev_json, "--repeat", args.repeat, "--budget", args.budget
+        )
         if have_pyagrum and not args.skip_pyagrum:
             cmd.append("--pyagrum")
         recs, err = run_child(cmd, env)
@@ -399,9 +434,14 @@ def bench_network(name: str, args, have_pyagrum: bool, have_pgmpy: bool) -> dict
     for rec in recs:
         if rec["kind"] == "compile":
             st = rec["stats"]
-            row.update(cliques=st["cliques"], max_clique_states=st["max_clique_states"],
-                       total_states=st["total_states"], plan_s=rec["plan_s"],
-                       compile_warm_s=rec["compile_s"], warm_misses=rec["misses"])
+            row.update(
+                cliques=st["cliques"],
+                max_clique_states=st["max_clique_states"],
+                total_states=st["total_states"],
+                plan_s=rec["plan_s"],
+                compile_warm_s=rec["compile_s"],
+                warm_misses=rec["misses"],
+            )
             if rec.get("stats_ev"):  # the model absorbing the evidence: a smaller tree
                 row.update(max_clique_states_ev=rec["stats_ev"]["max_clique_states"])
         elif rec["kind"] == "ours":
@@ -409,10 +449,15 @@ def bench_network(name: str, args, have_pyagrum: bool, have_pgmpy: bool) -> dict
             row.update({f"ours{sfx}_s": rec["s"], f"ours{sfx}_runs": rec["runs"]})
         elif rec["kind"] == "pyagrum":
             sfx = rec["suffix"]
-            row.update({f"pyagrum{sfx}_s": rec["s"], f"pyagrum{sfx}_runs": rec["runs"],
-                        f"pyagrum{sfx}_construct_s": rec["construct_s"],
-                        f"pyagrum{sfx}_maxdiff": rec["maxdiff"],
-                        "pyagrum_load_s": rec["load_s"]})
+            row.update(
+                {
+                    f"pyagrum{sfx}_s": rec["s"],
+                    f"pyagrum{sfx}_runs": rec["runs"],
+                    f"pyagrum{sfx}_construct_s": rec["construct_s"],
+                    f"pyagrum{sfx}_maxdiff": rec["maxdiff"],
+                    "pyagrum_load_s": rec["load_s"],
+                }
+            )
     if have_pgmpy and not args.skip_pgmpy:
         for sfx, ev in [("", {})] + ([("_ev", evidence)] if evidence else []):
             say(f"pgmpy{' with evidence' if ev else ''}")
@@ -450,9 +495,25 @@ def fmt_states(n) -> str:
     return f"{n:,}"
 
 
-COLUMNS = ["network", "vars", "cliques", "max clique", "plan", "compile cold", "compile warm",
-           "ours", "pyAgrum", "x pyA", "pgmpy", "x pgmpy",
-           "ours \\| e", "pyAgrum \\| e", "x pyA \\| e", "pgmpy \\| e", "x pgmpy \\| e"]
+COLUMNS = [
+    "network",
+    "vars",
+    "cliques",
+    "max clique",
+    "plan",
+    "compile cold",
+    "compile warm",
+    "ours",
+    "pyAgrum",
+    "x pyA",
+    "pgmpy",
+    "x pgmpy",
+    "ours \\| e",
+    "pyAgrum \\| e",
+    "x pyA \\| e",
+    "pgmpy \\| e",
+    "x pgmpy \\| e",
+]
 
 
 def _timed(row, key) -> str:
@@ -494,37 +555,63 @@ def markdown_row(row: dict, args, have_pyagrum: bool, have_pgmpy: bool) -> list:
             return f"read > {row[f'pgmpy{sfx}_limit_s']:.0f} s"
         return "error" if status else "-"
 
-    cells = [row["network"], str(row["variables"]), str(row.get("cliques", "-")),
-             fmt_states(row.get("max_clique_states")),
-             fmt_time(row.get("plan_s")),
-             ("skipped" if args.skip_cold
-              else compile_cell("compile_cold_s", "cold_misses", False)),
-             compile_cell("compile_warm_s", "warm_misses", True)]
+    cells = [
+        row["network"],
+        str(row["variables"]),
+        str(row.get("cliques", "-")),
+        fmt_states(row.get("max_clique_states")),
+        fmt_time(row.get("plan_s")),
+        ("skipped" if args.skip_cold else compile_cell("compile_cold_s", "cold_misses", False)),
+        compile_cell("compile_warm_s", "warm_misses", True),
+    ]
     for sfx in ("", "_ev"):
         if sfx and not args.evidence:
             cells += ["-"] * 5
             continue
-        cells += [_timed(row, f"ours{sfx}"), pyagrum(sfx),
-                  fmt_ratio(row.get(f"ratio_pyagrum{sfx}")),
-                  pgmpy(sfx), fmt_ratio(row.get(f"ratio_pgmpy{sfx}"))]
+        cells += [
+            _timed(row, f"ours{sfx}"),
+            pyagrum(sfx),
+            fmt_ratio(row.get(f"ratio_pyagrum{sfx}")),
+            pgmpy(sfx),
+            fmt_ratio(row.get(f"ratio_pgmpy{sfx}")),
+        ]
     return cells
 
 
 def table_header() -> list:
-    return ["| " + " | ".join(COLUMNS) + " |",
-            "|" + "|".join(["---"] + ["--:"] * (len(COLUMNS) - 1)) + "|"]
+    return ["| " + " | ".join(COLUMNS) + " |", "|" + "|".join(["---"] + ["--:"] * (len(COLUMNS) - 1)) + "|"]
 
 
-CSV_FIELDS = ["network", "variables", "factors", "cliques", "max_clique_states",
-              "max_clique_states_ev", "total_states",
-              "plan_s", "compile_cold_s", "cold_misses", "compile_warm_s", "warm_misses",
-              "evidence"]
+CSV_FIELDS = [
+    "network",
+    "variables",
+    "factors",
+    "cliques",
+    "max_clique_states",
+    "max_clique_states_ev",
+    "total_states",
+    "plan_s",
+    "compile_cold_s",
+    "cold_misses",
+    "compile_warm_s",
+    "warm_misses",
+    "evidence",
+]
 for _sfx in ("", "_ev"):
-    CSV_FIELDS += [f"ours{_sfx}_s", f"ours{_sfx}_runs", f"pyagrum{_sfx}_s",
-                   f"pyagrum{_sfx}_runs", f"pyagrum{_sfx}_construct_s",
-                   f"pyagrum{_sfx}_maxdiff", f"ratio_pyagrum{_sfx}", f"pgmpy{_sfx}_status",
-                   f"pgmpy{_sfx}_s", f"pgmpy{_sfx}_runs", f"pgmpy{_sfx}_limit_s",
-                   f"ratio_pgmpy{_sfx}"]
+    CSV_FIELDS += [
+        f"ours{_sfx}_s",
+        f"ours{_sfx}_runs",
+        f"pyagrum{_sfx}_s",
+        f"pyagrum{_sfx}_runs",
+        f"pyagrum{_sfx}_construct_s",
+        f"pyagrum{_sfx}_maxdiff",
+        f"ratio_pyagrum{_sfx}",
+        f"pgmpy{_sfx}_status",
+        f"pgmpy{_sfx}_s",
+        f"pgmpy{_sfx}_runs",
+        f"pgmpy{_sfx}_limit_s",
+        f"ratio_pgmpy{_sfx}",
+    ]
 CSV_FIELDS += ["pyagrum_load_s", "pgmpy_load_s", "wall_s", "error"]
 
 
@@ -537,10 +624,12 @@ def version(dist: str):
 
 def header_lines(args, have_pyagrum, have_pgmpy, load_at_start, evidence_note) -> list:
     import numba
+
     usable, threads_env = cpus_usable(), threads_environment()
     pyagrum_v = version("pyagrum") or version("pyAgrum")
     if have_pyagrum:
         import pyagrum as gum
+
         pyagrum_v = f"{gum.__version__} ({gum.getMaxNumberOfThreads()} threads)"
     pgmpy_v = version("pgmpy") if have_pgmpy else None
     return [
@@ -555,8 +644,12 @@ def header_lines(args, have_pyagrum, have_pgmpy, load_at_start, evidence_note) -
         + (f" ({threads_env})" if threads_env else ""),
         f"- pyAgrum {pyagrum_v if have_pyagrum else 'n/a (not installed)'}; "
         f"pgmpy {pgmpy_v if have_pgmpy else 'n/a (not installed)'}"
-        + (f" ({'VariableElimination' if args.pgmpy_method == 've' else 'BeliefPropagation'},"
-           f" killed after {args.pgmpy_timeout:.0f} s)" if have_pgmpy else ""),
+        + (
+            f" ({'VariableElimination' if args.pgmpy_method == 've' else 'BeliefPropagation'},"
+            f" killed after {args.pgmpy_timeout:.0f} s)"
+            if have_pgmpy
+            else ""
+        ),
         f"- best of up to {args.repeat} runs after a warm-up, within {args.budget:.0f} s per "
         "measurement (* = one run only, no warm-up); compile cold: empty kernel cache, warm: "
         "filled" + ("" if not args.skip_cold else " (--skip-cold: the environment's cache)"),
@@ -578,29 +671,58 @@ def main(argv=None) -> int:
     if argv[:1] == ["--child"]:
         return child_main(argv[1:])
     from catbp_jit.frontend import bnlearn
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("names", nargs="*", metavar="NAME",
-                        help="bnlearn networks (default: every one available)")
-    parser.add_argument("--repeat", type=int, default=DEFAULT_REPEAT,
-                        help="timed runs after the warm-up, at most (default: %(default)s)")
-    parser.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S,
-                        help="stop repeating a measurement after this many seconds "
-                             "(default: %(default)s)")
-    parser.add_argument("--evidence", type=int, default=DEFAULT_EVIDENCE, metavar="K",
-                        help="observed variables in the '| e' columns; 0: none "
-                             "(default: %(default)s)")
-    parser.add_argument("--pgmpy-timeout", type=float, default=DEFAULT_PGMPY_TIMEOUT_S,
-                        metavar="S", help="kill pgmpy after S seconds of inference "
-                                          "(default: %(default)s)")
-    parser.add_argument("--pgmpy-method", choices=("ve", "bp"), default="ve",
-                        help="VariableElimination or BeliefPropagation (default: %(default)s)")
+
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "names", nargs="*", metavar="NAME", help="bnlearn networks (default: every one available)"
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=DEFAULT_REPEAT,
+        help="timed runs after the warm-up, at most (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=DEFAULT_BUDGET_S,
+        help="stop repeating a measurement after this many seconds (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--evidence",
+        type=int,
+        default=DEFAULT_EVIDENCE,
+        metavar="K",
+        help="observed variables in the '| e' columns; 0: none (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--pgmpy-timeout",
+        type=float,
+        default=DEFAULT_PGMPY_TIMEOUT_S,
+        metavar="S",
+        help="kill pgmpy after S seconds of inference (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--pgmpy-method",
+        choices=("ve", "bp"),
+        default="ve",
+        help="VariableElimination or BeliefPropagation (default: %(default)s)",
+    )
     parser.add_argument("--skip-pgmpy", action="store_true")
     parser.add_argument("--skip-pyagrum", action="store_true")
-    parser.add_argument("--skip-cold", action="store_true",
-                        help="no cold compile; the warm compile uses the environment's cache")
-    parser.add_argument("--out", type=Path, default=REPO / "perf" / "out",
-                        help="where bench_frontend.md and .csv go (default: %(default)s)")
+    parser.add_argument(
+        "--skip-cold",
+        action="store_true",
+        help="no cold compile; the warm compile uses the environment's cache",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=REPO / "perf" / "out",
+        help="where bench_frontend.md and .csv go (default: %(default)s)",
+    )
     args = parser.parse_args(argv)
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
@@ -610,25 +732,29 @@ def main(argv=None) -> int:
     if args.names:
         unknown = [n for n in args.names if n not in bnlearn.NETWORKS]
         if unknown:
-            parser.error(f"unknown network(s) {', '.join(unknown)}; the bnlearn networks are "
-                         f"{', '.join(bnlearn.NETWORKS)}")
+            parser.error(
+                f"unknown network(s) {', '.join(unknown)}; the bnlearn networks are "
+                f"{', '.join(bnlearn.NETWORKS)}"
+            )
         names = args.names
         missing = [n for n in names if n not in bnlearn.available()]
     else:
         names = [n for n in bnlearn.NETWORKS if n in bnlearn.available()]
         missing = [] if names else list(bnlearn.NETWORKS)
     if missing:
-        print(f"fetching the bnlearn networks into {bnlearn.data_dir()} ...", file=sys.stderr,
-              flush=True)
+        print(f"fetching the bnlearn networks into {bnlearn.data_dir()} ...", file=sys.stderr, flush=True)
         bnlearn.fetch()
         if not names:
             names = [n for n in bnlearn.NETWORKS if n in bnlearn.available()]
 
     have_pyagrum = importlib.util.find_spec("pyagrum") is not None
     have_pgmpy = importlib.util.find_spec("pgmpy") is not None
-    evidence_note = (f"with {args.evidence} observed variables (ancestral sample seeded by "
-                     "crc32 of the network's name; in the CSV)" if args.evidence
-                     else "no evidence columns (--evidence 0)")
+    evidence_note = (
+        f"with {args.evidence} observed variables (ancestral sample seeded by "
+        "crc32 of the network's name; in the CSV)"
+        if args.evidence
+        else "no evidence columns (--evidence 0)"
+    )
     load_at_start = load_average()
     started = time.perf_counter()
     rows, table = [], table_header()
@@ -651,8 +777,7 @@ def main(argv=None) -> int:
     footer += [f"- total time: {total:.0f} s"]
     write_outputs(args.out, header, table, footer, rows)
     print("\n".join([""] + header + footer), flush=True)
-    print(f"wrote {args.out / 'bench_frontend.md'} and {args.out / 'bench_frontend.csv'}",
-          file=sys.stderr)
+    print(f"wrote {args.out / 'bench_frontend.md'} and {args.out / 'bench_frontend.csv'}", file=sys.stderr)
     return 1 if any(r.get("error") for r in rows) else 0
 
 

@@ -95,8 +95,7 @@ def _emit(**fields) -> None:
     print(json.dumps(fields), flush=True)
 
 
-def child_ours(path: Path, max_bytes: int, repeat: int, budget_s: float,
-               plan_time: float | None) -> None:
+def child_ours(path: Path, max_bytes: int, repeat: int, budget_s: float, plan_time: float | None) -> None:
     import numpy as np
 
     from catbp_jit.errors import CatbpError
@@ -107,11 +106,17 @@ def child_ours(path: Path, max_bytes: int, repeat: int, budget_s: float,
     _emit(vars=len(graph.variables), factors=len(graph.factors), evidence=len(evidence))
     for s in ("prob", "logprob"):
         try:
-            model = compile_model(graph, s, evidence_vars=list(evidence), absorb_evidence=True,
-                                  max_clique_bytes=max_bytes, max_total_bytes=max_bytes,
-                                  plan_time=plan_time,
-                                  # (no evidence: every segment would be static, see above)
-                                  partial_evaluation=bool(evidence))
+            model = compile_model(
+                graph,
+                s,
+                evidence_vars=list(evidence),
+                absorb_evidence=True,
+                max_clique_bytes=max_bytes,
+                max_total_bytes=max_bytes,
+                plan_time=plan_time,
+                # (no evidence: every segment would be static, see above)
+                partial_evaluation=bool(evidence),
+            )
         except (FactorGraphError, CatbpError, MemoryError) as e:
             if s == "prob":
                 _emit(refused=str(e).splitlines()[0])
@@ -119,9 +124,11 @@ def child_ours(path: Path, max_bytes: int, repeat: int, budget_s: float,
             _emit(**{f"{s}_error": str(e).splitlines()[0]})  # PROB's answer stays in the row
             continue
         st = model.stats  # the largest space a pass loops over: a clique, or a contraction's
-        _emit(programs=model.plan_kind,
-              max_loop_states=st.get("max_loop_states", st["max_clique_states"]),
-              **{f"{s}_plan_s": model.times["plan_s"], f"{s}_compile_s": model.times["compile_s"]})
+        _emit(
+            programs=model.plan_kind,
+            max_loop_states=st.get("max_loop_states", st["max_clique_states"]),
+            **{f"{s}_plan_s": model.times["plan_s"], f"{s}_compile_s": model.times["compile_s"]},
+        )
         try:
             # the first solve also runs the segments that depend on no evidence (partial
             # evaluation, model.py), and touches the arenas' pages for the first time
@@ -132,17 +139,24 @@ def child_ours(path: Path, max_bytes: int, repeat: int, budget_s: float,
         except CatbpError as e:
             _emit(**{f"{s}_error": str(e).splitlines()[0]})
             continue
-        finite = math.isfinite(sol.log_Z) and all(np.isfinite(m).all()
-                                                  for m in sol.marginals.values())
-        _emit(**{f"{s}_best_s": best, f"{s}_median_s": median, f"{s}_runs": runs,
-                 f"{s}_log_Z": sol.log_Z, f"{s}_finite": bool(finite),
-                 f"{s}_mar_err": mar_error(sol.marginals, want) if want else None})
+        finite = math.isfinite(sol.log_Z) and all(np.isfinite(m).all() for m in sol.marginals.values())
+        _emit(
+            **{
+                f"{s}_best_s": best,
+                f"{s}_median_s": median,
+                f"{s}_runs": runs,
+                f"{s}_log_Z": sol.log_Z,
+                f"{s}_finite": bool(finite),
+                f"{s}_mar_err": mar_error(sol.marginals, want) if want else None,
+            }
+        )
 
 
 def pyagrum_mrf(gum, graph):
     """graph as a pyAgrum MarkovRandomField. Factors over the same variables are
     multiplied first (pyAgrum keeps one factor per set of variables)."""
     import numpy as np
+
     merged = {}
     for f in graph.factors:
         key = frozenset(f.scope)
@@ -185,8 +199,12 @@ def child_pyagrum(path: Path, repeat: int, budget_s: float) -> None:
 
     best, median, runs, post = timed(run, repeat, budget_s)
     marginals = dict(zip(names, post))
-    _emit(pyagrum_s=best, pyagrum_median_s=median, pyagrum_runs=runs,
-          pyagrum_mar_err=mar_error(marginals, want) if want else None)
+    _emit(
+        pyagrum_s=best,
+        pyagrum_median_s=median,
+        pyagrum_runs=runs,
+        pyagrum_mar_err=mar_error(marginals, want) if want else None,
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -203,22 +221,29 @@ def kill_group(pgid: int) -> None:
 def run_child(args: list, timeout_s: float, limit_bytes: int = 0) -> dict:
     """The fields a child of this script printed; status 'timeout' or 'failed: ...' when it
     did not end well."""
-    return run_json_child([sys.executable, str(Path(__file__).resolve())] + args, timeout_s,
-                          limit_bytes)
+    return run_json_child([sys.executable, str(Path(__file__).resolve())] + args, timeout_s, limit_bytes)
 
 
 def run_json_child(cmd: list, timeout_s: float, limit_bytes: int = 0) -> dict:
     """Run cmd, killed with all its descendants after timeout_s; the fields of the JSON
     lines it printed."""
+
     def limit():  # in the child, before exec
         import resource
+
         resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))
 
     # a session (process group) of its own: on a timeout the child's own children die with
     # it (cotengra's worker processes hold the child's stdout open, and reading it to the end
     # would wait for them)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=limit if limit_bytes else None, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=limit if limit_bytes else None,
+        start_new_session=True,
+    )
     status = None
     try:
         out, err = proc.communicate(timeout=timeout_s)
@@ -247,11 +272,13 @@ def measure(name: str, path: Path, pub: dict, args, with_pyagrum: bool) -> dict:
     row = {"name": name}
     common = ["--repeat", str(args.repeat), "--budget", str(args.budget)]
     plan = [] if args.plan_time is None else ["--plan-time", str(args.plan_time)]
-    row.update(run_child(["--child-ours", str(path), "--max-gib", str(args.max_gib)] + common
-                         + plan, args.timeout))
+    row.update(
+        run_child(["--child-ours", str(path), "--max-gib", str(args.max_gib)] + common + plan, args.timeout)
+    )
     if "refused" not in row and with_pyagrum:
-        py = run_child(["--child-pyagrum", str(path)] + common, args.pyagrum_timeout,
-                       int(args.pyagrum_gib * 2**30))
+        py = run_child(
+            ["--child-pyagrum", str(path)] + common, args.pyagrum_timeout, int(args.pyagrum_gib * 2**30)
+        )
         if "status" in py:
             py["pyagrum_status"] = py.pop("status")
         row.update(py)
@@ -296,8 +323,10 @@ def fmt_x(x) -> str:
     return "-" if x is None else f"{x:.3g}x"
 
 
-HEADER = ("| instance | vars | ev | programs, largest loop | plan | compile | first solve | solve best "
-          "| median | max err | log Z | rel L | published best | best/ours | pyAgrum | pyA/ours |")
+HEADER = (
+    "| instance | vars | ev | programs, largest loop | plan | compile | first solve | solve best "
+    "| median | max err | log Z | rel L | published best | best/ours | pyAgrum | pyA/ours |"
+)
 RULE = "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|--:|--:|"
 
 
@@ -305,12 +334,18 @@ def table_row(r: dict) -> str:
     name = r["name"] + (" **WRONG**" if r.get("wrong") else "")
     if "prob_best_s" in r and ("status" in r or "logprob_error" in r):  # LOGPROB unanswered
         name += f" (LOGPROB: {r.get('logprob_error') or r['status']})"
-    pub = (f"{fmt_s(r['published_s'])} {r['published_library']}" if "published_s" in r else "-")
+    pub = f"{fmt_s(r['published_s'])} {r['published_library']}" if "published_s" in r else "-"
     if "refused" in r or "prob_best_s" not in r:
-        why = r.get("refused") and f"refused: {r['refused']}" or r.get("status") \
-            or r.get("prob_error") or "no answer"
-        return (f"| {name} | {r.get('vars', '-')} | {r.get('evidence', '-')} | {why[:150]} "
-                f"||||||||| {pub} ||||")
+        why = (
+            r.get("refused")
+            and f"refused: {r['refused']}"
+            or r.get("status")
+            or r.get("prob_error")
+            or "no answer"
+        )
+        return (
+            f"| {name} | {r.get('vars', '-')} | {r.get('evidence', '-')} | {why[:150]} ||||||||| {pub} ||||"
+        )
     err = max((r.get(f"{s}_mar_err") or 0.0) for s in ("prob", "logprob"))
     if "pyagrum_s" in r:
         pya = fmt_s(r["pyagrum_s"])
@@ -319,12 +354,14 @@ def table_row(r: dict) -> str:
     else:
         pya = r.get("pyagrum_status", "-")
     rel = r.get("log_Z_rel")
-    return (f"| {name} | {r['vars']} | {r['evidence']} | {r['programs']} {r['max_loop_states']:,} "
-            f"| {fmt_s(r.get('prob_plan_s'))} | {fmt_s(r.get('prob_compile_s'))} "
-            f"| {fmt_s(r.get('prob_first_s'))} | {fmt_s(r['prob_best_s'])} "
-            f"| {fmt_s(r['prob_median_s'])} | {err:.1e} "
-            f"| {r['prob_log_Z']:.6f} | {'-' if rel is None else f'{rel:.0e}'} | {pub} "
-            f"| {fmt_x(r.get('ratio'))} | {pya} | {fmt_x(r.get('pyagrum_ratio'))} |")
+    return (
+        f"| {name} | {r['vars']} | {r['evidence']} | {r['programs']} {r['max_loop_states']:,} "
+        f"| {fmt_s(r.get('prob_plan_s'))} | {fmt_s(r.get('prob_compile_s'))} "
+        f"| {fmt_s(r.get('prob_first_s'))} | {fmt_s(r['prob_best_s'])} "
+        f"| {fmt_s(r['prob_median_s'])} | {err:.1e} "
+        f"| {r['prob_log_Z']:.6f} | {'-' if rel is None else f'{rel:.0e}'} | {pub} "
+        f"| {fmt_x(r.get('ratio'))} | {pya} | {fmt_x(r.get('pyagrum_ratio'))} |"
+    )
 
 
 def summary(rows) -> list:
@@ -333,17 +370,23 @@ def summary(rows) -> list:
     if ratios:
         geo = math.exp(sum(math.log(x) for x, _ in ratios) / len(ratios))
         worst = min(ratios)
-        lines.append(f"- geometric mean of virtual best / ours over {len(ratios)} instances: "
-                     f"{geo:.3g}x (aim: at least 1)")
+        lines.append(
+            f"- geometric mean of virtual best / ours over {len(ratios)} instances: "
+            f"{geo:.3g}x (aim: at least 1)"
+        )
         lines.append(f"- worst: {worst[1]} at {worst[0]:.3g}x (aim: no instance below 0.5x)")
     p26 = next((r for r in rows if r["name"] == "Promedus_26"), None)
     if p26 and "prob_best_s" in p26:
-        lines.append(f"- Promedus_26: {fmt_s(p26['prob_best_s'])} best, "
-                     f"{fmt_s(p26['prob_median_s'])} median (aim: under 0.6 ms; published "
-                     f"{fmt_s(p26.get('published_s'))})")
-    for label, pick in (("refused", lambda r: "refused" in r),
-                        ("no answer", lambda r: "refused" not in r and "prob_best_s" not in r),
-                        ("WRONG", lambda r: r.get("wrong"))):
+        lines.append(
+            f"- Promedus_26: {fmt_s(p26['prob_best_s'])} best, "
+            f"{fmt_s(p26['prob_median_s'])} median (aim: under 0.6 ms; published "
+            f"{fmt_s(p26.get('published_s'))})"
+        )
+    for label, pick in (
+        ("refused", lambda r: "refused" in r),
+        ("no answer", lambda r: "refused" not in r and "prob_best_s" not in r),
+        ("WRONG", lambda r: r.get("wrong")),
+    ):
         hit = [r["name"] for r in rows if pick(r)]
         if hit:
             lines.append(f"- {label}: {', '.join(hit)}")
@@ -353,62 +396,114 @@ def summary(rows) -> list:
 def header(args, dirs) -> list:
     import numba
     import numpy
+
     try:
         import pyagrum
+
         pya = pyagrum.__version__
     except ImportError:
         pya = "not installed"
-    env = {k: os.environ[k] for k in ("CATBP_JIT_CACHE_DIR", "NUMBA_NUM_THREADS",
-                                      "OMP_WAIT_POLICY", "OMP_NUM_THREADS") if k in os.environ}
+    env = {
+        k: os.environ[k]
+        for k in ("CATBP_JIT_CACHE_DIR", "NUMBA_NUM_THREADS", "OMP_WAIT_POLICY", "OMP_NUM_THREADS")
+        if k in os.environ
+    }
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    return [f"# bench_uai {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC", "",
-            f"{platform.node()}: {platform.processor() or platform.machine()}, "
-            f"{os.cpu_count()} CPUs, load average {load}; python "
-            f"{platform.python_version()}, numpy {numpy.__version__}, numba {numba.__version__}, "
-            f"pyAgrum {pya}; {env or 'no thread or cache variables set'}",
-            f"instances from {', '.join(map(str, dirs))}; --max-gib {args.max_gib}, --budget "
-            f"{args.budget} s, --repeat {args.repeat}, --timeout {args.timeout} s; "
-            "ours = PROB, evidence absorbed; published times from another machine (indicative)",
-            ""]
+    return [
+        f"# bench_uai {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
+        "",
+        f"{platform.node()}: {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} CPUs, load average {load}; python "
+        f"{platform.python_version()}, numpy {numpy.__version__}, numba {numba.__version__}, "
+        f"pyAgrum {pya}; {env or 'no thread or cache variables set'}",
+        f"instances from {', '.join(map(str, dirs))}; --max-gib {args.max_gib}, --budget "
+        f"{args.budget} s, --repeat {args.repeat}, --timeout {args.timeout} s; "
+        "ours = PROB, evidence absorbed; published times from another machine (indicative)",
+        "",
+    ]
 
 
-CSV_FIELDS = ["name", "vars", "factors", "evidence", "programs", "max_loop_states", "refused", "status",
-              "prob_plan_s", "prob_compile_s", "prob_first_s", "prob_best_s", "prob_median_s", "prob_runs",
-              "prob_log_Z", "prob_mar_err", "prob_finite", "prob_error",
-              "logprob_plan_s", "logprob_compile_s", "logprob_first_s", "logprob_best_s", "logprob_median_s",
-              "logprob_runs", "logprob_log_Z", "logprob_mar_err", "logprob_finite",
-              "logprob_error", "log_Z_rel", "published_s", "published_library", "ratio",
-              "pyagrum_construct_s", "pyagrum_s", "pyagrum_median_s", "pyagrum_runs",
-              "pyagrum_mar_err", "pyagrum_status", "pyagrum_ratio", "wrong"]
+CSV_FIELDS = [
+    "name",
+    "vars",
+    "factors",
+    "evidence",
+    "programs",
+    "max_loop_states",
+    "refused",
+    "status",
+    "prob_plan_s",
+    "prob_compile_s",
+    "prob_first_s",
+    "prob_best_s",
+    "prob_median_s",
+    "prob_runs",
+    "prob_log_Z",
+    "prob_mar_err",
+    "prob_finite",
+    "prob_error",
+    "logprob_plan_s",
+    "logprob_compile_s",
+    "logprob_first_s",
+    "logprob_best_s",
+    "logprob_median_s",
+    "logprob_runs",
+    "logprob_log_Z",
+    "logprob_mar_err",
+    "logprob_finite",
+    "logprob_error",
+    "log_Z_rel",
+    "published_s",
+    "published_library",
+    "ratio",
+    "pyagrum_construct_s",
+    "pyagrum_s",
+    "pyagrum_median_s",
+    "pyagrum_runs",
+    "pyagrum_mar_err",
+    "pyagrum_status",
+    "pyagrum_ratio",
+    "wrong",
+]
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("dirs", nargs="*", type=Path, help="directories of NAME.uai files")
     ap.add_argument("--only", nargs="+", metavar="NAME", help="only these instances")
-    ap.add_argument("--max-gib", type=float, default=2.0,
-                    help="memory for the plan's cliques, GiB: larger plans are refused")
+    ap.add_argument(
+        "--max-gib",
+        type=float,
+        default=2.0,
+        help="memory for the plan's cliques, GiB: larger plans are refused",
+    )
     ap.add_argument("--budget", type=float, help="seconds per time measurement (5; quick 0.5)")
     ap.add_argument("--repeat", type=int, help="timed runs at most (20; quick 3)")
     ap.add_argument("--timeout", type=float, help="seconds per instance, ours (600; quick 120)")
     ap.add_argument("--pyagrum-timeout", type=float, help="seconds per instance (120; quick 30)")
     ap.add_argument("--pyagrum-gib", type=float, default=4.0, help="pyAgrum's address space")
     ap.add_argument("--skip-pyagrum", action="store_true")
-    ap.add_argument("--plan-time", type=float, default=None,
-                    help="plan search budget per model, seconds (default: compile_model's; "
-                         "0: greedy only)")
+    ap.add_argument(
+        "--plan-time",
+        type=float,
+        default=None,
+        help="plan search budget per model, seconds (default: compile_model's; 0: greedy only)",
+    )
     ap.add_argument("--quick", action="store_true", help="short budgets: a smoke run")
     ap.add_argument("--out", type=Path, default=HERE / "out")
     ap.add_argument("--child-ours", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--child-pyagrum", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    for option, full, quick in (("budget", 5.0, 0.5), ("repeat", 20, 3), ("timeout", 600.0, 120.0),
-                                ("pyagrum_timeout", 120.0, 30.0)):
+    for option, full, quick in (
+        ("budget", 5.0, 0.5),
+        ("repeat", 20, 3),
+        ("timeout", 600.0, 120.0),
+        ("pyagrum_timeout", 120.0, 30.0),
+    ):
         if getattr(args, option) is None:
             setattr(args, option, quick if args.quick else full)
     if args.child_ours:
-        child_ours(args.child_ours, int(args.max_gib * 2**30), args.repeat, args.budget,
-                   args.plan_time)
+        child_ours(args.child_ours, int(args.max_gib * 2**30), args.repeat, args.budget, args.plan_time)
         return 0
     if args.child_pyagrum:
         child_pyagrum(args.child_pyagrum, args.repeat, args.budget)
@@ -422,8 +517,9 @@ def main(argv=None) -> int:
     found = find_instances(dirs)
     unknown = sorted(set(args.only or ()) - set(found))
     if unknown:
-        print(f"bench_uai: no instance {', '.join(unknown)} under {', '.join(map(str, dirs))}",
-              file=sys.stderr)
+        print(
+            f"bench_uai: no instance {', '.join(unknown)} under {', '.join(map(str, dirs))}", file=sys.stderr
+        )
         return 2
     names = [n for n in found if not args.only or n in args.only]
     with_pyagrum = not args.skip_pyagrum and installed("pyagrum")

@@ -71,11 +71,11 @@ print(json.dumps({"import": t_import - t0, "first": first, "tier": tier, "numpy_
 
 
 def child(bundle: str, mode: str, env: dict) -> dict:
-    proc = subprocess.run([sys.executable, "-c", CHILD, bundle, mode], env=env,
-                          capture_output=True, text=True, cwd=REPO)
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, bundle, mode], env=env, capture_output=True, text=True, cwd=REPO
+    )
     if proc.returncode != 0:
-        sys.exit(f"cold_start: the measured process failed ({proc.returncode}):\n"
-                 f"{proc.stderr[-2000:]}")
+        sys.exit(f"cold_start: the measured process failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -100,11 +100,15 @@ def main(argv=None) -> int:
         env["CATBP_JIT_COMPILE_WORKERS"] = str(args.workers)
     workers = env.get("CATBP_JIT_COMPILE_WORKERS", "default (one per CPU)")
     print(f"# cold start: {Path(args.bundle).name}, mode {args.mode}")
-    print(f"python {platform.python_version()}, {os.cpu_count()} CPUs, load average "
-          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}, compile workers {workers}")
+    print(
+        f"python {platform.python_version()}, {os.cpu_count()} CPUs, load average "
+        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}, compile workers {workers}"
+    )
     print()
-    print("| round | import s | first answer s (tier) | numpy run ms | compiled s | compiled run ms "
-          "| units compiled | warm: first answer s (tier) |")
+    print(
+        "| round | import s | first answer s (tier) | numpy run ms | compiled s | compiled run ms "
+        "| units compiled | warm: first answer s (tier) |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     rows = []
     for r in range(args.rounds):
@@ -118,9 +122,12 @@ def main(argv=None) -> int:
             shutil.rmtree(cache_dir, ignore_errors=True)
         rows.append((cold["import"], cold["first"], cold["compiled"], warm["first"]))
         units = cold["cache"].get("compiled_in_background", cold["cache"].get("misses", 0))
-        print(f"| {r + 1} | {cold['import']:.2f} | {cold['first']:.2f} ({cold['tier']}) | "
-              f"{ms(cold['numpy_run'])} | {cold['compiled']:.2f} | {ms(cold['compiled_run'])} | "
-              f"{units} | {warm['first']:.2f} ({warm['tier']}) |", flush=True)
+        print(
+            f"| {r + 1} | {cold['import']:.2f} | {cold['first']:.2f} ({cold['tier']}) | "
+            f"{ms(cold['numpy_run'])} | {cold['compiled']:.2f} | {ms(cold['compiled_run'])} | "
+            f"{units} | {warm['first']:.2f} ({warm['tier']}) |",
+            flush=True,
+        )
     med = [statistics.median(col) for col in zip(*rows)]
     print(f"| median | {med[0]:.2f} | {med[1]:.2f} | | {med[2]:.2f} | | | {med[3]:.2f} |")
     print(f"\nload average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

@@ -5,6 +5,7 @@ A script imports it as `common` (perf/ is on sys.path when a script runs from th
 script loaded by path puts its folder there first). Importing it does not import numba:
 some scripts say what the machine is before anything compiles.
 """
+
 from __future__ import annotations
 
 import csv
@@ -65,6 +66,7 @@ def installed(module: str) -> bool:
 def network_text(name: str) -> str:
     """The BIF text of a bnlearn network (the files may be gzipped)."""
     from catbp_jit.frontend import bnlearn
+
     path = bnlearn.network_path(name)
     data = path.read_bytes()
     return (gzip.decompress(data) if path.name.endswith(".gz") else data).decode()
@@ -105,6 +107,7 @@ def sample_rows(graph, n: int, seed: int) -> dict:
     """n full assignments of a Bayesian network by ancestral sampling, vectorized over
     rows: {variable: (n,) states}."""
     from catbp_jit.frontend.bnlearn import parents_first
+
     rng = np.random.default_rng(seed)
     order, parents = parents_first(graph)
     cpt = {f.scope[0]: f.values for f in graph.factors}
@@ -201,14 +204,17 @@ def cpus_usable():
 
 def threads_environment() -> str:
     """The environment variables that set how many threads run and how they wait."""
-    return ", ".join(f"{k}={os.environ[k]}" for k in
-                     ("NUMBA_NUM_THREADS", "NUMBA_THREADING_LAYER", "OMP_WAIT_POLICY")
-                     if k in os.environ)
+    return ", ".join(
+        f"{k}={os.environ[k]}"
+        for k in ("NUMBA_NUM_THREADS", "NUMBA_THREADING_LAYER", "OMP_WAIT_POLICY")
+        if k in os.environ
+    )
 
 
 def threading_layer() -> str:
     """Numba's threading layer, known once a parallel kernel has run."""
     import numba
+
     try:
         return numba.threading_layer()
     except ValueError:
@@ -224,6 +230,7 @@ def write_report(out: Path, stem: str, text: str, rows, columns, *, echo: bool =
     whole (a report written as rows come in is never seen half-written); with echo, the
     text printed and where it went."""
     from catbp_jit.atomic import replacing  # here: importing catbp_jit loads numba
+
     out.mkdir(parents=True, exist_ok=True)
     with replacing(out / f"{stem}.md") as tmp:
         tmp.write_text(text, encoding="utf-8")

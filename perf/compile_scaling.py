@@ -49,8 +49,10 @@ def child(path: str, tier: str) -> dict:
 
     t0 = time.perf_counter()
     marks = []  # (seconds since t0, progress line)
+
     def record(line):
         return marks.append((time.perf_counter() - t0, line))
+
     graph = read_uai(path)
     t_read = time.perf_counter() - t0
     model = CompiledModel(graph, "prob", absorb_evidence=True, progress=record)
@@ -60,14 +62,21 @@ def child(path: str, tier: str) -> dict:
 
     def first(test, default):
         return next((t for t, line in marks if test(line)), default)
+
     t_front = first(lambda line: line.startswith("compiling "), t_model)
     t_lower = first(lambda line: line.startswith("planning: lowering"), t_front)
-    t_kernels = next((t for t, line in marks if t > t_lower and not line.startswith("planning")),
-                     t_model)
-    out = {"read": t_read, "front end": t_front - t_read, "plan": t_lower - t_front,
-           "schedule": t_kernels - t_lower, "kernels": t_model - t_kernels,
-           "answer": t_answer - t_model, "total": t_answer, "log_Z": log_z,
-           "tier": model.executable.tier}
+    t_kernels = next((t for t, line in marks if t > t_lower and not line.startswith("planning")), t_model)
+    out = {
+        "read": t_read,
+        "front end": t_front - t_read,
+        "plan": t_lower - t_front,
+        "schedule": t_kernels - t_lower,
+        "kernels": t_model - t_kernels,
+        "answer": t_answer - t_model,
+        "total": t_answer,
+        "log_Z": log_z,
+        "tier": model.executable.tier,
+    }
     if tier == "auto":
         model.executable.wait()
         out["ready"] = time.perf_counter() - t0
@@ -76,11 +85,20 @@ def child(path: str, tier: str) -> dict:
 
 def run_child(n: int, path: Path, tier: str, cache_dir: str, timeout: float) -> dict:
     # a cache of its own, signed with a key of its own (not the user's)
-    env = dict(os.environ, CATBP_JIT_TIER=tier, CATBP_JIT_CACHE_DIR=cache_dir,
-               CATBP_JIT_KEY_FILE=os.path.join(os.path.dirname(cache_dir), "cache.key"))
+    env = dict(
+        os.environ,
+        CATBP_JIT_TIER=tier,
+        CATBP_JIT_CACHE_DIR=cache_dir,
+        CATBP_JIT_KEY_FILE=os.path.join(os.path.dirname(cache_dir), "cache.key"),
+    )
     try:
-        done = subprocess.run([sys.executable, __file__, "--child", str(path), "--tier", tier],
-                              env=env, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(
+            [sys.executable, __file__, "--child", str(path), "--tier", tier],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
     except subprocess.TimeoutExpired:
         return {"error": f"over {timeout:.0f} s"}
     if done.returncode != 0:

@@ -34,10 +34,12 @@ DTYPES = {name: [d for s, d in SEMIRINGS if s == name] for name, _ in SEMIRINGS}
 
 def targets(every: int, index: int):
     """The (name, runner) pairs a case goes through: runner(case) -> list of slot dicts."""
+
     def executable(mode):
         def run(case):
             sess = compile_case(case, mode).bind()
             return [session_results(sess, case.inputs[w]) for w in range(len(case.inputs))]
+
         return run
 
     def dropin(case):
@@ -67,14 +69,21 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--count", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0, help="first seed; cases use seed, seed+1, ...")
-    ap.add_argument("--semiring", choices=["prob", "logprob", "sat", "count"],
-                    help="one semiring (every dtype of it); default: all")
-    ap.add_argument("--every", type=int, default=50,
-                    help="compiled mode and the drop-in on every N-th case (default 50)")
+    ap.add_argument(
+        "--semiring",
+        choices=["prob", "logprob", "sat", "count"],
+        help="one semiring (every dtype of it); default: all",
+    )
+    ap.add_argument(
+        "--every", type=int, default=50, help="compiled mode and the drop-in on every N-th case (default 50)"
+    )
     args = ap.parse_args(argv)
 
-    kinds = ([(args.semiring.upper(), d) for d in DTYPES[args.semiring.upper()]]
-             if args.semiring else [(None, None)])
+    kinds = (
+        [(args.semiring.upper(), d) for d in DTYPES[args.semiring.upper()]]
+        if args.semiring
+        else [(None, None)]
+    )
     t0 = time.perf_counter()
     mismatches = 0
     last = t0
@@ -88,16 +97,24 @@ def main(argv=None) -> int:
             again = f"python perf/fuzz.py --count 1 --seed {seed} --every 1"
             if semiring:
                 again += f" --semiring {semiring.lower()}"
-            print(f"\nMISMATCH seed {seed} ({case.semiring} {case.dtype.name}) on {name}\n"
-                  f"  rerun: {again}\n{msg}\n{case.listing()}", flush=True)
+            print(
+                f"\nMISMATCH seed {seed} ({case.semiring} {case.dtype.name}) on {name}\n"
+                f"  rerun: {again}\n{msg}\n{case.listing()}",
+                flush=True,
+            )
         now = time.perf_counter()
         if now - last > 10 or i + 1 == args.count:
             last = now
-            print(f"{i + 1}/{args.count} cases, {mismatches} mismatch(es), {now - t0:.0f} s",
-                  file=sys.stderr, flush=True)
-    print(f"fuzz: {args.count} cases from seed {args.seed}"
-          f"{' (' + args.semiring + ')' if args.semiring else ''}: {mismatches} mismatch(es), "
-          f"{time.perf_counter() - t0:.0f} s")
+            print(
+                f"{i + 1}/{args.count} cases, {mismatches} mismatch(es), {now - t0:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
+    print(
+        f"fuzz: {args.count} cases from seed {args.seed}"
+        f"{' (' + args.semiring + ')' if args.semiring else ''}: {mismatches} mismatch(es), "
+        f"{time.perf_counter() - t0:.0f} s"
+    )
     return min(mismatches, 100)
 
 

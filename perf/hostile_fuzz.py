@@ -44,11 +44,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 ASIA = REPO / "examples" / "asia.bif"
 UAI_DIR = REPO / "tests" / "data" / "uai2014" / "problems"
-BUNDLES = [REPO / "examples" / "grid3_d2__prob_float64",
-           REPO / "tests" / "data" / "corpus" / "chain8__prob_float64",
-           REPO / "tests" / "data" / "corpus" / "coloring_cycle5__sat_bool"]
-READERS = ("uai", "bif", "evid", "json", "csv", "parquet", "bundle", "executable", "profile",
-           "environment")
+BUNDLES = [
+    REPO / "examples" / "grid3_d2__prob_float64",
+    REPO / "tests" / "data" / "corpus" / "chain8__prob_float64",
+    REPO / "tests" / "data" / "corpus" / "coloring_cycle5__sat_bool",
+]
+READERS = ("uai", "bif", "evid", "json", "csv", "parquet", "bundle", "executable", "profile", "environment")
 FAILURES = ("traceback", "hang", "crash", "bad-exit", "messy")
 MAX_ERROR_LINE = 1000  # characters: an error line longer than this is no clear line
 BIG = 10**6  # characters in an oversized field
@@ -58,14 +59,39 @@ MAX_GROWTH = 4 * BIG  # bytes duplicated lines may add: bigger only measures rea
 # Every variable environment.py reads, with a good value to start mutating from. Paths are
 # relative, so that no mutation makes the fuzzer write outside its work directory.
 ENV_VALUES = {
-    "CATBP_JIT_CACHE": "fallback", "CATBP_JIT_CACHE_DIR": "cache", "CATBP_JIT_KEY_FILE": "key",
-    "CATBP_JIT_LOCK_TIMEOUT": "10", "CATBP_JIT_TRUSTED_CACHE": "yes",
-    "CATBP_JIT_MAX_BYTES": "8e9", "CATBP_JIT_MAX_INPUT_BYTES": "1000000000",
-    "CATBP_JIT_COMPILE_WORKERS": "0", "CATBP_JIT_TIER": "auto", "CATBP_JIT_BNLEARN_DIR": "bn",
+    "CATBP_JIT_CACHE": "fallback",
+    "CATBP_JIT_CACHE_DIR": "cache",
+    "CATBP_JIT_KEY_FILE": "key",
+    "CATBP_JIT_LOCK_TIMEOUT": "10",
+    "CATBP_JIT_TRUSTED_CACHE": "yes",
+    "CATBP_JIT_MAX_BYTES": "8e9",
+    "CATBP_JIT_MAX_INPUT_BYTES": "1000000000",
+    "CATBP_JIT_COMPILE_WORKERS": "0",
+    "CATBP_JIT_TIER": "auto",
+    "CATBP_JIT_BNLEARN_DIR": "bn",
 }
-INTERESTING = [b"0", b"-1", b"1e400", b"-1e400", b"nan", b"inf", b"99999999999999999999",
-               b"2147483648", b"9223372036854775808", b"0.5", b"1e-320", b"", b"\xff", b"\"",
-               b"{", b"}", b";", b"(", b"|", b"x" * 100]
+INTERESTING = [
+    b"0",
+    b"-1",
+    b"1e400",
+    b"-1e400",
+    b"nan",
+    b"inf",
+    b"99999999999999999999",
+    b"2147483648",
+    b"9223372036854775808",
+    b"0.5",
+    b"1e-320",
+    b"",
+    b"\xff",
+    b'"',
+    b"{",
+    b"}",
+    b";",
+    b"(",
+    b"|",
+    b"x" * 100,
+]
 
 
 # ---------------------------------------------------------------------------------------
@@ -73,7 +99,7 @@ INTERESTING = [b"0", b"-1", b"1e400", b"-1e400", b"nan", b"inf", b"9999999999999
 
 
 def truncate(rng, data):
-    return data[:rng.randrange(len(data) + 1)]
+    return data[: rng.randrange(len(data) + 1)]
 
 
 def flip(rng, data):
@@ -91,7 +117,7 @@ def insert(rng, data):
 
 def delete(rng, data):
     at = rng.randrange(len(data) + 1)
-    return data[:at] + data[at + rng.randint(1, 64):]
+    return data[:at] + data[at + rng.randint(1, 64) :]
 
 
 def oversize(rng, data):
@@ -132,11 +158,10 @@ def extreme_number(rng, data):
     token = rng.choice(tokens)
     at = data.find(token, rng.randrange(len(data)))
     at = data.find(token) if at < 0 else at
-    return data[:at] + rng.choice(INTERESTING) + data[at + len(token):]
+    return data[:at] + rng.choice(INTERESTING) + data[at + len(token) :]
 
 
-MUTATIONS = [truncate, flip, insert, delete, oversize, duplicate_lines, nul, not_utf8,
-             extreme_number]
+MUTATIONS = [truncate, flip, insert, delete, oversize, duplicate_lines, nul, not_utf8, extreme_number]
 
 
 def mutate(rng, data: bytes):
@@ -164,16 +189,29 @@ def setup(work: Path) -> dict[str, object]:
     seeds["bundle"] = {b.name: {f.name: f.read_bytes() for f in b.iterdir()} for b in BUNDLES}
     profile = work / "asia.profile.json"
     env = dict(os.environ, CATBP_JIT_CACHE_DIR=str(work / "kernels"), CATBP_JIT_TIER="compiled")
-    subprocess.run([sys.executable, "-m", "catbp_jit", "aot", str(ASIA), "-q", "-o", str(profile)],
-                   env=env, cwd=work, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-m", "catbp_jit", "aot", str(ASIA), "-q", "-o", str(profile)],
+        env=env,
+        cwd=work,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     seeds["profile"] = [profile.read_bytes()]
     try:
         import pyarrow as pa
         import pyarrow.csv as pacsv
         import pyarrow.parquet as pq
+
         sink = io.BytesIO()
-        pq.write_table(pacsv.read_csv(io.BytesIO(csv), convert_options=pacsv.ConvertOptions(
-            column_types={c: pa.string() for c in ("dysp", "xray", "smoke")})), sink)
+        pq.write_table(
+            pacsv.read_csv(
+                io.BytesIO(csv),
+                convert_options=pacsv.ConvertOptions(
+                    column_types={c: pa.string() for c in ("dysp", "xray", "smoke")}
+                ),
+            ),
+            sink,
+        )
         seeds["parquet"] = [sink.getvalue()]
     except ImportError:
         pass
@@ -195,11 +233,14 @@ def make_case(i: int, seed: int, seeds, readers) -> dict:
         argv = ["plan", name, "-q", "--plan-time", "0", "--no-listing"]
     elif reader == "bif":
         files["m.bif"], mutations = mutate(rng, seeds["bif"])
-        argv = (["solve", "m.bif", "--target", "reference"] if rng.random() < 0.5
-                else ["plan", "m.bif", "--no-listing"]) + ["-q", "--plan-time", "0"]
+        argv = (
+            ["solve", "m.bif", "--target", "reference"]
+            if rng.random() < 0.5
+            else ["plan", "m.bif", "--no-listing"]
+        ) + ["-q", "--plan-time", "0"]
     elif reader == "evid":
         name, data = rng.choice(sorted(seeds["evid"].items()))
-        model = name[:-len(".evid")]
+        model = name[: -len(".evid")]
         files[model] = seeds["uai"][model]
         files[name], mutations = mutate(rng, data)
         argv = ["plan", model, "--evidence", name, "-q", "--plan-time", "0", "--no-listing"]
@@ -220,8 +261,11 @@ def make_case(i: int, seed: int, seeds, readers) -> dict:
         for f, data in content.items():
             files[f"b/{f}"] = data
         files[f"b/{target}"], mutations = mutate(rng, content[target])
-        argv = ["list", "b"] if rng.random() < 0.3 else ["run", "b", "--engine", "reference",
-                                                          "--repeat", "1", "-q"]
+        argv = (
+            ["list", "b"]
+            if rng.random() < 0.3
+            else ["run", "b", "--engine", "reference", "--repeat", "1", "-q"]
+        )
         mutations = [f"{bundle}/{target}"] + mutations
     elif reader in ("executable", "profile"):
         files["p.json"], mutations = mutate(rng, seeds["profile"][0])
@@ -235,8 +279,15 @@ def make_case(i: int, seed: int, seeds, readers) -> dict:
             env[name] = "./" + text if text.startswith(("/", "~")) else text
             mutations.append(f"{name}: {'+'.join(names)}")
         argv = solve_asia
-    return {"i": i, "reader": reader, "files": files, "env": env, "entry": entry, "argv": argv,
-            "mutations": mutations}
+    return {
+        "i": i,
+        "reader": reader,
+        "files": files,
+        "env": env,
+        "entry": entry,
+        "argv": argv,
+        "mutations": mutations,
+    }
 
 
 # ---------------------------------------------------------------------------------------
@@ -247,6 +298,7 @@ def _load_entry(argv) -> int:
     from catbp_jit.cli import _kernel_cache_refused
     from catbp_jit.errors import CatbpError
     from catbp_jit.executable import load
+
     try:
         load(argv[0])
     except (CatbpError, OSError) as e:  # SavedExecutableError, or a plan too large
@@ -263,6 +315,7 @@ def _load_entry(argv) -> int:
 def _profile_entry(argv) -> int:
     from catbp_jit.frontend.graph import FactorGraphError
     from catbp_jit.frontend.model_source import model_source
+
     try:
         model_source(argv[0]).graph()
     except (FactorGraphError, OSError) as e:
@@ -273,6 +326,7 @@ def _profile_entry(argv) -> int:
 
 def run_case(case: dict, work: Path) -> dict:
     from catbp_jit.cli import main
+
     entries = {"cli": main, "executable": _load_entry, "profile": _profile_entry}
     here = work / "case"
     shutil.rmtree(here, ignore_errors=True)
@@ -301,6 +355,7 @@ def run_case(case: dict, work: Path) -> dict:
 def worker(conn, work: str, env: dict[str, str]) -> None:
     os.environ.update(env)
     import catbp_jit.cli  # noqa: F401 -- Numba and the rest, once
+
     while True:
         case = conn.recv()
         if case is None:
@@ -322,8 +377,7 @@ def outcome(result: dict) -> str:
         return "bad-exit"
     if code == 2:
         lines = [line for line in result["stderr"].splitlines() if not line.startswith("catbp-jit: warning:")]
-        if len(lines) != 1 or not lines[0].startswith("catbp-jit: error:") \
-                or len(lines[0]) > MAX_ERROR_LINE:
+        if len(lines) != 1 or not lines[0].startswith("catbp-jit: error:") or len(lines[0]) > MAX_ERROR_LINE:
             return "messy"
     return {0: "ok", 1: "no-answer", 2: "refused"}[code]
 
@@ -338,8 +392,15 @@ def signature(result: dict) -> str:
         return f"{lines[-1].split(':')[0]} at {where[-1] if where else '?'}"
     err = result.get("stderr", "")
     lines = [line for line in err.splitlines() if not line.startswith("catbp-jit: warning:")]
-    why = ("no error line" if not lines else f"{len(lines)} lines" if len(lines) > 1
-           else f"{len(lines[0]):,} characters" if len(lines[0]) > MAX_ERROR_LINE else "")
+    why = (
+        "no error line"
+        if not lines
+        else f"{len(lines)} lines"
+        if len(lines) > 1
+        else f"{len(lines[0]):,} characters"
+        if len(lines[0]) > MAX_ERROR_LINE
+        else ""
+    )
     start = " ".join(w for w in (lines[0] if lines else err).split()[:6] if "/" not in w)
     return f"{why}: {start[:80]}" if why else start[:120]
 
@@ -353,8 +414,9 @@ def save_reproducer(out: Path, kind: str, case: dict, result: dict) -> Path:
         (d / name).parent.mkdir(parents=True, exist_ok=True)
         (d / name).write_bytes(data)
     meta = {k: case[k] for k in ("i", "reader", "entry", "argv", "env", "mutations")}
-    meta["env"] = {k: v[:200] + (f"... ({len(v)} characters)" if len(v) > 200 else "")
-                   for k, v in meta["env"].items()}
+    meta["env"] = {
+        k: v[:200] + (f"... ({len(v)} characters)" if len(v) > 200 else "") for k, v in meta["env"].items()
+    }
     (d / "case.json").write_text(json.dumps(meta, indent=1))
     (d / "output.txt").write_text((result.get("traceback") or "") + result.get("stderr", "")[:20000])
     return d
@@ -371,8 +433,7 @@ class Pool:
     def _start(self, k: int):
         (self.work / f"w{k}").mkdir(parents=True, exist_ok=True)
         parent, child = self.ctx.Pipe()
-        proc = self.ctx.Process(target=worker, args=(child, str(self.work / f"w{k}"), self.env),
-                                daemon=True)
+        proc = self.ctx.Process(target=worker, args=(child, str(self.work / f"w{k}"), self.env), daemon=True)
         proc.start()
         child.close()
         return {"k": k, "proc": proc, "conn": parent, "case": None, "since": 0.0}
@@ -393,9 +454,16 @@ class Pool:
                 slot["proc"].kill()
 
 
-def fuzz(count: int, seed: int = 0, workers: int = 2, timeout: float = 10.0,
-         out: Path | None = None, readers=READERS, work: Path | None = None,
-         log=print) -> dict:
+def fuzz(
+    count: int,
+    seed: int = 0,
+    workers: int = 2,
+    timeout: float = 10.0,
+    out: Path | None = None,
+    readers=READERS,
+    work: Path | None = None,
+    log=print,
+) -> dict:
     """Run `count` cases; return {"counts": Counter((reader, outcome)), "failures": [...]}."""
     own_work = work is None
     work = Path(tempfile.mkdtemp(prefix="hostile-fuzz-")) if own_work else work
@@ -403,8 +471,12 @@ def fuzz(count: int, seed: int = 0, workers: int = 2, timeout: float = 10.0,
     try:
         seeds = setup(work)
         readers = [r for r in readers if r in seeds or r in ("executable", "environment")]
-        env = {"CATBP_JIT_CACHE_DIR": str(work / "kernels"), "CATBP_JIT_TIER": "auto",
-               "CATBP_JIT_COMPILE_WORKERS": "0", "CATBP_JIT_MAX_BYTES": "2e9"}
+        env = {
+            "CATBP_JIT_CACHE_DIR": str(work / "kernels"),
+            "CATBP_JIT_TIER": "auto",
+            "CATBP_JIT_COMPILE_WORKERS": "0",
+            "CATBP_JIT_MAX_BYTES": "2e9",
+        }
         pool = Pool(workers, work, env)
         counts: Counter = Counter()
         failures: list[dict] = []
@@ -419,13 +491,14 @@ def fuzz(count: int, seed: int = 0, workers: int = 2, timeout: float = 10.0,
             done += 1
             if kind in FAILURES:
                 sig = f"{kind}: {signature(result)}"
-                failures.append({"case": case["i"], "reader": case["reader"], "kind": kind,
-                                 "signature": sig})
+                failures.append({"case": case["i"], "reader": case["reader"], "kind": kind, "signature": sig})
                 if sig not in first_seen:
                     first_seen[sig] = case["i"]
                     d = save_reproducer(out, kind, case, result)
-                    log(f"case {case['i']} ({case['reader']}, {'+'.join(map(str, case['mutations']))}): "
-                        f"{sig} -> {d}")
+                    log(
+                        f"case {case['i']} ({case['reader']}, {'+'.join(map(str, case['mutations']))}): "
+                        f"{sig} -> {d}"
+                    )
             if done % 1000 == 0:
                 log(f"{done} cases, {time.perf_counter() - start:.0f} s")
 
@@ -460,8 +533,12 @@ def fuzz(count: int, seed: int = 0, workers: int = 2, timeout: float = 10.0,
                     record(case, {"kind": "hang", "stderr": f"over {timeout:g} s"})
                     pool.restart(slot)
         pool.close()
-        return {"counts": +counts, "failures": failures, "seconds": time.perf_counter() - start,
-                "reproducers": out}
+        return {
+            "counts": +counts,
+            "failures": failures,
+            "seconds": time.perf_counter() - start,
+            "reproducers": out,
+        }
     finally:
         if own_work:
             shutil.rmtree(work, ignore_errors=True)
@@ -489,8 +566,12 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--timeout", type=float, default=10.0, help="seconds before a case is a hang")
-    p.add_argument("--out", type=Path, default=Path("hostile-fuzz-reproducers"),
-                   help="where the first reproducer of each failure goes")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("hostile-fuzz-reproducers"),
+        help="where the first reproducer of each failure goes",
+    )
     p.add_argument("--readers", default=",".join(READERS))
     args = p.parse_args(argv)
     readers = [r for r in args.readers.split(",") if r]

@@ -84,13 +84,14 @@ from common import (  # noqa: E402
 # mode name -> compile() keywords selecting it. The modes' step lists differ (grid5_d3:
 # 304 steps exact, 530 reassociating), so each mode has rows of its own.
 MODES = {"exact": {}, "reassoc": {"exact": False}}
-SLOW_S = 1e-3      # the issue's bar: every segment slower than this ...
-WITHIN = 3.0       # ... within this factor of its bound (in at least one mode)
+SLOW_S = 1e-3  # the issue's bar: every segment slower than this ...
+WITHIN = 3.0  # ... within this factor of its bound (in at least one mode)
 
 
 @dataclass(frozen=True)
 class Budget:
     """How long calibration and timing may take."""
+
     triad_elements: int = 2**23  # x 8 bytes x 3 arrays: 200 MB, far beyond the caches
     arith_seconds: float = 0.3  # per arithmetic calibration and thread count
     calibration_runs: int = 5
@@ -98,8 +99,9 @@ class Budget:
     step_batches: int = 3
 
 
-QUICK = Budget(triad_elements=2**18, arith_seconds=0.02, calibration_runs=2,
-               step_seconds=0.001, step_batches=2)
+QUICK = Budget(
+    triad_elements=2**18, arith_seconds=0.02, calibration_runs=2, step_seconds=0.001, step_batches=2
+)
 
 
 # ---------------------------------------------------------------------------------------
@@ -188,9 +190,11 @@ def calibrate(budget: Budget) -> dict:
     a = np.empty(n)
     _triad(a, b, c, 0.5)  # compile, and touch every page
     t = best_of(lambda: _triad(a, b, c, 0.5), budget.calibration_runs)
-    return {"bandwidth": 3 * 8 * n / t,
-            "multiply-add": 2 * arithmetic_rate(_multiply_adds, budget),
-            "exp": arithmetic_rate(_exps, budget)}
+    return {
+        "bandwidth": 3 * 8 * n / t,
+        "multiply-add": 2 * arithmetic_rate(_multiply_adds, budget),
+        "exp": arithmetic_rate(_exps, budget),
+    }
 
 
 @njit(cache=False)
@@ -207,6 +211,7 @@ def call_overhead() -> float:
     def calls():
         for _ in range(reps):
             _nothing(0, 0, 0, 0, 0)
+
     return best_of(calls, 3) / reps
 
 
@@ -245,6 +250,7 @@ def time_step(call, budget: Budget) -> float:
     def batch():
         for _ in range(reps):
             call()
+
     return best_of(batch, budget.step_batches) / reps
 
 
@@ -252,8 +258,10 @@ def measure_steps(exe, bundle, budget: Budget) -> list:
     """Seconds per step of exe's schedule, each step timed after every step before it ran
     once (loop mode: each step is a call of its kernel's entry)."""
     sess = exe.bind()
-    sess.run(factors={f: a for f, (a, _) in bundle.factors.items()},
-             selectors={s: a for s, (a, _) in bundle.selectors.items()})  # inputs, constants
+    sess.run(
+        factors={f: a for f, (a, _) in bundle.factors.items()},
+        selectors={s: a for s, (a, _) in bundle.selectors.items()},
+    )  # inputs, constants
     mem_at, tab_at = sess.mem.ctypes.data, sess.table.ctypes.data
     times = []
     for i in range(len(exe.schedule.steps)):
@@ -266,8 +274,14 @@ def measure_steps(exe, bundle, budget: Budget) -> list:
 def origin(exe, step) -> str:
     """The program instructions a step computes, e.g. 'upward[3] upward[4]'."""
     graph = exe.graph
-    places = sorted({f"{prog}[{idx}]" for n in step.segment.nodes if n in graph.nodes
-                     for prog, idx in graph.nodes[n].origin})
+    places = sorted(
+        {
+            f"{prog}[{idx}]"
+            for n in step.segment.nodes
+            if n in graph.nodes
+            for prog, idx in graph.nodes[n].origin
+        }
+    )
     return " ".join(places[:3]) + (" ..." if len(places) > 3 else "")
 
 
@@ -276,11 +290,17 @@ def roofline_rows(group: str, path: Path, peaks: dict, budget: Budget) -> list:
     bundle = load_bundle(path)
     rows = []
     for mode, keywords in MODES.items():
-        exe = compile(bundle.programs, bundle.semiring_runtime(),
-                      factor_specs=bundle.factor_specs(), selector_specs=bundle.selector_specs(),
-                      mode="loop", **keywords)
-        mine = [step_row(group, path.name, mode, exe, i, step, peaks)
-                for i, step in enumerate(exe.schedule.steps)]
+        exe = compile(
+            bundle.programs,
+            bundle.semiring_runtime(),
+            factor_specs=bundle.factor_specs(),
+            selector_specs=bundle.selector_specs(),
+            mode="loop",
+            **keywords,
+        )
+        mine = [
+            step_row(group, path.name, mode, exe, i, step, peaks) for i, step in enumerate(exe.schedule.steps)
+        ]
         for row, seconds in zip(mine, measure_steps(exe, bundle, budget)):
             row["time_s"] = seconds
             row["ratio"] = seconds / row["bound_s"]
@@ -295,13 +315,25 @@ def step_row(group: str, name: str, mode: str, exe, i: int, step, peaks: dict) -
     kind = arithmetic_kind(step)
     memory_s = nbytes / peaks["bandwidth"]
     arith_s = (step.work if kind == "multiply-add" else terms(step)) / peaks[kind]
-    return {"group": group, "bundle": name, "mode": mode, "step": i, "kernel": step.pattern.name,
-            "origin": origin(exe, step), "out_elements": exe.memory.regions[step.segment.out].size,
-            "leaves": len(step.segment.leaves), "bytes": nbytes, "ops": step.work,
-            "terms": terms(step), "intensity": step.work / nbytes, "arith_kind": kind,
-            "memory_bound_s": memory_s, "arith_bound_s": arith_s,
-            "bound_s": max(memory_s, arith_s),
-            "bound": "bandwidth" if memory_s >= arith_s else "arithmetic"}
+    return {
+        "group": group,
+        "bundle": name,
+        "mode": mode,
+        "step": i,
+        "kernel": step.pattern.name,
+        "origin": origin(exe, step),
+        "out_elements": exe.memory.regions[step.segment.out].size,
+        "leaves": len(step.segment.leaves),
+        "bytes": nbytes,
+        "ops": step.work,
+        "terms": terms(step),
+        "intensity": step.work / nbytes,
+        "arith_kind": kind,
+        "memory_bound_s": memory_s,
+        "arith_bound_s": arith_s,
+        "bound_s": max(memory_s, arith_s),
+        "bound": "bandwidth" if memory_s >= arith_s else "arithmetic",
+    }
 
 
 # ---------------------------------------------------------------------------------------
@@ -311,27 +343,53 @@ def step_row(group: str, name: str, mode: str, exe, i: int, step, peaks: dict) -
 def mode_summary(rows: list) -> dict:
     """One mode of one bundle: total time, sum of bounds, and the slow steps' standing."""
     slow = [r for r in rows if r["time_s"] > SLOW_S]
-    return {"steps": len(rows), "bound_s": sum(r["bound_s"] for r in rows),
-            "time_s": sum(r["time_s"] for r in rows), "slow": len(slow),
-            "within": sum(r["ratio"] <= WITHIN for r in slow),
-            "meets_bar": all(r["ratio"] <= WITHIN for r in slow)}
+    return {
+        "steps": len(rows),
+        "bound_s": sum(r["bound_s"] for r in rows),
+        "time_s": sum(r["time_s"] for r in rows),
+        "slow": len(slow),
+        "within": sum(r["ratio"] <= WITHIN for r in slow),
+        "meets_bar": all(r["ratio"] <= WITHIN for r in slow),
+    }
 
 
 def summary(name: str, rows: list) -> dict:
     """Per bundle: each mode's summary, and the issue's bar: in at least one mode, every
     step over SLOW_S within WITHIN of its bound. (A mode's steps are its own segments:
     the modes split programs differently, so steps cannot be matched across modes.)"""
-    modes = {m: mode_summary([r for r in rows if r["mode"] == m])
-             for m in dict.fromkeys(r["mode"] for r in rows)}
-    return {"bundle": name, "modes": modes,
-            "slow_any": sum(s["slow"] for s in modes.values()),
-            "meets_bar": any(s["meets_bar"] for s in modes.values())}
+    modes = {
+        m: mode_summary([r for r in rows if r["mode"] == m]) for m in dict.fromkeys(r["mode"] for r in rows)
+    }
+    return {
+        "bundle": name,
+        "modes": modes,
+        "slow_any": sum(s["slow"] for s in modes.values()),
+        "meets_bar": any(s["meets_bar"] for s in modes.values()),
+    }
 
 
 def csv_columns() -> list:
-    return ["group", "bundle", "mode", "step", "kernel", "origin", "out_elements", "leaves",
-            "bytes", "ops", "terms", "intensity", "arith_kind", "memory_bound_s",
-            "arith_bound_s", "bound_s", "bound", "time_s", "ratio"]
+    return [
+        "group",
+        "bundle",
+        "mode",
+        "step",
+        "kernel",
+        "origin",
+        "out_elements",
+        "leaves",
+        "bytes",
+        "ops",
+        "terms",
+        "intensity",
+        "arith_kind",
+        "memory_bound_s",
+        "arith_bound_s",
+        "bound_s",
+        "bound",
+        "time_s",
+        "ratio",
+    ]
 
 
 def fmt_seconds(s: float) -> str:
@@ -347,29 +405,54 @@ def fmt_count(n: float) -> str:
 
 def step_table(rows: list) -> list:
     """The steps of one bundle in one mode."""
-    head = ["step", "kernel", "bytes", "ops", "ops/byte", "bound", "bound by", "time",
-            "x bound", "computes"]
+    head = ["step", "kernel", "bytes", "ops", "ops/byte", "bound", "bound by", "time", "x bound", "computes"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     for r in rows:
         flag = " **" if r["time_s"] > SLOW_S and r["ratio"] > WITHIN else ""
-        cells = [str(r["step"]), r["kernel"], fmt_bytes(r["bytes"]), fmt_count(r["ops"]),
-                 f"{r['intensity']:.2f}", fmt_seconds(r["bound_s"]), r["bound"],
-                 fmt_seconds(r["time_s"]), f"{r['ratio']:.1f}{flag}", r["origin"]]
+        cells = [
+            str(r["step"]),
+            r["kernel"],
+            fmt_bytes(r["bytes"]),
+            fmt_count(r["ops"]),
+            f"{r['intensity']:.2f}",
+            fmt_seconds(r["bound_s"]),
+            r["bound"],
+            fmt_seconds(r["time_s"]),
+            f"{r['ratio']:.1f}{flag}",
+            r["origin"],
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 
 def summary_table(sums: list) -> list:
     """A line per bundle and mode; the bar (any mode meeting it) on each bundle's first."""
-    head = ["bundle", "mode", "steps", "sum of bounds", "time", "x bound", "steps > 1 ms",
-            f"within {WITHIN:.0f}x", "bar"]
+    head = [
+        "bundle",
+        "mode",
+        "steps",
+        "sum of bounds",
+        "time",
+        "x bound",
+        "steps > 1 ms",
+        f"within {WITHIN:.0f}x",
+        "bar",
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     for s in sums:
         bar = "-" if not s["slow_any"] else ("PASS" if s["meets_bar"] else "MISS")
         for i, (m, ms) in enumerate(s["modes"].items()):
-            cells = [s["bundle"] if i == 0 else "", m, str(ms["steps"]), fmt_seconds(ms["bound_s"]),
-                     fmt_seconds(ms["time_s"]), f"{ms['time_s'] / ms['bound_s']:.1f}",
-                     str(ms["slow"]), str(ms["within"]), bar if i == 0 else ""]
+            cells = [
+                s["bundle"] if i == 0 else "",
+                m,
+                str(ms["steps"]),
+                fmt_seconds(ms["bound_s"]),
+                fmt_seconds(ms["time_s"]),
+                f"{ms['time_s'] / ms['bound_s']:.1f}",
+                str(ms["slow"]),
+                str(ms["within"]),
+                bar if i == 0 else "",
+            ]
             lines.append("| " + " | ".join(cells) + " |")
     return lines
 
@@ -381,6 +464,7 @@ def plot(rows: list, peaks: dict, path: Path) -> bool:
     False without matplotlib."""
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
@@ -394,15 +478,23 @@ def plot(rows: list, peaks: dict, path: Path) -> bool:
         mine = [r for r in rows if r["arith_kind"] == kind]
         x = np.array([r[unit] / r["bytes"] for r in mine])
         line = np.geomspace(min(x.min(), 1e-2) / 2, max(x.max(), 10.0) * 2, 200)
-        ax.plot(line, np.minimum(peaks[kind], line * peaks["bandwidth"]), "k-", linewidth=1,
-                label=f"roofline: {peaks['bandwidth'] / 1e9:.1f} GB/s, "
-                      f"{peaks[kind] / 1e9:.2f} G{unit}/s")
+        ax.plot(
+            line,
+            np.minimum(peaks[kind], line * peaks["bandwidth"]),
+            "k-",
+            linewidth=1,
+            label=f"roofline: {peaks['bandwidth'] / 1e9:.1f} GB/s, {peaks[kind] / 1e9:.2f} G{unit}/s",
+        )
         for name, mode in dict.fromkeys((r["bundle"], r["mode"]) for r in mine):
             theirs = [r for r in mine if r["bundle"] == name and r["mode"] == mode]
-            ax.scatter([r[unit] / r["bytes"] for r in theirs],
-                       [r[unit] / r["time_s"] for r in theirs],
-                       s=[10 + 30 * (r["time_s"] > SLOW_S) for r in theirs],
-                       marker=markers.get(mode, "o"), alpha=0.6, label=f"{name} ({mode})")
+            ax.scatter(
+                [r[unit] / r["bytes"] for r in theirs],
+                [r[unit] / r["time_s"] for r in theirs],
+                s=[10 + 30 * (r["time_s"] > SLOW_S) for r in theirs],
+                marker=markers.get(mode, "o"),
+                alpha=0.6,
+                label=f"{name} ({mode})",
+            )
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel(f"{unit} per compulsory byte")
@@ -417,8 +509,10 @@ def plot(rows: list, peaks: dict, path: Path) -> bool:
 
 
 def peaks_line(peaks: dict) -> str:
-    return (f"bandwidth {peaks['bandwidth'] / 1e9:.2f} GB/s (triad), multiply-add "
-            f"{peaks['multiply-add'] / 1e9:.2f} Gop/s, exp {peaks['exp'] / 1e9:.3f} Gterms/s")
+    return (
+        f"bandwidth {peaks['bandwidth'] / 1e9:.2f} GB/s (triad), multiply-add "
+        f"{peaks['multiply-add'] / 1e9:.2f} Gop/s, exp {peaks['exp'] / 1e9:.3f} Gterms/s"
+    )
 
 
 def header_lines(peaks: dict, overhead_s: float, quick: bool) -> list:
@@ -443,21 +537,32 @@ def header_lines(peaks: dict, overhead_s: float, quick: bool) -> list:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--shared", type=Path, default=default_shared_dir(),
-                        help="the shared directory holding bench/ and corpus/ (default: %(default)s)")
-    parser.add_argument("--group", choices=GROUPS, default="bench",
-                        help="which bundles (default: %(default)s)")
-    parser.add_argument("--only", nargs="+", metavar="NAME",
-                        help="only bundles whose name contains one of these strings")
-    parser.add_argument("--out", type=Path, default=REPO / "perf" / "out",
-                        help="where roofline.md, .csv and .png go (default: %(default)s)")
-    parser.add_argument("--quick", action="store_true",
-                        help="a tiny calibration and short timing budgets")
+    parser.add_argument(
+        "--shared",
+        type=Path,
+        default=default_shared_dir(),
+        help="the shared directory holding bench/ and corpus/ (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--group", choices=GROUPS, default="bench", help="which bundles (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--only", nargs="+", metavar="NAME", help="only bundles whose name contains one of these strings"
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=REPO / "perf" / "out",
+        help="where roofline.md, .csv and .png go (default: %(default)s)",
+    )
+    parser.add_argument("--quick", action="store_true", help="a tiny calibration and short timing budgets")
     args = parser.parse_args(argv)
     bundles = find_bundles(args.shared, args.group, args.only)
     if not bundles:
-        parser.error(f"no {args.group} bundles found under {args.shared}"
-                     + (f" matching {' '.join(args.only)}" if args.only else ""))
+        parser.error(
+            f"no {args.group} bundles found under {args.shared}"
+            + (f" matching {' '.join(args.only)}" if args.only else "")
+        )
     budget = QUICK if args.quick else Budget()
 
     print("... calibrating", file=sys.stderr, flush=True)
@@ -476,11 +581,17 @@ def main(argv=None) -> int:
         all_rows += rows
         sums.append(summary(path.name, rows))
         for mode in MODES:
-            sections += ["", f"## {path.name}, {mode} mode", ""] + \
-                step_table([r for r in rows if r["mode"] == mode])
+            sections += ["", f"## {path.name}, {mode} mode", ""] + step_table(
+                [r for r in rows if r["mode"] == mode]
+            )
 
-    lines = header_lines(peaks, overhead_s, args.quick) + ["", "## Summary", ""] + \
-        summary_table(sums) + (["", "Problems:", ""] + problems if problems else []) + sections
+    lines = (
+        header_lines(peaks, overhead_s, args.quick)
+        + ["", "## Summary", ""]
+        + summary_table(sums)
+        + (["", "Problems:", ""] + problems if problems else [])
+        + sections
+    )
     text = "\n".join(lines) + "\n"
     write_report(args.out, "roofline", text, all_rows, csv_columns(), echo=False)
     print(text, end="")

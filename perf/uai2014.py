@@ -59,14 +59,23 @@ def mar_error(marginals, want: dict) -> float:
 
 def check(name: str, root: Path, max_bytes: int, plan_time: float | None = None) -> dict:
     graph, evidence, want = load_instance(root / "problems" / name / f"{name}.uai")
-    row = {"name": name, "vars": len(graph.variables), "factors": len(graph.factors),
-           "evidence": len(evidence)}
+    row = {
+        "name": name,
+        "vars": len(graph.variables),
+        "factors": len(graph.factors),
+        "evidence": len(evidence),
+    }
     for semiring in ("prob", "logprob"):
         t0 = time.perf_counter()
         try:
-            model = compile_model(graph, semiring, evidence_vars=list(evidence),
-                                  absorb_evidence=True, max_clique_bytes=max_bytes,
-                                  plan_time=plan_time)
+            model = compile_model(
+                graph,
+                semiring,
+                evidence_vars=list(evidence),
+                absorb_evidence=True,
+                max_clique_bytes=max_bytes,
+                plan_time=plan_time,
+            )
         except (FactorGraphError, CatbpError, MemoryError) as e:
             row["refused"] = str(e).splitlines()[0]
             return row
@@ -92,13 +101,19 @@ def main(argv=None) -> int:
     ap.add_argument("names", nargs="*")
     ap.add_argument("--dir", type=Path, default=Path(os.environ.get("CATBP_UAI2014", DEFAULT_DIR)))
     ap.add_argument("--max-gib", type=float, default=2.0, help="largest clique allowed, GiB")
-    ap.add_argument("--plan-time", type=float, default=None,
-                    help="plan search budget, seconds (default: compile_model's; 0 = greedy)")
+    ap.add_argument(
+        "--plan-time",
+        type=float,
+        default=None,
+        help="plan search budget, seconds (default: compile_model's; 0 = greedy)",
+    )
     args = ap.parse_args(argv)
     names = args.names or sorted(p.name for p in (args.dir / "problems").iterdir())
     best = virtual_best(args.dir)
-    print(f"{'instance':20} {'vars':>5} {'max clique':>11} {'log Z (PROB)':>16} {'rel vs LOGPROB':>14} "
-          f"{'MAR err P/L':>17} {'PROB':>9} {'LOGPROB':>9} {'best published':>22}")
+    print(
+        f"{'instance':20} {'vars':>5} {'max clique':>11} {'log Z (PROB)':>16} {'rel vs LOGPROB':>14} "
+        f"{'MAR err P/L':>17} {'PROB':>9} {'LOGPROB':>9} {'best published':>22}"
+    )
     ok = True
     for name in names:
         row = check(name, args.dir, int(args.max_gib * 2**30), args.plan_time)
@@ -107,13 +122,20 @@ def main(argv=None) -> int:
         if "refused" in row:
             print(f"{name:20} {row['vars']:5} refused: {row['refused'][:110]}")
             continue
-        good = (row["prob_finite"] and row["logprob_finite"] and row["prob_mar_err"] < 1e-5
-                and row["logprob_mar_err"] < 1e-5 and row["log_Z_rel"] < 1e-9)
+        good = (
+            row["prob_finite"]
+            and row["logprob_finite"]
+            and row["prob_mar_err"] < 1e-5
+            and row["logprob_mar_err"] < 1e-5
+            and row["log_Z_rel"] < 1e-9
+        )
         ok &= good
-        print(f"{name:20} {row['vars']:5} {row['states']:11,} {row['prob_log_Z']:16.6f} "
-              f"{row['log_Z_rel']:14.1e} {row['prob_mar_err']:8.1e}/{row['logprob_mar_err']:7.1e} "
-              f"{row['prob_s'] * 1e3:6.1f} ms {row['logprob_s'] * 1e3:6.1f} ms {pub:>22}"
-              f"{'' if good else '  << WRONG'}")
+        print(
+            f"{name:20} {row['vars']:5} {row['states']:11,} {row['prob_log_Z']:16.6f} "
+            f"{row['log_Z_rel']:14.1e} {row['prob_mar_err']:8.1e}/{row['logprob_mar_err']:7.1e} "
+            f"{row['prob_s'] * 1e3:6.1f} ms {row['logprob_s'] * 1e3:6.1f} ms {pub:>22}"
+            f"{'' if good else '  << WRONG'}"
+        )
         sys.stdout.flush()
     return 0 if ok else 1
 

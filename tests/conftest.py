@@ -34,8 +34,7 @@ def pytest_configure(config):
     # a plan search that fails part-way is survived, so only its warning would tell. (Not
     # in pyproject.toml: pytest would import catbp_jit, hence Numba, to resolve the class
     # before this file sets NUMBA_ENABLE_CUDASIM, and the CUDA tests would want a GPU.)
-    config.addinivalue_line("filterwarnings",
-                            "error::catbp_jit.frontend.search.PlanSearchWarning")
+    config.addinivalue_line("filterwarnings", "error::catbp_jit.frontend.search.PlanSearchWarning")
 
 
 CORPUS = bundle_dirs("corpus")

@@ -22,8 +22,7 @@ def graphs(draw, max_vars=6):
         scope = draw(st.lists(st.sampled_from(names), min_size=0, max_size=min(4, n), unique=True))
         shape = [sizes[v] for v in scope]
         count = int(np.prod(shape, dtype=np.int64))
-        vals = draw(st.lists(st.one_of(st.just(0.0), st.floats(0.05, 3.0)),
-                             min_size=count, max_size=count))
+        vals = draw(st.lists(st.one_of(st.just(0.0), st.floats(0.05, 3.0)), min_size=count, max_size=count))
         factors.append((tuple(scope), np.array(vals, dtype=np.float64).reshape(shape)))
     evidence = draw(st.dictionaries(st.sampled_from(names), st.integers(0, 2), max_size=3))
     evidence = {v: x % sizes[v] for v, x in evidence.items()}
@@ -39,7 +38,8 @@ def brute_force(graph, evidence):
     for f in graph.factors:
         sub = "".join(letters[names.index(v)] for v in f.scope)
         joint = joint * np.einsum(f"{sub}->{''.join(sorted(sub))}", f.values).reshape(
-            [s if letters[i] in sub else 1 for i, s in enumerate(shape)])
+            [s if letters[i] in sub else 1 for i, s in enumerate(shape)]
+        )
     for v, x in evidence.items():
         i = names.index(v)
         ind = np.zeros(shape[i])
@@ -64,8 +64,9 @@ def check_solution(s, joint, marg, semiring):
         if semiring == "sat":
             np.testing.assert_array_equal(got, m > 0)
         elif semiring == "count":
-            counts = np.count_nonzero(joint, axis=tuple(j for j in range(joint.ndim)
-                                                          if j != list(marg).index(v)))
+            counts = np.count_nonzero(
+                joint, axis=tuple(j for j in range(joint.ndim) if j != list(marg).index(v))
+            )
             np.testing.assert_array_equal(s.raw_marginals[v], counts)
         elif z > 0:
             np.testing.assert_allclose(got, m / z, rtol=1e-10, atol=1e-14)
@@ -77,8 +78,10 @@ def ising_grid(n: int, m: int, strength: float, seed: int, offset: float = 0.0):
     """Fields and couplings uniform in ±strength, as log-potentials; offset shifts every
     log-potential (a negative offset makes log Z very negative)."""
     rng = np.random.default_rng(seed)
+
     def name(i, j):
         return f"x{i}_{j}"
+
     factors = []
     for i in range(n):
         for j in range(m):
@@ -87,7 +90,7 @@ def ising_grid(n: int, m: int, strength: float, seed: int, offset: float = 0.0):
             for di, dj in ((0, 1), (1, 0)):
                 if i + di < n and j + dj < m:
                     J = rng.uniform(-strength, strength)
-                    factors.append(((name(i, j), name(i + di, j + dj)),
-                                    np.exp(np.array([[J, -J], [-J, J]]) + offset)))
-    return factor_graph({name(i, j): 2 for i in range(n) for j in range(m)}, factors,
-                        name=f"ising{n}x{m}")
+                    factors.append(
+                        ((name(i, j), name(i + di, j + dj)), np.exp(np.array([[J, -J], [-J, J]]) + offset))
+                    )
+    return factor_graph({name(i, j): 2 for i in range(n) for j in range(m)}, factors, name=f"ising{n}x{m}")

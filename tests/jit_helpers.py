@@ -25,16 +25,22 @@ def executable(bundle, mode):
     key = (bundle.name, mode)
     if key not in _EXECUTABLES:
         _EXECUTABLES[key] = catbp_jit.compile(
-            bundle.programs, bundle.semiring_runtime(), factor_specs=bundle.factor_specs(),
-            selector_specs=bundle.selector_specs(), mode=mode)
+            bundle.programs,
+            bundle.semiring_runtime(),
+            factor_specs=bundle.factor_specs(),
+            selector_specs=bundle.selector_specs(),
+            mode=mode,
+        )
     return _EXECUTABLES[key]
 
 
 def inputs(bundle):
     """The bundle's factors and selectors in the semiring dtype, as Session.run wants them."""
     dt = bundle.dtype
-    return ({f: np.ascontiguousarray(a, dtype=dt) for f, (a, _) in bundle.factors.items()},
-            {s: np.ascontiguousarray(a, dtype=dt) for s, (a, _) in bundle.selectors.items()})
+    return (
+        {f: np.ascontiguousarray(a, dtype=dt) for f, (a, _) in bundle.factors.items()},
+        {s: np.ascontiguousarray(a, dtype=dt) for s, (a, _) in bundle.selectors.items()},
+    )
 
 
 # ------------------------------------------------------- random programs and hand-written ones
@@ -46,16 +52,22 @@ def inputs(bundle):
 # gives -3.2e-16 in numpy and +3.5e-16 in the JIT, i.e. log 1 either way). An absolute
 # error d in log space is a relative error d of the probability, so this is still stricter
 # than the PROB tolerance.
-TOLERANCES = {("PROB", "float64"): (1e-9, 0.0), ("PROB", "float32"): (1e-5, 1e-30),
-              ("LOGPROB", "float64"): (1e-9, 1e-10), ("LOGPROB", "float32"): (1e-5, 1e-5)}
+TOLERANCES = {
+    ("PROB", "float64"): (1e-9, 0.0),
+    ("PROB", "float32"): (1e-5, 1e-30),
+    ("LOGPROB", "float64"): (1e-9, 1e-10),
+    ("LOGPROB", "float32"): (1e-5, 1e-5),
+}
 
 
 def settings(n: int):
     """Hypothesis settings for n examples, no deadline, no example database."""
-    return hypothesis_settings(max_examples=n, deadline=None, database=None,
-                               suppress_health_check=[HealthCheck.too_slow,
-                                                      HealthCheck.data_too_large,
-                                                      HealthCheck.filter_too_much])
+    return hypothesis_settings(
+        max_examples=n,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+    )
 
 
 def run_reference(case: Case, which: int = 0) -> dict:
@@ -63,15 +75,21 @@ def run_reference(case: Case, which: int = 0) -> dict:
     sr = case.sr()
     with np.errstate(over="ignore"):  # COUNT wraps around int64 on purpose
         for p in case.programs:
-            slots = reference_run_program(p, sr, case.factor_provider(which),
-                                          case.selector_provider(which), slots=slots)
+            slots = reference_run_program(
+                p, sr, case.factor_provider(which), case.selector_provider(which), slots=slots
+            )
     return slots
 
 
 def compile_case(case: Case, mode: str):
-    return catbp_jit.compile(case.programs, case.sr(), factor_specs=case.factor_specs,
-                             selector_specs=case.selector_specs,
-                             slot_specs=case.slot_specs or None, mode=mode)
+    return catbp_jit.compile(
+        case.programs,
+        case.sr(),
+        factor_specs=case.factor_specs,
+        selector_specs=case.selector_specs,
+        slot_specs=case.slot_specs or None,
+        mode=mode,
+    )
 
 
 def session_results(sess, inputs: Inputs) -> dict:
@@ -83,8 +101,9 @@ def run_dropin(case: Case, which: int, mode: str) -> dict:
     sr = case.sr()
     slots = dict(case.initial_slots(which))
     for p in case.programs:
-        slots = catbp_jit.run_program(p, sr, case.factor_provider(which),
-                                      case.selector_provider(which), slots=slots, mode=mode)
+        slots = catbp_jit.run_program(
+            p, sr, case.factor_provider(which), case.selector_provider(which), slots=slots, mode=mode
+        )
     return slots
 
 
@@ -98,8 +117,9 @@ def run_dropin_vm(case: Case, which: int, mode: str) -> dict:
 
 def assert_same_slots(ref: dict, got: dict, case: Case, what: str = "jit") -> None:
     dtype = case.dtype
-    assert set(got) == set(ref), (f"{what}: slot keys differ: missing {set(ref) - set(got)}, "
-                                  f"extra {set(got) - set(ref)}")
+    assert set(got) == set(ref), (
+        f"{what}: slot keys differ: missing {set(ref) - set(got)}, extra {set(got) - set(ref)}"
+    )
     for key in ref:
         want, want_spec = ref[key]
         have, have_spec = got[key]
@@ -114,14 +134,17 @@ def assert_same_slots(ref: dict, got: dict, case: Case, what: str = "jit") -> No
             assert np.array_equal(have, want), f"{where}: values differ\nref {want!r}\njit {have!r}"
             continue
         for name, pred in (("NaN", np.isnan), ("+inf", np.isposinf), ("-inf", np.isneginf)):
-            assert np.array_equal(pred(have), pred(want)), \
+            assert np.array_equal(pred(have), pred(want)), (
                 f"{where}: {name} positions differ\nref {want!r}\njit {have!r}"
+            )
         rtol, atol = TOLERANCES[(case.semiring, dtype.name)]
         fin = np.isfinite(want)
         if not np.allclose(have[fin], want[fin], rtol=rtol, atol=atol):
             err = np.abs(have[fin] - want[fin]) / np.maximum(np.abs(want[fin]), np.finfo(dtype).tiny)
-            raise AssertionError(f"{where}: values differ (max relative error {err.max():.3g}, "
-                                 f"rtol {rtol}, atol {atol})\nref {want!r}\njit {have!r}")
+            raise AssertionError(
+                f"{where}: values differ (max relative error {err.max():.3g}, "
+                f"rtol {rtol}, atol {atol})\nref {want!r}\njit {have!r}"
+            )
 
 
 def record(case: Case) -> None:
@@ -167,7 +190,11 @@ def compare_slots(got, bundle):
         rtol = RTOL[want.dtype]
         # atol 0: where the expected value is 0 the result must be exactly 0
         assert np.all(diff <= rtol * np.abs(w)), (
-            key, "beyond rtol", rtol, float(np.max(diff / np.maximum(np.abs(w), np.finfo(np.float64).tiny))))
+            key,
+            "beyond rtol",
+            rtol,
+            float(np.max(diff / np.maximum(np.abs(w), np.finfo(np.float64).tiny))),
+        )
         nz = w != 0
         if nz.any():
             worst = max(worst, float(np.max(diff[nz] / np.abs(w[nz]))))
@@ -175,6 +202,7 @@ def compare_slots(got, bundle):
 
 
 # ------------------------------------------------------------------ batched runs
+
 
 def rows_of(arr: np.ndarray, n: int, rng: np.random.Generator, make) -> np.ndarray:
     """n rows: the first is `arr` itself, the others fresh values of its kind."""
@@ -215,6 +243,7 @@ def unbatched_rows(plain, factors, selectors, slots, batched_f, batched_s, n) ->
 
 # ------------------------------------------------------------------------- CUDA
 
+
 def bit_identical(semiring: str) -> bool:
     """Whether a GPU must give the CPU's bits: yes unless exp and log are involved, whose
     libdevice and libm versions differ in the last bits."""
@@ -234,11 +263,16 @@ def assert_close(got: np.ndarray, want: np.ndarray, semiring: str, what: str) ->
     assert np.array_equal(np.isnan(got), np.isnan(want)), (what, "NaN positions", got, want)
     inf = np.isinf(want)
     assert np.array_equal(np.isinf(got), inf) and np.array_equal(got[inf], want[inf]), (
-        what, "inf positions or signs", got, want)
+        what,
+        "inf positions or signs",
+        got,
+        want,
+    )
     assert np.allclose(got, want, rtol=rtol, atol=atol, equal_nan=True), (what, got, want)
 
 
 # ------------------------------------------------------- memory plan, allocations
+
 
 def check_memory_plan(exe, base_address):
     """exe's memory plan: arenas and regions aligned (from base_address), disjoint where
@@ -282,7 +316,14 @@ def check_memory_plan(exe, base_address):
         i1, i2 = m.intervals[v1], m.intervals[v2]
         if i1.start <= i2.end and i2.start <= i1.end:
             assert not overlap(m.regions[v1], m.regions[v2]), (
-                "live workspace values share memory", v1, i1, m.regions[v1], v2, i2, m.regions[v2])
+                "live workspace values share memory",
+                v1,
+                i1,
+                m.regions[v1],
+                v2,
+                i2,
+                m.regions[v2],
+            )
 
     # every value a step writes or reads has a region
     for st in exe.schedule.steps:
@@ -305,4 +346,3 @@ def count_allocations(sess, factors, selectors, runs):
             per_run[i] = nrt.current() - before
     assert nrt.allocations == sum(per_run)
     return np_count, per_run
-

@@ -43,8 +43,13 @@ CANDIDATE_KEYS = [(G, 0), (G, 1), (G, 2), (G, 3), (T, 0), (T, 1), (T, 2)]
 SIZES = [1, 1, 2, 2, 3, 3, 4, 4]  # size-1 axes are common
 
 # (semiring, dtype) -> (max leaves of a segment, max leaves of a segment that normalizes)
-SEMIRINGS: list[tuple[str, str]] = [("PROB", "float64"), ("PROB", "float32"),
-                                    ("LOGPROB", "float64"), ("SAT", "bool"), ("COUNT", "int64")]
+SEMIRINGS: list[tuple[str, str]] = [
+    ("PROB", "float64"),
+    ("PROB", "float32"),
+    ("LOGPROB", "float64"),
+    ("SAT", "bool"),
+    ("COUNT", "int64"),
+]
 LIMITS: dict[tuple[str, str], tuple[int, int]] = {
     ("PROB", "float64"): (5, 2),
     ("PROB", "float32"): (2, 1),
@@ -56,6 +61,7 @@ PROGRAM_NAMES = ("upward", "downward", "finalize")
 
 
 # ------------------------------------------------------------------------------ choosers
+
 
 class Chooser:
     """The random decisions of the generator. Subclasses say where they come from."""
@@ -79,7 +85,7 @@ class Chooser:
     def subset(self, seq: Sequence[Any], min_size: int = 0) -> list:
         """A random subset in random order."""
         perm = self.permutation(seq)
-        return perm[:self.int(min(min_size, len(perm)), len(perm))]
+        return perm[: self.int(min(min_size, len(perm)), len(perm))]
 
     def weighted(self, options: Sequence[tuple[Any, int]]) -> Any:
         total = sum(w for _, w in options)
@@ -109,6 +115,7 @@ class RandomChooser(Chooser):
 
 # ---------------------------------------------------------------------------------- cases
 
+
 @dataclass
 class Inputs:
     factors: dict[int, np.ndarray]
@@ -133,9 +140,14 @@ class Case:
     def listing(self) -> str:
         def spec_line(kind, table):
             return "".join(f"  {kind} {k!r}: {v}\n" for k, v in table.items())
-        return (f"semiring {self.semiring} {self.dtype.name}\n"
-                + spec_line("factor", self.factor_specs) + spec_line("selector", self.selector_specs)
-                + spec_line("slot", self.slot_specs) + format_programs(self.programs))
+
+        return (
+            f"semiring {self.semiring} {self.dtype.name}\n"
+            + spec_line("factor", self.factor_specs)
+            + spec_line("selector", self.selector_specs)
+            + spec_line("slot", self.slot_specs)
+            + format_programs(self.programs)
+        )
 
     def factor_provider(self, which: int = 0):
         vals, specs = self.inputs[which].factors, self.factor_specs
@@ -152,6 +164,7 @@ class Case:
 @dataclass
 class Value:
     """What the generator knows about a register or a slot."""
+
     spec: TensorSpec
     chain: int = 1  # leaves of the product a CONTRACT reading it first would inline
     seg: int = 1  # leaves of the segment that computes it (what a NORMALIZE joins)
@@ -164,8 +177,8 @@ def _spec(keys, pool) -> TensorSpec:
 
 # ------------------------------------------------------------------------------ values
 
-def random_values(rng: np.random.Generator, spec: TensorSpec, semiring: str,
-                  dtype: np.dtype) -> np.ndarray:
+
+def random_values(rng: np.random.Generator, spec: TensorSpec, semiring: str, dtype: np.dtype) -> np.ndarray:
     """Values of one input tensor, as an ndarray of dtype (0-d ones too)."""
     return np.asarray(_random_values(rng, spec.shape, semiring), dtype=dtype)
 
@@ -191,13 +204,12 @@ def _random_values(rng: np.random.Generator, shape: tuple, semiring: str):
         return rng.random(shape) < rng.choice([0.1, 0.5, 0.9])
     if semiring == "COUNT":
         if rng.random() < 0.25:  # products and sums wrap around int64
-            return rng.integers(-(2 ** 62), 2 ** 62, size=shape, dtype=np.int64)
+            return rng.integers(-(2**62), 2**62, size=shape, dtype=np.int64)
         return rng.integers(0, 4, size=shape, dtype=np.int64)
     raise ValueError(semiring)
 
 
-def selector_values(rng: np.random.Generator, spec: TensorSpec, semiring: str,
-                    dtype: np.dtype) -> np.ndarray:
+def selector_values(rng: np.random.Generator, spec: TensorSpec, semiring: str, dtype: np.dtype) -> np.ndarray:
     """σ(j, c) = 1 iff state j maps to mode c (last axis): one-hot rows, some all zero."""
     sr = make_semiring(semiring, dtype)
     shape = spec.shape
@@ -215,9 +227,19 @@ def selector_values(rng: np.random.Generator, spec: TensorSpec, semiring: str,
 
 # --------------------------------------------------------------------------- the generator
 
+
 class _Gen:
-    def __init__(self, c: Chooser, semiring: str, dtype: str, *, max_programs: int = 3,
-                 max_ops: int = 12, outside_slots: bool = True, empty_contract: bool = True):
+    def __init__(
+        self,
+        c: Chooser,
+        semiring: str,
+        dtype: str,
+        *,
+        max_programs: int = 3,
+        max_ops: int = 12,
+        outside_slots: bool = True,
+        empty_contract: bool = True,
+    ):
         self.c = c
         self.semiring, self.dtype = semiring, np.dtype(dtype)
         self.max_leaves, self.max_norm = LIMITS[(semiring, self.dtype.name)]
@@ -263,20 +285,37 @@ class _Gen:
         self.n_slots = 0
 
         n_programs = c.int(1, self.max_programs)
-        programs = [self.program(PROGRAM_NAMES[i] if n_programs > 1 else PROGRAM_NAMES[0], i,
-                                 last=(i == n_programs - 1))
-                    for i in range(n_programs)]
+        programs = [
+            self.program(
+                PROGRAM_NAMES[i] if n_programs > 1 else PROGRAM_NAMES[0], i, last=(i == n_programs - 1)
+            )
+            for i in range(n_programs)
+        ]
 
-        seed = c.int(0, 2 ** 32 - 1)
+        seed = c.int(0, 2**32 - 1)
         inputs = []
         for which in range(2):
             rng = np.random.default_rng([seed, which])
-            inputs.append(Inputs(
-                {f: random_values(rng, s, self.semiring, self.dtype) for f, s in factor_specs.items()},
-                {i: selector_values(rng, s, self.semiring, self.dtype) for i, s in selector_specs.items()},
-                {k: random_values(rng, s, self.semiring, self.dtype) for k, s in slot_specs.items()}))
-        return Case(self.semiring, self.dtype, programs, factor_specs, selector_specs, slot_specs,
-                    inputs, dict(self.P))
+            inputs.append(
+                Inputs(
+                    {f: random_values(rng, s, self.semiring, self.dtype) for f, s in factor_specs.items()},
+                    {
+                        i: selector_values(rng, s, self.semiring, self.dtype)
+                        for i, s in selector_specs.items()
+                    },
+                    {k: random_values(rng, s, self.semiring, self.dtype) for k, s in slot_specs.items()},
+                )
+            )
+        return Case(
+            self.semiring,
+            self.dtype,
+            programs,
+            factor_specs,
+            selector_specs,
+            slot_specs,
+            inputs,
+            dict(self.P),
+        )
 
     # one program ---------------------------------------------------------------------
 
@@ -294,8 +333,11 @@ class _Gen:
         if last and self.live and c.chance(0.4):  # a finalize-like Z
             rid = c.choice(self.order)
             dst = self.eliminate(rid, ())
-            self.store(dst, index, key=("Z",) if ("Z",) not in self.slots or
-                       self.slots[("Z",)].spec == TensorSpec(()) else None)
+            self.store(
+                dst,
+                index,
+                key=("Z",) if ("Z",) not in self.slots or self.slots[("Z",)].spec == TensorSpec(()) else None,
+            )
         if self.live and c.chance(0.7):
             self.free(sorted(self.live))
         return Program(tuple(self.ins), name)
@@ -320,8 +362,7 @@ class _Gen:
         rid = self.next_rid
         if kind == "factor":
             fid = c.choice(sorted(self.factor_specs))
-            self.define(Instruction(OP.LOAD_FACTOR, rid, {"factor_id": fid}),
-                        Value(self.factor_specs[fid]))
+            self.define(Instruction(OP.LOAD_FACTOR, rid, {"factor_id": fid}), Value(self.factor_specs[fid]))
         elif kind == "selector":
             sid = c.choice(sorted(self.selector_specs))
             args = {"selector_id": sid} if c.chance(0.8) else {"mode_axis_id": sid}
@@ -351,8 +392,7 @@ class _Gen:
 
     def contract(self) -> int:
         c = self.c
-        n = c.weighted([(1, 3), (2, 4), (3, 3), (4, 2), (5, 1)] +
-                       ([(0, 1)] if self.empty_contract else []))
+        n = c.weighted([(1, 3), (2, 4), (3, 3), (4, 2), (5, 1)] + ([(0, 1)] if self.empty_contract else []))
         if not self.live:
             n = 0 if self.empty_contract else None
             if n is None:  # nothing to multiply yet: multiply units
@@ -368,14 +408,17 @@ class _Gen:
             else:
                 first = c.choice(self.order)
             recent = self.order[-4:]
-            inputs = [first] + [c.choice(recent) if c.chance(0.5) else c.choice(self.order)
-                                for _ in range(max(n - 1, 0))]
+            inputs = [first] + [
+                c.choice(recent) if c.chance(0.5) else c.choice(self.order) for _ in range(max(n - 1, 0))
+            ]
             if n == 0:
                 inputs = []
+
         # A CONTRACT inlines the product its first input computes; UNIT inputs are dropped
         # first, so any input may end up first: bound by the longest chain among them.
         def chain_of(rs):
             return max(self.live[r].chain for r in rs) + len(rs) - 1 if rs else 1
+
         while chain_of(inputs) > self.max_leaves:
             inputs.pop()
         chain = chain_of(inputs)
@@ -386,14 +429,16 @@ class _Gen:
                 if ax.size > 1 and ax.key not in required:
                     required.append(ax.key)
         optional = [k for k in self.P if k not in required]
-        keys = c.permutation(required + c.subset(optional)[:c.int(0, len(optional))])
+        keys = c.permutation(required + c.subset(optional)[: c.int(0, len(optional))])
         out = _spec(keys, self.P)
         args = {"inputs": tuple(inputs), "out_spec": out}
         seg = chain
         if len(inputs) == 1:  # a view: it may be folded into the segment computing its input
             seg = max(seg, self.live[inputs[0]].seg)
-        return self.define(Instruction(OP.CONTRACT, self.next_rid, args, out),
-                           Value(out, chain=chain, seg=seg, is_contract=True))
+        return self.define(
+            Instruction(OP.CONTRACT, self.next_rid, args, out),
+            Value(out, chain=chain, seg=seg, is_contract=True),
+        )
 
     def keep_keys(self, spec: TensorSpec):
         """keep_keys (a tuple) or ("drop", ids): every shape of argument the VM accepts."""
@@ -431,9 +476,10 @@ class _Gen:
         if all(ax.size == 1 for ax in spec.axes if ax.key not in kept):
             # it only moves elements: it may become a view that the product is folded into,
             # which a CONTRACT then inlines like the product itself
-            return self.define(Instruction(OP.ELIMINATE, self.next_rid, args),
-                               Value(out, chain=v.chain, seg=max(seg, v.seg),
-                                     is_contract=v.is_contract))
+            return self.define(
+                Instruction(OP.ELIMINATE, self.next_rid, args),
+                Value(out, chain=v.chain, seg=max(seg, v.seg), is_contract=v.is_contract),
+            )
         return self.define(Instruction(OP.ELIMINATE, self.next_rid, args), Value(out, seg=seg))
 
     def normalize(self, src: int) -> None:
@@ -455,8 +501,7 @@ class _Gen:
                 key = c.choice(sorted(same, key=repr))  # rewritten, with the same spec
             else:
                 self.n_slots += 1
-                key = c.choice([("msg", index, self.n_slots), ("bel", self.n_slots),
-                                ("s", self.n_slots)])
+                key = c.choice([("msg", index, self.n_slots), ("bel", self.n_slots), ("s", self.n_slots)])
         args = {"slot": key, "src": src} if c.chance(0.9) else {"slot_key": list(key), "src": src}
         self.ins.append(Instruction(OP.STORE_SLOT, None, args))
         self.slots[key] = v
@@ -484,8 +529,7 @@ def cases(draw, semirings: Sequence[tuple[str, str]] = tuple(SEMIRINGS), **kw) -
     return generate(DrawChooser(draw), semiring, dtype, **kw)
 
 
-def case_from_seed(seed: int, semiring: str | None = None, dtype: str | None = None,
-                   **kw) -> Case:
+def case_from_seed(seed: int, semiring: str | None = None, dtype: str | None = None, **kw) -> Case:
     c = RandomChooser(seed)
     if semiring is None:
         semiring, dtype = c.choice(SEMIRINGS)
@@ -493,6 +537,7 @@ def case_from_seed(seed: int, semiring: str | None = None, dtype: str | None = N
 
 
 # ------------------------------------------------------------- hand-written programs
+
 
 def sp(*axes) -> TensorSpec:
     """sp((G, 0, 2), (T, 3, 4)): a spec of (kind, id, size) axes."""
@@ -535,12 +580,21 @@ def gemm_case(semiring, dtype, a_axes, b_axes, keep, norm=False, values=None, se
     """Σ_k a ⊗ b kept over `keep` (in that order), as a Case with random inputs."""
     a_spec, b_spec = TensorSpec(tuple(a_axes)), TensorSpec(tuple(b_axes))
     both = tuple(dict.fromkeys(a_axes + b_axes))
-    prog = [load(0, 0), load(1, 1), contract(2, (0, 1), TensorSpec(both)),
-            elim(3, 2, [x.key for x in keep])] + ([normalize(3)] if norm else []) + \
-        [store(("out",), 3)]
+    prog = (
+        [load(0, 0), load(1, 1), contract(2, (0, 1), TensorSpec(both)), elim(3, 2, [x.key for x in keep])]
+        + ([normalize(3)] if norm else [])
+        + [store(("out",), 3)]
+    )
     rng = np.random.default_rng(seed)
     dt = np.dtype(dtype)
     make = values or (lambda shape: rng.uniform(0.1, 2.0, shape))
     factors = {0: np.asarray(make(a_spec.shape), dt), 1: np.asarray(make(b_spec.shape), dt)}
-    return Case(semiring, dt, [Program(tuple(prog), "upward")],
-                {0: a_spec, 1: b_spec}, {}, {}, [Inputs(factors, {}, {})])
+    return Case(
+        semiring,
+        dt,
+        [Program(tuple(prog), "upward")],
+        {0: a_spec, 1: b_spec},
+        {},
+        {},
+        [Inputs(factors, {}, {})],
+    )

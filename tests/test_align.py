@@ -29,7 +29,7 @@ def spec_of(keys, sizes):
 def key_lists(draw, min_size=0):
     """A random subset of POOL in a random order (no key twice)."""
     perm = draw(st.permutations(POOL))
-    return list(perm[:draw(st.integers(min_size, len(perm)))])
+    return list(perm[: draw(st.integers(min_size, len(perm)))])
 
 
 @st.composite
@@ -126,8 +126,9 @@ def test_check_alignment_agrees_with_align_array_to(pair):
         arr_ok = False
     assert spec_ok == arr_ok == legal_by_rules(in_spec, out_spec), (in_spec, out_spec)
     if arr_ok:
-        np.testing.assert_array_equal(np.broadcast_to(view, out_spec.shape),
-                                      oracle_aligned(arr, in_spec, out_spec))
+        np.testing.assert_array_equal(
+            np.broadcast_to(view, out_spec.shape), oracle_aligned(arr, in_spec, out_spec)
+        )
 
 
 @SETTINGS
@@ -152,12 +153,13 @@ def test_extra_non_singleton_axis_raises(case, data):
     with pytest.raises(AlignmentError):
         check_alignment(bigger, out_spec)
     # the same axis as a singleton is fine, and changes nothing
-    single = TensorSpec(tuple(axes[:where] + [Axis(aid, kind, 1)] + axes[where + 1:]))
+    single = TensorSpec(tuple(axes[:where] + [Axis(aid, kind, 1)] + axes[where + 1 :]))
     single_arr = np.expand_dims(arr, where)
     check_alignment(single, out_spec)
     np.testing.assert_array_equal(
         np.broadcast_to(align_array_to(single_arr, single, out_spec), out_spec.shape),
-        oracle_aligned(arr, in_spec, out_spec))
+        oracle_aligned(arr, in_spec, out_spec),
+    )
 
 
 @SETTINGS
@@ -193,8 +195,9 @@ def test_geometric_and_topological_same_id_are_distinct():
     with pytest.raises(AlignmentError):
         check_alignment(TensorSpec((Axis(3, G, 2),)), TensorSpec((Axis(3, T, 2),)))
     # and a (G,3) input aligned to {(T,3), (G,3)} varies along (G,3) only
-    v = align_array_to(np.array([10.0, 20.0]), TensorSpec((Axis(3, G, 2),)),
-                       TensorSpec((Axis(3, T, 2), Axis(3, G, 2))))
+    v = align_array_to(
+        np.array([10.0, 20.0]), TensorSpec((Axis(3, G, 2),)), TensorSpec((Axis(3, T, 2), Axis(3, G, 2)))
+    )
     assert v.shape == (1, 2)
     np.testing.assert_array_equal(np.broadcast_to(v, (2, 2)), [[10.0, 20.0], [10.0, 20.0]])
 

@@ -48,60 +48,86 @@ def strict_env():
 
 def test_aot_then_a_strict_run_of_every_bucket_compiles_nothing(tmp_path, capsys):
     profile = tmp_path / "grid.profile.json"
-    assert main(["aot", str(GRID), "--buckets", "1,8", "--batched-factors", "0,1",
-                 "-o", str(profile), "-q"]) == 0
+    assert (
+        main(["aot", str(GRID), "--buckets", "1,8", "--batched-factors", "0,1", "-o", str(profile), "-q"])
+        == 0
+    )
     out = capsys.readouterr().out
     # every unit the planner names (batch 8 adds reductions vectorized across outputs,
     # plan/loops.py), and the dispatcher
     b = load_bundle(GRID)
-    units = kernel_units(b.programs, b.semiring_runtime(), factor_specs=b.factor_specs(),
-                         selector_specs=b.selector_specs(), batched_factors=(0, 1), buckets=(1, 8))
+    units = kernel_units(
+        b.programs,
+        b.semiring_runtime(),
+        factor_specs=b.factor_specs(),
+        selector_specs=b.selector_specs(),
+        batched_factors=(0, 1),
+        buckets=(1, 8),
+    )
     assert any(u.name.endswith("_across_outputs") for u in units)
     assert f"grid3_d2__prob_float64: {len(units)} kernels" in out and "buckets 1,8" in out
     assert json.loads(profile.read_text())["buckets"] == [1, 8]
-    done = subprocess.run([sys.executable, "-c", STRICT_RUN, str(GRID), str(profile)],
-                          env=strict_env(), capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", STRICT_RUN, str(GRID), str(profile)],
+        env=strict_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["ok", "(1,", "8)", "0"]
 
 
 def test_aot_of_a_model_covers_solve_and_solve_batch_under_strict(tmp_path, capsys):
     profile = tmp_path / "asia.profile.json"
-    assert main(["aot", str(ASIA), "--evidence-vars", "dysp,smoke", "-o", str(profile),
-                 "-q"]) == 0
+    assert main(["aot", str(ASIA), "--evidence-vars", "dysp,smoke", "-o", str(profile), "-q"]) == 0
     assert "buckets 1,64,1024" in capsys.readouterr().out
     # the profile names its model, so that catbp_jit.dask can compile it on workers
     entry = json.loads(profile.read_text())["model"]
     assert entry["sha256"] == hashlib.sha256(ASIA.read_bytes()).hexdigest()
     assert (entry["evidence_vars"], entry["buckets"]) == (["dysp", "smoke"], [1, 64, 1024])
-    script = ("from catbp_jit.frontend import compile_model\n"
-              "from catbp_jit.frontend.bif import read_bif\n"
-              f"m = compile_model(read_bif({str(ASIA)!r}), 'prob', evidence_vars=['dysp', 'smoke'],"
-              " buckets=(1, 64, 1024))\n"
-              "r = m.solve_batch([{'dysp': 'yes'}, {'smoke': 'no'}])\n"
-              "print(round(float(m.solve({'dysp': 'yes'}).log_Z - r.log_Z[0]), 12))\n")
-    done = subprocess.run([sys.executable, "-c", script], env=strict_env(),
-                          capture_output=True, text=True, timeout=600)
+    script = (
+        "from catbp_jit.frontend import compile_model\n"
+        "from catbp_jit.frontend.bif import read_bif\n"
+        f"m = compile_model(read_bif({str(ASIA)!r}), 'prob', evidence_vars=['dysp', 'smoke'],"
+        " buckets=(1, 64, 1024))\n"
+        "r = m.solve_batch([{'dysp': 'yes'}, {'smoke': 'no'}])\n"
+        "print(round(float(m.solve({'dysp': 'yes'}).log_Z - r.log_Z[0]), 12))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=strict_env(), capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() in ("0.0", "-0.0")
 
 
 def test_kernel_units_cover_every_bucket_and_the_unbatched_plan():
     b = load_bundle(GRID)
-    units = kernel_units(b.programs, b.semiring_runtime(), factor_specs=b.factor_specs(),
-                         selector_specs=b.selector_specs(), batched_factors=(0, 1), buckets=(1, 8))
+    units = kernel_units(
+        b.programs,
+        b.semiring_runtime(),
+        factor_specs=b.factor_specs(),
+        selector_specs=b.selector_specs(),
+        batched_factors=(0, 1),
+        buckets=(1, 8),
+    )
     names = [u.name for u in units]
-    assert names.count("dispatcher") == 1 and len(names) == len(set(
-        u.name + u.identity.get("source_sha256", "") for u in units))
-    plain = kernel_units(b.programs, b.semiring_runtime(), factor_specs=b.factor_specs(),
-                         selector_specs=b.selector_specs())
+    assert names.count("dispatcher") == 1 and len(names) == len(
+        set(u.name + u.identity.get("source_sha256", "") for u in units)
+    )
+    plain = kernel_units(
+        b.programs, b.semiring_runtime(), factor_specs=b.factor_specs(), selector_specs=b.selector_specs()
+    )
     assert {u.name for u in plain} <= set(names)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--buckets", "1,x"], "--buckets must be comma-separated integers"),
-    (["--batched-factors", "999"], "no factor spec for id(s) [999]"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--buckets", "1,x"], "--buckets must be comma-separated integers"),
+        (["--batched-factors", "999"], "no factor spec for id(s) [999]"),
+    ],
+)
 def test_aot_errors_are_one_line(tmp_path, capsys, argv, message):
     code = main(["aot", str(GRID), *argv, "-o", str(tmp_path / "p.json"), "-q"])
     err = capsys.readouterr().err
@@ -115,14 +141,15 @@ def test_aot_of_something_that_is_no_input(tmp_path, capsys):
 
 def test_a_failed_aot_leaves_the_old_profile(tmp_path, capsys, monkeypatch):
     from catbp_jit.frontend import model_source
+
     profile = tmp_path / "asia.profile.json"
     profile.write_text("the user's old profile")
 
     def disk_full(path, entry):  # the model entry is the profile's last write
         raise OSError(28, "No space left on device", str(path))
+
     monkeypatch.setattr(model_source, "add_profile_entry", disk_full)
-    code = main(["aot", str(ASIA), "--evidence-vars", "dysp", "--buckets", "1", "-o",
-                 str(profile), "-q"])
+    code = main(["aot", str(ASIA), "--evidence-vars", "dysp", "--buckets", "1", "-o", str(profile), "-q"])
     err = capsys.readouterr().err
     assert code == 2 and "No space left on device" in err and err.count("\n") == 1
     assert profile.read_text() == "the user's old profile"
@@ -131,15 +158,18 @@ def test_a_failed_aot_leaves_the_old_profile(tmp_path, capsys, monkeypatch):
 
 def test_a_failed_save_leaves_no_temporary_file(tmp_path, monkeypatch):
     import catbp_jit as cj
+
     b = load_bundle(GRID)
-    exe = cj.compile(b.programs, b.semiring_runtime(), factor_specs=b.factor_specs(),
-                     selector_specs=b.selector_specs())
+    exe = cj.compile(
+        b.programs, b.semiring_runtime(), factor_specs=b.factor_specs(), selector_specs=b.selector_specs()
+    )
     path = tmp_path / "exe.json"
     path.write_text("old")
 
     def half(doc, f):
         f.write('{"format": ')
         raise OSError(28, "No space left on device")
+
     monkeypatch.setattr(json, "dump", half)
     with pytest.raises(OSError, match="No space left"):
         exe.save(path)

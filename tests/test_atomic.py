@@ -52,8 +52,7 @@ def test_a_directory_is_replaced_only_when_the_block_succeeds(tmp_path):
 
 def test_a_directory_in_the_way_is_named_before_any_work(tmp_path):
     (tmp_path / "out.csv").mkdir()
-    with pytest.raises(IsADirectoryError, match=f"Is a directory, not a file: "
-                                                f"'{tmp_path / 'out.csv'}'"):
+    with pytest.raises(IsADirectoryError, match=f"Is a directory, not a file: '{tmp_path / 'out.csv'}'"):
         with replacing(tmp_path / "out.csv"):
             raise AssertionError("not reached")
     assert os.listdir(tmp_path) == ["out.csv"]

@@ -30,9 +30,13 @@ G = AxisType.GEOMETRIC
 
 # --------------------------------------------------------------------- random programs
 
-@settings(max_examples=150, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                 HealthCheck.filter_too_much])
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+)
 @given(st.data())
 def test_random_programs_batched_equal_row_by_row(data):
     case = data.draw(cases())
@@ -47,31 +51,52 @@ def test_random_programs_batched_equal_row_by_row(data):
     mode = data.draw(st.sampled_from(["compiled", "loop"]))
     largest = buckets[-1]
     counts = data.draw(st.permutations([0, 1, max(1, largest - 1), largest + 1, 2 * largest + 3]))
-    note(f"{case.listing()}\nbatched factors {bf}, selectors {bs}, buckets {buckets}, "
-         f"rows {counts}, mode {mode}")
+    note(
+        f"{case.listing()}\nbatched factors {bf}, selectors {bs}, buckets {buckets}, "
+        f"rows {counts}, mode {mode}"
+    )
 
     sr = case.sr()
-    kw = dict(factor_specs=case.factor_specs, selector_specs=case.selector_specs,
-              slot_specs=case.slot_specs or None, mode=mode)
+    kw = dict(
+        factor_specs=case.factor_specs,
+        selector_specs=case.selector_specs,
+        slot_specs=case.slot_specs or None,
+        mode=mode,
+    )
     plain = catbp_jit.compile(case.programs, sr, **kw).bind()
     try:
-        sess = catbp_jit.compile(case.programs, sr, batched_factors=bf, batched_selectors=bs,
-                                 buckets=buckets, **kw).bind()
+        sess = catbp_jit.compile(
+            case.programs, sr, batched_factors=bf, batched_selectors=bs, buckets=buckets, **kw
+        ).bind()
     except BatchedCompileError as e:  # a slot whose spec would change between writes
         assert "spec was fixed" in str(e) and any(
-            ins.op == OpCode.STORE_SLOT for p in case.programs for ins in p.instructions), e
+            ins.op == OpCode.STORE_SLOT for p in case.programs for ins in p.instructions
+        ), e
         event("refused: a slot batched at one write, not at another")
         return
     event(f"{case.semiring} {case.dtype.name}, {len(sess.batched_slots)} batched slot(s)")
-    rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1)))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
     base = case.inputs[0]
     for n in counts:
-        factors = {k: rows_of(v, n, rng, lambda r, k=k: random_values(
-            r, case.factor_specs[k], case.semiring, case.dtype)) if k in bf else v
-            for k, v in base.factors.items()}
-        selectors = {k: rows_of(v, n, rng, lambda r, k=k: selector_values(
-            r, case.selector_specs[k], case.semiring, case.dtype)) if k in bs else v
-            for k, v in base.selectors.items()}
+        factors = {
+            k: rows_of(
+                v, n, rng, lambda r, k=k: random_values(r, case.factor_specs[k], case.semiring, case.dtype)
+            )
+            if k in bf
+            else v
+            for k, v in base.factors.items()
+        }
+        selectors = {
+            k: rows_of(
+                v,
+                n,
+                rng,
+                lambda r, k=k: selector_values(r, case.selector_specs[k], case.semiring, case.dtype),
+            )
+            if k in bs
+            else v
+            for k, v in base.selectors.items()
+        }
         with np.errstate(all="ignore"):  # COUNT wraps around on purpose
             want = unbatched_rows(plain, factors, selectors, base.slots, bf, bs, n)
         got = sess.run(factors=factors, selectors=selectors, slots=base.slots)
@@ -89,17 +114,20 @@ def sp(*axes):
 
 def normalize_program():
     """bel = NORMALIZE(f0 ⊗ f1); m = ⊕_{G0} bel; Z = ⊕ f1 (which no batched input reaches)."""
-    return Program([
-        Instruction(OpCode.LOAD_FACTOR, 0, {"factor_id": 0}),
-        Instruction(OpCode.LOAD_FACTOR, 1, {"factor_id": 1}),
-        Instruction(OpCode.CONTRACT, 2, {"inputs": (0, 1), "out_spec": sp(A0, A1)}),
-        Instruction(OpCode.NORMALIZE, None, {"src": 2}),
-        Instruction(OpCode.STORE_SLOT, None, {"slot": ("bel",), "src": 2}),
-        Instruction(OpCode.ELIMINATE, 3, {"src": 2, "keep_keys": ((G, 1),)}),
-        Instruction(OpCode.STORE_SLOT, None, {"slot": ("m",), "src": 3}),
-        Instruction(OpCode.ELIMINATE, 4, {"src": 1, "keep_keys": ()}),
-        Instruction(OpCode.STORE_SLOT, None, {"slot": ("Z",), "src": 4}),
-    ], "p")
+    return Program(
+        [
+            Instruction(OpCode.LOAD_FACTOR, 0, {"factor_id": 0}),
+            Instruction(OpCode.LOAD_FACTOR, 1, {"factor_id": 1}),
+            Instruction(OpCode.CONTRACT, 2, {"inputs": (0, 1), "out_spec": sp(A0, A1)}),
+            Instruction(OpCode.NORMALIZE, None, {"src": 2}),
+            Instruction(OpCode.STORE_SLOT, None, {"slot": ("bel",), "src": 2}),
+            Instruction(OpCode.ELIMINATE, 3, {"src": 2, "keep_keys": ((G, 1),)}),
+            Instruction(OpCode.STORE_SLOT, None, {"slot": ("m",), "src": 3}),
+            Instruction(OpCode.ELIMINATE, 4, {"src": 1, "keep_keys": ()}),
+            Instruction(OpCode.STORE_SLOT, None, {"slot": ("Z",), "src": 4}),
+        ],
+        "p",
+    )
 
 
 SPECS = {0: sp(A0), 1: sp(A0, A1)}
@@ -111,8 +139,9 @@ def test_normalize_works_per_row(semiring):
     give every row a share of one total)."""
     sr = catbp_jit.make_semiring(semiring, np.float64)
     plain = catbp_jit.compile([normalize_program()], sr, factor_specs=SPECS).bind()
-    sess = catbp_jit.compile([normalize_program()], sr, factor_specs=SPECS,
-                             batched_factors={0}, buckets=(4,)).bind()
+    sess = catbp_jit.compile(
+        [normalize_program()], sr, factor_specs=SPECS, batched_factors={0}, buckets=(4,)
+    ).bind()
     rng = np.random.default_rng(1)
     f0, f1 = rng.uniform(0.1, 3.0, (3, 3)), rng.uniform(0.1, 3.0, (3, 2))
     got = sess.run(factors={0: f0, 1: f1})
@@ -136,8 +165,9 @@ def test_rewrite_batches_only_what_depends_on_batched_inputs():
 def test_unbatched_inputs_keep_their_values_across_bucket_switches():
     sr = catbp_jit.vm_prob_semiring()
     plain = catbp_jit.compile([normalize_program()], sr, factor_specs=SPECS).bind()
-    sess = catbp_jit.compile([normalize_program()], sr, factor_specs=SPECS,
-                             batched_factors={0}, buckets=(1, 2, 4)).bind()
+    sess = catbp_jit.compile(
+        [normalize_program()], sr, factor_specs=SPECS, batched_factors={0}, buckets=(1, 2, 4)
+    ).bind()
     rng = np.random.default_rng(2)
     f1 = rng.uniform(0.1, 3.0, (3, 2))
     sess.run(factors={0: rng.random((1, 3)), 1: f1})
@@ -150,8 +180,9 @@ def test_unbatched_inputs_keep_their_values_across_bucket_switches():
 
 def test_batched_run_errors_are_clear():
     sr = catbp_jit.vm_prob_semiring()
-    sess = catbp_jit.compile([normalize_program()], sr, factor_specs=SPECS,
-                             batched_factors={0}, buckets=(2,)).bind()
+    sess = catbp_jit.compile(
+        [normalize_program()], sr, factor_specs=SPECS, batched_factors={0}, buckets=(2,)
+    ).bind()
     f1 = np.ones((3, 2))
     with pytest.raises(UnknownInputError, match="batched input.*factor 0"):
         sess.run(factors={1: f1})
@@ -163,23 +194,26 @@ def test_batched_run_errors_are_clear():
         sess.run(factors={0: np.ones((1, 3))})
 
 
-@pytest.mark.parametrize("kw, match", [
-    (dict(batched_factors={7}), r"no factor spec for id\(s\) \[7\]"),
-    (dict(batched_selectors={0}), r"no selector spec"),
-    (dict(batched_factors={0}, buckets=(0, 4)), "buckets must be positive integers"),
-    (dict(batched_factors={0}, buckets=()), "buckets must be positive integers"),
-    (dict(buckets=(1, 8)), "no batched_factors or batched_selectors"),
-])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(batched_factors={7}), r"no factor spec for id\(s\) \[7\]"),
+        (dict(batched_selectors={0}), r"no selector spec"),
+        (dict(batched_factors={0}, buckets=(0, 4)), "buckets must be positive integers"),
+        (dict(batched_factors={0}, buckets=()), "buckets must be positive integers"),
+        (dict(buckets=(1, 8)), "no batched_factors or batched_selectors"),
+    ],
+)
 def test_batched_compile_errors_are_clear(kw, match):
     with pytest.raises(BatchedCompileError, match=match):
-        catbp_jit.compile([normalize_program()], catbp_jit.vm_prob_semiring(),
-                          factor_specs=SPECS, **kw)
+        catbp_jit.compile([normalize_program()], catbp_jit.vm_prob_semiring(), factor_specs=SPECS, **kw)
 
 
 def test_batched_executable_saves_and_loads(tmp_path):
     sr = catbp_jit.vm_prob_semiring()
-    exe = catbp_jit.compile([normalize_program()], sr, factor_specs=SPECS,
-                            batched_factors={0}, buckets=(2, 4))
+    exe = catbp_jit.compile(
+        [normalize_program()], sr, factor_specs=SPECS, batched_factors={0}, buckets=(2, 4)
+    )
     exe.save(tmp_path / "x.json")
     loaded = catbp_jit.load(tmp_path / "x.json")
     assert loaded.buckets == (2, 4) and loaded.batched_factors == {0}
@@ -193,8 +227,14 @@ def test_batched_executable_saves_and_loads(tmp_path):
 
 def test_load_refuses_bad_batched_fields(tmp_path):
     from catbp_jit.executable import SavedExecutableError
-    exe = catbp_jit.compile([normalize_program()], catbp_jit.vm_prob_semiring(),
-                            factor_specs=SPECS, batched_factors={0}, buckets=(2,))
+
+    exe = catbp_jit.compile(
+        [normalize_program()],
+        catbp_jit.vm_prob_semiring(),
+        factor_specs=SPECS,
+        batched_factors={0},
+        buckets=(2,),
+    )
     exe.save(tmp_path / "x.json")
     doc = json.loads((tmp_path / "x.json").read_text())
     doc["buckets"] = ["2"]
@@ -206,14 +246,15 @@ def test_load_refuses_bad_batched_fields(tmp_path):
 def test_buckets_share_their_kernels():
     """Sizes are runtime data: more buckets add plans, not kernels."""
     sr = catbp_jit.vm_prob_semiring()
-    one = catbp_jit.compile([normalize_program()], sr, factor_specs=SPECS,
-                            batched_factors={0}, buckets=(3,))
-    many = catbp_jit.compile([normalize_program()], sr, factor_specs=SPECS,
-                             batched_factors={0}, buckets=(1, 2, 3, 5, 8))
+    one = catbp_jit.compile([normalize_program()], sr, factor_specs=SPECS, batched_factors={0}, buckets=(3,))
+    many = catbp_jit.compile(
+        [normalize_program()], sr, factor_specs=SPECS, batched_factors={0}, buckets=(1, 2, 3, 5, 8)
+    )
     assert many.stats()["kernels"] == one.stats()["kernels"] == len(one.largest.kernels)
 
 
 # ------------------------------------------------------------------------------ corpus
+
 
 @pytest.mark.parametrize("path", CORPUS, ids=[p.name for p in CORPUS])
 def test_corpus_batched_over_one_factor(path):
@@ -221,14 +262,20 @@ def test_corpus_batched_over_one_factor(path):
     factors, selectors = inputs(bundle)
     fid = sorted(factors)[len(factors) // 2]
     plain = executable(bundle, "compiled").bind()
-    sess = catbp_jit.compile(bundle.programs, bundle.semiring_runtime(),
-                             factor_specs=bundle.factor_specs(),
-                             selector_specs=bundle.selector_specs(),
-                             batched_factors={fid}, buckets=(2, 4)).bind()
+    sess = catbp_jit.compile(
+        bundle.programs,
+        bundle.semiring_runtime(),
+        factor_specs=bundle.factor_specs(),
+        selector_specs=bundle.selector_specs(),
+        batched_factors={fid},
+        buckets=(2, 4),
+    ).bind()
     rng = np.random.default_rng(3)
     for n in (3, 5, 1):
-        rows = np.stack([factors[fid]] + [rng.permutation(factors[fid].ravel()).reshape(
-            factors[fid].shape) for _ in range(n - 1)])
+        rows = np.stack(
+            [factors[fid]]
+            + [rng.permutation(factors[fid].ravel()).reshape(factors[fid].shape) for _ in range(n - 1)]
+        )
         given = {**factors, fid: rows}
         want = unbatched_rows(plain, given, selectors, None, {fid}, set(), n)
         got = sess.run(factors=given, selectors=selectors)
@@ -237,12 +284,18 @@ def test_corpus_batched_over_one_factor(path):
 
 # ------------------------------------------------------------------------- allocations
 
+
 @pytest.mark.parametrize("mode", ["compiled", "loop"])
 def test_switching_buckets_allocates_nothing(mode):
     enable_nrt_stats()
-    sess = catbp_jit.compile([normalize_program()], catbp_jit.vm_prob_semiring(),
-                             factor_specs=SPECS, batched_factors={0}, buckets=(1, 2, 4),
-                             mode=mode).bind()
+    sess = catbp_jit.compile(
+        [normalize_program()],
+        catbp_jit.vm_prob_semiring(),
+        factor_specs=SPECS,
+        batched_factors={0},
+        buckets=(1, 2, 4),
+        mode=mode,
+    ).bind()
     f1 = np.ones((3, 2))
     rows = {n: {0: np.full((n, 3), 0.5)} for n in (0, 1, 2, 3, 4)}
     sess.run(factors={0: rows[1][0], 1: f1})
@@ -261,16 +314,30 @@ def test_switching_buckets_allocates_nothing(mode):
 def test_slot_batched_at_one_write_and_not_another_is_refused():
     """A slot's spec is fixed at its first write: handed in unbatched, it cannot later hold
     a batched value (nor the other way round); the error names the instruction."""
-    prog = Program([Instruction(OpCode.LOAD_FACTOR, 0, {"factor_id": 0}),
-                    Instruction(OpCode.STORE_SLOT, None, {"slot": ("s",), "src": 0})], "up")
-    with pytest.raises(BatchedCompileError,
-                       match=r"program 'up', instruction \[1\] STORE_SLOT: slot \('s',\) "
-                             r"would hold a batched value.*handed in"):
-        catbp_jit.compile([prog], catbp_jit.vm_prob_semiring(), factor_specs={0: sp(A0)},
-                          slot_specs={("s",): sp(A0)}, batched_factors={0}, buckets=(2,))
+    prog = Program(
+        [
+            Instruction(OpCode.LOAD_FACTOR, 0, {"factor_id": 0}),
+            Instruction(OpCode.STORE_SLOT, None, {"slot": ("s",), "src": 0}),
+        ],
+        "up",
+    )
+    with pytest.raises(
+        BatchedCompileError,
+        match=r"program 'up', instruction \[1\] STORE_SLOT: slot \('s',\) "
+        r"would hold a batched value.*handed in",
+    ):
+        catbp_jit.compile(
+            [prog],
+            catbp_jit.vm_prob_semiring(),
+            factor_specs={0: sp(A0)},
+            slot_specs={("s",): sp(A0)},
+            batched_factors={0},
+            buckets=(2,),
+        )
     # the same slot, not handed in: batched from its first write, fine
-    catbp_jit.compile([prog], catbp_jit.vm_prob_semiring(), factor_specs={0: sp(A0)},
-                      batched_factors={0}, buckets=(2,))
+    catbp_jit.compile(
+        [prog], catbp_jit.vm_prob_semiring(), factor_specs={0: sp(A0)}, batched_factors={0}, buckets=(2,)
+    )
 
 
 def test_rows_sum_in_the_unbatched_order():
@@ -279,18 +346,20 @@ def test_rows_sum_in_the_unbatched_order():
     around (G0 outer instead of G1): rows would differ from row-by-row runs in the last
     bits. The leaves are compared by the size of one row."""
     a0, a1, a2 = Axis(0, G, 4), Axis(1, G, 4), Axis(2, G, 2)
-    prog = Program([
-        Instruction(OpCode.LOAD_FACTOR, 0, {"factor_id": 0}),
-        Instruction(OpCode.LOAD_FACTOR, 1, {"factor_id": 1}),
-        Instruction(OpCode.CONTRACT, 2, {"inputs": (0, 1), "out_spec": sp(a0, a1, a2)}),
-        Instruction(OpCode.ELIMINATE, 3, {"src": 2, "keep_keys": ((G, 2),)}),
-        Instruction(OpCode.STORE_SLOT, None, {"slot": ("m",), "src": 3}),
-    ], "p")
+    prog = Program(
+        [
+            Instruction(OpCode.LOAD_FACTOR, 0, {"factor_id": 0}),
+            Instruction(OpCode.LOAD_FACTOR, 1, {"factor_id": 1}),
+            Instruction(OpCode.CONTRACT, 2, {"inputs": (0, 1), "out_spec": sp(a0, a1, a2)}),
+            Instruction(OpCode.ELIMINATE, 3, {"src": 2, "keep_keys": ((G, 2),)}),
+            Instruction(OpCode.STORE_SLOT, None, {"slot": ("m",), "src": 3}),
+        ],
+        "p",
+    )
     specs = {0: sp(a0, a1), 1: sp(a1, a0, a2)}
     sr = catbp_jit.vm_prob_semiring()
     plain = catbp_jit.compile([prog], sr, factor_specs=specs).bind()
-    sess = catbp_jit.compile([prog], sr, factor_specs=specs, batched_factors={0},
-                             buckets=(4,)).bind()
+    sess = catbp_jit.compile([prog], sr, factor_specs=specs, batched_factors={0}, buckets=(4,)).bind()
     rng = np.random.default_rng(5)
     for _ in range(5):
         f0, f1 = rng.random((4, 4, 4)) * 10, rng.random((4, 4, 2)) / 3
@@ -301,12 +370,15 @@ def test_rows_sum_in_the_unbatched_order():
 
 def test_a_refused_run_changes_nothing():
     sr = catbp_jit.vm_prob_semiring()
-    sess = catbp_jit.compile([normalize_program()], sr, factor_specs=SPECS,
-                             batched_factors={0}, buckets=(2, 4)).bind()
+    sess = catbp_jit.compile(
+        [normalize_program()], sr, factor_specs=SPECS, batched_factors={0}, buckets=(2, 4)
+    ).bind()
     f0, f1 = np.full((3, 3), 0.5), np.full((3, 2), 2.0)
     before = {k: np.array(v, copy=True) for k, (v, _) in sess.run(factors={0: f0, 1: f1}).items()}
-    for bad in ({0: np.ones((1, 3)), 1: np.ones((2, 3))},  # f1 of the wrong shape
-                {0: np.ones(3), 1: np.ones((3, 2))}):  # f0 without rows
+    for bad in (
+        {0: np.ones((1, 3)), 1: np.ones((2, 3))},  # f1 of the wrong shape
+        {0: np.ones(3), 1: np.ones((3, 2))},
+    ):  # f0 without rows
         with pytest.raises(InputMismatchError):
             sess.run(factors=bad)
     for key, (view, _) in sess.run(factors={0: f0}).items():  # f1 kept: still 2.0

@@ -19,8 +19,20 @@ from conftest import shared_dir
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "perf" / "bench_cuda.py"
 BUNDLE = "z4_cycle__prob_float64"  # two bundles match: it and its _normalized twin
-QUICKEST = ["--quick", "--budget", "0.01", "--shared", str(shared_dir()), "--only", "corpus",
-            "--bundles", BUNDLE, "--batch-bundles", "--networks", ""]
+QUICKEST = [
+    "--quick",
+    "--budget",
+    "0.01",
+    "--shared",
+    str(shared_dir()),
+    "--only",
+    "corpus",
+    "--bundles",
+    BUNDLE,
+    "--batch-bundles",
+    "--networks",
+    "",
+]
 
 
 def load_script():
@@ -32,11 +44,18 @@ def load_script():
 
 def run_script(tmp_path, *extra, **env):
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, str(SCRIPT), *QUICKEST, "--out", str(out), *extra],
-                          capture_output=True, text=True, timeout=300, cwd=REPO,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join(
-                              [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
-                              **env})
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), *QUICKEST, "--out", str(out), *extra],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
+            **env,
+        },
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     with open(out / "bench_cuda.csv", newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
@@ -89,12 +108,11 @@ def test_the_check_tells_different_answers_apart():
     a = np.array([0.25, 1.0, np.nan])
     one_ulp = np.nextafter(a, 2.0)
     assert compare({("Z",): a}, {("Z",): a.copy()}, "PROB", a.dtype) == []
-    assert compare({("Z",): a}, {("Z",): one_ulp}, "PROB", a.dtype) == [
-        "('Z',): 2 of 3 entries differ"]
+    assert compare({("Z",): a}, {("Z",): one_ulp}, "PROB", a.dtype) == ["('Z',): 2 of 3 entries differ"]
     assert compare({("Z",): a}, {("Z",): a.astype(np.float32)}, "PROB", a.dtype)
     assert compare({("Z",): a}, {}, "PROB", a.dtype) == ["('Z',): missing on the GPU"]
     # LOGPROB: exp and log differ between the GPU's libdevice and the CPU's libm
     assert compare({("Z",): a}, {("Z",): one_ulp}, "LOGPROB", a.dtype) == []
     assert compare({("Z",): a}, {("Z",): a * 1.001}, "LOGPROB", a.dtype)
-    counts = np.array([3, -2**63])
+    counts = np.array([3, -(2**63)])
     assert compare({("Z",): counts}, {("Z",): counts + 1}, "COUNT", counts.dtype)

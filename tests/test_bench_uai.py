@@ -27,8 +27,20 @@ def rows_of(out: Path) -> dict:
 def test_the_shipped_instances(tmp_path):
     """With greedy plans (--plan-time 0), CSP_12 fits 0.05 GiB and is answered right; the
     other three are refused at planning (their largest cliques hold 2^23 to 2^25 states)."""
-    code = bench_uai.main([str(UAI), "--quick", "--max-gib", "0.05", "--timeout", "900",
-                           "--plan-time", "0", "--out", str(tmp_path)])
+    code = bench_uai.main(
+        [
+            str(UAI),
+            "--quick",
+            "--max-gib",
+            "0.05",
+            "--timeout",
+            "900",
+            "--plan-time",
+            "0",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     assert code == 0
     rows = rows_of(tmp_path)
     assert sorted(rows) == SHIPPED
@@ -50,8 +62,9 @@ def test_the_shipped_instances(tmp_path):
 
 
 def test_an_instance_past_its_timeout_is_a_row(tmp_path):
-    code = bench_uai.main([str(UAI), "--only", "Pedigree_11", "--timeout", "1",
-                           "--skip-pyagrum", "--out", str(tmp_path)])
+    code = bench_uai.main(
+        [str(UAI), "--only", "Pedigree_11", "--timeout", "1", "--skip-pyagrum", "--out", str(tmp_path)]
+    )
     assert code == 0
     row = rows_of(tmp_path)["Pedigree_11"]
     assert row["status"] == "timeout (1 s)" and not row["prob_best_s"]
@@ -71,6 +84,7 @@ def test_a_timeout_kills_the_childs_children_too():
     """Reading a killed child's output to the end waits for every process holding its
     pipes: its children must die with it (a CI run once hung here for an hour)."""
     import time
+
     t0 = time.monotonic()
     fields = bench_uai.run_json_child([sys.executable, "-c", GRANDCHILD], 3)
     assert time.monotonic() - t0 < 60
@@ -89,28 +103,48 @@ def test_pyagrum_network_reads_tables_in_uai_order():
     format's last): the network built from our graph must give our marginals."""
     gum = pytest.importorskip("pyagrum")
     rng = np.random.default_rng(3)
-    graph = factor_graph({"a": 2, "b": 3, "c": 4},
-                         [(("b", "a"), rng.random((3, 2))), (("a", "b"), rng.random((2, 3))),
-                          (("c", "a", "b"), rng.random((4, 2, 3))), (("c",), rng.random(4))])
+    graph = factor_graph(
+        {"a": 2, "b": 3, "c": 4},
+        [
+            (("b", "a"), rng.random((3, 2))),
+            (("a", "b"), rng.random((2, 3))),
+            (("c", "a", "b"), rng.random((4, 2, 3))),
+            (("c",), rng.random(4)),
+        ],
+    )
     mrf = bench_uai.pyagrum_mrf(gum, graph)
     ie = gum.ShaferShenoyMRFInference(mrf)
     ie.setEvidence({"c": 2})
     ie.makeInference()
-    ours = compile_model(graph, "prob", evidence_vars=["c"], absorb_evidence=True,
-                         target="reference").solve({"c": 2})
+    ours = compile_model(graph, "prob", evidence_vars=["c"], absorb_evidence=True, target="reference").solve(
+        {"c": 2}
+    )
     for v in graph.names:
         assert np.allclose(ie.posterior(v).toarray(), ours.marginals[v], atol=1e-12), v
 
 
 def test_summary_and_wrong_answers():
-    rows = [{"name": "A", "ratio": 4.0, "prob_best_s": 1e-3, "prob_median_s": 2e-3,
-             "prob_finite": True},
-            {"name": "Promedus_26", "ratio": 0.25, "prob_best_s": 1.25e-4,
-             "prob_median_s": 1.5e-4, "published_s": 6.28e-4},
-            {"name": "B", "refused": "B: too large"},
-            {"name": "C", "status": "timeout (5 s)"},
-            {"name": "D", "prob_best_s": 1.0, "prob_finite": True, "prob_mar_err": 2e-5,
-             "logprob_best_s": 1.0, "logprob_finite": False, "log_Z_rel": 1e-6}]
+    rows = [
+        {"name": "A", "ratio": 4.0, "prob_best_s": 1e-3, "prob_median_s": 2e-3, "prob_finite": True},
+        {
+            "name": "Promedus_26",
+            "ratio": 0.25,
+            "prob_best_s": 1.25e-4,
+            "prob_median_s": 1.5e-4,
+            "published_s": 6.28e-4,
+        },
+        {"name": "B", "refused": "B: too large"},
+        {"name": "C", "status": "timeout (5 s)"},
+        {
+            "name": "D",
+            "prob_best_s": 1.0,
+            "prob_finite": True,
+            "prob_mar_err": 2e-5,
+            "logprob_best_s": 1.0,
+            "logprob_finite": False,
+            "log_Z_rel": 1e-6,
+        },
+    ]
     rows[-1]["wrong"] = bench_uai.wrong(rows[-1])
     assert rows[-1]["wrong"] == "prob MAR error 2.0e-05; logprob not finite; log Z rel 1.0e-06"
     assert not bench_uai.wrong(rows[0])

@@ -13,16 +13,21 @@ A = "variable a { type discrete [2] { x, y }; }\n"
 AB = A + "variable b { type discrete [2] { x, y }; }\nprobability (a) { table 1, 1; }\n"
 
 
-@pytest.mark.parametrize("text, message", [
-    ('network n { property p = "' + "a" * N, "this string ('\"') is never closed"),
-    ('network n { property p = "' + "\\a" * (N // 2), "this string ('\"') is never closed"),
-    ('network n { property p = "' + "a" * N + '"; }', None),
-    ("network n { } /* " + "c " * (N // 2), "this comment ('/*') is never closed"),
-    ("variable a { type discrete [2] { x, y };" + ";" * N + "}", "has no probability block"),
-    (A + "probability (a) { table " + "1," * (N // 2) + "; }", "table has 1500000 values"),
-    (AB + "probability (b | a) { default 1, 1; " + "(x) 1 1;" * (N // 8) + "}",
-     "this parent configuration already has a row"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('network n { property p = "' + "a" * N, "this string ('\"') is never closed"),
+        ('network n { property p = "' + "\\a" * (N // 2), "this string ('\"') is never closed"),
+        ('network n { property p = "' + "a" * N + '"; }', None),
+        ("network n { } /* " + "c " * (N // 2), "this comment ('/*') is never closed"),
+        ("variable a { type discrete [2] { x, y };" + ";" * N + "}", "has no probability block"),
+        (A + "probability (a) { table " + "1," * (N // 2) + "; }", "table has 1500000 values"),
+        (
+            AB + "probability (b | a) { default 1, 1; " + "(x) 1 1;" * (N // 8) + "}",
+            "this parent configuration already has a row",
+        ),
+    ],
+)
 def test_peak_memory_is_a_small_multiple_of_the_input(text, message):
     tracemalloc.start()
     try:

@@ -22,9 +22,14 @@ from conftest import BENCH, CORPUS, shared_dir
 ALL = CORPUS + BENCH
 PROGRAM_NAMES = ["upward", "downward", "finalize"]
 # Small bundles covering every semiring and dtype, -inf in LOGPROB, and a bench bundle.
-ROUND_TRIP = ["grid3_d2__prob_float64", "grid3_d2__prob_float32", "grid3_d2__count_int64",
-              "grid3_d2__sat_bool", "hard_cycle5_d4__logprob_float64",
-              "z4_cycle__logprob_float64_normalized"]
+ROUND_TRIP = [
+    "grid3_d2__prob_float64",
+    "grid3_d2__prob_float32",
+    "grid3_d2__count_int64",
+    "grid3_d2__sat_bool",
+    "hard_cycle5_d4__logprob_float64",
+    "z4_cycle__logprob_float64_normalized",
+]
 SMALL = "z4_cycle__prob_float64"
 
 
@@ -159,16 +164,30 @@ def test_program_json_round_trip():
 
 def test_program_from_json_other_spellings():
     # The CatBP VM's alternative argument names are canonicalized on load.
-    p = program_from_json({"name": "x", "instructions": [
-        {"op": "LOAD_SELECTOR", "dst": 1, "args": {"mode_axis_id": 3}, "spec": None},
-        {"op": "STORE_SLOT", "dst": None, "args": {"slot_key": ["msg", 1, 2], "src": 1}},
-        {"op": "FREE", "dst": None, "args": {"src": 1}},
-    ]})
-    assert p == Program((program_from_json({"instructions": [
-        {"op": "LOAD_SELECTOR", "dst": 1, "args": {"selector_id": 3}},
-        {"op": "STORE_SLOT", "dst": None, "args": {"slot": ["msg", 1, 2], "src": 1}},
-        {"op": "FREE", "dst": None, "args": {"srcs": [1]}},
-    ]}).instructions), "x")
+    p = program_from_json(
+        {
+            "name": "x",
+            "instructions": [
+                {"op": "LOAD_SELECTOR", "dst": 1, "args": {"mode_axis_id": 3}, "spec": None},
+                {"op": "STORE_SLOT", "dst": None, "args": {"slot_key": ["msg", 1, 2], "src": 1}},
+                {"op": "FREE", "dst": None, "args": {"src": 1}},
+            ],
+        }
+    )
+    assert p == Program(
+        (
+            program_from_json(
+                {
+                    "instructions": [
+                        {"op": "LOAD_SELECTOR", "dst": 1, "args": {"selector_id": 3}},
+                        {"op": "STORE_SLOT", "dst": None, "args": {"slot": ["msg", 1, 2], "src": 1}},
+                        {"op": "FREE", "dst": None, "args": {"srcs": [1]}},
+                    ]
+                }
+            ).instructions
+        ),
+        "x",
+    )
 
 
 # ---------------------------------------------------------------------------------------

@@ -34,15 +34,24 @@ print(json.dumps(out))
 
 def run_child(directory, c, policy="fallback", signatures=SIG):
     env = {k: v for k, v in os.environ.items() if k != "CATBP_JIT_CACHE"}
-    arg = json.dumps({"dir": str(directory), "policy": policy, "pattern": pattern(c),
-                      "source": source(c), "signatures": signatures})
-    p = subprocess.run([sys.executable, "-c", CHILD, arg], capture_output=True, text=True,
-                       timeout=120, env=env)
+    arg = json.dumps(
+        {
+            "dir": str(directory),
+            "policy": policy,
+            "pattern": pattern(c),
+            "source": source(c),
+            "signatures": signatures,
+        }
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", CHILD, arg], capture_output=True, text=True, timeout=120, env=env
+    )
     assert p.returncode == 0, p.stderr
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
 # ---------------------------------------------------------------------------- processes
+
 
 def test_miss_then_hit_in_new_process_and_strict_warm(tmp_path):
     first = run_child(tmp_path, 11)
@@ -98,8 +107,7 @@ def _worker(directory, c, barrier, queue):
 def test_concurrent_processes_compile_once(tmp_path):
     ctx = multiprocessing.get_context("spawn")
     barrier, queue = ctx.Barrier(3), ctx.Queue()
-    procs = [ctx.Process(target=_worker, args=(str(tmp_path), 13, barrier, queue))
-             for _ in range(3)]
+    procs = [ctx.Process(target=_worker, args=(str(tmp_path), 13, barrier, queue)) for _ in range(3)]
     for p in procs:
         p.start()
     results = [queue.get(timeout=120) for _ in procs]
@@ -121,6 +129,7 @@ def test_concurrent_processes_compile_once(tmp_path):
 
 # ---------------------------------------------------------------------------- integrity
 
+
 def _truncate(path, keep=0.5):
     data = path.read_bytes()
     path.write_bytes(data[: int(len(data) * keep)])
@@ -140,7 +149,8 @@ CORRUPTIONS = {
     "truncate_nbc": lambda f: _truncate(f["nbc"][0]),
     "truncate_nbi": lambda f: _truncate(f["nbi"][0], keep=0.3),
     "alter_nbc_byte": lambda f: f["nbc"][0].write_bytes(
-        f["nbc"][0].read_bytes()[:-1] + bytes([f["nbc"][0].read_bytes()[-1] ^ 1])),
+        f["nbc"][0].read_bytes()[:-1] + bytes([f["nbc"][0].read_bytes()[-1] ^ 1])
+    ),
     "delete_manifest": lambda f: f["json"][0].unlink(),
 }
 
@@ -199,8 +209,7 @@ def test_damage_after_get_is_caught_at_load(tmp_path):
 def test_new_signature_strict_refuses_fallback_compiles(tmp_path, caplog):
     KernelCache(tmp_path).get(pattern(18), source(18), "kernel", SIG)
     with pytest.raises(CacheMissError, match="float64"):
-        KernelCache(tmp_path, "strict").get(pattern(18), source(18), "kernel",
-                                            ["float64(float64, float64)"])
+        KernelCache(tmp_path, "strict").get(pattern(18), source(18), "kernel", ["float64(float64, float64)"])
     caplog.set_level(logging.INFO, logger="catbp_jit.cache")
     caplog.clear()
     kc = KernelCache(tmp_path)
@@ -225,6 +234,7 @@ def test_argument_only_signature_shares_cache_with_calls(tmp_path):
 
 
 # ---------------------------------------------------------------------------- policies
+
 
 def test_off_never_writes_files(tmp_path):
     d = tmp_path / "never"
@@ -281,10 +291,12 @@ def test_telemetry_record_on_miss(tmp_path, caplog):
 
 # ---------------------------------------------------------------------------- keys, config
 
+
 def test_kernel_key():
     k = kernel_key(pattern(1))
-    assert len(k) == 64 and k == kernel_key(pattern(1)) == kernel_key(dict(reversed(
-        list(pattern(1).items()))))  # key order does not matter
+    assert len(k) == 64 and k == kernel_key(pattern(1)) == kernel_key(
+        dict(reversed(list(pattern(1).items())))
+    )  # key order does not matter
     assert kernel_key(pattern(2)) != k
     assert kernel_key(pattern(1, parallel=True)) != k
     assert kernel_key(pattern(1), target="cuda") != k
@@ -298,8 +310,7 @@ def test_kernel_key():
 
 def test_environment_identity_fields():
     env = environment_identity()
-    for field in ("numba", "llvmlite", "numpy", "python", "cpu_name", "cpu_features",
-                  "codegen_version"):
+    for field in ("numba", "llvmlite", "numpy", "python", "cpu_name", "cpu_features", "codegen_version"):
         assert env[field], field
 
 
@@ -343,8 +354,9 @@ def test_a_file_where_the_directory_should_be(tmp_path, caplog, where):
     assert "Errno 17" not in warning  # not makedirs' "File exists" for a file
     assert blocker.read_text() == "not a directory" and kc.stats["compiled"] == 2
     # strict: an error naming the directory
-    with pytest.raises(CacheDirError, match=f"kernel cache directory '{directory}' is not "
-                                            f"writable .*is not a directory"):
+    with pytest.raises(
+        CacheDirError, match=f"kernel cache directory '{directory}' is not writable .*is not a directory"
+    ):
         KernelCache(directory, "strict").get(pattern(25), source(25), "kernel", SIG)
 
 
@@ -364,11 +376,18 @@ print(json.dumps([kc.get(p, s, "kernel", a["signatures"])(2, 3) for p, s in a["k
 
 def run_limited(directory, constants, policy="fallback", limit=100):
     env = {k: v for k, v in os.environ.items() if k != "CATBP_JIT_CACHE"}
-    arg = json.dumps({"dir": str(directory), "policy": policy, "limit": limit,
-                      "kernels": [[pattern(c), source(c)] for c in constants],
-                      "signatures": SIG})
-    return subprocess.run([sys.executable, "-c", LIMITED, arg], capture_output=True,
-                          text=True, timeout=300, env=env)
+    arg = json.dumps(
+        {
+            "dir": str(directory),
+            "policy": policy,
+            "limit": limit,
+            "kernels": [[pattern(c), source(c)] for c in constants],
+            "signatures": SIG,
+        }
+    )
+    return subprocess.run(
+        [sys.executable, "-c", LIMITED, arg], capture_output=True, text=True, timeout=300, env=env
+    )
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="RLIMIT_FSIZE is POSIX")
@@ -402,6 +421,7 @@ def test_strict_names_the_directory_when_the_disk_fails(tmp_path):
     strict._prepare_dir()  # settled: a writable, warm cache
     shutil.rmtree(directory / "locks")
     (directory / "locks").write_text("")  # now every lock file fails to open (ENOTDIR)
-    with pytest.raises(CacheDirError, match=f"kernel cache directory '{directory}' is not "
-                                            f"writable .*Not a directory"):
+    with pytest.raises(
+        CacheDirError, match=f"kernel cache directory '{directory}' is not writable .*Not a directory"
+    ):
         strict.get(pattern(29), source(29), "kernel", SIG)

@@ -56,6 +56,7 @@ def cache_records(caplog):
 
 # ---------------------------------------------------------------------------- 1. pickles
 
+
 @pytest.mark.parametrize("target", ["nbi", "nbc"])
 def test_planted_pickle_with_its_hash_in_the_manifest_never_runs(tmp_path, caplog, target):
     cache_dir, marker = tmp_path / "cache", tmp_path / "PWNED"
@@ -92,8 +93,10 @@ def test_file_swapped_after_the_check_is_never_unpickled(tmp_path, when):
     cache_dir, marker = tmp_path / "cache", tmp_path / "PWNED"
     warm(cache_dir, 41, ["(int64, int64)"])  # what a plain call loads
     (nbc,) = entry_files(cache_dir)["nbc"]
+
     def plant():
         return nbc.write_bytes(pickle.dumps(Payload(marker)))
+
     swapped = []
 
     def swap_once(paths):  # the hashes have just been checked; Numba reads next
@@ -120,8 +123,7 @@ def test_manifest_without_a_valid_mac_is_rebuilt(tmp_path, caplog, mac):
     if mac == "missing":
         del m["mac"]
     elif mac == "forged":  # signed, but not with this user's key
-        body = json.dumps({k: v for k, v in m.items() if k != "mac"}, sort_keys=True,
-                          separators=(",", ":"))
+        body = json.dumps({k: v for k, v in m.items() if k != "mac"}, sort_keys=True, separators=(",", ":"))
         m["mac"] = hmac.new(os.urandom(32), body.encode(), hashlib.sha256).hexdigest()
     else:
         m["pid"] = m["pid"] + 1
@@ -139,12 +141,16 @@ def test_manifest_without_a_valid_mac_is_rebuilt(tmp_path, caplog, mac):
 
 # ---------------------------------------------------------------------------- 1a. owners
 
+
 @pytest.mark.parametrize("which", ["root", "kernels", "__pycache__"])
 def test_group_writable_cache_directory_is_refused_or_bypassed(tmp_path, caplog, which):
     cache_dir = tmp_path / "cache"
     warm(cache_dir, 43)
-    loose = {"root": cache_dir, "kernels": cache_dir / "kernels",
-             "__pycache__": cache_dir / "kernels" / "__pycache__"}[which]
+    loose = {
+        "root": cache_dir,
+        "kernels": cache_dir / "kernels",
+        "__pycache__": cache_dir / "kernels" / "__pycache__",
+    }[which]
     loose.chmod(0o775)
     with pytest.raises(CacheTrustError, match=re.escape(f"{loose} is writable by group or")):
         KernelCache(cache_dir, "strict").get(pattern(43), source(43), "kernel", SIG)
@@ -221,6 +227,7 @@ def test_cache_files_are_private_whatever_the_umask(tmp_path):
 
 # ---------------------------------------------------------------------------- 1b. key file
 
+
 def test_key_file_is_made_private_and_a_loose_one_is_refused(tmp_path, monkeypatch, caplog):
     key_file = tmp_path / "config" / "catbp_jit" / "cache.key"
     monkeypatch.setenv("CATBP_JIT_KEY_FILE", str(key_file))
@@ -269,8 +276,9 @@ time.sleep(300)
 def lock_holder(tmp_path):
     """A second process holding kernel 50's lock, as a writer stopped mid-compile would."""
     stem = "k_" + kernel_key(pattern(50))[:40]
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path / "cache"), stem],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(tmp_path / "cache"), stem], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert proc.stdout.readline().strip() == "held"
         yield proc
@@ -279,8 +287,7 @@ def lock_holder(tmp_path):
         proc.wait(timeout=30)
 
 
-def test_held_lock_is_reported_then_fallback_compiles_in_memory(tmp_path, caplog,
-                                                                  lock_holder):
+def test_held_lock_is_reported_then_fallback_compiles_in_memory(tmp_path, caplog, lock_holder):
     caplog.set_level(logging.INFO, logger="catbp_jit.cache")
     kc = KernelCache(tmp_path / "cache", lock_timeout=3)
     started = time.monotonic()
@@ -296,19 +303,19 @@ def test_held_lock_is_reported_then_fallback_compiles_in_memory(tmp_path, caplog
     assert not any(entry_files(tmp_path / "cache").values())
 
     with pytest.raises(CacheLockTimeout, match=f"held by pid {lock_holder.pid} on .* after 1s"):
-        KernelCache(tmp_path / "cache", "strict", lock_timeout=1).get(
-            pattern(50), source(50), "kernel", SIG)
+        KernelCache(tmp_path / "cache", "strict", lock_timeout=1).get(pattern(50), source(50), "kernel", SIG)
 
     lock_holder.kill()
     lock_holder.wait(timeout=30)
     kc = KernelCache(tmp_path / "cache", lock_timeout=30)
     assert kc.get(pattern(50), source(50), "kernel", SIG)(2, 3) == 55
-    assert kc.stats["compiled"] == 1 and KernelCache(tmp_path / "cache").check(
-        pattern(50), source(50))[0] == "ok"
+    assert (
+        kc.stats["compiled"] == 1
+        and KernelCache(tmp_path / "cache").check(pattern(50), source(50))[0] == "ok"
+    )
 
 
-def test_check_of_a_held_lock_is_busy_under_fallback_and_get_waits_no_more(
-        tmp_path, caplog, lock_holder):
+def test_check_of_a_held_lock_is_busy_under_fallback_and_get_waits_no_more(tmp_path, caplog, lock_holder):
     # check() is how compile() sorts cold kernels from warm: a held lock must not end the
     # compile under fallback, only send that kernel to memory (once, said once).
     caplog.set_level(logging.INFO, logger="catbp_jit.cache")
@@ -317,8 +324,7 @@ def test_check_of_a_held_lock_is_busy_under_fallback_and_get_waits_no_more(
     assert status == "busy" and f"held by pid {lock_holder.pid}" in reason
     assert kc.check(pattern(51), source(51))[0] == "missing"  # other kernels as ever
     assert kc.get(pattern(50), source(50), "kernel", SIG)(2, 3) == 55
-    (bypass,) = [r for r in caplog.records if getattr(r, "catbp_jit", {}).get("outcome")
-                 == "bypassed"]
+    (bypass,) = [r for r in caplog.records if getattr(r, "catbp_jit", {}).get("outcome") == "bypassed"]
     assert bypass.levelno == logging.WARNING and "compiled in memory" in bypass.getMessage()
     assert not [r for r in caplog.records if "waiting for lock" in r.getMessage()]
     assert not any(entry_files(tmp_path / "cache").values())  # the holder's entry untouched
@@ -331,10 +337,14 @@ def dispatcher_lock_holder():
     """Another process holding the dispatcher's lock in the session's cache, as a solve
     stopped mid-compile would (every CPU compile loads the dispatcher)."""
     from catbp_jit.codegen.loader import dispatcher_unit
+
     unit = dispatcher_unit()
     stem = "k_" + kernel_key(unit.identity)[:40]
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER, os.environ["CATBP_JIT_CACHE_DIR"],
-                             stem], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, os.environ["CATBP_JIT_CACHE_DIR"], stem],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout.readline().strip() == "held"
         yield proc
@@ -349,9 +359,13 @@ def test_solve_answers_when_a_lock_stays_held_under_fallback(dispatcher_lock_hol
     repo = Path(__file__).resolve().parents[1]
     env = {k: v for k, v in os.environ.items() if k != "CATBP_JIT_CACHE"}
     env.update(CATBP_JIT_LOCK_TIMEOUT="1", CATBP_JIT_COMPILE_WORKERS="0")
-    r = subprocess.run([sys.executable, "-m", "catbp_jit", "solve",
-                        str(repo / "examples" / "asia.bif"), "-q"],
-                       capture_output=True, text=True, env=env, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-m", "catbp_jit", "solve", str(repo / "examples" / "asia.bif"), "-q"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr
     assert "dysp    yes=0.435971  no=0.564029" in r.stdout
     lines = r.stderr.strip().splitlines()  # (the logger's last-resort handler: one line)
@@ -376,11 +390,11 @@ def test_lock_timeout_and_trust_from_environment(monkeypatch):
 
 # ---------------------------------------------------------------------------- 3. read-only
 
+
 def test_read_only_warm_cache_under_strict(tmp_path, monkeypatch):
     cache_dir = tmp_path / "cache"
     warm(cache_dir, 51)
-    tree = sorted((str(p), p.stat().st_mtime_ns, p.stat().st_size)
-                  for p in cache_dir.rglob("*"))
+    tree = sorted((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in cache_dir.rglob("*"))
     subprocess.run(["chmod", "-R", "a-w", str(cache_dir)], check=True)
     opts = {}
     if IS_ROOT:
@@ -396,8 +410,9 @@ def test_read_only_warm_cache_under_strict(tmp_path, monkeypatch):
         fallback = KernelCache(cache_dir, **opts)
         assert fallback.get(pattern(51), source(51), "kernel", SIG)(2, 3) == 56
         assert fallback.stats["compiled"] == 1
-        assert sorted((str(p), p.stat().st_mtime_ns, p.stat().st_size)
-                      for p in cache_dir.rglob("*")) == tree  # not even a lock file
+        assert (
+            sorted((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in cache_dir.rglob("*")) == tree
+        )  # not even a lock file
     finally:
         subprocess.run(["chmod", "-R", "u+w", str(cache_dir)], check=True)
 
@@ -423,6 +438,7 @@ def test_command_line_reports_an_untrusted_cache_in_one_line(tmp_path, monkeypat
 
 # ---------------------------------------------------------------------------- 4. the suite
 
+
 def test_the_suite_never_touches_the_users_cache(tmp_path):
     # The user's cache signed with the suite's key would fail its MACs on the user's next
     # run (every kernel rebuilt); so tests/conftest.py gives the suite a cache and a key of
@@ -432,11 +448,25 @@ def test_the_suite_never_touches_the_users_cache(tmp_path):
     user_cache, user_key = tmp_path / "user_cache", tmp_path / "user.key"
     env = dict(os.environ, CATBP_JIT_CACHE_DIR=str(user_cache), CATBP_JIT_KEY_FILE=str(user_key))
     env.pop("CATBP_JIT_TEST_CACHE_DIR", None)
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0",
-                        f"--basetemp={tmp_path / 'inner'}",
-                        f"{__file__}::test_the_suite_has_a_cache_of_its_own"],
-                       cwd=Path(__file__).resolve().parents[1], env=env, capture_output=True,
-                       text=True, timeout=600)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-n",
+            "0",
+            f"--basetemp={tmp_path / 'inner'}",
+            f"{__file__}::test_the_suite_has_a_cache_of_its_own",
+        ],
+        cwd=Path(__file__).resolve().parents[1],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert not user_cache.exists() and not user_key.exists()
 

@@ -88,9 +88,10 @@ def test_bad_bundle_exits_2(tmp_path, capsys):
     assert "version 7" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv", [[], ["run"], ["frobnicate"],
-                                  ["run", "x", "--engine", "nonesuch"],
-                                  ["run", "x", "--repeat", "many"]])
+@pytest.mark.parametrize(
+    "argv",
+    [[], ["run"], ["frobnicate"], ["run", "x", "--engine", "nonesuch"], ["run", "x", "--repeat", "many"]],
+)
 def test_usage_errors_exit_2(argv, capsys):
     assert main(argv) == 2
     assert "usage" in capsys.readouterr().err
@@ -105,30 +106,43 @@ GRID = REPO / "examples" / "grid3_d2__prob_float64"
 ASIA = REPO / "examples" / "asia.bif"
 
 
-@pytest.mark.parametrize("argv, message", [
-    # a bundle has its own semiring and batches its factor ids
-    (["aot", GRID, "--semiring", "logprob", "--evidence-vars", "x", "-o", "OUT"],
-     "--semiring, --evidence-vars: for a model only; "),
-    (["aot", GRID, "--semiring", "prob", "-o", "OUT"], "--semiring: for a model only"),
-    (["aot", GRID, "--buckets", "1,8", "-o", "OUT"],
-     "--buckets: there is no batch axis to plan them for; give --batched-factors or "
-     "--batched-selectors"),
-    # a model batches its evidence variables
-    (["aot", ASIA, "--batched-factors", "1", "-o", "OUT"], "--batched-factors: for a bundle only"),
-    (["aot", ASIA, "--batched-selectors", "0", "-o", "OUT"], "--batched-selectors: for a bundle"),
-    (["aot", ASIA, "--buckets", "1,8", "-o", "OUT"],
-     "--buckets: there is no batch axis to plan them for; give --evidence-vars"),
-    # solve: -o writes an evidence table's posteriors, --format one model's answer
-    (["solve", ASIA, "--observe", "dysp=yes", "-o", "OUT"],
-     "-o/--output applies to --evidence-table only"),
-    (["solve", ASIA, "--evidence-table", "T.csv", "--format", "text", "-o", "OUT"],
-     "--format does not apply"),
-    # the numpy tier stands in for CPU kernels only
-    (["run", GRID, "--target", "cuda", "--tier", "auto"], "--tier applies to the CPU target"),
-    # an output that is a directory: said before the work, not after
-    (["aot", ASIA, "-o", "DIR"], "is a directory; the profile is a file"),
-    (["solve", ASIA, "--evidence-table", "T.csv", "-o", "DIR"], "Is a directory, not a file"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        # a bundle has its own semiring and batches its factor ids
+        (
+            ["aot", GRID, "--semiring", "logprob", "--evidence-vars", "x", "-o", "OUT"],
+            "--semiring, --evidence-vars: for a model only; ",
+        ),
+        (["aot", GRID, "--semiring", "prob", "-o", "OUT"], "--semiring: for a model only"),
+        (
+            ["aot", GRID, "--buckets", "1,8", "-o", "OUT"],
+            "--buckets: there is no batch axis to plan them for; give --batched-factors or "
+            "--batched-selectors",
+        ),
+        # a model batches its evidence variables
+        (["aot", ASIA, "--batched-factors", "1", "-o", "OUT"], "--batched-factors: for a bundle only"),
+        (["aot", ASIA, "--batched-selectors", "0", "-o", "OUT"], "--batched-selectors: for a bundle"),
+        (
+            ["aot", ASIA, "--buckets", "1,8", "-o", "OUT"],
+            "--buckets: there is no batch axis to plan them for; give --evidence-vars",
+        ),
+        # solve: -o writes an evidence table's posteriors, --format one model's answer
+        (
+            ["solve", ASIA, "--observe", "dysp=yes", "-o", "OUT"],
+            "-o/--output applies to --evidence-table only",
+        ),
+        (
+            ["solve", ASIA, "--evidence-table", "T.csv", "--format", "text", "-o", "OUT"],
+            "--format does not apply",
+        ),
+        # the numpy tier stands in for CPU kernels only
+        (["run", GRID, "--target", "cuda", "--tier", "auto"], "--tier applies to the CPU target"),
+        # an output that is a directory: said before the work, not after
+        (["aot", ASIA, "-o", "DIR"], "is a directory; the profile is a file"),
+        (["solve", ASIA, "--evidence-table", "T.csv", "-o", "DIR"], "Is a directory, not a file"),
+    ],
+)
 def test_options_that_do_not_apply_are_refused(tmp_path, capsys, argv, message):
     (tmp_path / "T.csv").write_text("dysp\nyes\n")
     out = tmp_path / "out.json"
@@ -158,8 +172,13 @@ def test_list(capsys):
 
 def test_python_dash_m():
     d = corpus("z4_cycle__sat_bool")
-    r = subprocess.run([sys.executable, "-m", "catbp_jit", "run", str(d), "--repeat", "1"],
-                       cwd=REPO, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "catbp_jit", "run", str(d), "--repeat", "1"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     assert "match" in r.stdout
 
@@ -177,9 +196,24 @@ def test_run_cold_answers_from_numpy_then_checks_the_kernels(tmp_path):
     holds kernels in memory that other tests loaded."""
     env = {k: v for k, v in os.environ.items() if k != "CATBP_JIT_TIER"}
     env["CATBP_JIT_CACHE_DIR"] = str(tmp_path / "cold")
-    done = subprocess.run([sys.executable, "-m", "catbp_jit", "run",
-                           str(corpus("z4_cycle__sat_bool")), "--tier", "auto", "--repeat", "1"],
-                          env=env, capture_output=True, text=True, timeout=600, cwd=str(REPO))
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "catbp_jit",
+            "run",
+            str(corpus("z4_cycle__sat_bool")),
+            "--tier",
+            "auto",
+            "--repeat",
+            "1",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=str(REPO),
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "jit:       ready in" in done.stdout and "tier:      numpy" in done.stdout
     assert "compiled:  kernels ready" in done.stdout and "gave the same bits" in done.stdout

@@ -35,11 +35,16 @@ def bundle():
 
 
 def compile_into(bundle, directory, mode, workers, policy="fallback", progress=None):
-    return catbp_jit.compile(bundle.programs, bundle.semiring_runtime(),
-                             factor_specs=bundle.factor_specs(),
-                             selector_specs=bundle.selector_specs(), mode=mode,
-                             cache=KernelCache(str(directory), policy), workers=workers,
-                             progress=progress)
+    return catbp_jit.compile(
+        bundle.programs,
+        bundle.semiring_runtime(),
+        factor_specs=bundle.factor_specs(),
+        selector_specs=bundle.selector_specs(),
+        mode=mode,
+        cache=KernelCache(str(directory), policy),
+        workers=workers,
+        progress=progress,
+    )
 
 
 def results(exe, bundle):
@@ -82,8 +87,11 @@ def test_a_cold_compile_compiles_each_function_once(serial):
     assert exe.cache_stats["compiled"] == len(exe.kernels) + n_parallel + 1, exe.cache_stats
     for k in exe.kernels:
         module = sys.modules[k.entry.py_func.__module__]
-        compiled = {name: list(fn.overloads) for name, fn in vars(module).items()
-                    if hasattr(fn, "overloads") and fn.overloads}
+        compiled = {
+            name: list(fn.overloads)
+            for name, fn in vars(module).items()
+            if hasattr(fn, "overloads") and fn.overloads
+        }
         # a serial kernel's chunk function is inlined; a parallel one's is called per chunk
         chunk = ["run_chunk" if k.pattern.reduce else "run_rows"] if k.pattern.parallel else []
         assert sorted(compiled) == sorted(["kernel"] + chunk), (k.pattern.name, compiled)
@@ -150,14 +158,20 @@ def test_no_workers_for_a_cache_directory_that_cannot_be_written(serial, bundle,
 
 @pytest.mark.parametrize("filled_by, mode", [("serial", "loop"), ("parallel", "compiled")])
 def test_a_cache_filled_in_one_mode_serves_the_other_strict_in_a_new_process(
-        filled_by, mode, request, bundle):
+    filled_by, mode, request, bundle
+):
     """What an ahead-of-time fill promises: a later process under CATBP_JIT_CACHE=strict
     compiles nothing, whichever mode filled the cache and whichever it runs."""
     directory, exe, _ = request.getfixturevalue(filled_by)
     env = {k: v for k, v in os.environ.items() if k != "CATBP_JIT_CACHE"}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "tests")])
-    proc = subprocess.run([sys.executable, "-c", STRICT_CHILD, str(EXAMPLE), str(directory), mode],
-                          capture_output=True, text=True, env=env, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", STRICT_CHILD, str(EXAMPLE), str(directory), mode],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["stats"]["compiled"] == 0 and out["stats"]["misses"] == 0, out["stats"]
@@ -165,13 +179,11 @@ def test_a_cache_filled_in_one_mode_serves_the_other_strict_in_a_new_process(
 
 
 def broken_unit(name, source):
-    return CompileUnit(name, {"template": "test_broken", "name": name}, source, "kernel",
-                       "(int64,)")
+    return CompileUnit(name, {"template": "test_broken", "name": name}, source, "kernel", "(int64,)")
 
 
 def test_failures_name_every_kernel(tmp_path):
-    units = [broken_unit(f"broken_k{i}", f"raise RuntimeError('broken on purpose {i}')\n")
-             for i in range(3)]
+    units = [broken_unit(f"broken_k{i}", f"raise RuntimeError('broken on purpose {i}')\n") for i in range(3)]
     with pytest.raises(KernelCompileError) as info:
         compile_in_workers(units, KernelCache(str(tmp_path)), 2)
     msg = str(info.value)

@@ -83,8 +83,9 @@ def bundle(request):
 @pytest.fixture(scope="module")
 def live(bundle):
     """The reference's slots for the bundle's programs as loaded, run here."""
-    return run_linked(bundle.programs, bundle.semiring_runtime(), bundle.factor_provider,
-                      bundle.selector_provider)
+    return run_linked(
+        bundle.programs, bundle.semiring_runtime(), bundle.factor_provider, bundle.selector_provider
+    )
 
 
 def test_reference_reproduces_corpus(bundle, live):
@@ -92,13 +93,15 @@ def test_reference_reproduces_corpus(bundle, live):
     z = np.asarray(live[("Z",)][0])
     assert z.shape == ()
     if bundle.expected_Z is not None:  # the stored Z field is the stored Z slot
-        assert np.array_equal(np.asarray(bundle.expected_Z, dtype=z.dtype),
-                              bundle.expected_slots[("Z",)][0], equal_nan=True)
+        assert np.array_equal(
+            np.asarray(bundle.expected_Z, dtype=z.dtype), bundle.expected_slots[("Z",)][0], equal_nan=True
+        )
 
 
 def test_reference_is_deterministic(bundle, live):
-    again = run_linked(bundle.programs, bundle.semiring_runtime(), bundle.factor_provider,
-                       bundle.selector_provider)
+    again = run_linked(
+        bundle.programs, bundle.semiring_runtime(), bundle.factor_provider, bundle.selector_provider
+    )
     assert_same_bits(again, live)
 
 
@@ -106,8 +109,7 @@ def test_reference_after_print_and_parse(bundle, live):
     text = format_programs(bundle.programs)
     programs = parse_programs(text)
     assert programs == bundle.programs
-    got = run_linked(programs, bundle.semiring_runtime(), bundle.factor_provider,
-                     bundle.selector_provider)
+    got = run_linked(programs, bundle.semiring_runtime(), bundle.factor_provider, bundle.selector_provider)
     assert_same_bits(got, live)
 
 
@@ -127,15 +129,18 @@ def test_stored_bound_is_tight_enough_to_fail():
     logprob = [p for p in CORPUS if "__logprob_float64" in p.name]
     assert logprob, "the corpus has LOGPROB float64 bundles"
     b = load_bundle(logprob[0])
-    off = {k: (np.where(np.isfinite(w), w + 1e-14 * np.maximum(1.0, np.abs(w)), w), spec)
-           for k, (w, spec) in b.expected_slots.items()}
+    off = {
+        k: (np.where(np.isfinite(w), w + 1e-14 * np.maximum(1.0, np.abs(w)), w), spec)
+        for k, (w, spec) in b.expected_slots.items()
+    }
     with pytest.raises(AssertionError):
         assert_matches_stored(off, b)
     assert_matches_stored(dict(b.expected_slots), b)
 
 
 def test_corpus_is_well_formed(bundle):
-    checked = validate_programs(bundle.programs, factor_specs=bundle.factor_specs(),
-                                selector_specs=bundle.selector_specs())
+    checked = validate_programs(
+        bundle.programs, factor_specs=bundle.factor_specs(), selector_specs=bundle.selector_specs()
+    )
     for key, (_, spec) in bundle.expected_slots.items():
         assert checked.slot_specs[key] == spec

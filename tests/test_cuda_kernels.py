@@ -31,8 +31,10 @@ from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
 nb_cuda = pytest.importorskip(
-    "numba.cuda", reason="numba-cuda is not installed: the CUDA target needs it, even to "
-                         "run under the simulator (pip install numba-cuda)")
+    "numba.cuda",
+    reason="numba-cuda is not installed: the CUDA target needs it, even to "
+    "run under the simulator (pip install numba-cuda)",
+)
 
 import catbp_jit
 from catbp_jit import Axis, AxisType, Instruction, OpCode, Program, TensorSpec, abi
@@ -56,7 +58,8 @@ BUNDLES = [p if p.name in QUICK else pytest.param(p, marks=pytest.mark.slow) for
 # not reach: COUNT wraps around int64 and LOGPROB's -inf - -inf is NaN on purpose.
 pytestmark = pytest.mark.filterwarnings(
     "ignore:overflow encountered in scalar:RuntimeWarning",
-    "ignore:invalid value encountered in scalar:RuntimeWarning")
+    "ignore:invalid value encountered in scalar:RuntimeWarning",
+)
 
 _MODULES = {}  # KernelPattern -> kernel module, loaded once per test process
 
@@ -75,9 +78,11 @@ def modules_for(schedule, directory):
 
 # ------------------------------------------------------------------------ running both
 
+
 @dataclass
 class Run:
     """A CPU session that keeps a copy of its arena as the first step sees it."""
+
     exe: object  # the Executable whose schedule runs (a batched one's bucket)
     session: object
     start: np.ndarray = None
@@ -113,11 +118,15 @@ def check_against_cpu(run: Run, semiring: str, directory, options=cuda_run.Launc
     """Run the device on the arena the CPU started from and compare with the CPU's."""
     exe, cpu = run.exe, run.session.mem
     mem, table = on_device(exe, run.start, directory, options)
-    regions, mem_cpu = exe.memory.regions, cpu[:exe.memory.total]
+    regions, mem_cpu = exe.memory.regions, cpu[: exe.memory.total]
     for key, v in exe.fused.outputs.items():
         r = regions[v]
-        assert_close(mem[r.offset:r.offset + r.size], mem_cpu[r.offset:r.offset + r.size],
-                     semiring, f"slot {key!r}")
+        assert_close(
+            mem[r.offset : r.offset + r.size],
+            mem_cpu[r.offset : r.offset + r.size],
+            semiring,
+            f"slot {key!r}",
+        )
     if bit_identical(semiring):
         assert_close(mem, mem_cpu, semiring, "arena")
     assert np.array_equal(table, exe.schedule.table), "the device kernels wrote into the table"
@@ -126,12 +135,17 @@ def check_against_cpu(run: Run, semiring: str, directory, options=cuda_run.Launc
 
 # -------------------------------------------------------------------------- the corpus
 
+
 def run_bundle(path):
     """The bundle, and a run of it on the CPU target (loop mode) with its inputs."""
     bundle = load_bundle(path)
-    exe = catbp_jit.compile(bundle.programs, bundle.semiring_runtime(),
-                            factor_specs=bundle.factor_specs(),
-                            selector_specs=bundle.selector_specs(), mode="loop")
+    exe = catbp_jit.compile(
+        bundle.programs,
+        bundle.semiring_runtime(),
+        factor_specs=bundle.factor_specs(),
+        selector_specs=bundle.selector_specs(),
+        mode="loop",
+    )
     run = Run.bind(exe, exe)
     factors, selectors = inputs(bundle)
     run.run(factors=factors, selectors=selectors)
@@ -146,19 +160,32 @@ def test_corpus_bundle_matches_cpu(path, module_dir):
 
 # --------------------------------------------------------------------- random programs
 
+
 def _settings(n: int):
-    return settings(max_examples=n, deadline=None, database=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                           HealthCheck.filter_too_much,
-                                           HealthCheck.function_scoped_fixture])
+    return settings(
+        max_examples=n,
+        deadline=None,
+        database=None,
+        suppress_health_check=[
+            HealthCheck.too_slow,
+            HealthCheck.data_too_large,
+            HealthCheck.filter_too_much,
+            HealthCheck.function_scoped_fixture,
+        ],
+    )
 
 
 def check_random_case(case, directory):
     note(case.listing())
     event(f"{case.semiring} {case.dtype.name}")
-    exe = catbp_jit.compile(case.programs, case.sr(), factor_specs=case.factor_specs,
-                            selector_specs=case.selector_specs,
-                            slot_specs=case.slot_specs or None, mode="loop")
+    exe = catbp_jit.compile(
+        case.programs,
+        case.sr(),
+        factor_specs=case.factor_specs,
+        selector_specs=case.selector_specs,
+        slot_specs=case.slot_specs or None,
+        mode="loop",
+    )
     run = Run.bind(exe, exe)
     for values in case.inputs:  # one session, two sets of inputs
         run.run(factors=values.factors, selectors=values.selectors, slots=values.slots)
@@ -189,18 +216,29 @@ def test_random_batched_programs_match_cpu(data, module_dir):
     rows = data.draw(st.integers(2, 3))
     note(f"{case.listing()}\nbatched factors {batched}, {rows} rows")
     try:
-        compiled = catbp_jit.compile(case.programs, case.sr(), factor_specs=case.factor_specs,
-                                     selector_specs=case.selector_specs,
-                                     slot_specs=case.slot_specs or None, mode="loop",
-                                     batched_factors=batched, buckets=(rows,))
+        compiled = catbp_jit.compile(
+            case.programs,
+            case.sr(),
+            factor_specs=case.factor_specs,
+            selector_specs=case.selector_specs,
+            slot_specs=case.slot_specs or None,
+            mode="loop",
+            batched_factors=batched,
+            buckets=(rows,),
+        )
     except BatchedCompileError:
         event("refused by the batch rewrite")
         return
     run = Run.bind(compiled, compiled.profiles[rows])
     rng = np.random.default_rng(0)
-    factors = {k: (np.stack([v] + [rng.permutation(v.ravel()).reshape(v.shape)
-                                   for _ in range(rows - 1)]) if k in batched else v)
-               for k, v in case.inputs[0].factors.items()}
+    factors = {
+        k: (
+            np.stack([v] + [rng.permutation(v.ravel()).reshape(v.shape) for _ in range(rows - 1)])
+            if k in batched
+            else v
+        )
+        for k, v in case.inputs[0].factors.items()
+    }
     run.run(factors=factors, selectors=case.inputs[0].selectors, slots=case.inputs[0].slots)
     by_rows = any(step.params.groups[0] > 1 for step in run.exe.schedule.steps)
     event(f"{case.semiring}: {'a' if by_rows else 'no'} NORMALIZE by rows")
@@ -213,15 +251,18 @@ G = AxisType.GEOMETRIC
 def batched_normalize_program() -> Program:
     """bel = NORMALIZE(f0 ⊗ f1) per row; m = ⊕_{G0} bel."""
     a0, a1 = Axis(0, G, 3), Axis(1, G, 2)
-    return Program((
-        Instruction(OpCode.LOAD_FACTOR, 0, {"factor_id": 0}),
-        Instruction(OpCode.LOAD_FACTOR, 1, {"factor_id": 1}),
-        Instruction(OpCode.CONTRACT, 2, {"inputs": (0, 1), "out_spec": TensorSpec((a0, a1))}),
-        Instruction(OpCode.NORMALIZE, None, {"src": 2}),
-        Instruction(OpCode.STORE_SLOT, None, {"slot": ("bel",), "src": 2}),
-        Instruction(OpCode.ELIMINATE, 3, {"src": 2, "keep_keys": ((G, 1),)}),
-        Instruction(OpCode.STORE_SLOT, None, {"slot": ("m",), "src": 3}),
-    ), "upward")
+    return Program(
+        (
+            Instruction(OpCode.LOAD_FACTOR, 0, {"factor_id": 0}),
+            Instruction(OpCode.LOAD_FACTOR, 1, {"factor_id": 1}),
+            Instruction(OpCode.CONTRACT, 2, {"inputs": (0, 1), "out_spec": TensorSpec((a0, a1))}),
+            Instruction(OpCode.NORMALIZE, None, {"src": 2}),
+            Instruction(OpCode.STORE_SLOT, None, {"slot": ("bel",), "src": 2}),
+            Instruction(OpCode.ELIMINATE, 3, {"src": 2, "keep_keys": ((G, 1),)}),
+            Instruction(OpCode.STORE_SLOT, None, {"slot": ("m",), "src": 3}),
+        ),
+        "upward",
+    )
 
 
 @pytest.mark.parametrize("semiring", ["PROB", "LOGPROB"])
@@ -229,9 +270,14 @@ def test_normalize_per_row_matches_cpu(semiring, module_dir):
     """Four rows: four NORMALIZE groups, each summed alone, as the CPU sums them."""
     a0, a1 = Axis(0, G, 3), Axis(1, G, 2)
     specs = {0: TensorSpec((a0, a1)), 1: TensorSpec((a1,))}
-    compiled = catbp_jit.compile(batched_normalize_program(), catbp_jit.make_semiring(semiring),
-                                 factor_specs=specs, mode="loop", batched_factors={0},
-                                 buckets=(4,))
+    compiled = catbp_jit.compile(
+        batched_normalize_program(),
+        catbp_jit.make_semiring(semiring),
+        factor_specs=specs,
+        mode="loop",
+        batched_factors={0},
+        buckets=(4,),
+    )
     run = Run.bind(compiled, compiled.profiles[4])
     assert any(step.params.groups[0] == 4 for step in run.exe.schedule.steps)
     rng = np.random.default_rng(7)
@@ -249,13 +295,16 @@ def many_reduced_axes_program() -> tuple:
     walks axes outside them (the CPU's odometer), which no corpus bundle does."""
     axes = [Axis(i, G, n) for i, n in enumerate((2, 3, 4, 5, 6, 7, 2))]
     f0, f1 = TensorSpec(tuple(axes[:6])), TensorSpec(tuple(axes[5::-1]) + (axes[6],))
-    program = Program((
-        Instruction(OpCode.LOAD_FACTOR, 0, {"factor_id": 0}),
-        Instruction(OpCode.LOAD_FACTOR, 1, {"factor_id": 1}),
-        Instruction(OpCode.CONTRACT, 2, {"inputs": (0, 1), "out_spec": TensorSpec(tuple(axes))}),
-        Instruction(OpCode.ELIMINATE, 3, {"src": 2, "keep_keys": ((G, 6),)}),
-        Instruction(OpCode.STORE_SLOT, None, {"slot": ("Z",), "src": 3}),
-    ), "upward")
+    program = Program(
+        (
+            Instruction(OpCode.LOAD_FACTOR, 0, {"factor_id": 0}),
+            Instruction(OpCode.LOAD_FACTOR, 1, {"factor_id": 1}),
+            Instruction(OpCode.CONTRACT, 2, {"inputs": (0, 1), "out_spec": TensorSpec(tuple(axes))}),
+            Instruction(OpCode.ELIMINATE, 3, {"src": 2, "keep_keys": ((G, 6),)}),
+            Instruction(OpCode.STORE_SLOT, None, {"slot": ("Z",), "src": 3}),
+        ),
+        "upward",
+    )
     return program, {0: f0, 1: f1}
 
 
@@ -265,8 +314,9 @@ def test_reduction_past_the_vector_matches_cpu(semiring, across, module_dir):
     """Either CPU vector (plan/loops.py): the GPU's threads add the terms in its order."""
     program, specs = many_reduced_axes_program()
     sr = catbp_jit.make_semiring(semiring)
-    compiled = catbp_jit.compile(program, sr, factor_specs=specs, mode="loop",
-                                 options=PlanOptions(across=across))
+    compiled = catbp_jit.compile(
+        program, sr, factor_specs=specs, mode="loop", options=PlanOptions(across=across)
+    )
     run = Run.bind(compiled, compiled)
     (step,) = [st_ for st_ in compiled.schedule.steps if st_.pattern.reduce]
     assert step.pattern.vector == across
@@ -287,13 +337,19 @@ def test_reduction_past_the_vector_matches_cpu(semiring, across, module_dir):
 
 # --------------------------------------------------------------------- launch shapes
 
-SHAPES = [cuda_run.LaunchOptions(1, 1024), cuda_run.LaunchOptions(32, 1024),
-          cuda_run.LaunchOptions(128, 1024), cuda_run.LaunchOptions(32, 1),
-          cuda_run.LaunchOptions(1, 3)]
+SHAPES = [
+    cuda_run.LaunchOptions(1, 1024),
+    cuda_run.LaunchOptions(32, 1024),
+    cuda_run.LaunchOptions(128, 1024),
+    cuda_run.LaunchOptions(32, 1),
+    cuda_run.LaunchOptions(1, 3),
+]
 
 
-@pytest.mark.parametrize("name", ["grid3_d2__prob_float64_normalized", "z4_cycle__prob_float32",
-                                  "z4_cycle__logprob_float64_normalized"])
+@pytest.mark.parametrize(
+    "name",
+    ["grid3_d2__prob_float64_normalized", "z4_cycle__prob_float32", "z4_cycle__logprob_float64_normalized"],
+)
 def test_launch_shapes_give_identical_bits(name, module_dir):
     """Threads per block 1, 32, 128, and grids capped to 1 or 3 blocks (the grid-stride
     loop covers the rest): the same arena, bit for bit (LOGPROB too)."""
@@ -311,12 +367,20 @@ def test_launch_shapes_give_identical_bits(name, module_dir):
 
 # --------------------------------------------------------------------------- the source
 
+
 def _patterns():
-    return [KernelPattern(sr, dt, reduce, norm, False)
-            for sr, dt in [("PROB", "float64"), ("PROB", "float32"), ("LOGPROB", "float64"),
-                           ("SAT", "bool"), ("COUNT", "int64")]
-            for reduce in (False, True)
-            for norm in ((False, True) if SEMIRINGS[sr].normalizes else (False,))]
+    return [
+        KernelPattern(sr, dt, reduce, norm, False)
+        for sr, dt in [
+            ("PROB", "float64"),
+            ("PROB", "float32"),
+            ("LOGPROB", "float64"),
+            ("SAT", "bool"),
+            ("COUNT", "int64"),
+        ]
+        for reduce in (False, True)
+        for norm in ((False, True) if SEMIRINGS[sr].normalizes else (False,))
+    ]
 
 
 def test_source_is_deterministic_and_ignores_parallel():
@@ -367,9 +431,18 @@ def test_bad_launch_options_are_refused_by_name(threads, blocks):
 
 
 def test_launch_shape_counts_outputs_and_groups():
-    params = abi.StepParams(out=0, out_rank=2, red_rank=1, chunks=1, block_axes=0,
-                            block_size=1, sizes=(3, 4, 5), out_strides=(4, 1),
-                            leaves=((0, (20, 5, 1)),), groups=(3, 4, 1))
+    params = abi.StepParams(
+        out=0,
+        out_rank=2,
+        red_rank=1,
+        chunks=1,
+        block_axes=0,
+        block_size=1,
+        sizes=(3, 4, 5),
+        out_strides=(4, 1),
+        leaves=((0, (20, 5, 1)),),
+        groups=(3, 4, 1),
+    )
     assert cuda.launch_shape(params) == (12, 3)
     assert cuda_run.LaunchOptions(32, 1024).blocks(12) == 1
     assert cuda_run.LaunchOptions(5, 1024).blocks(12) == 3
@@ -414,11 +487,19 @@ def test_kernels_lower_for_a_gpu(tmp_path):
     libdevice call there (never an fmul that NVVM could fuse with the add into an fma)."""
     pytest.importorskip("numba.cuda.compiler", reason="numba-cuda's compiler is not there")
     patterns = _patterns() + [KernelPattern("LOGPROB", "float32", True, True, False)]
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0",
-               PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    env = dict(
+        os.environ,
+        NUMBA_ENABLE_CUDASIM="0",
+        PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    )
     child = subprocess.run(
-        [sys.executable, "-c", LOWER_FOR_A_GPU, json.dumps([p.as_dict() for p in patterns]),
-         str(tmp_path)], capture_output=True, text=True, env=env, cwd=str(REPO), timeout=600)
+        [sys.executable, "-c", LOWER_FOR_A_GPU, json.dumps([p.as_dict() for p in patterns]), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(REPO),
+        timeout=600,
+    )
     assert child.returncode == 0, child.stderr[-3000:]
     lowered = json.loads(child.stdout.strip().splitlines()[-1])
     for pattern in patterns:

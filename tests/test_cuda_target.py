@@ -32,8 +32,14 @@ REPO = Path(__file__).resolve().parents[1]
 ASIA = str(REPO / "examples" / "asia.bif")
 # small bundles the simulator runs in well under a second each: every semiring and dtype,
 # normalized messages, a CONTRACT of many leaves
-FAST = ["z4_cycle__prob_float64_normalized", "z4_cycle__count_int64", "z4_cycle__prob_float32",
-        "grid3_d2__logprob_float64_normalized", "chain8__sat_bool", "coloring_cycle5__prob_float64"]
+FAST = [
+    "z4_cycle__prob_float64_normalized",
+    "z4_cycle__count_int64",
+    "z4_cycle__prob_float32",
+    "grid3_d2__logprob_float64_normalized",
+    "chain8__sat_bool",
+    "coloring_cycle5__prob_float64",
+]
 
 
 def bundle(name):
@@ -41,13 +47,21 @@ def bundle(name):
 
 
 def inputs(b):
-    return ({f: np.ascontiguousarray(a, dtype=b.dtype) for f, (a, _) in b.factors.items()},
-            {s: np.ascontiguousarray(a, dtype=b.dtype) for s, (a, _) in b.selectors.items()})
+    return (
+        {f: np.ascontiguousarray(a, dtype=b.dtype) for f, (a, _) in b.factors.items()},
+        {s: np.ascontiguousarray(a, dtype=b.dtype) for s, (a, _) in b.selectors.items()},
+    )
 
 
 def compile_for(b, target, **kw):
-    return catbp_jit.compile(b.programs, b.semiring_runtime(), factor_specs=b.factor_specs(),
-                             selector_specs=b.selector_specs(), target=target, **kw)
+    return catbp_jit.compile(
+        b.programs,
+        b.semiring_runtime(),
+        factor_specs=b.factor_specs(),
+        selector_specs=b.selector_specs(),
+        target=target,
+        **kw,
+    )
 
 
 def snapshot(slots):
@@ -118,10 +132,15 @@ def test_bad_input_changes_nothing():
     assert_same(before, snapshot(sess.run()), "after a refused run")
 
 
-@pytest.mark.parametrize("name, buckets, counts", [
-    ("z4_cycle__prob_float64_normalized", (1, 4), (1, 3, 5, 2)),
-    pytest.param("grid3_d2__prob_float64_normalized", (1, 4, 8), (1, 3, 8, 11, 2),
-                 marks=pytest.mark.slow)])  # 31 s in the simulator on a 2-core machine
+@pytest.mark.parametrize(
+    "name, buckets, counts",
+    [
+        ("z4_cycle__prob_float64_normalized", (1, 4), (1, 3, 5, 2)),
+        pytest.param(
+            "grid3_d2__prob_float64_normalized", (1, 4, 8), (1, 3, 8, 11, 2), marks=pytest.mark.slow
+        ),
+    ],
+)  # 31 s in the simulator on a 2-core machine
 def test_batched_profiles_on_cuda_equal_the_cpu_rows(name, buckets, counts):
     b = bundle(name)
     f, s = inputs(b)
@@ -134,8 +153,11 @@ def test_batched_profiles_on_cuda_equal_the_cpu_rows(name, buckets, counts):
     gpu = gpu_exe.bind()
     for n in counts:  # bucket switches, chunks past the largest
         given = {**f, fid: np.ascontiguousarray(rows[:n])}
-        assert_same(snapshot(cpu.run(factors=given, selectors=s)),
-                    snapshot(gpu.run(factors=given, selectors=s)), f"{n} rows")
+        assert_same(
+            snapshot(cpu.run(factors=given, selectors=s)),
+            snapshot(gpu.run(factors=given, selectors=s)),
+            f"{n} rows",
+        )
 
 
 def test_save_and_load_a_cuda_executable(tmp_path):
@@ -147,8 +169,11 @@ def test_save_and_load_a_cuda_executable(tmp_path):
     assert json.loads(path.read_text())["target"] == "cuda"
     loaded = catbp_jit.load(path)
     assert loaded.target == "cuda" and [k.key for k in loaded.kernels] == [k.key for k in exe.kernels]
-    assert_same(snapshot(exe.bind().run(factors=f, selectors=s)),
-                snapshot(loaded.bind().run(factors=f, selectors=s)), "loaded")
+    assert_same(
+        snapshot(exe.bind().run(factors=f, selectors=s)),
+        snapshot(loaded.bind().run(factors=f, selectors=s)),
+        "loaded",
+    )
 
 
 def test_cuda_kernels_go_through_the_kernel_cache(tmp_path):
@@ -182,8 +207,7 @@ def test_front_end_solve_and_solve_batch_on_cuda():
                 assert np.array_equal(a.marginals[v], c.marginals[v], equal_nan=True), (semiring, v)
     table = np.array([[0, 1], [1, -1], [-1, 0], [1, 1], [0, 0]], dtype=np.int64)
     cpu = compile_model(graph, "prob", evidence_vars=["dysp", "xray"], buckets=(1, 4))
-    gpu = compile_model(graph, "prob", evidence_vars=["dysp", "xray"], buckets=(1, 4),
-                        target="cuda")
+    gpu = compile_model(graph, "prob", evidence_vars=["dysp", "xray"], buckets=(1, 4), target="cuda")
     a, c = cpu.solve_batch(table), gpu.solve_batch(table)
     assert np.array_equal(a.log_Z, c.log_Z)
     for v in a.marginals:
@@ -195,8 +219,7 @@ def test_command_line_solve_on_cuda(capsys):
 
     assert main(["solve", ASIA, "--observe", "dysp=yes", "--format", "json", "-q"]) == 0
     want = json.loads(capsys.readouterr().out)
-    assert main(["solve", ASIA, "--observe", "dysp=yes", "--format", "json", "-q",
-                 "--target", "cuda"]) == 0
+    assert main(["solve", ASIA, "--observe", "dysp=yes", "--format", "json", "-q", "--target", "cuda"]) == 0
     got = json.loads(capsys.readouterr().out)
     del got["times"], want["times"]
     assert got == want
@@ -217,19 +240,26 @@ UNAVAILABLE = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("case, env, says", [
-    ("no-package", {}, "numba-cuda package, which is not installed"),
-    ("no-gpu", {"NUMBA_ENABLE_CUDASIM": "0"}, "needs an NVIDIA GPU"),
-])
+@pytest.mark.parametrize(
+    "case, env, says",
+    [
+        ("no-package", {}, "numba-cuda package, which is not installed"),
+        ("no-gpu", {"NUMBA_ENABLE_CUDASIM": "0"}, "needs an NVIDIA GPU"),
+    ],
+)
 def test_cuda_unavailable_is_one_clear_error(case, env, says):
     from numba import cuda
 
     if case == "no-gpu" and os.environ.get("NUMBA_ENABLE_CUDASIM") == "0" and cuda.is_available():
         pytest.skip("a GPU is here: there is no missing GPU to report")
     env = dict(os.environ, **env)
-    proc = subprocess.run([sys.executable, "-c", UNAVAILABLE, case,
-                           str(shared_dir() / "corpus" / "z4_cycle__prob_float64")],
-                          capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", UNAVAILABLE, case, str(shared_dir() / "corpus" / "z4_cycle__prob_float64")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     line = proc.stdout.strip().splitlines()[-1]
     assert line.startswith("REFUSED") and says in line, line
@@ -256,16 +286,19 @@ def test_a_numba_cuda_that_cannot_lower_with_this_numpy_is_one_clear_error(monke
     monkeypatch.delitem(sys.modules, "numba.cuda.cudaimpl", raising=False)
     monkeypatch.setattr(sys, "meta_path", [Broken(), *sys.meta_path])
     monkeypatch.setattr(config, "ENABLE_CUDASIM", False)  # the check is for a real GPU
-    with pytest.raises(CudaUnavailableError,
-                       match=r"numba-cuda \S+ cannot compile kernels with numpy .*row_stack"):
+    with pytest.raises(
+        CudaUnavailableError, match=r"numba-cuda \S+ cannot compile kernels with numpy .*row_stack"
+    ):
         cuda_build._check_lowering()
 
 
 def test_command_line_run_on_cuda(capsys):
     from catbp_jit.cli import main
 
-    assert main(["run", str(REPO / "examples" / "grid3_d2__prob_float64"), "--target", "cuda",
-                 "--repeat", "1"]) == 0
+    assert (
+        main(["run", str(REPO / "examples" / "grid3_d2__prob_float64"), "--target", "cuda", "--repeat", "1"])
+        == 0
+    )
     out = capsys.readouterr().out
     assert "target cuda" in out and "expected slots: 62/62 match" in out
 
@@ -276,20 +309,44 @@ def test_aot_for_cuda_then_a_strict_load_compiles_nothing(tmp_path):
     grid = REPO / "examples" / "grid3_d2__prob_float64"
     profile = tmp_path / "grid.cuda.json"
     env = dict(os.environ, CATBP_JIT_CACHE_DIR=str(tmp_path / "cache"))
-    aot = subprocess.run([sys.executable, "-m", "catbp_jit", "aot", str(grid), "--buckets",
-                          "1,4", "--batched-factors", "0", "--target", "cuda", "-o",
-                          str(profile), "-q"], env=env, capture_output=True, text=True,
-                         timeout=300)
+    aot = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "catbp_jit",
+            "aot",
+            str(grid),
+            "--buckets",
+            "1,4",
+            "--batched-factors",
+            "0",
+            "--target",
+            "cuda",
+            "-o",
+            str(profile),
+            "-q",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert aot.returncode == 0, aot.stderr[-2000:]
     compiled = re.search(r"\b(\d+) kernels \(\1 compiled now, 0 already cached\)", aot.stdout)
     assert compiled, aot.stdout
     assert json.loads(profile.read_text())["target"] == "cuda"
-    script = ("import catbp_jit as cj, sys\n"
-              "exe = cj.load(sys.argv[1])\n"
-              "print(exe.largest.target, sum(p.cache_stats.get('hits', 0) for p in exe.profiles.values()))\n")
-    done = subprocess.run([sys.executable, "-c", script, str(profile)],
-                          env=dict(env, CATBP_JIT_CACHE="strict"), capture_output=True,
-                          text=True, timeout=300)
+    script = (
+        "import catbp_jit as cj, sys\n"
+        "exe = cj.load(sys.argv[1])\n"
+        "print(exe.largest.target, sum(p.cache_stats.get('hits', 0) for p in exe.profiles.values()))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(profile)],
+        env=dict(env, CATBP_JIT_CACHE="strict"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     target, hits = done.stdout.split()
     assert target == "cuda" and int(hits) >= int(compiled.group(1))

@@ -52,8 +52,9 @@ def chain_model(path):
     ab = rng.uniform(0.1, 1, (2, 3))
     ab[1, 2] = 0.0  # a=1, b=2 together: impossible (a, b, c, d are 0, 1, 2, 3 in the file)
     bc, cd = rng.uniform(0.1, 1, (3, 2)), rng.uniform(0.1, 1, (2, 3))
-    graph = factor_graph({"a": 2, "b": 3, "c": 2, "d": 3},
-                         [(("a", "b"), ab), (("b", "c"), bc), (("c", "d"), cd)], name="chain")
+    graph = factor_graph(
+        {"a": 2, "b": 3, "c": 2, "d": 3}, [(("a", "b"), ab), (("b", "c"), bc), (("c", "d"), cd)], name="chain"
+    )
     path.write_text(write_uai(graph))
     return str(path)
 
@@ -63,11 +64,16 @@ def models(tmp_path_factory):
     """The model files and, compiled here (which warms the kernel cache the workers
     read), the local models the answers are checked against."""
     chain = chain_model(tmp_path_factory.mktemp("models") / "chain.uai")
-    local = {name: model_source(path, evidence_vars=ev, **OPTIONS).compile()
-             for name, path, ev in (("asia", ASIA, ASIA_VARS), ("chain", chain, CHAIN_VARS))}
-    many = [model_source(p, evidence_vars=tuple(e), plan_time=0)
-            .with_options(absorb_evidence=True, buckets=None).compile()
-            for p, e in zip((ASIA, chain), MANY_EVIDENCE)]
+    local = {
+        name: model_source(path, evidence_vars=ev, **OPTIONS).compile()
+        for name, path, ev in (("asia", ASIA, ASIA_VARS), ("chain", chain, CHAIN_VARS))
+    }
+    many = [
+        model_source(p, evidence_vars=tuple(e), plan_time=0)
+        .with_options(absorb_evidence=True, buckets=None)
+        .compile()
+        for p, e in zip((ASIA, chain), MANY_EVIDENCE)
+    ]
     for model, e in zip(many, MANY_EVIDENCE):
         model.solve(e)
     # impossible rows are certified by SAT: its companion model is compiled on first need
@@ -80,17 +86,20 @@ def models(tmp_path_factory):
 @pytest.fixture(scope="module")
 def client(models):
     from catbp_jit.cache import default_cache
+
     env = {"CATBP_JIT_CACHE": "strict", "CATBP_JIT_CACHE_DIR": default_cache().directory}
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=None, env=env) as cluster, \
-            distributed.Client(cluster) as client:
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, env=env
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
         yield client
 
 
 def partitioned(parts):
     """A Dask DataFrame with exactly these pandas frames as its partitions."""
-    return dd.from_delayed([dask.delayed(p) for p in parts], meta=parts[0].iloc[:0],
-                           verify_meta=False)
+    return dd.from_delayed([dask.delayed(p) for p in parts], meta=parts[0].iloc[:0], verify_meta=False)
 
 
 def assert_same_as_local(got, model, frame):
@@ -100,8 +109,9 @@ def assert_same_as_local(got, model, frame):
     assert list(got.index) == list(frame.index)
     np.testing.assert_allclose(got["log_Z"].to_numpy(), want.log_Z, rtol=1e-12, atol=1e-12)
     cols = [want.marginals[v] for v in model.graph.variables]
-    np.testing.assert_allclose(got.to_numpy()[:, 1:], np.concatenate(cols, axis=1),
-                               rtol=1e-12, atol=1e-12, equal_nan=True)
+    np.testing.assert_allclose(
+        got.to_numpy()[:, 1:], np.concatenate(cols, axis=1), rtol=1e-12, atol=1e-12, equal_nan=True
+    )
 
 
 def asia_parts():
@@ -112,6 +122,7 @@ def asia_parts():
         dysp = rng.choice(np.array(["yes", "no", None], dtype=object), n)
         smoke = rng.choice([0.0, 1.0, np.nan], n)  # indices, NaN unobserved
         return pd.DataFrame({"dysp": dysp, "smoke": smoke}, index=range(start, start + n))
+
     sizes = [3, 0, 20, 5]
     starts = np.cumsum([0] + sizes)
     return [part(n, s) for n, s in zip(sizes, starts)]
@@ -130,11 +141,11 @@ def test_index_table_with_impossible_rows_matches_local(client, models):
     rng = np.random.default_rng(2)
     frames = []
     for n in (12, 0, 9):  # c, a: int columns, -1 unobserved (a=1 with b=2 impossible)
-        frames.append(pd.DataFrame({"2": rng.integers(-1, 2, n), "0": rng.integers(-1, 2, n),
-                                    "unused": np.zeros(n)}))
+        frames.append(
+            pd.DataFrame({"2": rng.integers(-1, 2, n), "0": rng.integers(-1, 2, n), "unused": np.zeros(n)})
+        )
     frames = [f.set_axis(range(i * 100, i * 100 + len(f))) for i, f in enumerate(frames)]
-    got = solve_table(models["chain"], partitioned(frames), evidence_vars=CHAIN_VARS,
-                      **OPTIONS).compute()
+    got = solve_table(models["chain"], partitioned(frames), evidence_vars=CHAIN_VARS, **OPTIONS).compute()
     assert_same_as_local(got, models["local"]["chain"], pd.concat(frames))
 
 
@@ -153,6 +164,7 @@ def models_loaded():
     """On a worker: how many models it compiled (this module is pickled by value there,
     so the counter is imported, not captured)."""
     from catbp_jit.frontend.model_source import LOADED
+
     return LOADED.compiled
 
 
@@ -174,6 +186,7 @@ def test_the_model_cache_is_keyed_by_content(tmp_path):
 
 def test_a_process_keeps_its_most_recent_models(models):
     from catbp_jit.frontend.model_source import LoadedModels
+
     loaded = LoadedModels(size=1)
     asia = model_source(models["asia"], evidence_vars=ASIA_VARS, **OPTIONS)
     chain = model_source(models["chain"], evidence_vars=CHAIN_VARS, **OPTIONS)
@@ -218,8 +231,11 @@ def _gated_part(frame, gated):
 def test_a_worker_killed_mid_run_is_retried_and_the_result_is_complete(client, models):
     parts = [asia_parts()[2].set_axis(range(i * 20, i * 20 + 20)) for i in range(8)]
     gated = [i >= 6 for i in range(8)]  # the last two wait until a worker was killed
-    table = dd.from_delayed([dask.delayed(_gated_part)(p, g) for p, g in zip(parts, gated)],
-                            meta=parts[0].iloc[:0], verify_meta=False)
+    table = dd.from_delayed(
+        [dask.delayed(_gated_part)(p, g) for p, g in zip(parts, gated)],
+        meta=parts[0].iloc[:0],
+        verify_meta=False,
+    )
     result = solve_table(models["asia"], table, **OPTIONS).persist()
     futures = client.futures_of(result)
     deadline = time.monotonic() + 120
@@ -227,8 +243,9 @@ def test_a_worker_killed_mid_run_is_retried_and_the_result_is_complete(client, m
         time.sleep(0.1)
     assert sum(f.done() for f in futures) == 6  # the ungated ones; two still waiting
     holders = client.who_has(futures)
-    victim = max(client.scheduler_info()["workers"],
-                 key=lambda w: sum(w in held for held in holders.values()))
+    victim = max(
+        client.scheduler_info()["workers"], key=lambda w: sum(w in held for held in holders.values())
+    )
     pids = client.run(os.getpid)
     os.kill(pids[victim], signal.SIGKILL)  # its results and its running task are lost
     deadline = time.monotonic() + 120
@@ -243,8 +260,22 @@ def test_a_worker_killed_mid_run_is_retried_and_the_result_is_complete(client, m
 
 def test_a_profile_from_aot_runs_on_strict_workers(client, models, tmp_path, capsys):
     profile = tmp_path / "asia.profile.json"
-    assert main(["aot", ASIA, "--evidence-vars", ",".join(ASIA_VARS), "--buckets", "1,8",
-                 "-o", str(profile), "-q"]) == 0
+    assert (
+        main(
+            [
+                "aot",
+                ASIA,
+                "--evidence-vars",
+                ",".join(ASIA_VARS),
+                "--buckets",
+                "1,8",
+                "-o",
+                str(profile),
+                "-q",
+            ]
+        )
+        == 0
+    )
     parts = asia_parts()
     got = solve_table(str(profile), partitioned(parts)).compute()
     local = model_source(str(profile)).compile()
@@ -258,8 +289,10 @@ def test_warm_strict_workers_compile_nothing(client, models):
 
     def counters():
         from catbp_jit.cache import default_cache
+
         cache = default_cache()
         return cache.policy, dict(cache.stats)
+
     seen = client.run(counters)
     assert len(seen) == 2
     for policy, stats in seen.values():
@@ -275,13 +308,25 @@ def test_cli_writes_parquet_parts_like_the_input(client, models, tmp_path, capsy
     for i, p in enumerate(parts):
         p.reset_index(drop=True).to_parquet(src / f"part{i}.parquet")
     out = tmp_path / "posteriors"
-    code = main(["solve", ASIA, "--evidence-table", str(src), "--dask",
-                 client.scheduler.address, "-o", str(out), "--plan-time", "0", "-q"])
+    code = main(
+        [
+            "solve",
+            ASIA,
+            "--evidence-table",
+            str(src),
+            "--dask",
+            client.scheduler.address,
+            "-o",
+            str(out),
+            "--plan-time",
+            "0",
+            "-q",
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     written = sorted(out.glob("*.parquet"), key=lambda p: int(p.name.split(".")[1]))
     assert [len(pd.read_parquet(p)) for p in written] == [len(p) for p in parts]
-    got = pd.concat([pd.read_parquet(p) for p in written]).set_axis(
-        pd.concat(parts).index)
+    got = pd.concat([pd.read_parquet(p) for p in written]).set_axis(pd.concat(parts).index)
     assert_same_as_local(got, models["local"]["asia"], pd.concat(parts))
 
 
@@ -295,8 +340,21 @@ def test_a_failed_cli_run_leaves_the_old_output_directory(client, models, tmp_pa
     out = tmp_path / "posteriors"
     out.mkdir()
     (out / "old.parquet").write_text("the user's old output")
-    code = main(["solve", ASIA, "--evidence-table", str(src), "--dask",
-                 client.scheduler.address, "-o", str(out), "--plan-time", "0", "-q"])
+    code = main(
+        [
+            "solve",
+            ASIA,
+            "--evidence-table",
+            str(src),
+            "--dask",
+            client.scheduler.address,
+            "-o",
+            str(out),
+            "--plan-time",
+            "0",
+            "-q",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "'maybe' is not" in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cases", "posteriors"]
@@ -305,10 +363,13 @@ def test_a_failed_cli_run_leaves_the_old_output_directory(client, models, tmp_pa
 
 # -- errors: one clear message, no cluster needed ------------------------------------------
 
+
 def test_a_bad_cell_names_the_model_row_and_column(models):
     frame = pd.DataFrame({"dysp": ["yes", "maybe"], "smoke": [0, 1]}, index=[10, 11])
-    with dask.config.set(scheduler="sync"), \
-            pytest.raises(FactorGraphError, match=r"asia: evidence row 11: dysp='maybe' is not"):
+    with (
+        dask.config.set(scheduler="sync"),
+        pytest.raises(FactorGraphError, match=r"asia: evidence row 11: dysp='maybe' is not"),
+    ):
         solve_table(models["asia"], dd.from_pandas(frame, npartitions=1), **OPTIONS).compute()
 
 
@@ -319,8 +380,7 @@ def test_unknown_columns_and_profile_mismatches_are_one_error(models, tmp_path):
     with pytest.raises(FactorGraphError, match="asia: .*unknown or repeated: 'nosuch'"):
         solve_table(models["asia"], frame, **OPTIONS)
     profile = tmp_path / "p.profile.json"
-    assert main(["aot", ASIA, "--evidence-vars", "dysp", "--buckets", "1,8", "-o",
-                 str(profile), "-q"]) == 0
+    assert main(["aot", ASIA, "--evidence-vars", "dysp", "--buckets", "1,8", "-o", str(profile), "-q"]) == 0
     with pytest.raises(FactorGraphError, match="compiled with buckets=\\(1, 8\\)"):
         model_source(str(profile), buckets=(1, 64))
     edited = tmp_path / "asia.bif"
@@ -337,19 +397,35 @@ def test_cli_dask_errors_are_one_line(models, tmp_path, capsys):
     fake = tmp_path / "fake.parquet"
     fake.write_text("dysp\nyes\n")
     for argv, message in [
-            (["--evidence-table", str(csv), "--workers", "1", "-o", str(tmp_path / "o")],
-             "solve a Parquet evidence table"),
-            (["--evidence-table", str(fake), "--workers", "1", "-o", str(tmp_path / "o")],
-             "fake.parquet: not a readable Parquet file (Error creating dataset."),
-            (["--dask", "tcp://x:1", "--workers", "2"], "exclude each other")]:
+        (
+            ["--evidence-table", str(csv), "--workers", "1", "-o", str(tmp_path / "o")],
+            "solve a Parquet evidence table",
+        ),
+        (
+            ["--evidence-table", str(fake), "--workers", "1", "-o", str(tmp_path / "o")],
+            "fake.parquet: not a readable Parquet file (Error creating dataset.",
+        ),
+        (["--dask", "tcp://x:1", "--workers", "2"], "exclude each other"),
+    ]:
         code = main(["solve", ASIA, *argv, "-q"])
         err = capsys.readouterr().err
         assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
     src = tmp_path / "cases"
     src.mkdir()
     asia_parts()[0].to_parquet(src / "part0.parquet")
-    code = main(["solve", ASIA, "--evidence-table", str(src), "--dask", "tcp://127.0.0.1:1",
-                 "-o", str(tmp_path / "out"), "-q"])  # nobody listens: 10 s to give up
+    code = main(
+        [
+            "solve",
+            ASIA,
+            "--evidence-table",
+            str(src),
+            "--dask",
+            "tcp://127.0.0.1:1",
+            "-o",
+            str(tmp_path / "out"),
+            "-q",
+        ]
+    )  # nobody listens: 10 s to give up
     err = capsys.readouterr().err
     assert code == 2 and "cannot reach the Dask scheduler at tcp://127.0.0.1:1" in err
     assert len(err.strip().splitlines()) == 1
@@ -359,6 +435,7 @@ def test_cli_dask_errors_are_one_line(models, tmp_path, capsys):
 
 def test_without_dask_one_error_names_the_extra(monkeypatch, models):
     import sys
+
     monkeypatch.setitem(sys.modules, "dask.bag", None)  # as if not installed
     with pytest.raises(DaskMissingError, match=r"pip install 'catbp_jit\[dask\]'"):
         solve_many([models["asia"]])

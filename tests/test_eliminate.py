@@ -107,10 +107,10 @@ def check_against_oracle(got, exp, sr_name):
 def cases(draw):
     sizes = {k: draw(st.integers(1, 3)) for k in POOL}
     perm = draw(st.permutations(POOL))
-    in_keys = list(perm[:draw(st.integers(0, 4))])
+    in_keys = list(perm[: draw(st.integers(0, 4))])
     in_spec = TensorSpec(tuple(Axis(aid, kind, sizes[(kind, aid)]) for kind, aid in in_keys))
     kperm = draw(st.permutations(POOL))
-    keep_keys = tuple(kperm[:draw(st.integers(0, len(POOL)))])  # may name absent keys
+    keep_keys = tuple(kperm[: draw(st.integers(0, len(POOL)))])  # may name absent keys
     sr_name = draw(st.sampled_from(sorted(SEMIRINGS)))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     arr = random_array(rng, in_spec.shape, sr_name)
@@ -152,11 +152,14 @@ def test_legacy_drop_agrees_with_keep_keys(case, data):
     check_against_oracle(np.asarray(got_drop), exp, sr_name)
 
     # and through the VM and the validator, spelled as args["drop"]
-    prog = Program((
-        Instruction(OpCode.LOAD_FACTOR, 0, {"factor_id": 0}),
-        Instruction(OpCode.ELIMINATE, 1, {"src": 0, "drop": drop}),
-        Instruction(OpCode.STORE_SLOT, None, {"slot": ("out",), "src": 1}),
-    ), name="drop")
+    prog = Program(
+        (
+            Instruction(OpCode.LOAD_FACTOR, 0, {"factor_id": 0}),
+            Instruction(OpCode.ELIMINATE, 1, {"src": 0, "drop": drop}),
+            Instruction(OpCode.STORE_SLOT, None, {"slot": ("out",), "src": 1}),
+        ),
+        name="drop",
+    )
     fp = lambda i: (arr, in_spec)  # noqa: E731
     slots = run_program(prog, sr, fp, fp)
     out, spec = slots[("out",)]

@@ -29,8 +29,11 @@ def per_variable(semiring, raw):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.integers(1, 12), min_size=1, max_size=30), st.sampled_from(["PROB", "LOGPROB"]),
-       st.integers(0, 2**32 - 1))
+@given(
+    st.lists(st.integers(1, 12), min_size=1, max_size=30),
+    st.sampled_from(["PROB", "LOGPROB"]),
+    st.integers(0, 2**32 - 1),
+)
 def test_marginals_have_the_bits_of_one_normalization_per_variable(sizes, semiring, seed):
     rng = np.random.default_rng(seed)
     names = [f"v{i}" for i in range(len(sizes))]
@@ -53,8 +56,7 @@ def test_marginals_have_the_bits_of_one_normalization_per_variable(sizes, semiri
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(0, 3000), st.integers(0, 2**32 - 1),
-       st.sampled_from(["", "zero", "inf", "nan"]))
+@given(st.integers(0, 3000), st.integers(0, 2**32 - 1), st.sampled_from(["", "zero", "inf", "nan"]))
 def test_product_of_has_the_bits_of_the_loop(n, seed, special):
     rng = np.random.default_rng(seed)
     x = np.exp(rng.uniform(-700, 700, size=n))
@@ -79,6 +81,7 @@ def calls_in(fn):
     def profile(frame, event, arg):
         if event in ("call", "c_call"):
             count[0] += 1
+
     sys.setprofile(profile)
     try:
         fn()
@@ -89,8 +92,9 @@ def calls_in(fn):
 
 @pytest.mark.parametrize("semiring", ["prob", "logprob"])
 def test_solve_does_no_python_work_per_variable(semiring):
-    small, large = (compile_model(chain(n), semiring, evidence_vars=["x1"], absorb_evidence=True)
-                    for n in (6, 120))
+    small, large = (
+        compile_model(chain(n), semiring, evidence_vars=["x1"], absorb_evidence=True) for n in (6, 120)
+    )
     for m in (small, large):
         m.solve({"x1": 1})
     assert calls_in(lambda: large.solve({"x1": 1})) == calls_in(lambda: small.solve({"x1": 1}))
@@ -116,8 +120,9 @@ def test_raw_marginals_are_the_programs_slots(semiring, absorb):
     other order than the graph)."""
     graph = chain(7)
     if semiring == "count":
-        graph = factor_graph(graph.variables, [(f.scope, (f.values > 0.5).astype(float))
-                                               for f in graph.factors])
+        graph = factor_graph(
+            graph.variables, [(f.scope, (f.values > 0.5).astype(float)) for f in graph.factors]
+        )
     model = compile_model(graph, semiring, evidence_vars=["x3", "x2"], absorb_evidence=absorb)
     evidence = {"x3": 1, "x2": 3}
     sol = model.solve(evidence)
@@ -133,5 +138,4 @@ def test_raw_marginals_are_the_programs_slots(semiring, absorb):
             want = want / want.sum() * sol.Z
             assert np.allclose(sol.raw_marginals[v], want, rtol=1e-12, atol=0)
         else:
-            assert np.array_equal(sol.raw_marginals[v], want) and \
-                sol.raw_marginals[v].dtype == want.dtype
+            assert np.array_equal(sol.raw_marginals[v], want) and sol.raw_marginals[v].dtype == want.dtype

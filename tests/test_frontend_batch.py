@@ -38,8 +38,9 @@ def assert_rows_match(model, res, table):
             else:
                 np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
     if model.semiring in ("SAT", "COUNT") and len(table):
-        assert list(res.Z) == [model.solve({v: int(s) for v, s in zip(model.evidence_columns, r)
-                                            if s >= 0}).Z for r in table]
+        assert list(res.Z) == [
+            model.solve({v: int(s) for v, s in zip(model.evidence_columns, r) if s >= 0}).Z for r in table
+        ]
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -48,12 +49,12 @@ def test_batches_equal_rows_solved_one_at_a_time(ge, semiring, absorb, data):
     graph, _ = ge
     names = list(graph.variables)
     ev = data.draw(st.lists(st.sampled_from(names), min_size=1, max_size=3, unique=True))
-    model = compile_model(graph, semiring, evidence_vars=ev, absorb_evidence=absorb,
-                          buckets=BUCKETS)
+    model = compile_model(graph, semiring, evidence_vars=ev, absorb_evidence=absorb, buckets=BUCKETS)
     n = data.draw(st.sampled_from([0, 1, 3, 16, 17, 40]))
     lo = 0 if absorb else -1
-    table = np.array([[data.draw(st.integers(lo, graph.variables[v] - 1)) for v in ev]
-                      for _ in range(n)], dtype=np.int64).reshape(n, len(ev))
+    table = np.array(
+        [[data.draw(st.integers(lo, graph.variables[v] - 1)) for v in ev] for _ in range(n)], dtype=np.int64
+    ).reshape(n, len(ev))
     res = model.solve_batch(table)
     assert_rows_match(model, res, table)
     # the same rows as dicts, through the same session (bucket switches in between)
@@ -102,14 +103,18 @@ def test_rows_that_cannot_be_answered_are_refused_clearly():
         absorbed.solve_batch(np.array([[-1]]))
 
 
-@pytest.mark.parametrize("rows, got", [(None, "got NoneType"), (5, "got int"),
-                                        ("a", "got str"), ({"a": 0}, r"got dict \(one row")])
+@pytest.mark.parametrize(
+    "rows, got", [(None, "got NoneType"), (5, "got int"), ("a", "got str"), ({"a": 0}, r"got dict \(one row")]
+)
 def test_rows_that_are_no_sequence_of_rows_are_a_type_error(rows, got):
     g = factor_graph({"a": 2, "b": 3}, [(("a", "b"), np.ones((2, 3)))])
     model = compile_model(g, "prob", evidence_vars=["a"], target="reference")
-    with pytest.raises(TypeError, match=r"^solve_batch: rows must be a sequence of "
-                                        r"\{variable: state\} mappings or a 2-D integer "
-                                        rf"array, {got}"):
+    with pytest.raises(
+        TypeError,
+        match=r"^solve_batch: rows must be a sequence of "
+        r"\{variable: state\} mappings or a 2-D integer "
+        rf"array, {got}",
+    ):
         model.solve_batch(rows)
     assert len(model.solve_batch(iter([{"a": 1}, {}]))) == 2  # any iterable of rows
 
@@ -119,8 +124,7 @@ def test_reference_target_answers_batches_row_by_row():
     ref = compile_model(g, "prob", evidence_vars=["a"], target="reference")
     jit = compile_model(g, "prob", evidence_vars=["a"], buckets=(4,))
     table = np.array([[0], [1], [-1]])
-    np.testing.assert_allclose(ref.solve_batch(table).log_Z, jit.solve_batch(table).log_Z,
-                               rtol=1e-15)
+    np.testing.assert_allclose(ref.solve_batch(table).log_Z, jit.solve_batch(table).log_Z, rtol=1e-15)
 
 
 @pytest.mark.parametrize("semiring", ["prob", "logprob", "sat", "count"])
@@ -128,8 +132,11 @@ def test_answers_are_not_overwritten_by_the_next_batch(semiring):
     g = factor_graph({"a": 2, "b": 2}, [(("a", "b"), [[1.0, 0.0], [2.0, 3.0]])])
     model = compile_model(g, semiring, evidence_vars=["a"], buckets=(2,))
     first = model.solve_batch(np.array([[0], [1]]))
-    kept = (first.log_Z.copy(), {v: m.copy() for v, m in first.marginals.items()},
-            None if first.counts is None else first.counts.copy())
+    kept = (
+        first.log_Z.copy(),
+        {v: m.copy() for v, m in first.marginals.items()},
+        None if first.counts is None else first.counts.copy(),
+    )
     model.solve_batch(np.array([[1], [1]]))
     model.solve_batch(np.array([[1], [0], [1]]))  # more rows than the bucket: chunks
     np.testing.assert_array_equal(first.log_Z, kept[0])

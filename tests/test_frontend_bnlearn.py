@@ -39,8 +39,10 @@ def _network(name):
         except (RuntimeError, OSError) as e:  # offline: say why, once
             _fetch_failed.append(str(e).splitlines()[0])
     if name not in bnlearn.available():
-        pytest.skip(f"{name} not in {bnlearn.data_dir()}: {_fetch_failed[0] if _fetch_failed else ''}"
-                    " (python -m catbp_jit.frontend.bnlearn fetches the networks)")
+        pytest.skip(
+            f"{name} not in {bnlearn.data_dir()}: {_fetch_failed[0] if _fetch_failed else ''}"
+            " (python -m catbp_jit.frontend.bnlearn fetches the networks)"
+        )
     return bnlearn.load_network(name)
 
 
@@ -120,8 +122,9 @@ def pyagrum_posteriors(name, evidence, targets, tmp_path):
     return out, ie.evidenceProbability(), bn
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n
-                                  for n in bnlearn.NETWORKS])
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in bnlearn.NETWORKS]
+)
 def test_bnlearn_network_is_exact(name, tmp_path):
     graph = _network(name)
     seed = zlib.crc32(name.encode())
@@ -142,14 +145,18 @@ def test_bnlearn_network_is_exact(name, tmp_path):
     assert absorbed.plan.stats()["total_states"] <= model.plan.stats()["total_states"]
     assert absorbed.Z == pytest.approx(observed.Z, rel=1e-11)
     for v in graph.variables:
-        np.testing.assert_allclose(absorbed.marginals[v], observed.marginals[v], rtol=0, atol=1e-11,
-                                   err_msg=v)
+        np.testing.assert_allclose(
+            absorbed.marginals[v], observed.marginals[v], rtol=0, atol=1e-11, err_msg=v
+        )
 
     states = math.prod(graph.variables.values())
     names = list(graph.variables)
     rng = np.random.default_rng(seed)
-    sampled = names if len(names) <= EINSUM_QUERIES else \
-        [names[i] for i in rng.choice(len(names), EINSUM_QUERIES, replace=False)]
+    sampled = (
+        names
+        if len(names) <= EINSUM_QUERIES
+        else [names[i] for i in rng.choice(len(names), EINSUM_QUERIES, replace=False)]
+    )
     # pyAgrum with every variable a target does not fit: link's junction tree alone
     # throws std::bad_alloc at 16 GB. With fewer targets it prunes to what they need.
     agrum_targets = sampled if name in SLOW else names

@@ -89,13 +89,16 @@ def test_plan_prints_statistics_and_listing(capsys):
     assert "program upward" not in out
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["solve", "no/such/model.bif"], "no such file"),
-    (["solve", ASIA, "--observe", "nope=1"], "unknown variable"),
-    (["solve", ASIA, "--observe", "dysp"], "expected VAR=STATE"),
-    (["solve", ASIA, "--observe", "dysp=maybe"], "not a state of dysp"),
-    (["solve", ASIA, "--evidence", "missing.evid"], "no such evidence file"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["solve", "no/such/model.bif"], "no such file"),
+        (["solve", ASIA, "--observe", "nope=1"], "unknown variable"),
+        (["solve", ASIA, "--observe", "dysp"], "expected VAR=STATE"),
+        (["solve", ASIA, "--observe", "dysp=maybe"], "not a state of dysp"),
+        (["solve", ASIA, "--evidence", "missing.evid"], "no such evidence file"),
+    ],
+)
 def test_errors_are_one_line_and_exit_2(capsys, argv, message):
     code, out, err = run(capsys, *argv, "-q")
     assert code == 2

@@ -37,8 +37,9 @@ def test_tree_is_a_contraction_of_every_tensor(ge, data):
     assert [x.leaf.ident for x in leaves if x.leaf.kind == "factor"] == list(range(len(scopes)))
     assert [x.leaf.ident for x in leaves if x.leaf.kind == "indicator"] == sorted(evidence)
     held = {v for x in leaves if x.leaf.kind != "unit" for v in x.variables}
-    assert sorted(x.leaf.ident for x in leaves if x.leaf.kind == "unit") == sorted(
-        set(range(n)) - held) or (n == 0)
+    assert sorted(x.leaf.ident for x in leaves if x.leaf.kind == "unit") == sorted(set(range(n)) - held) or (
+        n == 0
+    )
     children = [c for x in nodes for c in x.children]
     assert sorted(children + [tree.root]) == list(range(len(nodes)))  # a tree
     below = {}
@@ -64,6 +65,7 @@ def test_a_searched_path_with_indicators_gives_enumerations_answer(ge, data):
     from catbp_jit.frontend.emit_tree import contraction_scale_slots, emit_contraction_programs
     from catbp_jit.reference import run_programs
     from catbp_jit.semiring import make_semiring
+
     graph, evidence = ge
     sizes, scopes = scopes_of(graph)
     index = graph.index()
@@ -85,10 +87,14 @@ def test_a_searched_path_with_indicators_gives_enumerations_answer(ge, data):
     names = list(graph.variables)
     for k, v in enumerate(ev):
         values[len(scopes) + k] = np.eye(sizes[v])[evidence[names[v]]]
-    slots = run_programs(list(programs), make_semiring("PROB"), lambda f: (values[f], specs[f]),
-                         lambda key: (_ for _ in ()).throw(KeyError(key)))
+    slots = run_programs(
+        list(programs),
+        make_semiring("PROB"),
+        lambda f: (values[f], specs[f]),
+        lambda key: (_ for _ in ()).throw(KeyError(key)),
+    )
     z = float(slots[("Z",)][0])
-    for key in (contraction_scale_slots(tree) if scaled else ()):
+    for key in contraction_scale_slots(tree) if scaled else ():
         z *= float(slots[key][0])
     assert z == pytest.approx(joint.sum(), rel=1e-12, abs=1e-300)
     for i, v in enumerate(names):
@@ -104,9 +110,20 @@ def test_a_searched_path_with_indicators_gives_enumerations_answer(ge, data):
 def test_reference_runs_them_as_enumeration_says(ge, semiring, absorb):
     graph, evidence = ge
     joint, marg = brute_force(graph, evidence)
-    check_solution(solve(graph, semiring=semiring, evidence=evidence, target="reference",
-                         absorb_evidence=absorb, plan_kind="contraction", plan_search=GREEDY),
-                   joint, marg, semiring)
+    check_solution(
+        solve(
+            graph,
+            semiring=semiring,
+            evidence=evidence,
+            target="reference",
+            absorb_evidence=absorb,
+            plan_kind="contraction",
+            plan_search=GREEDY,
+        ),
+        joint,
+        marg,
+        semiring,
+    )
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -142,7 +159,7 @@ def dense_pairs(n=10, seed=1):
     multiplies n(n-1)/2 tables at each state, where pairs contract in far smaller spaces."""
     rng = np.random.default_rng(seed)
     names = [f"x{i}" for i in range(n)]
-    factors = [((a, b), rng.random((2, 2)) + 0.2) for i, a in enumerate(names) for b in names[i + 1:]]
+    factors = [((a, b), rng.random((2, 2)) + 0.2) for i, a in enumerate(names) for b in names[i + 1 :]]
     return factor_graph({v: 2 for v in names}, factors)
 
 
@@ -167,8 +184,10 @@ def test_auto_keeps_the_junction_tree_where_one_table_fills_the_clique():
     multiplies them in one pass over the clique, the contraction tree in ten."""
     rng = np.random.default_rng(0)
     names = [f"x{i}" for i in range(10)]
-    graph = factor_graph({v: 2 for v in names}, [(tuple(names), rng.random((2,) * 10))]
-                         + [((v,), rng.random(2)) for v in names])
+    graph = factor_graph(
+        {v: 2 for v in names},
+        [(tuple(names), rng.random((2,) * 10))] + [((v,), rng.random(2)) for v in names],
+    )
     model = compile_model(graph, "prob", plan_search=GREEDY)
     assert model.plan_kind == "junction" and model.contraction is None
     assert model.stats["junction_flops"] < model.stats["contraction_flops"]
@@ -180,9 +199,14 @@ def test_the_jit_never_stores_a_contractions_joint_space():
     """A triangle of 50-state variables: the junction tree's clique holds 125,000 states;
     the contraction tree loops over them but keeps pairs (2,500) only."""
     rng = np.random.default_rng(2)
-    graph = factor_graph({"a": 50, "b": 50, "c": 50},
-                         [(("a", "b"), rng.random((50, 50))), (("b", "c"), rng.random((50, 50))),
-                          (("a", "c"), rng.random((50, 50)))])
+    graph = factor_graph(
+        {"a": 50, "b": 50, "c": 50},
+        [
+            (("a", "b"), rng.random((50, 50))),
+            (("b", "c"), rng.random((50, 50))),
+            (("a", "c"), rng.random((50, 50))),
+        ],
+    )
     tree = compile_model(graph, "prob", plan_search=GREEDY, plan_kind="contraction")
     junction = compile_model(graph, "prob", plan_search=GREEDY, plan_kind="junction")
     assert tree.stats["max_loop_states"] == 125_000 and tree.stats["max_stored_states"] == 2_500
@@ -199,6 +223,7 @@ def test_tree_cost_counts_each_pass():
     scalar root: f's is g (2 states), g's is f summed to a (4); the marginals: a from g
     (2 states, two tensors), b from f (4 states, two tensors): 12; five kernels."""
     from catbp_jit.frontend.search import STEP_OPERATIONS, tree_cost
+
     tree = contraction_tree((2, 2), [(0, 1), (0,)], (0, 1))
     assert [n.variables for n in tree.nodes] == [(0, 1), (0,), ()]
     assert tree.home == (1, 0) and tree.root == 2

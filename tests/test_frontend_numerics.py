@@ -57,12 +57,20 @@ def test_very_negative_log_z():
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.integers(2, 5), st.integers(2, 5), st.floats(0.1, 80.0), st.integers(0, 2**32 - 1),
-       st.floats(-60.0, 60.0))
+@given(
+    st.integers(2, 5),
+    st.integers(2, 5),
+    st.floats(0.1, 80.0),
+    st.integers(0, 2**32 - 1),
+    st.floats(-60.0, 60.0),
+)
 def test_random_grids_prob_matches_logprob(n, m, strength, seed, offset):
     g = ising_grid(n, m, strength, seed, offset)
-    assert_agree(solve(g, semiring="prob", target="reference"),
-                 solve(g, semiring="logprob", target="reference"), g.names)
+    assert_agree(
+        solve(g, semiring="prob", target="reference"),
+        solve(g, semiring="logprob", target="reference"),
+        g.names,
+    )
 
 
 def test_evidence_on_a_strong_grid_indicators_and_absorbed():
@@ -76,8 +84,9 @@ def test_evidence_on_a_strong_grid_indicators_and_absorbed():
 
 def test_float_z_is_unchanged_by_scaling():
     # two variables: Z exactly as the product would give it
-    s = solve({"a": 2, "b": 2}, [(("a",), [0.3, 0.7]), (("a", "b"), [[0.9, 0.1], [0.2, 0.8]])],
-              evidence={"b": 1})
+    s = solve(
+        {"a": 2, "b": 2}, [(("a",), [0.3, 0.7]), (("a", "b"), [[0.9, 0.1], [0.2, 0.8]])], evidence={"b": 1}
+    )
     assert isinstance(s.Z, float) and s.Z == pytest.approx(0.3 * 0.1 + 0.7 * 0.8, rel=1e-15)
     assert s.raw_log_scale == 0.0
     np.testing.assert_allclose(s.raw_marginals["a"], [0.03, 0.56], rtol=1e-15)

@@ -51,7 +51,7 @@ def old_greedy_order(sizes, scopes, score):
         fill, missing = 0, 0
         for i, a in enumerate(nb):
             adj_a = adj[a]
-            for b in nb[i + 1:]:
+            for b in nb[i + 1 :]:
                 if b not in adj_a:
                     fill += sizes[a] * sizes[b]
                     missing += 1
@@ -96,8 +96,14 @@ def structures(draw, max_vars=14):
     four variables a factor, repeated scopes, variables in no factor."""
     n = draw(st.integers(0, max_vars))
     sizes = [draw(st.integers(1, 4)) for _ in range(n)]
-    scopes = [tuple(draw(st.lists(st.integers(0, n - 1), max_size=min(4, n), unique=True)))
-              for _ in range(draw(st.integers(0, 16)))] if n else []
+    scopes = (
+        [
+            tuple(draw(st.lists(st.integers(0, n - 1), max_size=min(4, n), unique=True)))
+            for _ in range(draw(st.integers(0, 16)))
+        ]
+        if n
+        else []
+    )
     return sizes, scopes
 
 
@@ -143,12 +149,13 @@ def test_a_run_counts_the_states_of_the_junction_trees_cliques(structure):
 
 # -- early stops ------------------------------------------------------------------------------
 
+
 def test_a_run_no_better_than_the_best_stops_early():
     sizes, scopes = random_graph(random.Random(7), 80, 240)
     full = greedy_order(sizes, scopes, "min-fill")
     stopped = greedy_order(sizes, scopes, "min-fill", best_total=full.total_states // 2)
     assert stopped.stopped == "worse" and len(stopped.order) < len(full.order)
-    assert stopped.order == full.order[:len(stopped.order)]
+    assert stopped.order == full.order[: len(stopped.order)]
     # a tie with the best loses too (the first of equal runs is kept), so it stops
     assert greedy_order(sizes, scopes, "min-fill", best_total=full.total_states).stopped == "worse"
 
@@ -184,58 +191,76 @@ def test_format_count():
     assert format_count(7257600) == "7,257,600"
     assert format_count(2**251) == "3.62e75"
     assert format_count(10**17 - 1) == "1.00e17"
-    assert format_count(3 ** 20000).endswith("e9542")  # far past a float
+    assert format_count(3**20000).endswith("e9542")  # far past a float
 
 
 # -- the model refuses while planning --------------------------------------------------------
 
+
 def chain(n, d):
     """n variables of domain d, each factor over a neighbouring pair: cliques of d*d states."""
-    return factor_graph({f"x{i}": d for i in range(n)},
-                        [((f"x{i}", f"x{i + 1}"), np.ones((d, d))) for i in range(n - 1)],
-                        name="chain")
+    return factor_graph(
+        {f"x{i}": d for i in range(n)},
+        [((f"x{i}", f"x{i + 1}"), np.ones((d, d))) for i in range(n - 1)],
+        name="chain",
+    )
 
 
 def test_a_plan_over_the_total_limit_is_refused_before_emitting(monkeypatch):
     from catbp_jit.frontend import build
+
     monkeypatch.setattr(build, "emit_programs", lambda *a: pytest.fail("emitted a refused plan"))
     graph = chain(50, 10)  # 49 cliques of 100 states: 39,200 bytes as float64
-    with pytest.raises(ModelTooLargeError,
-                       match=r"chain: the junction tree's cliques hold [\d,]+ states .* or more .*, the "
-                             r"largest 2 variables and 100 states; the limit is 32.00 KiB for all "
-                             r"cliques together \(max_total_bytes"):
-        compile_model(graph, "prob", target="reference", max_total_bytes=32 << 10,
-                      plan_kind="junction", plan_time=0)  # greedy's refusal, no rescue search
+    with pytest.raises(
+        ModelTooLargeError,
+        match=r"chain: the junction tree's cliques hold [\d,]+ states .* or more .*, the "
+        r"largest 2 variables and 100 states; the limit is 32.00 KiB for all "
+        r"cliques together \(max_total_bytes",
+    ):
+        compile_model(
+            graph, "prob", target="reference", max_total_bytes=32 << 10, plan_kind="junction", plan_time=0
+        )  # greedy's refusal, no rescue search
 
 
 def test_the_limit_defaults_to_the_memory_limit(monkeypatch):
     monkeypatch.setenv("CATBP_JIT_MAX_BYTES", str(32 << 10))
     with pytest.raises(ModelTooLargeError, match="32.00 KiB for all cliques together"):
-        compile_model(chain(50, 10), "prob", target="reference", plan_kind="junction",
-                      plan_time=0)  # greedy's refusal, without the rescue search's 10 s
+        compile_model(
+            chain(50, 10), "prob", target="reference", plan_kind="junction", plan_time=0
+        )  # greedy's refusal, without the rescue search's 10 s
     monkeypatch.setenv("CATBP_JIT_MAX_BYTES", str(40 << 10))
-    assert compile_model(chain(50, 10), "prob", target="reference",
-                         plan_kind="junction").stats["total_states"] == 4900
+    assert (
+        compile_model(chain(50, 10), "prob", target="reference", plan_kind="junction").stats["total_states"]
+        == 4900
+    )
 
 
 def test_the_refusal_is_a_factor_graph_error_and_a_plan_too_large_error():
-    graph = factor_graph({f"x{i}": 4 for i in range(6)},
-                         [(tuple(f"x{i}" for i in range(6)), np.ones((4,) * 6))], name="six")
+    graph = factor_graph(
+        {f"x{i}": 4 for i in range(6)}, [(tuple(f"x{i}" for i in range(6)), np.ones((4,) * 6))], name="six"
+    )
     for kind in (FactorGraphError, PlanTooLargeError, MemoryError, CatbpError):
-        with pytest.raises(kind, match=r"six: the junction tree's largest clique has 6 variables "
-                                       r"and 4,096 states \(32.00 KiB as float64\) or more"):
+        with pytest.raises(
+            kind,
+            match=r"six: the junction tree's largest clique has 6 variables "
+            r"and 4,096 states \(32.00 KiB as float64\) or more",
+        ):
             compile_model(graph, "prob", target="reference", max_clique_bytes=1024)
 
 
 def test_a_finished_plan_is_checked_against_the_limits_too(monkeypatch):
     """The check after planning stays: an order that did not stop at the limits is refused."""
     from catbp_jit.frontend import search
-    monkeypatch.setattr(search, "elimination_order",
-                        lambda sizes, scopes, **unused: elimination_order(sizes, scopes))
-    with pytest.raises(ModelTooLargeError, match=r"largest clique has 2 variables and 100 states "
-                                                 r"\(800 B as float64\); the limit is 512 B per clique"):
-        compile_model(chain(5, 10), "prob", target="reference", max_clique_bytes=512,
-                      plan_kind="junction")
+
+    monkeypatch.setattr(
+        search, "elimination_order", lambda sizes, scopes, **unused: elimination_order(sizes, scopes)
+    )
+    with pytest.raises(
+        ModelTooLargeError,
+        match=r"largest clique has 2 variables and 100 states "
+        r"\(800 B as float64\); the limit is 512 B per clique",
+    ):
+        compile_model(chain(5, 10), "prob", target="reference", max_clique_bytes=512, plan_kind="junction")
 
 
 def test_the_model_reports_planning_progress():
@@ -245,6 +270,7 @@ def test_the_model_reports_planning_progress():
 
 
 # -- shapes that were quadratic or worse -----------------------------------------------------
+
 
 def plan_and_emit(sizes, scopes):
     t0 = time.perf_counter()
@@ -281,14 +307,19 @@ def test_separators_are_the_shared_variables():
         for k in c.children:
             shared = tuple(sorted(set(c.variables) & set(plan.cliques[k].variables)))
             assert plan.separator(c.id, k) == plan.separator(k, c.id) == shared
-    far = next((a, b) for a in range(len(plan.cliques)) for b in range(len(plan.cliques))
-               if a != b and plan.cliques[a].parent != b and plan.cliques[b].parent != a)
+    far = next(
+        (a, b)
+        for a in range(len(plan.cliques))
+        for b in range(len(plan.cliques))
+        if a != b and plan.cliques[a].parent != b and plan.cliques[b].parent != a
+    )
     with pytest.raises(ValueError, match="not adjacent"):
         plan.separator(*far)
 
 
 def test_suffix_unions_are_the_unions_of_the_later_separators():
     from catbp_jit.frontend.emit import _suffix_unions
+
     sizes, scopes = random_graph(random.Random(5), 60, 100)
     plan = junction_tree(sizes, scopes)
     checked = 0
@@ -305,14 +336,18 @@ def dense_graph(n=500, edges=62_500, seed=0):
     """The shape of UAI 2014's relational_1: 500 binary variables, 62,500 pairwise factors."""
     _, pairs = random_graph(random.Random(seed), n, edges)
     table = np.ones((2, 2))
-    return factor_graph({str(i): 2 for i in range(n)},
-                        [((str(a), str(b)), table) for a, b in pairs], name="dense")
+    return factor_graph(
+        {str(i): 2 for i in range(n)}, [((str(a), str(b)), table) for a, b in pairs], name="dense"
+    )
 
 
 def assert_refused_quickly(graph):
     t0 = time.perf_counter()
-    with pytest.raises(ModelTooLargeError, match=rf"{graph.name}: the junction tree's largest "
-                                                 r"clique has \d{3} variables and [\d.]+e\d+ states"):
+    with pytest.raises(
+        ModelTooLargeError,
+        match=rf"{graph.name}: the junction tree's largest "
+        r"clique has \d{3} variables and [\d.]+e\d+ states",
+    ):
         compile_model(graph, "prob", target="reference")
     assert time.perf_counter() - t0 < 60
 
@@ -326,4 +361,5 @@ def test_relational_1_is_refused_quickly():
     if not path.exists():
         pytest.skip(f"{path} is not here (UAI 2014 problems are in the shared data)")
     from catbp_jit.frontend.uai import read_uai
+
     assert_refused_quickly(read_uai(path))

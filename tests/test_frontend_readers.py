@@ -57,8 +57,7 @@ def test_read_markov():
     assert [f.scope for f in g.factors] == [("0",), ("0", "1"), ("1", "2")]
     np.testing.assert_array_equal(g.factors[0].values, [0.436, 0.564])
     # The last scope variable varies fastest.
-    np.testing.assert_array_equal(g.factors[2].values,
-                                  [[0.210, 0.333, 0.457], [0.811, 0.000, 0.189]])
+    np.testing.assert_array_equal(g.factors[2].values, [[0.210, 0.333, 0.457], [0.811, 0.000, 0.189]])
     assert g.name == "uai"
 
 
@@ -88,10 +87,13 @@ def small_graphs(draw):
     factors = []
     for _ in range(draw(st.integers(0, 4))):
         order = draw(st.permutations(range(n)))
-        scope = tuple(names[i] for i in order[:draw(st.integers(0, n))])
+        scope = tuple(names[i] for i in order[: draw(st.integers(0, n))])
         size = math.prod(domains[names.index(v)] for v in scope)
-        values = draw(st.lists(st.floats(0.0, 1e300, allow_nan=False, allow_infinity=False),
-                               min_size=size, max_size=size))
+        values = draw(
+            st.lists(
+                st.floats(0.0, 1e300, allow_nan=False, allow_infinity=False), min_size=size, max_size=size
+            )
+        )
         factors.append((scope, np.array(values, dtype=np.float64)))
     return factor_graph(dict(zip(names, domains)), factors)
 
@@ -108,29 +110,35 @@ def test_write_read_uai_round_trip(g):
         np.testing.assert_array_equal(b.values, f.values)  # exact: repr round trips
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("", {}),
-    ("0", {}),
-    ("1 0", {}),  # older layout: one sample, nothing observed
-    ("2 0 1 2 2", {"0": 1, "2": 2}),  # modern: N v x ...
-    ("1\n2 0 1 2 2\n", {"0": 1, "2": 2}),  # older: sample count first
-    ("1 2 0", {"2": 0}),  # modern with N = 1 (odd count), not the older layout
-    ("2 1 1 1 1", {"1": 1}),  # the same observation twice is harmless
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("", {}),
+        ("0", {}),
+        ("1 0", {}),  # older layout: one sample, nothing observed
+        ("2 0 1 2 2", {"0": 1, "2": 2}),  # modern: N v x ...
+        ("1\n2 0 1 2 2\n", {"0": 1, "2": 2}),  # older: sample count first
+        ("1 2 0", {"2": 0}),  # modern with N = 1 (odd count), not the older layout
+        ("2 1 1 1 1", {"1": 1}),  # the same observation twice is harmless
+    ],
+)
 def test_read_evidence_layouts(text, expected):
     assert read_evidence(text, read_uai(MARKOV)) == expected
 
 
-@pytest.mark.parametrize("text, message", [
-    ("1 3 0", "variable index must be in [0, 3)"),
-    ("1 2 3", "state of variable 2 ('2', domain size 3) must be in [0, 3)"),
-    ("2 0 1", "the file has 3 numbers, which fits neither the modern layout"),
-    ("1\n2 0 1", "the file has 4 numbers, which fits neither"),
-    ("1 2 0 1", "fits neither"),
-    ("2\n1 0 1\n1 1 1", "2 evidence samples (older layout)"),
-    ("2 0 1 0 0", "observed twice with different states"),
-    ("1 x 0", "expected a variable index (an integer)"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("1 3 0", "variable index must be in [0, 3)"),
+        ("1 2 3", "state of variable 2 ('2', domain size 3) must be in [0, 3)"),
+        ("2 0 1", "the file has 3 numbers, which fits neither the modern layout"),
+        ("1\n2 0 1", "the file has 4 numbers, which fits neither"),
+        ("1 2 0 1", "fits neither"),
+        ("2\n1 0 1\n1 1 1", "2 evidence samples (older layout)"),
+        ("2 0 1 0 0", "observed twice with different states"),
+        ("1 x 0", "expected a variable index (an integer)"),
+    ],
+)
 def test_read_evidence_errors(tmp_path, text, message):
     path = tmp_path / "bad.evid"
     path.write_text(text)
@@ -146,8 +154,7 @@ def test_format_mar():
     text = format_mar(g, marginals)
     lines = text.splitlines()
     assert lines[0] == "MAR"
-    assert lines[1] == ("3 2 0.25 0.75 2 0.3333333333333333 0.6666666666666666 "
-                        "3 0.1 0.2 0.7")
+    assert lines[1] == ("3 2 0.25 0.75 2 0.3333333333333333 0.6666666666666666 3 0.1 0.2 0.7")
     assert float(lines[1].split()[5]) == 1 / 3  # values read back exactly
     with pytest.raises(FactorGraphError, match="no marginal for variable '2'"):
         format_mar(g, {"0": [0.5, 0.5], "1": [0.5, 0.5]})
@@ -155,22 +162,28 @@ def test_format_mar():
         format_mar(g, {**marginals, "2": [0.5, 0.5]})
 
 
-@pytest.mark.parametrize("text, message", [
-    ("MARKOV\n1\n2\n1\n1 0\n2\n0.5", "the file ends early, factor 0's table needs 2 entries"),
-    ("MARKOV\n1\n2\n1\n1 0\n3\n0.5 0.5 0.5", "factor 0's table has 3 entries, its scope's "
-                                             "domains (2,) give 2"),
-    ("MARKOV\n1\n2\n1\n1 0\n2\n0.5 -0.5", "factor 0's table: entry 1 must be a finite "
-                                          "non-negative number"),
-    ("MARKOV\n1\n2\n1\n1 0\n2\n0.5 nan", "entry 1 must be a finite non-negative number"),
-    ("MARKOV\n1\n2\n1\n1 0\n2\n0.5 abc", "entry 1 is not a number"),
-    ("MARKOV\n1\n2\n1\n1 1\n2\n0.5 0.5", "a variable index in the scope of factor 0 must be "
-                                         "in [0, 1)"),
-    ("MARKOV\n2\n2 2\n1\n2 1 1\n4\n1 1 1 1", "factor 0 has a variable twice in its scope"),
-    ("MARKOV\n1\n0\n0", "the domain size of variable 0 must be >= 1"),
-    ("MARKOV\n1\n2\n1\n1 0\n2\n0.5 0.5 7", "unexpected text after the last of the 1 tables"),
-    ("MARKOV\n2\n2", "the file ends early, expected the domain size of variable 1"),
-    ("CSP\n1\n2\n0", "the file must start with MARKOV or BAYES"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("MARKOV\n1\n2\n1\n1 0\n2\n0.5", "the file ends early, factor 0's table needs 2 entries"),
+        (
+            "MARKOV\n1\n2\n1\n1 0\n3\n0.5 0.5 0.5",
+            "factor 0's table has 3 entries, its scope's domains (2,) give 2",
+        ),
+        (
+            "MARKOV\n1\n2\n1\n1 0\n2\n0.5 -0.5",
+            "factor 0's table: entry 1 must be a finite non-negative number",
+        ),
+        ("MARKOV\n1\n2\n1\n1 0\n2\n0.5 nan", "entry 1 must be a finite non-negative number"),
+        ("MARKOV\n1\n2\n1\n1 0\n2\n0.5 abc", "entry 1 is not a number"),
+        ("MARKOV\n1\n2\n1\n1 1\n2\n0.5 0.5", "a variable index in the scope of factor 0 must be in [0, 1)"),
+        ("MARKOV\n2\n2 2\n1\n2 1 1\n4\n1 1 1 1", "factor 0 has a variable twice in its scope"),
+        ("MARKOV\n1\n0\n0", "the domain size of variable 0 must be >= 1"),
+        ("MARKOV\n1\n2\n1\n1 0\n2\n0.5 0.5 7", "unexpected text after the last of the 1 tables"),
+        ("MARKOV\n2\n2", "the file ends early, expected the domain size of variable 1"),
+        ("CSP\n1\n2\n0", "the file must start with MARKOV or BAYES"),
+    ],
+)
 def test_read_uai_errors(tmp_path, text, message):
     path = tmp_path / "bad.uai"
     path.write_text(text)
@@ -228,8 +241,7 @@ def test_read_small_bif():
     g = read_bif(SMALL_BIF)
     assert g.name == "tiny net"
     assert g.variables == {"A": 3, "B": 2, "C": 2, "D": 2}
-    assert g.states == {"A": ("a0", "a-1", "a.2"), "B": ("<5", ">=5"), "C": ("c+", "c-"),
-                        "D": ("yes", "no")}
+    assert g.states == {"A": ("a0", "a-1", "a.2"), "B": ("<5", ">=5"), "C": ("c+", "c-"), "D": ("yes", "no")}
     assert [f.scope for f in g.factors] == [("A",), ("B",), ("C", "A", "B"), ("D", "B", "C")]
     np.testing.assert_array_equal(g.factors[0].values, [0.2, 0.3, 0.5])
     # table: child slowest, last parent fastest (as pyAgrum and pgmpy read it).
@@ -257,8 +269,11 @@ probability ( Q ) { table 0.5, 0.5; }
     cpt = rng.random((3, 2, 2))
     cpt /= cpt.sum(axis=0)
     table = ", ".join(repr(float(v)) for v in cpt.reshape(-1))
-    rows = [f"(p{p}, q{q}) " + ", ".join(repr(float(v)) for v in cpt[:, p, q]) + ";"
-            for q in (1, 0) for p in (1, 0)]
+    rows = [
+        f"(p{p}, q{q}) " + ", ".join(repr(float(v)) for v in cpt[:, p, q]) + ";"
+        for q in (1, 0)
+        for p in (1, 0)
+    ]
     g_table = read_bif(head + f"probability ( X | P, Q ) {{ table {table}; }}", normalize=False)
     g_rows = read_bif(head + "probability ( X | P, Q ) {\n" + "\n".join(rows) + "\n}", normalize=False)
     np.testing.assert_array_equal(g_table.factors[0].values, cpt)  # exact float64
@@ -270,13 +285,17 @@ def test_bif_table_order_matches_pyagrum(tmp_path):
     # parented table against pyAgrum directly (domains 3, 2, 4: any mix-up shows).
     gum = pytest.importorskip("pyagrum")
     values = np.arange(1, 25, dtype=np.float64)
-    text = """network order { }
+    text = (
+        """network order { }
 variable C { type discrete [ 3 ] { c0, c1, c2 }; }
 variable A { type discrete [ 2 ] { a0, a1 }; }
 variable B { type discrete [ 4 ] { b0, b1, b2, b3 }; }
 probability ( A ) { table 0.5, 0.5; }
 probability ( B ) { table 0.25, 0.25, 0.25, 0.25; }
-probability ( C | A, B ) { table """ + ", ".join(map(repr, values.tolist())) + "; }\n"
+probability ( C | A, B ) { table """
+        + ", ".join(map(repr, values.tolist()))
+        + "; }\n"
+    )
     ours = read_bif(text, normalize=False).factors[0]  # factors follow the variables: C first
     assert ours.scope == ("C", "A", "B")
     np.testing.assert_array_equal(ours.values, values.reshape(3, 2, 4))
@@ -295,8 +314,7 @@ def test_bif_rows_are_normalized_unless_asked_not_to():
     np.testing.assert_array_equal(written[:, 0], [0.3333333, 0.6666666])
     rows = read_bif(text).factors[1].values
     np.testing.assert_allclose(rows.sum(axis=0), 1.0, rtol=0, atol=1e-15)
-    np.testing.assert_allclose(rows[:, 0], np.array([0.3333333, 0.6666666]) / 0.9999999,
-                               rtol=1e-15)
+    np.testing.assert_allclose(rows[:, 0], np.array([0.3333333, 0.6666666]) / 0.9999999, rtol=1e-15)
     with pytest.raises(FactorGraphError, match="sums to 0"):
         read_bif(_TWO + "probability ( B | A ) { (a0) 0, 0; (a1) 0.1, 0.9; }\n")
 
@@ -315,33 +333,48 @@ probability ( A ) { table 0.5, 0.5; }
 """
 
 
-@pytest.mark.parametrize("cpt, message", [
-    ("probability ( B | A ) { (a0) 0.1, 0.9; (a2) 0.5, 0.5; }",
-     "variable 'B': row (a2): 'a2' is not a state of parent 'A' (states: a0, a1)"),
-    ("probability ( B | A ) { (a0) 0.1, 0.9; }", "variable 'B': no row for (A=a1)"),
-    ("probability ( B | A ) { (a0) 0.1, 0.9; (a1) 0.5; }",
-     "variable 'B': row (a1) has 1 values, the child has 2 states"),
-    ("probability ( B | A ) { (a0) 0.1, 0.9; (a0) 0.5, 0.5; }",
-     "variable 'B': this parent configuration already has a row"),
-    ("probability ( B | A ) { table 0.1, 0.9, 0.5; }",
-     "variable 'B': table has 3 values, expected 4"),
-    ("probability ( B | A ) { (a0) 0.1, 0.9; (a1) 0.5, x; }",
-     "variable 'B': rows: 'x' is not a number"),
-    ("probability ( B | A ) { (a0) 0.1, 0.9; (a1) -0.5, 1.5; }",
-     "P(B=b0 | A=a1) = -0.5; CPT entries must be finite and non-negative"),
-    ("probability ( B | Z ) { table 0.5, 0.5; }", "variable 'B': unknown parent 'Z'"),
-    ("probability ( B | A ) { (a0, a1) 0.1, 0.9; }", "gives 2 parent states, there are 1"),
-    ("probability ( B | A ) { (a0) 0.1, 0.9 }", "missing ';'"),
-    ("", "variable 'B' has no probability block"),
-    ("probability ( B ) { table 0.5, 0.5; }\nprobability ( C ) { table 1; }",
-     "probability block for undeclared variable 'C'"),
-    ("probability ( B ) { table 0.5, 0.5; }\nvariable B { type discrete [ 1 ] { b }; }",
-     "variable 'B' is declared twice"),
-    ("probability ( B ) { table 0.5, 0.5; }\nvariable C { type discrete [ 3 ] { x, y }; }",
-     "variable 'C': declares 3 states but lists 2"),
-    ("probability ( B ) { table 0.5, 0.5; }\nbogus", "expected 'network', 'variable' or"),
-    ("probability ( B ) { table 0.5, 0.5;", "this '{' is never closed"),
-])
+@pytest.mark.parametrize(
+    "cpt, message",
+    [
+        (
+            "probability ( B | A ) { (a0) 0.1, 0.9; (a2) 0.5, 0.5; }",
+            "variable 'B': row (a2): 'a2' is not a state of parent 'A' (states: a0, a1)",
+        ),
+        ("probability ( B | A ) { (a0) 0.1, 0.9; }", "variable 'B': no row for (A=a1)"),
+        (
+            "probability ( B | A ) { (a0) 0.1, 0.9; (a1) 0.5; }",
+            "variable 'B': row (a1) has 1 values, the child has 2 states",
+        ),
+        (
+            "probability ( B | A ) { (a0) 0.1, 0.9; (a0) 0.5, 0.5; }",
+            "variable 'B': this parent configuration already has a row",
+        ),
+        ("probability ( B | A ) { table 0.1, 0.9, 0.5; }", "variable 'B': table has 3 values, expected 4"),
+        ("probability ( B | A ) { (a0) 0.1, 0.9; (a1) 0.5, x; }", "variable 'B': rows: 'x' is not a number"),
+        (
+            "probability ( B | A ) { (a0) 0.1, 0.9; (a1) -0.5, 1.5; }",
+            "P(B=b0 | A=a1) = -0.5; CPT entries must be finite and non-negative",
+        ),
+        ("probability ( B | Z ) { table 0.5, 0.5; }", "variable 'B': unknown parent 'Z'"),
+        ("probability ( B | A ) { (a0, a1) 0.1, 0.9; }", "gives 2 parent states, there are 1"),
+        ("probability ( B | A ) { (a0) 0.1, 0.9 }", "missing ';'"),
+        ("", "variable 'B' has no probability block"),
+        (
+            "probability ( B ) { table 0.5, 0.5; }\nprobability ( C ) { table 1; }",
+            "probability block for undeclared variable 'C'",
+        ),
+        (
+            "probability ( B ) { table 0.5, 0.5; }\nvariable B { type discrete [ 1 ] { b }; }",
+            "variable 'B' is declared twice",
+        ),
+        (
+            "probability ( B ) { table 0.5, 0.5; }\nvariable C { type discrete [ 3 ] { x, y }; }",
+            "variable 'C': declares 3 states but lists 2",
+        ),
+        ("probability ( B ) { table 0.5, 0.5; }\nbogus", "expected 'network', 'variable' or"),
+        ("probability ( B ) { table 0.5, 0.5;", "this '{' is never closed"),
+    ],
+)
 def test_read_bif_errors(tmp_path, cpt, message):
     path = tmp_path / "bad.bif"
     path.write_text(_TWO + cpt)
@@ -357,8 +390,7 @@ def test_read_bif_errors(tmp_path, cpt, message):
 
 def _bnlearn_file(name):
     if name not in bnlearn.available():
-        pytest.skip(f"{name} not in {bnlearn.data_dir()} "
-                    "(run python -m catbp_jit.frontend.bnlearn)")
+        pytest.skip(f"{name} not in {bnlearn.data_dir()} (run python -m catbp_jit.frontend.bnlearn)")
     return bnlearn.network_path(name)
 
 
@@ -386,8 +418,9 @@ def test_bnlearn_network_matches_pyagrum(name, tmp_path):
         assert axes[-1] == child  # pyAgrum keeps the child first in its sequence
         theirs = theirs.transpose([axes.index(v) for v in factor.scope])
         # pyAgrum keeps float32-rounded entries; ours are the written float64 values.
-        np.testing.assert_allclose(factor.values, theirs, rtol=1e-6, atol=0,
-                                   err_msg=f"{name}: CPT of {child}")
+        np.testing.assert_allclose(
+            factor.values, theirs, rtol=1e-6, atol=0, err_msg=f"{name}: CPT of {child}"
+        )
 
 
 @pytest.mark.parametrize("name", bnlearn.NETWORKS)
@@ -395,8 +428,9 @@ def test_bnlearn_cpts_are_normalized(name):
     _bnlearn_file(name)
     g = bnlearn.load_network(name)
     for factor in g.factors:
-        np.testing.assert_allclose(factor.values.sum(axis=0), 1.0, rtol=0, atol=1e-6,
-                                   err_msg=f"{name}: CPT of {factor.scope[0]}")
+        np.testing.assert_allclose(
+            factor.values.sum(axis=0), 1.0, rtol=0, atol=1e-6, err_msg=f"{name}: CPT of {factor.scope[0]}"
+        )
 
 
 # ---------------------------------------------------------------------------------------

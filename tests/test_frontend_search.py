@@ -40,8 +40,14 @@ def scopes_of(graph):
 def test_searched_plans_match_enumeration(ge, semiring, absorb):
     graph, evidence = ge
     joint, marg = brute_force(graph, evidence)
-    model = compile_model(graph, semiring, evidence_vars=list(evidence), absorb_evidence=absorb,
-                          target="reference", plan_search=ALWAYS)
+    model = compile_model(
+        graph,
+        semiring,
+        evidence_vars=list(evidence),
+        absorb_evidence=absorb,
+        target="reference",
+        plan_search=ALWAYS,
+    )
     check_solution(model.solve(evidence), joint, marg, semiring)
 
 
@@ -72,8 +78,9 @@ def test_tree_order_eliminates_each_index_where_it_is_summed_out():
     # chain a-b-c-d as tensors (a,b), (b,c), (c,d), contracted left to right
     inputs = [(0, 1), (1, 2), (2, 3)]
     sym = ctg.get_symbol
-    tree = ctg.ContractionTree.from_path([tuple(map(sym, s)) for s in inputs], (),
-                                         {sym(v): 2 for v in range(4)}, path=[(0, 1), (0, 1)])
+    tree = ctg.ContractionTree.from_path(
+        [tuple(map(sym, s)) for s in inputs], (), {sym(v): 2 for v in range(4)}, path=[(0, 1), (0, 1)]
+    )
     # a and d are in one tensor each (first); b goes with the first contraction, c the last
     assert tree_order(tree, inputs, 5) == (0, 3, 1, 2, 4)  # 4 is in no tensor: last
 
@@ -81,8 +88,9 @@ def test_tree_order_eliminates_each_index_where_it_is_summed_out():
 def test_a_searched_plan_answers_like_the_greedy_one():
     graph = ring_graph(24, seed=1)
     greedy = compile_model(graph, "prob", target="reference", plan_time=0)
-    searched = compile_model(graph, "prob", target="reference",
-                             plan_search=PlanSearch(time_s=0.3, min_flops=0, cache=False))
+    searched = compile_model(
+        graph, "prob", target="reference", plan_search=PlanSearch(time_s=0.3, min_flops=0, cache=False)
+    )
     a, b = greedy.solve(), searched.solve()
     assert b.log_Z == pytest.approx(a.log_Z, rel=1e-12)
     for v in graph.variables:
@@ -105,8 +113,9 @@ def ring_graph(n, seed, chords=None):
 
 def test_plan_time_zero_is_the_greedy_plan():
     graph = ring_graph(30, seed=2)
-    model = compile_model(graph, "prob", target="reference",
-                          plan_search=PlanSearch(time_s=0, min_flops=0, searcher=_no_search))
+    model = compile_model(
+        graph, "prob", target="reference", plan_search=PlanSearch(time_s=0, min_flops=0, searcher=_no_search)
+    )
     sizes, scopes = scopes_of(graph)
     assert model.plan_choice.planner == "greedy"
     assert model.plan.order == elimination_order(sizes, scopes)
@@ -114,8 +123,12 @@ def test_plan_time_zero_is_the_greedy_plan():
 
 def test_without_cotengra_the_greedy_plan_is_used(monkeypatch):
     monkeypatch.setattr(search_mod, "search_available", lambda: False)
-    model = compile_model(ring_graph(30, seed=2), "prob", target="reference",
-                          plan_search=PlanSearch(time_s=1, min_flops=0, searcher=_no_search))
+    model = compile_model(
+        ring_graph(30, seed=2),
+        "prob",
+        target="reference",
+        plan_search=PlanSearch(time_s=1, min_flops=0, searcher=_no_search),
+    )
     assert model.plan_choice.planner == "greedy"
 
 
@@ -135,8 +148,9 @@ def test_a_panicking_path_finder_leaves_the_greedy_plans(monkeypatch):
     monkeypatch.setattr(cotengra.HyperOptimizer, "search", panic)
     graph = ring_graph(24, seed=1)
     with pytest.warns(search_mod.PlanSearchWarning, match="FakePanic: no entry found"):
-        model = compile_model(graph, "prob", target="reference",
-                              plan_search=PlanSearch(time_s=0.3, min_flops=0, cache=False))
+        model = compile_model(
+            graph, "prob", target="reference", plan_search=PlanSearch(time_s=0.3, min_flops=0, cache=False)
+        )
     greedy = compile_model(graph, "prob", target="reference", plan_time=0)
     assert model.solve().log_Z == pytest.approx(greedy.solve().log_Z, rel=1e-13)
 
@@ -148,8 +162,9 @@ def _no_search(*args, **kwargs):
 def test_the_search_keeps_to_its_budget():
     graph = ring_graph(120, seed=3, chords=120)
     t0 = time.perf_counter()
-    model = compile_model(graph, "prob", target="reference",
-                          plan_search=PlanSearch(time_s=0.5, min_flops=0, cache=False))
+    model = compile_model(
+        graph, "prob", target="reference", plan_search=PlanSearch(time_s=0.5, min_flops=0, cache=False)
+    )
     assert time.perf_counter() - t0 < 0.5 + 20  # generous: one trial may run past the budget
     assert model.plan_choice.search_s > 0
 
@@ -174,13 +189,13 @@ def test_a_second_compile_of_the_same_structure_does_not_search(plan_dir):
     graph = ring_graph(24, seed=4)
     first = compile_model(graph, "prob", target="reference", plan_search=CACHED)
     assert len(plan_files(plan_dir)) == 1
-    second = compile_model(graph, "logprob", target="reference",
-                           plan_search=replace(CACHED, searcher=_no_search))
+    second = compile_model(
+        graph, "logprob", target="reference", plan_search=replace(CACHED, searcher=_no_search)
+    )
     assert second.plan_choice.planner == "cache"
     assert second.plan.order == first.plan.order
     # a larger budget than the filed one searches again
-    third = compile_model(graph, "prob", target="reference",
-                          plan_search=PlanSearch(time_s=0.3, min_flops=0))
+    third = compile_model(graph, "prob", target="reference", plan_search=PlanSearch(time_s=0.3, min_flops=0))
     assert third.plan_choice.planner != "cache"
 
 
@@ -195,15 +210,18 @@ def test_another_structure_is_planned_anew(plan_dir, monkeypatch):
     assert len(plan_files(plan_dir)) == 3
 
 
-@pytest.mark.parametrize("damage", [
-    b"{not json",
-    b"\xff\xfe",
-    b"[1, 2, 3]",
-    "order-not-a-permutation",
-    "order-of-strings",
-    "path-reuses-a-tensor",
-    "path-too-long",
-])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        b"{not json",
+        b"\xff\xfe",
+        b"[1, 2, 3]",
+        "order-not-a-permutation",
+        "order-of-strings",
+        "path-reuses-a-tensor",
+        "path-too-long",
+    ],
+)
 def test_a_damaged_plan_file_is_replanned_with_a_warning(plan_dir, damage):
     graph = ring_graph(24, seed=6)
     compile_model(graph, "prob", target="reference", plan_search=CACHED)
@@ -215,11 +233,9 @@ def test_a_damaged_plan_file_is_replanned_with_a_warning(plan_dir, damage):
         n = len(doc["order"])
         if damage.startswith("path"):  # a contraction path that is no tree of the tables
             tensors = len(graph.factors)
-            doc["path"] = ([[0, 1], [0, 2]] if damage == "path-reuses-a-tensor"
-                           else [[0, 1]] * tensors)
+            doc["path"] = [[0, 1], [0, 2]] if damage == "path-reuses-a-tensor" else [[0, 1]] * tensors
         else:
-            doc["order"] = ([0] * n if damage == "order-not-a-permutation"
-                            else [str(v) for v in range(n)])
+            doc["order"] = [0] * n if damage == "order-not-a-permutation" else [str(v) for v in range(n)]
         path.write_text(json.dumps(doc))
     with pytest.warns(PlanCacheWarning, match="damaged plan cache file"):
         model = compile_model(graph, "prob", target="reference", plan_search=CACHED)
@@ -241,6 +257,7 @@ def test_plan_cost_counts_each_pass():
     # one clique of 4 states with two factors: upward 2 tables, no downward pass; kernels:
     # the clique's and one per marginal
     from catbp_jit.frontend.search import STEP_OPERATIONS
+
     graph = factor_graph({"a": 2, "b": 2}, [(("a", "b"), np.ones((2, 2))), (("a",), np.ones(2))])
     sizes, scopes = scopes_of(graph)
     cost = plan_cost(junction_tree(sizes, scopes))
@@ -258,6 +275,7 @@ def test_bad_plan_time_is_refused():
 def test_catbp_jit_plan_prints_the_estimate_and_the_planner(plan_dir, capsys):
     from catbp_jit.cli import main
     from catbp_jit.frontend.uai import write_uai
+
     path = plan_dir / "ring.uai"
     path.write_text(write_uai(ring_graph(20, seed=8)))
     assert main(["plan", str(path), "--no-listing", "-q", "--plan-time", "0"]) == 0
@@ -270,25 +288,29 @@ def test_catbp_jit_plan_prints_the_estimate_and_the_planner(plan_dir, capsys):
 
 def test_a_refused_greedy_plan_is_searched_only_when_near_the_limit():
     from catbp_jit.frontend.model import ModelTooLargeError
+
     calls = []
-    graph = factor_graph({"a": 16, "b": 16, "c": 16}, [(("a", "b", "c"), np.ones((16, 16, 16))),
-                                                       (("a",), np.ones(16))])
-    near = PlanSearch(time_s=1, min_flops=0, cache=False,
-                      searcher=lambda *a, **k: calls.append(a) or None)
+    graph = factor_graph(
+        {"a": 16, "b": 16, "c": 16}, [(("a", "b", "c"), np.ones((16, 16, 16))), (("a",), np.ones(16))]
+    )
+    near = PlanSearch(time_s=1, min_flops=0, cache=False, searcher=lambda *a, **k: calls.append(a) or None)
     with pytest.raises(ModelTooLargeError, match="4,096 states"):  # 4x the limit: near
-        compile_model(graph, "prob", target="reference", max_clique_bytes=8 * 1024,
-                      plan_search=near)
+        compile_model(graph, "prob", target="reference", max_clique_bytes=8 * 1024, plan_search=near)
     assert len(calls) == 1
     with pytest.raises(ModelTooLargeError, match="4,096 states"):  # 4096x: hopeless
-        compile_model(graph, "prob", target="reference", max_clique_bytes=8,
-                      plan_search=near)
+        compile_model(graph, "prob", target="reference", max_clique_bytes=8, plan_search=near)
     assert len(calls) == 1
 
 
 def test_a_companion_model_plans_with_the_same_search():
     # PROB certifies a Z of 0 with a SAT model of the same graph: it must not search anew
     graph = factor_graph({"a": 2, "b": 2}, [(("a", "b"), np.array([[1.0, 0.0], [0.0, 1.0]]))])
-    model = compile_model(graph, "prob", evidence_vars=["a", "b"], target="reference",
-                          plan_search=PlanSearch(time_s=0, min_flops=0, searcher=_no_search))
+    model = compile_model(
+        graph,
+        "prob",
+        evidence_vars=["a", "b"],
+        target="reference",
+        plan_search=PlanSearch(time_s=0, min_flops=0, searcher=_no_search),
+    )
     assert model.solve({"a": 0, "b": 1}).log_Z == -math.inf
     assert model._companions["SAT"].plan_search == model.plan_search

@@ -19,8 +19,12 @@ from frontend_helpers import SEMIRINGS, brute_force, check_solution, graphs
 def test_reference_target_matches_enumeration(ge, semiring, absorb):
     graph, evidence = ge
     joint, marg = brute_force(graph, evidence)
-    check_solution(solve(graph, semiring=semiring, evidence=evidence, target="reference",
-                         absorb_evidence=absorb), joint, marg, semiring)
+    check_solution(
+        solve(graph, semiring=semiring, evidence=evidence, target="reference", absorb_evidence=absorb),
+        joint,
+        marg,
+        semiring,
+    )
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -96,12 +100,14 @@ def test_plan_is_a_junction_tree(ge):
 
 
 def test_programs_print_and_parse_back():
-    graph = factor_graph({"a": 2, "b": 3, "c": 2},
-                         [(("a", "b"), np.ones((2, 3))), (("b", "c"), np.ones((3, 2)))])
-    for kind, names in (("junction", ["upward", "downward", "finalize"]),
-                        ("contraction", ["upward", "downward"])):
-        model = compile_model(graph, "prob", evidence_vars=["c"], target="reference",
-                              plan_kind=kind)
+    graph = factor_graph(
+        {"a": 2, "b": 3, "c": 2}, [(("a", "b"), np.ones((2, 3))), (("b", "c"), np.ones((3, 2)))]
+    )
+    for kind, names in (
+        ("junction", ["upward", "downward", "finalize"]),
+        ("contraction", ["upward", "downward"]),
+    ):
+        model = compile_model(graph, "prob", evidence_vars=["c"], target="reference", plan_kind=kind)
         text = "\n\n".join(str(p) for p in model.programs)
         assert tuple(parse_programs(text)) == model.programs
         assert [p.name for p in model.programs] == names
@@ -110,6 +116,7 @@ def test_programs_print_and_parse_back():
 def test_chain_by_hand():
     # P(a) P(b|a): Z = 1, P(b) by hand; through the package's top-level solve
     import catbp_jit as cj
+
     pa = np.array([0.3, 0.7])
     pba = np.array([[0.9, 0.1], [0.2, 0.8]])
     s = cj.solve({"a": 2, "b": 2}, [(("a",), pa), (("a", "b"), pba)])
@@ -120,13 +127,16 @@ def test_chain_by_hand():
     assert s.Z == pytest.approx(pa @ pba[:, 1], rel=1e-15)
 
 
-@pytest.mark.parametrize("factors, message", [
-    ([(("a", "z"), np.ones((2, 2)))], "unknown variable 'z'"),
-    ([(("a",), np.ones(3))], "shape"),
-    ([(("a",), np.array([1.0, -1.0]))], "non-negative"),
-    ([(("a",), np.array([1.0, np.nan]))], "finite"),
-    ([(("a", "a"), np.ones((2, 2)))], "twice"),
-])
+@pytest.mark.parametrize(
+    "factors, message",
+    [
+        ([(("a", "z"), np.ones((2, 2)))], "unknown variable 'z'"),
+        ([(("a",), np.ones(3))], "shape"),
+        ([(("a",), np.array([1.0, -1.0]))], "non-negative"),
+        ([(("a",), np.array([1.0, np.nan]))], "finite"),
+        ([(("a", "a"), np.ones((2, 2)))], "twice"),
+    ],
+)
 def test_bad_graphs_are_refused(factors, message):
     with pytest.raises(FactorGraphError, match=message):
         factor_graph({"a": 2}, factors)
@@ -141,8 +151,9 @@ def test_bad_evidence_is_refused():
         model.solve({"b": 0})
     with pytest.raises(FactorGraphError, match="unknown variable"):
         compile_model(graph, "prob", evidence_vars=["q"])
-    absorbing = compile_model(graph, "prob", evidence_vars=["a", "b"], absorb_evidence=True,
-                              target="reference")
+    absorbing = compile_model(
+        graph, "prob", evidence_vars=["a", "b"], absorb_evidence=True, target="reference"
+    )
     with pytest.raises(FactorGraphError, match=r"absorbs evidence on 'a', 'b'.*missing: 'b'"):
         absorbing.solve({"a": 1})
     with pytest.raises(FactorGraphError, match=r"b=2 is not a state"):
@@ -150,8 +161,9 @@ def test_bad_evidence_is_refused():
 
 
 def test_a_clique_too_large_is_refused_with_its_size():
-    graph = factor_graph({f"x{i}": 4 for i in range(6)},
-                         [(tuple(f"x{i}" for i in range(6)), np.ones((4,) * 6))])
+    graph = factor_graph(
+        {f"x{i}": 4 for i in range(6)}, [(tuple(f"x{i}" for i in range(6)), np.ones((4,) * 6))]
+    )
     with pytest.raises(FactorGraphError, match=r"6 variables and 4,096 states"):
         compile_model(graph, "prob", max_clique_bytes=1024)
 
@@ -163,8 +175,9 @@ def hub_with_children(extra: int):
     rng = np.random.default_rng(11)
     ys = tuple(f"y{j}" for j in range(extra))
     sizes = {"h": 3, **{y: 2 for y in ys}, **{f"x{i}": 2 for i in range(11)}}
-    factors = [(("h",) + ys, rng.uniform(0.1, 1, (3,) + (2,) * extra))] + \
-        [(("h", f"x{i}"), rng.uniform(0, 1, (3, 2))) for i in range(11)]
+    factors = [(("h",) + ys, rng.uniform(0.1, 1, (3,) + (2,) * extra))] + [
+        (("h", f"x{i}"), rng.uniform(0, 1, (3, 2))) for i in range(11)
+    ]
     return factor_graph(sizes, factors)
 
 
@@ -174,6 +187,7 @@ def test_a_clique_with_many_children(suffixes, monkeypatch):
     clique of 6 states) and, where the hub clique holds 96 states, the prefix/suffix
     scheme; both exact, in every semiring."""
     from catbp_jit.frontend import emit
+
     halvings = []
     halve = emit._send_halving
     monkeypatch.setattr(emit, "_send_halving", lambda *args: (halvings.append(1), halve(*args))[1])
@@ -181,8 +195,7 @@ def test_a_clique_with_many_children(suffixes, monkeypatch):
     evidence = {"x3": 1}
     joint, marg = brute_force(graph, evidence)
     for semiring in SEMIRINGS:
-        model = compile_model(graph, semiring, evidence_vars=["x3"], target="reference",
-                              plan_kind="junction")
+        model = compile_model(graph, semiring, evidence_vars=["x3"], target="reference", plan_kind="junction")
         assert max(len(c.children) for c in model.plan.cliques) >= 9
         check_solution(model.solve(evidence), joint, marg, semiring)
     assert bool(halvings) is not suffixes

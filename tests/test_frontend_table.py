@@ -36,8 +36,13 @@ def test_each_output_row_is_the_solution_of_its_evidence(tmp_path, capsys):
     header = rows[0]
     assert header[:2] == ["row", "log_Z"] and "dysp=yes" in header and "asia=no" in header
     model = compile_model(graph, "prob", evidence_vars=["dysp", "smoke", "xray"])
-    cases = [{"dysp": "yes", "smoke": "no"}, {"smoke": "yes", "xray": "yes"},
-             {"dysp": 0, "smoke": 1, "xray": 0}, {"dysp": "yes", "xray": "no"}, {}]
+    cases = [
+        {"dysp": "yes", "smoke": "no"},
+        {"smoke": "yes", "xray": "yes"},
+        {"dysp": 0, "smoke": 1, "xray": 0},
+        {"dysp": "yes", "xray": "no"},
+        {},
+    ]
     for i, (case, row) in enumerate(zip(cases, rows[1:])):
         want = model.solve(case)
         assert int(row[0]) == i
@@ -51,6 +56,7 @@ def test_each_output_row_is_the_solution_of_its_evidence(tmp_path, capsys):
 def test_parquet_in_and_out(tmp_path, capsys):
     pa = pytest.importorskip("pyarrow")  # the parquet extra (installed with [test])
     import pyarrow.parquet as pq
+
     src, dst = tmp_path / "cases.parquet", tmp_path / "post.parquet"
     pq.write_table(pa.table({"dysp": ["yes", None, "no"], "either": ["yes", "no", None]}), src)
     code, _, err = run(capsys, "--evidence-table", str(src), "-o", str(dst), "-q")
@@ -72,13 +78,16 @@ def test_an_impossible_row_has_empty_posteriors(tmp_path, capsys):
     assert all(x != "" for x in rows[2])
 
 
-@pytest.mark.parametrize("text, message", [
-    ("dysp,nope\nyes,no\n", "unknown or repeated: 'nope'"),
-    ("dysp,dysp\nyes,no\n", "distinct variables"),
-    ("dysp,smoke\nyes,no\nmaybe,no\n", "line 3: 'maybe' is not a state of 'dysp'"),
-    ("dysp,smoke\nyes\n", "line 2 has 1 cells"),
-    ("", "needs a header"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("dysp,nope\nyes,no\n", "unknown or repeated: 'nope'"),
+        ("dysp,dysp\nyes,no\n", "distinct variables"),
+        ("dysp,smoke\nyes,no\nmaybe,no\n", "line 3: 'maybe' is not a state of 'dysp'"),
+        ("dysp,smoke\nyes\n", "line 2 has 1 cells"),
+        ("", "needs a header"),
+    ],
+)
 def test_bad_tables_are_one_line_errors(tmp_path, capsys, text, message):
     table = tmp_path / "cases.csv"
     table.write_text(text)
@@ -86,16 +95,25 @@ def test_bad_tables_are_one_line_errors(tmp_path, capsys, text, message):
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("name, data, message", [
-    ("big.csv", b"dysp\nyes\n" + b"y" * 10**6 + b"\n",
-     "big.csv: line 3: not a readable CSV table (field larger than field limit"),
-    ("head.csv", b"d" * 10**6 + b"\nyes\n", "head.csv: line 1: not a readable CSV table"),
-    ("latin1.csv", b"dysp\nyes\nno\n\xe9\n", "latin1.csv: line 4: byte 0xe9 is not UTF-8"),
-    ("header.csv", b"dy\xe9sp\nyes\n", "header.csv: line 1: byte 0xe9 is not UTF-8"),
-    ("utf16.csv", "dysp\nyes\n".encode("utf-16"), "utf16.csv: line 1: byte 0xff is not UTF-8"),
-    ("fake.parquet", b"dysp\nyes\n", "fake.parquet: not a readable Parquet file (Parquet "
-                                      "magic bytes not found"),
-])
+@pytest.mark.parametrize(
+    "name, data, message",
+    [
+        (
+            "big.csv",
+            b"dysp\nyes\n" + b"y" * 10**6 + b"\n",
+            "big.csv: line 3: not a readable CSV table (field larger than field limit",
+        ),
+        ("head.csv", b"d" * 10**6 + b"\nyes\n", "head.csv: line 1: not a readable CSV table"),
+        ("latin1.csv", b"dysp\nyes\nno\n\xe9\n", "latin1.csv: line 4: byte 0xe9 is not UTF-8"),
+        ("header.csv", b"dy\xe9sp\nyes\n", "header.csv: line 1: byte 0xe9 is not UTF-8"),
+        ("utf16.csv", "dysp\nyes\n".encode("utf-16"), "utf16.csv: line 1: byte 0xff is not UTF-8"),
+        (
+            "fake.parquet",
+            b"dysp\nyes\n",
+            "fake.parquet: not a readable Parquet file (Parquet magic bytes not found",
+        ),
+    ],
+)
 def test_unreadable_tables_are_one_line_errors(tmp_path, capsys, name, data, message):
     if name.endswith(".parquet"):
         pytest.importorskip("pyarrow")
@@ -111,11 +129,12 @@ def test_a_parquet_file_with_a_damaged_footer_is_one_line(tmp_path, capsys):
     ("Couldn't deserialize thrift"): still one line naming the file."""
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq
+
     good = tmp_path / "good.parquet"
     pq.write_table(pa.table({"dysp": ["yes", "no"]}), good)
     data = bytearray(good.read_bytes())
     footer = int.from_bytes(data[-8:-4], "little")  # the footer's length, then b"PAR1"
-    data[-8 - footer:-8] = bytes(b ^ 0xA5 for b in data[-8 - footer:-8])
+    data[-8 - footer : -8] = bytes(b ^ 0xA5 for b in data[-8 - footer : -8])
     table = tmp_path / "damaged.parquet"
     table.write_bytes(bytes(data))
     code, out, err = run(capsys, "--evidence-table", str(table), "-q")
@@ -126,6 +145,7 @@ def test_a_parquet_file_with_a_damaged_footer_is_one_line(tmp_path, capsys):
 def test_a_parquet_string_column_that_is_not_utf8_is_one_line(tmp_path, capsys):
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq
+
     states = pa.array([b"yes", b"n\xef"], type=pa.binary()).view(pa.string())  # unchecked
     table = tmp_path / "latin.parquet"
     pq.write_table(pa.table({"dysp": states}), table)
@@ -134,10 +154,13 @@ def test_a_parquet_string_column_that_is_not_utf8_is_one_line(tmp_path, capsys):
     assert err.count("\n") == 1 and "Traceback" not in err
 
 
-@pytest.mark.parametrize("data", [
-    b"\xef\xbb\xbfdysp,smoke\r\nyes,no\r\n,yes\r\n",  # Excel's "CSV UTF-8": a BOM, CRLF
-    b"dysp,smoke\ryes,no\r,yes\r",  # old Mac line ends
-])
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"\xef\xbb\xbfdysp,smoke\r\nyes,no\r\n,yes\r\n",  # Excel's "CSV UTF-8": a BOM, CRLF
+        b"dysp,smoke\ryes,no\r,yes\r",  # old Mac line ends
+    ],
+)
 def test_excel_csv_reads_as_plain_csv(tmp_path, capsys, data):
     plain = tmp_path / "plain.csv"
     plain.write_text("dysp,smoke\nyes,no\n,yes\n")

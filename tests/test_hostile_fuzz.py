@@ -15,8 +15,7 @@ def test_two_hundred_hostile_cases_fail_nowhere(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(REPO / "perf"))
     fuzz = importlib.import_module("hostile_fuzz")
     lines = []
-    result = fuzz.fuzz(200, seed=0, workers=2, timeout=10.0, out=tmp_path / "reproducers",
-                       log=lines.append)
+    result = fuzz.fuzz(200, seed=0, workers=2, timeout=10.0, out=tmp_path / "reproducers", log=lines.append)
     fuzz.report(result, log=lines.append)
     assert not result["failures"], "\n".join(lines)
     readers = {reader for reader, _ in result["counts"]}

@@ -36,8 +36,10 @@ def test_bundles_and_json_evidence_on_the_command_line(tmp_path, capsys, content
     (tmp_path / "b").mkdir()
     shutil.copy(BUNDLE / "arrays.npz", tmp_path / "b")
     (tmp_path / "b" / "bundle.json").write_bytes(content)
-    for argv in (["list", str(tmp_path / "b")],
-                 ["solve", ASIA, "--evidence", str(path), "--target", "reference", "-q"]):
+    for argv in (
+        ["list", str(tmp_path / "b")],
+        ["solve", ASIA, "--evidence", str(path), "--target", "reference", "-q"],
+    ):
         code = main(argv)
         err = capsys.readouterr().err
         assert code == 2 and "not valid JSON" in err and len(err.splitlines()) == 1, err
@@ -47,13 +49,27 @@ def test_a_saved_executable_whose_program_does_not_check_names_the_file(tmp_path
     import json
 
     from catbp_jit.executable import SAVE_FORMAT
-    doc = {"format": SAVE_FORMAT, "version": 1, "semiring": "PROB", "dtype": "float64",
-           "mode": "compiled", "target": "cpu", "factor_specs": {}, "selector_specs": {},
-           "slot_specs": [], "programs": [{"name": "p", "instructions": [
-               {"op": "STORE_SLOT", "args": {"src": 8, "slot": ["x"]}}]}]}
+
+    doc = {
+        "format": SAVE_FORMAT,
+        "version": 1,
+        "semiring": "PROB",
+        "dtype": "float64",
+        "mode": "compiled",
+        "target": "cpu",
+        "factor_specs": {},
+        "selector_specs": {},
+        "slot_specs": [],
+        "programs": [
+            {"name": "p", "instructions": [{"op": "STORE_SLOT", "args": {"src": 8, "slot": ["x"]}}]}
+        ],
+    }
     path = tmp_path / "exe.json"
     path.write_text(json.dumps(doc))
-    with pytest.raises(SavedExecutableError, match=r"exe.json': program 'p', instruction \[0\] "
-                                                   "STORE_SLOT, operand src: register r8 is used "
-                                                   "before it is defined"):
+    with pytest.raises(
+        SavedExecutableError,
+        match=r"exe.json': program 'p', instruction \[0\] "
+        "STORE_SLOT, operand src: register r8 is used "
+        "before it is defined",
+    ):
         load(path)

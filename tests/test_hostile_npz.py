@@ -19,11 +19,14 @@ def _central_entries(data: bytes):
         at = data.find(b"PK\x01\x02", at + 4)
 
 
-@pytest.mark.parametrize("field, offset, value, fmt", [
-    ("compression method 99", 10, 99, "<H"),  # zipfile: NotImplementedError
-    ("compression method LZMA", 10, 14, "<H"),  # the deflated bytes are no LZMA stream
-    ("encrypted", 8, 1, "<H"),  # zipfile: RuntimeError, a password is required
-])
+@pytest.mark.parametrize(
+    "field, offset, value, fmt",
+    [
+        ("compression method 99", 10, 99, "<H"),  # zipfile: NotImplementedError
+        ("compression method LZMA", 10, 14, "<H"),  # the deflated bytes are no LZMA stream
+        ("encrypted", 8, 1, "<H"),  # zipfile: RuntimeError, a password is required
+    ],
+)
 def test_a_damaged_npz_header_is_one_error(tmp_path, field, offset, value, fmt):
     shutil.copytree(SEED, tmp_path / "b")
     path = tmp_path / "b" / "arrays.npz"

@@ -13,23 +13,28 @@ OUTSIDE = re.compile(r"DESIGN\.md|shared/docs|\bseeds?[/ ]0\d\d")
 
 
 def test_no_file_cites_a_document_outside_the_repository():
-    files = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True,
-                           check=True).stdout.split()
+    files = subprocess.run(
+        ["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
     cited = []
     for name in files:
-        if name.endswith((".py", ".md", ".toml", ".cfg", ".ini", ".txt")) and \
-                name != "tests/test_house.py":
+        if name.endswith((".py", ".md", ".toml", ".cfg", ".ini", ".txt")) and name != "tests/test_house.py":
             text = (REPO / name).read_text(encoding="utf-8", errors="replace")
-            cited += [f"{name}:{text.count(chr(10), 0, m.start()) + 1}: {m.group()}"
-                      for m in OUTSIDE.finditer(text)]
+            cited += [
+                f"{name}:{text.count(chr(10), 0, m.start()) + 1}: {m.group()}" for m in OUTSIDE.finditer(text)
+            ]
     assert not cited, "\n".join(cited)
 
 
 def _imports(path, module: str, is_package: bool):
     """The catbp_jit modules `module` imports, at run time (not under TYPE_CHECKING)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
-                   and "TYPE_CHECKING" in ast.unparse(node.test) for n in ast.walk(node)}
+    typing_only = {
+        id(n)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for n in ast.walk(node)
+    }
     for node in ast.walk(tree):
         if id(node) in typing_only:
             continue
@@ -38,7 +43,7 @@ def _imports(path, module: str, is_package: bool):
         elif isinstance(node, ast.ImportFrom):
             parts = module.split(".")
             if node.level:
-                parts = parts[:len(parts) - node.level + is_package]
+                parts = parts[: len(parts) - node.level + is_package]
             base = ".".join(parts + ([node.module] if node.module else []))
             yield base
             yield from (f"{base}.{a.name}" for a in node.names)
@@ -49,9 +54,14 @@ def import_graph():
     for path in (REPO / "catbp_jit").rglob("*.py"):
         parts = path.relative_to(REPO).with_suffix("").parts
         modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    return {m: {t for t in _imports(p, m, p.name == "__init__.py")
-                if t in modules and t != m and not m.startswith(t + ".")}
-            for m, p in modules.items()}
+    return {
+        m: {
+            t
+            for t in _imports(p, m, p.name == "__init__.py")
+            if t in modules and t != m and not m.startswith(t + ".")
+        }
+        for m, p in modules.items()
+    }
 
 
 def circles(graph):
@@ -68,8 +78,8 @@ def circles(graph):
             elif w in stack:
                 low[v] = min(low[v], index[w])
         if low[v] == index[v]:
-            part = stack[stack.index(v):]
-            del stack[stack.index(v):]
+            part = stack[stack.index(v) :]
+            del stack[stack.index(v) :]
             if len(part) > 1:
                 found.append(frozenset(part))
 
@@ -82,8 +92,14 @@ def circles(graph):
 # Circles still to be taken apart, each by its own change: the list only shrinks.
 KNOWN_CIRCLES = {
     # the CUDA target's, taken apart with the target objects (catbp_jit/target/)
-    frozenset({"catbp_jit.batched", "catbp_jit.codegen.cuda_build", "catbp_jit.cuda_session",
-               "catbp_jit.executable"}),
+    frozenset(
+        {
+            "catbp_jit.batched",
+            "catbp_jit.codegen.cuda_build",
+            "catbp_jit.cuda_session",
+            "catbp_jit.executable",
+        }
+    ),
 }
 
 
@@ -111,6 +127,7 @@ def test_no_test_file_imports_from_another():
                 modules = [node.module]
             else:
                 continue
-            found += [f"tests/{path.name}:{node.lineno}: imports {m}" for m in modules
-                      if m.split(".")[0] in names]
+            found += [
+                f"tests/{path.name}:{node.lineno}: imports {m}" for m in modules if m.split(".")[0] in names
+            ]
     assert not found, "\n".join(found)

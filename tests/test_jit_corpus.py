@@ -58,9 +58,12 @@ def run_linked(bundle, mode):
 
 
 # every way a bundle is run here, by the name check() prints
-WAYS = {"compile/compiled": lambda b: run_linked(b, "compiled"),
-        "compile/loop": lambda b: run_linked(b, "loop"),
-        "run_program": run_dropin, "VirtualMachine": run_virtual_machine}
+WAYS = {
+    "compile/compiled": lambda b: run_linked(b, "compiled"),
+    "compile/loop": lambda b: run_linked(b, "loop"),
+    "run_program": run_dropin,
+    "VirtualMachine": run_virtual_machine,
+}
 
 
 @pytest.fixture(params=CORPUS, ids=IDS, scope="module")
@@ -69,6 +72,7 @@ def bundle(request):
 
 
 # -- (a) compile + bind + run, linked ------------------------------------------------------
+
 
 @pytest.mark.parametrize("mode", MODES)
 def test_compiled_executable_reproduces_corpus(bundle, mode):
@@ -96,11 +100,13 @@ def test_compiled_executable_reproduces_corpus(bundle, mode):
 
 # -- (b) drop-in run_program, program by program, foreign objects ---------------------------
 
+
 def test_dropin_run_program_on_foreign_objects(bundle):
     check(run_dropin(bundle), bundle, "run_program")
 
 
 # -- (c) drop-in VirtualMachine ---------------------------------------------------------------
+
 
 def test_dropin_virtual_machine(bundle):
     check(run_virtual_machine(bundle), bundle, "VirtualMachine")

@@ -32,8 +32,11 @@ from random_programs import AI, AJ, AK, gemm_case
 MODES = ("compiled", "loop")
 CORPUS_BY_NAME = {p.name: p for p in CORPUS}
 # three corpus bundles of different semirings and dtypes (one with NORMALIZE)
-SOME_CORPUS = [n for n in ("grid3_d2__prob_float64_normalized", "grid3_d2__logprob_float64",
-                           "grid2x4_d3_sparse__sat_bool") if n in CORPUS_BY_NAME]
+SOME_CORPUS = [
+    n
+    for n in ("grid3_d2__prob_float64_normalized", "grid3_d2__logprob_float64", "grid2x4_d3_sparse__sat_bool")
+    if n in CORPUS_BY_NAME
+]
 
 
 def bench_path(name):
@@ -41,8 +44,13 @@ def bench_path(name):
 
 
 def bench_param(name):
-    return pytest.param(bench_path(name), id=name, marks=pytest.mark.skipif(
-        not (bench_path(name) / "bundle.json").exists(), reason=f"no bench bundle {name}"))
+    return pytest.param(
+        bench_path(name),
+        id=name,
+        marks=pytest.mark.skipif(
+            not (bench_path(name) / "bundle.json").exists(), reason=f"no bench bundle {name}"
+        ),
+    )
 
 
 _BUNDLES = {}
@@ -73,7 +81,9 @@ def assert_bit_identical(a, b, what=""):
 # =====================================================================================
 
 PLAN_BUNDLES = [pytest.param(p, id=p.name) for p in CORPUS] + [
-    bench_param("chain200_d2__prob_float64"), bench_param("grid4x8_d2__prob_float64")]
+    bench_param("chain200_d2__prob_float64"),
+    bench_param("grid4x8_d2__prob_float64"),
+]
 
 
 @pytest.mark.parametrize("path", PLAN_BUNDLES)
@@ -89,6 +99,7 @@ def test_memory_plan_is_aligned_and_disjoint(path):
 # =====================================================================================
 # Arena bytes against the reference VM's peak live bytes
 # =====================================================================================
+
 
 def reference_peak_bytes(programs, sr_name, itemsize, factor_specs, selector_specs):
     """Peak, over instructions, of the bytes of distinct arrays the reference VM holds
@@ -167,34 +178,38 @@ def reference_peak_bytes_measured(b):
 def plan_only(b):
     """The memory plan of plan/pipeline.plan (fuse, hoist, plan_memory, ...): no kernel
     is compiled."""
-    return plan(b.programs, b.semiring_runtime(), b.factor_specs(), b.selector_specs(),
-                {}).memory
+    return plan(b.programs, b.semiring_runtime(), b.factor_specs(), b.selector_specs(), {}).memory
 
 
-@pytest.mark.parametrize("name", ["grid3_d2__prob_float64_normalized", "grid3_d2__sat_bool",
-                                  "z4_cycle__logprob_float64_normalized"])
+@pytest.mark.parametrize(
+    "name",
+    ["grid3_d2__prob_float64_normalized", "grid3_d2__sat_bool", "z4_cycle__logprob_float64_normalized"],
+)
 def test_peak_simulation_matches_the_reference_vm(name):
     if name not in CORPUS_BY_NAME:
         pytest.skip(f"no corpus bundle {name}")
     b = bundle_at(CORPUS_BY_NAME[name])
-    sim = reference_peak_bytes(b.programs, b.semiring_runtime().name, b.dtype.itemsize,
-                               b.factor_specs(), b.selector_specs())
+    sim = reference_peak_bytes(
+        b.programs, b.semiring_runtime().name, b.dtype.itemsize, b.factor_specs(), b.selector_specs()
+    )
     assert sim == reference_peak_bytes_measured(b)
 
 
-@pytest.mark.parametrize("path", [bench_param("grid4x8_d2__prob_float64"),
-                                  bench_param("grid5_d3__prob_float64")])
+@pytest.mark.parametrize(
+    "path", [bench_param("grid4x8_d2__prob_float64"), bench_param("grid5_d3__prob_float64")]
+)
 def test_arena_bytes_below_reference_peak(path):
     b = bundle_at(path)
     sr = b.semiring_runtime()
-    peak = reference_peak_bytes(b.programs, sr.name, sr.dtype.itemsize, b.factor_specs(),
-                                b.selector_specs())
+    peak = reference_peak_bytes(b.programs, sr.name, sr.dtype.itemsize, b.factor_specs(), b.selector_specs())
     if b.name.startswith("grid4x8"):
         # small enough to check the simulation against the reference VM itself
         assert peak == reference_peak_bytes_measured(b)
     memory = plan_only(b)
-    print(f"{b.name}: arena {memory.total_bytes} bytes {memory.class_bytes()}, "
-          f"reference peak live {peak} bytes, ratio {memory.total_bytes / peak:.3f}")
+    print(
+        f"{b.name}: arena {memory.total_bytes} bytes {memory.class_bytes()}, "
+        f"reference peak live {peak} bytes, ratio {memory.total_bytes / peak:.3f}"
+    )
     assert memory.total_bytes < peak
 
 
@@ -211,7 +226,8 @@ def test_plan_only_matches_compile():
 # =====================================================================================
 
 DETERMINISM = [pytest.param(CORPUS_BY_NAME[n], id=n) for n in SOME_CORPUS] + [
-    bench_param("grid4x8_d2__prob_float64")]
+    bench_param("grid4x8_d2__prob_float64")
+]
 
 
 @pytest.mark.parametrize("path", DETERMINISM)
@@ -223,11 +239,15 @@ def test_repeated_runs_and_modes_are_bit_identical(path):
         sess = executable(b, mode).bind()
         first = snapshot(sess.run(factors=factors, selectors=selectors))
         for _ in range(4):
-            assert_bit_identical(first, snapshot(sess.run(factors=factors, selectors=selectors)),
-                                 f"{b.name} {mode} repeat")
+            assert_bit_identical(
+                first, snapshot(sess.run(factors=factors, selectors=selectors)), f"{b.name} {mode} repeat"
+            )
         # a second session of the same executable too
-        assert_bit_identical(first, snapshot(executable(b, mode).bind().run(
-            factors=factors, selectors=selectors)), f"{b.name} {mode} new session")
+        assert_bit_identical(
+            first,
+            snapshot(executable(b, mode).bind().run(factors=factors, selectors=selectors)),
+            f"{b.name} {mode} new session",
+        )
         results[mode] = first
     assert_bit_identical(results["compiled"], results["loop"], f"{b.name} compiled vs loop")
 
@@ -264,8 +284,14 @@ def run_child(script, args, tmp_path, **env_extra):
     env.update(env_extra)
     path = tmp_path / "child.py"
     path.write_text(script)
-    return subprocess.run([sys.executable, str(path), *map(str, args)], capture_output=True,
-                          text=True, env=env, cwd=str(REPO), timeout=300)
+    return subprocess.run(
+        [sys.executable, str(path), *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(REPO),
+        timeout=300,
+    )
 
 
 def test_bit_identical_across_thread_counts(tmp_path, monkeypatch):
@@ -288,11 +314,17 @@ def test_bit_identical_across_thread_counts(tmp_path, monkeypatch):
 
     def compile_all(min_work):
         options = PlanOptions(parallel_min_work=min_work)
-        return {mode: catbp_jit.compile(b.programs, b.semiring_runtime(),
-                                        factor_specs=b.factor_specs(),
-                                        selector_specs=b.selector_specs(), mode=mode,
-                                        options=options)
-                for mode in MODES}
+        return {
+            mode: catbp_jit.compile(
+                b.programs,
+                b.semiring_runtime(),
+                factor_specs=b.factor_specs(),
+                selector_specs=b.selector_specs(),
+                mode=mode,
+                options=options,
+            )
+            for mode in MODES
+        }
 
     min_work = PlanOptions().parallel_min_work
     exes = compile_all(min_work)
@@ -302,16 +334,21 @@ def test_bit_identical_across_thread_counts(tmp_path, monkeypatch):
         exes = compile_all(min_work)
     n_par = sum(st.pattern.parallel for st in exes["compiled"].schedule.steps)
     assert any(k.pattern.name.endswith("_par") for k in exes["compiled"].kernels)
-    print(f"{b.name}: parallel_min_work {min_work}, {n_par} of "
-          f"{len(exes['compiled'].schedule.steps)} steps parallel")
+    print(
+        f"{b.name}: parallel_min_work {min_work}, {n_par} of "
+        f"{len(exes['compiled'].schedule.steps)} steps parallel"
+    )
 
     here = {}
     for mode, exe in exes.items():
         sess = exe.bind()
         here[mode] = snapshot(sess.run(factors=factors, selectors=selectors))
         for _ in range(4):
-            assert_bit_identical(here[mode], snapshot(sess.run(factors=factors, selectors=selectors)),
-                                 f"{mode} repeat, parallel kernels")
+            assert_bit_identical(
+                here[mode],
+                snapshot(sess.run(factors=factors, selectors=selectors)),
+                f"{mode} repeat, parallel kernels",
+            )
         # parallel kernels allocate nothing per run either
         np_count, per_run = count_allocations(sess, factors, selectors, 10)
         assert np_count.allocations == 0, np_count
@@ -319,8 +356,13 @@ def test_bit_identical_across_thread_counts(tmp_path, monkeypatch):
     assert_bit_identical(here["compiled"], here["loop"], "compiled vs loop")
 
     out = tmp_path / "slots1.npz"
-    proc = run_child(THREADS_CHILD, [path, out, min_work], tmp_path, NUMBA_NUM_THREADS="1",
-                     CATBP_JIT_CACHE_DIR=os.environ["CATBP_JIT_CACHE_DIR"])
+    proc = run_child(
+        THREADS_CHILD,
+        [path, out, min_work],
+        tmp_path,
+        NUMBA_NUM_THREADS="1",
+        CATBP_JIT_CACHE_DIR=os.environ["CATBP_JIT_CACHE_DIR"],
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     info = json.loads(proc.stdout.strip().splitlines()[-1])
     assert info["threads"] == 1
@@ -338,7 +380,8 @@ def test_bit_identical_across_thread_counts(tmp_path, monkeypatch):
 # =====================================================================================
 
 ALLOC_BUNDLES = [bench_param(f"{n}__prob_float64") for n in ("chain200_d2", "grid4x8_d2", "grid6_d2")] + [
-    pytest.param(CORPUS_BY_NAME[n], id=n) for n in SOME_CORPUS]
+    pytest.param(CORPUS_BY_NAME[n], id=n) for n in SOME_CORPUS
+]
 RUNS = 100
 # grid6_d2 runs take ~0.1 s each on 2 busy cores: fewer runs keep the suite's time modest
 RUNS_FOR = {"grid6_d2__prob_float64": 10}
@@ -369,8 +412,7 @@ def test_reassociating_run_with_gemm_steps_allocates_nothing(semiring, mode):
     """exact=False: BLAS GEMM steps (np.dot into the arena) and LOGPROB's exponentials
     (in the step's workspace) allocate nothing per run either."""
     case = gemm_case(semiring, "float64", (AI, AK), (AK, AJ), (AI, AJ), norm=True)
-    exe = catbp_jit.compile(case.programs, case.sr(), factor_specs=case.factor_specs,
-                            mode=mode, exact=False)
+    exe = catbp_jit.compile(case.programs, case.sr(), factor_specs=case.factor_specs, mode=mode, exact=False)
     assert any(st.pattern.template == "gemm" for st in exe.schedule.steps)
     sess = exe.bind()
     factors = case.inputs[0].factors
@@ -386,6 +428,7 @@ def test_reassociating_run_with_gemm_steps_allocates_nothing(semiring, mode):
 # =====================================================================================
 # Refused inputs
 # =====================================================================================
+
 
 @pytest.fixture(scope="module")
 def refusal_bundle():
@@ -466,8 +509,9 @@ def test_declared_but_unused_factor_is_still_checked(refusal_bundle):
     specs = b.factor_specs()
     unused = max(specs) + 1
     specs[unused] = specs[min(specs)]  # declared, never loaded by the programs
-    exe = catbp_jit.compile(b.programs, b.semiring_runtime(), factor_specs=specs,
-                            selector_specs=b.selector_specs(), mode="loop")
+    exe = catbp_jit.compile(
+        b.programs, b.semiring_runtime(), factor_specs=specs, selector_specs=b.selector_specs(), mode="loop"
+    )
     sess = exe.bind()
     sess.run(factors=factors, selectors=selectors)
     with pytest.raises(InputMismatchError):
@@ -509,8 +553,7 @@ def test_warm_cache_new_process_strict(tmp_path):
         z_here[mode] = float(executable(b, mode).bind().run(factors=factors, selectors=selectors)[("Z",)][0])
 
     cache_dir = os.environ["CATBP_JIT_CACHE_DIR"]
-    proc = run_child(STRICT_CHILD, [path], tmp_path, CATBP_JIT_CACHE="strict",
-                     CATBP_JIT_CACHE_DIR=cache_dir)
+    proc = run_child(STRICT_CHILD, [path], tmp_path, CATBP_JIT_CACHE="strict", CATBP_JIT_CACHE_DIR=cache_dir)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     print("strict child cache stats:", out["stats"], {m: r["stats"] for m, r in out["runs"].items()})
@@ -534,8 +577,14 @@ def test_cold_cache_strict_raises_naming_a_kernel(tmp_path):
     cold = KernelCache(str(tmp_path / "cold"), policy="strict")
     for mode in MODES:
         with pytest.raises(CacheMissError) as info:
-            catbp_jit.compile(b.programs, b.semiring_runtime(), factor_specs=b.factor_specs(),
-                              selector_specs=b.selector_specs(), mode=mode, cache=cold)
+            catbp_jit.compile(
+                b.programs,
+                b.semiring_runtime(),
+                factor_specs=b.factor_specs(),
+                selector_specs=b.selector_specs(),
+                mode=mode,
+                cache=cold,
+            )
         msg = str(info.value)
         assert "kernel" in msg and "strict" in msg, msg
         assert any(k in msg for k in keys), msg
@@ -545,6 +594,7 @@ def test_cold_cache_strict_raises_naming_a_kernel(tmp_path):
 # =====================================================================================
 # Executable API
 # =====================================================================================
+
 
 @pytest.fixture(scope="module")
 def api_bundle():
@@ -651,8 +701,9 @@ def test_plan_over_available_memory_is_refused_before_compiling(tmp_path, monkey
     monkeypatch.setattr(memory, "available_memory_bytes", lambda: 8 << 30)  # an 8 GiB host
     cold = KernelCache(str(tmp_path / "cold"), policy="fallback")
     with pytest.raises(memory.PlanTooLargeError) as info:
-        catbp_jit.compile(parse_programs(BIG_UNIT), catbp_jit.make_semiring("prob", "float64"),
-                          factor_specs={}, cache=cold)
+        catbp_jit.compile(
+            parse_programs(BIG_UNIT), catbp_jit.make_semiring("prob", "float64"), factor_specs={}, cache=cold
+        )
     msg = str(info.value)
     # 1.5e9 float64 values, planned twice (the constant and the slot it is stored to)
     assert "[big]" in msg and "24000000000 bytes" in msg and str(8 << 30) in msg, msg
@@ -679,6 +730,7 @@ def test_explicit_total_memory_limit(tmp_path, monkeypatch):
 # Drop-in run_program: a program mutated between calls
 # =====================================================================================
 
+
 def test_dropin_sees_a_program_mutated_in_place():
     from types import SimpleNamespace as NS
 
@@ -687,10 +739,15 @@ def test_dropin_sees_a_program_mutated_in_place():
 
     sr = catbp_jit.make_semiring("prob", "float64")
     spec = TensorSpec((Axis(0, AxisType.GEOMETRIC, 3),))
-    tables = {0: np.array([1.0, 2.0, 3.0]), 1: np.array([10.0, 20.0, 30.0]),
-              2: np.array([100.0, 200.0, 300.0])}
+    tables = {
+        0: np.array([1.0, 2.0, 3.0]),
+        1: np.array([10.0, 20.0, 30.0]),
+        2: np.array([100.0, 200.0, 300.0]),
+    }
+
     def fp(f):
         return (tables[f], spec)
+
     instructions = [
         NS(op="LOAD_FACTOR", dst=1, args={"factor_id": 0}, spec=None),
         NS(op="ELIMINATE", dst=2, args={"src": 1, "keep_keys": ()}, spec=None),

@@ -57,6 +57,7 @@ OP = OpCode
 
 # ---------------------------------------------------------------------------- comparing
 
+
 def check_executable(case: Case, mode: str) -> None:
     exe = compile_case(case, mode)
     for k in exe.kernels:  # compile time in CI depends on the patterns staying few
@@ -79,6 +80,7 @@ def check_dropin(case: Case, mode: str) -> None:
 
 
 # --------------------------------------------------------------------- random programs
+
 
 @settings(2000)
 @given(cases())
@@ -107,24 +109,40 @@ def test_random_programs_dropin(case, mode):
 # --------------------------------------------------------------------------- edge cases
 
 
-def hand_case(semiring: str, dtype, programs, factors: dict[int, tuple],
-              slots: dict[tuple, tuple] | None = None) -> Case:
+def hand_case(
+    semiring: str, dtype, programs, factors: dict[int, tuple], slots: dict[tuple, tuple] | None = None
+) -> Case:
     dtype = np.dtype(dtype)
     if isinstance(programs, Program):
         programs = [programs]
     slots = slots or {}
-    inputs = Inputs({f: np.asarray(a).astype(dtype) for f, (a, _) in factors.items()}, {},
-                    {k: np.asarray(a).astype(dtype) for k, (a, _) in slots.items()})
-    return Case(semiring, dtype, list(programs), {f: s for f, (_, s) in factors.items()}, {},
-                {k: s for k, (_, s) in slots.items()}, [inputs])
+    inputs = Inputs(
+        {f: np.asarray(a).astype(dtype) for f, (a, _) in factors.items()},
+        {},
+        {k: np.asarray(a).astype(dtype) for k, (a, _) in slots.items()},
+    )
+    return Case(
+        semiring,
+        dtype,
+        list(programs),
+        {f: s for f, (_, s) in factors.items()},
+        {},
+        {k: s for k, (_, s) in slots.items()},
+        [inputs],
+    )
 
 
 def check_all_paths(case: Case) -> dict:
     """The case agrees with the reference in both modes and through the drop-in API."""
     for mode in ("loop", "compiled"):
-        exe = catbp_jit.compile(case.programs, case.sr(), factor_specs=case.factor_specs,
-                                selector_specs=case.selector_specs,
-                                slot_specs=case.slot_specs or None, mode=mode)
+        exe = catbp_jit.compile(
+            case.programs,
+            case.sr(),
+            factor_specs=case.factor_specs,
+            selector_specs=case.selector_specs,
+            slot_specs=case.slot_specs or None,
+            mode=mode,
+        )
         got = session_results(exe.bind(), case.inputs[0])
         assert_same_slots(run_reference(case), got, case, f"{mode} mode")
         assert_same_slots(run_reference(case), run_dropin(case, 0, mode), case, "drop-in")
@@ -148,8 +166,9 @@ def test_contract_without_inputs_is_unit(semiring, dtype):
 def test_transposed_eliminate_with_both_axis_kinds():
     """Regression (dcf19fd): fold_views sorted axis keys, and AxisType does not order."""
     spec = sp((G, 0, 2), (T, 0, 3), (G, 1, 2))
-    prog = Program((load(0, 0), elim(1, 0, [(G, 0), (T, 0)]), elim(2, 1, [(T, 0), (G, 0)]),
-                    store(("out",), 2)), "upward")
+    prog = Program(
+        (load(0, 0), elim(1, 0, [(G, 0), (T, 0)]), elim(2, 1, [(T, 0), (G, 0)]), store(("out",), 2)), "upward"
+    )
     case = hand_case("PROB", "float64", prog, {0: (np.arange(12.0).reshape(2, 3, 2), spec)})
     check_all_paths(case)
 
@@ -157,12 +176,23 @@ def test_transposed_eliminate_with_both_axis_kinds():
 @pytest.mark.parametrize("semiring, dtype", [(s, d) for s, d in SEMIRINGS])
 def test_eliminate_of_a_0d_tensor(semiring, dtype):
     vals = {"PROB": 0.75, "LOGPROB": -1.5, "SAT": True, "COUNT": 7}[semiring]
-    prog = Program((load(0, 0), unit(1, sp()),
-                    elim(2, 0, ()), elim(3, 0, [(G, 0)]), elim(4, 1, ()),
-                    Instruction(OP.ELIMINATE, 5, {"src": 0, "drop": (0,)}),
-                    contract(6, (2, 5), sp()),
-                    store(("a",), 2), store(("b",), 3), store(("c",), 4), store(("d",), 5),
-                    store(("e",), 6)), "upward")
+    prog = Program(
+        (
+            load(0, 0),
+            unit(1, sp()),
+            elim(2, 0, ()),
+            elim(3, 0, [(G, 0)]),
+            elim(4, 1, ()),
+            Instruction(OP.ELIMINATE, 5, {"src": 0, "drop": (0,)}),
+            contract(6, (2, 5), sp()),
+            store(("a",), 2),
+            store(("b",), 3),
+            store(("c",), 4),
+            store(("d",), 5),
+            store(("e",), 6),
+        ),
+        "upward",
+    )
     case = hand_case(semiring, dtype, prog, {0: (np.array(vals), sp())})
     slots = check_all_paths(case)
     assert np.asarray(slots[("a",)][0]).shape == ()
@@ -170,23 +200,47 @@ def test_eliminate_of_a_0d_tensor(semiring, dtype):
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_normalize_of_all_zero_prob_is_unchanged(dtype):
-    prog = Program((load(0, 0), normalize(0), store(("n",), 0),
-                    load(1, 1), contract(2, (0, 1), S23), normalize(2), store(("m",), 2),
-                    elim(3, 1, [(T, 0)]), normalize(3), store(("e",), 3)), "upward")
-    case = hand_case("PROB", dtype, prog, {0: (np.zeros((2, 3)), S23),
-                                           1: (np.arange(6.0).reshape(2, 3), S23)})
+    prog = Program(
+        (
+            load(0, 0),
+            normalize(0),
+            store(("n",), 0),
+            load(1, 1),
+            contract(2, (0, 1), S23),
+            normalize(2),
+            store(("m",), 2),
+            elim(3, 1, [(T, 0)]),
+            normalize(3),
+            store(("e",), 3),
+        ),
+        "upward",
+    )
+    case = hand_case(
+        "PROB", dtype, prog, {0: (np.zeros((2, 3)), S23), 1: (np.arange(6.0).reshape(2, 3), S23)}
+    )
     slots = check_all_paths(case)
     assert not np.any(slots[("n",)][0]) and not np.any(slots[("m",)][0])
     assert np.allclose(slots[("e",)][0], np.array([3, 5, 7]) / 15)
 
 
 def test_normalize_of_all_neg_inf_logprob_is_nan():
-    prog = Program((load(0, 0), normalize(0), store(("n",), 0),
-                    elim(1, 0, [(G, 0)]), normalize(1), store(("en",), 1),
-                    load(2, 1), elim(3, 2, [(G, 0)]), normalize(3), store(("e",), 3)), "upward")
+    prog = Program(
+        (
+            load(0, 0),
+            normalize(0),
+            store(("n",), 0),
+            elim(1, 0, [(G, 0)]),
+            normalize(1),
+            store(("en",), 1),
+            load(2, 1),
+            elim(3, 2, [(G, 0)]),
+            normalize(3),
+            store(("e",), 3),
+        ),
+        "upward",
+    )
     part = np.array([[-np.inf, -np.inf, -np.inf], [0.0, -1.0, -np.inf]])
-    case = hand_case("LOGPROB", "float64", prog, {0: (np.full((2, 3), -np.inf), S23),
-                                                  1: (part, S23)})
+    case = hand_case("LOGPROB", "float64", prog, {0: (np.full((2, 3), -np.inf), S23), 1: (part, S23)})
     slots = check_all_paths(case)
     assert np.all(np.isnan(slots[("n",)][0]))  # -inf - logsumexp(all -inf) = -inf - -inf
     assert np.all(np.isnan(slots[("en",)][0]))  # fused with the ELIMINATE too
@@ -195,17 +249,27 @@ def test_normalize_of_all_neg_inf_logprob_is_nan():
 
 
 def test_count_wraps_around_int64():
-    big = 2 ** 62
+    big = 2**62
     spec = sp((G, 0, 4))
-    prog = Program((load(0, 0), contract(1, (0, 0), spec), elim(2, 0, ()), elim(3, 1, ()),
-                    store(("sq",), 1), store(("sum",), 2), store(("sumsq",), 3)), "upward")
+    prog = Program(
+        (
+            load(0, 0),
+            contract(1, (0, 0), spec),
+            elim(2, 0, ()),
+            elim(3, 1, ()),
+            store(("sq",), 1),
+            store(("sum",), 2),
+            store(("sumsq",), 3),
+        ),
+        "upward",
+    )
     vals = np.array([big, big, big, 3], dtype=np.int64)
     case = hand_case("COUNT", "int64", prog, {0: (vals, spec)})
     slots = check_all_paths(case)
     with np.errstate(over="ignore"):
         assert np.array_equal(slots[("sq",)][0], vals * vals)
         assert int(slots[("sum",)][0]) == int(np.sum(vals))
-    assert int(slots[("sum",)][0]) == 3 * big + 3 - 2 ** 64  # wrapped
+    assert int(slots[("sum",)][0]) == 3 * big + 3 - 2**64  # wrapped
     assert int(slots[("sumsq",)][0]) == 9  # (2**62)**2 wraps to 0
 
 
@@ -217,10 +281,22 @@ def test_sat_any_with_early_exit():
     x[0, 0] = True
     x[1, 4] = True
     x[3, :] = True
-    prog = Program((load(0, 0), elim(1, 0, [(G, 0)]), elim(2, 0, [(T, 1)]), elim(3, 0, ()),
-                    load(4, 1), contract(5, (0, 4), spec), elim(6, 5, [(G, 0)]),
-                    store(("rows",), 1), store(("cols",), 2), store(("all",), 3),
-                    store(("fused",), 6)), "upward")
+    prog = Program(
+        (
+            load(0, 0),
+            elim(1, 0, [(G, 0)]),
+            elim(2, 0, [(T, 1)]),
+            elim(3, 0, ()),
+            load(4, 1),
+            contract(5, (0, 4), spec),
+            elim(6, 5, [(G, 0)]),
+            store(("rows",), 1),
+            store(("cols",), 2),
+            store(("all",), 3),
+            store(("fused",), 6),
+        ),
+        "upward",
+    )
     mask = np.ones((4, 5), dtype=bool)
     mask[0, 0] = False
     case = hand_case("SAT", "bool", prog, {0: (x, spec), 1: (mask, spec)})
@@ -233,10 +309,22 @@ def test_sat_any_with_early_exit():
 
 @pytest.mark.parametrize("semiring", ["PROB", "LOGPROB"])
 def test_slot_stored_before_normalize_keeps_the_old_value(semiring):
-    up = Program((load(0, 0), contract(1, (0, 0), S23), store(("raw",), 1), normalize(1),
-                  store(("norm",), 1), normalize(1), store(("twice",), 1)), "upward")
-    down = Program((load_slot(0, ("raw",)), elim(1, 0, [(T, 0)]), store(("bel",), 1),
-                    normalize(0), store(("raw2",), 0)), "downward")
+    up = Program(
+        (
+            load(0, 0),
+            contract(1, (0, 0), S23),
+            store(("raw",), 1),
+            normalize(1),
+            store(("norm",), 1),
+            normalize(1),
+            store(("twice",), 1),
+        ),
+        "upward",
+    )
+    down = Program(
+        (load_slot(0, ("raw",)), elim(1, 0, [(T, 0)]), store(("bel",), 1), normalize(0), store(("raw2",), 0)),
+        "downward",
+    )
     x = np.arange(1.0, 7.0).reshape(2, 3)
     x = x if semiring == "PROB" else np.log(x)
     case = hand_case(semiring, "float64", [up, down], {0: (x, S23)})
@@ -247,11 +335,29 @@ def test_slot_stored_before_normalize_keeps_the_old_value(semiring):
 
 
 def test_same_register_stored_to_two_slots():
-    up = Program((load(0, 0), load(1, 1), contract(2, (0, 1), S23), store(("a",), 2),
-                  store(("b",), 2), elim(3, 2, [(T, 0)]), store(("c",), 3), store(("d",), 3)),
-                 "upward")
-    down = Program((load_slot(0, ("a",)), load_slot(1, ("b",)), contract(2, (0, 1), S23),
-                    store(("a",), 2), store(("ab",), 2)), "downward")
+    up = Program(
+        (
+            load(0, 0),
+            load(1, 1),
+            contract(2, (0, 1), S23),
+            store(("a",), 2),
+            store(("b",), 2),
+            elim(3, 2, [(T, 0)]),
+            store(("c",), 3),
+            store(("d",), 3),
+        ),
+        "upward",
+    )
+    down = Program(
+        (
+            load_slot(0, ("a",)),
+            load_slot(1, ("b",)),
+            contract(2, (0, 1), S23),
+            store(("a",), 2),
+            store(("ab",), 2),
+        ),
+        "downward",
+    )
     f = np.arange(6.0).reshape(2, 3)
     case = hand_case("PROB", "float64", [up, down], {0: (f, S23), 1: (f + 1, S23)})
     slots = check_all_paths(case)
@@ -262,9 +368,17 @@ def test_same_register_stored_to_two_slots():
 
 def test_slot_given_from_outside_and_rewritten():
     given_spec = sp((T, 0, 3), (G, 0, 2))
-    prog = Program((load_slot(0, ("given",)), load(1, 0), contract(2, (1, 0), S23),
-                    elim(3, 2, [(T, 0), (G, 0)]), store(("given",), 3), store(("out",), 2)),
-                   "upward")
+    prog = Program(
+        (
+            load_slot(0, ("given",)),
+            load(1, 0),
+            contract(2, (1, 0), S23),
+            elim(3, 2, [(T, 0), (G, 0)]),
+            store(("given",), 3),
+            store(("out",), 2),
+        ),
+        "upward",
+    )
     g = np.arange(1.0, 7.0).reshape(3, 2)
     f = np.arange(6.0).reshape(2, 3)
     case = hand_case("PROB", "float64", prog, {0: (f, S23)}, slots={("given",): (g, given_spec)})
@@ -276,15 +390,17 @@ def _dead_given_slot():
     """A program that reads a given slot, never uses the value, and overwrites the slot."""
     spec = sp((G, 0, 2))
     prog = Program((load_slot(0, ("m",)), load(1, 0), store(("m",), 1)), "downward")
-    return hand_case("PROB", "float64", prog, {0: (np.array([1.0, 2.0]), spec)},
-                     slots={("m",): (np.zeros(2), spec)})
+    return hand_case(
+        "PROB", "float64", prog, {0: (np.array([1.0, 2.0]), spec)}, slots={("m",): (np.zeros(2), spec)}
+    )
 
 
 def test_session_accepts_a_declared_slot_that_is_dead():
     """Regression (dcf19fd): Session.run refused a declared slot whose input was dead."""
     case = _dead_given_slot()
-    exe = catbp_jit.compile(case.programs, case.sr(), factor_specs=case.factor_specs,
-                            slot_specs=case.slot_specs, mode="loop")
+    exe = catbp_jit.compile(
+        case.programs, case.sr(), factor_specs=case.factor_specs, slot_specs=case.slot_specs, mode="loop"
+    )
     got = session_results(exe.bind(), case.inputs[0])
     assert_same_slots(run_reference(case), got, case)
 
@@ -301,8 +417,13 @@ def test_dropin_slot_rebound_to_another_given_slot(mode):
     rebound to the unchanged value of another given slot."""
     spec = sp((G, 0, 2))
     prog = Program((load_slot(0, ("b",)), store(("a",), 0)), "upward")
-    case = hand_case("PROB", "float64", prog, {}, slots={("a",): (np.array([1.0, 2.0]), spec),
-                                                       ("b",): (np.array([3.0, 4.0]), spec)})
+    case = hand_case(
+        "PROB",
+        "float64",
+        prog,
+        {},
+        slots={("a",): (np.array([1.0, 2.0]), spec), ("b",): (np.array([3.0, 4.0]), spec)},
+    )
     ref = run_reference(case)
     assert np.array_equal(ref[("a",)][0], [3.0, 4.0])
     assert_same_slots(ref, run_dropin(case, 0, mode), case, f"drop-in ({mode})")
@@ -325,8 +446,13 @@ def test_wide_products_run_as_chains_of_partial_products():
         spec = sp(*(axes[i] for i in chosen))
         factors[f] = (rng.uniform(0.5, 1.5, spec.shape), spec)
     ins = [load(f, f) for f in range(20)]
-    ins += [contract(20, range(20), full), store(("product",), 20),
-            contract(21, range(19, -1, -1), full), elim(22, 21, [(G, 1)]), store(("marginal",), 22)]
+    ins += [
+        contract(20, range(20), full),
+        store(("product",), 20),
+        contract(21, range(19, -1, -1), full),
+        elim(22, 21, [(G, 1)]),
+        store(("marginal",), 22),
+    ]
     chain = 0
     for i in range(1, 13):  # a left-deep chain of binary CONTRACTs, fused into one segment
         ins.append(contract(22 + i, (chain, i), full))
@@ -336,11 +462,12 @@ def test_wide_products_run_as_chains_of_partial_products():
     check_all_paths(case)
 
     split = compile_case(case, "loop")
+
     def widest(exe):
         return max(len(step.params.leaves) for step in exe.schedule.steps)
+
     assert widest(split) == PlanOptions().max_leaves
-    wide = plan(case.programs, case.sr(), factor_specs=case.factor_specs,
-                options=PlanOptions(max_leaves=64))
+    wide = plan(case.programs, case.sr(), factor_specs=case.factor_specs, options=PlanOptions(max_leaves=64))
     whole = build(wide, mode="loop")
     assert widest(whole) == 20
     a, b = session_results(split.bind(), case.inputs[0]), session_results(whole.bind(), case.inputs[0])

@@ -32,15 +32,19 @@ from random_programs import cases
 
 # ------------------------------------------------------------------------ access kinds
 
-@pytest.mark.parametrize("sizes, strides, kind, step", [
-    ([2, 3], [0, 0], abi.CONSTANT, 0),
-    ([2, 3], [3, 1], abi.CONTIGUOUS, 1),
-    ([2, 3], [6, 2], abi.STRIDED, 2),
-    ([5], [7], abi.STRIDED, 7),
-    ([2, 3], [1, 2], abi.GATHERED, 0),
-    ([2, 3], [0, 1], abi.GATHERED, 0),  # broadcast along one vector axis: a table
-    ([1], [0], abi.CONTIGUOUS, 1),  # one element: any kind reads it; this one stores it
-])
+
+@pytest.mark.parametrize(
+    "sizes, strides, kind, step",
+    [
+        ([2, 3], [0, 0], abi.CONSTANT, 0),
+        ([2, 3], [3, 1], abi.CONTIGUOUS, 1),
+        ([2, 3], [6, 2], abi.STRIDED, 2),
+        ([5], [7], abi.STRIDED, 7),
+        ([2, 3], [1, 2], abi.GATHERED, 0),
+        ([2, 3], [0, 1], abi.GATHERED, 0),  # broadcast along one vector axis: a table
+        ([1], [0], abi.CONTIGUOUS, 1),  # one element: any kind reads it; this one stores it
+    ],
+)
 def test_access_kind(sizes, strides, kind, step):
     assert access_kind(sizes, strides) == (kind, step)
 
@@ -52,6 +56,7 @@ def test_a_gathered_access_carries_its_offsets_in_c_order():
 
 
 # --------------------------------------------------------------------- loop nests
+
 
 def terms_by_output(sizes, groups, operands):
     """{output offset: [leaf offsets of each term, in the order they are visited]} for a
@@ -84,8 +89,9 @@ def segments(draw):
     holding some of the axes in an order of its own (its layout)."""
     n_out = draw(st.integers(0, 3))
     n_red = draw(st.integers(0, 3))
-    sizes = draw(st.lists(st.sampled_from([1, 2, 3, 4, 6, 8]), min_size=n_out + n_red,
-                          max_size=n_out + n_red))
+    sizes = draw(
+        st.lists(st.sampled_from([1, 2, 3, 4, 6, 8]), min_size=n_out + n_red, max_size=n_out + n_red)
+    )
     groups = [0] * n_out + [1] * n_red
     rank = n_out + n_red
 
@@ -105,8 +111,9 @@ def reference_order(sizes, groups, operands):
     """The order the nest must keep: canonical form, reduced axes by the biggest leaf's
     strides, largest first (stable), as plan/schedule.py fixes it."""
     order = sorted(range(len(sizes)), key=lambda d: (groups[d], -operands[0][d]))
-    sizes, groups, operands = canonical_loops([sizes[d] for d in order], [groups[d] for d in order],
-                                              [[op[d] for d in order] for op in operands])
+    sizes, groups, operands = canonical_loops(
+        [sizes[d] for d in order], [groups[d] for d in order], [[op[d] for d in order] for op in operands]
+    )
     main = 1 + max(range(len(operands) - 1), key=lambda j: (np.count_nonzero(operands[j + 1]), -j))
     return sizes, groups, operands, main
 
@@ -118,10 +125,14 @@ def test_a_nest_keeps_every_term_and_the_order_of_each_sum(segment, across, para
     sizes, groups, operands, main = reference_order(sizes, groups, operands)
     reduce = 1 in groups
     ordered = sorted(range(len(sizes)), key=lambda d: (groups[d], -operands[main][d] if groups[d] else 0))
-    want = terms_by_output([sizes[d] for d in ordered], [groups[d] for d in ordered],
-                           [[op[d] for d in ordered] for op in operands])
-    nest = loop_nest(list(sizes), list(groups), [list(op) for op in operands], reduce, main,
-                     limit, parallel, across)
+    want = terms_by_output(
+        [sizes[d] for d in ordered],
+        [groups[d] for d in ordered],
+        [[op[d] for d in ordered] for op in operands],
+    )
+    nest = loop_nest(
+        list(sizes), list(groups), [list(op) for op in operands], reduce, main, limit, parallel, across
+    )
     assert terms_by_output(nest.sizes, nest.groups, nest.operands) == want
     assert 1 <= nest.nb <= nest.end and nest.end <= len(nest.sizes)
     V = int(np.prod(nest.vector_sizes()))
@@ -145,30 +156,41 @@ def test_a_long_reduced_axis_is_split_so_the_vector_fills_up():
 
 # ------------------------------------------------------------------- kernels, bit for bit
 
+
 def assert_same_bits(a, b, what):
     assert set(a) == set(b), what
     for k in a:
         x, y = a[k][0], b[k][0]
         assert x.dtype == y.dtype and x.shape == y.shape, (what, k)
+
         def bits(a):
             return np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+
         assert np.array_equal(bits(x), bits(y)), (what, k, x, y)
 
 
-@settings(max_examples=60, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                 HealthCheck.filter_too_much])
+@settings(
+    max_examples=60,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+)
 @given(cases())
 def test_every_vector_choice_gives_the_same_bits(case):
     """Forcing the vector of every reducing segment across its reduced axes or across its
     outputs, or shrinking vectors to single axes (block=1): the same bits as the cost
     model's choice, in every semiring (random programs, loop mode)."""
     results = []
-    for options in (None, PlanOptions(across="reduced"), PlanOptions(across="outputs"),
-                    PlanOptions(block=1)):
-        exe = catbp_jit.compile(case.programs, case.sr(), factor_specs=case.factor_specs,
-                                selector_specs=case.selector_specs,
-                                slot_specs=case.slot_specs or None, mode="loop", options=options)
+    for options in (None, PlanOptions(across="reduced"), PlanOptions(across="outputs"), PlanOptions(block=1)):
+        exe = catbp_jit.compile(
+            case.programs,
+            case.sr(),
+            factor_specs=case.factor_specs,
+            selector_specs=case.selector_specs,
+            slot_specs=case.slot_specs or None,
+            mode="loop",
+            options=options,
+        )
         results.append(session_results(exe.bind(), case.inputs[0]))
     for other, name in zip(results[1:], ("across reduced", "across outputs", "block=1")):
         assert_same_bits(results[0], other, name)
@@ -182,16 +204,23 @@ def test_a_prob_kernel_multiplies_in_simd_registers(tmp_path):
 
     G = AxisType.GEOMETRIC
     a, b = Axis(0, G, 64), Axis(1, G, 64)
-    program = catbp_jit.Program((
-        catbp_jit.Instruction(catbp_jit.OpCode.LOAD_FACTOR, 0, {"factor_id": 0}),
-        catbp_jit.Instruction(catbp_jit.OpCode.LOAD_FACTOR, 1, {"factor_id": 1}),
-        catbp_jit.Instruction(catbp_jit.OpCode.CONTRACT, 2,
-                              {"inputs": (0, 1), "out_spec": catbp_jit.TensorSpec((a, b))}),
-        catbp_jit.Instruction(catbp_jit.OpCode.STORE_SLOT, None, {"slot": ("x",), "src": 2}),
-    ), "upward")
-    exe = catbp_jit.compile(program, catbp_jit.make_semiring("PROB"), mode="loop",
-                            factor_specs={0: catbp_jit.TensorSpec((a, b)),
-                                          1: catbp_jit.TensorSpec((b,))})
+    program = catbp_jit.Program(
+        (
+            catbp_jit.Instruction(catbp_jit.OpCode.LOAD_FACTOR, 0, {"factor_id": 0}),
+            catbp_jit.Instruction(catbp_jit.OpCode.LOAD_FACTOR, 1, {"factor_id": 1}),
+            catbp_jit.Instruction(
+                catbp_jit.OpCode.CONTRACT, 2, {"inputs": (0, 1), "out_spec": catbp_jit.TensorSpec((a, b))}
+            ),
+            catbp_jit.Instruction(catbp_jit.OpCode.STORE_SLOT, None, {"slot": ("x",), "src": 2}),
+        ),
+        "upward",
+    )
+    exe = catbp_jit.compile(
+        program,
+        catbp_jit.make_semiring("PROB"),
+        mode="loop",
+        factor_specs={0: catbp_jit.TensorSpec((a, b)), 1: catbp_jit.TensorSpec((b,))},
+    )
     asm = exe.kernel_asm(0)
     assert "mulpd" in asm, "no packed multiply in the kernel"
 
@@ -206,11 +235,17 @@ def test_hoisted_prefixes_give_the_same_bits(semiring, reduce):
 
     G = AxisType.GEOMETRIC
     ax = [Axis(i, G, 4) for i in range(6)]
-    specs = {0: TensorSpec((ax[0],)), 1: TensorSpec((ax[0], ax[1])), 2: TensorSpec((ax[1],)),
-             3: TensorSpec(tuple(ax)), 4: TensorSpec((ax[2], ax[5]))}
+    specs = {
+        0: TensorSpec((ax[0],)),
+        1: TensorSpec((ax[0], ax[1])),
+        2: TensorSpec((ax[1],)),
+        3: TensorSpec(tuple(ax)),
+        4: TensorSpec((ax[2], ax[5])),
+    }
     ins = [Instruction(OpCode.LOAD_FACTOR, f, {"factor_id": f}) for f in specs]
-    ins.append(Instruction(OpCode.CONTRACT, 5, {"inputs": (0, 1, 2, 3, 4),
-                                                "out_spec": TensorSpec(tuple(ax))}))
+    ins.append(
+        Instruction(OpCode.CONTRACT, 5, {"inputs": (0, 1, 2, 3, 4), "out_spec": TensorSpec(tuple(ax))})
+    )
     out = 5
     if reduce:
         ins.append(Instruction(OpCode.ELIMINATE, 6, {"src": 5, "keep_keys": tuple(a.key for a in ax[:4])}))
@@ -226,8 +261,9 @@ def test_hoisted_prefixes_give_the_same_bits(semiring, reduce):
         values[f] = sr.kind.potentials(x, sr.dtype)
     results = []
     for hoist in (True, False):
-        exe = catbp_jit.compile(program, sr, factor_specs=specs, mode="loop",
-                                options=PlanOptions(hoist=hoist))
+        exe = catbp_jit.compile(
+            program, sr, factor_specs=specs, mode="loop", options=PlanOptions(hoist=hoist)
+        )
         leaves = [st.segment.leaves for st in exe.schedule.steps]
         assert (len(leaves) == 2) == hoist, leaves  # the prefix is a segment of its own
         results.append(session_results(exe.bind(), catbp_jit_inputs(values)))

@@ -74,6 +74,7 @@ def keys(s: TensorSpec) -> set:
 
 # ---------------------------------------------------------------------- the pass alone
 
+
 def test_chain_becomes_pairwise_segments_summing_early():
     fused = chain_fused(normalize=True)
     out = reassociate(fused)
@@ -104,8 +105,9 @@ def test_private_axes_are_summed_out_first():
     """out[i] = Σ_{j,k} a[i, j] b[j, k]: b's k is summed out alone, then a pairwise step."""
     specs = {0: spec(I, J), 1: spec(J, K), 2: spec(I)}
     seg = Segment(2, specs[2], (J, K), (0, 1), True, False, (2,))
-    fused = Fused([seg], specs, {0: "factor", 1: "factor", 2: "computed"}, {0: 0, 1: 1},
-                  {("out",): 2}, "LOGPROB")
+    fused = Fused(
+        [seg], specs, {0: "factor", 1: "factor", 2: "computed"}, {0: 0, 1: 1}, {("out",): 2}, "LOGPROB"
+    )
     segs = reassociate(fused).segments
     assert [s.leaves[:1] for s in segs] == [(1,), (0,)]
     assert keys(segs[0].out_spec) == {J.key} and {a.key for a in segs[0].red_axes} == {K.key}
@@ -117,8 +119,9 @@ def test_own_axes_stored_outermost_are_carried_into_the_product():
     apart: they are summed in the first pairwise step instead of alone."""
     specs = {0: spec(K, J), 1: spec(I, J), 2: spec(I)}
     seg = Segment(2, specs[2], (J, K), (0, 1), True, False, (2,))
-    fused = Fused([seg], specs, {0: "factor", 1: "factor", 2: "computed"}, {0: 0, 1: 1},
-                  {("out",): 2}, "PROB")
+    fused = Fused(
+        [seg], specs, {0: "factor", 1: "factor", 2: "computed"}, {0: 0, 1: 1}, {("out",): 2}, "PROB"
+    )
     assert reassociate(fused).segments == [seg]  # one pairwise step: the segment itself
 
 
@@ -127,8 +130,14 @@ def test_left_alone_when_it_does_not_pay():
     write and read an intermediate as large as the output."""
     specs = {0: spec(I, J), 1: spec(I, J), 2: spec(J, I), 3: spec(I, J)}
     seg = Segment(3, specs[3], (), (0, 1, 2), False, False, (3,))
-    fused = Fused([seg], specs, {0: "factor", 1: "factor", 2: "factor", 3: "computed"},
-                  {0: 0, 1: 1, 2: 2}, {("out",): 3}, "PROB")
+    fused = Fused(
+        [seg],
+        specs,
+        {0: "factor", 1: "factor", 2: "factor", 3: "computed"},
+        {0: 0, 1: 1, 2: 2},
+        {("out",): 3},
+        "PROB",
+    )
     assert reassociate(fused).segments == [seg]
 
 
@@ -136,8 +145,14 @@ def test_batch_axis_is_innermost_and_paths_ignore_its_size():
     B = Axis(9, G, 64)
     specs = {0: spec(I, J, B), 1: spec(J, K), 2: spec(K, L), 3: spec(I, L, B)}
     seg = Segment(3, specs[3], (J, K), (0, 1, 2), True, False, (3,))
-    fused = Fused([seg], specs, {0: "factor", 1: "factor", 2: "factor", 3: "computed"},
-                  {0: 0, 1: 1, 2: 2}, {("out",): 3}, "PROB")
+    fused = Fused(
+        [seg],
+        specs,
+        {0: "factor", 1: "factor", 2: "factor", 3: "computed"},
+        {0: 0, 1: 1, 2: 2},
+        {("out",): 3},
+        "PROB",
+    )
     segs = reassociate(fused, batch_key=B.key).segments
     plain = reassociate(chain_fused()).segments
     assert [set(s.leaves) for s in segs] == [set(s.leaves) for s in plain]
@@ -148,9 +163,16 @@ def test_batch_axis_is_innermost_and_paths_ignore_its_size():
 
 # ------------------------------------------------------------------- against the reference
 
+
 def compile_bundle(b, exact=False, **kw):
-    return catbp_jit.compile(b.programs, b.semiring_runtime(), factor_specs=b.factor_specs(),
-                             selector_specs=b.selector_specs(), exact=exact, **kw)
+    return catbp_jit.compile(
+        b.programs,
+        b.semiring_runtime(),
+        factor_specs=b.factor_specs(),
+        selector_specs=b.selector_specs(),
+        exact=exact,
+        **kw,
+    )
 
 
 @pytest.mark.parametrize("path", CORPUS, ids=[p.name for p in CORPUS])
@@ -169,8 +191,7 @@ def test_reassociation_happens_on_the_corpus():
         b = load_bundle(path)
         args = (b.programs, b.semiring_runtime())
         kw = dict(factor_specs=b.factor_specs(), selector_specs=b.selector_specs())
-        grown += len(plan(*args, exact=False, **kw).fused.segments) > \
-            len(plan(*args, **kw).fused.segments)
+        grown += len(plan(*args, exact=False, **kw).fused.segments) > len(plan(*args, **kw).fused.segments)
     assert grown > 0
 
 
@@ -179,9 +200,15 @@ def test_reassociation_happens_on_the_corpus():
 def test_random_programs(case):
     note(case.listing())
     record(case)
-    exe = catbp_jit.compile(case.programs, case.sr(), factor_specs=case.factor_specs,
-                            selector_specs=case.selector_specs,
-                            slot_specs=case.slot_specs or None, mode="loop", exact=False)
+    exe = catbp_jit.compile(
+        case.programs,
+        case.sr(),
+        factor_specs=case.factor_specs,
+        selector_specs=case.selector_specs,
+        slot_specs=case.slot_specs or None,
+        mode="loop",
+        exact=False,
+    )
     sess = exe.bind()
     for which in range(len(case.inputs)):
         got = session_results(sess, case.inputs[which])
@@ -193,12 +220,24 @@ def test_axes_no_leaf_has_stay_on_the_last_segment():
     once per k; the pass dropped k and so the factor |k| (hypothesis: PROB Z half of it)."""
     specs = {0: spec(I, J), 1: spec(J), 2: spec(J), 3: spec()}
     seg = Segment(3, specs[3], (I, J, K), (0, 1, 2), True, False, (3,))
-    fused = Fused([seg], specs, {0: "factor", 1: "factor", 2: "factor", 3: "computed"},
-                  {0: 0, 1: 1, 2: 2}, {("out",): 3}, "PROB")
+    fused = Fused(
+        [seg],
+        specs,
+        {0: "factor", 1: "factor", 2: "factor", 3: "computed"},
+        {0: 0, 1: 1, 2: 2},
+        {("out",): 3},
+        "PROB",
+    )
     last = reassociate(fused).segments[-1]
     assert last.out == 3 and K.key in {a.key for a in last.red_axes}
-    out = Fused([Segment(3, spec(I, K), (J,), (0, 1, 2), True, False, (3,))],
-                {**specs, 3: spec(I, K)}, fused.kinds, fused.attrs, fused.outputs, "PROB")
+    out = Fused(
+        [Segment(3, spec(I, K), (J,), (0, 1, 2), True, False, (3,))],
+        {**specs, 3: spec(I, K)},
+        fused.kinds,
+        fused.attrs,
+        fused.outputs,
+        "PROB",
+    )
     last = reassociate(out).segments[-1]
     assert last.out_spec == spec(I, K) and {a.key for a in last.red_axes} <= {J.key}
 
@@ -207,8 +246,7 @@ def test_axes_no_leaf_has_stay_on_the_last_segment():
 
 
 def run_gemm_case(case, gemm_steps=1):
-    exe = catbp_jit.compile(case.programs, case.sr(), factor_specs=case.factor_specs,
-                            exact=False)
+    exe = catbp_jit.compile(case.programs, case.sr(), factor_specs=case.factor_specs, exact=False)
     chosen = [st for st in exe.schedule.steps if st.pattern.template == "gemm"]
     assert len(chosen) == gemm_steps, exe.as_text()
     got = session_results(exe.bind(), case.inputs[0])
@@ -216,12 +254,16 @@ def run_gemm_case(case, gemm_steps=1):
     return exe
 
 
-@pytest.mark.parametrize("a_axes, b_axes, keep", [
-    ((AI, AK), (AK, AJ), (AI, AJ)),  # C-order leaves
-    ((AK, AI), (AJ, AK), (AI, AJ)),  # both transposed
-    ((AI, AK), (AK, AJ), (AJ, AI)),  # out^T = b^T a^T
-    ((AB, AI, AK), (AB, AK, AJ), (AB, AI, AJ)),  # a batch axis outermost
-], ids=["cc", "ff", "swapped", "batched"])
+@pytest.mark.parametrize(
+    "a_axes, b_axes, keep",
+    [
+        ((AI, AK), (AK, AJ), (AI, AJ)),  # C-order leaves
+        ((AK, AI), (AJ, AK), (AI, AJ)),  # both transposed
+        ((AI, AK), (AK, AJ), (AJ, AI)),  # out^T = b^T a^T
+        ((AB, AI, AK), (AB, AK, AJ), (AB, AI, AJ)),  # a batch axis outermost
+    ],
+    ids=["cc", "ff", "swapped", "batched"],
+)
 def test_gemm_prob(a_axes, b_axes, keep):
     run_gemm_case(gemm_case("PROB", "float64", a_axes, b_axes, keep))
 
@@ -233,6 +275,7 @@ def test_gemm_prob_float32_normalized():
 def logprob_values(rng):
     """Log-potentials with -inf entries, an all -inf row and column, and a spread that
     underflows the shifted exponentials (those elements are summed directly)."""
+
     def make(shape):
         x = rng.normal(0.0, 3.0, shape)
         x[rng.random(shape) < 0.3] = -np.inf
@@ -241,22 +284,30 @@ def logprob_values(rng):
         x[2, 2] = 900.0
         x[3] -= 2000.0
         return x
+
     return make
 
 
 @pytest.mark.parametrize("norm", [False, True])
 def test_gemm_logprob_with_minus_inf(norm):
     rng = np.random.default_rng(1)
-    case = gemm_case("LOGPROB", "float64", (AI, AK), (AK, AJ), (AI, AJ), norm=norm,
-                     values=logprob_values(rng))
+    case = gemm_case(
+        "LOGPROB", "float64", (AI, AK), (AK, AJ), (AI, AJ), norm=norm, values=logprob_values(rng)
+    )
     exe = run_gemm_case(case)
     assert exe.memory.scratch  # the exponentials' workspace
 
 
 def test_sat_and_count_keep_loop_kernels():
     for semiring, dtype in (("SAT", "bool"), ("COUNT", "int64")):
-        case = gemm_case(semiring, dtype, (AI, AK), (AK, AJ), (AI, AJ),
-                         values=lambda shape: np.random.default_rng(2).integers(0, 3, shape))
+        case = gemm_case(
+            semiring,
+            dtype,
+            (AI, AK),
+            (AK, AJ),
+            (AI, AJ),
+            values=lambda shape: np.random.default_rng(2).integers(0, 3, shape),
+        )
         run_gemm_case(case, gemm_steps=0)
 
 
@@ -270,7 +321,7 @@ def test_exact_mode_has_no_gemm():
 
 
 @settings(60)
-@given(cases(), st.integers(0, 2 ** 32 - 1))
+@given(cases(), st.integers(0, 2**32 - 1))
 def test_batched_equals_unbatched(case, seed):
     """Paths are chosen with the batch axis counted as size 1, so every bucket regroups as
     the unbatched program does: row by row the same results."""
@@ -279,19 +330,25 @@ def test_batched_equals_unbatched(case, seed):
         return
     note(case.listing())
     bf = set(case.factor_specs)
-    kw = dict(factor_specs=case.factor_specs, selector_specs=case.selector_specs,
-              slot_specs=case.slot_specs or None, mode="loop", exact=False)
+    kw = dict(
+        factor_specs=case.factor_specs,
+        selector_specs=case.selector_specs,
+        slot_specs=case.slot_specs or None,
+        mode="loop",
+        exact=False,
+    )
     plain = catbp_jit.compile(case.programs, case.sr(), **kw).bind()
     try:
-        sess = catbp_jit.compile(case.programs, case.sr(), batched_factors=bf, buckets=(3,),
-                                 **kw).bind()
+        sess = catbp_jit.compile(case.programs, case.sr(), batched_factors=bf, buckets=(3,), **kw).bind()
     except catbp_jit.ir.batch.BatchedCompileError:
         event("refused: a slot batched at one write, not at another")
         return
     rng = np.random.default_rng(seed)
     base = case.inputs[0]
-    factors = {k: np.stack([random_values(rng, case.factor_specs[k], case.semiring, case.dtype)
-                            for _ in range(3)]) for k in bf}
+    factors = {
+        k: np.stack([random_values(rng, case.factor_specs[k], case.semiring, case.dtype) for _ in range(3)])
+        for k in bf
+    }
     with np.errstate(all="ignore"):
         want = unbatched_rows(plain, factors, base.selectors, base.slots, bf, set(), 3)
     got = sess.run(factors=factors, selectors=base.selectors, slots=base.slots)
@@ -305,9 +362,17 @@ def test_a_batched_leaf_sums_its_own_axes_as_the_unbatched_one_does():
     left fused (Σ_l s·f[l]): other rounding in float32, row by row."""
     A = ax(0, 1), ax(1, 4)
     f_spec, l_spec = spec(*A), spec(A[1])
-    finalize = Program((load(0, 0), contract(1, [0], l_spec), elim(2, 1, []),
-                        contract(3, [2, 0], l_spec), elim(4, 3, []), store(("Z",), 4)),
-                       name="finalize")
+    finalize = Program(
+        (
+            load(0, 0),
+            contract(1, [0], l_spec),
+            elim(2, 1, []),
+            contract(3, [2, 0], l_spec),
+            elim(4, 3, []),
+            store(("Z",), 4),
+        ),
+        name="finalize",
+    )
     sr = catbp_jit.make_semiring("PROB", np.dtype("float32"))
     kw = dict(factor_specs={0: f_spec}, selector_specs={}, mode="loop", exact=False)
     plain = catbp_jit.compile([finalize], sr, **kw).bind()
@@ -323,13 +388,11 @@ def test_a_batched_leaf_sums_its_own_axes_as_the_unbatched_one_does():
 def test_save_and_load_keep_the_mode(tmp_path):
     case = gemm_case("PROB", "float64", (AI, AK), (AK, AJ), (AI, AJ))
     for exact in (True, False):
-        exe = catbp_jit.compile(case.programs, case.sr(), factor_specs=case.factor_specs,
-                                exact=exact)
+        exe = catbp_jit.compile(case.programs, case.sr(), factor_specs=case.factor_specs, exact=exact)
         exe.save(tmp_path / "exe.json")
         loaded = catbp_jit.load(tmp_path / "exe.json")
         assert loaded.plan.options.exact is exact
-        assert [st.pattern for st in loaded.schedule.steps] == \
-            [st.pattern for st in exe.schedule.steps]
+        assert [st.pattern for st in loaded.schedule.steps] == [st.pattern for st in exe.schedule.steps]
         f = case.inputs[0].factors
         a, b = exe.bind().run(factors=f), loaded.bind().run(factors=f)
         assert np.array_equal(a[("out",)][0], b[("out",)][0])
@@ -339,8 +402,9 @@ def test_load_refuses_a_mode_that_is_not_a_boolean(tmp_path):
     import json
 
     case = gemm_case("PROB", "float64", (AI, AK), (AK, AJ), (AI, AJ))
-    catbp_jit.compile(case.programs, case.sr(), factor_specs=case.factor_specs,
-                      exact=False).save(tmp_path / "exe.json")
+    catbp_jit.compile(case.programs, case.sr(), factor_specs=case.factor_specs, exact=False).save(
+        tmp_path / "exe.json"
+    )
     doc = json.loads((tmp_path / "exe.json").read_text())
     doc["exact"] = "no"
     (tmp_path / "exe.json").write_text(json.dumps(doc))
@@ -353,9 +417,11 @@ def test_compile_model_passes_the_mode_down():
 
     rng = np.random.default_rng(3)
     n = 6
-    graph = factor_graph({f"x{i}": 3 for i in range(n)},
-                         [((f"x{i}", f"x{(i + 1) % n}"), rng.uniform(0.1, 1, (3, 3)))
-                          for i in range(n)], name="ring6")
+    graph = factor_graph(
+        {f"x{i}": 3 for i in range(n)},
+        [((f"x{i}", f"x{(i + 1) % n}"), rng.uniform(0.1, 1, (3, 3))) for i in range(n)],
+        name="ring6",
+    )
     exact = catbp_jit.compile_model(graph, "prob")
     loose = catbp_jit.compile_model(graph, "prob", exact=False)
     assert loose.executable.plan.options.exact is False
@@ -368,12 +434,15 @@ def test_cuda_plans_reassociate_without_gemm():
     """GEMM is a CPU kernel: a CUDA plan keeps loop kernels, even with options that ask."""
     case = gemm_case("PROB", "float64", (AI, AK), (AK, AJ), (AI, AJ))
     kw = dict(factor_specs=case.factor_specs, exact=False)
+
     def templates(p):
         return {st.pattern.template for st in p.schedule.steps}
+
     assert "gemm" in templates(plan(case.programs, case.sr(), **kw))
     assert templates(plan(case.programs, case.sr(), target="cuda", **kw)) == {"contract_reduce"}
-    assert templates(plan(case.programs, case.sr(), target="cuda",
-                          options=catbp_jit.PlanOptions(), **kw)) == {"contract_reduce"}
+    assert templates(
+        plan(case.programs, case.sr(), target="cuda", options=catbp_jit.PlanOptions(), **kw)
+    ) == {"contract_reduce"}
 
 
 @st.composite
@@ -382,20 +451,35 @@ def matrix_products(draw):
     sizes 1-4), each operand's axes in a random order, PROB or LOGPROB, maybe normalized."""
     sizes = iter(draw(st.lists(st.integers(1, 4), min_size=8, max_size=8)))
     counter = iter(range(20, 40))
+
     def group():
         return [ax(next(counter), next(sizes)) for _ in range(draw(st.integers(0, 2)))]
+
     rows, cols, ks, batch = group(), group(), group(), group()
     if not any(x.size > 1 for x in ks):
         ks.append(ax(next(counter), 3))
+
     def order(axes):
         return tuple(draw(st.permutations(axes)))
-    semiring, dtype = draw(st.sampled_from([("PROB", "float64"), ("PROB", "float32"),
-                                            ("LOGPROB", "float64")]))
-    values = (logprob_values_small(np.random.default_rng(draw(st.integers(0, 99))))
-              if semiring == "LOGPROB" else None)
-    return gemm_case(semiring, dtype, order(batch + rows + ks), order(batch + ks + cols),
-                     order(batch + rows + cols), norm=draw(st.booleans()), values=values,
-                     seed=draw(st.integers(0, 99)))
+
+    semiring, dtype = draw(
+        st.sampled_from([("PROB", "float64"), ("PROB", "float32"), ("LOGPROB", "float64")])
+    )
+    values = (
+        logprob_values_small(np.random.default_rng(draw(st.integers(0, 99))))
+        if semiring == "LOGPROB"
+        else None
+    )
+    return gemm_case(
+        semiring,
+        dtype,
+        order(batch + rows + ks),
+        order(batch + ks + cols),
+        order(batch + rows + cols),
+        norm=draw(st.booleans()),
+        values=values,
+        seed=draw(st.integers(0, 99)),
+    )
 
 
 def logprob_values_small(rng):
@@ -404,6 +488,7 @@ def logprob_values_small(rng):
         x[rng.random(shape) < 0.3] = -np.inf
         x[rng.random(shape) < 0.1] = rng.choice([-800.0, 800.0])  # underflowing shifts
         return x
+
     return make
 
 
@@ -418,10 +503,10 @@ def test_random_matrix_products_with_gemm_at_every_size(case):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(gemm, "MIN_WORK", 1)
         mp.setattr(gemm, "MIN_REUSE", 0)
-        exe = catbp_jit.compile(case.programs, case.sr(), factor_specs=case.factor_specs,
-                                mode="loop", exact=False)
-    event("GEMM" if any(st.pattern.template == "gemm" for st in exe.schedule.steps)
-          else "loop kernels")
+        exe = catbp_jit.compile(
+            case.programs, case.sr(), factor_specs=case.factor_specs, mode="loop", exact=False
+        )
+    event("GEMM" if any(st.pattern.template == "gemm" for st in exe.schedule.steps) else "loop kernels")
     got = session_results(exe.bind(), case.inputs[0])
     assert_same_slots(run_reference(case), got, case, "gemm")
 
@@ -430,11 +515,18 @@ def test_an_intermediate_two_segments_need_is_computed_once():
     """Two sums over a[j, i, k] b[j] and a[j, i, k] c[j, l]: both first sum a's private axes
     (i, k, stored innermost) out; the second segment reads the first one's intermediate."""
     specs = {0: spec(J, I, K), 1: spec(J), 2: spec(J, L), 3: spec(), 4: spec(L)}
-    segs = [Segment(3, specs[3], (I, J, K), (0, 1), True, False, (3,)),
-            Segment(4, specs[4], (I, J, K), (0, 2), True, False, (4,))]
-    fused = Fused(segs, specs, {0: "factor", 1: "factor", 2: "factor", 3: "computed",
-                                4: "computed"}, {0: 0, 1: 1, 2: 2}, {("x",): 3, ("y",): 4},
-                  "PROB")
+    segs = [
+        Segment(3, specs[3], (I, J, K), (0, 1), True, False, (3,)),
+        Segment(4, specs[4], (I, J, K), (0, 2), True, False, (4,)),
+    ]
+    fused = Fused(
+        segs,
+        specs,
+        {0: "factor", 1: "factor", 2: "factor", 3: "computed", 4: "computed"},
+        {0: 0, 1: 1, 2: 2},
+        {("x",): 3, ("y",): 4},
+        "PROB",
+    )
     out = reassociate(fused).segments
     pre = [s for s in out if s.leaves == (0,)]
     assert len(pre) == 1 and keys(pre[0].out_spec) == {J.key}

@@ -21,15 +21,21 @@ BUNDLE = "grid3_d2__logprob_float64_normalized"  # LOGPROB: both kinds of bound
 
 def schedule_of(name: str, **keywords):
     bundle = load_bundle(DATA / "corpus" / name)
-    exe = compile(bundle.programs, bundle.semiring_runtime(),
-                  factor_specs=bundle.factor_specs(), selector_specs=bundle.selector_specs(),
-                  mode="loop", **keywords)
+    exe = compile(
+        bundle.programs,
+        bundle.semiring_runtime(),
+        factor_specs=bundle.factor_specs(),
+        selector_specs=bundle.selector_specs(),
+        mode="loop",
+        **keywords,
+    )
     return exe
 
 
 def test_one_row_per_step_in_each_mode(tmp_path, capsys):
-    code = roofline.main(["--shared", str(DATA), "--group", "corpus", "--only", BUNDLE,
-                          "--quick", "--out", str(tmp_path)])
+    code = roofline.main(
+        ["--shared", str(DATA), "--group", "corpus", "--only", BUNDLE, "--quick", "--out", str(tmp_path)]
+    )
     assert code == 0
     with open(tmp_path / "roofline.csv") as f:
         every = list(csv.DictReader(f))
@@ -62,22 +68,24 @@ def check_rows(rows, exe):
         assert float(r["time_s"]) > 0
         bound = float(r["bound_s"])
         assert bound == max(float(r["memory_bound_s"]), float(r["arith_bound_s"])) > 0
-        assert r["bound"] == ("bandwidth" if float(r["memory_bound_s"]) >= float(r["arith_bound_s"])
-                              else "arithmetic")
+        assert r["bound"] == (
+            "bandwidth" if float(r["memory_bound_s"]) >= float(r["arith_bound_s"]) else "arithmetic"
+        )
         # time / bound; a small step's data sits in cache, faster than the DRAM bandwidth
         # the bound assumes, but not by orders of magnitude
         assert float(r["ratio"]) == pytest.approx(float(r["time_s"]) / bound)
         assert float(r["ratio"]) > 0.01
-        want = ("exp" if step.pattern.semiring == "LOGPROB" and step.pattern.reduce
-                else "multiply-add")
+        want = "exp" if step.pattern.semiring == "LOGPROB" and step.pattern.reduce else "multiply-add"
         assert r["arith_kind"] == want
     assert {r["arith_kind"] for r in rows} == {"exp", "multiply-add"}
 
 
 def test_summary_counts_slow_steps_against_the_bar():
-    exact = [{"mode": "exact", "bound_s": 1e-3, "time_s": 2e-3, "ratio": 2.0},   # slow, within
-             {"mode": "exact", "bound_s": 1e-4, "time_s": 5e-3, "ratio": 50.0},  # slow, far
-             {"mode": "exact", "bound_s": 1e-7, "time_s": 1e-5, "ratio": 100.0}]  # fast: not judged
+    exact = [
+        {"mode": "exact", "bound_s": 1e-3, "time_s": 2e-3, "ratio": 2.0},  # slow, within
+        {"mode": "exact", "bound_s": 1e-4, "time_s": 5e-3, "ratio": 50.0},  # slow, far
+        {"mode": "exact", "bound_s": 1e-7, "time_s": 1e-5, "ratio": 100.0},
+    ]  # fast: not judged
     s = roofline.summary("b", exact)
     e = s["modes"]["exact"]
     assert e["steps"] == 3 and e["slow"] == 2 and e["within"] == 1
@@ -92,8 +100,19 @@ def test_summary_counts_slow_steps_against_the_bar():
 
 def test_no_bundle_is_one_clear_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
-        roofline.main(["--shared", str(DATA), "--group", "corpus", "--only", "no_such_model",
-                       "--quick", "--out", str(tmp_path)])
+        roofline.main(
+            [
+                "--shared",
+                str(DATA),
+                "--group",
+                "corpus",
+                "--only",
+                "no_such_model",
+                "--quick",
+                "--out",
+                str(tmp_path),
+            ]
+        )
     assert e.value.code == 2
     assert "no corpus bundles found" in capsys.readouterr().err
 
@@ -104,8 +123,9 @@ def test_a_broken_bundle_is_a_problem_line_not_a_traceback(tmp_path, capsys):
     broken = corpus / "chain8__broken"
     shutil.copytree(DATA / "corpus" / "chain8__prob_float64", broken)
     (broken / "bundle.json").write_text("{ not json")
-    code = roofline.main(["--shared", str(tmp_path / "shared"), "--group", "corpus", "--quick",
-                          "--out", str(tmp_path / "out")])
+    code = roofline.main(
+        ["--shared", str(tmp_path / "shared"), "--group", "corpus", "--quick", "--out", str(tmp_path / "out")]
+    )
     assert code == 1
     md = (tmp_path / "out" / "roofline.md").read_text()
     assert "- chain8__broken: BundleError:" in md and "not valid JSON" in md

@@ -44,8 +44,9 @@ def values(name, rng, shape):
         x[rng.random(size=shape) < 0.15] = -np.inf
         return x
     # the whole int64 range: products and sums wrap, and the ring laws still hold mod 2**64
-    return rng.integers(np.iinfo(np.int64).min, np.iinfo(np.int64).max, size=shape,
-                        dtype=np.int64, endpoint=True)
+    return rng.integers(
+        np.iinfo(np.int64).min, np.iinfo(np.int64).max, size=shape, dtype=np.int64, endpoint=True
+    )
 
 
 @st.composite
@@ -151,6 +152,7 @@ def test_add_reduce_falsy_axis_returns_input_as_catbp_does(name):
 
 # --- logsumexp --------------------------------------------------------------------------
 
+
 def test_logsumexp_all_neg_inf():
     x = np.full((2, 3), -np.inf)
     for axis in ((0,), (1,), (0, 1), None):
@@ -167,21 +169,22 @@ def test_logsumexp_all_neg_inf():
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.integers(1, 3), min_size=1, max_size=3).map(tuple),
-       st.integers(0, 2**32 - 1), st.data())
+@given(st.lists(st.integers(1, 3), min_size=1, max_size=3).map(tuple), st.integers(0, 2**32 - 1), st.data())
 def test_logsumexp_finite_matches_log_sum_exp(shape, seed, data):
     x = np.random.default_rng(seed).uniform(-20.0, 20.0, size=shape)
     axes = tuple(sorted(data.draw(st.sets(st.integers(0, len(shape) - 1), min_size=1))))
-    np.testing.assert_allclose(logsumexp(x, axis=axes), np.log(np.sum(np.exp(x), axis=axes)),
-                               rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(
+        logsumexp(x, axis=axes), np.log(np.sum(np.exp(x), axis=axes)), rtol=1e-12, atol=1e-12
+    )
     np.testing.assert_allclose(logsumexp(x), np.log(np.sum(np.exp(x))), rtol=1e-12)
 
 
 def test_logsumexp_is_shifted():
     x = np.array([[1000.0, 1000.0], [-1000.0, -1001.0]])
     r = logsumexp(x, axis=(1,))
-    np.testing.assert_allclose(r, [1000.0 + math.log(2.0), -1000.0 + math.log(1.0 + math.exp(-1.0))],
-                               rtol=1e-14)
+    np.testing.assert_allclose(
+        r, [1000.0 + math.log(2.0), -1000.0 + math.log(1.0 + math.exp(-1.0))], rtol=1e-14
+    )
     assert np.isclose(logsumexp(x), 1000.0 + math.log(2.0), rtol=1e-14)
 
 
@@ -193,6 +196,7 @@ def test_logsumexp_keeps_float32():
 
 
 # --- normalization ----------------------------------------------------------------------
+
 
 @SETTINGS
 @given(st.sampled_from(["PROB64", "PROB32"]), shapes, st.integers(0, 2**32 - 1))
@@ -236,8 +240,9 @@ def test_logprob_normalize(shape, seed):
     assert np.asarray(y).shape == x.shape
     assert abs(float(logsumexp(y))) < 1e-12
     # subtracting one constant: the differences are unchanged
-    np.testing.assert_allclose(np.asarray(x) - np.asarray(y),
-                               np.full(x.shape, float(logsumexp(x))), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(
+        np.asarray(x) - np.asarray(y), np.full(x.shape, float(logsumexp(x))), rtol=1e-12, atol=1e-12
+    )
 
 
 def test_logprob_normalize_with_neg_inf_and_axis():
@@ -260,6 +265,7 @@ def test_sat_and_count_do_not_normalize(make):
 
 # --- adapters ----------------------------------------------------------------------------
 
+
 class ForeignRuntime:
     """A CatBP-like runtime: only a name string and a dtype, no enums, no callables."""
 
@@ -268,23 +274,33 @@ class ForeignRuntime:
         self.dtype = dtype
 
 
-@pytest.mark.parametrize("foreign, name, dtype", [
-    (SimpleNamespace(name="PROB", dtype=np.float32), "PROB", np.float32),
-    (SimpleNamespace(name="PROB", dtype=np.dtype("float64")), "PROB", np.float64),
-    (ForeignRuntime("LOGPROB", np.float64), "LOGPROB", np.float64),
-    (ForeignRuntime("SAT", np.bool_), "SAT", np.bool_),
-    (SimpleNamespace(name="COUNT", dtype=np.int64), "COUNT", np.int64),
-    (SimpleNamespace(name="prob", dtype="float32"), "PROB", np.float32),
-])
+@pytest.mark.parametrize(
+    "foreign, name, dtype",
+    [
+        (SimpleNamespace(name="PROB", dtype=np.float32), "PROB", np.float32),
+        (SimpleNamespace(name="PROB", dtype=np.dtype("float64")), "PROB", np.float64),
+        (ForeignRuntime("LOGPROB", np.float64), "LOGPROB", np.float64),
+        (ForeignRuntime("SAT", np.bool_), "SAT", np.bool_),
+        (SimpleNamespace(name="COUNT", dtype=np.int64), "COUNT", np.int64),
+        (SimpleNamespace(name="prob", dtype="float32"), "PROB", np.float32),
+    ],
+)
 def test_adapt_semiring_foreign(foreign, name, dtype):
     sr = adapt_semiring(foreign)
     assert isinstance(sr, VMSemiringRuntime)
     assert sr.name == name and sr.dtype == np.dtype(dtype)
     assert sr.one((2,)).dtype == np.dtype(dtype)
-    reference = {"PROB": vm_prob_semiring(dtype), "LOGPROB": vm_logprob_semiring(dtype),
-                 "SAT": vm_sat_semiring(), "COUNT": vm_counting_semiring(dtype)}[name]
-    x = values({"PROB": "PROB64", "LOGPROB": "LOGPROB", "SAT": "SAT", "COUNT": "COUNT"}[name],
-               np.random.default_rng(3), (2, 3)).astype(dtype)
+    reference = {
+        "PROB": vm_prob_semiring(dtype),
+        "LOGPROB": vm_logprob_semiring(dtype),
+        "SAT": vm_sat_semiring(),
+        "COUNT": vm_counting_semiring(dtype),
+    }[name]
+    x = values(
+        {"PROB": "PROB64", "LOGPROB": "LOGPROB", "SAT": "SAT", "COUNT": "COUNT"}[name],
+        np.random.default_rng(3),
+        (2, 3),
+    ).astype(dtype)
     np.testing.assert_array_equal(sr.mul(x, x), reference.mul(x, x))
     np.testing.assert_array_equal(sr.add_reduce(x, (1,)), reference.add_reduce(x, (1,)))
     np.testing.assert_array_equal(sr.zero((2,)), reference.zero((2,)))

@@ -29,9 +29,15 @@ from random_programs import Case, G, cases, contract, elim, load, sp, store, uni
 
 
 def compile_case(case: Case, mode: str, **static):
-    return catbp_jit.compile(case.programs, case.sr(), factor_specs=case.factor_specs,
-                             selector_specs=case.selector_specs,
-                             slot_specs=case.slot_specs or None, mode=mode, **static)
+    return catbp_jit.compile(
+        case.programs,
+        case.sr(),
+        factor_specs=case.factor_specs,
+        selector_specs=case.selector_specs,
+        slot_specs=case.slot_specs or None,
+        mode=mode,
+        **static,
+    )
 
 
 def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
@@ -54,8 +60,7 @@ def run_sequence(case: Case, static: StaticInputs, mode: str, changes: list[int 
     the static inputs take in run r (None: not given, they keep theirs); the dynamic
     inputs take value set r % n every run. Asserts equal bits; returns the executable and
     the step indexes each run ran (loop mode)."""
-    exe = compile_case(case, mode, static_factors=static.factors,
-                       static_selectors=static.selectors)
+    exe = compile_case(case, mode, static_factors=static.factors, static_selectors=static.selectors)
     plain = compile_case(case, mode).bind()
     counter = Counter()
     sess = exe.bind(before=counter.before) if mode == "loop" else exe.bind()
@@ -69,20 +74,23 @@ def run_sequence(case: Case, static: StaticInputs, mode: str, changes: list[int 
         given = dict(
             factors={f: a for f, a in dyn.factors.items() if f not in static.factors},
             selectors={s: a for s, a in dyn.selectors.items() if s not in static.selectors},
-            slots=dyn.slots)
+            slots=dyn.slots,
+        )
         if change is not None:
             given["factors"].update({f: fixed.factors[f] for f in static.factors})
             given["selectors"].update({s: fixed.selectors[s] for s in static.selectors})
-        every = dict(factors={**dyn.factors, **{f: fixed.factors[f] for f in static.factors}},
-                     selectors={**dyn.selectors,
-                                **{s: fixed.selectors[s] for s in static.selectors}},
-                     slots=dyn.slots)
+        every = dict(
+            factors={**dyn.factors, **{f: fixed.factors[f] for f in static.factors}},
+            selectors={**dyn.selectors, **{s: fixed.selectors[s] for s in static.selectors}},
+            slots=dyn.slots,
+        )
         got = {k: np.array(v) for k, (v, _) in sess.run(**given).items()}
         want = plain.run(**every)
         assert set(got) == set(want)
         for key in want:
-            assert same_bits(got[key], want[key][0]), (f"run {r}: slot {key!r} differs from "
-                                                       f"the plain executable")
+            assert same_bits(got[key], want[key][0]), (
+                f"run {r}: slot {key!r} differs from the plain executable"
+            )
     return exe, counter.runs
 
 
@@ -154,26 +162,36 @@ def overwrite_program() -> Program:
     """S = Σ_G1 f0 (static) is read by a dynamic step; a later dynamic value of S's size,
     computed after S's last reader, would take S's region under liveness alone, so the
     next run (which skips S) would read it instead of S."""
-    return Program((load(0, 0), elim(1, 0, [(G, 0)]),  # S, static
-                    load(2, 1), contract(3, (2, 1), A), elim(4, 3, [(G, 1)]),  # reads S
-                    elim(5, 2, [(G, 0)]),  # as large as S, made after S's last read
-                    contract(6, (5, 4), A), store(("out",), 6)), "overwrite")
+    return Program(
+        (
+            load(0, 0),
+            elim(1, 0, [(G, 0)]),  # S, static
+            load(2, 1),
+            contract(3, (2, 1), A),
+            elim(4, 3, [(G, 1)]),  # reads S
+            elim(5, 2, [(G, 0)]),  # as large as S, made after S's last read
+            contract(6, (5, 4), A),
+            store(("out",), 6),
+        ),
+        "overwrite",
+    )
 
 
 @pytest.mark.parametrize("mode", ["loop", "compiled"])
 def test_static_value_read_by_a_dynamic_step_is_never_overwritten(mode):
     sr = make_semiring("PROB", np.float64)
-    exe = catbp_jit.compile([overwrite_program()], sr, factor_specs={0: A, 1: A},
-                            static_factors={0}, mode=mode)
-    plain = catbp_jit.compile([overwrite_program()], sr, factor_specs={0: A, 1: A},
-                              mode=mode).bind()
+    exe = catbp_jit.compile(
+        [overwrite_program()], sr, factor_specs={0: A, 1: A}, static_factors={0}, mode=mode
+    )
+    plain = catbp_jit.compile([overwrite_program()], sr, factor_specs={0: A, 1: A}, mode=mode).bind()
     assert exe.plan.n_static == 1
     s_value = exe.schedule.steps[0].segment.out
     region = exe.memory.regions[s_value]
     assert region.cls == "static"
     for v, r in exe.memory.regions.items():  # nothing shares S's memory
-        assert v == s_value or r.offset + r.size <= region.offset or \
-            region.offset + region.size <= r.offset, (v, r, region)
+        assert (
+            v == s_value or r.offset + r.size <= region.offset or region.offset + region.size <= r.offset
+        ), (v, r, region)
     sess = exe.bind()
     rng = np.random.default_rng(12)
     f0 = rng.random((4, 4))
@@ -189,13 +207,14 @@ def test_compiled_mode_does_not_rerun_static_steps():
     the static value between runs; a run that gives no static input leaves it poisoned
     (its step did not run), one that gives one writes it again."""
     sr = make_semiring("PROB", np.float64)
-    exe = catbp_jit.compile([overwrite_program()], sr, factor_specs={0: A, 1: A},
-                            static_factors={0}, mode="compiled")
+    exe = catbp_jit.compile(
+        [overwrite_program()], sr, factor_specs={0: A, 1: A}, static_factors={0}, mode="compiled"
+    )
     region = exe.memory.regions[exe.schedule.steps[0].segment.out]
     sess = exe.bind()
     f0, f1 = np.full((4, 4), 0.5), np.full((4, 4), 0.25)
     sess.run(factors={0: f0, 1: f1})
-    static_part = sess.mem[region.offset:region.offset + 4]
+    static_part = sess.mem[region.offset : region.offset + 4]
     assert np.array_equal(static_part, np.full(4, 2.0))
     static_part[:] = 7.0
     sess.run(factors={1: f1})
@@ -208,11 +227,20 @@ def test_static_results_are_results_and_constants_are_static():
     """A slot written by a static step is returned in every run; a UNIT-only segment is
     static too."""
     sr = make_semiring("PROB", np.float64)
-    prog = Program((load(0, 0), elim(1, 0, [(G, 0)]), store(("s",), 1), unit(2, A),
-                    load(3, 1), contract(4, (3, 2), A), store(("d",), 4)), "mixed")
+    prog = Program(
+        (
+            load(0, 0),
+            elim(1, 0, [(G, 0)]),
+            store(("s",), 1),
+            unit(2, A),
+            load(3, 1),
+            contract(4, (3, 2), A),
+            store(("d",), 4),
+        ),
+        "mixed",
+    )
     counter = Counter()
-    exe = catbp_jit.compile([prog], sr, factor_specs={0: A, 1: A}, static_factors={0},
-                            mode="loop")
+    exe = catbp_jit.compile([prog], sr, factor_specs={0: A, 1: A}, static_factors={0}, mode="loop")
     sess = exe.bind(before=counter.before)
     f0 = np.arange(16.0).reshape(4, 4)
     for r in range(3):
@@ -228,8 +256,9 @@ def test_static_results_are_results_and_constants_are_static():
 def test_a_run_allocates_nothing_with_static_inputs():
     sr = make_semiring("PROB", np.float64)
     for mode in ("loop", "compiled"):
-        exe = catbp_jit.compile([overwrite_program()], sr, factor_specs={0: A, 1: A},
-                                static_factors={0}, mode=mode)
+        exe = catbp_jit.compile(
+            [overwrite_program()], sr, factor_specs={0: A, 1: A}, static_factors={0}, mode=mode
+        )
         sess = exe.bind()
         sess.run(factors={0: np.ones((4, 4)), 1: np.ones((4, 4))})
         np_count, per_run = count_allocations(sess, {1: np.ones((4, 4))}, {}, 5)
@@ -240,21 +269,20 @@ def test_a_run_allocates_nothing_with_static_inputs():
 def test_unknown_static_id_is_refused():
     sr = make_semiring("PROB", np.float64)
     with pytest.raises(UnknownInputError, match=r"overwrite.*static_factors.*\[7\]"):
-        catbp_jit.compile([overwrite_program()], sr, factor_specs={0: A, 1: A},
-                          static_factors={7})
+        catbp_jit.compile([overwrite_program()], sr, factor_specs={0: A, 1: A}, static_factors={7})
 
 
 def test_static_inputs_with_batched_inputs_are_refused():
     sr = make_semiring("PROB", np.float64)
     with pytest.raises(BatchedCompileError, match="static_factors"):
-        catbp_jit.compile([overwrite_program()], sr, factor_specs={0: A, 1: A},
-                          static_factors={0}, batched_factors={1})
+        catbp_jit.compile(
+            [overwrite_program()], sr, factor_specs={0: A, 1: A}, static_factors={0}, batched_factors={1}
+        )
 
 
 def test_save_and_load_keep_static_inputs(tmp_path):
     sr = make_semiring("PROB", np.float64)
-    exe = catbp_jit.compile([overwrite_program()], sr, factor_specs={0: A, 1: A},
-                            static_factors={0})
+    exe = catbp_jit.compile([overwrite_program()], sr, factor_specs={0: A, 1: A}, static_factors={0})
     exe.save(tmp_path / "exe.json")
     again = catbp_jit.load(tmp_path / "exe.json")
     assert again.plan.static == StaticInputs(frozenset({0}))
@@ -264,10 +292,10 @@ def test_save_and_load_keep_static_inputs(tmp_path):
 def test_cuda_session_skips_static_steps_under_the_simulator():
     sr = make_semiring("PROB", np.float64)
     try:
-        exe = catbp_jit.compile([overwrite_program()], sr, factor_specs={0: A, 1: A},
-                                static_factors={0}, target="cuda")
-        plain = catbp_jit.compile([overwrite_program()], sr, factor_specs={0: A, 1: A},
-                                  target="cuda").bind()
+        exe = catbp_jit.compile(
+            [overwrite_program()], sr, factor_specs={0: A, 1: A}, static_factors={0}, target="cuda"
+        )
+        plain = catbp_jit.compile([overwrite_program()], sr, factor_specs={0: A, 1: A}, target="cuda").bind()
     except catbp_jit.errors.CudaUnavailableError as e:  # pragma: no cover
         pytest.skip(str(e))
     counter = Counter()
@@ -290,6 +318,7 @@ def test_cuda_session_skips_static_steps_under_the_simulator():
 def chain_graph(n: int = 8, k: int = 3, seed: int = 5):
     """x0 - x1 - ... - x{n-1}, random positive pairwise tables."""
     from catbp_jit.frontend import factor_graph
+
     rng = np.random.default_rng(seed)
     sizes = {f"x{i}": k for i in range(n)}
     factors = [((f"x{i}",), rng.random(k) + 0.1) for i in range(n)]
@@ -321,12 +350,18 @@ def test_front_end_solves_run_only_evidence_dependent_steps(semiring, absorb, pl
     evidence depend on no evidence, so later solves skip them; the answers are the bits of
     the model compiled without partial evaluation (PROB: its scale slots too)."""
     from catbp_jit.frontend import compile_model
+
     graph = chain_graph()
     ev_vars = ["x6", "x7"]
-    model = compile_model(graph, semiring, evidence_vars=ev_vars, absorb_evidence=absorb,
-                          plan_kind=plan_kind)
-    plain = compile_model(graph, semiring, evidence_vars=ev_vars, absorb_evidence=absorb,
-                          partial_evaluation=False, plan_kind=plan_kind)
+    model = compile_model(graph, semiring, evidence_vars=ev_vars, absorb_evidence=absorb, plan_kind=plan_kind)
+    plain = compile_model(
+        graph,
+        semiring,
+        evidence_vars=ev_vars,
+        absorb_evidence=absorb,
+        partial_evaluation=False,
+        plan_kind=plan_kind,
+    )
     assert model.plan_kind == plan_kind
     n_static = model.executable.plan.n_static
     assert n_static > 0 and plain.executable.plan.n_static == 0
@@ -340,12 +375,14 @@ def test_front_end_solves_run_only_evidence_dependent_steps(semiring, absorb, pl
 @given(st.data())
 def test_front_end_random_graphs_equal_the_plain_model(data):
     from catbp_jit.frontend import compile_model
+
     graph, evidence = data.draw(graphs())
     ev_vars = sorted(evidence)
     semiring = data.draw(st.sampled_from(["prob", "logprob"]))
     model = compile_model(graph, semiring, evidence_vars=ev_vars)
     plain = compile_model(graph, semiring, evidence_vars=ev_vars, partial_evaluation=False)
     for _ in range(3):
-        ev = {v: data.draw(st.integers(0, graph.variables[v] - 1)) for v in ev_vars
-              if data.draw(st.booleans())}
+        ev = {
+            v: data.draw(st.integers(0, graph.variables[v] - 1)) for v in ev_vars if data.draw(st.booleans())
+        }
         assert_same_solution(model.solve(ev), plain.solve(ev))

@@ -51,28 +51,36 @@ program finalize
 def test_section7_example():
     a = TensorSpec((Axis(0, G, 2),))
     ab = TensorSpec((Axis(0, G, 2), Axis(1, G, 3)))
-    upward = Program((
-        Instruction(OpCode.LOAD_FACTOR, 1, {"factor_id": 0}),
-        Instruction(OpCode.CONTRACT, 2, {"inputs": (1,), "out_spec": a}, a),
-        Instruction(OpCode.ELIMINATE, 3, {"src": 2, "keep_keys": ((G, 0),)}),
-        Instruction(OpCode.STORE_SLOT, None, {"slot": ("msg", 0, 1), "src": 3}),
-        Instruction(OpCode.FREE, None, {"srcs": (1, 2, 3)}),
-        Instruction(OpCode.LOAD_FACTOR, 4, {"factor_id": 1}),
-        Instruction(OpCode.LOAD_SLOT, 5, {"slot": ("msg", 0, 1)}),
-        Instruction(OpCode.CONTRACT, 6, {"inputs": (4, 5), "out_spec": ab}, ab),
-        Instruction(OpCode.STORE_SLOT, None, {"slot": ("bel", 1), "src": 6}),
-        Instruction(OpCode.FREE, None, {"srcs": (4, 5, 6)}),
-    ), "upward")
-    finalize = Program((
-        Instruction(OpCode.LOAD_SLOT, 1, {"slot": ("bel", 1)}),
-        Instruction(OpCode.ELIMINATE, 2, {"src": 1, "keep_keys": ()}),
-        Instruction(OpCode.STORE_SLOT, None, {"slot": ("Z",), "src": 2}),
-        Instruction(OpCode.FREE, None, {"srcs": (1, 2)}),
-    ), "finalize")
+    upward = Program(
+        (
+            Instruction(OpCode.LOAD_FACTOR, 1, {"factor_id": 0}),
+            Instruction(OpCode.CONTRACT, 2, {"inputs": (1,), "out_spec": a}, a),
+            Instruction(OpCode.ELIMINATE, 3, {"src": 2, "keep_keys": ((G, 0),)}),
+            Instruction(OpCode.STORE_SLOT, None, {"slot": ("msg", 0, 1), "src": 3}),
+            Instruction(OpCode.FREE, None, {"srcs": (1, 2, 3)}),
+            Instruction(OpCode.LOAD_FACTOR, 4, {"factor_id": 1}),
+            Instruction(OpCode.LOAD_SLOT, 5, {"slot": ("msg", 0, 1)}),
+            Instruction(OpCode.CONTRACT, 6, {"inputs": (4, 5), "out_spec": ab}, ab),
+            Instruction(OpCode.STORE_SLOT, None, {"slot": ("bel", 1), "src": 6}),
+            Instruction(OpCode.FREE, None, {"srcs": (4, 5, 6)}),
+        ),
+        "upward",
+    )
+    finalize = Program(
+        (
+            Instruction(OpCode.LOAD_SLOT, 1, {"slot": ("bel", 1)}),
+            Instruction(OpCode.ELIMINATE, 2, {"src": 1, "keep_keys": ()}),
+            Instruction(OpCode.STORE_SLOT, None, {"slot": ("Z",), "src": 2}),
+            Instruction(OpCode.FREE, None, {"srcs": (1, 2)}),
+        ),
+        "finalize",
+    )
     assert parse_programs(EXAMPLE) == [upward, finalize]
     assert parse_programs(format_programs([upward, finalize])) == [upward, finalize]
     assert format_program(finalize).splitlines()[:2] == [
-        "program finalize", "  [0] LOAD_SLOT dst=1 args={'slot': ('bel', 1)}"]
+        "program finalize",
+        "  [0] LOAD_SLOT dst=1 args={'slot': ('bel', 1)}",
+    ]
 
 
 def test_format_instruction_spelling():
@@ -81,8 +89,9 @@ def test_format_instruction_spelling():
     assert str(ins) == "ELIMINATE dst=4 args={'src': 3, 'keep_keys': (G8, T32)}"
     unit = Instruction(OpCode.UNIT, 1, {}, TensorSpec((Axis(8, G, 2), Axis(32, T, 1))))
     assert format_instruction(unit) == "UNIT dst=1 spec={G8: 2, T32: 1}"
-    empty = adapt_instruction(SimpleNamespace(op="CONTRACT", dst=2, args={"inputs": (1,)},
-                                              spec=TensorSpec(())))
+    empty = adapt_instruction(
+        SimpleNamespace(op="CONTRACT", dst=2, args={"inputs": (1,)}, spec=TensorSpec(()))
+    )
     assert format_instruction(empty) == "CONTRACT dst=2 args={'inputs': (1,), 'out_spec': {}}"
     assert parse_program("[0] " + format_instruction(empty)).instructions == (empty,)
     assert format_program(Program((), None)) == "program"
@@ -91,8 +100,10 @@ def test_format_instruction_spelling():
 
 def _load_bundle(path):
     data = json.loads((path / "bundle.json").read_text())
-    return [adapt_program([SimpleNamespace(**ins) for ins in p["instructions"]], name=p["name"])
-            for p in data["programs"]]
+    return [
+        adapt_program([SimpleNamespace(**ins) for ins in p["instructions"]], name=p["name"])
+        for p in data["programs"]
+    ]
 
 
 @pytest.mark.parametrize("bundle", BUNDLES, ids=lambda p: p.name)
@@ -116,19 +127,35 @@ ids = st.integers(-2, 300)
 keys = st.tuples(kinds, ids)
 regs = st.integers(0, 10**6)
 specs = st.lists(st.builds(Axis, ids, kinds, st.integers(0, 1000)), max_size=4).map(TensorSpec)
-scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**12, 10**12),
-                    st.floats(allow_nan=False), st.text(max_size=6))
+scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(-(10**12), 10**12), st.floats(allow_nan=False), st.text(max_size=6)
+)
 # Anywhere but a spec position, `{}` is a dict: nested specs are non-empty.
 nested = st.recursive(
     st.one_of(scalars, keys, specs.filter(lambda s: s.ndim > 0)),
-    lambda c: st.one_of(st.lists(c, max_size=3).map(tuple), st.lists(c, max_size=3),
-                        st.dictionaries(st.one_of(st.text(max_size=4), regs), c, max_size=3)),
-    max_leaves=8)
-slot_keys = st.lists(st.one_of(st.text(max_size=5), st.integers(-5, 10**9),
-                               st.lists(st.one_of(st.text(max_size=3), regs), max_size=2)
-                               .map(tuple)), max_size=4).map(tuple)
-NEEDS_DST = {OpCode.UNIT, OpCode.LOAD_FACTOR, OpCode.LOAD_SELECTOR, OpCode.LOAD_SLOT,
-             OpCode.CONTRACT, OpCode.ELIMINATE}
+    lambda c: st.one_of(
+        st.lists(c, max_size=3).map(tuple),
+        st.lists(c, max_size=3),
+        st.dictionaries(st.one_of(st.text(max_size=4), regs), c, max_size=3),
+    ),
+    max_leaves=8,
+)
+slot_keys = st.lists(
+    st.one_of(
+        st.text(max_size=5),
+        st.integers(-5, 10**9),
+        st.lists(st.one_of(st.text(max_size=3), regs), max_size=2).map(tuple),
+    ),
+    max_size=4,
+).map(tuple)
+NEEDS_DST = {
+    OpCode.UNIT,
+    OpCode.LOAD_FACTOR,
+    OpCode.LOAD_SELECTOR,
+    OpCode.LOAD_SLOT,
+    OpCode.CONTRACT,
+    OpCode.ELIMINATE,
+}
 
 
 @st.composite
@@ -156,7 +183,8 @@ def instructions(draw):
             args["drop"] = tuple(draw(st.lists(ids, max_size=3)))
     elif op in (OpCode.NORMALIZE, OpCode.FREE):
         args["src" if op == OpCode.NORMALIZE else "srcs"] = draw(
-            regs if op == OpCode.NORMALIZE else st.lists(regs, max_size=4).map(tuple))
+            regs if op == OpCode.NORMALIZE else st.lists(regs, max_size=4).map(tuple)
+        )
     if draw(st.booleans()):
         args["note"] = draw(nested)
     return adapt_instruction(SimpleNamespace(op=op.name, dst=dst, args=args, spec=spec))
@@ -184,24 +212,28 @@ def test_random_programs_round_trip(ps):
 
 # ------------------------------------------------------------------------------ errors
 
-@pytest.mark.parametrize("line, reason", [
-    ("[0] FROBNICATE dst=1", "unknown opcode"),
-    ("[0] LOAD_FACTOR dst=1 args={'factor_id': }", "bad syntax"),
-    ("[0] LOAD_FACTOR dst=1 args={'factor_id': x}", "unknown name 'x'"),
-    ("[0] LOAD_FACTOR dst=1 args={'factor_id': __import__('os').system('true')}", "Call"),
-    ("[0] LOAD_FACTOR dst=__import__('os') args={'factor_id': 0}", "Call"),
-    ("[0] LOAD_FACTOR dst=1 args={'factor_id': 0} spec={G0: 2", "unbalanced"),
-    ("[0] LOAD_FACTOR dst=1 args={'factor_id': 'abc}", "unterminated"),
-    ("[0] LOAD_FACTOR dst=1 args={'factor_id': 0} foo=3", "unknown field"),
-    ("[0] LOAD_FACTOR dst=1 dst=2 args={'factor_id': 0}", "twice"),
-    ("[0] LOAD_FACTOR 1 args={'factor_id': 0}", "unexpected"),
-    ("[0] LOAD_FACTOR args={'factor_id': 0}", "dst"),
-    ("[0] ELIMINATE dst=2 args={'src': 1, 'keep_keys': 5}", "line 3"),
-    ("[0] UNIT dst=1 spec={G0: 2, 'a': 1}", "mixes"),
-    ("[0] UNIT dst=1 spec={G0: 2.5}", "integers"),
-    ("LOAD_FACTOR dst=1 args={'factor_id': 0}", "expected `[i] OPNAME"),
-    ("[1] LOAD_FACTOR dst=1 args={'factor_id': 0}", "index [1] where [0]"),
-])
+
+@pytest.mark.parametrize(
+    "line, reason",
+    [
+        ("[0] FROBNICATE dst=1", "unknown opcode"),
+        ("[0] LOAD_FACTOR dst=1 args={'factor_id': }", "bad syntax"),
+        ("[0] LOAD_FACTOR dst=1 args={'factor_id': x}", "unknown name 'x'"),
+        ("[0] LOAD_FACTOR dst=1 args={'factor_id': __import__('os').system('true')}", "Call"),
+        ("[0] LOAD_FACTOR dst=__import__('os') args={'factor_id': 0}", "Call"),
+        ("[0] LOAD_FACTOR dst=1 args={'factor_id': 0} spec={G0: 2", "unbalanced"),
+        ("[0] LOAD_FACTOR dst=1 args={'factor_id': 'abc}", "unterminated"),
+        ("[0] LOAD_FACTOR dst=1 args={'factor_id': 0} foo=3", "unknown field"),
+        ("[0] LOAD_FACTOR dst=1 dst=2 args={'factor_id': 0}", "twice"),
+        ("[0] LOAD_FACTOR 1 args={'factor_id': 0}", "unexpected"),
+        ("[0] LOAD_FACTOR args={'factor_id': 0}", "dst"),
+        ("[0] ELIMINATE dst=2 args={'src': 1, 'keep_keys': 5}", "line 3"),
+        ("[0] UNIT dst=1 spec={G0: 2, 'a': 1}", "mixes"),
+        ("[0] UNIT dst=1 spec={G0: 2.5}", "integers"),
+        ("LOAD_FACTOR dst=1 args={'factor_id': 0}", "expected `[i] OPNAME"),
+        ("[1] LOAD_FACTOR dst=1 args={'factor_id': 0}", "index [1] where [0]"),
+    ],
+)
 def test_errors_name_the_line(line, reason):
     text = f"program p\n  # a comment line\n  {line}   # trailing comment\n"
     with pytest.raises(ListingError) as info:

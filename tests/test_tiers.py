@@ -30,9 +30,11 @@ from jit_helpers import executable, inputs, rows_of
 from random_programs import cases, random_values
 
 IDS = [p.name for p in CORPUS]
-SETTINGS = dict(deadline=None, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                       HealthCheck.filter_too_much])
+SETTINGS = dict(
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+)
 
 
 def copies(slots) -> dict:
@@ -56,6 +58,7 @@ def assert_same_bits(a: dict, b: dict, what: str = "") -> None:
 
 # ------------------------------------------------------------------- the same bits, corpus
 
+
 @pytest.mark.parametrize("path", CORPUS, ids=IDS)
 def test_numpy_tier_gives_the_kernels_bits_on_the_corpus(path):
     b = load_bundle(path)
@@ -72,13 +75,17 @@ def test_numpy_tier_gives_the_kernels_bits_on_the_corpus(path):
 @given(cases())
 def test_numpy_tier_gives_the_kernels_bits_on_random_programs(case):
     note(case.listing())
-    exe = catbp_jit.compile(case.programs, case.sr(), factor_specs=case.factor_specs,
-                            selector_specs=case.selector_specs,
-                            slot_specs=case.slot_specs or None, mode="loop")
+    exe = catbp_jit.compile(
+        case.programs,
+        case.sr(),
+        factor_specs=case.factor_specs,
+        selector_specs=case.selector_specs,
+        slot_specs=case.slot_specs or None,
+        mode="loop",
+    )
     kernels, numpy = exe.bind(), exe.bind(numpy_only=True)
     for which, given_inputs in enumerate(case.inputs):
-        kw = dict(factors=given_inputs.factors, selectors=given_inputs.selectors,
-                  slots=given_inputs.slots)
+        kw = dict(factors=given_inputs.factors, selectors=given_inputs.selectors, slots=given_inputs.slots)
         with np.errstate(all="ignore"):  # COUNT wraps around on purpose
             want = copies(kernels.run(**kw))
             got = copies(numpy.run(**kw))
@@ -91,24 +98,33 @@ def test_numpy_tier_gives_the_kernels_bits_in_batches(data):
     case = data.draw(cases())
     if not case.factor_specs:
         return
-    bf = set(data.draw(st.lists(st.sampled_from(sorted(case.factor_specs)), min_size=1,
-                                unique=True)))
+    bf = set(data.draw(st.lists(st.sampled_from(sorted(case.factor_specs)), min_size=1, unique=True)))
     buckets = tuple(sorted(data.draw(st.sets(st.integers(1, 5), min_size=1, max_size=2))))
     note(f"{case.listing()}\nbatched factors {bf}, buckets {buckets}")
     try:
-        exe = catbp_jit.compile(case.programs, case.sr(), factor_specs=case.factor_specs,
-                                selector_specs=case.selector_specs,
-                                slot_specs=case.slot_specs or None, batched_factors=bf,
-                                buckets=buckets)
+        exe = catbp_jit.compile(
+            case.programs,
+            case.sr(),
+            factor_specs=case.factor_specs,
+            selector_specs=case.selector_specs,
+            slot_specs=case.slot_specs or None,
+            batched_factors=bf,
+            buckets=buckets,
+        )
     except BatchedCompileError:
         return
     kernels, numpy = exe.bind(), exe.bind(numpy_only=True)
-    rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1)))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
     base = case.inputs[0]
     for n in (1, buckets[-1], 2 * buckets[-1] + 1):
-        factors = {k: rows_of(v, n, rng, lambda r, k=k: random_values(
-            r, case.factor_specs[k], case.semiring, case.dtype)) if k in bf else v
-            for k, v in base.factors.items()}
+        factors = {
+            k: rows_of(
+                v, n, rng, lambda r, k=k: random_values(r, case.factor_specs[k], case.semiring, case.dtype)
+            )
+            if k in bf
+            else v
+            for k, v in base.factors.items()
+        }
         kw = dict(factors=factors, selectors=base.selectors, slots=base.slots)
         with np.errstate(all="ignore"):
             assert_same_bits(copies(kernels.run(**kw)), copies(numpy.run(**kw)), f"{n} rows")
@@ -116,19 +132,26 @@ def test_numpy_tier_gives_the_kernels_bits_in_batches(data):
 
 # --------------------------------------------------------------- switching between tiers
 
+
 def held_build(exe_like, cache, gate: threading.Event) -> KernelBuild:
     """A background build of the executable's (warm) kernels that completes only once
     `gate` is set: the test says when the kernels arrive."""
-    patterns = sorted({p for plan in exe_like for p in plan.schedule.patterns},
-                      key=lambda p: p.name)
+    patterns = sorted({p for plan in exe_like for p in plan.schedule.patterns}, key=lambda p: p.name)
     build = start_build(patterns, [], cache, 1, lambda line: None)
     held = KernelBuild(lambda: (build.wait(), gate.wait()), lambda: build.result)
     return held
 
 
 def in_numpy_tier(exe: Executable, cache, gate: threading.Event) -> Executable:
-    return Executable(exe.plan, exe.mode, "cpu", [], cache_stats={}, tier="numpy",
-                      kernel_build=held_build([exe.plan], cache, gate))
+    return Executable(
+        exe.plan,
+        exe.mode,
+        "cpu",
+        [],
+        cache_stats={},
+        tier="numpy",
+        kernel_build=held_build([exe.plan], cache, gate),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -161,8 +184,12 @@ def test_a_switch_between_runs_changes_nothing(grid, mode, caplog):
 
 def test_a_switch_in_the_middle_of_a_batched_run_changes_nothing(grid):
     fid = sorted(grid.factor_specs())[0]
-    kw = dict(factor_specs=grid.factor_specs(), selector_specs=grid.selector_specs(),
-              batched_factors={fid}, buckets=(1, 4))
+    kw = dict(
+        factor_specs=grid.factor_specs(),
+        selector_specs=grid.selector_specs(),
+        batched_factors={fid},
+        buckets=(1, 4),
+    )
     plain = catbp_jit.compile(grid.programs, grid.semiring_runtime(), **kw)
     factors, selectors = inputs(grid)
     rng = np.random.default_rng(7)
@@ -170,11 +197,11 @@ def test_a_switch_in_the_middle_of_a_batched_run_changes_nothing(grid):
     want = copies(plain.bind().run(factors=factors, selectors=selectors))
 
     gate = threading.Event()
-    build = held_build(list(p.plan for p in plain.profiles.values()),
-                       catbp_jit.cache.default_cache(), gate)
+    build = held_build(list(p.plan for p in plain.profiles.values()), catbp_jit.cache.default_cache(), gate)
     for b, p in plain.profiles.items():  # the same plans, in the numpy tier, one build
-        plain.profiles[b] = Executable(p.plan, p.mode, "cpu", [], cache_stats={},
-                                       tier="numpy", kernel_build=build)
+        plain.profiles[b] = Executable(
+            p.plan, p.mode, "cpu", [], cache_stats={}, tier="numpy", kernel_build=build
+        )
     chunks = []
 
     def after(i, step):  # the last step of the first chunk lets the kernels in
@@ -199,8 +226,15 @@ def test_a_failed_background_build_keeps_the_numpy_tier(grid):
     def fail():
         raise catbp_jit.codegen.workers.KernelCompileError("kernel k failed to compile: test")
 
-    exe = Executable(plain.plan, "compiled", "cpu", [], cache_stats={}, tier="numpy",
-                     kernel_build=KernelBuild(fail, lambda: None))
+    exe = Executable(
+        plain.plan,
+        "compiled",
+        "cpu",
+        [],
+        cache_stats={},
+        tier="numpy",
+        kernel_build=KernelBuild(fail, lambda: None),
+    )
     exe.kernel_build.wait(60)
     with pytest.warns(RuntimeWarning, match="keeps running in the numpy tier") as said:
         sess = exe.bind()
@@ -215,6 +249,7 @@ def test_a_failed_background_build_keeps_the_numpy_tier(grid):
 
 # ------------------------------------------------------------------ when a tier is used
 
+
 def test_tier_names_are_checked(monkeypatch):
     assert resolve_tier("compiled") == "compiled" and resolve_tier("auto") == "auto"
     with pytest.raises(TierError, match="tier must be one of auto, compiled, not 'fast'"):
@@ -225,8 +260,9 @@ def test_tier_names_are_checked(monkeypatch):
 
 
 def plan_of(b):
-    return catbp_jit.executable.plan(b.programs, b.semiring_runtime(),
-                                     factor_specs=b.factor_specs(), selector_specs=b.selector_specs())
+    return catbp_jit.executable.plan(
+        b.programs, b.semiring_runtime(), factor_specs=b.factor_specs(), selector_specs=b.selector_specs()
+    )
 
 
 def test_big_programs_wait_for_their_kernels():
@@ -237,15 +273,24 @@ def test_big_programs_wait_for_their_kernels():
 
 def test_warm_kernels_and_the_strict_policy_never_use_the_numpy_tier(grid, tmp_path):
     executable(grid, "compiled")  # warm in the session's cache
-    exe = catbp_jit.compile(grid.programs, grid.semiring_runtime(),
-                            factor_specs=grid.factor_specs(),
-                            selector_specs=grid.selector_specs(), tier="auto")
+    exe = catbp_jit.compile(
+        grid.programs,
+        grid.semiring_runtime(),
+        factor_specs=grid.factor_specs(),
+        selector_specs=grid.selector_specs(),
+        tier="auto",
+    )
     assert exe.tier == "compiled"  # nothing was cold
     strict = KernelCache(str(tmp_path / "empty"), policy="strict")
     with pytest.raises(catbp_jit.cache.CacheMissError):
-        catbp_jit.compile(grid.programs, grid.semiring_runtime(),
-                          factor_specs=grid.factor_specs(), selector_specs=grid.selector_specs(),
-                          tier="auto", cache=strict)
+        catbp_jit.compile(
+            grid.programs,
+            grid.semiring_runtime(),
+            factor_specs=grid.factor_specs(),
+            selector_specs=grid.selector_specs(),
+            tier="auto",
+            cache=strict,
+        )
 
 
 def test_detached_workers_compile_each_unit_once(tmp_path):
@@ -257,6 +302,5 @@ def test_detached_workers_compile_each_unit_once(tmp_path):
     compile_detached([dispatcher_unit()], cache, 2, lambda unit, s: seen.append(unit.name))
     assert seen == ["dispatcher"]
     assert cache.check(dispatcher_unit().identity, dispatcher_unit().source)[0] == "ok"
-    left = {n for n in set(os.listdir(tempfile.gettempdir())) - before
-            if n.startswith("catbp_jit_units_")}
+    left = {n for n in set(os.listdir(tempfile.gettempdir())) - before if n.startswith("catbp_jit_units_")}
     assert not left

@@ -108,78 +108,151 @@ def validate(instrs, name="prog", **kw):
 
 # --- registers ---------------------------------------------------------------------------
 
+
 def test_use_before_definition():
-    e = expect(UseBeforeDefinitionError, KeyError,
-               lambda: validate([unit(0, S2), contract(1, (0, 5), S2)]),
-               program="prog", index=1, reason="r5 is used before it is defined")
+    e = expect(
+        UseBeforeDefinitionError,
+        KeyError,
+        lambda: validate([unit(0, S2), contract(1, (0, 5), S2)]),
+        program="prog",
+        index=1,
+        reason="r5 is used before it is defined",
+    )
     assert e.operand == "inputs[1]"
-    expect(UseBeforeDefinitionError, KeyError,
-           lambda: validate([elim(1, 0, ()), unit(0, S2)]),
-           program="prog", index=0, reason="before it is defined")
-    expect(UseBeforeDefinitionError, KeyError,
-           lambda: validate([unit(0, S2), store(("s",), 3)]),
-           program="prog", index=1, reason="r3")
-    expect(UseBeforeDefinitionError, KeyError,
-           lambda: validate([unit(0, S2), normalize(2)]),
-           program="prog", index=1, reason="r2")
+    expect(
+        UseBeforeDefinitionError,
+        KeyError,
+        lambda: validate([elim(1, 0, ()), unit(0, S2)]),
+        program="prog",
+        index=0,
+        reason="before it is defined",
+    )
+    expect(
+        UseBeforeDefinitionError,
+        KeyError,
+        lambda: validate([unit(0, S2), store(("s",), 3)]),
+        program="prog",
+        index=1,
+        reason="r3",
+    )
+    expect(
+        UseBeforeDefinitionError,
+        KeyError,
+        lambda: validate([unit(0, S2), normalize(2)]),
+        program="prog",
+        index=1,
+        reason="r2",
+    )
 
 
 def test_registers_do_not_cross_programs():
     p0 = Program((unit(0, S2), store(("s",), 0)), "first")
     p1 = Program((elim(1, 0, ()),), "second")
-    expect(UseBeforeDefinitionError, KeyError, lambda: validate_programs([p0, p1]),
-           program="second", index=0, reason="r0")
+    expect(
+        UseBeforeDefinitionError,
+        KeyError,
+        lambda: validate_programs([p0, p1]),
+        program="second",
+        index=0,
+        reason="r0",
+    )
 
 
 def test_use_after_free():
-    expect(UseBeforeDefinitionError, KeyError,
-           lambda: validate([unit(0, S2), unit(1, S2), free(0), contract(2, (1, 0), S2)]),
-           program="prog", index=3, reason="r0 is used after FREE at [2]")
+    expect(
+        UseBeforeDefinitionError,
+        KeyError,
+        lambda: validate([unit(0, S2), unit(1, S2), free(0), contract(2, (1, 0), S2)]),
+        program="prog",
+        index=3,
+        reason="r0 is used after FREE at [2]",
+    )
 
 
 def test_double_definition():
-    expect(DoubleDefinitionError, ValueError,
-           lambda: validate([unit(0, S2), load(1, 0), unit(0, S2)]),
-           program="prog", index=2, reason="r0 is defined twice (first at [0])")
+    expect(
+        DoubleDefinitionError,
+        ValueError,
+        lambda: validate([unit(0, S2), load(1, 0), unit(0, S2)]),
+        program="prog",
+        index=2,
+        reason="r0 is defined twice (first at [0])",
+    )
     # re-using a register id after FREE is still a second definition (single assignment)
-    expect(DoubleDefinitionError, ValueError,
-           lambda: validate([unit(0, S2), free(0), contract(0, (), S2)]),
-           program="prog", index=2, reason="defined twice")
+    expect(
+        DoubleDefinitionError,
+        ValueError,
+        lambda: validate([unit(0, S2), free(0), contract(0, (), S2)]),
+        program="prog",
+        index=2,
+        reason="defined twice",
+    )
 
 
 def test_free_of_unknown_or_freed_register():
-    expect(UnknownRegisterFreeError, KeyError,
-           lambda: validate([unit(0, S2), free(0, 7)]),
-           program="prog", index=1, reason="r7, never defined")
-    expect(UnknownRegisterFreeError, KeyError,
-           lambda: validate([unit(0, S2), free(0), free(0)]),
-           program="prog", index=2, reason="already freed at [1]")
-    expect(UnknownRegisterFreeError, KeyError,
-           lambda: validate([unit(0, S2), free(0, 0)]),
-           program="prog", index=1, reason="already freed at [1]")
+    expect(
+        UnknownRegisterFreeError,
+        KeyError,
+        lambda: validate([unit(0, S2), free(0, 7)]),
+        program="prog",
+        index=1,
+        reason="r7, never defined",
+    )
+    expect(
+        UnknownRegisterFreeError,
+        KeyError,
+        lambda: validate([unit(0, S2), free(0), free(0)]),
+        program="prog",
+        index=2,
+        reason="already freed at [1]",
+    )
+    expect(
+        UnknownRegisterFreeError,
+        KeyError,
+        lambda: validate([unit(0, S2), free(0, 0)]),
+        program="prog",
+        index=1,
+        reason="already freed at [1]",
+    )
 
 
 # --- slots -------------------------------------------------------------------------------
 
+
 def test_unwritten_slot():
-    expect(UnwrittenSlotError, KeyError,
-           lambda: validate([unit(0, S2), load_slot(1, ("m", 1))]),
-           program="prog", index=1, reason="('m', 1)")
+    expect(
+        UnwrittenSlotError,
+        KeyError,
+        lambda: validate([unit(0, S2), load_slot(1, ("m", 1))]),
+        program="prog",
+        index=1,
+        reason="('m', 1)",
+    )
     # written later in the same program: still a read before write
-    expect(UnwrittenSlotError, KeyError,
-           lambda: validate([load_slot(1, ("m", 1)), unit(0, S2), store(("m", 1), 0)]),
-           program="prog", index=0, reason="read before any STORE_SLOT")
+    expect(
+        UnwrittenSlotError,
+        KeyError,
+        lambda: validate([load_slot(1, ("m", 1)), unit(0, S2), store(("m", 1), 0)]),
+        program="prog",
+        index=0,
+        reason="read before any STORE_SLOT",
+    )
     # written by a LATER program: still an error, in the reading program
     p0 = Program((load_slot(0, ("m",)),), "reader")
     p1 = Program((unit(0, S2), store(("m",), 0)), "writer")
-    expect(UnwrittenSlotError, KeyError, lambda: validate_programs([p0, p1]),
-           program="reader", index=0, reason="('m',)")
+    expect(
+        UnwrittenSlotError,
+        KeyError,
+        lambda: validate_programs([p0, p1]),
+        program="reader",
+        index=0,
+        reason="('m',)",
+    )
 
 
 def test_slot_written_earlier_or_given_is_fine():
     p0 = Program((unit(0, S23), store(("m", 1), 0), free(0)), "up")
-    p1 = Program((load_slot(0, ("m", 1)), elim(1, 0, [(G, 1)]), store(("out",), 1), free(0, 1)),
-                 "down")
+    p1 = Program((load_slot(0, ("m", 1)), elim(1, 0, [(G, 1)]), store(("out",), 1), free(0, 1)), "down")
     v = validate_programs([p0, p1])
     assert v.slot_specs == {("m", 1): S23, ("out",): sp((G, 1, 3))}
     assert v.value_specs[1][:2] == [S23, sp((G, 1, 3))]
@@ -190,73 +263,143 @@ def test_slot_written_earlier_or_given_is_fine():
     assert v.value_specs[0][0] is None
     validate([load_slot(0, ("m", 1))], slot_specs={("m", 1): S2})
     # ...but a given slot's spec is still checked against the CONTRACT
-    expect(AlignmentError, ValueError,
-           lambda: validate([load_slot(0, ("m",)), contract(1, (0,), sp((G, 5, 2)))],
-                            slot_specs={("m",): S2}),
-           program="prog", index=1, reason="G0")
+    expect(
+        AlignmentError,
+        ValueError,
+        lambda: validate([load_slot(0, ("m",)), contract(1, (0,), sp((G, 5, 2)))], slot_specs={("m",): S2}),
+        program="prog",
+        index=1,
+        reason="G0",
+    )
 
 
 def test_slot_rewritten_with_a_different_spec():
-    e = expect(ProgramValueError, ValueError,
-               lambda: validate([unit(0, S2), unit(1, S23), store(("s",), 0), store(("s",), 1)]),
-               program="prog", index=3, reason="a slot's spec is fixed at its first write")
+    e = expect(
+        ProgramValueError,
+        ValueError,
+        lambda: validate([unit(0, S2), unit(1, S23), store(("s",), 0), store(("s",), 1)]),
+        program="prog",
+        index=3,
+        reason="a slot's spec is fixed at its first write",
+    )
     assert not isinstance(e, KeyError)
     # across programs and against slot_specs too
     p0 = Program((unit(0, S2), store(("s",), 0)), "a")
     p1 = Program((unit(0, S23), store(("s",), 0)), "b")
-    expect(ProgramValueError, ValueError, lambda: validate_programs([p0, p1]),
-           program="b", index=1, reason="fixed at its first write")
-    expect(ProgramValueError, ValueError,
-           lambda: validate([unit(0, S23), store(("s",), 0)], slot_specs={("s",): S2}),
-           program="prog", index=1, reason="fixed at its first write")
+    expect(
+        ProgramValueError,
+        ValueError,
+        lambda: validate_programs([p0, p1]),
+        program="b",
+        index=1,
+        reason="fixed at its first write",
+    )
+    expect(
+        ProgramValueError,
+        ValueError,
+        lambda: validate([unit(0, S23), store(("s",), 0)], slot_specs={("s",): S2}),
+        program="prog",
+        index=1,
+        reason="fixed at its first write",
+    )
     # the same spec again is fine
     validate([unit(0, S2), unit(1, S2), store(("s",), 0), store(("s",), 1)])
 
 
 # --- alignment and specs -----------------------------------------------------------------
 
+
 def test_contract_alignment_errors():
-    expect(AlignmentError, ValueError,
-           lambda: validate([unit(0, S23), contract(1, (0,), S2)]),
-           program="prog", index=1, reason="G1 (size 3) is not in the output spec")
-    expect(AlignmentError, ValueError,
-           lambda: validate([load(0, 0), unit(1, S2), contract(2, (1, 0), S2)],
-                            factor_specs={0: sp((T, 0, 2))}),  # (T,0) is not (G,0)
-           program="prog", index=2, reason="T0")
-    e = expect(AlignmentError, ValueError,
-               lambda: validate([unit(0, S2), contract(1, (0,), sp((G, 0, 3)))]),
-               program="prog", index=1, reason="size mismatch for axis G0")
+    expect(
+        AlignmentError,
+        ValueError,
+        lambda: validate([unit(0, S23), contract(1, (0,), S2)]),
+        program="prog",
+        index=1,
+        reason="G1 (size 3) is not in the output spec",
+    )
+    expect(
+        AlignmentError,
+        ValueError,
+        lambda: validate(
+            [load(0, 0), unit(1, S2), contract(2, (1, 0), S2)], factor_specs={0: sp((T, 0, 2))}
+        ),  # (T,0) is not (G,0)
+        program="prog",
+        index=2,
+        reason="T0",
+    )
+    e = expect(
+        AlignmentError,
+        ValueError,
+        lambda: validate([unit(0, S2), contract(1, (0,), sp((G, 0, 3)))]),
+        program="prog",
+        index=1,
+        reason="size mismatch for axis G0",
+    )
     assert e.operand == "inputs[0]"
     # an extra singleton axis is fine
     v = validate([unit(0, sp((G, 0, 2), (T, 4, 1))), contract(1, (0,), sp((G, 7, 3), (G, 0, 2)))])
     assert v.value_specs[0][1] == sp((G, 7, 3), (G, 0, 2))
 
 
-@pytest.mark.parametrize("bad, reason", [
-    (sp((G, 0, 0)), "has size 0"),
-    (sp((G, 0, 2), (T, 1, -1)), "has size -1"),
-    (sp((G, 0, 2), (G, 0, 2)), "appears twice"),
-    (sp((T, 3, 2), (G, 1, 2), (T, 3, 2)), "appears twice"),
-    (sp((G, 0, 2**32), (G, 1, 2**32)), "overflow int64"),
-    (sp((G, 0, 2**31), (G, 1, 2**31), (G, 2, 2)), "overflow int64"),
-])
+@pytest.mark.parametrize(
+    "bad, reason",
+    [
+        (sp((G, 0, 0)), "has size 0"),
+        (sp((G, 0, 2), (T, 1, -1)), "has size -1"),
+        (sp((G, 0, 2), (G, 0, 2)), "appears twice"),
+        (sp((T, 3, 2), (G, 1, 2), (T, 3, 2)), "appears twice"),
+        (sp((G, 0, 2**32), (G, 1, 2**32)), "overflow int64"),
+        (sp((G, 0, 2**31), (G, 1, 2**31), (G, 2, 2)), "overflow int64"),
+    ],
+)
 def test_bad_specs(bad, reason):
-    expect(SpecError, ValueError, lambda: validate([unit(0, S2), unit(1, bad)]),
-           program="prog", index=1, reason=reason)
-    expect(SpecError, ValueError, lambda: validate([unit(0, S2), contract(1, (0,), bad)]),
-           program="prog", index=1, reason=reason)
+    expect(
+        SpecError,
+        ValueError,
+        lambda: validate([unit(0, S2), unit(1, bad)]),
+        program="prog",
+        index=1,
+        reason=reason,
+    )
+    expect(
+        SpecError,
+        ValueError,
+        lambda: validate([unit(0, S2), contract(1, (0,), bad)]),
+        program="prog",
+        index=1,
+        reason=reason,
+    )
 
 
 def test_spec_over_max_bytes():
     big = sp((G, 0, 10), (G, 1, 10))  # 100 elements, 800 bytes at itemsize 8
     validate([unit(0, big)], max_bytes=800)
-    expect(SpecError, ValueError, lambda: validate([unit(0, big)], max_bytes=799),
-           program="prog", index=0, reason="exceed the limit of 799")
-    expect(SpecError, ValueError, lambda: validate([unit(0, big)], itemsize=16, max_bytes=1000),
-           program="prog", index=0, reason="1600 bytes")
+    expect(
+        SpecError,
+        ValueError,
+        lambda: validate([unit(0, big)], max_bytes=799),
+        program="prog",
+        index=0,
+        reason="exceed the limit of 799",
+    )
+    expect(
+        SpecError,
+        ValueError,
+        lambda: validate([unit(0, big)], itemsize=16, max_bytes=1000),
+        program="prog",
+        index=0,
+        reason="1600 bytes",
+    )
     # 2**40 elements is fine for int64 but not for the default byte limit
-    expect(SpecError, ValueError, lambda: validate([unit(0, sp((G, 0, 2**20), (G, 1, 2**20)))]),
-           program="prog", index=0, reason="exceed the limit")
+    expect(
+        SpecError,
+        ValueError,
+        lambda: validate([unit(0, sp((G, 0, 2**20), (G, 1, 2**20)))]),
+        program="prog",
+        index=0,
+        reason="exceed the limit",
+    )
 
 
 def test_bad_factor_spec_is_reported_with_its_id():
@@ -267,9 +410,14 @@ def test_bad_factor_spec_is_reported_with_its_id():
 
 
 def test_unknown_factor():
-    e = expect(UnknownInputError, KeyError,
-               lambda: validate([load(0, 0), load(1, 3)], factor_specs={0: S2}),
-               program="prog", index=1, reason="no factor with id 3")
+    e = expect(
+        UnknownInputError,
+        KeyError,
+        lambda: validate([load(0, 0), load(1, 3)], factor_specs={0: S2}),
+        program="prog",
+        index=1,
+        reason="no factor with id 3",
+    )
     assert e.operand == "factor_id"
     # without factor_specs, loads are accepted and their specs are unknown
     v = validate([load(0, 3), elim(1, 0, ())])
@@ -277,12 +425,18 @@ def test_unknown_factor():
 
 
 def test_keep_keys_repeating_an_axis():
-    expect(ProgramValueError, ValueError,
-           lambda: validate([unit(0, S23), elim(1, 0, [(G, 0), (G, 0)])]),
-           program="prog", index=1, reason="repeat an axis")
+    expect(
+        ProgramValueError,
+        ValueError,
+        lambda: validate([unit(0, S23), elim(1, 0, [(G, 0), (G, 0)])]),
+        program="prog",
+        index=1,
+        reason="repeat an axis",
+    )
 
 
 # --- opcodes and arguments (adapt_program and validate_programs) -------------------------
+
 
 class ForeignOp(Enum):
     FROB = 42
@@ -292,8 +446,7 @@ class ForeignOp(Enum):
 def test_unknown_opcode(op):
     prog = Program((unit(0, S2), Instruction(op, 1, {})), "prog")
     for fn in (lambda: adapt_program(prog), lambda: validate_programs([prog])):
-        e = expect(UnknownOpcodeError, ValueError, fn, program="prog", index=1,
-                   reason="unknown opcode")
+        e = expect(UnknownOpcodeError, ValueError, fn, program="prog", index=1, reason="unknown opcode")
         assert "FROB" in str(e)
 
 
@@ -328,11 +481,18 @@ def test_unnamed_program_is_named_in_adapt_errors_too():
 def test_unnamed_programs_are_named_by_position():
     p0 = Program((unit(0, S2), store(("s",), 0)))
     p1 = Program((unit(0, S2), free(0), free(0)))
-    expect(UnknownRegisterFreeError, KeyError, lambda: validate_programs([p0, p1]),
-           program="p1", index=2, reason="already freed")
+    expect(
+        UnknownRegisterFreeError,
+        KeyError,
+        lambda: validate_programs([p0, p1]),
+        program="p1",
+        index=2,
+        reason="already freed",
+    )
 
 
 # --- runtime errors of the reference VM --------------------------------------------------
+
 
 def fp_table(table):
     return lambda i: table[i]
@@ -406,7 +566,7 @@ class Generated:
 
 def rand_spec(draw, sizes, min_size=0):
     perm = draw(st.permutations(POOL))
-    keys = perm[:draw(st.integers(min_size, len(perm)))]
+    keys = perm[: draw(st.integers(min_size, len(perm)))]
     return TensorSpec(tuple(Axis(aid, kind, sizes[(kind, aid)]) for kind, aid in keys))
 
 
@@ -441,8 +601,18 @@ def valid_programs(draw):
         fid = draw(st.sampled_from(sorted(factors)))
         define(load(next_rid, fid), factors[fid][1])
         for _ in range(draw(st.integers(1, 10))):
-            choices = ["load", "unit", "contract", "eliminate", "normalize", "store",
-                       "free", "load_slot", "store", "load_slot"]  # slots twice as often
+            choices = [
+                "load",
+                "unit",
+                "contract",
+                "eliminate",
+                "normalize",
+                "store",
+                "free",
+                "load_slot",
+                "store",
+                "load_slot",
+            ]  # slots twice as often
             kind = draw(st.sampled_from(choices))
             if kind == "load":
                 fid = draw(st.sampled_from(sorted(factors)))
@@ -469,7 +639,7 @@ def valid_programs(draw):
                 src = draw(st.sampled_from(sorted(live)))
                 in_spec = live[src]
                 if draw(st.booleans()):
-                    keep = tuple(draw(st.permutations(POOL))[:draw(st.integers(0, len(POOL)))])
+                    keep = tuple(draw(st.permutations(POOL))[: draw(st.integers(0, len(POOL)))])
                     ins = elim(next_rid, src, keep)
                 else:
                     drop = tuple(draw(st.lists(st.sampled_from([0, 1, 2]), unique=True)))
@@ -520,13 +690,16 @@ def reads(ins):
 
 
 def validate_generated(g, programs=None):
-    return validate_programs(g.programs if programs is None else programs,
-                             factor_specs={k: s for k, (_, s) in g.factors.items()},
-                             slot_specs={k: s for k, (_, s) in g.init_slots.items()})
+    return validate_programs(
+        g.programs if programs is None else programs,
+        factor_specs={k: s for k, (_, s) in g.factors.items()},
+        slot_specs={k: s for k, (_, s) in g.init_slots.items()},
+    )
 
 
-GEN_SETTINGS = settings(max_examples=200, deadline=None,
-                        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+GEN_SETTINGS = settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 
 
 @GEN_SETTINGS
@@ -561,13 +734,27 @@ def mutations(g):
                 # delete the definition: the first later reference fails
                 k = next(k for k in range(j + 1, len(ins)) if x.dst in reads(ins[k]))
                 cls = UnknownRegisterFreeError if ins[k].op == OP.FREE else UseBeforeDefinitionError
-                out.append(("delete def", with_(ins[:j] + ins[j + 1:]), cls, prog.name, k - 1))
+                out.append(("delete def", with_(ins[:j] + ins[j + 1 :]), cls, prog.name, k - 1))
                 # duplicate the definition: a second write of the same dst
-                out.append(("duplicate dst", with_(ins[:j + 1] + [x] + ins[j + 1:]),
-                            DoubleDefinitionError, prog.name, j + 1))
+                out.append(
+                    (
+                        "duplicate dst",
+                        with_(ins[: j + 1] + [x] + ins[j + 1 :]),
+                        DoubleDefinitionError,
+                        prog.name,
+                        j + 1,
+                    )
+                )
             if x.op == OP.FREE:
-                out.append(("free twice", with_(ins[:j + 1] + [x] + ins[j + 1:]),
-                            UnknownRegisterFreeError, prog.name, j + 1))
+                out.append(
+                    (
+                        "free twice",
+                        with_(ins[: j + 1] + [x] + ins[j + 1 :]),
+                        UnknownRegisterFreeError,
+                        prog.name,
+                        j + 1,
+                    )
+                )
             if x.op == OP.CONTRACT:
                 # the keys of the inputs, from the specs the generator tracked
                 in_keys = set()
@@ -580,32 +767,45 @@ def mutations(g):
                         axes[a] = Axis(ax.id, ax.kind, ax.size + 1)
                         bad = TensorSpec(tuple(axes))
                         y = I(OP.CONTRACT, x.dst, {"inputs": x.args["inputs"], "out_spec": bad}, bad)
-                        out.append(("corrupt size", with_(ins[:j] + [y] + ins[j + 1:]),
-                                    AlignmentError, prog.name, j))
+                        out.append(
+                            (
+                                "corrupt size",
+                                with_(ins[:j] + [y] + ins[j + 1 :]),
+                                AlignmentError,
+                                prog.name,
+                                j,
+                            )
+                        )
                     axes[a] = Axis(ax.id, ax.kind, 0)
                     bad = TensorSpec(tuple(axes))
                     y = I(OP.CONTRACT, x.dst, {"inputs": x.args["inputs"], "out_spec": bad}, bad)
-                    out.append(("zero size", with_(ins[:j] + [y] + ins[j + 1:]),
-                                SpecError, prog.name, j))
+                    out.append(("zero size", with_(ins[:j] + [y] + ins[j + 1 :]), SpecError, prog.name, j))
     # delete the only STORE_SLOT of a slot that a later LOAD_SLOT reads
     for p, prog in enumerate(g.programs):
         for j, x in enumerate(prog.instructions):
             if x.op != OP.STORE_SLOT or x.args["slot"] in g.init_slots:
                 continue
             key = x.args["slot"]
-            stores = [(q, i) for q, pr in enumerate(g.programs)
-                      for i, y in enumerate(pr.instructions)
-                      if y.op == OP.STORE_SLOT and y.args["slot"] == key]
-            loads = [(q, i) for q, pr in enumerate(g.programs)
-                     for i, y in enumerate(pr.instructions)
-                     if y.op == OP.LOAD_SLOT and y.args["slot"] == key]
+            stores = [
+                (q, i)
+                for q, pr in enumerate(g.programs)
+                for i, y in enumerate(pr.instructions)
+                if y.op == OP.STORE_SLOT and y.args["slot"] == key
+            ]
+            loads = [
+                (q, i)
+                for q, pr in enumerate(g.programs)
+                for i, y in enumerate(pr.instructions)
+                if y.op == OP.LOAD_SLOT and y.args["slot"] == key
+            ]
             if len(stores) != 1 or not loads:
                 continue
             q, i = loads[0]
             progs = list(g.programs)
-            progs[p] = Program(prog.instructions[:j] + prog.instructions[j + 1:], prog.name)
-            out.append(("delete store", progs, UnwrittenSlotError, g.programs[q].name,
-                        i - 1 if q == p else i))
+            progs[p] = Program(prog.instructions[:j] + prog.instructions[j + 1 :], prog.name)
+            out.append(
+                ("delete store", progs, UnwrittenSlotError, g.programs[q].name, i - 1 if q == p else i)
+            )
     return out
 
 
@@ -617,13 +817,25 @@ def test_one_mutation_raises_the_matching_error(g, data):
     # pick the kind of mutation first, so that the rarer kinds are drawn as often
     kind = data.draw(st.sampled_from(sorted({m[0] for m in muts})))
     name, progs, cls, prog_name, index = data.draw(st.sampled_from([m for m in muts if m[0] == kind]))
-    expect(cls, KeyError if issubclass(cls, KeyError) else ValueError,
-           lambda: validate_generated(g, progs), program=prog_name, index=index, reason="")
+    expect(
+        cls,
+        KeyError if issubclass(cls, KeyError) else ValueError,
+        lambda: validate_generated(g, progs),
+        program=prog_name,
+        index=index,
+        reason="",
+    )
 
 
 def test_validator_and_vm_agree_on_non_canonical_own_program():
-    p = Program((unit(0, S2), I(OP.CONTRACT, 1, {"inputs": (0,)}, S2),
-                 I(OP.STORE_SLOT, None, {"slot": "m", "src": 1})), "x")
+    p = Program(
+        (
+            unit(0, S2),
+            I(OP.CONTRACT, 1, {"inputs": (0,)}, S2),
+            I(OP.STORE_SLOT, None, {"slot": "m", "src": 1}),
+        ),
+        "x",
+    )
     v = validate_programs([p])
     slots = run_program(p, vm_prob_semiring(), fp_table({}), fp_table({}))
     assert set(slots) == set(v.slot_specs) == {("m",)}

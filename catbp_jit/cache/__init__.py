@@ -41,8 +41,23 @@ from .key import CODEGEN_VERSION, default_cache_dir, environment_identity, kerne
 from .locks import DEFAULT_LOCK_TIMEOUT
 from .trust import key_file_path, load_secret_key
 
-__all__ = ["CODEGEN_VERSION", "DEFAULT_LOCK_TIMEOUT", "MANIFEST_FORMAT", "POLICIES",
-           "CacheCorruptionError", "CacheDirError", "CacheLockTimeout", "CacheMissError",
-           "CacheTrustError", "KernelCache", "atomic_write", "default_cache",
-           "default_cache_dir", "environment_identity", "fresh_default_cache", "kernel_key",
-           "key_file_path", "load_secret_key"]
+__all__ = [
+    "CODEGEN_VERSION",
+    "DEFAULT_LOCK_TIMEOUT",
+    "MANIFEST_FORMAT",
+    "POLICIES",
+    "CacheCorruptionError",
+    "CacheDirError",
+    "CacheLockTimeout",
+    "CacheMissError",
+    "CacheTrustError",
+    "KernelCache",
+    "atomic_write",
+    "default_cache",
+    "default_cache_dir",
+    "environment_identity",
+    "fresh_default_cache",
+    "kernel_key",
+    "key_file_path",
+    "load_secret_key",
+]

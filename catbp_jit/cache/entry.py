@@ -89,8 +89,7 @@ class _Entry:
             if not isinstance(mac, str):
                 return None, "manifest carries no MAC (not written by this user's catbp_jit)"
             if not hmac.compare_digest(mac, _manifest_mac(self.access.secret, m)):
-                return None, ("manifest MAC does not verify (altered, forged, or signed with "
-                              "another key)")
+                return None, ("manifest MAC does not verify (altered, forged, or signed with another key)")
         return m, "verified"
 
     def write_manifest(self, manifest: dict) -> None:

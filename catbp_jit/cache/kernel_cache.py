@@ -57,10 +57,16 @@ class KernelCache:
     and their manifests' hashes are then believed without a MAC.
     """
 
-    def __init__(self, directory: str | None = None, policy: str | None = None, *,
-                 lock_timeout: float | None = None, trust_owner: bool | None = None,
-                 write_check: Callable[[str], OSError | None] = _write_error,
-                 on_verified: Callable[[list[str]], None] | None = None) -> None:
+    def __init__(
+        self,
+        directory: str | None = None,
+        policy: str | None = None,
+        *,
+        lock_timeout: float | None = None,
+        trust_owner: bool | None = None,
+        write_check: Callable[[str], OSError | None] = _write_error,
+        on_verified: Callable[[list[str]], None] | None = None,
+    ) -> None:
         # write_check(dir): why no file can be created there, or None. Tests pass their
         # own to stand for a read-only mount, which mode bits cannot show to root.
         self._write_check = write_check
@@ -75,15 +81,16 @@ class KernelCache:
         if policy not in POLICIES:
             raise ValueError(f"cache policy must be one of {POLICIES}, not {policy!r}")
         self.policy = policy
-        self.stats: dict[str, int] = {"hits": 0, "misses": 0, "rebuilt": 0, "compiled": 0,
-                                      "memo_hits": 0}
+        self.stats: dict[str, int] = {"hits": 0, "misses": 0, "rebuilt": 0, "compiled": 0, "memo_hits": 0}
         self._memo: dict[str, _Loaded] = {}
         if lock_timeout is None:
             lock_timeout = environment.lock_timeout()
             lock_timeout = DEFAULT_LOCK_TIMEOUT if lock_timeout is None else lock_timeout
         elif not 0 <= lock_timeout <= threading.TIMEOUT_MAX:  # also NaN
-            raise ValueError(f"lock_timeout must be a number of seconds from 0 to "
-                             f"{threading.TIMEOUT_MAX:.0f}, not {lock_timeout!r}")
+            raise ValueError(
+                f"lock_timeout must be a number of seconds from 0 to "
+                f"{threading.TIMEOUT_MAX:.0f}, not {lock_timeout!r}"
+            )
         self.lock_timeout = float(lock_timeout)
         if trust_owner is None:
             trust_owner = environment.trusted_cache()
@@ -106,8 +113,9 @@ class KernelCache:
         return kernel_key(pattern, target)
 
     # -- public -----------------------------------------------------------------------
-    def get(self, pattern: dict, source: str, entry: str, signatures: list | None = None,
-            target: str = "cpu") -> Callable:
+    def get(
+        self, pattern: dict, source: str, entry: str, signatures: list | None = None, target: str = "cpu"
+    ) -> Callable:
         """The dispatcher `entry` of the kernel module `source`, cached under `pattern`.
 
         With `signatures` (Numba signature strings or types) they are compiled, or loaded
@@ -162,8 +170,9 @@ class KernelCache:
         if access is None:
             return
         if access.read_only:
-            raise CacheDirError(f"kernel cache directory {self.directory!r} is read-only; "
-                                f"it cannot be cleared")
+            raise CacheDirError(
+                f"kernel cache directory {self.directory!r} is read-only; it cannot be cleared"
+            )
         stems = set()
         for path in glob.glob(os.path.join(glob.escape(kernels), "k_*")):
             stems.add(os.path.basename(path).split(".")[0])
@@ -182,13 +191,23 @@ class KernelCache:
         is bypassed (fallback; an untrusted or unwritable directory, or key file)."""
         if self._access is None and self._bypassed is None:
             try:
-                self._access = settle_access(self.directory, self.policy, self.trust_owner,
-                                             self.lock_timeout, self._write_check)
+                self._access = settle_access(
+                    self.directory, self.policy, self.trust_owner, self.lock_timeout, self._write_check
+                )
             except CacheDirError as e:
                 if self.policy == "strict":
-                    log.info("%s", e, extra={"catbp_jit": {  # raised: said by the caller
-                        "outcome": "refused", "reason": str(e), "directory": self.directory,
-                        "policy": self.policy}})
+                    log.info(
+                        "%s",
+                        e,
+                        extra={
+                            "catbp_jit": {  # raised: said by the caller
+                                "outcome": "refused",
+                                "reason": str(e),
+                                "directory": self.directory,
+                                "policy": self.policy,
+                            }
+                        },
+                    )
                     raise
                 self._bypass(e)
         return self._access
@@ -196,37 +215,77 @@ class KernelCache:
     def _bypass(self, e: CacheDirError) -> None:
         """Under fallback: use no disk from now on, and say so once (one warning)."""
         self._access, self._bypassed = None, str(e)
-        log.warning("%s; kernel cache bypassed, kernels are compiled in memory", e,
-                    extra={"catbp_jit": {"outcome": "bypassed", "reason": str(e),
-                                         "directory": self.directory, "policy": self.policy}})
+        log.warning(
+            "%s; kernel cache bypassed, kernels are compiled in memory",
+            e,
+            extra={
+                "catbp_jit": {
+                    "outcome": "bypassed",
+                    "reason": str(e),
+                    "directory": self.directory,
+                    "policy": self.policy,
+                }
+            },
+        )
 
     def _get_from_disk(self, key, pattern, source, entry_name, signatures, target):
         access = self._prepare_dir()
         if access is None:
-            return self._get_in_memory(key, pattern, source, entry_name, signatures, target,
-                                       "disk cache bypassed: compiled in memory")
+            return self._get_in_memory(
+                key,
+                pattern,
+                source,
+                entry_name,
+                signatures,
+                target,
+                "disk cache bypassed: compiled in memory",
+            )
         held = self._busy.pop(key, None)  # check() has waited for this lock already
         if held is None:
             try:
-                return self._get_locked(_Entry(self.directory, key, access), key, pattern,
-                                        source, entry_name, signatures, target)
+                return self._get_locked(
+                    _Entry(self.directory, key, access), key, pattern, source, entry_name, signatures, target
+                )
             except OSError as e:  # the disk failed mid-entry: full, gone read-only...
                 if self.policy == "strict":
                     raise unwritable(self.directory, str(e)) from e
                 self._bypass(unwritable(self.directory, str(e)))  # and every later kernel too
-                return self._get_in_memory(key, pattern, source, entry_name, signatures,
-                                           target, "disk cache bypassed: compiled in memory")
+                return self._get_in_memory(
+                    key,
+                    pattern,
+                    source,
+                    entry_name,
+                    signatures,
+                    target,
+                    "disk cache bypassed: compiled in memory",
+                )
             except CacheLockTimeout as e:
                 if self.policy == "strict":
-                    self._emit("refused", None, str(e), None, key=key, pattern=pattern,
-                               target=target)  # raised: a warning would say it twice
+                    self._emit(
+                        "refused", None, str(e), None, key=key, pattern=pattern, target=target
+                    )  # raised: a warning would say it twice
                     raise
                 held = str(e)
         # Never touch an entry another process may be writing: compile privately.
-        self._emit("bypassed", None, f"{held}; compiled in memory instead", None,
-                   logging.WARNING, key=key, pattern=pattern, target=target)
-        return self._get_in_memory(key, pattern, source, entry_name, signatures, target,
-                                   "kernel lock not acquired; compiled in memory")
+        self._emit(
+            "bypassed",
+            None,
+            f"{held}; compiled in memory instead",
+            None,
+            logging.WARNING,
+            key=key,
+            pattern=pattern,
+            target=target,
+        )
+        return self._get_in_memory(
+            key,
+            pattern,
+            source,
+            entry_name,
+            signatures,
+            target,
+            "kernel lock not acquired; compiled in memory",
+        )
 
     def _get_locked(self, entry, key, pattern, source, entry_name, signatures, target):
         started = time.perf_counter()
@@ -237,18 +296,19 @@ class KernelCache:
             status, reason, data = entry.check(source)
             if status != "ok":
                 if self.policy == "strict":
-                    self._emit("refused", None, reason, None, key=key, pattern=pattern,
-                               target=target)
+                    self._emit("refused", None, reason, None, key=key, pattern=pattern, target=target)
                     raise CacheMissError(
                         f"kernel {_describe(pattern)} (key {key}): {reason} in "
-                        f"{self.directory!r}; policy 'strict' forbids compiling")
+                        f"{self.directory!r}; policy 'strict' forbids compiling"
+                    )
                 if status == "invalid":
                     # Never executed: the damaged entry is deleted and rebuilt below.
                     entry.purge()
                     self._count("rebuilt")
             try:
-                loaded = self._write_and_load(entry, status, key, pattern, target, source,
-                                              data, entry_name, signatures)
+                loaded = self._write_and_load(
+                    entry, status, key, pattern, target, source, data, entry_name, signatures
+                )
             except OSError:  # a full disk, say: leave no half-written entry of ours
                 if status != "ok":
                     with contextlib.suppress(OSError):
@@ -272,18 +332,25 @@ class KernelCache:
             self._emit(outcome, loaded, why, seconds, level=level)
         return loaded.function(entry_name)
 
-    def _write_and_load(self, entry, status, key, pattern, target, source, data,
-                        entry_name, signatures) -> _Loaded:
+    def _write_and_load(
+        self, entry, status, key, pattern, target, source, data, entry_name, signatures
+    ) -> _Loaded:
         """Write the entry unless it is there ("ok"), load it, compile `signatures` into it
         (kernel lock held)."""
         if status != "ok":
             entry.purge_numba_files()  # stale leftovers of a crashed writer
             data = entry.write_source(source)
-            entry.record(format=MANIFEST_FORMAT, key=key, pattern=pattern,
-                         target=target, environment=environment_identity(),
-                         codegen_version=CODEGEN_VERSION,
-                         source_sha256=_sha256(source.encode("utf-8")),
-                         created=time.time(), pid=os.getpid())
+            entry.record(
+                format=MANIFEST_FORMAT,
+                key=key,
+                pattern=pattern,
+                target=target,
+                environment=environment_identity(),
+                codegen_version=CODEGEN_VERSION,
+                source_sha256=_sha256(source.encode("utf-8")),
+                created=time.time(),
+                pid=os.getpid(),
+            )
         loaded = self._load_module(key, pattern, target, source, entry, data)
         fn = loaded.function(entry_name)
         compiled_before = self.stats["compiled"]
@@ -325,8 +392,16 @@ class KernelCache:
             loaded.in_get = False
 
     # -- memory (policy "off") ----------------------------------------------------------
-    def _get_in_memory(self, key, pattern, source, entry_name, signatures, target,
-                       why: str = "policy 'off': compiled in memory"):
+    def _get_in_memory(
+        self,
+        key,
+        pattern,
+        source,
+        entry_name,
+        signatures,
+        target,
+        why: str = "policy 'off': compiled in memory",
+    ):
         started = time.perf_counter()
         # cache=True needs a real file; with no disk, turn it off in the text we run.
         text = _CACHE_TRUE_RE.sub("cache=False", source)
@@ -349,22 +424,45 @@ class KernelCache:
     def _count(self, name: str, n: int = 1) -> None:
         self.stats[name] = self.stats.get(name, 0) + n
 
-    def _emit(self, outcome: str, loaded: _Loaded | None, reason: str,
-              seconds: float | None, level: int = logging.INFO, *, key=None,
-              pattern=None, target=None) -> None:
+    def _emit(
+        self,
+        outcome: str,
+        loaded: _Loaded | None,
+        reason: str,
+        seconds: float | None,
+        level: int = logging.INFO,
+        *,
+        key=None,
+        pattern=None,
+        target=None,
+    ) -> None:
         """One telemetry record: readable message, structured fields in extra."""
         if loaded is not None:
             key, pattern, target = loaded.key, loaded.pattern, loaded.target
         record = {
-            "kernel": pattern, "key": key, "target": target,
-            "environment": environment_identity(), "policy": self.policy,
-            "outcome": outcome, "reason": reason, "compile_seconds": seconds,
+            "kernel": pattern,
+            "key": key,
+            "target": target,
+            "environment": environment_identity(),
+            "policy": self.policy,
+            "outcome": outcome,
+            "reason": reason,
+            "compile_seconds": seconds,
             "directory": None if self.policy == "off" else self.directory,
         }
         took = "" if seconds is None else f" in {seconds:.3f}s"
-        log.log(level, "kernel cache %s: %s key %s (%s, policy %s)%s: %s", outcome,
-                _describe(pattern), key[:16], target, self.policy, took, reason,
-                extra={"catbp_jit": record})
+        log.log(
+            level,
+            "kernel cache %s: %s key %s (%s, policy %s)%s: %s",
+            outcome,
+            _describe(pattern),
+            key[:16],
+            target,
+            self.policy,
+            took,
+            reason,
+            extra={"catbp_jit": record},
+        )
 
 
 _default: KernelCache | None = None

@@ -58,19 +58,16 @@ def environment_identity(*, codegen_version: str | None = None) -> dict:
 
 def _canonical_json(obj: Any) -> str:
     try:
-        return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
-                          allow_nan=False)
+        return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
     except (TypeError, ValueError) as e:
         raise TypeError(f"kernel pattern must be plain JSON data: {e}") from None
 
 
-def kernel_key(pattern: dict, target: str = "cpu", *,
-               codegen_version: str | None = None) -> str:
+def kernel_key(pattern: dict, target: str = "cpu", *, codegen_version: str | None = None) -> str:
     """sha256 hex of (codegen version, pattern, target, environment identity); the codegen
     version is CODEGEN_VERSION unless ``codegen_version`` names another."""
     version = CODEGEN_VERSION if codegen_version is None else codegen_version
-    payload = _canonical_json([version, pattern, target,
-                               environment_identity(codegen_version=version)])
+    payload = _canonical_json([version, pattern, target, environment_identity(codegen_version=version)])
     return hashlib.sha256(payload.encode("ascii")).hexdigest()
 
 

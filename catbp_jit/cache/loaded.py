@@ -27,8 +27,16 @@ _PACKAGE = "catbp_jit_kernels"  # parent of the kernel modules in sys.modules
 class _Loaded:
     """A kernel module loaded from disk (or memory), with its per-process bookkeeping."""
 
-    def __init__(self, cache: KernelCache, key: str, pattern: dict, target: str,
-                 source: str, module: types.ModuleType, entry: _Entry | None):
+    def __init__(
+        self,
+        cache: KernelCache,
+        key: str,
+        pattern: dict,
+        target: str,
+        source: str,
+        module: types.ModuleType,
+        entry: _Entry | None,
+    ):
         self.cache, self.key, self.pattern, self.target = cache, key, pattern, target
         self.source, self.module, self.entry = source, module, entry
         self.in_get = False
@@ -42,9 +50,11 @@ class _Loaded:
         return fn
 
     def dispatchers(self) -> list[Any]:
-        return [v for v in vars(self.module).values()
-                if isinstance(v, CPUDispatcher)
-                and getattr(v.py_func, "__module__", None) == self.module.__name__]
+        return [
+            v
+            for v in vars(self.module).values()
+            if isinstance(v, CPUDispatcher) and getattr(v.py_func, "__module__", None) == self.module.__name__
+        ]
 
     # -- called from _PinnedCache with the kernel lock held
     def corrupt(self, reason: str) -> None:
@@ -58,8 +68,9 @@ class _Loaded:
         why = reason or f"no cached code for signature {sig}"
         if self.cache.policy == "strict":
             self.cache._emit("refused", self, why, None)  # raised: a warning says it twice
-            raise CacheMissError(f"kernel {_describe(self.pattern)} (key {self.key}): "
-                                 f"{why}; policy 'strict' forbids compiling")
+            raise CacheMissError(
+                f"kernel {_describe(self.pattern)} (key {self.key}): {why}; policy 'strict' forbids compiling"
+            )
         self.cache._count("compiled")
         self.get_misses += 1
         self._miss_started = time.perf_counter()
@@ -77,8 +88,9 @@ def _describe(pattern: dict) -> str:
     """The kernel's readable identity: its template and the fields that specialize it."""
     if not isinstance(pattern, dict) or "template" not in pattern:
         return _canonical_json(pattern)[:80]
-    fields = ", ".join(f"{k}={v}" for k, v in pattern.items()
-                       if k not in ("template", "source_sha256", "kernels"))
+    fields = ", ".join(
+        f"{k}={v}" for k, v in pattern.items() if k not in ("template", "source_sha256", "kernels")
+    )
     return f"{pattern['template']!r} ({fields})" if fields else repr(pattern["template"])
 
 

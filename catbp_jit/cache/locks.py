@@ -57,8 +57,10 @@ class _FileLock:
 
     def acquire(self, timeout: float) -> None:
         if not self._thread_lock.acquire(timeout=timeout):
-            raise CacheLockTimeout(f"kernel cache lock {self.path} is still held by another "
-                                   f"thread of this process after {timeout:g}s")
+            raise CacheLockTimeout(
+                f"kernel cache lock {self.path} is still held by another "
+                f"thread of this process after {timeout:g}s"
+            )
         try:
             if self._depth == 0:
                 self._fd = self._lock_file(timeout)
@@ -96,10 +98,14 @@ class _FileLock:
                 os.fchmod(fd, 0o600)  # made by an older version, 0644
             self._wait(fd, timeout)
             with contextlib.suppress(OSError):  # who holds it is a courtesy: a full disk
-                os.ftruncate(fd, 0)             # must not stop the locking
-                os.write(fd, (f"pid {os.getpid()} on {socket.gethostname()} since "
-                              f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n").encode("utf-8",
-                                                                                   "replace"))
+                os.ftruncate(fd, 0)  # must not stop the locking
+                os.write(
+                    fd,
+                    (
+                        f"pid {os.getpid()} on {socket.gethostname()} since "
+                        f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n"
+                    ).encode("utf-8", "replace"),
+                )
         except BaseException:
             os.close(fd)
             raise
@@ -119,13 +125,19 @@ class _FileLock:
                 raise CacheLockTimeout(
                     f"kernel cache lock {self.path} is still held by {self.holder()} after "
                     f"{waited:.0f}s (CATBP_JIT_LOCK_TIMEOUT={timeout:g}); if that process "
-                    f"is stopped or hung, end it; the entry it writes is verified before use")
+                    f"is stopped or hung, end it; the entry it writes is verified before use"
+                )
             if not reported and waited >= _LOCK_REPORT_AFTER:
                 reported = True
-                log.warning("kernel cache: waiting for lock %s, held by %s (giving up after "
-                            "%gs)", self.path, self.holder(), timeout,
-                            extra={"catbp_jit_lock": {"lock": self.path, "holder": self.holder(),
-                                                      "timeout": timeout}})
+                log.warning(
+                    "kernel cache: waiting for lock %s, held by %s (giving up after %gs)",
+                    self.path,
+                    self.holder(),
+                    timeout,
+                    extra={
+                        "catbp_jit_lock": {"lock": self.path, "holder": self.holder(), "timeout": timeout}
+                    },
+                )
             time.sleep(pause)
             pause = min(2 * pause, 0.2)
 

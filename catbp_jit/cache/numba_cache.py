@@ -56,8 +56,7 @@ class _PinnedImpl(CompileResultCacheImpl):
         source_path = py_func.__code__.co_filename
         self._locator = InTreeCacheLocator(py_func, source_path)
         modname = os.path.splitext(os.path.basename(source_path))[0]
-        self._filename_base = self.get_filename_base(f"{modname}.{qualname}",
-                                                     getattr(sys, "abiflags", ""))
+        self._filename_base = self.get_filename_base(f"{modname}.{qualname}", getattr(sys, "abiflags", ""))
 
 
 class _VerifiedCacheFile(IndexDataCacheFile):
@@ -72,8 +71,7 @@ class _VerifiedCacheFile(IndexDataCacheFile):
             data = f.read()
         name = os.path.basename(path)
         if self.expected.get(name) != _sha256(data):
-            raise CacheCorruptionError(f"Numba cache file {name} does not match the sha256 "
-                                       f"in its manifest")
+            raise CacheCorruptionError(f"Numba cache file {name} does not match the sha256 in its manifest")
         return data
 
     def _load_index(self):
@@ -111,8 +109,9 @@ class _PinnedCache(FunctionCache):
 
     def __init__(self, py_func):
         super().__init__(py_func)
-        self._cache_file = _VerifiedCacheFile(self._cache_path, self._impl.filename_base,
-                                              self._cache_file._source_stamp)
+        self._cache_file = _VerifiedCacheFile(
+            self._cache_path, self._impl.filename_base, self._cache_file._source_stamp
+        )
 
     @property
     def _entry(self) -> _Entry:

@@ -99,8 +99,10 @@ def load_secret_key(path: str, cache_dir: str) -> bytes:
     first use. Raises CacheTrustError for a key others could read or write."""
     real, root = os.path.realpath(path), os.path.realpath(cache_dir)
     if os.path.commonpath([real, root]) == root:
-        raise CacheTrustError(f"cache key file {path} lies inside the cache directory "
-                              f"{cache_dir}; set CATBP_JIT_KEY_FILE to a path outside it")
+        raise CacheTrustError(
+            f"cache key file {path} lies inside the cache directory "
+            f"{cache_dir}; set CATBP_JIT_KEY_FILE to a path outside it"
+        )
     try:
         if not os.path.exists(path):
             _create_key_file(path)
@@ -108,31 +110,41 @@ def load_secret_key(path: str, cache_dir: str) -> bytes:
             st = os.fstat(f.fileno())
             key = f.read()
     except OSError as e:
-        raise CacheTrustError(f"cache key file {path} cannot be created or read ({e}); set "
-                              f"CATBP_JIT_KEY_FILE to a file of your own") from e
+        raise CacheTrustError(
+            f"cache key file {path} cannot be created or read ({e}); set "
+            f"CATBP_JIT_KEY_FILE to a file of your own"
+        ) from e
     problem = _ownership_problem(path, st, check_owner=True)
     if problem is None and _euid() is not None and st.st_mode & 0o077:
         problem = f"{path} is readable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
     if problem is None and len(key) < 32:
         problem = f"{path} holds {len(key)} bytes, fewer than 32"
     if problem:
-        raise CacheTrustError(f"cache key file refused: {problem}; anyone who can read it "
-                              f"can forge cache entries (chmod 600 it, or delete it to make "
-                              f"a new one)")
+        raise CacheTrustError(
+            f"cache key file refused: {problem}; anyone who can read it "
+            f"can forge cache entries (chmod 600 it, or delete it to make "
+            f"a new one)"
+        )
     return key
 
 
 @dataclass(frozen=True)
 class _Access:
     """How this process may use one cache directory, settled once by KernelCache."""
+
     secret: bytes  # signs manifests
     check_owner: bool  # False: CATBP_JIT_TRUSTED_CACHE=1, another user's files accepted
     read_only: bool  # strict on a read-only warm cache: no locks, nothing written
     lock_timeout: float
 
 
-def settle_access(directory: str, policy: str, trust_owner: bool, lock_timeout: float,
-                  write_check: Callable[[str], OSError | None]) -> _Access:
+def settle_access(
+    directory: str,
+    policy: str,
+    trust_owner: bool,
+    lock_timeout: float,
+    write_check: Callable[[str], OSError | None],
+) -> _Access:
     """How `directory` may be used: its directories made (0700) and checked, the key
     loaded. Raises CacheTrustError for a directory others could write, CacheDirError
     for one that cannot be written (unless strict finds it warm: then read-only)."""
@@ -160,7 +172,8 @@ def settle_access(directory: str, policy: str, trust_owner: bool, lock_timeout: 
             raise CacheTrustError(
                 f"kernel cache directory refused: {problem}; its files are pickles, "
                 f"which run code when loaded (chmod go-w it, or set "
-                f"CATBP_JIT_CACHE_DIR to a directory of your own)")
+                f"CATBP_JIT_CACHE_DIR to a directory of your own)"
+            )
     for d in dirs[1:]:
         if error is None:
             failed = write_check(d)
@@ -172,11 +185,14 @@ def settle_access(directory: str, policy: str, trust_owner: bool, lock_timeout: 
         with contextlib.suppress(OSError):  # only we may open (and so hold) a lock
             os.chmod(locks, 0o700)
     secret = load_secret_key(key_file_path(), directory)
-    return _Access(secret, check_owner=not trust_owner, read_only=error is not None,
-                   lock_timeout=lock_timeout)
+    return _Access(
+        secret, check_owner=not trust_owner, read_only=error is not None, lock_timeout=lock_timeout
+    )
 
 
 def unwritable(directory: str, why: str) -> CacheDirError:
     """The error for a cache directory nothing can be written to, saying why."""
-    return CacheDirError(f"kernel cache directory {directory!r} is not writable "
-                         f"({why}); set CATBP_JIT_CACHE_DIR to a writable directory")
+    return CacheDirError(
+        f"kernel cache directory {directory!r} is not writable "
+        f"({why}); set CATBP_JIT_CACHE_DIR to a writable directory"
+    )

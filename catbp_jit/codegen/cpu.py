@@ -47,36 +47,53 @@ def _advance(ind: str, first: str, last: str, leaves: str, out: bool) -> list[st
     pad = ind + "    "
     lines = [f"{ind}d = {last}", f"{ind}while d >= {first}:", f"{pad}P[idx + d] += 1"]
     lines += [f"{pad}o_off += P[SO + d]"] if out else []
-    lines += [f"{pad}for l in range(K):", f"{pad}    {leaves}[l] += P[{LEAF} + 1 + d]",
-              f"{pad}if P[idx + d] < P[N + d]:", f"{pad}    break"]
+    lines += [
+        f"{pad}for l in range(K):",
+        f"{pad}    {leaves}[l] += P[{LEAF} + 1 + d]",
+        f"{pad}if P[idx + d] < P[N + d]:",
+        f"{pad}    break",
+    ]
     lines += [f"{pad}o_off -= P[SO + d] * P[N + d]"] if out else []
-    lines += [f"{pad}for l in range(K):", f"{pad}    {leaves}[l] -= P[{LEAF} + 1 + d] * P[N + d]",
-              f"{pad}P[idx + d] = 0", f"{pad}d -= 1"]
+    lines += [
+        f"{pad}for l in range(K):",
+        f"{pad}    {leaves}[l] -= P[{LEAF} + 1 + d] * P[N + d]",
+        f"{pad}P[idx + d] = 0",
+        f"{pad}d -= 1",
+    ]
     return lines
 
 
 def _place(ind: str, last: str, start: str) -> list[str]:
     """Set the odometer over axes 0..last of o_off and base[] on flat position `start`
     (C order)."""
-    return [f"{ind}rem = {start}", f"{ind}for d in range({last}, -1, -1):",
-            f"{ind}    i = rem % P[N + d]", f"{ind}    rem //= P[N + d]", f"{ind}    P[idx + d] = i",
-            f"{ind}    o_off += i * P[SO + d]", f"{ind}    for l in range(K):",
-            f"{ind}        base[l] += i * P[{LEAF} + 1 + d]"]
+    return [
+        f"{ind}rem = {start}",
+        f"{ind}for d in range({last}, -1, -1):",
+        f"{ind}    i = rem % P[N + d]",
+        f"{ind}    rem //= P[N + d]",
+        f"{ind}    P[idx + d] = i",
+        f"{ind}    o_off += i * P[SO + d]",
+        f"{ind}    for l in range(K):",
+        f"{ind}        base[l] += i * P[{LEAF} + 1 + d]",
+    ]
 
 
 def _product(ind: str, leaves: str) -> list[str]:
     """The leaves' ⊗-product along the current vector piece (v0, n) into buf[0:n], one
     leaf after another, left to right."""
-    return [f"{ind}first_leaf(buf, mem, P, A, {leaves}[0], v0, n)",
-            f"{ind}for l in range(1, K):",
-            f"{ind}    times_leaf(buf, mem, P, A + l * ACCESS_FIELDS, {leaves}[l], v0, n)"]
+    return [
+        f"{ind}first_leaf(buf, mem, P, A, {leaves}[0], v0, n)",
+        f"{ind}for l in range(1, K):",
+        f"{ind}    times_leaf(buf, mem, P, A + l * ACCESS_FIELDS, {leaves}[l], v0, n)",
+    ]
 
 
 def _vector(ind: str, leaves: str) -> list[str]:
     """The product along the whole vector, piece by piece (then the caller's lines run on
     buf[0:n], inside the piece loop)."""
-    return [f"{ind}for v0 in range(0, V, BUFFER):",
-            f"{ind}    n = min(BUFFER, V - v0)"] + _product(ind + "    ", leaves)
+    return [f"{ind}for v0 in range(0, V, BUFFER):", f"{ind}    n = min(BUFFER, V - v0)"] + _product(
+        ind + "    ", leaves
+    )
 
 
 def _sweep(ind: str, k: int, body: list[str], stop: bool) -> list[str]:
@@ -85,9 +102,13 @@ def _sweep(ind: str, k: int, body: list[str], stop: bool) -> list[str]:
     plan/schedule.py (C order over the reduced axes), the order of every target. (k: the
     CUDA template's; a CPU kernel reads K.)"""
     pad = ind + "    "
-    lines = [f"{ind}for d in range(R, top):", f"{ind}    P[idx + d] = 0",
-             f"{ind}for l in range(K):", f"{ind}    cur[l] = base[l]",
-             f"{ind}while True:"]
+    lines = [
+        f"{ind}for d in range(R, top):",
+        f"{ind}    P[idx + d] = 0",
+        f"{ind}for l in range(K):",
+        f"{ind}    cur[l] = base[l]",
+        f"{ind}while True:",
+    ]
     lines += _vector(pad, "cur")
     lines += [f"{pad}    for v in range(n):"]
     lines += [f"{pad}        {b}" for b in body]
@@ -108,9 +129,13 @@ def _across_sweep(ind: str, body: list[str]) -> list[str]:
     axes R..D-1, all walked by the odometer), with the vector's products in buf[0:n] and
     `body` run on them."""
     pad = ind + "    "
-    lines = [f"{ind}for d in range(R, D):", f"{ind}    P[idx + d] = 0",
-             f"{ind}for l in range(K):", f"{ind}    cur[l] = base[l]",
-             f"{ind}while True:"]
+    lines = [
+        f"{ind}for d in range(R, D):",
+        f"{ind}    P[idx + d] = 0",
+        f"{ind}for l in range(K):",
+        f"{ind}    cur[l] = base[l]",
+        f"{ind}while True:",
+    ]
     lines += _product(pad, "cur")
     lines += [f"{pad}{b}" for b in body]
     lines += _advance(pad, "R", "D - 1", "cur", out=False)
@@ -124,14 +149,19 @@ def _across_outputs(sr: Semiring, dtype: str) -> list[str]:
     i, loop = "            ", "for v in range(n):"
     if sr.reduction == "logsumexp":  # as reduction.py's, one element per v
         lines = [f"{i}{loop}", f"{i}    tops[v] = -np.inf  # pass 1: the largest term (a NaN sticks)"]
-        lines += _across_sweep(i, [loop, "    x = buf[v]", "    if x > tops[v] or x != x:",
-                                   "        tops[v] = x"])
+        lines += _across_sweep(
+            i, [loop, "    x = buf[v]", "    if x > tops[v] or x != x:", "        tops[v] = x"]
+        )
         lines += [f"{i}{loop}", f"{i}    sums[v] = 0.0  # pass 2: the sum of exp(x - top)"]
-        lines += _across_sweep(i, [loop, "    if tops[v] != -np.inf:",
-                                   "        sums[v] += math.exp(buf[v] - tops[v])"])
-        return lines + [f"{i}{loop}", f"{i}    if tops[v] != -np.inf:",
-                        f"{i}        tops[v] = tops[v] + math.log(sums[v])",
-                        f"{i}store(tops, mem, P, AO, o_off, v0, n)"]
+        lines += _across_sweep(
+            i, [loop, "    if tops[v] != -np.inf:", "        sums[v] += math.exp(buf[v] - tops[v])"]
+        )
+        return lines + [
+            f"{i}{loop}",
+            f"{i}    if tops[v] != -np.inf:",
+            f"{i}        tops[v] = tops[v] + math.log(sums[v])",
+            f"{i}store(tops, mem, P, AO, o_off, v0, n)",
+        ]
     lines = [f"{i}{loop}", f"{i}    sums[v] = {sr.accumulator(dtype)}"]
     if sr.reduction == "any":  # no early stop: the other elements of the vector go on
         lines += _across_sweep(i, [loop, "    sums[v] = sums[v] or buf[v]"])
@@ -154,43 +184,67 @@ INLINED = '@njit(cache=True, nogil=True, error_model="numpy", inline="always")'
 
 def _walkers(sr: Semiring, dtype: str) -> str:
     """The two functions that walk one leaf along the vector, one loop per access kind."""
-    at = {"CONSTANT": "base", "CONTIGUOUS": "c + v", "STRIDED": "c + v * step",
-          "GATHERED": "base + P[u(c + v)]"}
-    start = {"CONSTANT": "", "CONTIGUOUS": "c = base + v0", "STRIDED": "c = base + v0 * step",
-             "GATHERED": "c = table + v0"}
+    at = {
+        "CONSTANT": "base",
+        "CONTIGUOUS": "c + v",
+        "STRIDED": "c + v * step",
+        "GATHERED": "base + P[u(c + v)]",
+    }
+    start = {
+        "CONSTANT": "",
+        "CONTIGUOUS": "c = base + v0",
+        "STRIDED": "c = base + v0 * step",
+        "GATHERED": "c = table + v0",
+    }
     parts = []
     for name, doc, element in (
-            ("first_leaf", "buf[v] = the leaf's element v0 + v, for v < n", lambda x: x),
-            ("times_leaf", "buf[v] = buf[v] ⊗ the leaf's element v0 + v, for v < n",
-             lambda x: sr.product(["buf[v]", x]))):
-        lines = [INLINED, f"def {name}(buf, mem, P, a, base, v0, n):",
-                 f'    """{doc}; a: the leaf\'s access (abi.py) in P."""',
-                 "    kind, step, table = P[a], P[a + 1], P[a + 2]"]
+        ("first_leaf", "buf[v] = the leaf's element v0 + v, for v < n", lambda x: x),
+        (
+            "times_leaf",
+            "buf[v] = buf[v] ⊗ the leaf's element v0 + v, for v < n",
+            lambda x: sr.product(["buf[v]", x]),
+        ),
+    ):
+        lines = [
+            INLINED,
+            f"def {name}(buf, mem, P, a, base, v0, n):",
+            f'    """{doc}; a: the leaf\'s access (abi.py) in P."""',
+            "    kind, step, table = P[a], P[a + 1], P[a + 2]",
+        ]
         for i, kind in enumerate(("CONSTANT", "CONTIGUOUS", "STRIDED", "GATHERED")):
             head = "if" if i == 0 else "elif" if i < 3 else "else"
             lines += [f"    {head} kind == {kind}:" if head != "else" else "    else:  # GATHERED"]
             if kind == "CONSTANT":
-                lines += ["        x = mem[u(base)]", "        for v in range(n):",
-                          f"            buf[v] = {element('x')}"]
+                lines += [
+                    "        x = mem[u(base)]",
+                    "        for v in range(n):",
+                    f"            buf[v] = {element('x')}",
+                ]
             else:
-                lines += [f"        {start[kind]}", "        for v in range(n):",
-                          f"            buf[v] = {element(f'mem[u({at[kind]})]')}"]
+                lines += [
+                    f"        {start[kind]}",
+                    "        for v in range(n):",
+                    f"            buf[v] = {element(f'mem[u({at[kind]})]')}",
+                ]
         parts.append("\n".join(lines))
-    store = [INLINED, "def store(buf, mem, P, a, base, v0, n):",
-             '    """The output\'s elements v0 + v = buf[v], for v < n; a: its access in P."""',
-             "    kind, step, table = P[a], P[a + 1], P[a + 2]",
-             "    if kind == CONTIGUOUS:",
-             "        c = base + v0",
-             "        for v in range(n):",
-             "            mem[u(c + v)] = buf[v]",
-             "    elif kind == STRIDED:",
-             "        c = base + v0 * step",
-             "        for v in range(n):",
-             "            mem[u(c + v * step)] = buf[v]",
-             "    else:  # GATHERED (an output is never CONSTANT: its elements differ)",
-             "        c = table + v0",
-             "        for v in range(n):",
-             "            mem[u(base + P[u(c + v)])] = buf[v]"]
+    store = [
+        INLINED,
+        "def store(buf, mem, P, a, base, v0, n):",
+        '    """The output\'s elements v0 + v = buf[v], for v < n; a: its access in P."""',
+        "    kind, step, table = P[a], P[a + 1], P[a + 2]",
+        "    if kind == CONTIGUOUS:",
+        "        c = base + v0",
+        "        for v in range(n):",
+        "            mem[u(c + v)] = buf[v]",
+        "    elif kind == STRIDED:",
+        "        c = base + v0 * step",
+        "        for v in range(n):",
+        "            mem[u(c + v * step)] = buf[v]",
+        "    else:  # GATHERED (an output is never CONSTANT: its elements differ)",
+        "        c = table + v0",
+        "        for v in range(n):",
+        "            mem[u(base + P[u(c + v)])] = buf[v]",
+    ]
     parts.append("\n".join(store))
     return "\n\n\n".join(parts)
 
@@ -200,29 +254,37 @@ def _normalize(sr: Semiring) -> list[str]:
     part g at out + g * gs, its elements es apart (plan/schedule.py: normalize_groups)."""
     i = "        "
     x = "mem[base + o * es]"
-    head = ["    G = p + SIZES + D + R + P[p + LEAVES] * (1 + D)  # after the last leaf's strides",
-            "    groups, gs, es = P[G], P[G + 1], P[G + 2]",
-            "    size = n_out // groups",
-            "    for g in range(groups):",
-            "        base = out + g * gs"]
+    head = [
+        "    G = p + SIZES + D + R + P[p + LEAVES] * (1 + D)  # after the last leaf's strides",
+        "    groups, gs, es = P[G], P[G + 1], P[G + 2]",
+        "    size = n_out // groups",
+        "    for g in range(groups):",
+        "        base = out + g * gs",
+    ]
     if sr.normalization == "divide_by_total":
-        return head + [f"{i}total = 0.0",
-                       f"{i}for o in range(size):", f"{i}    total += {x}",
-                       f"{i}if total != 0.0:",
-                       f"{i}    for o in range(size):",
-                       f"{i}        {x} = {x} / total"]
+        return head + [
+            f"{i}total = 0.0",
+            f"{i}for o in range(size):",
+            f"{i}    total += {x}",
+            f"{i}if total != 0.0:",
+            f"{i}    for o in range(size):",
+            f"{i}        {x} = {x} / total",
+        ]
     if sr.normalization == "subtract_logsumexp":
-        return head + [f"{i}top_x = -np.inf",
-                       f"{i}for o in range(size):",
-                       f"{i}    if {x} > top_x or {x} != {x}:",
-                       f"{i}        top_x = {x}",
-                       f"{i}z = top_x",
-                       f"{i}if top_x != -np.inf:",
-                       f"{i}    acc = 0.0",
-                       f"{i}    for o in range(size):",
-                       f"{i}        acc += math.exp({x} - top_x)",
-                       f"{i}    z = top_x + math.log(acc)",
-                       f"{i}for o in range(size):", f"{i}    {x} = {x} - z"]
+        return head + [
+            f"{i}top_x = -np.inf",
+            f"{i}for o in range(size):",
+            f"{i}    if {x} > top_x or {x} != {x}:",
+            f"{i}        top_x = {x}",
+            f"{i}z = top_x",
+            f"{i}if top_x != -np.inf:",
+            f"{i}    acc = 0.0",
+            f"{i}    for o in range(size):",
+            f"{i}        acc += math.exp({x} - top_x)",
+            f"{i}    z = top_x + math.log(acc)",
+            f"{i}for o in range(size):",
+            f"{i}    {x} = {x} - z",
+        ]
     return []  # SAT and COUNT do not normalize
 
 
@@ -288,29 +350,51 @@ def kernel_source(pattern: KernelPattern) -> str:
         sums = {"stack_buffer_" + _accumulator_type(sr, pattern.dtype)}
         if sr.reduction == "logsumexp":
             sums.add("stack_buffer_float64")
-    lines = HEADER.format(
-        name=pattern.name, formula=("⊕_r " if pattern.reduce else "") + terms, semiring=sr.name,
-        abi=abi.source_constants(), out_strides=abi.OUT_STRIDES_SOURCE,
-        dtype=pattern.dtype, then=", then NORMALIZE" if pattern.normalize else "",
-        hot="innermost reduced axes" if part == "run_chunk" else "innermost output axes",
-        walkers=_walkers(sr, pattern.dtype),
-        pointers=", ".join(sorted({"pointer_int64", "pointer_" + pattern.dtype,
-                                   "stack_leaves_int64", "stack_buffer_" + pattern.dtype}
-                                  | set(sums))),
-        part=part,
-        # called once, by a serial kernel: inlined, one function less to compile (~15%)
-        inline="" if pattern.parallel else ', inline="always"',
-        part_doc=("Rows lo..hi-1: a row is one position of the odometer axes outside the vector."
-                  if part == "run_rows" else "Output elements lo..hi-1 (flat, C order)."),
-    ).rstrip("\n").split("\n")
+    lines = (
+        HEADER.format(
+            name=pattern.name,
+            formula=("⊕_r " if pattern.reduce else "") + terms,
+            semiring=sr.name,
+            abi=abi.source_constants(),
+            out_strides=abi.OUT_STRIDES_SOURCE,
+            dtype=pattern.dtype,
+            then=", then NORMALIZE" if pattern.normalize else "",
+            hot="innermost reduced axes" if part == "run_chunk" else "innermost output axes",
+            walkers=_walkers(sr, pattern.dtype),
+            pointers=", ".join(
+                sorted(
+                    {
+                        "pointer_int64",
+                        "pointer_" + pattern.dtype,
+                        "stack_leaves_int64",
+                        "stack_buffer_" + pattern.dtype,
+                    }
+                    | set(sums)
+                )
+            ),
+            part=part,
+            # called once, by a serial kernel: inlined, one function less to compile (~15%)
+            inline="" if pattern.parallel else ', inline="always"',
+            part_doc=(
+                "Rows lo..hi-1: a row is one position of the odometer axes outside the vector."
+                if part == "run_rows"
+                else "Output elements lo..hi-1 (flat, C order)."
+            ),
+        )
+        .rstrip("\n")
+        .split("\n")
+    )
     across_outputs = pattern.reduce and pattern.vector == ACROSS_OUTPUTS
     if pattern.reduce:  # cur[l]: leaf l's offset where the reduced sweep is
-        lines += ["    cur = carray(stack_leaves_int64(), MAX_LEAVES)"
-                  "  # cur[l]: leaf l's offset in the sweep"]
+        lines += [
+            "    cur = carray(stack_leaves_int64(), MAX_LEAVES)  # cur[l]: leaf l's offset in the sweep"
+        ]
     if across_outputs:
         acc = _accumulator_type(sr, pattern.dtype)
-        lines += ["    top = R - nb  # output odometer axes 0..top-1; vector top..R-1; reduced R..D-1",
-                  f"    sums = carray(stack_buffer_{acc}(), BUFFER)"]
+        lines += [
+            "    top = R - nb  # output odometer axes 0..top-1; vector top..R-1; reduced R..D-1",
+            f"    sums = carray(stack_buffer_{acc}(), BUFFER)",
+        ]
         if sr.reduction == "logsumexp":
             lines += ["    tops = carray(stack_buffer_float64(), BUFFER)"]
     else:
@@ -318,9 +402,11 @@ def kernel_source(pattern: KernelPattern) -> str:
     lines += ["    o_off = out", "    for l in range(K):", f"        base[l] = P[{LEAF}]"]
     if across_outputs:
         lines += _place("    ", "top - 1", "lo")
-        lines += ["    for row in range(lo, hi):",
-                  "        for v0 in range(0, V, BUFFER):",
-                  "            n = min(BUFFER, V - v0)"]
+        lines += [
+            "    for row in range(lo, hi):",
+            "        for v0 in range(0, V, BUFFER):",
+            "            n = min(BUFFER, V - v0)",
+        ]
         lines += _across_outputs(sr, pattern.dtype)
         lines += _advance("        ", "0", "top - 1", "base", out=True)
     elif pattern.reduce:
@@ -336,32 +422,37 @@ def kernel_source(pattern: KernelPattern) -> str:
         lines += ["            store(buf, mem, P, AO, o_off, v0, n)"]
         lines += _advance("        ", "0", "top - 1", "base", out=True)
 
-    lines += ["", "",
-              f"@njit(cache=True, nogil=True, error_model=\"numpy\""
-              f"{', parallel=True' if pattern.parallel else ''})",
-              f"def {ENTRY}(mem_address, mem_length, P_address, P_length, p):",
-              '    """Segment p of the table. Called with addresses, not arrays: from Python (loop',
-              "    mode) no MemInfo is made per call, and the compiled-mode dispatcher calls the",
-              '    compiled code at its C address."""',
-              f"    mem = carray(pointer_{pattern.dtype}(mem_address), mem_length)",
-              "    P = carray(pointer_int64(P_address), P_length)",
-              "    R = P[p + OUT_RANK]",
-              "    D = R + P[p + RED_RANK]",
-              "    n_out = np.int64(1)  # not the literal 1: see ZERO",
-              "    for d in range(R):",
-              "        n_out *= P[p + SIZES + d]"]
+    lines += [
+        "",
+        "",
+        f'@njit(cache=True, nogil=True, error_model="numpy"{", parallel=True" if pattern.parallel else ""})',
+        f"def {ENTRY}(mem_address, mem_length, P_address, P_length, p):",
+        '    """Segment p of the table. Called with addresses, not arrays: from Python (loop',
+        "    mode) no MemInfo is made per call, and the compiled-mode dispatcher calls the",
+        '    compiled code at its C address."""',
+        f"    mem = carray(pointer_{pattern.dtype}(mem_address), mem_length)",
+        "    P = carray(pointer_int64(P_address), P_length)",
+        "    R = P[p + OUT_RANK]",
+        "    D = R + P[p + RED_RANK]",
+        "    n_out = np.int64(1)  # not the literal 1: see ZERO",
+        "    for d in range(R):",
+        "        n_out *= P[p + SIZES + d]",
+    ]
     if part == "run_chunk":
         lines += ["    n_work = n_out  # a chunk is a range of output elements"]
     else:
         end = "R" if pattern.reduce else "D"  # the vector's last axis + 1
-        lines += ["    n_work = np.int64(1)  # a chunk is a range of rows",
-                  f"    for d in range({end} - P[p + BLOCK_AXES]):",
-                  "        n_work *= P[p + SIZES + d]"]
+        lines += [
+            "    n_work = np.int64(1)  # a chunk is a range of rows",
+            f"    for d in range({end} - P[p + BLOCK_AXES]):",
+            "        n_work *= P[p + SIZES + d]",
+        ]
     lines += ["    scratch = P[p + SCRATCH]", "    chunks = P[p + CHUNKS]"]
     if pattern.parallel:
-        lines += ["    for c in prange(chunks):  # fixed chunks: results do not depend on threads",
-                  f"        {part}(mem, P, p, n_work * c // chunks, n_work * (c + 1) // chunks,"
-                  " scratch + c * D)"]
+        lines += [
+            "    for c in prange(chunks):  # fixed chunks: results do not depend on threads",
+            f"        {part}(mem, P, p, n_work * c // chunks, n_work * (c + 1) // chunks, scratch + c * D)",
+        ]
     else:
         lines += [f"    {part}(mem, P, p, ZERO, n_work, scratch)"]
     if pattern.normalize:

@@ -139,15 +139,21 @@ def kernel_source(pattern: KernelPattern) -> str:
     sr = SEMIRINGS[pattern.semiring]
     log = sr.reduction == "logsumexp"
     lines = HEADER.format(
-        name=pattern.name, formula="⊕_k a[i][k] ⊗ b[k][j]", semiring=sr.name,
-        dtype=pattern.dtype, then=", then NORMALIZE" if pattern.normalize else "",
+        name=pattern.name,
+        formula="⊕_k a[i][k] ⊗ b[k][j]",
+        semiring=sr.name,
+        dtype=pattern.dtype,
+        then=", then NORMALIZE" if pattern.normalize else "",
         pointers=", ".join(sorted({"pointer_int64", "pointer_" + pattern.dtype})),
-        abi=abi.gemm_source_constants())
+        abi=abi.gemm_source_constants(),
+    )
     lines += f"SAFE = {SAFE[pattern.dtype]}\n" if log else ""
     lines += DOT + (LOG_DOT if log else "")
-    call = ("log_dot(mem, ao, P[p + GEMM_A_T], bo, P[p + GEMM_B_T], oo, M, N, K, "
-            "P[p + GEMM_WORK])" if log else
-            "dot(mem, ao, P[p + GEMM_A_T], bo, P[p + GEMM_B_T], oo, M, N, K)")
+    call = (
+        "log_dot(mem, ao, P[p + GEMM_A_T], bo, P[p + GEMM_B_T], oo, M, N, K, P[p + GEMM_WORK])"
+        if log
+        else "dot(mem, ao, P[p + GEMM_A_T], bo, P[p + GEMM_B_T], oo, M, N, K)"
+    )
     lines += ENTRY_SOURCE.format(dtype=pattern.dtype, call=call)
     if pattern.normalize:
         body = _normalize(sr)

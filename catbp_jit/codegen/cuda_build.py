@@ -32,8 +32,8 @@ def cuda_module():
         from numba import cuda
     except ImportError as e:
         raise CudaUnavailableError(
-            f"target 'cuda' needs the numba-cuda package, which is not installed ({e}); "
-            f"{INSTALL_HINT}") from None
+            f"target 'cuda' needs the numba-cuda package, which is not installed ({e}); {INSTALL_HINT}"
+        ) from None
     if cuda.is_available():  # (always true under the simulator, NUMBA_ENABLE_CUDASIM=1)
         _check_lowering()
         return cuda
@@ -46,7 +46,8 @@ def cuda_module():
     raise CudaUnavailableError(
         f"target 'cuda' needs an NVIDIA GPU with a working driver, and none can be used "
         f"here ({why}); NUMBA_ENABLE_CUDASIM=1 runs the CUDA kernels in Numba's simulator "
-        f"(slow: for tests), or use target 'cpu'")
+        f"(slow: for tests), or use target 'cpu'"
+    )
 
 
 def _check_lowering() -> None:
@@ -70,7 +71,8 @@ def _check_lowering() -> None:
         raise CudaUnavailableError(
             f"target 'cuda': numba-cuda {version} cannot compile kernels with numpy "
             f"{np.__version__} ({type(e).__name__}: {' '.join(str(e).split())}); install a "
-            f"numba-cuda release that supports this numpy, or a numpy it supports") from None
+            f"numba-cuda release that supports this numpy, or a numpy it supports"
+        ) from None
 
 
 def device_name(cuda) -> str:
@@ -94,8 +96,7 @@ def signature(dtype: str) -> str:
     return f"(Array({dtype}, 1, 'C'), Array(int64, 1, 'C'), int64)"
 
 
-def load_cuda_kernel(pattern: KernelPattern, cache: KernelCache, device: str,
-                     simulated: bool) -> CudaKernel:
+def load_cuda_kernel(pattern: KernelPattern, cache: KernelCache, device: str, simulated: bool) -> CudaKernel:
     from . import cuda as render
 
     unit = kernel_unit(pattern, "cuda")
@@ -106,23 +107,30 @@ def load_cuda_kernel(pattern: KernelPattern, cache: KernelCache, device: str,
     entry = cache.get(identity, unit.source, render.ENTRY, signatures=sigs, target="cuda")
     normalize = None
     if pattern.normalize:
-        normalize = cache.get(identity, unit.source, render.NORMALIZE_ENTRY, signatures=sigs,
-                              target="cuda")
+        normalize = cache.get(identity, unit.source, render.NORMALIZE_ENTRY, signatures=sigs, target="cuda")
     key = cache.key_for(identity, "cuda")
     if cache.policy == "strict":
         # numba-cuda loads its compiled code itself (our load hooks pin CPU dispatchers
         # only): a signature it had to compile is a miss the strict policy forbids
-        compiled = sum(sum(getattr(fn, "_cache_misses", {}).values())
-                       for fn in (entry, normalize) if fn is not None)
+        compiled = sum(
+            sum(getattr(fn, "_cache_misses", {}).values()) for fn in (entry, normalize) if fn is not None
+        )
         if compiled:
-            raise CacheMissError(f"CUDA kernel {pattern.name} (key {key}): compiled, not "
-                                 f"found in {cache.directory!r}; policy 'strict' forbids "
-                                 f"compiling")
+            raise CacheMissError(
+                f"CUDA kernel {pattern.name} (key {key}): compiled, not "
+                f"found in {cache.directory!r}; policy 'strict' forbids "
+                f"compiling"
+            )
     return CudaKernel(pattern, key, unit.source, entry, 0, normalize)
 
 
-def build_cuda(plan: Plan, *, mode: str = "compiled", cache: KernelCache | None = None,
-               progress: Callable[[str], None] | None = None):
+def build_cuda(
+    plan: Plan,
+    *,
+    mode: str = "compiled",
+    cache: KernelCache | None = None,
+    progress: Callable[[str], None] | None = None,
+):
     """The Executable of a plan on the GPU. Both modes launch the same kernels in schedule
     order from Python (a GPU has no compiled dispatcher to call them through)."""
     from numba import config
@@ -138,7 +146,7 @@ def build_cuda(plan: Plan, *, mode: str = "compiled", cache: KernelCache | None 
     for i, pattern in enumerate(plan.schedule.patterns):
         say(f"kernel {i + 1}/{len(plan.schedule.patterns)}: {pattern.name} ({device})")
         # (the ignore: as in _check_lowering, a setting numba.core.config makes at import time)
-        kernels.append(load_cuda_kernel(replace(pattern, parallel=False), cache, device,
-                                        bool(config.ENABLE_CUDASIM)))  # type: ignore[attr-defined]
+        simulated = bool(config.ENABLE_CUDASIM)  # type: ignore[attr-defined]
+        kernels.append(load_cuda_kernel(replace(pattern, parallel=False), cache, device, simulated))
     used: dict[str, float] = {k: cache.stats.get(k, 0) - before.get(k, 0) for k in cache.stats}
     return Executable(plan, mode, "cuda", kernels, None, "", used, np.zeros(0, np.int64))

@@ -30,14 +30,19 @@ MAX_THREADS_PER_BLOCK = 1024  # every CUDA GPU's limit
 @dataclass(frozen=True)
 class LaunchOptions:
     """How a launch is cut: any choice gives the same results (grid-stride kernels)."""
+
     threads_per_block: int = cuda.THREADS_PER_BLOCK
     max_blocks: int = MAX_BLOCKS
 
     def __post_init__(self):
         for name, most in (("threads_per_block", MAX_THREADS_PER_BLOCK), ("max_blocks", None)):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1 or \
-                    (most is not None and value > most):
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int)
+                or value < 1
+                or (most is not None and value > most)
+            ):
                 limit = f"1..{most}" if most else "at least 1"
                 raise ValueError(f"LaunchOptions: {name} must be an integer {limit}, got {value!r}")
 
@@ -69,8 +74,9 @@ def load_modules(schedule: Schedule, directory: str | os.PathLike) -> list[Modul
 Launch = tuple[Any, int]  # (configured entry, parameter offset)
 
 
-def step_launches(entries: Sequence[tuple[Any, Any]], schedule: Schedule,
-                  options: LaunchOptions = LaunchOptions()) -> tuple[tuple[Launch, ...], ...]:
+def step_launches(
+    entries: Sequence[tuple[Any, Any]], schedule: Schedule, options: LaunchOptions = LaunchOptions()
+) -> tuple[tuple[Launch, ...], ...]:
     """Per step, its launches in order: the kernel's `kernel`, then its `normalize` if it
     normalizes. entries: (kernel, normalize or None) per kernel id."""
     out = []
@@ -85,8 +91,9 @@ def step_launches(entries: Sequence[tuple[Any, Any]], schedule: Schedule,
     return tuple(out)
 
 
-def launches(modules: Sequence[ModuleType], schedule: Schedule,
-             options: LaunchOptions = LaunchOptions()) -> tuple[Launch, ...]:
+def launches(
+    modules: Sequence[ModuleType], schedule: Schedule, options: LaunchOptions = LaunchOptions()
+) -> tuple[Launch, ...]:
     """Every launch of the schedule in order, from one loaded module per kernel id."""
     entries = [(getattr(m, cuda.ENTRY), getattr(m, cuda.NORMALIZE_ENTRY, None)) for m in modules]
     return tuple(launch for step in step_launches(entries, schedule, options) for launch in step)
@@ -98,7 +105,12 @@ def run_launches(planned: Sequence[tuple[Any, int]], d_mem: Any, d_P: Any) -> No
         entry(d_mem, d_P, p)
 
 
-def run_schedule(modules: Sequence[ModuleType], schedule: Schedule, d_mem: Any, d_P: Any,
-                 options: LaunchOptions = LaunchOptions()) -> None:
+def run_schedule(
+    modules: Sequence[ModuleType],
+    schedule: Schedule,
+    d_mem: Any,
+    d_P: Any,
+    options: LaunchOptions = LaunchOptions(),
+) -> None:
     """Every step of `schedule`, in order, on the device arena d_mem and table d_P."""
     run_launches(launches(modules, schedule, options), d_mem, d_P)

@@ -64,6 +64,7 @@ def _stack_buffer_intrinsic(nbtype, size=BUFFER):
 
         def codegen(context, builder, signature, args):
             from numba.core import cgutils
+
             elem = context.get_data_type(nbtype)
             space = cgutils.alloca_once(builder, ir.ArrayType(elem, size))  # entry block
             return builder.bitcast(space, elem.as_pointer())

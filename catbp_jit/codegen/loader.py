@@ -52,11 +52,13 @@ def kernel_unit(pattern: KernelPattern, target: str = "cpu") -> CompileUnit:
 
         pattern = replace(pattern, parallel=False)  # a CPU notion: one GPU kernel for both
         source = cuda.kernel_source(pattern)
-        return CompileUnit(pattern.name, _identity(dict(pattern.as_dict(), target="cuda"), source),
-                           source, cuda.ENTRY, "")
+        return CompileUnit(
+            pattern.name, _identity(dict(pattern.as_dict(), target="cuda"), source), source, cuda.ENTRY, ""
+        )
     source = cpu_source(pattern)
-    return CompileUnit(pattern.name, _identity(pattern.as_dict(), source), source, cpu.ENTRY,
-                       KERNEL_SIGNATURE)
+    return CompileUnit(
+        pattern.name, _identity(pattern.as_dict(), source), source, cpu.ENTRY, KERNEL_SIGNATURE
+    )
 
 
 def cpu_source(pattern: KernelPattern) -> str:
@@ -75,8 +77,13 @@ def identity_digest(pattern: KernelPattern, target: str = "cpu") -> str:
 
 def dispatcher_unit() -> CompileUnit:
     source = dispatch.dispatcher_source()
-    return CompileUnit("dispatcher", _identity({"template": "dispatch"}, source), source,
-                       dispatch.ENTRY, DISPATCHER_SIGNATURE)
+    return CompileUnit(
+        "dispatcher",
+        _identity({"template": "dispatch"}, source),
+        source,
+        dispatch.ENTRY,
+        DISPATCHER_SIGNATURE,
+    )
 
 
 def load_unit(unit: CompileUnit, cache: KernelCache) -> Any:
@@ -97,8 +104,7 @@ def entry_address(fn: Any, signature: str) -> int:
 def load_kernel(pattern: KernelPattern, cache: KernelCache) -> Kernel:
     unit = kernel_unit(pattern)
     fn = load_unit(unit, cache)
-    return Kernel(pattern, cache.key_for(unit.identity), unit.source, fn,
-                  entry_address(fn, unit.signature))
+    return Kernel(pattern, cache.key_for(unit.identity), unit.source, fn, entry_address(fn, unit.signature))
 
 
 def load_dispatcher(cache: KernelCache):

@@ -15,8 +15,15 @@ from ..semiring import Semiring
 Sweep = Callable[[str, int, list[str], bool], list[str]]
 
 
-def reduced_value(k: int, sr: Semiring, terms: list[str], sweep: Sweep, acc: str,
-                  summed: str, literal: Callable[[str], str] = lambda x: x) -> list[str]:
+def reduced_value(
+    k: int,
+    sr: Semiring,
+    terms: list[str],
+    sweep: Sweep,
+    acc: str,
+    summed: str,
+    literal: Callable[[str], str] = lambda x: x,
+) -> list[str]:
     """Lines leaving ⊕ over the reduced axes of the current output element in `v`.
     terms: the k leaves' current elements; acc: ⊕'s starting value; summed: the product
     of the terms as a term of a sum."""
@@ -24,10 +31,18 @@ def reduced_value(k: int, sr: Semiring, terms: list[str], sweep: Sweep, acc: str
     if sr.reduction == "logsumexp":  # max-shifted, two passes; -inf for an all -inf sum
         x = sr.product(terms)
         lines = [f"{i}top_x = {literal('-np.inf')}  # pass 1: the largest term (a NaN sticks)"]
-        lines += sweep(i, k, ([f"x = {x}"] if x != "x" else []) + [
-            "if x > top_x or x != x:", f"    top_x = {literal('x')}"], False)
-        lines += [f"{i}if top_x == -np.inf:", f"{i}    v = top_x",
-                  f"{i}else:", f"{i}    acc = {literal('0.0')}  # pass 2: the sum of exp(x - top_x)"]
+        lines += sweep(
+            i,
+            k,
+            ([f"x = {x}"] if x != "x" else []) + ["if x > top_x or x != x:", f"    top_x = {literal('x')}"],
+            False,
+        )
+        lines += [
+            f"{i}if top_x == -np.inf:",
+            f"{i}    v = top_x",
+            f"{i}else:",
+            f"{i}    acc = {literal('0.0')}  # pass 2: the sum of exp(x - top_x)",
+        ]
         lines += sweep(i + "    ", k, [f"acc += math.exp({x} - top_x)"], False)
         return lines + [f"{i}    v = top_x + math.log(acc)"]
     if sr.reduction == "any":  # stops at the first true term

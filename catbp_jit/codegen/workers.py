@@ -95,9 +95,15 @@ class _Worker:
         env = dict(os.environ, **{ENV: "0"})  # a worker never starts workers of its own
         args = [os.path.abspath(directory)] + ([units_file] if units_file else [])
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", _WORKER] + args, cwd=_ROOT,
-            stdin=subprocess.DEVNULL if units_file else subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=self.stderr, env=env, text=True, encoding="utf-8")
+            [sys.executable, "-c", _WORKER] + args,
+            cwd=_ROOT,
+            stdin=subprocess.DEVNULL if units_file else subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+            env=env,
+            text=True,
+            encoding="utf-8",
+        )
 
     def compile(self, unit: CompileUnit) -> dict:
         stdin, stdout = self.proc.stdin, self.proc.stdout
@@ -113,9 +119,12 @@ class _Worker:
         code = self.proc.wait()
         self.stderr.seek(0)
         err = self.stderr.read().decode("utf-8", "replace")
-        return {"ok": False, "dead": True,
-                "error": f"the worker process exited with status {code}"
-                         + (f"; its stderr ends: {_quote(err)}" if err.strip() else "")}
+        return {
+            "ok": False,
+            "dead": True,
+            "error": f"the worker process exited with status {code}"
+            + (f"; its stderr ends: {_quote(err)}" if err.strip() else ""),
+        }
 
     def close(self) -> None:
         """End the worker: with its stdin closed it exits once its current unit is done.
@@ -152,8 +161,12 @@ def _serve(worker: _Worker, todo: queue.Queue, done: queue.Queue) -> None:
             return
 
 
-def compile_in_workers(units: Sequence[CompileUnit], cache: KernelCache, n_workers: int,
-                       on_done: Callable[[CompileUnit, float, bool], None] | None = None) -> int:
+def compile_in_workers(
+    units: Sequence[CompileUnit],
+    cache: KernelCache,
+    n_workers: int,
+    on_done: Callable[[CompileUnit, float, bool], None] | None = None,
+) -> int:
     """Compile `units` into `cache` (on disk) with n_workers processes, this one included:
     n_workers - 1 workers are started, and this process compiles too, taking units from
     the same queue (it would only wait otherwise, and its kernels need no loading after).
@@ -194,8 +207,7 @@ def compile_in_workers(units: Sequence[CompileUnit], cache: KernelCache, n_worke
                 workers.append(_Worker(cache.directory))
             except OSError:  # no interpreter to start (embedded Python): this process does all
                 break
-        threads = [threading.Thread(target=_serve, args=(w, todo, done), daemon=True)
-                   for w in workers]
+        threads = [threading.Thread(target=_serve, args=(w, todo, done), daemon=True) for w in workers]
         for t in threads:
             t.start()
         while True:  # this process's share, reporting the workers' progress in between
@@ -232,12 +244,17 @@ def compile_in_workers(units: Sequence[CompileUnit], cache: KernelCache, n_worke
         raise KernelCompileError(
             f"kernel {units[first].name} (cache {cache.directory!r}) failed to compile"
             f"{' in a worker process' if finished.get(first, True) else ''}: {errors[first]}"
-            + (f" (also failed: {', '.join(others)})" if others else ""))
+            + (f" (also failed: {', '.join(others)})" if others else "")
+        )
     return sum(finished.values())
 
 
-def compile_detached(units: Sequence[CompileUnit], cache: KernelCache, n_workers: int,
-                     on_done: Callable[[CompileUnit, float], None] | None = None) -> None:
+def compile_detached(
+    units: Sequence[CompileUnit],
+    cache: KernelCache,
+    n_workers: int,
+    on_done: Callable[[CompileUnit, float], None] | None = None,
+) -> None:
     """Compile `units` into `cache` with n_workers processes while this process goes on
     with other work (the numpy tier, tiers.py), waiting only for their replies.
 
@@ -292,7 +309,8 @@ def compile_detached(units: Sequence[CompileUnit], cache: KernelCache, n_workers
         others = [units[j].name for j in failed[1:]]
         raise KernelCompileError(
             f"kernel {units[failed[0]].name} (cache {cache.directory!r}) failed to compile in "
-            f"a worker process: {reason}" + (f" (also failed: {', '.join(others)})" if others else ""))
+            f"a worker process: {reason}" + (f" (also failed: {', '.join(others)})" if others else "")
+        )
 
 
 def _listen(worker: _Worker, order: list[int], done: queue.Queue) -> None:

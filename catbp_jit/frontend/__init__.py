@@ -9,6 +9,17 @@ from .graph import Factor, FactorGraph, FactorGraphError, factor_graph
 from .model import CompiledModel, Solution, compile_model, solve
 from .plan import TreePlan, elimination_order, junction_tree
 
-__all__ = ["CompiledModel", "Factor", "FactorGraph", "FactorGraphError", "Solution", "TreePlan",
-           "compile_model", "elimination_order", "emit_programs", "factor_graph",
-           "junction_tree", "solve"]
+__all__ = [
+    "CompiledModel",
+    "Factor",
+    "FactorGraph",
+    "FactorGraphError",
+    "Solution",
+    "TreePlan",
+    "compile_model",
+    "elimination_order",
+    "emit_programs",
+    "factor_graph",
+    "junction_tree",
+    "solve",
+]

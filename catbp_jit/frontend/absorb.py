@@ -38,8 +38,12 @@ def absorb(graph: FactorGraph, observed: Sequence[str]) -> Absorbed:
             continue
         cut.append(f)
         # the table at state 0 of each observed variable: a placeholder of the right shape
-        factors.append(Factor(tuple(v for v in fac.scope if v not in gone),
-                              np.asarray(fac.values[_index(fac.scope, gone, lambda v: 0)])))
+        factors.append(
+            Factor(
+                tuple(v for v in fac.scope if v not in gone),
+                np.asarray(fac.values[_index(fac.scope, gone, lambda v: 0)]),
+            )
+        )
     states = {v: s for v, s in graph.states.items() if v not in gone}
     reduced = FactorGraph(variables, tuple(factors), graph.name, states)
     return Absorbed(reduced, tuple(observed), tuple(cut))
@@ -49,8 +53,10 @@ def cut_values(graph: FactorGraph, absorbed: Absorbed, states: Mapping[str, int]
     """The cut factors' tables at the observed states (state indices, every observed variable)."""
     gone = set(absorbed.observed)
     # np.asarray: a factor over observed variables only is cut to a 0-d table
-    return {f: np.asarray(graph.factors[f].values[_index(graph.factors[f].scope, gone, states.__getitem__)])
-            for f in absorbed.cut}
+    return {
+        f: np.asarray(graph.factors[f].values[_index(graph.factors[f].scope, gone, states.__getitem__)])
+        for f in absorbed.cut
+    }
 
 
 def _index(scope: Sequence[str], gone: set[str], state_of: Callable[[str], int]) -> tuple:

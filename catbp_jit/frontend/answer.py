@@ -52,6 +52,7 @@ class Marginals(Mapping):
 class AnswerLayout:
     """Where a model's results are, and where each variable's marginal goes in the flat
     array: a segment of its domain size, the variables grouped by domain size."""
+
     keys: tuple[tuple, ...]  # the result slots read: Z, the scales, the planned marginals
     n_scales: int
     at: dict[str, tuple[int, int]]  # variable -> (start, stop) in the flat marginals
@@ -75,7 +76,7 @@ class AnswerLayout:
         """The flat raw marginals from the gathered values (Z, scales, planned marginals):
         an absorbed variable's is Z at its observed state and zero elsewhere (what the
         indicator model computes). states: the absorbed variables', in the graph's order."""
-        marg = values[1 + self.n_scales:]
+        marg = values[1 + self.n_scales :]
         if not self.observed.size:
             return marg.astype(dtype, copy=False)
         flat = np.empty(self.total, dtype=dtype)
@@ -85,8 +86,12 @@ class AnswerLayout:
         return flat
 
 
-def answer_layout(names: Sequence[str], domains: Mapping[str, int],
-                  planned_index: Mapping[str, int], scale_keys: Sequence[tuple]) -> AnswerLayout:
+def answer_layout(
+    names: Sequence[str],
+    domains: Mapping[str, int],
+    planned_index: Mapping[str, int],
+    scale_keys: Sequence[tuple],
+) -> AnswerLayout:
     """The layout of a model over `names`, of which those in planned_index have a
     ("marg", i) slot and the others (absorbed evidence) are built from Z."""
     by_size = sorted(names, key=lambda v: domains[v])
@@ -104,18 +109,22 @@ def answer_layout(names: Sequence[str], domains: Mapping[str, int],
     at = {v: at[v] for v in names}  # iterated in the graph's order
 
     def positions(vs: list[str]) -> np.ndarray:
-        return np.concatenate([np.arange(*at[v]) for v in vs]).astype(np.intp) if vs else \
-            np.zeros(0, np.intp)
+        return np.concatenate([np.arange(*at[v]) for v in vs]).astype(np.intp) if vs else np.zeros(0, np.intp)
 
     return AnswerLayout(
         keys=(("Z",),) + tuple(scale_keys) + tuple(("marg", planned_index[v]) for v in planned),
-        n_scales=len(scale_keys), at=at, groups=tuple(groups),
-        planned=positions(planned), observed=np.array([at[v][0] for v in absorbed], np.intp),
-        observed_all=positions(absorbed))
+        n_scales=len(scale_keys),
+        at=at,
+        groups=tuple(groups),
+        planned=positions(planned),
+        observed=np.array([at[v][0] for v in absorbed], np.intp),
+        observed_all=positions(absorbed),
+    )
 
 
-def finish(semiring: str | Semiring, z: Any, raw: np.ndarray,
-           layout: AnswerLayout) -> tuple[Any, float, Marginals]:
+def finish(
+    semiring: str | Semiring, z: Any, raw: np.ndarray, layout: AnswerLayout
+) -> tuple[Any, float, Marginals]:
     """Z, log Z and normalized marginals from the semiring's raw values (flat); each
     marginal is normalized on its own, by the same operations, so with the same bits, as
     one numpy call per variable would. semiring: its description (or its name)."""
@@ -136,8 +145,9 @@ def _finish_count(z: Any, log_z: float, raw: np.ndarray, layout: AnswerLayout) -
     return count, (raw.astype(np.float64) / count if count > 0 else np.full(raw.shape, np.nan))
 
 
-def _finish_log(z: Any, log_z: float, raw: np.ndarray,
-                layout: AnswerLayout) -> tuple[float | decimal.Decimal, np.ndarray]:
+def _finish_log(
+    z: Any, log_z: float, raw: np.ndarray, layout: AnswerLayout
+) -> tuple[float | decimal.Decimal, np.ndarray]:
     """LOGPROB: Z from its log; each marginal normalized in the log domain."""
     return exp_of_log(log_z), _log_normalized(raw, layout)
 
@@ -149,11 +159,16 @@ def _finish_scaled(z: Any, log_z: float, raw: np.ndarray, layout: AnswerLayout) 
 
 # what a result means (Semiring.result_kind) -> how Z and the marginals are read
 _FINISH: dict[str, Callable[[Any, float, np.ndarray, AnswerLayout], tuple[Any, np.ndarray]]] = {
-    "bool": _finish_bool, "count": _finish_count, "log": _finish_log, "scaled": _finish_scaled}
+    "bool": _finish_bool,
+    "count": _finish_count,
+    "log": _finish_log,
+    "scaled": _finish_scaled,
+}
 
 
-def _by_group(normalize: Callable[[np.ndarray], np.ndarray], raw: np.ndarray,
-              layout: AnswerLayout) -> np.ndarray:
+def _by_group(
+    normalize: Callable[[np.ndarray], np.ndarray], raw: np.ndarray, layout: AnswerLayout
+) -> np.ndarray:
     """normalize applied to each group of variables as a (variables, domain) matrix."""
     m = raw.astype(np.float64, copy=False)
     out = np.empty(m.shape, dtype=np.float64)
@@ -165,18 +180,21 @@ def _by_group(normalize: Callable[[np.ndarray], np.ndarray], raw: np.ndarray,
 
 def _normalized(raw: np.ndarray, layout: AnswerLayout) -> np.ndarray:
     """m / sum(m) per variable; NaN where the sum is not positive."""
+
     def rows(m: np.ndarray) -> np.ndarray:
         total = m.sum(axis=1, keepdims=True)
         return np.where(total > 0, m / total, np.nan)
+
     return _by_group(rows, raw, layout)
 
 
 def _log_normalized(raw: np.ndarray, layout: AnswerLayout) -> np.ndarray:
     """exp(m - logsumexp(m)) per variable (semiring.logsumexp's max shift); NaN where
     every entry is -inf."""
+
     def rows(m: np.ndarray) -> np.ndarray:
         top = m.max(axis=1, keepdims=True)
-        total = np.where(np.isneginf(top), -np.inf,
-                         top + np.log(np.exp(m - top).sum(axis=1, keepdims=True)))
+        total = np.where(np.isneginf(top), -np.inf, top + np.log(np.exp(m - top).sum(axis=1, keepdims=True)))
         return np.where(total > -np.inf, np.exp(m - total), np.nan)
+
     return _by_group(rows, raw, layout)

@@ -33,6 +33,7 @@ Evidence = dict[str, int]
 class Certificates:
     """What vouches for a rare row (model.py's CompiledModel passes its own, which solve
     companion models): each raises NumericalError unless the row's answer is exact."""
+
     infeasible: Callable[[Evidence], None]  # PROB's Z is 0: nothing is possible
     count_fits: Callable[[Evidence], None]  # COUNT's wrapped count is the count
 
@@ -41,6 +42,7 @@ class Certificates:
 class BatchSolution:
     """Answers for n evidence rows. log_Z: (n,); marginals[v]: (n, domain size), NaN in a
     row whose Z is 0 (the row's evidence is impossible); SAT: bool, COUNT: counts."""
+
     semiring: str
     log_Z: np.ndarray
     marginals: dict[str, np.ndarray]
@@ -62,8 +64,7 @@ class BatchSolution:
         wide = np.isfinite(self.log_Z) & ~((out >= TINY) & np.isfinite(out))
         if wide.any():
             row = int(np.flatnonzero(wide)[0])
-            raise NumericalError(f"row {row}: Z = exp({self.log_Z[row]!r}) is beyond float64; "
-                                 "use log_Z")
+            raise NumericalError(f"row {row}: Z = exp({self.log_Z[row]!r}) is beyond float64; use log_Z")
         return out
 
 
@@ -77,7 +78,8 @@ def evidence_table(model: BuiltModel, rows: Any) -> np.ndarray:
         if rows.dtype.kind not in "iu" or rows.ndim != 2 or rows.shape[1] != len(cols):
             raise FactorGraphError(
                 f"{name}: an evidence table is a 2-D integer array of shape (rows, "
-                f"{len(cols)}) with columns {name_list(cols, repr)}; got {rows.dtype} {rows.shape}")
+                f"{len(cols)}) with columns {name_list(cols, repr)}; got {rows.dtype} {rows.shape}"
+            )
         table = rows.astype(np.int64)
         for j, v in enumerate(cols):
             col = table[:, j]
@@ -86,35 +88,40 @@ def evidence_table(model: BuiltModel, rows: Any) -> np.ndarray:
                 i = int(np.flatnonzero(bad)[0])
                 raise FactorGraphError(
                     f"{name}: evidence row {i}: {v}={int(col[i])} is not a state of {v} "
-                    f"(0..{model.graph.variables[v] - 1}, or -1 for unobserved)")
+                    f"(0..{model.graph.variables[v] - 1}, or -1 for unobserved)"
+                )
     else:
         # None, one mapping or a string would otherwise fail deep inside (or iterate
         # over keys or characters): say what rows must be
-        if rows is None or isinstance(rows, (Mapping, str, bytes)) or not isinstance(
-                rows, Iterable):
+        if rows is None or isinstance(rows, (Mapping, str, bytes)) or not isinstance(rows, Iterable):
             hint = " (one row: pass [row], or use solve)" if isinstance(rows, Mapping) else ""
-            raise TypeError(f"solve_batch: rows must be a sequence of {{variable: state}} "
-                            f"mappings or a 2-D integer array, got {type(rows).__name__}"
-                            f"{hint}")
+            raise TypeError(
+                f"solve_batch: rows must be a sequence of {{variable: state}} "
+                f"mappings or a 2-D integer array, got {type(rows).__name__}"
+                f"{hint}"
+            )
         rows = list(rows)
         table = np.full((len(rows), len(cols)), UNOBSERVED, dtype=np.int64)
         where = {v: j for j, v in enumerate(cols)}
         for i, row in enumerate(rows):
             if not isinstance(row, Mapping):
-                raise FactorGraphError(f"{name}: evidence row {i} is a {type(row).__name__}, "
-                                       "not a mapping {variable: state}")
+                raise FactorGraphError(
+                    f"{name}: evidence row {i} is a {type(row).__name__}, not a mapping {{variable: state}}"
+                )
             for v, state in row.items():
                 if v not in where:
                     raise FactorGraphError(
                         f"{name}: evidence row {i} observes {v!r}, but this model was compiled "
-                        f"for evidence on {name_list(cols, repr) or 'no variables'}")
+                        f"for evidence on {name_list(cols, repr) or 'no variables'}"
+                    )
                 table[i, where[v]] = model.state_index(v, state)
     if model.absorbed is not None and (table == UNOBSERVED).any():
         i, j = (int(x[0]) for x in np.nonzero(table == UNOBSERVED))
         raise FactorGraphError(
             f"{name}: evidence row {i} leaves {cols[j]!r} unobserved, but this model absorbs "
             "evidence and needs a state for each of its evidence variables (compile without "
-            "absorb_evidence to leave some unobserved)")
+            "absorb_evidence to leave some unobserved)"
+        )
     return table
 
 
@@ -161,8 +168,13 @@ def _as_semiring(model: BuiltModel, values: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(model.kind.potentials(values, model.sr.dtype))
 
 
-def batch_solution(model: BuiltModel, slots: Mapping[tuple, np.ndarray], table: np.ndarray,
-                   exponent: np.ndarray, certify: Certificates) -> BatchSolution:
+def batch_solution(
+    model: BuiltModel,
+    slots: Mapping[tuple, np.ndarray],
+    table: np.ndarray,
+    exponent: np.ndarray,
+    certify: Certificates,
+) -> BatchSolution:
     """Answers from the rows of Z, the scales and the raw marginals."""
     n = len(table)
     if n == 0:
@@ -205,12 +217,21 @@ def _log_marginals(raw: dict[str, np.ndarray], counts: np.ndarray | None) -> dic
 
 # what a result means (Semiring.result_kind) -> each row's normalized marginals
 _ROW_MARGINALS: dict[str, Callable[[dict[str, np.ndarray], np.ndarray | None], dict[str, np.ndarray]]] = {
-    "bool": _bool_marginals, "count": _count_marginals, "log": _log_marginals}
+    "bool": _bool_marginals,
+    "count": _count_marginals,
+    "log": _log_marginals,
+}
 
 
-def _scaled_rows(model: BuiltModel, slots: Mapping[tuple, np.ndarray], table: np.ndarray,
-                 exponent: np.ndarray, certify: Certificates, z: np.ndarray,
-                 raw: dict[str, np.ndarray]) -> BatchSolution:
+def _scaled_rows(
+    model: BuiltModel,
+    slots: Mapping[tuple, np.ndarray],
+    table: np.ndarray,
+    exponent: np.ndarray,
+    certify: Certificates,
+    z: np.ndarray,
+    raw: dict[str, np.ndarray],
+) -> BatchSolution:
     """PROB: Z is the root's total times every upward scale times the tables' powers of two."""
     n = len(table)
     parts = np.stack([z] + [_rows(slots, k, n, ()) for k in model.scale_slots], axis=1)
@@ -220,17 +241,19 @@ def _scaled_rows(model: BuiltModel, slots: Mapping[tuple, np.ndarray], table: np
     if lost.any():
         raise NumericalError(
             f"{model.graph.name}: evidence row {int(np.flatnonzero(lost)[0])}: PROB underflowed "
-            f"(a message's total fell below {TINY:.3g}); solve with semiring='logprob'")
+            f"(a message's total fell below {TINY:.3g}); solve with semiring='logprob'"
+        )
     for i in np.flatnonzero(zero):  # certified, or NumericalError
         certify.infeasible(_row_evidence(model, table[i]))
     with np.errstate(divide="ignore"):
         log_z = np.log(parts).sum(axis=1) + (exponent + model.exponent) * math.log(2.0)
     log_z[zero] = -math.inf
     with np.errstate(invalid="ignore", divide="ignore"):
-        marg = {v: m / m.sum(axis=1, keepdims=True)
-                for v, m in ((v, np.asarray(m, dtype=np.float64)) for v, m in raw.items())}
-    return BatchSolution(model.semiring, log_z, _nan_where_zero(marg, log_z), table,
-                         model.evidence_columns)
+        marg = {
+            v: m / m.sum(axis=1, keepdims=True)
+            for v, m in ((v, np.asarray(m, dtype=np.float64)) for v, m in raw.items())
+        }
+    return BatchSolution(model.semiring, log_z, _nan_where_zero(marg, log_z), table, model.evidence_columns)
 
 
 def _no_rows(model: BuiltModel, table: np.ndarray) -> BatchSolution:
@@ -247,8 +270,9 @@ def _rows(slots: Mapping[tuple, Any], key: tuple, n: int, shape: tuple[int, ...]
     return a if a.ndim == len(shape) + 1 else np.broadcast_to(a, (n,) + a.shape)
 
 
-def _raw_marginal(model: BuiltModel, slots: Mapping[tuple, np.ndarray], table: np.ndarray, v: str,
-                  z: np.ndarray) -> np.ndarray:
+def _raw_marginal(
+    model: BuiltModel, slots: Mapping[tuple, np.ndarray], table: np.ndarray, v: str, z: np.ndarray
+) -> np.ndarray:
     """Variable v's raw marginal per row; an absorbed variable's is Z at its observed state
     and the semiring's zero elsewhere (what the indicator model computes)."""
     n, d = len(table), model.graph.variables[v]
@@ -273,12 +297,18 @@ def _nan_where_zero(marg: dict[str, np.ndarray], log_z: np.ndarray) -> dict[str,
 def concatenate(parts: Sequence[BatchSolution]) -> BatchSolution:
     """The answers of consecutive chunks of rows as one."""
     first = parts[0]
+
     def cat(xs: list[np.ndarray]) -> np.ndarray:
         return np.concatenate(xs, axis=0)
-    return BatchSolution(first.semiring, cat([p.log_Z for p in parts]),
-                         {v: cat([p.marginals[v] for p in parts]) for v in first.marginals},
-                         cat([p.states for p in parts]), first.columns,
-                         None if first.counts is None else cat([p.counts for p in parts]))
+
+    return BatchSolution(
+        first.semiring,
+        cat([p.log_Z for p in parts]),
+        {v: cat([p.marginals[v] for p in parts]) for v in first.marginals},
+        cat([p.states for p in parts]),
+        first.columns,
+        None if first.counts is None else cat([p.counts for p in parts]),
+    )
 
 
 def _row_evidence(model: BuiltModel, states: np.ndarray) -> dict[str, int]:
@@ -289,8 +319,10 @@ def stack_solutions(model: BuiltModel, solutions: Sequence[Any], table: np.ndarr
     """Row-by-row answers (the reference target) as one BatchSolution."""
     n = len(table)
     log_z = np.array([s.log_Z for s in solutions], dtype=np.float64).reshape(n)
-    marg = {v: np.array([s.marginals[v] for s in solutions]).reshape(n, d)
-            for v, d in model.graph.variables.items()}
+    marg = {
+        v: np.array([s.marginals[v] for s in solutions]).reshape(n, d)
+        for v, d in model.graph.variables.items()
+    }
     dtype = model.kind.result_dtype  # SAT, COUNT: Z exactly
     counts = None if dtype is None else np.array([s.Z for s in solutions], dtype=dtype).reshape(n)
     return BatchSolution(model.semiring, log_z, marg, table, model.evidence_columns, counts)

@@ -51,8 +51,7 @@ from .uai import Source, is_number, read_source
 # ~120 bytes per character of a string (1.5 GB for a 10 MB unclosed one). Python 3.10 has
 # no possessive repeats; its unrolled loop costs nothing per plain character, and ~30
 # bytes per escape.
-_STRING = (r'"(?:[^"\\]|\\.)*+"' if sys.version_info >= (3, 11)
-           else r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_STRING = r'"(?:[^"\\]|\\.)*+"' if sys.version_info >= (3, 11) else r'"[^"\\]*(?:\\.[^"\\]*)*"'
 # Strings and comments in one left-to-right pass, so that a "//" inside a string survives
 # and a '"' inside a comment is no string. A '"' or '/*' left over is never closed. Every
 # pattern below that can span a string runs only after this pass has found them all
@@ -134,7 +133,7 @@ def _statements(body: str) -> Iterator[tuple[int, str]]:
     else:
         for m in _STRING_OR_SEMICOLON.finditer(body):
             if m.group() == ";":
-                yield end, body[end:m.start()]
+                yield end, body[end : m.start()]
                 end = m.end()
     last = body[end:]  # after the final ';' (or the whole body without one)
     if last.strip():
@@ -161,13 +160,14 @@ def _without_comments(text: str, label: str) -> str:
             what = "string" if m.group(3) else "comment"
             raise FactorGraphError(f"{label}:{line}: this {what} ({m.group()!r}) is never closed")
         if m.group(2):
-            pieces += [text[end:m.start()], re.sub(r"[^\n]", " ", m.group())]
+            pieces += [text[end : m.start()], re.sub(r"[^\n]", " ", m.group())]
             end = m.end()
     return "".join(pieces + [text[end:]]) if pieces else text
 
 
-def read_bif(source: Source, name: str | None = None, *, normalize: bool = True,
-             max_input_bytes: int | None = None) -> FactorGraph:
+def read_bif(
+    source: Source, name: str | None = None, *, normalize: bool = True, max_input_bytes: int | None = None
+) -> FactorGraph:
     """A FactorGraph (one CPT factor per variable) from a .bif or .bif.gz file, or its text.
 
     Variables keep their declaration order and state names; factor i is the CPT of
@@ -192,8 +192,10 @@ def read_bif(source: Source, name: str | None = None, *, normalize: bool = True,
     while pos < len(text):
         m = _BLOCK.match(text, pos)
         if not m:
-            raise src.error(pos, "expected 'network', 'variable' or 'probability', found "
-                                 f"{text[pos:pos + 20].split()[0]!r}")
+            raise src.error(
+                pos,
+                f"expected 'network', 'variable' or 'probability', found {text[pos : pos + 20].split()[0]!r}",
+            )
         kind, pos = m.group(1), m.end()
         if kind == "probability":
             h = _HEADER.match(text, pos)
@@ -211,7 +213,7 @@ def read_bif(source: Source, name: str | None = None, *, normalize: bool = True,
                 raise src.error(pos, f"expected a name after {kind!r}")
             block_name = _unquote(n.group())
             open_brace = _after_space(text, n.end())
-            if text[open_brace:open_brace + 1] != "{":
+            if text[open_brace : open_brace + 1] != "{":
                 raise src.error(open_brace, f"expected '{{' after {kind} {shown(block_name)}")
             close = src.block_end(open_brace)
             if kind == "network":
@@ -231,8 +233,7 @@ def read_bif(source: Source, name: str | None = None, *, normalize: bool = True,
         scope, table = _cpt(src, variables, *cpt_blocks[var.name])
         sums = table.sum(axis=0)
         if not np.all(sums > 0):
-            raise src.error(cpt_blocks[var.name][0],
-                            f"variable {shown(var.name)}: a CPT row sums to 0")
+            raise src.error(cpt_blocks[var.name][0], f"variable {shown(var.name)}: a CPT row sums to 0")
         if normalize:
             rounded = np.abs(sums - 1) <= CPT_SUM_TOLERANCE
             if not rounded.all():
@@ -244,18 +245,27 @@ def read_bif(source: Source, name: str | None = None, *, normalize: bool = True,
             raise src.error(block[0], f"probability block for undeclared variable {shown(child)}")
     cycle = _find_cycle({child: block[2] for child, block in cpt_blocks.items()})
     if cycle:
-        raise src.error(cpt_blocks[cycle[0]][0], "the parents form a cycle, "
-                        f"{name_list(cycle, sep=' -> ')}: a Bayesian network must be acyclic")
+        raise src.error(
+            cpt_blocks[cycle[0]][0],
+            f"the parents form a cycle, {name_list(cycle, sep=' -> ')}: a Bayesian network must be acyclic",
+        )
 
     if off:
         worst = max(off, key=lambda o: abs(o[1] - 1))
-        warnings.warn(f"{label}: the CPTs of {name_list(v for v, _ in off)} have rows that "
-                      f"do not sum to 1 (a row of {worst[0]}'s sums to {worst[1]:.6g}); they "
-                      "are used as written, not normalized", CPTSumWarning, stacklevel=2)
+        warnings.warn(
+            f"{label}: the CPTs of {name_list(v for v, _ in off)} have rows that "
+            f"do not sum to 1 (a row of {worst[0]}'s sums to {worst[1]:.6g}); they "
+            "are used as written, not normalized",
+            CPTSumWarning,
+            stacklevel=2,
+        )
     graph_name = name or stem or network_name or "bif"
-    return factor_graph({v.name: len(v.states) for v in variables.values()}, factors,
-                        name=graph_name,
-                        states={v.name: v.states for v in variables.values()})
+    return factor_graph(
+        {v.name: len(v.states) for v in variables.values()},
+        factors,
+        name=graph_name,
+        states={v.name: v.states for v in variables.values()},
+    )
 
 
 def _find_cycle(parents: dict[str, list[str]]) -> list[str] | None:
@@ -274,7 +284,7 @@ def _find_cycle(parents: dict[str, list[str]]) -> list[str] | None:
                 done.add(v)
                 todo.pop()
             elif nxt in on_path:  # reversed: parent -> child, the way arrows are drawn
-                return (path[on_path[nxt]:] + [nxt])[::-1]
+                return (path[on_path[nxt] :] + [nxt])[::-1]
             elif nxt not in done:
                 on_path[nxt] = len(path)
                 path.append(nxt)
@@ -291,8 +301,7 @@ def _cpt_header(src: _Text, header: str, pos: int) -> tuple[str, list[str]]:
         names = _names(header)
         child_names, parents = names[:1], names[1:]
     if len(child_names) != 1:
-        raise src.error(pos, f"probability ({one_line(header.strip())}): expected one child "
-                             "variable")
+        raise src.error(pos, f"probability ({one_line(header.strip())}): expected one child variable")
     return child_names[0], parents
 
 
@@ -307,14 +316,16 @@ def _variable_states(src: _Text, var: str, start: int, end: int) -> list[str]:
             continue
         m = _TYPE.match(stmt)
         if not m:
-            raise src.error(where, f"variable {shown(var)}: expected 'type discrete [ K ] {{ states "
-                                   f"}};' or 'property', found {stmt[:40]!r}")
+            raise src.error(
+                where,
+                f"variable {shown(var)}: expected 'type discrete [ K ] {{ states "
+                f"}};' or 'property', found {stmt[:40]!r}",
+            )
         if states is not None:
             raise src.error(where, f"variable {shown(var)}: a second type declaration")
         size, states = int(m.group(1)), _names(m.group(2))
         if size != len(states):
-            raise src.error(where, f"variable {shown(var)}: declares {size} states but lists "
-                                   f"{len(states)}")
+            raise src.error(where, f"variable {shown(var)}: declares {size} states but lists {len(states)}")
         if len(set(states)) != len(states):
             raise src.error(where, f"variable {shown(var)}: a state name is listed twice")
         if size < 1:
@@ -333,8 +344,7 @@ def _floats(src: _Text, tokens: list[str], where: int, what: str) -> np.ndarray:
     return values
 
 
-def _number_list(src: _Text, text: str, pos: int, n: int, where: int,
-                 what: str) -> tuple[np.ndarray, int]:
+def _number_list(src: _Text, text: str, pos: int, n: int, where: int, what: str) -> tuple[np.ndarray, int]:
     """(the first n numbers, how many there are) of the comma and/or space separated
     numbers of `text` from `pos` on. Split a bounded chunk at a time (a list of every token
     costs ~60 bytes each, 30x the text `1,1,1,...`), into an array of the n expected:
@@ -348,15 +358,22 @@ def _number_list(src: _Text, text: str, pos: int, n: int, where: int,
             end = m.start() if m else len(text)
         tokens = text[pos:end].replace(",", " ").split()
         if count < n:
-            part = _floats(src, tokens[:n - count], where, what)
-            values[count:count + part.size] = part
+            part = _floats(src, tokens[: n - count], where, what)
+            values[count : count + part.size] = part
         count += len(tokens)
         pos = end
     return values[:count], count
 
 
-def _cpt(src: _Text, variables: dict[str, _Variable], pos: int, child: str,
-         parents: list[str], start: int, end: int) -> tuple[tuple[str, ...], np.ndarray]:
+def _cpt(
+    src: _Text,
+    variables: dict[str, _Variable],
+    pos: int,
+    child: str,
+    parents: list[str],
+    start: int,
+    end: int,
+) -> tuple[tuple[str, ...], np.ndarray]:
     """The (scope, values) factor of one probability block."""
     where = f"variable {shown(child)}"
     for p in parents:
@@ -372,10 +389,13 @@ def _cpt(src: _Text, variables: dict[str, _Variable], pos: int, child: str,
     # table larger than memory. Refuse it here rather than in numpy's allocator.
     table_bytes = 8 * k * n_configs
     if table_bytes > 1 << 24 and table_bytes > memory_limit():  # small ones skip the lookup
-        raise src.error(pos, f"{where}: the CPT has {k * n_configs:,} entries "
-                             f"({format_bytes(table_bytes)}), more than the memory limit of "
-                             f"{format_bytes(memory_limit())} (CATBP_JIT_MAX_BYTES)")
-    strides = [math.prod(parent_shape[i + 1:]) for i in range(len(parents))]
+        raise src.error(
+            pos,
+            f"{where}: the CPT has {k * n_configs:,} entries "
+            f"({format_bytes(table_bytes)}), more than the memory limit of "
+            f"{format_bytes(memory_limit())} (CATBP_JIT_MAX_BYTES)",
+        )
+    strides = [math.prod(parent_shape[i + 1 :]) for i in range(len(parents))]
 
     table: np.ndarray | None = None  # (n_configs, k): row r = parent configuration r
     default: np.ndarray | None = None
@@ -390,8 +410,7 @@ def _cpt(src: _Text, variables: dict[str, _Variable], pos: int, child: str,
         at = start + offset + _after_space(stmt, 0)
         stmt = stmt.strip()
         if stmt.endswith("\0"):
-            raise src.error(at, f"{where}: missing ';' at the end of "
-                                f"{stmt[:min(40, len(stmt) - 1)]!r}")
+            raise src.error(at, f"{where}: missing ';' at the end of {stmt[: min(40, len(stmt) - 1)]!r}")
         if not stmt:
             continue
         if stmt[0] == "(":
@@ -400,21 +419,30 @@ def _cpt(src: _Text, variables: dict[str, _Variable], pos: int, child: str,
                 raise src.error(at, f"{where}: a row's parent states lack their ')'")
             labels = _names(stmt[1:close])
             if len(labels) != len(parents):
-                raise src.error(at, f"{where}: row ({one_line(stmt[1:close].strip())}) "
-                                    f"gives {len(labels)} parent states, there are {len(parents)} "
-                                    f"parents ({name_list(parents)})")
+                raise src.error(
+                    at,
+                    f"{where}: row ({one_line(stmt[1:close].strip())}) "
+                    f"gives {len(labels)} parent states, there are {len(parents)} "
+                    f"parents ({name_list(parents)})",
+                )
             config = 0
             for label, pv, stride in zip(labels, parent_vars, strides):
                 state = pv.index.get(label)
                 if state is None:
-                    raise src.error(at, f"{where}: row ({one_line(stmt[1:close].strip())}): "
-                                        f"{shown(label)} is not a state of parent {shown(pv.name)} (states: "
-                                        f"{name_list(pv.states)})")
+                    raise src.error(
+                        at,
+                        f"{where}: row ({one_line(stmt[1:close].strip())}): "
+                        f"{shown(label)} is not a state of parent {shown(pv.name)} (states: "
+                        f"{name_list(pv.states)})",
+                    )
                 config += state * stride
-            entries = stmt[close + 1:].replace(",", " ").split()
+            entries = stmt[close + 1 :].replace(",", " ").split()
             if len(entries) != k:
-                raise src.error(at, f"{where}: row ({one_line(stmt[1:close].strip())}) has "
-                                    f"{len(entries)} values, the child has {k} states")
+                raise src.error(
+                    at,
+                    f"{where}: row ({one_line(stmt[1:close].strip())}) has "
+                    f"{len(entries)} values, the child has {k} states",
+                )
             row_configs.append(config)
             row_values.extend(entries)
             row_places.append(at)
@@ -428,12 +456,14 @@ def _cpt(src: _Text, variables: dict[str, _Variable], pos: int, child: str,
         if keyword == "table":
             if table is not None:
                 raise src.error(at, f"{where}: a second 'table'")
-            values, count = _number_list(src, stmt, len(keyword), k * n_configs, at,
-                                         f"{where}: table")
+            values, count = _number_list(src, stmt, len(keyword), k * n_configs, at, f"{where}: table")
             if count != k * n_configs:
-                raise src.error(at, f"{where}: table has {count} values, expected "
-                                    f"{k * n_configs} ({k} states x {n_configs} parent "
-                                    "configurations)")
+                raise src.error(
+                    at,
+                    f"{where}: table has {count} values, expected "
+                    f"{k * n_configs} ({k} states x {n_configs} parent "
+                    "configurations)",
+                )
             # Child slowest, last parent fastest: (k, n_configs) -> rows by configuration.
             table = values.reshape(k, n_configs).T.copy()
         elif keyword == "default":
@@ -441,11 +471,13 @@ def _cpt(src: _Text, variables: dict[str, _Variable], pos: int, child: str,
                 raise src.error(at, f"{where}: a second 'default'")
             default, count = _number_list(src, stmt, len(keyword), k, at, f"{where}: default")
             if count != k:
-                raise src.error(at, f"{where}: default has {count} values, the child "
-                                    f"has {k} states")
+                raise src.error(at, f"{where}: default has {count} values, the child has {k} states")
         elif keyword != "property":
-            raise src.error(at, f"{where}: expected a row '( states ) values;', 'table', "
-                                f"'default' or 'property', found {stmt[:40]!r}")
+            raise src.error(
+                at,
+                f"{where}: expected a row '( states ) values;', 'table', "
+                f"'default' or 'property', found {stmt[:40]!r}",
+            )
 
     given = np.full(n_configs, table is not None)  # which rows have values
     if table is None:
@@ -473,8 +505,11 @@ def _cpt(src: _Text, variables: dict[str, _Variable], pos: int, child: str,
         r, c = divmod(int(bad[0]), k)
         bad_config = np.unravel_index(r, parent_shape)
         described = name_list(f"{v.name}={v.states[i]}" for v, i in zip(parent_vars, bad_config))
-        raise src.error(pos, f"{where}: P({clip(child)}={clip(variables[child].states[c])}"
-                             f"{' | ' + described if described else ''}) = {float(table[r, c])!r}; CPT "
-                             "entries must be finite and non-negative")
+        raise src.error(
+            pos,
+            f"{where}: P({clip(child)}={clip(variables[child].states[c])}"
+            f"{' | ' + described if described else ''}) = {float(table[r, c])!r}; CPT "
+            "entries must be finite and non-negative",
+        )
     values = np.ascontiguousarray(np.moveaxis(table.reshape(parent_shape + (k,)), -1, 0))
     return (child, *parents), values

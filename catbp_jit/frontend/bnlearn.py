@@ -26,9 +26,30 @@ from .bif import read_bif
 from .graph import FactorGraph
 
 NETWORKS = (
-    "asia", "cancer", "earthquake", "sachs", "survey", "alarm", "barley", "child",
-    "insurance", "mildew", "water", "hailfinder", "hepar2", "win95pts", "andes", "diabetes",
-    "link", "pathfinder", "pigs", "munin", "munin1", "munin2", "munin3", "munin4",
+    "asia",
+    "cancer",
+    "earthquake",
+    "sachs",
+    "survey",
+    "alarm",
+    "barley",
+    "child",
+    "insurance",
+    "mildew",
+    "water",
+    "hailfinder",
+    "hepar2",
+    "win95pts",
+    "andes",
+    "diabetes",
+    "link",
+    "pathfinder",
+    "pigs",
+    "munin",
+    "munin1",
+    "munin2",
+    "munin3",
+    "munin4",
 )
 
 PGMPY_VERSION = "0.1.26"
@@ -60,7 +81,7 @@ def available() -> list[str]:
     for path in directory.iterdir():
         for suffix in _SUFFIXES:
             if path.name.endswith(suffix) and path.is_file():
-                others.add(path.name[:-len(suffix)])
+                others.add(path.name[: -len(suffix)])
                 break
     return present + sorted(others - set(NETWORKS))
 
@@ -75,7 +96,8 @@ def network_path(name: str) -> Path:
     raise FileNotFoundError(
         f"bnlearn network {name!r} not found in {directory}{known}. Download the networks "
         f"with `python -m catbp_jit.frontend.bnlearn` or catbp_jit.frontend.bnlearn.fetch() "
-        "(set CATBP_JIT_BNLEARN_DIR to use another directory).")
+        "(set CATBP_JIT_BNLEARN_DIR to use another directory)."
+    )
 
 
 def load_network(name: str) -> FactorGraph:
@@ -114,8 +136,12 @@ def _complete(directory: Path) -> bool:
     return all((directory / f"{n}.bif.gz").is_file() for n in NETWORKS)
 
 
-def fetch(dest: str | os.PathLike | None = None, *, pip: str = sys.executable,
-          wheel: str | os.PathLike | None = None) -> Path:
+def fetch(
+    dest: str | os.PathLike | None = None,
+    *,
+    pip: str = sys.executable,
+    wheel: str | os.PathLike | None = None,
+) -> Path:
     """Make sure every NETWORKS file is in `dest` (default data_dir()); return `dest`.
 
     Does nothing when they are all there. Otherwise downloads the pgmpy 0.1.26 wheel with
@@ -150,33 +176,49 @@ def fetch(dest: str | os.PathLike | None = None, *, pip: str = sys.executable,
 def _download_wheel(pip: str, work: Path) -> Path:
     download = work / "download"
     # --only-binary: the wheel is what holds the models; never fall back to building an sdist.
-    cmd = [pip, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps",
-           "--only-binary", ":all:", f"pgmpy=={PGMPY_VERSION}", "-d", str(download)]
+    cmd = [
+        pip,
+        "-m",
+        "pip",
+        "download",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--no-deps",
+        "--only-binary",
+        ":all:",
+        f"pgmpy=={PGMPY_VERSION}",
+        "-d",
+        str(download),
+    ]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True)
     except OSError as exc:
         raise RuntimeError(f"could not run {' '.join(cmd)}: {exc}") from exc
     if proc.returncode != 0:
         output = (proc.stderr or proc.stdout or "").strip()[-2000:]
-        raise RuntimeError(f"downloading pgmpy {PGMPY_VERSION} (for the bnlearn networks) "
-                           f"failed: {' '.join(cmd)} exited with status {proc.returncode}"
-                           + (f":\n{output}" if output else ""))
+        raise RuntimeError(
+            f"downloading pgmpy {PGMPY_VERSION} (for the bnlearn networks) "
+            f"failed: {' '.join(cmd)} exited with status {proc.returncode}"
+            + (f":\n{output}" if output else "")
+        )
     wheels = sorted(download.glob("pgmpy-*.whl"))
     if not wheels:
-        raise RuntimeError(f"pip download of pgmpy {PGMPY_VERSION} produced no wheel in "
-                           f"{download}")
+        raise RuntimeError(f"pip download of pgmpy {PGMPY_VERSION} produced no wheel in {download}")
     return wheels[0]
 
 
 def _extract_models(wheel: Path, out: Path) -> None:
     with zipfile.ZipFile(wheel) as zf:
-        members = [m for m in zf.namelist()
-                   if m.startswith(_MODELS_IN_WHEEL) and m.endswith(".bif.gz")
-                   and "/" not in m[len(_MODELS_IN_WHEEL):]]
-        missing = set(NETWORKS) - {m[len(_MODELS_IN_WHEEL):-len(".bif.gz")] for m in members}
+        members = [
+            m
+            for m in zf.namelist()
+            if m.startswith(_MODELS_IN_WHEEL)
+            and m.endswith(".bif.gz")
+            and "/" not in m[len(_MODELS_IN_WHEEL) :]
+        ]
+        missing = set(NETWORKS) - {m[len(_MODELS_IN_WHEEL) : -len(".bif.gz")] for m in members}
         if missing:
-            raise RuntimeError(f"{wheel} lacks the example models {sorted(missing)} under "
-                               f"{_MODELS_IN_WHEEL}")
+            raise RuntimeError(f"{wheel} lacks the example models {sorted(missing)} under {_MODELS_IN_WHEEL}")
         for member in members:
             # Write by base name only: nothing in the archive can choose another path.
             (out / Path(member).name).write_bytes(zf.read(member))

@@ -58,8 +58,9 @@ def semiring_name(semiring: Any) -> str:
     """The semiring's name, upper case, from a name or anything with a .name."""
     name = str(getattr(semiring, "name", semiring)).upper()
     if name not in SEMIRING_NAMES:
-        raise ValueError(f"semiring must be one of {', '.join(s.lower() for s in SEMIRING_NAMES)}, "
-                         f"got {semiring!r}")
+        raise ValueError(
+            f"semiring must be one of {', '.join(s.lower() for s in SEMIRING_NAMES)}, got {semiring!r}"
+        )
     return name
 
 
@@ -67,6 +68,7 @@ def semiring_name(semiring: Any) -> str:
 class BuiltModel:
     """A compiled model, as answering reads it: the graph, the plan, the programs, the
     executable, and the tables as the programs load them. Built once by build_model."""
+
     graph: FactorGraph
     semiring: str  # the name, upper case
     sr: VMSemiringRuntime
@@ -117,8 +119,9 @@ class BuiltModel:
         if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and 0 <= value < d:
             return int(value)
         allowed = f"0..{d - 1}" + (f" or one of {name_list(names, repr)}" if names else "")
-        raise FactorGraphError(f"{self.graph.name}: evidence {clip(v)}={shown(value)} is not a state of "
-                               f"{clip(v)} ({allowed})")
+        raise FactorGraphError(
+            f"{self.graph.name}: evidence {clip(v)}={shown(value)} is not a state of {clip(v)} ({allowed})"
+        )
 
     def semiring_values(self, tables: Mapping[int, np.ndarray]) -> tuple[dict[int, np.ndarray], int]:
         """Tables as the programs load them, and (PROB) the power of two they were scaled by."""
@@ -132,7 +135,8 @@ class BuiltModel:
             raise FactorGraphError(
                 f"{self.graph.name}: evidence on {name_list(extra, repr)}, but this model "
                 f"was compiled for evidence on {name_list(self.evidence_vars, repr) or 'no variables'}; "
-                "compile with those variables in evidence_vars")
+                "compile with those variables in evidence_vars"
+            )
         if self.absorbed:
             missing = [v for v in self.evidence_vars if v not in evidence]
             if missing:
@@ -140,7 +144,8 @@ class BuiltModel:
                     f"{self.graph.name}: this model absorbs evidence on "
                     f"{name_list(self.evidence_vars, repr)} and needs a state for each; "
                     f"missing: {name_list(missing, repr)} "
-                    "(compile without absorb_evidence to leave some unobserved)")
+                    "(compile without absorb_evidence to leave some unobserved)"
+                )
             states = {v: self.state_index(v, evidence[v]) for v in self.evidence_vars}
             return self.semiring_values(cut_values(self.graph, self.absorbed, states))
         return self.indicators(evidence), 0
@@ -171,6 +176,7 @@ class BuiltModel:
         chunks of the largest: past that size rows stream through memory and get slower
         (water, 3 observed: 166 rows/s at 16 rows a run, 109 at 256, 44 at 1024)."""
         from ..batched import DEFAULT_BUCKETS
+
         asked = tuple(sorted(self.buckets or DEFAULT_BUCKETS))
         kept = "stored_states" if self.contraction is not None else "total_states"
         row_bytes = max(1, self.stats[kept] * self.sr.dtype.itemsize)
@@ -181,17 +187,24 @@ class BuiltModel:
         what solve_batch runs. Compiled anew on each call."""
         from ..batched import BatchedExecutable
         from ..executable import compile as jit_compile
+
         executable = jit_compile(
-            list(self.programs), self.sr, factor_specs=self.factor_specs,
+            list(self.programs),
+            self.sr,
+            factor_specs=self.factor_specs,
             batched_factors=set(self.batched_factor_ids()),
-            buckets=self.batch_buckets(), target=self.target, progress=self.progress,
-            exact=self.exact)
+            buckets=self.batch_buckets(),
+            target=self.target,
+            progress=self.progress,
+            exact=self.exact,
+        )
         assert isinstance(executable, BatchedExecutable)  # buckets given: batched
         return executable
 
 
-def semiring_values(sr: VMSemiringRuntime, tables: Mapping[int, np.ndarray]
-                    ) -> tuple[dict[int, np.ndarray], int]:
+def semiring_values(
+    sr: VMSemiringRuntime, tables: Mapping[int, np.ndarray]
+) -> tuple[dict[int, np.ndarray], int]:
     """Tables as sr's programs load them, and (PROB) the power of two they were scaled by."""
     kind = sr.kind
     if not kind.is_scaled:
@@ -203,14 +216,24 @@ def semiring_values(sr: VMSemiringRuntime, tables: Mapping[int, np.ndarray]
     return {f: kind.potentials(a, sr.dtype) for f, a in out.items()}, exponent
 
 
-def build_model(graph: FactorGraph, semiring: str = "prob", *,
-                evidence_vars: Sequence[str] = (), absorb_evidence: bool = False,
-                target: str = "cpu", dtype: Any = None,
-                max_clique_bytes: int = MAX_CLIQUE_BYTES, max_total_bytes: int | None = None,
-                buckets: Sequence[int] | None = None, progress: Progress | None = None,
-                partial_evaluation: bool = True, plan_time: float | None = None,
-                plan_search: PlanSearch | None = None, plan_kind: str = "auto",
-                exact: bool = True) -> BuiltModel:
+def build_model(
+    graph: FactorGraph,
+    semiring: str = "prob",
+    *,
+    evidence_vars: Sequence[str] = (),
+    absorb_evidence: bool = False,
+    target: str = "cpu",
+    dtype: Any = None,
+    max_clique_bytes: int = MAX_CLIQUE_BYTES,
+    max_total_bytes: int | None = None,
+    buckets: Sequence[int] | None = None,
+    progress: Progress | None = None,
+    partial_evaluation: bool = True,
+    plan_time: float | None = None,
+    plan_search: PlanSearch | None = None,
+    plan_kind: str = "auto",
+    exact: bool = True,
+) -> BuiltModel:
     """Plan, emit and compile a model (the options are compile_model's). partial_evaluation:
     the factors that carry no evidence are static inputs, so each solve runs only the
     segments that depend on the evidence (False: every segment in every solve; the answers
@@ -236,8 +259,7 @@ def build_model(graph: FactorGraph, semiring: str = "prob", *,
     index = graph.index()
     unknown = [v for v in evidence_vars if v not in index]
     if unknown:
-        raise FactorGraphError(f"{graph.name}: evidence on unknown variable(s) "
-                               f"{name_list(unknown, repr)}")
+        raise FactorGraphError(f"{graph.name}: evidence on unknown variable(s) {name_list(unknown, repr)}")
     observed = tuple(sorted(set(evidence_vars), key=index.__getitem__))
     # the graph the plan is over: without the observed variables when they are absorbed
     absorbed = absorb(graph, observed) if absorb_evidence else None
@@ -253,8 +275,16 @@ def build_model(graph: FactorGraph, semiring: str = "prob", *,
         say(f"planning {graph.name}: {len(sizes)} variables, {len(scopes)} factors")
         limits = _Limits(graph.name, sr.dtype, max_clique_bytes, max_total_bytes)
         choice, plan, tree, stats, plan_kind = _plan(
-            graph.name, sizes, scopes, ev_idx, observed if absorbed else (), limits,
-            plan_search, plan_kind, say)
+            graph.name,
+            sizes,
+            scopes,
+            ev_idx,
+            observed if absorbed else (),
+            limits,
+            plan_search,
+            plan_kind,
+            say,
+        )
         contraction = tree if plan_kind == "contraction" else None
         if contraction is not None:
             limits.check_tree(stats)
@@ -273,28 +303,48 @@ def build_model(graph: FactorGraph, semiring: str = "prob", *,
         times = {"plan_s": time.perf_counter() - t0}
 
     t0 = time.perf_counter()
-    shape = (f"{stats['contractions']} contractions, largest loop "
-             f"{stats['max_loop_states']} states" if contraction is not None else
-             f"{stats['cliques']} cliques, largest {stats['max_clique_states']} states")
+    shape = (
+        f"{stats['contractions']} contractions, largest loop {stats['max_loop_states']} states"
+        if contraction is not None
+        else f"{stats['cliques']} cliques, largest {stats['max_clique_states']} states"
+    )
     say(f"compiling {sum(len(p) for p in programs)} instructions ({shape}) for {target}")
     # cut factors are bound anew per solve, with their own scales
     rebound = set(absorbed.cut) if absorbed else set()
     values, exponent = semiring_values(
-        sr, {f: fac.values for f, fac in enumerate(planned.factors) if f not in rebound})
+        sr, {f: fac.values for f, fac in enumerate(planned.factors) if f not in rebound}
+    )
     values.update(semiring_values(sr, {f: planned.factors[f].values for f in rebound})[0])  # placeholders
     built = BuiltModel(
-        graph=graph, semiring=name, sr=sr, target=target, exact=bool(exact),
-        plan_search=plan_search, evidence_vars=observed,
-        evidence_columns=tuple(dict.fromkeys(evidence_vars)), absorbed=absorbed,
-        planned=planned, planned_index=planned_index, plan_choice=choice, plan=plan,
-        stats=stats, plan_kind=plan_kind, contraction=contraction, programs=programs,
-        scale_slots=scales, factor_specs=specs, answer=answer, values=values,
+        graph=graph,
+        semiring=name,
+        sr=sr,
+        target=target,
+        exact=bool(exact),
+        plan_search=plan_search,
+        evidence_vars=observed,
+        evidence_columns=tuple(dict.fromkeys(evidence_vars)),
+        absorbed=absorbed,
+        planned=planned,
+        planned_index=planned_index,
+        plan_choice=choice,
+        plan=plan,
+        stats=stats,
+        plan_kind=plan_kind,
+        contraction=contraction,
+        programs=programs,
+        scale_slots=scales,
+        factor_specs=specs,
+        answer=answer,
+        values=values,
         exponent=exponent,
         # COUNT computes modulo 2^64 (int64 wraps); exact whenever the true count < 2^63,
         # which is certain when there are fewer assignments than that
         count_may_wrap=sr.kind.is_count and math.prod(sizes) >= 2**63,
-        buckets=tuple(buckets) if buckets is not None else None, progress=progress,
-        times=times)
+        buckets=tuple(buckets) if buckets is not None else None,
+        progress=progress,
+        times=times,
+    )
     if target != "reference":
         built = _compiled(built, rebound, partial_evaluation)
     if built.buckets is not None and target != "reference" and built.batched_factor_ids():
@@ -308,51 +358,83 @@ def _compiled(built: BuiltModel, rebound: set[int], partial_evaluation: bool) ->
     """built with its executable, and where the answer's values lie in its buffer."""
     from ..executable import Executable
     from ..executable import compile as jit_compile
+
     # every factor but the cut factors or indicators keeps its value for good
-    static = {f for f in range(len(built.planned.factors))
-              if f not in rebound and f in built.factor_specs} if partial_evaluation else ()
-    executable = jit_compile(list(built.programs), built.sr, factor_specs=built.factor_specs,
-                             target=built.target, progress=built.progress,
-                             static_factors=static, exact=built.exact)
+    static = (
+        {f for f in range(len(built.planned.factors)) if f not in rebound and f in built.factor_specs}
+        if partial_evaluation
+        else ()
+    )
+    executable = jit_compile(
+        list(built.programs),
+        built.sr,
+        factor_specs=built.factor_specs,
+        target=built.target,
+        progress=built.progress,
+        static_factors=static,
+        exact=built.exact,
+    )
     assert isinstance(executable, Executable)  # nothing batched: one executable
     results = {b.ident: b for b in executable.plan.bound(RESULT)}
     gather = built.answer.gather_index(
-        {k: b.offset for k, b in results.items()}, {k: b.size for k, b in results.items()})
+        {k: b.offset for k, b in results.items()}, {k: b.size for k, b in results.items()}
+    )
     return replace(built, executable=executable, gather=gather)
 
 
-def _plan(name: str, sizes: tuple[int, ...], scopes: list[tuple[int, ...]], ev_idx: list[int],
-          absorbed_vars: tuple[str, ...], limits: _Limits, search: PlanSearch, plan_kind: str,
-          say: Progress) -> tuple[PlanChoice, TreePlan, ContractionTree, dict[str, Any], str]:
+def _plan(
+    name: str,
+    sizes: tuple[int, ...],
+    scopes: list[tuple[int, ...]],
+    ev_idx: list[int],
+    absorbed_vars: tuple[str, ...],
+    limits: _Limits,
+    search: PlanSearch,
+    plan_kind: str,
+    say: Progress,
+) -> tuple[PlanChoice, TreePlan, ContractionTree, dict[str, Any], str]:
     """The chosen order, its junction tree and contraction tree, their statistics and
     the kind of programs to emit (the cheaper by estimate under "auto")."""
     # filed under the limits asked for, not the memory free at the moment (a cached plan
     # is checked against the current limits before use)
     kinds = ("junction", "contraction") if plan_kind == "auto" else (plan_kind,)
-    key = PlanKey(sizes, tuple(map(tuple, scopes)), tuple(ev_idx), absorbed_vars,
-                  limits.filed, kinds)
+    key = PlanKey(sizes, tuple(map(tuple, scopes)), tuple(ev_idx), absorbed_vars, limits.filed, kinds)
     try:
-        choice = choose_order(sizes, scopes, limits=limits.states, search=search, key=key,
-                              progress=lambda msg: say(f"planning {name}: {msg}"), kinds=kinds)
+        choice = choose_order(
+            sizes,
+            scopes,
+            limits=limits.states,
+            search=search,
+            key=key,
+            progress=lambda msg: say(f"planning {name}: {msg}"),
+            kinds=kinds,
+        )
     except PlanLimitError as e:
         run = e.run
         assert run.stopped is not None  # "clique" or "total": the limit it passed
-        raise limits.too_large(run.largest_variables, run.largest_states, run.tree_states,
-                               run.stopped, stopped=True) from None
+        raise limits.too_large(
+            run.largest_variables, run.largest_states, run.tree_states, run.stopped, stopped=True
+        ) from None
     # both plans of the order, with the evidence indicators the search left out
     plan = junction_tree(sizes, scopes, choice.order, ev_idx)
     stats: dict[str, Any] = plan.stats()
     path = choice.path  # a searched tree, else the order's
-    tree = (tree_from_path(sizes, scopes, path, ev_idx) if path is not None
-            else contraction_tree(sizes, scopes, choice.order, ev_idx))
+    tree = (
+        tree_from_path(sizes, scopes, path, ev_idx)
+        if path is not None
+        else contraction_tree(sizes, scopes, choice.order, ev_idx)
+    )
     costs = {"junction": plan_cost(plan), "contraction": tree_cost(tree)}
     if plan_kind == "auto":
         plan_kind = min(costs, key=lambda k: (costs[k].flops, k != "junction"))
     cost = costs[plan_kind]
-    stats.update(programs=f"{plan_kind} tree", estimated_flops=cost.flops,
-                 peak_bytes=cost.peak_bytes(limits.item),
-                 junction_flops=costs["junction"].flops,
-                 contraction_flops=costs["contraction"].flops)
+    stats.update(
+        programs=f"{plan_kind} tree",
+        estimated_flops=cost.flops,
+        peak_bytes=cost.peak_bytes(limits.item),
+        junction_flops=costs["junction"].flops,
+        contraction_flops=costs["contraction"].flops,
+    )
     if plan_kind == "contraction":
         stats.update(tree.stats())
     return choice, plan, tree, stats, plan_kind
@@ -361,16 +443,15 @@ def _plan(name: str, sizes: tuple[int, ...], scopes: list[tuple[int, ...]], ev_i
 class _Limits:
     """The memory limits a plan is held to, and the refusals of a plan over them."""
 
-    def __init__(self, name: str, dtype: np.dtype, max_clique_bytes: int,
-                 max_total_bytes: int | None):
+    def __init__(self, name: str, dtype: np.dtype, max_clique_bytes: int, max_total_bytes: int | None):
         # every belief is kept in a slot: the cliques' states together must fit in memory
         self.name, self.item, self.dtype = name, dtype.itemsize, dtype.name
         self.clique_bytes, self.total_bytes = max_clique_bytes, memory_limit(max_total_bytes)
-        self.states = PlanLimits(max_clique_states=max_clique_bytes // self.item,
-                                 max_total_states=self.total_bytes // self.item)
+        self.states = PlanLimits(
+            max_clique_states=max_clique_bytes // self.item, max_total_states=self.total_bytes // self.item
+        )
         # what a searched plan is filed under: the limits given, not the memory free now
-        self.filed = (replace(self.states, max_total_states=None) if max_total_bytes is None
-                      else self.states)
+        self.filed = replace(self.states, max_total_states=None) if max_total_bytes is None else self.states
 
     def check_junction_tree(self, plan: TreePlan, stats: Mapping[str, Any]) -> None:
         """The finished plan against the limits (the greedy runs stop at them already)."""
@@ -390,26 +471,35 @@ class _Limits:
             raise ModelTooLargeError(
                 f"{self.name}: the contraction tree's largest tensor has "
                 f"{format_count(largest)} states ({format_bytes(largest * item)}); the limit is "
-                f"{format_bytes(self.clique_bytes)} per tensor (max_clique_bytes)")
+                f"{format_bytes(self.clique_bytes)} per tensor (max_clique_bytes)"
+            )
         if st["stored_states"] * item > self.total_bytes:
             raise ModelTooLargeError(
                 f"{self.name}: the contraction tree keeps {format_count(st['stored_states'])} "
                 f"states ({format_bytes(st['stored_states'] * item)}); the limit is "
-                f"{format_bytes(self.total_bytes)} in all (max_total_bytes)")
+                f"{format_bytes(self.total_bytes)} in all (max_total_bytes)"
+            )
 
-    def too_large(self, variables: int, states: int, total: int, over: str,
-                  stopped: bool = False) -> ModelTooLargeError:
+    def too_large(
+        self, variables: int, states: int, total: int, over: str, stopped: bool = False
+    ) -> ModelTooLargeError:
         """The refusal of a plan over a limit: its largest clique, its total and the limit."""
         item, dtype = self.item, self.dtype
         more = " or more (each elimination order tried stopped at the limit)" if stopped else ""
         if over == "clique":
-            what = (f"the junction tree's largest clique has {variables} variables and "
-                    f"{format_count(states)} states ({format_bytes(states * item)} as {dtype}){more}")
+            what = (
+                f"the junction tree's largest clique has {variables} variables and "
+                f"{format_count(states)} states ({format_bytes(states * item)} as {dtype}){more}"
+            )
             limit = f"{format_bytes(self.clique_bytes)} per clique (max_clique_bytes)"
         else:
-            what = (f"the junction tree's cliques hold {format_count(total)} states "
-                    f"({format_bytes(total * item)} as {dtype}){more}, the largest {variables} "
-                    f"variables and {format_count(states)} states")
-            limit = (f"{format_bytes(self.total_bytes)} for all cliques together "
-                     "(max_total_bytes; default: the available memory)")
+            what = (
+                f"the junction tree's cliques hold {format_count(total)} states "
+                f"({format_bytes(total * item)} as {dtype}){more}, the largest {variables} "
+                f"variables and {format_count(states)} states"
+            )
+            limit = (
+                f"{format_bytes(self.total_bytes)} for all cliques together "
+                "(max_total_bytes; default: the available memory)"
+            )
         return ModelTooLargeError(f"{self.name}: {what}; the limit is {limit}")

@@ -35,8 +35,10 @@ SUFFIXES = (".uai", ".uai.gz", ".bif", ".bif.gz")
 
 # Exit statuses of solve and plan (catbp-jit's own: 2 is every input error).
 EXIT_OK, EXIT_NO_ANSWER = 0, 1
-EXIT_STATUS_HELP = ("exit status: 0 answered; 1 no answer exists (Z = 0: the evidence is "
-                    "impossible, so there are no marginals); 2 bad input (a message on stderr)")
+EXIT_STATUS_HELP = (
+    "exit status: 0 answered; 1 no answer exists (Z = 0: the evidence is "
+    "impossible, so there are no marginals); 2 bad input (a message on stderr)"
+)
 
 
 class CommandError(Exception):
@@ -51,16 +53,20 @@ def read_model(spec: str) -> FactorGraph:
     if path.exists():
         if name.endswith((".uai", ".uai.gz")):
             from .uai import read_uai
+
             return read_uai(path)
         if name.endswith((".bif", ".bif.gz")):
             from .bif import read_bif
+
             return read_bif(path)
         raise CommandError(f"{spec}: unknown model format (expected one of {', '.join(SUFFIXES)})")
     from . import bnlearn
+
     if spec in bnlearn.NETWORKS:
         return bnlearn.load_network(spec)
-    raise CommandError(f"{spec}: no such file, and not a bnlearn network name "
-                       f"({', '.join(bnlearn.NETWORKS[:6])}, ...)")
+    raise CommandError(
+        f"{spec}: no such file, and not a bnlearn network name ({', '.join(bnlearn.NETWORKS[:6])}, ...)"
+    )
 
 
 def read_evidence(args: argparse.Namespace, graph: FactorGraph) -> dict[str, object]:
@@ -75,16 +81,19 @@ def read_evidence(args: argparse.Namespace, graph: FactorGraph) -> dict[str, obj
             evidence.update(_json_evidence(path, graph))
         else:
             from .uai import read_evidence as read_evid
+
             evidence.update(read_evid(path, graph))
     for item in args.observe or ():
         var, sep, value = item.partition("=")
         if not sep:
             raise CommandError(f"--observe {item!r}: expected VAR=STATE")
-        state = (int(value) if value.isascii() and value.isdigit()
-                 and value not in graph.states.get(var, ()) else value)
+        state = (
+            int(value)
+            if value.isascii() and value.isdigit() and value not in graph.states.get(var, ())
+            else value
+        )
         if var in evidence and _state_key(graph, var, evidence[var]) != _state_key(graph, var, state):
-            raise CommandError(f"--observe {item!r}: {var} is already observed as "
-                               f"{evidence[var]!r}")
+            raise CommandError(f"--observe {item!r}: {var} is already observed as {evidence[var]!r}")
         evidence.setdefault(var, state)
     unknown = [v for v in evidence if v not in graph.variables]
     if unknown:
@@ -94,12 +103,14 @@ def read_evidence(args: argparse.Namespace, graph: FactorGraph) -> dict[str, obj
 
 def _json_evidence(path: Path, graph: FactorGraph) -> dict[str, object]:
     """A JSON object {variable: state index or name}, each variable once."""
+
     def pairs(items):
         out: dict[str, object] = {}
         for var, state in items:
             if var in out and _state_key(graph, var, out[var]) != _state_key(graph, var, state):
-                raise CommandError(f"{path}: {shown(var)} is observed twice, as {shown(out[var])} and "
-                                   f"{shown(state)}")
+                raise CommandError(
+                    f"{path}: {shown(var)} is observed twice, as {shown(out[var])} and {shown(state)}"
+                )
             out.setdefault(var, state)
         return out
 
@@ -111,8 +122,10 @@ def _json_evidence(path: Path, graph: FactorGraph) -> dict[str, object]:
     except (ValueError, RecursionError) as e:  # JSONDecodeError; arrays nested thousands deep
         raise CommandError(f"{path}: not valid JSON ({e})") from None
     if not isinstance(doc, dict):
-        raise CommandError(f"{path}: JSON evidence must be an object {{variable: state}}, got "
-                           f"{type(doc).__name__} {json.dumps(doc)[:40]}")
+        raise CommandError(
+            f"{path}: JSON evidence must be an object {{variable: state}}, got "
+            f"{type(doc).__name__} {json.dumps(doc)[:40]}"
+        )
     return doc
 
 
@@ -130,8 +143,10 @@ def cmd_solve(args: argparse.Namespace) -> int:
     if args.dask or args.workers:
         return solve_table_on_dask(args)
     if args.output and not args.evidence_table:  # it would be ignored: the answer is printed
-        raise CommandError("-o/--output applies to --evidence-table only (one model's answer "
-                           "goes to standard output; redirect it to save it)")
+        raise CommandError(
+            "-o/--output applies to --evidence-table only (one model's answer "
+            "goes to standard output; redirect it to save it)"
+        )
     graph = read_model(args.model)
     if args.evidence_table:
         return solve_table(args, graph)
@@ -142,9 +157,15 @@ def cmd_solve(args: argparse.Namespace) -> int:
     # progress lines on stderr once compiling has taken a while (progress.py)
     progress = command_lines(args.quiet)
     try:
-        model = CompiledModel(graph, args.semiring, evidence_vars=tuple(evidence),
-                              absorb_evidence=True, target=args.target,
-                              plan_time=args.plan_time, progress=progress)
+        model = CompiledModel(
+            graph,
+            args.semiring,
+            evidence_vars=tuple(evidence),
+            absorb_evidence=True,
+            target=args.target,
+            plan_time=args.plan_time,
+            progress=progress,
+        )
         t0 = time.perf_counter()
         sol = model.solve(evidence)
         run_s = time.perf_counter() - t0
@@ -158,15 +179,23 @@ def cmd_solve(args: argparse.Namespace) -> int:
             print(f"catbp-jit: {graph.name}: Z is 0: {why_not}", file=sys.stderr)
             return status
         from .uai import format_mar
+
         print(format_mar(graph, sol.marginals), end="")
         return status
     if args.format == "json":
-        doc = {"model": graph.name, "semiring": sol.semiring, "evidence": evidence,
-               "answered": why_not is None, "reason": why_not and f"Z is 0: {why_not}",
-               "Z": _json_z(sol.Z), "log_Z": sol.log_Z,
-               "marginals": {v: (None if why_not else m.tolist()) for v, m in sol.marginals.items()},
-               "states": {v: list(_state_labels(graph, v)) for v in graph.variables},
-               "plan": model.stats, "times": {**model.times, "run_s": run_s}}
+        doc = {
+            "model": graph.name,
+            "semiring": sol.semiring,
+            "evidence": evidence,
+            "answered": why_not is None,
+            "reason": why_not and f"Z is 0: {why_not}",
+            "Z": _json_z(sol.Z),
+            "log_Z": sol.log_Z,
+            "marginals": {v: (None if why_not else m.tolist()) for v, m in sol.marginals.items()},
+            "states": {v: list(_state_labels(graph, v)) for v in graph.variables},
+            "plan": model.stats,
+            "times": {**model.times, "run_s": run_s},
+        }
         # NaN and inf are not JSON: they become null (and the reason says why)
         print(json.dumps(_finite_or_null(doc), indent=1, allow_nan=False))
         return status
@@ -176,15 +205,21 @@ def cmd_solve(args: argparse.Namespace) -> int:
     if evidence:
         print(f"evidence:  {', '.join(f'{v}={x}' for v, x in evidence.items())}")
     if model.contraction is not None:
-        print(f"plan:      contraction tree, {st['contractions']} contractions, largest loop "
-              f"{st['max_loop_states']:,} states, {st['stored_states']:,} states kept")
+        print(
+            f"plan:      contraction tree, {st['contractions']} contractions, largest loop "
+            f"{st['max_loop_states']:,} states, {st['stored_states']:,} states kept"
+        )
     else:
-        print(f"plan:      {st['cliques']} cliques, largest {st['max_clique_states']:,} states "
-              f"({st['max_clique_variables']} variables), {st['total_states']:,} states in all")
+        print(
+            f"plan:      {st['cliques']} cliques, largest {st['max_clique_states']:,} states "
+            f"({st['max_clique_variables']} variables), {st['total_states']:,} states in all"
+        )
     print(f"log Z:     {sol.log_Z!r}")
     print(f"Z:         {_text_z(sol.Z)}" + (f" ({why_not})" if why_not else ""))
-    print(f"time:      plan {model.times['plan_s']:.3f} s, compile {model.times['compile_s']:.3f} s, "
-          f"run {run_s * 1e3:.3f} ms ({args.target})")
+    print(
+        f"time:      plan {model.times['plan_s']:.3f} s, compile {model.times['compile_s']:.3f} s, "
+        f"run {run_s * 1e3:.3f} ms ({args.target})"
+    )
     if why_not:
         print("marginals: undefined")
         return status
@@ -200,45 +235,66 @@ def cmd_solve(args: argparse.Namespace) -> int:
     return status
 
 
-
-
 def solve_table(args: argparse.Namespace, graph: FactorGraph) -> int:
     """--evidence-table: every row of the table solved in batches, one posterior row each."""
     from .table import PosteriorWriter, count_rows, posterior_rows, read_chunks, table_columns
+
     if args.evidence or args.observe:
-        raise CommandError("--evidence-table cannot be combined with --evidence or --observe "
-                           "(put those columns in the table)")
+        raise CommandError(
+            "--evidence-table cannot be combined with --evidence or --observe "
+            "(put those columns in the table)"
+        )
     if args.format is not None:
-        raise CommandError("--evidence-table writes a table (CSV, or Parquet with -o FILE.parquet); "
-                           "--format does not apply")
+        raise CommandError(
+            "--evidence-table writes a table (CSV, or Parquet with -o FILE.parquet); --format does not apply"
+        )
     path = Path(args.evidence_table)
     if not path.is_file():
         raise CommandError(f"{path}: no such evidence table")
     columns = table_columns(path)
     unknown = [c for c in columns if c not in graph.variables]
     if unknown or len(set(columns)) != len(columns):
-        raise CommandError(f"{path}: the header must name distinct variables of {graph.name}; "
-                           f"unknown or repeated: {name_list(unknown, repr) or 'repeated'}")
+        raise CommandError(
+            f"{path}: the header must name distinct variables of {graph.name}; "
+            f"unknown or repeated: {name_list(unknown, repr) or 'repeated'}"
+        )
     if args.target != "reference":
         check_kernel_cache()
     progress = command_lines(args.quiet)
     try:
-        model = CompiledModel(graph, args.semiring, evidence_vars=columns, target=args.target,
-                              buckets=DEFAULT_BUCKETS, plan_time=args.plan_time, progress=progress)
+        model = CompiledModel(
+            graph,
+            args.semiring,
+            evidence_vars=columns,
+            target=args.target,
+            buckets=DEFAULT_BUCKETS,
+            plan_time=args.plan_time,
+            progress=progress,
+        )
     finally:
         close_progress(progress)  # the rows have their own progress bar
     from tqdm import tqdm
 
     from ..atomic import replacing
+
     out = Path(args.output) if args.output else None
     rows = impossible = 0
     # a file is written beside `out` and renamed over it at the end: a bad row halfway
     # leaves the old file as it was
-    with (replacing(out) if out else contextlib.nullcontext()) as tmp, \
-            tqdm(total=count_rows(path), unit="rows", desc=f"solving {path.name}",
-                 file=sys.stderr, disable=args.quiet, dynamic_ncols=True) as bar, \
-            PosteriorWriter(graph, tmp, sys.stdout,
-                            parquet=out is not None and out.suffix == ".parquet") as writer:
+    with (
+        replacing(out) if out else contextlib.nullcontext() as tmp,
+        tqdm(
+            total=count_rows(path),
+            unit="rows",
+            desc=f"solving {path.name}",
+            file=sys.stderr,
+            disable=args.quiet,
+            dynamic_ncols=True,
+        ) as bar,
+        PosteriorWriter(
+            graph, tmp, sys.stdout, parquet=out is not None and out.suffix == ".parquet"
+        ) as writer,
+    ):
         for chunk in read_chunks(path, graph, columns):
             res = model.solve_batch(chunk)
             writer.write(posterior_rows(graph, res, rows))
@@ -246,9 +302,12 @@ def solve_table(args: argparse.Namespace, graph: FactorGraph) -> int:
             impossible += int(np.count_nonzero(res.log_Z == -math.inf))
             bar.update(len(chunk))
     if not args.quiet:
-        print(f"catbp-jit: {rows} rows solved" + (f", {impossible} with impossible evidence "
-              "(empty posteriors)" if impossible else "") + (f", written to {out}" if out else ""),
-              file=sys.stderr)
+        print(
+            f"catbp-jit: {rows} rows solved"
+            + (f", {impossible} with impossible evidence (empty posteriors)" if impossible else "")
+            + (f", written to {out}" if out else ""),
+            file=sys.stderr,
+        )
     return EXIT_OK
 
 
@@ -256,27 +315,43 @@ def solve_table_on_dask(args: argparse.Namespace) -> int:
     """--evidence-table T.parquet with --dask ADDRESS or --workers N: catbp_jit.dask
     solves the partitions; -o names the directory of Parquet parts, one per partition."""
     if args.dask and args.workers:
-        raise CommandError("--dask and --workers exclude each other (a scheduler, or a local "
-                           "cluster of N workers)")
+        raise CommandError(
+            "--dask and --workers exclude each other (a scheduler, or a local cluster of N workers)"
+        )
     table = Path(args.evidence_table or "")
     if not args.evidence_table or not (table.suffix == ".parquet" or table.is_dir()):
-        raise CommandError("--dask and --workers solve a Parquet evidence table: give "
-                           "--evidence-table FILE.parquet (or a directory of Parquet files)")
+        raise CommandError(
+            "--dask and --workers solve a Parquet evidence table: give "
+            "--evidence-table FILE.parquet (or a directory of Parquet files)"
+        )
     if not table.exists():
         raise CommandError(f"{table}: no such evidence table")
     if args.evidence or args.observe or args.format is not None or args.target != "cpu":
-        raise CommandError("--dask and --workers take no --evidence, --observe, --format or "
-                           "--target (the workers run the CPU kernels)")
+        raise CommandError(
+            "--dask and --workers take no --evidence, --observe, --format or "
+            "--target (the workers run the CPU kernels)"
+        )
     if not args.output or Path(args.output).is_file():
-        raise CommandError("--dask and --workers write a directory of Parquet parts: give "
-                           "-o DIRECTORY (not an existing file)")
+        raise CommandError(
+            "--dask and --workers write a directory of Parquet parts: give "
+            "-o DIRECTORY (not an existing file)"
+        )
     check_kernel_cache()
     from ..dask import DaskMissingError
+
     try:
         from ..dask import solve_parquet
-        rows = solve_parquet(args.model, str(table), args.output, scheduler=args.dask,
-                             workers=args.workers, semiring=args.semiring,
-                             plan_time=args.plan_time, progress=not args.quiet)
+
+        rows = solve_parquet(
+            args.model,
+            str(table),
+            args.output,
+            scheduler=args.dask,
+            workers=args.workers,
+            semiring=args.semiring,
+            plan_time=args.plan_time,
+            progress=not args.quiet,
+        )
     except DaskMissingError as e:  # the dask extra is not installed
         raise CommandError(str(e)) from None
     if not args.quiet:
@@ -334,35 +409,58 @@ def cmd_plan(args: argparse.Namespace) -> int:
     evidence = read_evidence(args, graph)
     progress = command_lines(args.quiet)
     try:
-        model = CompiledModel(graph, "prob", evidence_vars=tuple(evidence), absorb_evidence=True,
-                              target="reference", plan_time=args.plan_time, progress=progress)
+        model = CompiledModel(
+            graph,
+            "prob",
+            evidence_vars=tuple(evidence),
+            absorb_evidence=True,
+            target="reference",
+            plan_time=args.plan_time,
+            progress=progress,
+        )
     finally:
         close_progress(progress)
     st, choice = model.stats, model.plan_choice
     print(f"model:              {graph.name}")
-    print(f"variables:          {len(graph.variables)}" +
-          (f" ({len(evidence)} observed, cut into the factors: {st['variables']} planned)"
-           if evidence else ""))
+    print(
+        f"variables:          {len(graph.variables)}"
+        + (
+            f" ({len(evidence)} observed, cut into the factors: {st['variables']} planned)"
+            if evidence
+            else ""
+        )
+    )
     print(f"factors:            {len(graph.factors)}")
     print(f"cliques:            {st['cliques']}")
     print(f"max clique:         {st['max_clique_states']:,} states, {st['max_clique_variables']} variables")
     print(f"total states:       {st['total_states']:,} (beliefs), {st['separator_states']:,} (separators)")
     other = "junction" if model.plan_kind == "contraction" else "contraction"
-    print(f"programs:           {st['programs']} (estimated {st['estimated_flops']:.3g} flops; "
-          f"the {other} tree's: {st[other + '_flops']:.3g})")
+    print(
+        f"programs:           {st['programs']} (estimated {st['estimated_flops']:.3g} flops; "
+        f"the {other} tree's: {st[other + '_flops']:.3g})"
+    )
     if model.contraction is not None:
-        print(f"contractions:       {st['contractions']}, largest loop {st['max_loop_states']:,} "
-              f"states, largest kept tensor {st['max_stored_states']:,}, "
-              f"{st['stored_states']:,} states kept")
+        print(
+            f"contractions:       {st['contractions']}, largest loop {st['max_loop_states']:,} "
+            f"states, largest kept tensor {st['max_stored_states']:,}, "
+            f"{st['stored_states']:,} states kept"
+        )
     print("instructions:       " + ", ".join(f"{p.name} {len(p)}" for p in model.programs))
-    kept = ("tensors and adjoints" if model.contraction is not None else "beliefs and messages")
-    print(f"estimated cost:     {st['estimated_flops']:.3g} flops (upward and downward), "
-          f"peak memory {format_bytes(st['peak_bytes'])} ({kept}, float64)")
+    kept = "tensors and adjoints" if model.contraction is not None else "beliefs and messages"
+    print(
+        f"estimated cost:     {st['estimated_flops']:.3g} flops (upward and downward), "
+        f"peak memory {format_bytes(st['peak_bytes'])} ({kept}, float64)"
+    )
     greedy = choice.greedy_cost
-    print(f"planner:            {choice.planner}" + (
-        f", search {choice.search_s:.2f} s" if choice.search_s else "") + (
-        f" (greedy: {greedy.flops:.3g} flops, largest clique {greedy.largest_states:,} states)"
-        if greedy is not None and choice.planner != "greedy" else ""))
+    print(
+        f"planner:            {choice.planner}"
+        + (f", search {choice.search_s:.2f} s" if choice.search_s else "")
+        + (
+            f" (greedy: {greedy.flops:.3g} flops, largest clique {greedy.largest_states:,} states)"
+            if greedy is not None and choice.planner != "greedy"
+            else ""
+        )
+    )
     print(f"plan time:          {model.times['plan_s']:.3f} s")
     if not args.no_listing:
         print()
@@ -382,42 +480,76 @@ def _seconds(text: str) -> float:
 
 def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register `solve` and `plan` on the top-level `catbp-jit` parser."""
-    def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("model", metavar="MODEL",
-                       help="a .uai or .bif file (.gz too), or a fetched bnlearn network name")
-        p.add_argument("--evidence", metavar="FILE",
-                       help="observed values: a UAI .evid file, or JSON {variable: state}")
-        p.add_argument("--observe", metavar="VAR=STATE", action="append",
-                       help="one observed value (state name or index); may be repeated")
-        p.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
-        p.add_argument("--plan-time", metavar="S", type=_seconds, default=DEFAULT_PLAN_TIME,
-                       help=f"seconds to search for a faster plan (default {DEFAULT_PLAN_TIME:g}; "
-                            "0: greedy only; a searched plan is cached by the model's structure)")
 
-    p = sub.add_parser("solve", help="exact log Z and marginals of a model",
-                       epilog=EXIT_STATUS_HELP)
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "model", metavar="MODEL", help="a .uai or .bif file (.gz too), or a fetched bnlearn network name"
+        )
+        p.add_argument(
+            "--evidence", metavar="FILE", help="observed values: a UAI .evid file, or JSON {variable: state}"
+        )
+        p.add_argument(
+            "--observe",
+            metavar="VAR=STATE",
+            action="append",
+            help="one observed value (state name or index); may be repeated",
+        )
+        p.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
+        p.add_argument(
+            "--plan-time",
+            metavar="S",
+            type=_seconds,
+            default=DEFAULT_PLAN_TIME,
+            help=f"seconds to search for a faster plan (default {DEFAULT_PLAN_TIME:g}; "
+            "0: greedy only; a searched plan is cached by the model's structure)",
+        )
+
+    p = sub.add_parser("solve", help="exact log Z and marginals of a model", epilog=EXIT_STATUS_HELP)
     common(p)
-    p.add_argument("--semiring", choices=[s.lower() for s in SEMIRING_NAMES], default="prob",
-                   help="prob (default), logprob, sat (satisfiable?) or count (number of models)")
+    p.add_argument(
+        "--semiring",
+        choices=[s.lower() for s in SEMIRING_NAMES],
+        default="prob",
+        help="prob (default), logprob, sat (satisfiable?) or count (number of models)",
+    )
     # --format defaults to None so that --evidence-table (which writes a table) can refuse it
-    p.add_argument("--format", choices=("text", "uai", "json"), default=None,
-                   help="text (default), uai (the UAI MAR format) or json")
-    p.add_argument("--evidence-table", metavar="FILE",
-                   help="a CSV (or .parquet) table of cases: a header naming evidence "
-                        "variables, a row per case (state names or indices; empty: "
-                        "unobserved); writes one row of posteriors per case")
-    p.add_argument("--output", "-o", metavar="FILE",
-                   help="with --evidence-table: write the posteriors here (.csv, or .parquet "
-                        "with pyarrow) instead of standard output")
-    p.add_argument("--target", choices=("cpu", "cuda", "reference"), default="cpu",
-                   help="the JIT on the CPU (default) or an NVIDIA GPU (needs numba-cuda: "
-                        "pip install -e '.[cuda]'), or the reference interpreter")
-    p.add_argument("--dask", metavar="ADDRESS",
-                   help="with a Parquet --evidence-table: solve its partitions on the Dask "
-                        "scheduler at ADDRESS (MODEL may be a profile from `catbp-jit aot`); "
-                        "-o DIR gets one Parquet part per partition (docs/scaling.md)")
-    p.add_argument("--workers", metavar="N", type=_positive,
-                   help="as --dask, on a local cluster of N worker processes")
+    p.add_argument(
+        "--format",
+        choices=("text", "uai", "json"),
+        default=None,
+        help="text (default), uai (the UAI MAR format) or json",
+    )
+    p.add_argument(
+        "--evidence-table",
+        metavar="FILE",
+        help="a CSV (or .parquet) table of cases: a header naming evidence "
+        "variables, a row per case (state names or indices; empty: "
+        "unobserved); writes one row of posteriors per case",
+    )
+    p.add_argument(
+        "--output",
+        "-o",
+        metavar="FILE",
+        help="with --evidence-table: write the posteriors here (.csv, or .parquet "
+        "with pyarrow) instead of standard output",
+    )
+    p.add_argument(
+        "--target",
+        choices=("cpu", "cuda", "reference"),
+        default="cpu",
+        help="the JIT on the CPU (default) or an NVIDIA GPU (needs numba-cuda: "
+        "pip install -e '.[cuda]'), or the reference interpreter",
+    )
+    p.add_argument(
+        "--dask",
+        metavar="ADDRESS",
+        help="with a Parquet --evidence-table: solve its partitions on the Dask "
+        "scheduler at ADDRESS (MODEL may be a profile from `catbp-jit aot`); "
+        "-o DIR gets one Parquet part per partition (docs/scaling.md)",
+    )
+    p.add_argument(
+        "--workers", metavar="N", type=_positive, help="as --dask, on a local cluster of N worker processes"
+    )
     p.set_defaults(func=guarded(cmd_solve))
 
     p = sub.add_parser("plan", help="junction tree statistics and the program listing")
@@ -428,6 +560,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 def guarded(cmd: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """`cmd` with the front end's input errors turned into CliError (one line, exit 2)."""
+
     def run(args: argparse.Namespace) -> int:
         try:
             return cmd(args)
@@ -435,4 +568,5 @@ def guarded(cmd: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Name
             raise
         except (CommandError, FactorGraphError, CatbpError, OSError) as e:
             raise CliError(str(e)) from None
+
     return run

@@ -93,16 +93,19 @@ class ContractionTree:
         internal = self.internal
         loops = [self.loop_states(n.id) for n in internal] or [self.states(self.root)]
         stored = [self.states(n.id) for n in internal]
-        return {"variables": len(self.sizes), "contractions": len(internal),
-                "max_loop_states": max(loops), "max_stored_states": max(stored, default=1),
-                "stored_states": sum(stored)}
+        return {
+            "variables": len(self.sizes),
+            "contractions": len(internal),
+            "max_loop_states": max(loops),
+            "max_stored_states": max(stored, default=1),
+            "stored_states": sum(stored),
+        }
 
 
 class _Builder:
     """Leaves, then merges: each merge keeps what another active tensor still holds."""
 
-    def __init__(self, sizes: Sequence[int], scopes: Sequence[Sequence[int]],
-                 evidence: Sequence[int]):
+    def __init__(self, sizes: Sequence[int], scopes: Sequence[Sequence[int]], evidence: Sequence[int]):
         self.sizes = tuple(sizes)
         nodes: list[Node] = []
         for f, scope in enumerate(scopes):
@@ -162,8 +165,9 @@ class _Builder:
         return ContractionTree(self.sizes, tuple(self.nodes), root, tuple(h for _, h in home))
 
 
-def contraction_tree(sizes: Sequence[int], scopes: Sequence[Sequence[int]],
-                     order: Sequence[int], evidence: Sequence[int] = ()) -> ContractionTree:
+def contraction_tree(
+    sizes: Sequence[int], scopes: Sequence[Sequence[int]], order: Sequence[int], evidence: Sequence[int] = ()
+) -> ContractionTree:
     """The contraction tree of `order` (bucket elimination); factor f is scopes[f], the
     evidence indicators follow in ascending variable order (as emit.factor_specs numbers
     them)."""
@@ -174,8 +178,12 @@ def contraction_tree(sizes: Sequence[int], scopes: Sequence[Sequence[int]],
     return b.finish()
 
 
-def tree_from_path(sizes: Sequence[int], scopes: Sequence[Sequence[int]],
-                   path: Sequence[tuple[int, int]], evidence: Sequence[int] = ()) -> ContractionTree:
+def tree_from_path(
+    sizes: Sequence[int],
+    scopes: Sequence[Sequence[int]],
+    path: Sequence[tuple[int, int]],
+    evidence: Sequence[int] = (),
+) -> ContractionTree:
     """The contraction tree of a path found for the factors alone (plan search, in
     cotengra's single-assignment form: inputs are the factors with a non-empty scope, in
     order, numbered from 0; each pair contracted is numbered next). Each evidence
@@ -197,15 +205,16 @@ def tree_from_path(sizes: Sequence[int], scopes: Sequence[Sequence[int]],
     return b.finish()
 
 
-def _cheapest_pair(group: list[int], nodes: list[Node],
-                   states: Callable[[Iterable[int]], int]) -> tuple[int, int]:
+def _cheapest_pair(
+    group: list[int], nodes: list[Node], states: Callable[[Iterable[int]], int]
+) -> tuple[int, int]:
     if len(group) > PAIR_SEARCH_LIMIT:
         a, b = sorted(group, key=lambda n: (states(nodes[n].variables), n))[:2]
         return a, b
     best: tuple[int, int, int] | None = None
     for i, a in enumerate(group):
         va = set(nodes[a].variables)
-        for b in group[i + 1:]:
+        for b in group[i + 1 :]:
             key = (states(va | set(nodes[b].variables)), a, b)
             if best is None or key < best:
                 best = key

@@ -44,8 +44,9 @@ def spec_of(plan: HasSizes, variables: Sequence[int]) -> TensorSpec:
     return TensorSpec(tuple(Axis(v, AxisType.GEOMETRIC, plan.sizes[v]) for v in variables))
 
 
-def factor_specs(plan: TreePlan, scopes: Sequence[Sequence[int]],
-                 evidence: Sequence[int]) -> dict[int, TensorSpec]:
+def factor_specs(
+    plan: TreePlan, scopes: Sequence[Sequence[int]], evidence: Sequence[int]
+) -> dict[int, TensorSpec]:
     """The spec of every factor the programs load (graph factors, then indicators)."""
     specs = {f: spec_of(plan, scope) for f, scope in enumerate(scopes)}
     for k, v in enumerate(sorted(evidence)):
@@ -104,16 +105,16 @@ class _Emitter:
         return Program(tuple(self.instructions), self.name)
 
 
-def _local_inputs(e: _Emitter, plan: TreePlan, a: int, n_factors: int,
-                  evidence_index: dict[int, int]) -> list[int]:
+def _local_inputs(
+    e: _Emitter, plan: TreePlan, a: int, n_factors: int, evidence_index: dict[int, int]
+) -> list[int]:
     clique = plan.cliques[a]
     regs = [e.load_factor(f) for f in clique.factors]
     regs += [e.load_factor(n_factors + evidence_index[v]) for v in clique.evidence]
     return regs
 
 
-def _send(e: _Emitter, slot: tuple, msg: int, scale_slot: tuple | None = None,
-          scaled: bool = False) -> None:
+def _send(e: _Emitter, slot: tuple, msg: int, scale_slot: tuple | None = None, scaled: bool = False) -> None:
     """Store a message; scaled: normalized first, its total kept in scale_slot if given."""
     if scaled:
         if scale_slot is not None:
@@ -122,8 +123,7 @@ def _send(e: _Emitter, slot: tuple, msg: int, scale_slot: tuple | None = None,
     e.store(slot, msg)
 
 
-def emit_upward(plan: TreePlan, n_factors: int, evidence: Sequence[int],
-                scaled: bool = False) -> Program:
+def emit_upward(plan: TreePlan, n_factors: int, evidence: Sequence[int], scaled: bool = False) -> Program:
     e = _Emitter("upward")
     ev = {v: k for k, v in enumerate(sorted(evidence))}
     for a in plan.postorder:
@@ -140,8 +140,7 @@ def emit_upward(plan: TreePlan, n_factors: int, evidence: Sequence[int],
     return e.program()
 
 
-def emit_downward(plan: TreePlan, n_factors: int, evidence: Sequence[int],
-                  scaled: bool = False) -> Program:
+def emit_downward(plan: TreePlan, n_factors: int, evidence: Sequence[int], scaled: bool = False) -> Program:
     """Beliefs of every clique but the root (upward stored it) and messages to children.
 
     With k children, the message to child i excludes that child's own message:
@@ -178,8 +177,7 @@ def emit_downward(plan: TreePlan, n_factors: int, evidence: Sequence[int],
     return e.program()
 
 
-def _suffix_unions(plan: TreePlan, a: int,
-                   kids: Sequence[int]) -> list[tuple[tuple[int, ...], int]]:
+def _suffix_unions(plan: TreePlan, a: int, kids: Sequence[int]) -> list[tuple[tuple[int, ...], int]]:
     """Per i: the variables of suffix[i], the union of the separators of children i.., and
     its states. One pass from the last child, a new tuple only where the union grows (at
     most once per variable): linear in k, where taking each union afresh was quadratic."""
@@ -200,11 +198,20 @@ def _suffix_unions(plan: TreePlan, a: int,
 def _suffixes_fit(plan: TreePlan, a: int, kids: Sequence[int]) -> bool:
     """Can every suffix of two or more messages be kept within half the clique's size?"""
     unions = _suffix_unions(plan, a, kids)
-    return sum(states for _, states in unions[1:len(kids) - 1]) <= plan.states(a) // 2
+    return sum(states for _, states in unions[1 : len(kids) - 1]) <= plan.states(a) // 2
 
 
-def _send_halving(e: _Emitter, plan: TreePlan, a: int, spec: TensorSpec, rest: list[int],
-                  kids: Sequence[int], msgs: Sequence[int], belief: bool, scaled: bool) -> None:
+def _send_halving(
+    e: _Emitter,
+    plan: TreePlan,
+    a: int,
+    spec: TensorSpec,
+    rest: list[int],
+    kids: Sequence[int],
+    msgs: Sequence[int],
+    belief: bool,
+    scaled: bool,
+) -> None:
     """Send each child the product of `rest` and the other children's messages.
 
     Each half of the children gets `rest` times the other half's messages as its new
@@ -225,8 +232,9 @@ def _send_halving(e: _Emitter, plan: TreePlan, a: int, spec: TensorSpec, rest: l
         e.release([part])
 
 
-def _suffixes(e: _Emitter, plan: TreePlan, a: int, kids: Sequence[int],
-              msgs: Sequence[int]) -> list[list[int]]:
+def _suffixes(
+    e: _Emitter, plan: TreePlan, a: int, kids: Sequence[int], msgs: Sequence[int]
+) -> list[list[int]]:
     """suffix[i]: registers whose ⊗ is msg(ci) ⊗ … ⊗ msg(c(k-1)); suffix[k] is empty.
 
     A suffix product lives until the first messages are sent, so all of them are alive at
@@ -261,10 +269,14 @@ def emit_finalize(plan: TreePlan) -> Program:
     return e.program()
 
 
-def emit_programs(plan: TreePlan, n_factors: int, evidence: Sequence[int] = (),
-                  scaled: bool = False) -> tuple[Program, Program, Program]:
-    return (emit_upward(plan, n_factors, evidence, scaled),
-            emit_downward(plan, n_factors, evidence, scaled), emit_finalize(plan))
+def emit_programs(
+    plan: TreePlan, n_factors: int, evidence: Sequence[int] = (), scaled: bool = False
+) -> tuple[Program, Program, Program]:
+    return (
+        emit_upward(plan, n_factors, evidence, scaled),
+        emit_downward(plan, n_factors, evidence, scaled),
+        emit_finalize(plan),
+    )
 
 
 def scale_slots(plan: TreePlan) -> tuple[tuple, ...]:

@@ -29,8 +29,7 @@ from .contraction import ContractionTree
 from .emit import _Emitter, spec_of
 
 
-def _load(e: _Emitter, tree: ContractionTree, n: int, n_factors: int,
-          indicator: dict[int, int]) -> int:
+def _load(e: _Emitter, tree: ContractionTree, n: int, n_factors: int, indicator: dict[int, int]) -> int:
     """A register holding node n's tensor."""
     node = tree.nodes[n]
     if node.leaf is None:
@@ -42,8 +41,9 @@ def _load(e: _Emitter, tree: ContractionTree, n: int, n_factors: int,
     return e.contract([], spec_of(tree, node.variables))  # "unit": ones (UNIT)
 
 
-def emit_contraction_upward(tree: ContractionTree, n_factors: int, evidence: Sequence[int] = (),
-                            scaled: bool = False) -> Program:
+def emit_contraction_upward(
+    tree: ContractionTree, n_factors: int, evidence: Sequence[int] = (), scaled: bool = False
+) -> Program:
     e = _Emitter("upward")
     indicator = {v: k for k, v in enumerate(sorted(evidence))}
     for node in tree.internal:
@@ -64,8 +64,9 @@ def emit_contraction_upward(tree: ContractionTree, n_factors: int, evidence: Seq
     return e.program()
 
 
-def emit_contraction_downward(tree: ContractionTree, n_factors: int,
-                              evidence: Sequence[int] = (), scaled: bool = False) -> Program:
+def emit_contraction_downward(
+    tree: ContractionTree, n_factors: int, evidence: Sequence[int] = (), scaled: bool = False
+) -> Program:
     e = _Emitter("downward")
     indicator = {v: k for k, v in enumerate(sorted(evidence))}
     parent = tree.parents()
@@ -107,10 +108,13 @@ def emit_contraction_downward(tree: ContractionTree, n_factors: int,
     return e.program()
 
 
-def emit_contraction_programs(tree: ContractionTree, n_factors: int, evidence: Sequence[int] = (),
-                              scaled: bool = False) -> tuple[Program, Program]:
-    return (emit_contraction_upward(tree, n_factors, evidence, scaled),
-            emit_contraction_downward(tree, n_factors, evidence, scaled))
+def emit_contraction_programs(
+    tree: ContractionTree, n_factors: int, evidence: Sequence[int] = (), scaled: bool = False
+) -> tuple[Program, Program]:
+    return (
+        emit_contraction_upward(tree, n_factors, evidence, scaled),
+        emit_contraction_downward(tree, n_factors, evidence, scaled),
+    )
 
 
 def contraction_scale_slots(tree: ContractionTree) -> tuple[tuple, ...]:

@@ -43,9 +43,13 @@ class FactorGraph:
         return {v: i for i, v in enumerate(self.variables)}
 
 
-def factor_graph(var_domains: Mapping[str, int], factors: Iterable | Mapping = (), *,
-                 name: str = "model",
-                 states: Mapping[str, Sequence[str]] | None = None) -> FactorGraph:
+def factor_graph(
+    var_domains: Mapping[str, int],
+    factors: Iterable | Mapping = (),
+    *,
+    name: str = "model",
+    states: Mapping[str, Sequence[str]] | None = None,
+) -> FactorGraph:
     """Check and build a FactorGraph.
 
     var_domains: {variable name: domain size (a positive integer)}.
@@ -58,8 +62,10 @@ def factor_graph(var_domains: Mapping[str, int], factors: Iterable | Mapping = (
     would silently mix up the axes.
     """
     if not isinstance(var_domains, Mapping):
-        raise FactorGraphError(f"{name}: variable domains must be a mapping {{name: domain "
-                               f"size}}, got {type(var_domains).__name__}")
+        raise FactorGraphError(
+            f"{name}: variable domains must be a mapping {{name: domain "
+            f"size}}, got {type(var_domains).__name__}"
+        )
     variables: dict[str, int] = {}
     for v, d in var_domains.items():
         if not isinstance(v, str) or not v:
@@ -69,17 +75,23 @@ def factor_graph(var_domains: Mapping[str, int], factors: Iterable | Mapping = (
     if isinstance(factors, Mapping):
         labelled = [(repr(k), f) for k, f in factors.items()]
     elif isinstance(factors, (str, bytes)) or not isinstance(factors, Iterable):
-        raise FactorGraphError(f"{name}: factors must be a sequence of (scope, table) pairs or "
-                               f"a mapping {{factor name: (scope, table)}}, got "
-                               f"{type(factors).__name__}")
+        raise FactorGraphError(
+            f"{name}: factors must be a sequence of (scope, table) pairs or "
+            f"a mapping {{factor name: (scope, table)}}, got "
+            f"{type(factors).__name__}"
+        )
     else:
         labelled = [(str(i), f) for i, f in enumerate(factors)]
     checked = [_check_factor(name, label, variables, f) for label, f in labelled]
 
     state_names: dict[str, tuple[str, ...]] = {}
     for v, s in (states or {}).items():
-        if (v not in variables or isinstance(s, (str, bytes)) or not isinstance(s, Sequence)
-                or len(s) != variables[v]):
+        if (
+            v not in variables
+            or isinstance(s, (str, bytes))
+            or not isinstance(s, Sequence)
+            or len(s) != variables[v]
+        ):
             raise FactorGraphError(f"{name}: state names for {shown(v)} do not match its domain")
         state_names[v] = tuple(str(x) for x in s)
     return FactorGraph(variables, tuple(checked), name, state_names)
@@ -96,8 +108,9 @@ def _domain_size(name: str, v: str, d: Any) -> int:
         except (ValueError, OverflowError):  # NaN, inf
             size = None
     if size is None or size < 1:
-        raise FactorGraphError(f"{name}: variable {shown(v)} has domain size {shown(d)}; it must be a "
-                               "positive integer")
+        raise FactorGraphError(
+            f"{name}: variable {shown(v)} has domain size {shown(d)}; it must be a positive integer"
+        )
     return size
 
 
@@ -108,11 +121,14 @@ def _check_factor(name: str, label: str, variables: Mapping[str, int], factor: A
     elif _is_sequence(factor) and len(factor) == 2:
         scope, values = factor
     else:
-        raise FactorGraphError(f"{where}: expected a Factor or a (scope, table) pair, got "
-                               f"{_describe(factor)}")
+        raise FactorGraphError(
+            f"{where}: expected a Factor or a (scope, table) pair, got {_describe(factor)}"
+        )
     if not _is_sequence(scope):
-        raise FactorGraphError(f"{where}: the scope must be a sequence of variable names, got "
-                               f"{shown(scope)} (one variable: ({shown(scope)},))")
+        raise FactorGraphError(
+            f"{where}: the scope must be a sequence of variable names, got "
+            f"{shown(scope)} (one variable: ({shown(scope)},))"
+        )
     scope = tuple(scope)
     where += f" (scope {name_list(scope) or '()'})"
     for v in scope:
@@ -123,20 +139,20 @@ def _check_factor(name: str, label: str, variables: Mapping[str, int], factor: A
     try:
         arr = np.asarray(values)
     except (ValueError, TypeError):  # ragged nested lists, objects numpy refuses
-        raise FactorGraphError(f"{where}: the table is not a rectangular array (ragged "
-                               "rows?)") from None
+        raise FactorGraphError(f"{where}: the table is not a rectangular array (ragged rows?)") from None
     if arr.dtype.kind not in "biuf":
-        raise FactorGraphError(f"{where}: values must be real numbers, got "
-                               f"{_dtype_name(arr)} values")
+        raise FactorGraphError(f"{where}: values must be real numbers, got {_dtype_name(arr)} values")
     shape = tuple(variables[v] for v in scope)
     size = math.prod(shape)
     if arr.shape != shape:
         if arr.ndim == 1 and arr.size == size:
             arr = arr.reshape(shape)  # a flat table, row-major over the scope order
         else:
-            raise FactorGraphError(f"{where}: table has shape {arr.shape}, the scope's domains "
-                                   f"give {shape} (or a 1-D table of {size} entries, row-major "
-                                   "over the scope)")
+            raise FactorGraphError(
+                f"{where}: table has shape {arr.shape}, the scope's domains "
+                f"give {shape} (or a 1-D table of {size} entries, row-major "
+                "over the scope)"
+            )
     arr = np.array(arr, dtype=np.float64)  # a private copy: later edits by the caller don't leak in
     if not np.all(np.isfinite(arr)):
         raise FactorGraphError(f"{where}: values must be finite (found NaN or inf)")
@@ -149,8 +165,9 @@ def _check_factor(name: str, label: str, variables: Mapping[str, int], factor: A
 def _is_sequence(x: Any) -> bool:
     """A list, tuple or other sequence, but not a string (its characters are no scope)."""
     # tuple and list first: the ABC check is slow, and readers build 100,000s of factors
-    return isinstance(x, (tuple, list, np.ndarray)) or (isinstance(x, Sequence)
-                                            and not isinstance(x, (str, bytes)))
+    return isinstance(x, (tuple, list, np.ndarray)) or (
+        isinstance(x, Sequence) and not isinstance(x, (str, bytes))
+    )
 
 
 def _describe(x: Any) -> str:

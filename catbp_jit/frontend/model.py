@@ -61,6 +61,7 @@ class Solution:
     """What one run answers. `marginals` are normalized (SAT: which values are possible);
     `marginals` and `raw_marginals` map each variable to a view of one flat array that
     the solve made (answer.Marginals: a later solve does not change them)."""
+
     semiring: str
     # PROB, LOGPROB: exp(log_Z), a float, or a decimal.Decimal where a float would be inf or
     # lose bits (|log Z| beyond ~708); COUNT: int; SAT: bool
@@ -84,8 +85,7 @@ class Solution:
 
 
 def _built(name: str) -> property:
-    return property(lambda self: getattr(self.built, name),
-                    doc=f"What build_model built: BuiltModel.{name}.")
+    return property(lambda self: getattr(self.built, name), doc=f"What build_model built: BuiltModel.{name}.")
 
 
 class CompiledModel:
@@ -117,11 +117,14 @@ class CompiledModel:
     else:
         graph, semiring, sr, target, exact = map(_built, ("graph", "semiring", "sr", "target", "exact"))
         plan_search, plan_choice, plan, plan_kind, contraction, stats = map(
-            _built, ("plan_search", "plan_choice", "plan", "plan_kind", "contraction", "stats"))
+            _built, ("plan_search", "plan_choice", "plan", "plan_kind", "contraction", "stats")
+        )
         evidence_vars, evidence_columns, absorbed, planned = map(
-            _built, ("evidence_vars", "evidence_columns", "absorbed", "planned"))
+            _built, ("evidence_vars", "evidence_columns", "absorbed", "planned")
+        )
         programs, factor_specs, scaled, executable, buckets = map(
-            _built, ("programs", "factor_specs", "scaled", "executable", "buckets"))
+            _built, ("programs", "factor_specs", "scaled", "executable", "buckets")
+        )
 
     def __init__(self, graph: FactorGraph, semiring: str = "prob", **options: Any):
         """options: build.build_model's (evidence_vars, absorb_evidence, target, dtype,
@@ -168,12 +171,17 @@ class CompiledModel:
             out[("exponent",)] = exponent
             return out
         from ..reference import run_programs
+
         changing, exponent = built.evidence_values(evidence or {})  # all that differs between calls
         exponent += built.exponent
         values = {**built.values, **changing}
         specs = built.factor_specs
-        slots = run_programs(list(built.programs), built.sr, lambda f: (values[f], specs[f]),
-                             lambda s: (_ for _ in ()).throw(KeyError(s)))
+        slots = run_programs(
+            list(built.programs),
+            built.sr,
+            lambda f: (values[f], specs[f]),
+            lambda s: (_ for _ in ()).throw(KeyError(s)),
+        )
         out = {k: np.asarray(a) for k, (a, _) in slots.items()}
         out[("exponent",)] = exponent
         return out
@@ -208,36 +216,43 @@ class CompiledModel:
         evidence = dict(evidence or {})
         values, exponent = self._results(evidence)
         z = values[0]
-        states = ([built.state_index(v, evidence[v]) for v in built.evidence_vars]
-                  if built.absorbed else ())
+        states = [built.state_index(v, evidence[v]) for v in built.evidence_vars] if built.absorbed else ()
         raw = built.answer.raw(values, states, built.sr.kind.zero, built.sr.dtype)
         if built.scaled:
             return self._scaled_solution(evidence, values, exponent, raw)
         if built.count_may_wrap:
             self._check_count_fits(evidence)
-        return Solution(built.semiring, *finish(built.kind, z, raw, built.answer),
-                        Marginals(raw, built.answer.at), evidence, self)
+        return Solution(
+            built.semiring,
+            *finish(built.kind, z, raw, built.answer),
+            Marginals(raw, built.answer.at),
+            evidence,
+            self,
+        )
 
-    def _scaled_solution(self, evidence: dict[str, Any], values: np.ndarray, exponent: int,
-                         raw: np.ndarray) -> Solution:
+    def _scaled_solution(
+        self, evidence: dict[str, Any], values: np.ndarray, exponent: int, raw: np.ndarray
+    ) -> Solution:
         """PROB: Z from the root's total and the scales; raw marginals rescaled to Z."""
         built = self.built
-        parts = values[:1 + built.answer.n_scales].astype(np.float64)
+        parts = values[: 1 + built.answer.n_scales].astype(np.float64)
         z = ScaledNumber.product_of(parts, exponent)
         if z.mantissa == 0.0:
             self._check_infeasible(evidence)
         elif parts.min() < TINY:
             raise NumericalError(
                 f"{built.graph.name}: PROB underflowed (a message's total fell below "
-                f"{TINY:.3g}, so its bits are lost); solve with semiring='logprob'")
+                f"{TINY:.3g}, so its bits are lost); solve with semiring='logprob'"
+            )
         value = z.value()
         marginals = finish(built.kind, 1.0, raw, built.answer)[2]  # each normalized on its own
         at = built.answer.at
         if isinstance(value, float):
             scaled_raw = Marginals(marginals.flat * value if value else raw, at)
             return Solution(built.semiring, value, z.log, marginals, scaled_raw, evidence, self)
-        return Solution(built.semiring, value, z.log, marginals, marginals, evidence, self,
-                        raw_log_scale=z.log)
+        return Solution(
+            built.semiring, value, z.log, marginals, marginals, evidence, self, raw_log_scale=z.log
+        )
 
     def _companion(self, semiring: str, on_support: bool = False) -> CompiledModel:
         """The same graph, evidence and target in another semiring, built on first need;
@@ -246,12 +261,20 @@ class CompiledModel:
             built = self.built
             graph = built.graph
             if on_support:
-                graph = replace(graph, factors=tuple(
-                    Factor(f.scope, (f.values != 0).astype(np.float64)) for f in graph.factors))
+                graph = replace(
+                    graph,
+                    factors=tuple(Factor(f.scope, (f.values != 0).astype(np.float64)) for f in graph.factors),
+                )
             self._companions[semiring] = CompiledModel(
-                graph, semiring, evidence_vars=built.evidence_vars,
-                absorb_evidence=built.absorbed is not None, target=built.target,
-                plan_search=built.plan_search, plan_kind=built.plan_kind, exact=built.exact)
+                graph,
+                semiring,
+                evidence_vars=built.evidence_vars,
+                absorb_evidence=built.absorbed is not None,
+                target=built.target,
+                plan_search=built.plan_search,
+                plan_kind=built.plan_kind,
+                exact=built.exact,
+            )
         return self._companions[semiring]
 
     def _check_infeasible(self, evidence: Mapping[str, Any]) -> None:
@@ -260,7 +283,8 @@ class CompiledModel:
         if self._companion("SAT").solve(evidence).Z:
             raise NumericalError(
                 f"{self.built.graph.name}: PROB underflowed to Z = 0, but the model has assignments "
-                "of non-zero weight; solve with semiring='logprob'")
+                "of non-zero weight; solve with semiring='logprob'"
+            )
 
     def _check_count_fits(self, evidence: Mapping[str, Any]) -> None:
         """COUNT's sums and products wrap modulo 2^64, which keeps them exact modulo 2^64:
@@ -271,7 +295,8 @@ class CompiledModel:
             raise NumericalError(
                 f"{self.built.graph.name}: about 10^{log_count / math.log(10):.2f} models, more than "
                 "int64 holds (COUNT would wrap); semiring='logprob' on 0/1 tables gives the "
-                "log of the count")
+                "log of the count"
+            )
 
     def solve_batch(self, rows: Any) -> BatchSolution:
         """Answers for many evidence rows in one run (batch.py): rows is a sequence of
@@ -285,12 +310,12 @@ class CompiledModel:
             evidence_table,
             stack_solutions,
         )
+
         built = self.built
         table = evidence_table(built, rows)
         if built.target == "reference" or not built.batched_factor_ids():
             # the oracle, row by row; or no evidence variables: every row is the same model
-            evidence = [{v: int(s) for v, s in zip(built.evidence_columns, row) if s >= 0}
-                        for row in table]
+            evidence = [{v: int(s) for v, s in zip(built.evidence_columns, row) if s >= 0} for row in table]
             return stack_solutions(built, [self.solve(e) for e in evidence], table)
         if self._batch_session is None:
             self._bind_batched(built.compile_batched())
@@ -304,15 +329,14 @@ class CompiledModel:
         certify = Certificates(self._check_infeasible, self._check_count_fits)
         answers = []
         for lo in range(0, max(len(table), 1), largest):
-            chunk = table[lo:lo + largest]
+            chunk = table[lo : lo + largest]
             factors, exponent = evidence_factors(built, chunk)
             if not self._batch_bound:
                 static = set(built.batched_factor_ids())
                 factors.update({f: a for f, a in built.values.items() if f not in static})
             slots = session.run(factors=factors)
             self._batch_bound = True
-            answers.append(batch_solution(built, {k: slots[k][0] for k in wanted}, chunk,
-                                          exponent, certify))
+            answers.append(batch_solution(built, {k: slots[k][0] for k in wanted}, chunk, exponent, certify))
         return answers[0] if len(answers) == 1 else concatenate(answers)
 
 
@@ -323,9 +347,15 @@ def compile_model(graph: FactorGraph, semiring: str = "prob", **options: Any) ->
     return CompiledModel(graph, semiring, **options)
 
 
-def solve(var_domains: Any, factors: Any = None, *, semiring: str = "prob",
-          evidence: Mapping[str, Any] | None = None, target: str = "cpu",
-          **options: Any) -> Solution:
+def solve(
+    var_domains: Any,
+    factors: Any = None,
+    *,
+    semiring: str = "prob",
+    evidence: Mapping[str, Any] | None = None,
+    target: str = "cpu",
+    **options: Any,
+) -> Solution:
     """Exact Z and marginals of a discrete factor graph.
 
     var_domains: {name: domain size} with `factors` as (scope, array) pairs, or a

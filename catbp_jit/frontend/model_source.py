@@ -38,6 +38,7 @@ MAX_LOADED = 8  # compiled models a process keeps (solve_many may pass through m
 @dataclass(frozen=True)
 class ModelSource:
     """A model file's content and the options to compile it with."""
+
     label: str  # the file as the user named it, for messages
     name: str  # the graph's name (the file name without its suffixes)
     fmt: str  # "bif" or "uai"
@@ -51,31 +52,51 @@ class ModelSource:
 
     def key(self) -> tuple:
         """What a compiled model depends on: the content and every option, not the name."""
-        return (self.sha256, self.fmt, self.semiring, self.evidence_vars, self.buckets,
-                self.plan_time, self.absorb_evidence)
+        return (
+            self.sha256,
+            self.fmt,
+            self.semiring,
+            self.evidence_vars,
+            self.buckets,
+            self.plan_time,
+            self.absorb_evidence,
+        )
 
     def graph(self) -> FactorGraph:
         if self.fmt == "bif":
             from .bif import read_bif
+
             return read_bif(self.data, name=self.name)
         from .uai import read_uai
+
         return read_uai(self.data, name=self.name)
 
     def compile(self) -> CompiledModel:
         from .model import CompiledModel
-        return CompiledModel(self.graph(), self.semiring, evidence_vars=self.evidence_vars,
-                             buckets=self.buckets, plan_time=self.plan_time,
-                             absorb_evidence=self.absorb_evidence)
+
+        return CompiledModel(
+            self.graph(),
+            self.semiring,
+            evidence_vars=self.evidence_vars,
+            buckets=self.buckets,
+            plan_time=self.plan_time,
+            absorb_evidence=self.absorb_evidence,
+        )
 
     def with_options(self, **options: Any) -> ModelSource:
         from dataclasses import replace
+
         return replace(self, **options)
 
 
-def model_source(model: Any, *, semiring: str | None = None,
-                 evidence_vars: Sequence[str] | None = None,
-                 buckets: Sequence[int] | None = None,
-                 plan_time: float | None = None) -> ModelSource:
+def model_source(
+    model: Any,
+    *,
+    semiring: str | None = None,
+    evidence_vars: Sequence[str] | None = None,
+    buckets: Sequence[int] | None = None,
+    plan_time: float | None = None,
+) -> ModelSource:
     """A ModelSource from a model file (.bif, .uai, gzipped too), a fetched bnlearn
     network's name, or a saved profile of a model (.json, made by `catbp-jit aot MODEL`).
     A profile fixes the semiring, evidence variables and buckets: options that differ
@@ -87,19 +108,30 @@ def model_source(model: Any, *, semiring: str | None = None,
         return _from_profile(path, semiring, evidence_vars, buckets, plan_time)
     path = _model_path(model)
     data = path.read_bytes()
-    return ModelSource(str(model), _stem(path), _format(path), hashlib.sha256(data).hexdigest(),
-                       data, (semiring or "prob").lower(), tuple(evidence_vars or ()),
-                       tuple(buckets) if buckets else DEFAULT_BUCKETS, plan_time)
+    return ModelSource(
+        str(model),
+        _stem(path),
+        _format(path),
+        hashlib.sha256(data).hexdigest(),
+        data,
+        (semiring or "prob").lower(),
+        tuple(evidence_vars or ()),
+        tuple(buckets) if buckets else DEFAULT_BUCKETS,
+        plan_time,
+    )
 
 
 def _model_path(model: Any) -> Path:
     path = Path(model)
     if path.is_file():
         if not path.name.lower().endswith(MODEL_SUFFIXES):
-            raise FactorGraphError(f"{model}: unknown model format (expected one of "
-                                   f"{', '.join(MODEL_SUFFIXES)}, or a saved profile .json)")
+            raise FactorGraphError(
+                f"{model}: unknown model format (expected one of "
+                f"{', '.join(MODEL_SUFFIXES)}, or a saved profile .json)"
+            )
         return path
     from . import bnlearn
+
     if isinstance(model, str) and model in bnlearn.NETWORKS:
         return bnlearn.network_path(model)
     raise FactorGraphError(f"{model}: no such model file, and not a bnlearn network name")
@@ -113,28 +145,44 @@ def _stem(path: Path) -> str:
     name = path.name
     for suffix in MODEL_SUFFIXES:
         if name.lower().endswith(suffix):
-            return name[:-len(suffix)]
+            return name[: -len(suffix)]
     return name
 
 
-def profile_entry(model: Any, semiring: str, evidence_vars: Sequence[str],
-                  buckets: Sequence[int] | None, target: str = "cpu") -> dict:
+def profile_entry(
+    model: Any,
+    semiring: str,
+    evidence_vars: Sequence[str],
+    buckets: Sequence[int] | None,
+    target: str = "cpu",
+) -> dict:
     """What `catbp-jit aot MODEL` records in the profile about its model."""
     path = _model_path(model).resolve()
-    return {"path": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-            "target": target, "semiring": semiring.lower(), "evidence_vars": list(evidence_vars),
-            "buckets": list(buckets) if buckets else list(DEFAULT_BUCKETS)}
+    return {
+        "path": str(path),
+        "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        "target": target,
+        "semiring": semiring.lower(),
+        "evidence_vars": list(evidence_vars),
+        "buckets": list(buckets) if buckets else list(DEFAULT_BUCKETS),
+    }
 
 
 def add_profile_entry(profile: Path, entry: dict) -> None:
     from ..executable import write_saved
+
     doc = json.loads(profile.read_text(encoding="utf-8"))
     doc[PROFILE_KEY] = entry
     write_saved(profile, doc)
 
 
-def _from_profile(path: Path, semiring: str | None, evidence_vars: Sequence[str] | None,
-                  buckets: Sequence[int] | None, plan_time: float | None) -> ModelSource:
+def _from_profile(
+    path: Path,
+    semiring: str | None,
+    evidence_vars: Sequence[str] | None,
+    buckets: Sequence[int] | None,
+    plan_time: float | None,
+) -> ModelSource:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -143,34 +191,50 @@ def _from_profile(path: Path, semiring: str | None, evidence_vars: Sequence[str]
         raise FactorGraphError(f"{path}: not a saved profile (not JSON: {e})") from None
     entry = doc.get(PROFILE_KEY) if isinstance(doc, dict) else None
     if not isinstance(entry, dict):
-        raise FactorGraphError(f"{path}: not the profile of a model (no {PROFILE_KEY!r} entry: "
-                               "make it with `catbp-jit aot MODEL --evidence-vars ...`)")
+        raise FactorGraphError(
+            f"{path}: not the profile of a model (no {PROFILE_KEY!r} entry: "
+            "make it with `catbp-jit aot MODEL --evidence-vars ...`)"
+        )
     try:
         model, sha = Path(entry["path"]), str(entry["sha256"])
-        saved: dict[str, Any] = dict(semiring=str(entry["semiring"]),  # option -> its value
-                                     evidence_vars=tuple(map(str, entry["evidence_vars"])),
-                                     buckets=tuple(int(b) for b in entry["buckets"]))
+        saved: dict[str, Any] = dict(
+            semiring=str(entry["semiring"]),  # option -> its value
+            evidence_vars=tuple(map(str, entry["evidence_vars"])),
+            buckets=tuple(int(b) for b in entry["buckets"]),
+        )
     except (KeyError, TypeError, ValueError) as e:
         raise FactorGraphError(f"{path}: the {PROFILE_KEY!r} entry is damaged ({e!r})") from None
     if entry.get("target", "cpu") != "cpu":  # workers run the CPU kernels
-        raise FactorGraphError(f"{path}: a profile for target {entry['target']!r}; scaling out "
-                               "runs on CPUs (compile it with `catbp-jit aot` for the cpu)")
-    asked: dict[str, Any] = dict(semiring=semiring and semiring.lower(),
-                                 evidence_vars=None if evidence_vars is None else tuple(evidence_vars),
-                                 buckets=None if buckets is None else tuple(buckets))
+        raise FactorGraphError(
+            f"{path}: a profile for target {entry['target']!r}; scaling out "
+            "runs on CPUs (compile it with `catbp-jit aot` for the cpu)"
+        )
+    asked: dict[str, Any] = dict(
+        semiring=semiring and semiring.lower(),
+        evidence_vars=None if evidence_vars is None else tuple(evidence_vars),
+        buckets=None if buckets is None else tuple(buckets),
+    )
     for option, value in asked.items():
-        same = (value is None or (set(value) == set(saved[option]) if option == "evidence_vars"
-                                  else value == saved[option]))
+        same = value is None or (
+            set(value) == set(saved[option]) if option == "evidence_vars" else value == saved[option]
+        )
         if not same:
             raise FactorGraphError(
                 f"{path}: the profile was compiled with {option}={saved[option]!r}, not "
-                f"{value!r} (compile another profile with `catbp-jit aot`)")
-    source = model_source(model, semiring=saved["semiring"], buckets=saved["buckets"],
-                          evidence_vars=asked["evidence_vars"] or saved["evidence_vars"],
-                          plan_time=plan_time)
+                f"{value!r} (compile another profile with `catbp-jit aot`)"
+            )
+    source = model_source(
+        model,
+        semiring=saved["semiring"],
+        buckets=saved["buckets"],
+        evidence_vars=asked["evidence_vars"] or saved["evidence_vars"],
+        plan_time=plan_time,
+    )
     if source.sha256 != sha:
-        raise FactorGraphError(f"{path}: its model {model} changed since the profile was made "
-                               "(sha256 differs): run `catbp-jit aot` again")
+        raise FactorGraphError(
+            f"{path}: its model {model} changed since the profile was made "
+            "(sha256 differs): run `catbp-jit aot` again"
+        )
     return source
 
 

@@ -59,12 +59,18 @@ class TreePlan:
 
     def stats(self) -> dict[str, int]:
         states = [self.states(c.id) for c in self.cliques]
-        return {"variables": len(self.sizes), "cliques": len(self.cliques),
-                "max_clique_variables": max(len(c.variables) for c in self.cliques),
-                "max_clique_states": max(states), "total_states": sum(states),
-                "separator_states": sum(
-                    math.prod(self.sizes[v] for v in self.up_separator[c.id])
-                    for c in self.cliques if c.parent is not None)}
+        return {
+            "variables": len(self.sizes),
+            "cliques": len(self.cliques),
+            "max_clique_variables": max(len(c.variables) for c in self.cliques),
+            "max_clique_states": max(states),
+            "total_states": sum(states),
+            "separator_states": sum(
+                math.prod(self.sizes[v] for v in self.up_separator[c.id])
+                for c in self.cliques
+                if c.parent is not None
+            ),
+        }
 
 
 def interaction_graph(n: int, scopes: Sequence[Sequence[int]]) -> list[set[int]]:
@@ -80,6 +86,7 @@ class Heuristic:
     """How a greedy run scores a variable: by its fill, the fill edges its elimination adds
     (each counted as size(a)·size(b) states when `weighted`, else as one edge), and by the
     log of the states of the clique it forms; fill first unless `weight_first`."""
+
     weighted: bool
     weight_first: bool = False
 
@@ -99,6 +106,7 @@ class PlanLimits:
     """Caps, in states, on the junction tree's cliques: each one, and all together; None:
     no cap. A greedy run that passes one stops there instead of finishing a plan that
     would be refused."""
+
     max_clique_states: int | None = None
     max_total_states: int | None = None
 
@@ -106,6 +114,7 @@ class PlanLimits:
 @dataclass(frozen=True)
 class GreedyRun:
     """One heuristic's greedy elimination, finished or stopped early."""
+
     heuristic: str
     order: tuple[int, ...]  # every variable when finished, the eliminated prefix when stopped
     total_states: int  # of the cliques formed so far: what the heuristics are compared by
@@ -120,9 +129,11 @@ class PlanLimitError(ValueError):
 
     def __init__(self, run: GreedyRun, limits: PlanLimits):
         self.run, self.limits = run, limits
-        super().__init__(f"{run.heuristic} needs a clique of {run.largest_variables} variables "
-                         f"and {format_count(run.largest_states)} states "
-                         f"(over the {run.stopped} limit)")
+        super().__init__(
+            f"{run.heuristic} needs a clique of {run.largest_variables} variables "
+            f"and {format_count(run.largest_states)} states "
+            f"(over the {run.stopped} limit)"
+        )
 
 
 def format_count(n: int) -> str:
@@ -131,16 +142,21 @@ def format_count(n: int) -> str:
     if n < 10**15:
         return f"{n:,}"
     e = int(math.log10(n))
-    e += (n >= 10**(e + 1)) - (n < 10**e)  # log10's rounding near a power of ten
+    e += (n >= 10 ** (e + 1)) - (n < 10**e)  # log10's rounding near a power of ten
     m = n / 10**e
     if m >= 9.995:  # would print as 10.00
         m, e = m / 10, e + 1
     return f"{m:.2f}e{e}"
 
 
-def elimination_order(sizes: Sequence[int], scopes: Sequence[Sequence[int]],
-                      heuristic: str = "best", *, limits: PlanLimits = PlanLimits(),
-                      progress: Progress | None = None) -> tuple[int, ...]:
+def elimination_order(
+    sizes: Sequence[int],
+    scopes: Sequence[Sequence[int]],
+    heuristic: str = "best",
+    *,
+    limits: PlanLimits = PlanLimits(),
+    progress: Progress | None = None,
+) -> tuple[int, ...]:
     """A greedy elimination order; "best" runs every heuristic and keeps the order whose
     cliques hold the fewest states in all (no single heuristic wins on every network:
     weighted min-fill on munin1 and barley, min-fill on mildew, min-weight on munin2).
@@ -151,10 +167,16 @@ def elimination_order(sizes: Sequence[int], scopes: Sequence[Sequence[int]],
     say = progress or (lambda msg: None)
     best: GreedyRun | None = None
     over: list[GreedyRun] = []
-    for name in (HEURISTICS if heuristic == "best" else [heuristic]):
+    for name in HEURISTICS if heuristic == "best" else [heuristic]:
         t0 = time.perf_counter()
-        run = greedy_order(sizes, scopes, name, limits=limits,
-                           best_total=best.total_states if best else None, progress=progress)
+        run = greedy_order(
+            sizes,
+            scopes,
+            name,
+            limits=limits,
+            best_total=best.total_states if best else None,
+            progress=progress,
+        )
         if run.stopped is None:
             best = run
         elif run.stopped != "worse":
@@ -166,18 +188,26 @@ def elimination_order(sizes: Sequence[int], scopes: Sequence[Sequence[int]],
 
 
 def _describe(run: GreedyRun, n: int) -> str:
-    largest = (f"largest clique {run.largest_variables} variables, "
-               f"{format_count(run.largest_states)} states")
+    largest = f"largest clique {run.largest_variables} variables, {format_count(run.largest_states)} states"
     if run.stopped is None:
         return f"{format_count(run.tree_states)} states in all, {largest}"
-    why = {"worse": "no better than the best so far", "clique": "over the clique limit",
-           "total": "over the total limit"}[run.stopped]
+    why = {
+        "worse": "no better than the best so far",
+        "clique": "over the clique limit",
+        "total": "over the total limit",
+    }[run.stopped]
     return f"stopped after {len(run.order)}/{n} variables, {why} ({largest})"
 
 
-def greedy_order(sizes: Sequence[int], scopes: Sequence[Sequence[int]], heuristic: str, *,
-                 limits: PlanLimits = PlanLimits(), best_total: int | None = None,
-                 progress: Progress | None = None) -> GreedyRun:
+def greedy_order(
+    sizes: Sequence[int],
+    scopes: Sequence[Sequence[int]],
+    heuristic: str,
+    *,
+    limits: PlanLimits = PlanLimits(),
+    best_total: int | None = None,
+    progress: Progress | None = None,
+) -> GreedyRun:
     """Eliminate the lowest-scoring variable until none is left (ties: lowest index).
 
     Stops early when the states reach `best_total` or pass `limits`; `progress` hears how
@@ -372,8 +402,9 @@ class _Greedy:
                 heapq.heappush(self.heap, key)
 
 
-def elimination_cliques(n: int, scopes: Sequence[Sequence[int]],
-                        order: Sequence[int]) -> tuple[list[set[int]], list[int | None]]:
+def elimination_cliques(
+    n: int, scopes: Sequence[Sequence[int]], order: Sequence[int]
+) -> tuple[list[set[int]], list[int | None]]:
     """The clique each elimination forms and its parent (by position in `order`)."""
     adj = interaction_graph(n, scopes)
     pos = {v: i for i, v in enumerate(order)}
@@ -392,9 +423,12 @@ def elimination_cliques(n: int, scopes: Sequence[Sequence[int]],
     return cliques, parents
 
 
-def junction_tree(sizes: Sequence[int], scopes: Sequence[Sequence[int]],
-                  order: Sequence[int] | None = None,
-                  evidence: Sequence[int] = ()) -> TreePlan:
+def junction_tree(
+    sizes: Sequence[int],
+    scopes: Sequence[Sequence[int]],
+    order: Sequence[int] | None = None,
+    evidence: Sequence[int] = (),
+) -> TreePlan:
     n = len(sizes)
     order = tuple(order) if order is not None else elimination_order(sizes, scopes)
     if sorted(order) != list(range(n)):
@@ -469,10 +503,11 @@ def junction_tree(sizes: Sequence[int], scopes: Sequence[Sequence[int]],
         else:
             stack.append((c, True))
             stack.extend((k, False) for k in reversed(kids[c]))
-    cliques = tuple(Clique(c, variables[c], par[c], tuple(kids[c]), tuple(assigned[c]),
-                           tuple(ev[c])) for c in range(len(ids)))
-    separators = tuple(() if p is None else _shared(variables[c], variables[p])
-                       for c, p in enumerate(par))
+    cliques = tuple(
+        Clique(c, variables[c], par[c], tuple(kids[c]), tuple(assigned[c]), tuple(ev[c]))
+        for c in range(len(ids))
+    )
+    separators = tuple(() if p is None else _shared(variables[c], variables[p]) for c, p in enumerate(par))
     return TreePlan(tuple(sizes), order, cliques, root, tuple(postorder), home, separators)
 
 
@@ -481,8 +516,9 @@ def _shared(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(v for v in a if v in vb)
 
 
-def _merge(gone: int, *, into: int, parent: list[int | None], children: list[set[int]],
-           alive: list[bool]) -> None:
+def _merge(
+    gone: int, *, into: int, parent: list[int | None], children: list[set[int]], alive: list[bool]
+) -> None:
     """Contract the tree edge gone–into; `into` takes gone's other neighbours."""
     alive[gone] = False
     if parent[into] == gone:  # a child absorbs its parent: it takes the parent's place
@@ -501,6 +537,7 @@ def _merge(gone: int, *, into: int, parent: list[int | None], children: list[set
     children[gone] = set()
 
 
-def plan_tree(sizes: Sequence[int], scopes: Sequence[Sequence[int]],
-              evidence: Sequence[int] = ()) -> TreePlan:
+def plan_tree(
+    sizes: Sequence[int], scopes: Sequence[Sequence[int]], evidence: Sequence[int] = ()
+) -> TreePlan:
     return junction_tree(sizes, scopes, None, evidence)

@@ -42,9 +42,16 @@ class PlanKey:
     kinds: tuple[str, ...] = ("junction", "contraction")  # the programs the plan may emit
 
     def digest(self) -> str:
-        doc = [FORMAT, list(self.sizes), [list(s) for s in self.scopes], list(self.evidence),
-               list(self.absorbed), self.limits.max_clique_states, self.limits.max_total_states,
-               list(self.kinds)]
+        doc = [
+            FORMAT,
+            list(self.sizes),
+            [list(s) for s in self.scopes],
+            list(self.evidence),
+            list(self.absorbed),
+            self.limits.max_clique_states,
+            self.limits.max_total_states,
+            list(self.kinds),
+        ]
         return hashlib.sha256(json.dumps(doc, separators=(",", ":")).encode()).hexdigest()
 
 
@@ -77,8 +84,9 @@ def load(key: PlanKey, directory: str | None = None) -> CachedPlan | None:
     except (FileNotFoundError, NotADirectoryError):  # (a file where the directory is)
         return None
     except OSError as e:
-        warnings.warn(f"{path}: cannot read the cached plan ({e}); planning anew",
-                      PlanCacheWarning, stacklevel=2)
+        warnings.warn(
+            f"{path}: cannot read the cached plan ({e}); planning anew", PlanCacheWarning, stacklevel=2
+        )
         return None
     why = None
     try:
@@ -87,12 +95,17 @@ def load(key: PlanKey, directory: str | None = None) -> CachedPlan | None:
     except (UnicodeDecodeError, ValueError) as e:
         why = f"not valid JSON: {e}"
     if why:
-        warnings.warn(f"{path}: damaged plan cache file ({why}); planning anew",
-                      PlanCacheWarning, stacklevel=2)
+        warnings.warn(
+            f"{path}: damaged plan cache file ({why}); planning anew", PlanCacheWarning, stacklevel=2
+        )
         return None
     path = doc.get("path")
-    return CachedPlan(tuple(doc["order"]), doc["planner"], float(doc["plan_time"]),
-                      None if path is None else tuple(tuple(p) for p in path))
+    return CachedPlan(
+        tuple(doc["order"]),
+        doc["planner"],
+        float(doc["plan_time"]),
+        None if path is None else tuple(tuple(p) for p in path),
+    )
 
 
 def _problem(doc: Any, digest: str, n: int, tensors: int) -> str | None:
@@ -103,8 +116,11 @@ def _problem(doc: Any, digest: str, n: int, tensors: int) -> str | None:
     if doc.get("format") != FORMAT or doc.get("key") != digest:
         return "written for another format or model"
     order = doc.get("order")
-    if not isinstance(order, list) or not all(type(v) is int for v in order) \
-            or sorted(order) != list(range(n)):
+    if (
+        not isinstance(order, list)
+        or not all(type(v) is int for v in order)
+        or sorted(order) != list(range(n))
+    ):
         return f"the order is not a permutation of the {n} variables"
     if doc.get("planner") not in ("greedy", "cotengra"):
         return "unknown planner"
@@ -124,9 +140,12 @@ def _is_ssa_path(path: Any, tensors: int) -> bool:
     used = set()
     for k, pair in enumerate(path):
         made = tensors + k  # the ids so far
-        if not (isinstance(pair, list) and len(pair) == 2
-                and all(type(i) is int and 0 <= i < made and i not in used for i in pair)
-                and pair[0] != pair[1]):
+        if not (
+            isinstance(pair, list)
+            and len(pair) == 2
+            and all(type(i) is int and 0 <= i < made and i not in used for i in pair)
+            and pair[0] != pair[1]
+        ):
             return False
         used.update(pair)
     return True
@@ -138,12 +157,16 @@ def store(key: PlanKey, plan: CachedPlan, directory: str | None = None) -> None:
     if directory is None:
         return
     digest = key.digest()
-    doc = {"format": FORMAT, "key": digest, "planner": plan.planner,
-           "plan_time": plan.plan_time, "order": list(plan.order),
-           "path": None if plan.path is None else [list(p) for p in plan.path]}
+    doc = {
+        "format": FORMAT,
+        "key": digest,
+        "planner": plan.planner,
+        "plan_time": plan.plan_time,
+        "order": list(plan.order),
+        "path": None if plan.path is None else [list(p) for p in plan.path],
+    }
     try:
         os.makedirs(directory, 0o700, exist_ok=True)
         atomic_write(os.path.join(directory, f"{digest}.json"), json.dumps(doc).encode())
     except OSError as e:
         warnings.warn(f"{directory}: cannot keep the searched plan ({e})", PlanCacheWarning, stacklevel=2)
-

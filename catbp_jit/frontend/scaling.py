@@ -43,6 +43,7 @@ def pow2_scaled(values: np.ndarray) -> tuple[np.ndarray, int]:
 @dataclass(frozen=True)
 class ScaledNumber:
     """mantissa * 2**exponent, mantissa in [0.5, 1) (or 0): a non-negative number of any size."""
+
     mantissa: float
     exponent: int
 
@@ -70,7 +71,7 @@ class ScaledNumber:
             return ScaledNumber.product(x.tolist(), exponent)
         mant, exp = 1.0, exponent + int(exps.sum())
         for lo in range(0, x.size, _RUN):
-            run = np.multiply.accumulate(np.concatenate(([mant], mants[lo:lo + _RUN])))
+            run = np.multiply.accumulate(np.concatenate(([mant], mants[lo : lo + _RUN])))
             mant, e = math.frexp(float(run[-1]))
             exp += e
         return ScaledNumber(mant, exp)
@@ -88,8 +89,9 @@ class ScaledNumber:
             return 0.0
         if -1021 <= self.exponent <= 1024:
             return math.ldexp(self.mantissa, self.exponent)
-        return _DECIMAL.multiply(decimal.Decimal(self.mantissa),
-                                 _DECIMAL.power(decimal.Decimal(2), self.exponent))
+        return _DECIMAL.multiply(
+            decimal.Decimal(self.mantissa), _DECIMAL.power(decimal.Decimal(2), self.exponent)
+        )
 
 
 _RUN = 1000  # mantissas in [0.5, 1): a product of 1001 of them is at least 2**-1001, normal

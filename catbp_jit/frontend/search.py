@@ -67,20 +67,21 @@ class PlanSearch:
     min_flops: search only when the greedy plan's estimated cost reaches this; cache:
     keep searched plans on disk (plan_cache.py); searcher: the search itself, called as
     searched_order is (None: searched_order, cotengra's trials)."""
+
     time_s: float = DEFAULT_PLAN_TIME
     min_flops: float = SEARCH_ABOVE_FLOPS
     cache: bool = True
     searcher: Callable[..., Searched | None] | None = None
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.time_s, (int, float)) and math.isfinite(self.time_s)
-                and self.time_s >= 0):
+        if not (isinstance(self.time_s, (int, float)) and math.isfinite(self.time_s) and self.time_s >= 0):
             raise ValueError(f"plan_time must be a number of seconds >= 0, got {self.time_s!r}")
 
 
 @dataclass(frozen=True)
 class PlanCost:
     """A plan's estimated run time and memory (the planner compares plans by `flops`)."""
+
     flops: int  # element operations of the upward and downward passes (see plan_cost)
     largest_states: int
     total_states: int  # every belief is kept: the beliefs' memory
@@ -146,13 +147,15 @@ def tree_cost(tree: ContractionTree) -> PlanCost:
 
 
 def within(cost: PlanCost, limits: PlanLimits) -> bool:
-    return ((limits.max_clique_states is None or cost.largest_states <= limits.max_clique_states)
-            and (limits.max_total_states is None or cost.total_states <= limits.max_total_states))
+    return (limits.max_clique_states is None or cost.largest_states <= limits.max_clique_states) and (
+        limits.max_total_states is None or cost.total_states <= limits.max_total_states
+    )
 
 
 @dataclass(frozen=True)
 class PlanChoice:
     """The order that won, which planner found it, its cost and how long the search took."""
+
     order: tuple[int, ...]
     planner: str  # "greedy", "cotengra", or "cache" (a search paid earlier)
     cost: PlanCost
@@ -167,11 +170,16 @@ def search_available() -> bool:
     return importlib.util.find_spec("cotengra") is not None
 
 
-def choose_order(sizes: Sequence[int], scopes: Sequence[Sequence[int]], *,
-                 limits: PlanLimits = PlanLimits(), search: PlanSearch = PlanSearch(),
-                 key: PlanKey | None = None,
-                 progress: Progress | None = None,
-                 kinds: tuple[str, ...] = ("junction", "contraction")) -> PlanChoice:
+def choose_order(
+    sizes: Sequence[int],
+    scopes: Sequence[Sequence[int]],
+    *,
+    limits: PlanLimits = PlanLimits(),
+    search: PlanSearch = PlanSearch(),
+    key: PlanKey | None = None,
+    progress: Progress | None = None,
+    kinds: tuple[str, ...] = ("junction", "contraction"),
+) -> PlanChoice:
     """The cheapest order within `limits`: greedy's, or a searched one when `search` allows.
     Each order is costed as the cheaper of its junction and contraction trees (`kinds`:
     those allowed), and a searched contraction tree is a candidate of its own.
@@ -183,8 +191,11 @@ def choose_order(sizes: Sequence[int], scopes: Sequence[Sequence[int]], *,
         hit = plan_cache.load(key)
         if hit is not None and hit.plan_time >= search.time_s:
             path = hit.path if "contraction" in kinds else None
-            cost = (tree_cost(tree_from_path(sizes, scopes, path)) if path is not None
-                    else _cost(sizes, scopes, hit.order, kinds))
+            cost = (
+                tree_cost(tree_from_path(sizes, scopes, path))
+                if path is not None
+                else _cost(sizes, scopes, hit.order, kinds)
+            )
             if within(cost, limits):
                 say(f"plan from the cache ({hit.planner}, searched for {hit.plan_time:g} s)")
                 return PlanChoice(hit.order, "cache", cost, path=path)
@@ -200,8 +211,13 @@ def choose_order(sizes: Sequence[int], scopes: Sequence[Sequence[int]], *,
         worth = _near(refused.run, limits)
     else:
         worth = greedy.cost.flops >= search.min_flops
-    if (search.time_s <= 0 or not worth or not search_available() or len(scopes) < 2
-            or (greedy is not None and cliques_are_factors(sizes, scopes, greedy.order))):
+    if (
+        search.time_s <= 0
+        or not worth
+        or not search_available()
+        or len(scopes) < 2
+        or (greedy is not None and cliques_are_factors(sizes, scopes, greedy.order))
+    ):
         if greedy is None:
             assert refused is not None
             raise refused
@@ -209,42 +225,48 @@ def choose_order(sizes: Sequence[int], scopes: Sequence[Sequence[int]], *,
     t0 = time.perf_counter()
     # trials are scored as junction trees only: scoring both kinds doubled the search
     find = search.searcher or searched_order
-    found = find(sizes, scopes, search.time_s, score=lambda order: _score(
-        plan_cost(junction_tree(sizes, scopes, order)), limits),
-        seed=greedy.order if greedy is not None and "contraction" in kinds else None)
+    found = find(
+        sizes,
+        scopes,
+        search.time_s,
+        score=lambda order: _score(plan_cost(junction_tree(sizes, scopes, order)), limits),
+        seed=greedy.order if greedy is not None and "contraction" in kinds else None,
+    )
     search_s = time.perf_counter() - t0
     best = greedy
     if found is not None:
         cost = _cost(sizes, scopes, found.order, kinds)
-        say(f"cotengra: {cost.flops:.3g} flops, largest kept table {cost.largest_states:,} "
-            f"states (its order), {search_s:.1f} s")
+        say(
+            f"cotengra: {cost.flops:.3g} flops, largest kept table {cost.largest_states:,} "
+            f"states (its order), {search_s:.1f} s"
+        )
         if within(cost, limits) and (best is None or cost.flops < best.cost.flops):
             best = PlanChoice(found.order, "cotengra", cost)
         if "contraction" in kinds:
             tree = tree_cost(tree_from_path(sizes, scopes, found.path))
-            say(f"cotengra: {tree.flops:.3g} flops, largest kept table "
-                f"{tree.largest_states:,} states (its contraction tree)")
+            say(
+                f"cotengra: {tree.flops:.3g} flops, largest kept table "
+                f"{tree.largest_states:,} states (its contraction tree)"
+            )
             if within(tree, limits) and (best is None or tree.flops < best.cost.flops):
                 best = PlanChoice(found.order, "cotengra", tree, path=found.path)
     if best is None:  # greedy refused, and no search found a plan within the limits
         assert refused is not None
         raise refused
     if search.cache and key is not None:
-        plan_cache.store(key, plan_cache.CachedPlan(best.order, best.planner, search.time_s,
-                                                    best.path))
-    return PlanChoice(best.order, best.planner, best.cost, search_s,
-                      greedy.cost if greedy else None, best.path)
+        plan_cache.store(key, plan_cache.CachedPlan(best.order, best.planner, search.time_s, best.path))
+    return PlanChoice(
+        best.order, best.planner, best.cost, search_s, greedy.cost if greedy else None, best.path
+    )
 
 
-def cliques_are_factors(sizes: Sequence[int], scopes: Sequence[Sequence[int]],
-                        order: Sequence[int]) -> bool:
+def cliques_are_factors(sizes: Sequence[int], scopes: Sequence[Sequence[int]], order: Sequence[int]) -> bool:
     """Whether every clique of the order's junction tree is the scope of a factor it
     holds (a chain, a tree of pairwise factors): no plan loops over less than each
     factor's table, so no search can pay for itself, and one trial of cotengra's on a
     10^5-variable chain would take many minutes whatever the budget."""
     plan = junction_tree(sizes, scopes, order)
-    return all(any(len(set(scopes[f])) == len(c.variables) for f in c.factors)
-               for c in plan.cliques)
+    return all(any(len(set(scopes[f])) == len(c.variables) for f in c.factors) for c in plan.cliques)
 
 
 def _score(cost: PlanCost, limits: PlanLimits) -> float:
@@ -260,8 +282,12 @@ def _near(run: GreedyRun, limits: PlanLimits) -> bool:
     return run.tree_states <= limits.max_total_states * RESCUE_WITHIN
 
 
-def _cost(sizes: Sequence[int], scopes: Sequence[Sequence[int]], order: Sequence[int],
-          kinds: tuple[str, ...] = ("junction", "contraction")) -> PlanCost:
+def _cost(
+    sizes: Sequence[int],
+    scopes: Sequence[Sequence[int]],
+    order: Sequence[int],
+    kinds: tuple[str, ...] = ("junction", "contraction"),
+) -> PlanCost:
     """The cheaper of the order's two plans (of `kinds`): its junction or contraction tree."""
     costs = []
     if "junction" in kinds:
@@ -276,13 +302,18 @@ class Searched:
     """What a search found: the best order as `score` judged it, and the path (cotengra's
     single-assignment form, over the factors with a non-empty scope) of its tree with the
     fewest flops, for tree_from_path."""
+
     order: tuple[int, ...]
     path: tuple[tuple[int, int], ...]
 
 
-def searched_order(sizes: Sequence[int], scopes: Sequence[Sequence[int]], time_s: float,
-                   score: Callable[[tuple[int, ...]], float] | None = None,
-                   seed: Sequence[int] | None = None) -> Searched | None:
+def searched_order(
+    sizes: Sequence[int],
+    scopes: Sequence[Sequence[int]],
+    time_s: float,
+    score: Callable[[tuple[int, ...]], float] | None = None,
+    seed: Sequence[int] | None = None,
+) -> Searched | None:
     """The best order and tree cotengra's trials give in `time_s` (None when the network
     has fewer than two tensors: nothing to search). The SCORED trials with the fewest
     flops are turned into orders and judged by `score` (lower is better; default:
@@ -296,6 +327,7 @@ def searched_order(sizes: Sequence[int], scopes: Sequence[Sequence[int]], time_s
     after the search, which alone takes linkage_24's greedy tree from 2^28.8 to 2^25.4
     flops. The path is the reconfigured tree with the fewest flops."""
     import cotengra as ctg
+
     inputs = [tuple(sorted(set(s))) for s in scopes if s]
     if len(inputs) < 2:
         return None
@@ -318,23 +350,34 @@ def searched_order(sizes: Sequence[int], scopes: Sequence[Sequence[int]], time_s
                 if len(trees) > SCORED:
                     heapq.heappop(trees)
 
-    opt = Kept(methods=methods, minimize="flops", max_time=TRIAL_SHARE * time_s,
-               max_repeats=10**9, parallel=False, progbar=False, on_trial_error="ignore",
-               reconf_opts=None)
+    opt = Kept(
+        methods=methods,
+        minimize="flops",
+        max_time=TRIAL_SHARE * time_s,
+        max_repeats=10**9,
+        parallel=False,
+        progbar=False,
+        on_trial_error="ignore",
+        reconf_opts=None,
+    )
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            tree = opt.search([tuple(symbol[v] for v in s) for s in inputs], (),
-                              {symbol[v]: sizes[v] for v in symbol})
+            tree = opt.search(
+                [tuple(symbol[v] for v in s) for s in inputs], (), {symbol[v]: sizes[v] for v in symbol}
+            )
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as e:  # noqa: B036  a Rust path finder's panic is no Exception
         # (cotengrust's greedy panicked on bnlearn's pathfinder: pyo3's PanicException
         # derives from BaseException, so on_trial_error="ignore" lets it through): the
         # trials kept so far stand; without any, the caller keeps the greedy plan
-        warnings.warn(f"plan search stopped by a failing cotengra trial ({type(e).__name__}: "
-                      f"{str(e)[:200]}); {len(trees)} trial(s) kept before it are used",
-                      PlanSearchWarning, stacklevel=2)
+        warnings.warn(
+            f"plan search stopped by a failing cotengra trial ({type(e).__name__}: "
+            f"{str(e)[:200]}); {len(trees)} trial(s) kept before it are used",
+            PlanSearchWarning,
+            stacklevel=2,
+        )
         tree = None
     best = sorted(trees, key=lambda t: (-t[0], t[1]))
     candidates = [t for _, _, t in best] or ([tree] if tree is not None else [])
@@ -344,8 +387,11 @@ def searched_order(sizes: Sequence[int], scopes: Sequence[Sequence[int]], time_s
         try:
             refined.append(t.subtree_reconfigure(minimize="flops"))
         except Exception as e:  # a failed refinement only loses that candidate
-            warnings.warn(f"plan search: subtree reconfiguration failed ({type(e).__name__}: "
-                          f"{str(e)[:200]})", PlanSearchWarning, stacklevel=2)
+            warnings.warn(
+                f"plan search: subtree reconfiguration failed ({type(e).__name__}: {str(e)[:200]})",
+                PlanSearchWarning,
+                stacklevel=2,
+            )
     candidates += refined
     if not candidates:
         return None
@@ -355,9 +401,14 @@ def searched_order(sizes: Sequence[int], scopes: Sequence[Sequence[int]], time_s
     return Searched(order, tuple((int(i), int(j)) for i, j in fewest.get_ssa_path()))
 
 
-def _seed_tree(ctg: Any, sizes: Sequence[int], scopes: Sequence[Sequence[int]],
-               inputs: Sequence[tuple[int, ...]], symbol: Mapping[int, str],
-               order: Sequence[int]) -> Any:
+def _seed_tree(
+    ctg: Any,
+    sizes: Sequence[int],
+    scopes: Sequence[Sequence[int]],
+    inputs: Sequence[tuple[int, ...]],
+    symbol: Mapping[int, str],
+    order: Sequence[int],
+) -> Any:
     """cotengra's tree of the order's contraction tree over the factors (None when a
     variable in no factor, whose unit tensor cotengra does not see, joins it)."""
     tree = contraction_tree(sizes, [s for s in scopes if s], order)
@@ -376,8 +427,12 @@ def _seed_tree(ctg: Any, sizes: Sequence[int], scopes: Sequence[Sequence[int]],
         ssa[node.id] = len(inputs) + len(path) - 1
     if not path:
         return None
-    return ctg.ContractionTree.from_path([tuple(symbol[v] for v in s) for s in inputs], (),
-                                         {symbol[v]: sizes[v] for v in symbol}, ssa_path=path)
+    return ctg.ContractionTree.from_path(
+        [tuple(symbol[v] for v in s) for s in inputs],
+        (),
+        {symbol[v]: sizes[v] for v in symbol},
+        ssa_path=path,
+    )
 
 
 class PlanSearchWarning(UserWarning):

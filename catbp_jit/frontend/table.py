@@ -33,8 +33,9 @@ def _parquet() -> Any:
     try:
         import pyarrow.parquet as pq
     except ImportError:
-        raise FactorGraphError("reading or writing .parquet needs pyarrow "
-                               "(pip install 'catbp_jit[parquet]')") from None
+        raise FactorGraphError(
+            "reading or writing .parquet needs pyarrow (pip install 'catbp_jit[parquet]')"
+        ) from None
     return pq
 
 
@@ -43,6 +44,7 @@ def parquet_errors(path: Any) -> Iterator[None]:
     """pyarrow's errors on a file that is no Parquet file (or a damaged one) as one line.
     (Dask wraps pyarrow's message in one of its own: the last line is pyarrow's.)"""
     import pyarrow as pa
+
     try:
         yield
     except (pa.ArrowException, OSError) as e:
@@ -53,8 +55,10 @@ def parquet_errors(path: Any) -> Iterator[None]:
         reason = " ".join(lines[-1].replace("Original Message: ", "").split())[:300]
         raise FactorGraphError(f"{path}: not a readable Parquet file ({reason})") from None
     except UnicodeDecodeError as e:  # a string column's bytes, met when read as Python str
-        raise FactorGraphError(f"{path}: not a readable Parquet file (a string column holds "
-                               f"bytes that are not UTF-8: {e.reason})") from None
+        raise FactorGraphError(
+            f"{path}: not a readable Parquet file (a string column holds "
+            f"bytes that are not UTF-8: {e.reason})"
+        ) from None
 
 
 def _csv_rows(path: Path) -> Iterator[list[str]]:
@@ -66,12 +70,14 @@ def _csv_rows(path: Path) -> Iterator[list[str]]:
         try:
             yield from reader
         except csv.Error as e:  # e.g. a cell longer than csv.field_size_limit()
-            raise FactorGraphError(f"{path}: line {reader.line_num}: not a readable CSV "
-                                   f"table ({e})") from None
+            raise FactorGraphError(
+                f"{path}: line {reader.line_num}: not a readable CSV table ({e})"
+            ) from None
         except UnicodeDecodeError:
             line, byte = _first_undecodable(path)
-            raise FactorGraphError(f"{path}: line {line}: byte 0x{byte:02x} is not UTF-8 "
-                                   "(save the table as UTF-8 CSV)") from None
+            raise FactorGraphError(
+                f"{path}: line {line}: byte 0x{byte:02x} is not UTF-8 (save the table as UTF-8 CSV)"
+            ) from None
 
 
 def _first_undecodable(path: Path) -> tuple[int, int]:
@@ -112,16 +118,16 @@ def count_rows(path: Path) -> int:
     return max(0, lines + (last != b"\n") - 1)
 
 
-def read_chunks(path: Path, graph: FactorGraph, columns: Sequence[str],
-                chunk_rows: int = CHUNK_ROWS) -> Iterator[np.ndarray]:
+def read_chunks(
+    path: Path, graph: FactorGraph, columns: Sequence[str], chunk_rows: int = CHUNK_ROWS
+) -> Iterator[np.ndarray]:
     """The table as int64 state-index chunks (rows, len(columns)), -1 unobserved."""
     codes = [state_codes(graph, v) for v in columns]
     if path.suffix == ".parquet":
         pq = _parquet()
         with parquet_errors(path):
             for batch in pq.ParquetFile(path).iter_batches(batch_size=chunk_rows):
-                cells = [[None if x is None else str(x) for x in col.to_pylist()]
-                         for col in batch.columns]
+                cells = [[None if x is None else str(x) for x in col.to_pylist()] for col in batch.columns]
                 yield _encode(path, list(zip(*cells)), codes, columns, batch_start=None)
         return
     reader = _csv_rows(path)
@@ -144,21 +150,26 @@ def state_codes(graph: FactorGraph, v: str) -> dict:
     return codes
 
 
-def _encode(path: Path, rows: Sequence[Sequence[str | None]], codes: list[dict],
-            columns: Sequence[str], batch_start: int | None) -> np.ndarray:
+def _encode(
+    path: Path,
+    rows: Sequence[Sequence[str | None]],
+    codes: list[dict],
+    columns: Sequence[str],
+    batch_start: int | None,
+) -> np.ndarray:
     out = np.empty((len(rows), len(columns)), dtype=np.int64)
     for i, row in enumerate(rows):
         if len(row) != len(columns):
             where = f"line {batch_start + i + 1}" if batch_start else f"row {i}"
-            raise FactorGraphError(f"{path}: {where} has {len(row)} cells, the header names "
-                                   f"{len(columns)} variables")
+            raise FactorGraphError(
+                f"{path}: {where} has {len(row)} cells, the header names {len(columns)} variables"
+            )
         for j, cell in enumerate(row):
             text = "" if cell is None else cell.strip()
             state = codes[j].get(text, codes[j].get(text.lower()))
             if state is None:
                 where = f"line {batch_start + i + 1}" if batch_start else f"row {i}"
-                raise FactorGraphError(f"{path}: {where}: {text!r} is not a state of "
-                                       f"{columns[j]!r}")
+                raise FactorGraphError(f"{path}: {where}: {text!r} is not a state of {columns[j]!r}")
             out[i, j] = state
     return out
 
@@ -189,8 +200,7 @@ class PosteriorWriter:
     is best a temporary one (catbp_jit.atomic.replacing): a table that fails halfway must
     not leave a partial file where the user's old one was."""
 
-    def __init__(self, graph: FactorGraph, out: Path | None, stdout: IO[str],
-                 parquet: bool | None = None):
+    def __init__(self, graph: FactorGraph, out: Path | None, stdout: IO[str], parquet: bool | None = None):
         self.header = posterior_header(graph)
         self.path = out
         self._parquet_writer: Any = None  # a pyarrow.parquet.ParquetWriter, once rows come
@@ -209,6 +219,7 @@ class PosteriorWriter:
     def write(self, matrix: np.ndarray) -> None:
         if self._file is None:
             import pyarrow as pa
+
             cols = {name: matrix[:, j] for j, name in enumerate(self.header)}
             cols["row"] = matrix[:, 0].astype(np.int64)
             batch = pa.table(cols)
@@ -233,6 +244,7 @@ class PosteriorWriter:
             self._parquet_writer.close()
         elif self._file is None:  # no rows at all: an empty table with the header
             import pyarrow as pa
+
             self._pq.write_table(pa.table({h: [] for h in self.header}), self.path)
         elif self.path is not None:
             self._file.close()

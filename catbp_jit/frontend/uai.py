@@ -48,12 +48,15 @@ def input_limit(limit: int | None = None) -> int:
 
 
 def _too_large(label: str, limit: int, what: str) -> FactorGraphError:
-    return FactorGraphError(f"{label}: {what} is larger than the input limit of {limit:,} bytes "
-                            "(raise it with CATBP_JIT_MAX_INPUT_BYTES or max_input_bytes=)")
+    return FactorGraphError(
+        f"{label}: {what} is larger than the input limit of {limit:,} bytes "
+        "(raise it with CATBP_JIT_MAX_INPUT_BYTES or max_input_bytes=)"
+    )
 
 
-def read_source(source: Source, default_label: str,
-                max_input_bytes: int | None = None) -> tuple[str, str, str | None]:
+def read_source(
+    source: Source, default_label: str, max_input_bytes: int | None = None
+) -> tuple[str, str, str | None]:
     """The text of `source` and how to name it in messages: (text, label, stem).
 
     A Path is always a file. bytes are the file's content. A str names a file when such a
@@ -70,8 +73,9 @@ def read_source(source: Source, default_label: str,
     if isinstance(source, os.PathLike):
         path = Path(source)
     elif isinstance(source, str):
-        if os.path.isfile(source) or (source and not any(c.isspace() for c in source)
-                                      and source.lower().endswith(_FILE_SUFFIXES)):
+        if os.path.isfile(source) or (
+            source and not any(c.isspace() for c in source) and source.lower().endswith(_FILE_SUFFIXES)
+        ):
             path = Path(source)
     if path is not None:
         label, stem = str(path), path.name
@@ -140,8 +144,7 @@ class _Tokens:
         if token is None:
             return FactorGraphError(f"{self.label}: at the end of the file: {reason}")
         line = self.text.count("\n", 0, token.start()) + 1
-        return FactorGraphError(f"{self.label}:{line}: at token {_short(token.group())!r}: "
-                                f"{reason}")
+        return FactorGraphError(f"{self.label}:{line}: at token {_short(token.group())!r}: {reason}")
 
     def next_match(self) -> re.Match | None:
         m = _TOKEN.search(self.text, self.pos)
@@ -183,14 +186,17 @@ class _Tokens:
                 part = np.array(chunk, dtype=np.float64)
             except ValueError:
                 bad = next(k for k, tok in enumerate(chunk) if not is_number(tok))
-                raise self.error_at(self._nth_token(start, bad), f"{what}: entry {done + bad} "
-                                                                 "is not a number") from None
+                raise self.error_at(
+                    self._nth_token(start, bad), f"{what}: entry {done + bad} is not a number"
+                ) from None
             bad_entries = np.flatnonzero(~np.isfinite(part) | (part < 0))
             if bad_entries.size:
                 bad = int(bad_entries[0])
-                raise self.error_at(self._nth_token(start, bad), f"{what}: entry {done + bad} "
-                                                                 "must be a finite non-negative number")
-            values[done:done + len(chunk)] = part
+                raise self.error_at(
+                    self._nth_token(start, bad),
+                    f"{what}: entry {done + bad} must be a finite non-negative number",
+                )
+            values[done : done + len(chunk)] = part
             done += len(chunk)
         return values
 
@@ -226,8 +232,7 @@ def is_number(tok: str) -> bool:
         return False
 
 
-def read_uai(source: Source, *, name: str | None = None,
-             max_input_bytes: int | None = None) -> FactorGraph:
+def read_uai(source: Source, *, name: str | None = None, max_input_bytes: int | None = None) -> FactorGraph:
     """A FactorGraph from a .uai model (MARKOV or BAYES; a path, `.gz` path, or the text).
 
     Variables are named "0", "1", ... in file order; factors keep the file's order.
@@ -245,8 +250,9 @@ def read_uai(source: Source, *, name: str | None = None,
     for f in range(n_factors):
         size = tokens.integer(f"the scope size of factor {f}")
         size_token = tokens.last
-        scope = tuple(tokens.integer(f"a variable index in the scope of factor {f}", high=n_vars)
-                      for _ in range(size))
+        scope = tuple(
+            tokens.integer(f"a variable index in the scope of factor {f}", high=n_vars) for _ in range(size)
+        )
         if len(set(scope)) != len(scope):
             raise tokens.error_at(size_token, f"factor {f} has a variable twice in its scope")
         scopes.append(scope)
@@ -257,8 +263,10 @@ def read_uai(source: Source, *, name: str | None = None,
         expected = math.prod(shape)
         count = tokens.integer(f"the entry count of factor {f}'s table")
         if count != expected:
-            raise tokens.error_at(tokens.last, f"factor {f}'s table has {count} entries, its "
-                                               f"scope's domains {shape} give {expected}")
+            raise tokens.error_at(
+                tokens.last,
+                f"factor {f}'s table has {count} entries, its scope's domains {shape} give {expected}",
+            )
         values = tokens.floats(count, f"factor {f}'s table")
         factors.append((tuple(str(v) for v in scope), values.reshape(shape)))
     extra = tokens.next_match()
@@ -268,8 +276,9 @@ def read_uai(source: Source, *, name: str | None = None,
     return factor_graph({str(v): d for v, d in enumerate(domains)}, factors, name=graph_name)
 
 
-def read_evidence(source: Source, graph: FactorGraph, *,
-                  max_input_bytes: int | None = None) -> dict[str, int]:
+def read_evidence(
+    source: Source, graph: FactorGraph, *, max_input_bytes: int | None = None
+) -> dict[str, int]:
     """Evidence from a UAI .evid file (a path or the text): {variable name: state index}.
 
     Variable index i is the i-th variable of `graph` (its name is str(i) for a graph
@@ -291,13 +300,18 @@ def read_evidence(source: Source, graph: FactorGraph, *,
     if total != 1 + 2 * first:
         samples = _older_layout_samples(text, total)
         if samples is None:
-            raise tokens.error_at(tokens.last, f"the file has {total} numbers, which fits "
-                                  "neither the modern layout `N v1 x1 ... vN xN` (1 + 2N "
-                                  f"numbers; here N = {clip(str(first))}) nor the older "
-                                  "`1 N v1 x1 ... vN xN`")
+            raise tokens.error_at(
+                tokens.last,
+                f"the file has {total} numbers, which fits "
+                "neither the modern layout `N v1 x1 ... vN xN` (1 + 2N "
+                f"numbers; here N = {clip(str(first))}) nor the older "
+                "`1 N v1 x1 ... vN xN`",
+            )
         if samples > 1:
-            raise tokens.error_at(tokens.last, f"{samples} evidence samples (older layout); "
-                                               "only one set of evidence can be read")
+            raise tokens.error_at(
+                tokens.last,
+                f"{samples} evidence samples (older layout); only one set of evidence can be read",
+            )
         if samples == 0:
             return {}
         first = tokens.integer("the number of observed variables")
@@ -307,11 +321,11 @@ def read_evidence(source: Source, graph: FactorGraph, *,
         index_token = tokens.last
         var = names[index]
         size = graph.variables[var]
-        state = tokens.integer(f"the state of variable {index} ({var!r}, domain size {size})",
-                           high=size)
+        state = tokens.integer(f"the state of variable {index} ({var!r}, domain size {size})", high=size)
         if evidence.get(var, state) != state:
-            raise tokens.error_at(index_token, f"variable {index} ({var!r}) is observed twice "
-                                               "with different states")
+            raise tokens.error_at(
+                index_token, f"variable {index} ({var!r}) is observed twice with different states"
+            )
         evidence[var] = state
     return evidence
 
@@ -347,8 +361,9 @@ def format_mar(graph: FactorGraph, marginals: Mapping[str, np.ndarray]) -> str:
             raise FactorGraphError(f"{graph.name}: no marginal for variable {var!r}")
         values = np.asarray(marginals[var], dtype=np.float64).reshape(-1)
         if values.size != size:
-            raise FactorGraphError(f"{graph.name}: the marginal of {var!r} has {values.size} "
-                                   f"values, its domain size is {size}")
+            raise FactorGraphError(
+                f"{graph.name}: the marginal of {var!r} has {values.size} values, its domain size is {size}"
+            )
         parts.append(str(size))
         parts.extend(repr(float(x)) for x in values)
     return "MAR\n" + " ".join(parts) + "\n"
@@ -364,13 +379,14 @@ def read_mar(source: Source, graph: FactorGraph) -> dict[str, np.ndarray]:
     try:
         n, i, out = int(toks[0]), 1, {}
         if n != len(graph.variables):
-            raise FactorGraphError(f"{label}: marginals of {n} variables, the model has "
-                                   f"{len(graph.variables)}")
+            raise FactorGraphError(
+                f"{label}: marginals of {n} variables, the model has {len(graph.variables)}"
+            )
         for var, size in graph.variables.items():
             k = int(toks[i])
             if k != size:
                 raise FactorGraphError(f"{label}: {var!r} has {k} values, its domain size is {size}")
-            out[var] = np.array([float(t) for t in toks[i + 1:i + 1 + k]], dtype=np.float64)
+            out[var] = np.array([float(t) for t in toks[i + 1 : i + 1 + k]], dtype=np.float64)
             if out[var].size != k:
                 raise IndexError
             i += 1 + k
@@ -384,8 +400,12 @@ def read_mar(source: Source, graph: FactorGraph) -> dict[str, np.ndarray]:
 def write_uai(graph: FactorGraph) -> str:
     """`graph` as a MARKOV .uai file; variables are numbered in graph order."""
     index = graph.index()
-    lines = ["MARKOV", str(len(graph.variables)),
-             " ".join(str(d) for d in graph.variables.values()), str(len(graph.factors))]
+    lines = [
+        "MARKOV",
+        str(len(graph.variables)),
+        " ".join(str(d) for d in graph.variables.values()),
+        str(len(graph.factors)),
+    ]
     for f in graph.factors:
         lines.append(" ".join([str(len(f.scope))] + [str(index[v]) for v in f.scope]))
     for f in graph.factors:

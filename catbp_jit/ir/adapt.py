@@ -146,8 +146,18 @@ def adapt_instruction(ins: Any) -> Instruction:
     spec = adapt_spec(getattr(ins, "spec", None))
     args = dict(raw)
 
-    if op in (OpCode.UNIT, OpCode.LOAD_FACTOR, OpCode.LOAD_SELECTOR, OpCode.LOAD_SLOT,
-              OpCode.CONTRACT, OpCode.ELIMINATE) and dst is None:
+    if (
+        op
+        in (
+            OpCode.UNIT,
+            OpCode.LOAD_FACTOR,
+            OpCode.LOAD_SELECTOR,
+            OpCode.LOAD_SLOT,
+            OpCode.CONTRACT,
+            OpCode.ELIMINATE,
+        )
+        and dst is None
+    ):
         raise MissingArgumentError(f"{op.name} needs a destination register (dst)")
 
     if op == OpCode.UNIT:

@@ -62,9 +62,13 @@ def unbatched_spec(spec: TensorSpec, axis: Axis) -> TensorSpec:
     return TensorSpec(spec.axes[:-1]) if is_batched(spec, axis) else spec
 
 
-def batch_programs(programs: list[Program], axis: Axis, batched_factors: AbstractSet[int],
-                   batched_selectors: AbstractSet[int],
-                   outside_slots: Iterable[tuple] = ()) -> tuple[list[Program], set[tuple]]:
+def batch_programs(
+    programs: list[Program],
+    axis: Axis,
+    batched_factors: AbstractSet[int],
+    batched_selectors: AbstractSet[int],
+    outside_slots: Iterable[tuple] = (),
+) -> tuple[list[Program], set[tuple]]:
     """The programs rewritten for the batch axis, and the slots that end up batched.
 
     A slot's spec is fixed at its first write (outside_slots: handed in, unbatched), so a
@@ -86,7 +90,8 @@ def batch_programs(programs: list[Program], axis: Axis, batched_factors: Abstrac
                     raise BatchedCompileError(
                         f"{where}: slot {key!r} would hold a {'' if batched else 'un'}batched "
                         f"value, but its spec was fixed {was}: batch an input it depends on, "
-                        f"or none")
+                        f"or none"
+                    )
                 (slots.add if batched else slots.discard)(key)
             elif ins.op == OpCode.FREE:
                 regs.difference_update(ins.args["srcs"])
@@ -97,8 +102,14 @@ def batch_programs(programs: list[Program], axis: Axis, batched_factors: Abstrac
     return out, slots
 
 
-def _rewrite(ins: Instruction, axis: Axis, regs: set[int], slots: set[tuple],
-             factors: AbstractSet[int], selectors: AbstractSet[int]) -> tuple[Instruction, bool]:
+def _rewrite(
+    ins: Instruction,
+    axis: Axis,
+    regs: set[int],
+    slots: set[tuple],
+    factors: AbstractSet[int],
+    selectors: AbstractSet[int],
+) -> tuple[Instruction, bool]:
     """(the instruction for the batched programs, whether what it defines is batched)."""
     op, args = ins.op, ins.args
     if op == OpCode.LOAD_FACTOR:
@@ -123,6 +134,5 @@ def _rewrite(ins: Instruction, axis: Axis, regs: set[int], slots: set[tuple],
     return ins, False  # UNIT, FREE
 
 
-def batch_input_specs(specs: Mapping[int, TensorSpec], batched: AbstractSet[int],
-                      axis: Axis) -> dict:
+def batch_input_specs(specs: Mapping[int, TensorSpec], batched: AbstractSet[int], axis: Axis) -> dict:
     return {k: batched_spec(v, axis) if k in batched else v for k, v in specs.items()}

@@ -22,8 +22,13 @@ if TYPE_CHECKING:  # for annotations only
 
 
 def is_axis_key(v: Any) -> bool:
-    return (isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], AxisType)
-            and isinstance(v[1], int) and not isinstance(v[1], bool))
+    return (
+        isinstance(v, tuple)
+        and len(v) == 2
+        and isinstance(v[0], AxisType)
+        and isinstance(v[1], int)
+        and not isinstance(v[1], bool)
+    )
 
 
 def _format_key(key) -> str:
@@ -42,8 +47,7 @@ def format_value(v: Any) -> str:
     if isinstance(v, AxisType):
         return v.name
     if isinstance(v, tuple):
-        return f"({format_value(v[0])},)" if len(v) == 1 else \
-            "(" + ", ".join(map(format_value, v)) + ")"
+        return f"({format_value(v[0])},)" if len(v) == 1 else "(" + ", ".join(map(format_value, v)) + ")"
     if isinstance(v, list):
         return "[" + ", ".join(map(format_value, v)) + "]"
     if isinstance(v, dict):
@@ -63,8 +67,7 @@ def format_instruction(ins: Instruction, index: int | None = None) -> str:
     if ins.args:
         parts.append(f"args={format_value(dict(ins.args))}")
     # A canonical CONTRACT has spec == args['out_spec']: print it once, inside args.
-    if ins.spec is not None and not (ins.op == OpCode.CONTRACT
-                                     and ins.spec == ins.args.get("out_spec")):
+    if ins.spec is not None and not (ins.op == OpCode.CONTRACT and ins.spec == ins.args.get("out_spec")):
         parts.append(f"spec={format_value(ins.spec)}")
     return " ".join(parts)
 
@@ -76,8 +79,9 @@ def format_program(program: Program) -> str:
     else:
         bare = re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name)
         header = f"program {name if bare else repr(name)}"
-    return "\n".join([header] + [f"  {format_instruction(ins, i)}"
-                                 for i, ins in enumerate(program.instructions)])
+    return "\n".join(
+        [header] + [f"  {format_instruction(ins, i)}" for i, ins in enumerate(program.instructions)]
+    )
 
 
 def format_programs(programs) -> str:

@@ -38,15 +38,18 @@ def _listing_error(cls: type) -> type:
 # ----------------------------------------------------------------------------- parsing
 
 _KEY_NAME = re.compile(r"([GT])([0-9]+)")
-_NAMES = {"GEOMETRIC": AxisType.GEOMETRIC, "TOPOLOGICAL": AxisType.TOPOLOGICAL,
-          "inf": math.inf, "nan": math.nan}
+_NAMES = {
+    "GEOMETRIC": AxisType.GEOMETRIC,
+    "TOPOLOGICAL": AxisType.TOPOLOGICAL,
+    "inf": math.inf,
+    "nan": math.nan,
+}
 _FIELDS = ("dst", "args", "spec")
 
 
 def _evaluate(node: ast.AST) -> Any:
     """The value of a literal expression; anything else is a ValueError saying what."""
-    if isinstance(node, ast.Constant) and (node.value is None
-                                           or type(node.value) in (bool, int, float, str)):
+    if isinstance(node, ast.Constant) and (node.value is None or type(node.value) in (bool, int, float, str)):
         return node.value
     if isinstance(node, ast.Tuple):
         return tuple(_evaluate(e) for e in node.elts)
@@ -107,8 +110,14 @@ def _tokens(line: str) -> list[tokenize.TokenInfo]:
         toks = list(tokenize.generate_tokens(io.StringIO(line).readline))
     except (tokenize.TokenError, SyntaxError) as e:
         raise ValueError(f"unbalanced brackets or unterminated string ({e.args[0]})") from None
-    skip = (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.ENDMARKER,
-            tokenize.INDENT, tokenize.DEDENT)
+    skip = (
+        tokenize.COMMENT,
+        tokenize.NL,
+        tokenize.NEWLINE,
+        tokenize.ENDMARKER,
+        tokenize.INDENT,
+        tokenize.DEDENT,
+    )
     for t in toks:
         if t.type == tokenize.ERRORTOKEN and not t.string.isspace():
             what = "unterminated string" if t.string[0] in "'\"" else f"unexpected {t.string!r}"
@@ -121,8 +130,7 @@ def _split_fields(line: str, toks) -> dict:
     starts: list[tuple[str, int, int]] = []  # (field, where its name starts, where its value starts)
     depth = 0
     for i, t in enumerate(toks):
-        if depth == 0 and t.type == tokenize.NAME and i + 1 < len(toks) \
-                and toks[i + 1].string == "=":
+        if depth == 0 and t.type == tokenize.NAME and i + 1 < len(toks) and toks[i + 1].string == "=":
             if t.string not in _FIELDS:
                 raise ValueError(f"unknown field {t.string}= (expected dst=, args=, spec=)")
             if any(f == t.string for f, _, _ in starts):
@@ -147,14 +155,20 @@ def _split_fields(line: str, toks) -> dict:
 
 def _parse_instruction(line: str, toks, expected: int) -> tuple[int, str, SimpleNamespace]:
     """`[i] OPNAME fields...` -> (i, OPNAME, raw instruction for adapt_instruction)."""
-    if not (len(toks) >= 4 and toks[0].string == "[" and toks[1].type == tokenize.NUMBER
-            and toks[1].string.isdigit() and toks[2].string == "]"
-            and toks[3].type == tokenize.NAME):
+    if not (
+        len(toks) >= 4
+        and toks[0].string == "["
+        and toks[1].type == tokenize.NUMBER
+        and toks[1].string.isdigit()
+        and toks[2].string == "]"
+        and toks[3].type == tokenize.NAME
+    ):
         raise ValueError("expected `[i] OPNAME dst=.. args=.. spec=..` or `program NAME`")
     index, op = int(toks[1].string), toks[3].string
     if index != expected:
-        raise ValueError(f"index [{index}] where [{expected}] was expected "
-                         "(a line lost, repeated or out of order?)")
+        raise ValueError(
+            f"index [{index}] where [{expected}] was expected (a line lost, repeated or out of order?)"
+        )
     values = {k: _parse_value(v) for k, v in _split_fields(line, toks[4:]).items()}
     args = values.get("args", {})
     if not isinstance(args, dict) or not all(isinstance(k, str) for k in args):
@@ -172,11 +186,11 @@ def _header_name(line: str, toks) -> str | None:
     if len(toks) == 1:
         return None
     if toks[1].type == tokenize.STRING:
-        name = _parse_value(line[toks[1].start[1]:toks[-1].end[1]])
+        name = _parse_value(line[toks[1].start[1] : toks[-1].end[1]])
         if not isinstance(name, str):
             raise ValueError("a quoted program name must be one string")
         return name
-    return line[toks[1].start[1]:toks[-1].end[1]]
+    return line[toks[1].start[1] : toks[-1].end[1]]
 
 
 def _parse(text: str) -> list[tuple[int, Program]]:
@@ -200,8 +214,9 @@ def _parse(text: str) -> list[tuple[int, Program]]:
             instrs.append(adapt_instruction(raw))
         except ProgramValueError as e:  # from adapt_instruction: keep its type, add the place
             cls: type = type(e)  # as `type`: mypy finds type[ProgramValueError] not Hashable
-            raise _listing_error(cls)(f"line {lineno}: {e.reason}", program=name,
-                                      index=index, op=op) from None
+            raise _listing_error(cls)(
+                f"line {lineno}: {e.reason}", program=name, index=index, op=op
+            ) from None
         except (ValueError, TypeError) as e:  # ours, or adapt's on a badly shaped value
             raise ListingError(f"line {lineno}: {e}", program=name, index=index, op=op) from None
     return [(lineno, Program(tuple(instrs), name)) for lineno, name, instrs in found]
@@ -214,7 +229,10 @@ def parse_programs(text: str) -> list[Program]:
 def parse_program(text: str) -> Program:
     found = _parse(text)
     if len(found) != 1:
-        where = f"line {found[1][0]}: a second program starts here" if found else \
-            "line 1: the listing holds no program"
+        where = (
+            f"line {found[1][0]}: a second program starts here"
+            if found
+            else "line 1: the listing holds no program"
+        )
         raise ListingError(f"{where}; expected exactly one program")
     return found[0][1]

@@ -43,8 +43,9 @@ class ValidatedPrograms:
     slot_specs: dict[SlotKey, TensorSpec | None]  # every slot after the last program
 
 
-def check_spec(spec: TensorSpec, *, itemsize: int = 8, max_bytes: int = DEFAULT_MAX_BYTES,
-               what: str = "spec") -> None:
+def check_spec(
+    spec: TensorSpec, *, itemsize: int = 8, max_bytes: int = DEFAULT_MAX_BYTES, what: str = "spec"
+) -> None:
     """Sizes positive, no axis twice, element count within int64 and the byte limit."""
     seen = set()
     count = 1
@@ -67,12 +68,16 @@ def check_alignment(in_spec: TensorSpec, out_spec: TensorSpec) -> None:
     for ax in in_spec.axes:
         if ax.key not in out_pos:
             if ax.size != 1:
-                raise AlignmentError(f"input axis {format_key(ax.key)} (size {ax.size}) is not in "
-                                     f"the output spec {out_spec} and is not a singleton")
+                raise AlignmentError(
+                    f"input axis {format_key(ax.key)} (size {ax.size}) is not in "
+                    f"the output spec {out_spec} and is not a singleton"
+                )
         elif out_spec.axes[out_pos[ax.key]].size != ax.size:
             said = out_spec.axes[out_pos[ax.key]].size
-            raise AlignmentError(f"size mismatch for axis {format_key(ax.key)}: input has "
-                                 f"{ax.size}, output spec {out_spec} says {said}")
+            raise AlignmentError(
+                f"size mismatch for axis {format_key(ax.key)}: input has "
+                f"{ax.size}, output spec {out_spec} says {said}"
+            )
 
 
 def eliminate_spec(in_spec: TensorSpec, ins: Instruction) -> TensorSpec:
@@ -93,25 +98,40 @@ class _Unknown:
 UNKNOWN = _Unknown()
 
 
-def validate_programs(programs: Any, *, factor_specs: Mapping[int, Any] | None = None,
-                      selector_specs: Mapping[int, Any] | None = None,
-                      slot_specs: Mapping[Any, Any] | None = None, itemsize: int = 8,
-                      max_bytes: int = DEFAULT_MAX_BYTES) -> ValidatedPrograms:
+def validate_programs(
+    programs: Any,
+    *,
+    factor_specs: Mapping[int, Any] | None = None,
+    selector_specs: Mapping[int, Any] | None = None,
+    slot_specs: Mapping[Any, Any] | None = None,
+    itemsize: int = 8,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> ValidatedPrograms:
     """Adapt and check a linked list of programs; return them with every value's spec.
 
     factor_specs / selector_specs: when given, every LOAD_* must name a known id. When None,
     loads are accepted and the specs downstream of them are unknown (checked at run time).
     slot_specs: slots that exist before the first program (the `slots=` of run_program).
     """
-    return check_programs(adapt_programs(programs), factor_specs=factor_specs,
-                          selector_specs=selector_specs, slot_specs=slot_specs,
-                          itemsize=itemsize, max_bytes=max_bytes)
+    return check_programs(
+        adapt_programs(programs),
+        factor_specs=factor_specs,
+        selector_specs=selector_specs,
+        slot_specs=slot_specs,
+        itemsize=itemsize,
+        max_bytes=max_bytes,
+    )
 
 
-def check_programs(progs: list[Program], *, factor_specs: Mapping[int, Any] | None = None,
-                   selector_specs: Mapping[int, Any] | None = None,
-                   slot_specs: Mapping[Any, Any] | None = None, itemsize: int = 8,
-                   max_bytes: int = DEFAULT_MAX_BYTES) -> ValidatedPrograms:
+def check_programs(
+    progs: list[Program],
+    *,
+    factor_specs: Mapping[int, Any] | None = None,
+    selector_specs: Mapping[int, Any] | None = None,
+    slot_specs: Mapping[Any, Any] | None = None,
+    itemsize: int = 8,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> ValidatedPrograms:
     """validate_programs for programs adapt_programs made (compile() has adapted them
     already: a second pass over a long program costs seconds)."""
     fspecs = None if factor_specs is None else {int(k): adapt_spec(v) for k, v in factor_specs.items()}
@@ -137,12 +157,12 @@ def check_programs(progs: list[Program], *, factor_specs: Mapping[int, Any] | No
             try:
                 spec = checker.step(index, ins)
             except CatbpError as e:
-                raise type(e)(e.reason, program=prog.name, index=index, op=ins.op.name,
-                              operand=e.operand) from None
+                raise type(e)(
+                    e.reason, program=prog.name, index=index, op=ins.op.name, operand=e.operand
+                ) from None
             specs.append(None if spec is UNKNOWN else spec)
         all_specs.append(specs)
-    return ValidatedPrograms(progs, all_specs,
-                             {k: (None if v is UNKNOWN else v) for k, v in slots.items()})
+    return ValidatedPrograms(progs, all_specs, {k: (None if v is UNKNOWN else v) for k, v in slots.items()})
 
 
 class _ProgramChecker:
@@ -168,7 +188,9 @@ class _ProgramChecker:
         if rid in self.defined_at:
             raise DoubleDefinitionError(
                 f"register r{rid} is defined twice (first at [{self.defined_at[rid]}]); "
-                "registers are single-assignment", operand="dst")
+                "registers are single-assignment",
+                operand="dst",
+            )
         self.defined_at[rid] = index
         self.live[rid] = spec
 
@@ -176,8 +198,9 @@ class _ProgramChecker:
         if table is None:
             return UNKNOWN
         if ident not in table:
-            raise UnknownInputError(f"no {kind} with id {ident} (known: {sorted(table)[:20]})",
-                                    operand=f"{kind}_id")
+            raise UnknownInputError(
+                f"no {kind} with id {ident} (known: {sorted(table)[:20]})", operand=f"{kind}_id"
+            )
         return table[ident]
 
     def step(self, index: int, ins: Instruction):
@@ -200,16 +223,20 @@ class _ProgramChecker:
         if op == OpCode.LOAD_SLOT:
             key = args["slot"]
             if key not in self.slots:
-                raise UnwrittenSlotError(f"slot {key!r} is read before any STORE_SLOT wrote it",
-                                         operand="slot")
+                raise UnwrittenSlotError(
+                    f"slot {key!r} is read before any STORE_SLOT wrote it", operand="slot"
+                )
             self.define(index, dst, self.slots[key])
             return self.slots[key]
         if op == OpCode.STORE_SLOT:
             key, spec = args["slot"], self.read(args["src"], "src")
             old = self.slots.get(key, UNKNOWN)
             if spec is not UNKNOWN and old is not UNKNOWN and old != spec:
-                raise ProgramValueError(f"slot {key!r} was written with spec {old}, now {spec}: "
-                                        "a slot's spec is fixed at its first write", operand="slot")
+                raise ProgramValueError(
+                    f"slot {key!r} was written with spec {old}, now {spec}: "
+                    "a slot's spec is fixed at its first write",
+                    operand="slot",
+                )
             self.slots[key] = spec
             return None
         if op == OpCode.CONTRACT:
@@ -234,10 +261,12 @@ class _ProgramChecker:
         if op == OpCode.FREE:
             for i, rid in enumerate(args["srcs"]):
                 if rid not in self.live:
-                    why = (f"already freed at [{self.freed_at[rid]}]" if rid in self.freed_at
-                           else "never defined")
-                    raise UnknownRegisterFreeError(f"FREE of register r{rid}, {why}",
-                                                   operand=f"srcs[{i}]")
+                    why = (
+                        f"already freed at [{self.freed_at[rid]}]"
+                        if rid in self.freed_at
+                        else "never defined"
+                    )
+                    raise UnknownRegisterFreeError(f"FREE of register r{rid}, {why}", operand=f"srcs[{i}]")
                 del self.live[rid]
                 self.freed_at[rid] = index
             return None

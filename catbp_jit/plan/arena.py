@@ -95,9 +95,13 @@ def first_fit(intervals: list[Interval], sizes: dict[int, int], step: int) -> tu
     return placed, high
 
 
-def plan_memory(fused: Fused, itemsize: int, align_bytes: int = ALIGN_BYTES,
-                persistent: AbstractSet[int] = frozenset(),
-                scratch: Mapping[int, int] | None = None) -> MemoryPlan:
+def plan_memory(
+    fused: Fused,
+    itemsize: int,
+    align_bytes: int = ALIGN_BYTES,
+    persistent: AbstractSet[int] = frozenset(),
+    scratch: Mapping[int, int] | None = None,
+) -> MemoryPlan:
     """persistent: values that keep their own region across runs (plan/static.py).
     scratch: segment index -> elements it needs while it runs (live at that index only)."""
     step = max(1, align_bytes // itemsize)  # elements per alignment unit
@@ -130,7 +134,7 @@ def plan_memory(fused: Fused, itemsize: int, align_bytes: int = ALIGN_BYTES,
         base[cls] = cursor
         cursor += _round_up(used[cls], step)
     regions = {v: Region(classes[v], base[classes[v]] + local[v], sizes[v]) for v in fused.specs}
-    scratch_regions = {i: Region("workspace", base["workspace"] + local[v], sizes[v])
-                       for i, v in scratch_id.items()}
-    return MemoryPlan(itemsize, regions, base, used, max(cursor, step), intervals,
-                      scratch_regions)
+    scratch_regions = {
+        i: Region("workspace", base["workspace"] + local[v], sizes[v]) for i, v in scratch_id.items()
+    }
+    return MemoryPlan(itemsize, regions, base, used, max(cursor, step), intervals, scratch_regions)

@@ -44,6 +44,7 @@ class Segment:
 @dataclass
 class Fused:
     """What the memory planner needs: the segments in order and every value's spec/kind."""
+
     segments: list[Segment]
     specs: dict[int, TensorSpec]  # every materialized value
     kinds: dict[int, str]  # value -> FACTOR | SELECTOR | SLOT_IN | UNIT | "computed"
@@ -81,10 +82,10 @@ def fuse(g: Graph, max_leaves: int = DEFAULT_MAX_LEAVES) -> Fused:
         first = node.inputs[0]
         n_leaves[nid] = (n_leaves[first] if inline.get(first) else 1) + len(node.inputs) - 1
         readers = [g.nodes[u] for u in users[nid]]
-        first_use = all(u.inputs[0] == nid and nid not in u.inputs[1:] and u.op in (CONTRACT, ELIMINATE)
-                        for u in readers)
-        few_readers = len(readers) == 1 or (len(readers) <= MAX_READERS
-                                            and n_leaves[nid] <= MAX_RECOMPUTED)
+        first_use = all(
+            u.inputs[0] == nid and nid not in u.inputs[1:] and u.op in (CONTRACT, ELIMINATE) for u in readers
+        )
+        few_readers = len(readers) == 1 or (len(readers) <= MAX_READERS and n_leaves[nid] <= MAX_RECOMPUTED)
         inline[nid] = nid not in outputs and bool(readers) and first_use and few_readers
 
     def inlined(nid: int) -> bool:
@@ -111,8 +112,13 @@ def fuse(g: Graph, max_leaves: int = DEFAULT_MAX_LEAVES) -> Fused:
         while len(leaves) > max_leaves:
             head = leaves[:max_leaves]
             head_specs = [partial_specs[v] if v in partial_specs else g.nodes[v].spec for v in head]
-            spec = TensorSpec(tuple(ax for ax in space if any(
-                s.has_key(ax.key) and s.get_axis(ax.key).size == ax.size for s in head_specs)))
+            spec = TensorSpec(
+                tuple(
+                    ax
+                    for ax in space
+                    if any(s.has_key(ax.key) and s.get_axis(ax.key).size == ax.size for s in head_specs)
+                )
+            )
             partial_specs[next_id] = spec
             by_out[next_id] = len(segments)
             segments.append(Segment(next_id, spec, (), head, False, False, nodes))
@@ -143,8 +149,9 @@ def fuse(g: Graph, max_leaves: int = DEFAULT_MAX_LEAVES) -> Fused:
                 # of the list would make fusion quadratic in the program's length)
                 at = by_out.pop(src)
                 old = segments[at]
-                segments[at] = Segment(nid, old.out_spec, old.red_axes, old.leaves, old.reduce,
-                                       True, old.nodes + (nid,))
+                segments[at] = Segment(
+                    nid, old.out_spec, old.red_axes, old.leaves, old.reduce, True, old.nodes + (nid,)
+                )
                 by_out[nid] = at
                 continue
             seg = Segment(nid, node.spec, (), (base_of(g, src),), False, True, (nid,))
@@ -196,7 +203,8 @@ def fuse(g: Graph, max_leaves: int = DEFAULT_MAX_LEAVES) -> Fused:
 
 def _same_order(a: TensorSpec, b: TensorSpec) -> bool:
     """Same elements at the same flat positions: equal non-singleton axes, in order."""
+
     def big(spec):
         return [(ax.key, ax.size) for ax in spec.axes if ax.size > 1]
-    return big(a) == big(b)
 
+    return big(a) == big(b)

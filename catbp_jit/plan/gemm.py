@@ -61,19 +61,28 @@ class GemmShape:
         return self.m * self.k + self.k * self.n + self.m + self.n
 
 
-def gemm_shape(seg: Segment, fused: Fused, layouts: dict[int, TensorSpec], dtype: str,
-               options: PlanOptions) -> GemmShape | None:
+def gemm_shape(
+    seg: Segment, fused: Fused, layouts: dict[int, TensorSpec], dtype: str, options: PlanOptions
+) -> GemmShape | None:
     """The matrix product that computes `seg`, or None when it is not one."""
-    if (options.exact or not options.gemm or fused.semiring not in GEMM_SEMIRINGS
-            or dtype not in GEMM_DTYPES or len(seg.leaves) != 2):
+    if (
+        options.exact
+        or not options.gemm
+        or fused.semiring not in GEMM_SEMIRINGS
+        or dtype not in GEMM_DTYPES
+        or len(seg.leaves) != 2
+    ):
         return None
     out_l, a_l, b_l = (layouts[v] for v in (seg.out,) + seg.leaves)
+
     def big(spec):
         return {ax.key: ax.size for ax in spec.axes if ax.size > 1}
+
     out, a, b = big(out_l), big(a_l), big(b_l)
     red = {ax.key for ax in seg.red_axes if ax.size > 1}
-    if not red or any(ax.size != a.get(ax.key, ax.size) or ax.size != b.get(ax.key, ax.size)
-                      for ax in seg.red_axes):
+    if not red or any(
+        ax.size != a.get(ax.key, ax.size) or ax.size != b.get(ax.key, ax.size) for ax in seg.red_axes
+    ):
         return None
     ks = [x for x in a if x in red]  # in a's memory order
     if set(ks) != red or not red <= set(b) or set(a) - set(out) - red or set(b) - set(out) - red:
@@ -84,16 +93,16 @@ def gemm_shape(seg: Segment, fused: Fused, layouts: dict[int, TensorSpec], dtype
     shared = [x for x in order if x in a and x in b]
     rows = [x for x in order if x in a and x not in b]
     cols = [x for x in order if x in b and x not in a]
-    if order[len(shared):] not in (rows + cols, cols + rows):
+    if order[len(shared) :] not in (rows + cols, cols + rows):
         return None
     if rows and cols and order[len(shared)] == cols[0]:  # out is [j][i]: out^T = b^T a^T
-        return _shape(seg.leaves[1], seg.leaves[0], cols, rows, ks, shared, out_l, b_l, a_l,
-                      dtype)
+        return _shape(seg.leaves[1], seg.leaves[0], cols, rows, ks, shared, out_l, b_l, a_l, dtype)
     return _shape(seg.leaves[0], seg.leaves[1], rows, cols, ks, shared, out_l, a_l, b_l, dtype)
 
 
-def _shape(a: int, b: int, rows, cols, ks, shared, out_l: TensorSpec, a_l: TensorSpec,
-           b_l: TensorSpec, dtype: str) -> GemmShape | None:
+def _shape(
+    a: int, b: int, rows, cols, ks, shared, out_l: TensorSpec, a_l: TensorSpec, b_l: TensorSpec, dtype: str
+) -> GemmShape | None:
     so, sa, sb = (c_strides(spec) for spec in (out_l, a_l, b_l))
     size = {ax.key: ax.size for spec in (out_l, a_l, b_l) for ax in spec.axes}
     m, n, k = (_count(g, size) for g in (rows, cols, ks))
@@ -141,8 +150,9 @@ def _count(keys, size) -> int:
     return n
 
 
-def gemm_workspace(fused: Fused, layouts: dict[int, TensorSpec], dtype: str,
-                   options: PlanOptions) -> dict[int, int]:
+def gemm_workspace(
+    fused: Fused, layouts: dict[int, TensorSpec], dtype: str, options: PlanOptions
+) -> dict[int, int]:
     """Segment index -> elements of workspace its LOGPROB GEMM needs while it runs."""
     if fused.semiring != "LOGPROB":
         return {}
@@ -154,9 +164,16 @@ def gemm_workspace(fused: Fused, layouts: dict[int, TensorSpec], dtype: str,
     return need
 
 
-def gemm_step(index: int, seg: Segment, fused: Fused, memory: MemoryPlan, dtype: str,
-              layouts: dict[int, TensorSpec], batch_key: tuple | None,
-              options: PlanOptions):
+def gemm_step(
+    index: int,
+    seg: Segment,
+    fused: Fused,
+    memory: MemoryPlan,
+    dtype: str,
+    layouts: dict[int, TensorSpec],
+    batch_key: tuple | None,
+    options: PlanOptions,
+):
     """The GEMM Step of segment `index`, or None (then it is lowered to a loop kernel)."""
 
     shape = gemm_shape(seg, fused, layouts, dtype, options)
@@ -165,10 +182,18 @@ def gemm_step(index: int, seg: Segment, fused: Fused, memory: MemoryPlan, dtype:
     region = memory.regions
     work = memory.scratch[index].offset if index in memory.scratch else -1
     params = abi.GemmParams(
-        out=region[seg.out].offset, a=region[shape.a].offset, a_t=shape.a_t,
-        b=region[shape.b].offset, b_t=shape.b_t, m=shape.m, n=shape.n, k=shape.k,
-        batch=shape.batch, groups=normalize_groups(seg, layouts[seg.out], batch_key),
-        work=work)
+        out=region[seg.out].offset,
+        a=region[shape.a].offset,
+        a_t=shape.a_t,
+        b=region[shape.b].offset,
+        b_t=shape.b_t,
+        m=shape.m,
+        n=shape.n,
+        k=shape.k,
+        batch=shape.batch,
+        groups=normalize_groups(seg, layouts[seg.out], batch_key),
+        work=work,
+    )
     n_batch = _count([size for size, *_ in shape.batch], {n: n for n, *_ in shape.batch})
     pattern = KernelPattern(fused.semiring, dtype, True, seg.normalize, False, template="gemm")
     return Step(seg, pattern, params, n_batch * shape.m * shape.n * shape.k * 2)

@@ -51,8 +51,9 @@ class Graph:
         return count
 
 
-def build_graph(checked: ValidatedPrograms, semiring: str,
-                slot_specs: Mapping[SlotKey, TensorSpec] | None = None) -> Graph:
+def build_graph(
+    checked: ValidatedPrograms, semiring: str, slot_specs: Mapping[SlotKey, TensorSpec] | None = None
+) -> Graph:
     """The SSA graph of validated programs (specs must all be known: compile needs them)."""
     nodes: dict[int, Node] = {}
     loaded: dict[tuple[str, Any], int] = {}  # one input node per factor/selector/slot id
@@ -79,10 +80,15 @@ def build_graph(checked: ValidatedPrograms, semiring: str,
             spec = specs[index]
             op, a = ins.op, ins.args
             dst = cast(int, ins.dst)  # (adapt_instruction gave each op that defines one a dst)
-            if op in (OpCode.UNIT, OpCode.LOAD_FACTOR, OpCode.LOAD_SELECTOR, OpCode.CONTRACT,
-                      OpCode.ELIMINATE) and spec is None:
-                raise ValueError(f"program {prog.name!r}, instruction [{index}]: spec unknown; "
-                                 "compiling needs the factor, selector and slot specs")
+            if (
+                op
+                in (OpCode.UNIT, OpCode.LOAD_FACTOR, OpCode.LOAD_SELECTOR, OpCode.CONTRACT, OpCode.ELIMINATE)
+                and spec is None
+            ):
+                raise ValueError(
+                    f"program {prog.name!r}, instruction [{index}]: spec unknown; "
+                    "compiling needs the factor, selector and slot specs"
+                )
             if op == OpCode.UNIT:
                 regs[dst] = add(UNIT, spec, origin=where)
             elif op == OpCode.LOAD_FACTOR:

@@ -49,9 +49,9 @@ def hoist_prefixes(fused: Fused) -> Fused:
             if j is None:
                 done.append(s)
                 continue
-            prefix = Segment(next_id, TensorSpec(space), (), s.leaves[:j + 1], False, False, s.nodes)
+            prefix = Segment(next_id, TensorSpec(space), (), s.leaves[: j + 1], False, False, s.nodes)
             specs[next_id], kinds[next_id] = prefix.out_spec, "computed"
-            pending += [replace(s, leaves=(next_id,) + s.leaves[j + 1:]), prefix]
+            pending += [replace(s, leaves=(next_id,) + s.leaves[j + 1 :]), prefix]
             next_id += 1
         segments += done  # prefixes first (popped first): each before the segment reading it
     return replace(fused, segments=segments, specs=specs, kinds=kinds)
@@ -66,8 +66,11 @@ def best_prefix(seg: Segment, specs) -> tuple[int | None, tuple[Axis, ...]]:
     held: set = set()
     for j, leaf in enumerate(seg.leaves[:-1]):
         spec = specs[leaf]
-        held |= {ax.key for ax in loop if ax.size > 1 and spec.has_key(ax.key)
-                 and spec.get_axis(ax.key).size == ax.size}
+        held |= {
+            ax.key
+            for ax in loop
+            if ax.size > 1 and spec.has_key(ax.key) and spec.get_axis(ax.key).size == ax.size
+        }
         if j == 0:
             continue  # one leaf alone is already one load
         space = tuple(ax for ax in loop if ax.key in held)

@@ -60,6 +60,7 @@ class LoopNest:
     """A segment's loop space as a kernel walks it: axes in loop order (output axes, then
     reduced ones), each operand's strides (the output first), and the vector: the nb axes
     ending at `end` (the last axis, or with ACROSS_OUTPUTS the last output axis)."""
+
     sizes: list[int]
     groups: list[int]  # 0: output axis, 1: reduced axis
     operands: list[list[int]]
@@ -75,15 +76,23 @@ class LoopNest:
         return self.out_rank if self.across == ACROSS_OUTPUTS else len(self.sizes)
 
     def vector_sizes(self) -> list[int]:
-        return self.sizes[self.end - self.nb:self.end]
+        return self.sizes[self.end - self.nb : self.end]
 
     def access(self, i: int) -> abi.Access:
         """Operand i's access along the vector (0: the output)."""
-        return access_of(self.vector_sizes(), self.operands[i][self.end - self.nb:self.end])
+        return access_of(self.vector_sizes(), self.operands[i][self.end - self.nb : self.end])
 
 
-def loop_nest(sizes: list[int], groups: list[int], operands: list[list[int]], reduce: bool,
-              main: int, limit: int, parallel: bool, across: str | None = None) -> LoopNest:
+def loop_nest(
+    sizes: list[int],
+    groups: list[int],
+    operands: list[list[int]],
+    reduce: bool,
+    main: int,
+    limit: int,
+    parallel: bool,
+    across: str | None = None,
+) -> LoopNest:
     """The loop nest of a segment in canonical form (plan/schedule.canonical_loops). main:
     the operand whose memory order fixes the order of the reduced axes; limit: most
     elements a vector with a GATHERED access may have; parallel: the step will run on all
@@ -98,13 +107,13 @@ def loop_nest(sizes: list[int], groups: list[int], operands: list[list[int]], re
         sizes, groups, operands = _pad(sizes, groups, operands, 0)
         return _filled(sizes, groups, operands, 0, len(sizes), limit, parallel, ACROSS_OUTPUTS)
     # reduced axes in main's memory order (largest stride first), the output's likewise
-    order = sorted(range(out_rank), key=lambda d: -operands[main][d]) + \
-        sorted(range(out_rank, len(sizes)), key=lambda d: -operands[main][d])
+    order = sorted(range(out_rank), key=lambda d: -operands[main][d]) + sorted(
+        range(out_rank, len(sizes)), key=lambda d: -operands[main][d]
+    )
     sizes, groups, operands = canonical_loops(*_permute(order, sizes, groups, operands))
     out_rank = groups.count(0)
     sizes, groups, operands = _pad(sizes, groups, operands, 1)
-    across_reduced = _filled(sizes, groups, operands, out_rank, len(sizes), limit, False,
-                             ACROSS_REDUCED)
+    across_reduced = _filled(sizes, groups, operands, out_rank, len(sizes), limit, False, ACROSS_REDUCED)
     if out_rank == 0 or across == ACROSS_REDUCED or (across is None and prod(sizes) < SMALL_REDUCTION):
         return across_reduced
     head = vector_order(sizes[:out_rank], [op[:out_rank] for op in operands], limit)
@@ -120,7 +129,7 @@ def loop_nest(sizes: list[int], groups: list[int], operands: list[list[int]], re
 
 def nest_cost(nest: LoopNest) -> float:
     """Cost per term of a reducing nest (for choosing between its two vectors)."""
-    columns = [op[nest.end - nest.nb:nest.end] for op in nest.operands]
+    columns = [op[nest.end - nest.nb : nest.end] for op in nest.operands]
     columns[0] = [0] * nest.nb  # the output is written once per sum, not per term:
     store = STORE_COST[nest.access(0).kind] if nest.across == ACROSS_OUTPUTS else 0.0
     terms = prod(n for n, g in zip(nest.sizes, nest.groups) if g == 1)
@@ -135,12 +144,16 @@ def _pad(sizes, groups, operands, group):
 
 
 def _permute(order, sizes, groups, operands):
-    return ([sizes[d] for d in order], [groups[d] for d in order],
-            [[op[d] for d in order] for op in operands])
+    return (
+        [sizes[d] for d in order],
+        [groups[d] for d in order],
+        [[op[d] for d in order] for op in operands],
+    )
 
 
-def _filled(sizes, groups, operands, first: int, end: int, limit: int, parallel: bool,
-            across: str) -> LoopNest:
+def _filled(
+    sizes, groups, operands, first: int, end: int, limit: int, parallel: bool, across: str
+) -> LoopNest:
     """The vector over axes first..end-1 (innermost first), after splitting the first
     axis that does not fit whole, so that it can fill up to `limit` elements."""
     if parallel:  # rows outside the vector for the threads to share
@@ -153,10 +166,10 @@ def _filled(sizes, groups, operands, first: int, end: int, limit: int, parallel:
     if d >= first:
         b = max((b for b in range(2, limit // V + 1) if sizes[d] % b == 0), default=1)
         if b > 1 and (d < end - 1 or b >= 16):
-            sizes[d:d + 1] = [sizes[d] // b, b]
+            sizes[d : d + 1] = [sizes[d] // b, b]
             groups.insert(d, groups[d])
             for op in operands:
-                op[d:d + 1] = [op[d] * b, op[d]]
+                op[d : d + 1] = [op[d] * b, op[d]]
             end += 1
     nb = vector_axes(sizes, first, end, operands, limit)
     return LoopNest(sizes, groups, operands, nb, across)
@@ -210,17 +223,20 @@ def access_of(sizes: Sequence[int], strides: Sequence[int]) -> abi.Access:
     return abi.Access(kind, 0, tuple(offsets))
 
 
-def vector_axes(sizes: Sequence[int], first: int, end: int, operands: Sequence[Sequence[int]],
-                limit: int) -> int:
+def vector_axes(
+    sizes: Sequence[int], first: int, end: int, operands: Sequence[Sequence[int]], limit: int
+) -> int:
     """How many axes ending at `end` (none before `first`) form the vector: outward while
     they fit in `limit` elements (a GATHERED access needs a table of V entries) and make
     it cheaper per element. One axis always does, however long: along one axis every
     access is an affine one, and the kernel walks a long vector in pieces.
     operands: the output's strides, then the leaves'."""
+
     def column(start):
         return [op[start:end] for op in operands]
+
     nb, V = 1, sizes[end - 1]
-    cost = vector_cost(sizes[end - 1:end], column(end - 1))
+    cost = vector_cost(sizes[end - 1 : end], column(end - 1))
     for d in range(end - 2, first - 1, -1):
         if V * sizes[d] > limit:
             break
@@ -231,8 +247,7 @@ def vector_axes(sizes: Sequence[int], first: int, end: int, operands: Sequence[S
     return nb
 
 
-def vector_cost(sizes: Sequence[int], operands: Sequence[Sequence[int]],
-                overhead: bool = True) -> float:
+def vector_cost(sizes: Sequence[int], operands: Sequence[Sequence[int]], overhead: bool = True) -> float:
     """Cost per element of a vector over axes of these sizes; operands[0] is the output,
     its strides over the vector axes, then the leaves'. overhead: count the per-vector
     cost too (spread over V)."""
@@ -248,8 +263,10 @@ def vector_order(sizes: Sequence[int], operands: Sequence[Sequence[int]], limit:
     counted), and the other axes
     outside it in the output's memory order, so that consecutive vectors write nearby."""
     rank = len(sizes)
+
     def column(axes):
         return [[op[d] for d in axes] for op in operands]
+
     by_output = sorted(range(rank), key=lambda d: (-operands[0][d], d))
     # the innermost axis by its cost per element alone: with the overhead, a long axis
     # would win however it is walked (a short one pays the overhead until others join it)

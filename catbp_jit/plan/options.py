@@ -57,21 +57,22 @@ class PlanOptions:
 
     def __post_init__(self):
         if self.across not in (None, "reduced", "outputs"):
-            raise ValueError(f"PlanOptions: across must be None, 'reduced' or 'outputs', "
-                             f"not {self.across!r}")
+            raise ValueError(f"PlanOptions: across must be None, 'reduced' or 'outputs', not {self.across!r}")
         if not (isinstance(self.max_leaves, int) and 2 <= self.max_leaves <= MAX_LEAVES):
-            raise ValueError(f"PlanOptions: max_leaves must be an int in 2..{MAX_LEAVES}, "
-                             f"not {self.max_leaves!r}")
+            raise ValueError(
+                f"PlanOptions: max_leaves must be an int in 2..{MAX_LEAVES}, not {self.max_leaves!r}"
+            )
         if not (isinstance(self.block, int) and 1 <= self.block <= BUFFER_LIMIT):
-            raise ValueError(f"PlanOptions: block must be an int in 1..{BUFFER_LIMIT}, "
-                             f"not {self.block!r}")
+            raise ValueError(f"PlanOptions: block must be an int in 1..{BUFFER_LIMIT}, not {self.block!r}")
 
     @classmethod
     def for_target(cls, target: str, **fields) -> PlanOptions:
         # A GPU thread sums one output element: the CPU's vector across outputs buys it
         # nothing, and one vector for every reduction keeps its kernels half as many.
-        defaults: dict[str, Any] = {"align_bytes": ALIGNMENT.get(target, ALIGN_BYTES),
-                                    "gemm": target == "cpu"}
+        defaults: dict[str, Any] = {
+            "align_bytes": ALIGNMENT.get(target, ALIGN_BYTES),
+            "gemm": target == "cpu",
+        }
         if target == "cuda":
             defaults["across"] = "reduced"
         return cls(**dict(defaults, **fields))

@@ -18,8 +18,9 @@ def _rebuild(g: Graph, keep, remap: dict[int, int]) -> Graph:
     nodes = {}
     for nid, node in g.nodes.items():
         if nid in keep:
-            nodes[nid] = Node(nid, node.op, node.spec, tuple(remap.get(i, i) for i in node.inputs),
-                              node.attr, node.origin)
+            nodes[nid] = Node(
+                nid, node.op, node.spec, tuple(remap.get(i, i) for i in node.inputs), node.attr, node.origin
+            )
     outputs = {k: remap.get(v, v) for k, v in g.outputs.items()}
     return replace(g, nodes=nodes, outputs=outputs)
 
@@ -97,8 +98,10 @@ def drop_unit_factors(g: Graph) -> Graph:
 
 def _same_elements(a, b) -> bool:
     """Do two specs hold the same elements in another order (up to singleton axes)?"""
+
     def big(spec):
         return sorted((ax.kind.value, ax.id, ax.size) for ax in spec.axes if ax.size > 1)
+
     return big(a) == big(b)
 
 
@@ -133,8 +136,10 @@ def fold_views(g: Graph) -> Graph:
         remap[src] = nid
     # the folded producer moved to the view's place in the order: still topological,
     # since the view came after everything the producer reads.
-    ordered = {nid: Node(nid, n.op, n.spec, tuple(remap.get(i, i) for i in n.inputs), n.attr, n.origin)
-               for nid, n in sorted(nodes.items())}
+    ordered = {
+        nid: Node(nid, n.op, n.spec, tuple(remap.get(i, i) for i in n.inputs), n.attr, n.origin)
+        for nid, n in sorted(nodes.items())
+    }
     outs = {k: remap.get(v, v) for k, v in g.outputs.items()}
     return replace(g, nodes=ordered, outputs=outs)
 

@@ -41,6 +41,7 @@ INPUT_KINDS = {FACTOR: FACTOR_INPUT, SELECTOR: SELECTOR_INPUT, SLOT_IN: SLOT_INP
 @dataclass(frozen=True)
 class Binding:
     """Where one input, constant or result lives in the session's buffer."""
+
     kind: str  # factor, selector, slot (handed in), constant, result
     ident: Any  # factor or selector id, slot key; None for a constant
     offset: int  # in elements from the start of the buffer
@@ -72,11 +73,19 @@ class Plan:
     def bound(self, kind: str) -> list[Binding]:
         return [b for b in self.bindings if b.kind == kind]
 
+
 @gc_paused()
-def plan(progs: list[Program], sr: VMSemiringRuntime, fspecs: dict[int, TensorSpec],
-         sspecs: dict[int, TensorSpec], lspecs: dict[tuple, TensorSpec],
-         options: PlanOptions = PlanOptions(), batch_key: tuple | None = None,
-         static: StaticInputs = StaticInputs(), progress: Progress | None = None) -> Plan:
+def plan(
+    progs: list[Program],
+    sr: VMSemiringRuntime,
+    fspecs: dict[int, TensorSpec],
+    sspecs: dict[int, TensorSpec],
+    lspecs: dict[tuple, TensorSpec],
+    options: PlanOptions = PlanOptions(),
+    batch_key: tuple | None = None,
+    static: StaticInputs = StaticInputs(),
+    progress: Progress | None = None,
+) -> Plan:
     """The plan of adapted programs. batch_key: the batch axis of programs rewritten by
     ir/batch.py (their NORMALIZEs work per row), else None. static: the inputs whose
     segments run only when they change (plan/static.py). A plan whose arenas exceed
@@ -85,9 +94,14 @@ def plan(progs: list[Program], sr: VMSemiringRuntime, fspecs: dict[int, TensorSp
     say = progress or silent
     check_static_ids(static, fspecs.keys(), sspecs.keys(), program_names(progs))
     say(f"planning: checking {sum(len(p) for p in progs):,} instructions")
-    checked = check_programs(progs, factor_specs=fspecs, selector_specs=sspecs,
-                             slot_specs=lspecs, itemsize=sr.dtype.itemsize,
-                             max_bytes=options.max_bytes)
+    checked = check_programs(
+        progs,
+        factor_specs=fspecs,
+        selector_specs=sspecs,
+        slot_specs=lspecs,
+        itemsize=sr.dtype.itemsize,
+        max_bytes=options.max_bytes,
+    )
     say("planning: the graph and its passes")
     graph = optimize(build_graph(checked, sr.name, lspecs))
     say(f"planning: fusing {len(graph.nodes):,} nodes")
@@ -100,14 +114,32 @@ def plan(progs: list[Program], sr: VMSemiringRuntime, fspecs: dict[int, TensorSp
     say(f"planning: memory and layouts of {len(fused.segments):,} segments")
     layouts = choose_layouts(fused, batch_key)
     fused, n_static = static_first(fused, static)
-    memory = plan_memory(fused, sr.dtype.itemsize, options.align_bytes,
-                         persistent_values(fused, n_static),
-                         gemm_workspace(fused, layouts, sr.dtype.name, options))
+    memory = plan_memory(
+        fused,
+        sr.dtype.itemsize,
+        options.align_bytes,
+        persistent_values(fused, n_static),
+        gemm_workspace(fused, layouts, sr.dtype.name, options),
+    )
     check_plan_fits(progs, memory, options.max_total_bytes)
     say(f"planning: lowering {len(fused.segments):,} segments")
     schedule = build_schedule(fused, memory, sr.dtype.name, layouts, batch_key, options, progress)
-    return Plan(progs, sr, fspecs, sspecs, lspecs, options, batch_key, graph, fused, memory,
-                schedule, binding_table(fused, memory), static, n_static)
+    return Plan(
+        progs,
+        sr,
+        fspecs,
+        sspecs,
+        lspecs,
+        options,
+        batch_key,
+        graph,
+        fused,
+        memory,
+        schedule,
+        binding_table(fused, memory),
+        static,
+        n_static,
+    )
 
 
 def program_names(programs: list[Program]) -> str:
@@ -124,13 +156,11 @@ def binding_table(fused: Fused, memory: MemoryPlan) -> list[Binding]:
             table.append(Binding(INPUT_KINDS[kind], ident, r.offset, r.size, fused.specs[v]))
     for key, v in fused.outputs.items():
         r = memory.regions[v]
-        table.append(Binding(RESULT, key, r.offset, r.size,
-                             fused.output_specs.get(key, fused.specs[v])))
+        table.append(Binding(RESULT, key, r.offset, r.size, fused.output_specs.get(key, fused.specs[v])))
     return table
 
 
-def check_plan_fits(programs: list[Program], memory: MemoryPlan,
-                    max_total_bytes: int | None = None) -> None:
+def check_plan_fits(programs: list[Program], memory: MemoryPlan, max_total_bytes: int | None = None) -> None:
     """Refuse a plan whose arenas cannot all be allocated, before seconds of compiling
     end in numpy's "Unable to allocate" at bind()."""
     limit = memory_limit(max_total_bytes)
@@ -142,4 +172,5 @@ def check_plan_fits(programs: list[Program], memory: MemoryPlan,
         f"programs [{names}]: the memory plan needs {format_bytes(memory.total_bytes)} "
         f"({memory.total_bytes} bytes; arenas: {arenas}), over the limit of "
         f"{format_bytes(limit)} ({limit} bytes); nothing was compiled or allocated "
-        f"(compile(max_total_bytes=...) or CATBP_JIT_MAX_BYTES sets the limit)")
+        f"(compile(max_total_bytes=...) or CATBP_JIT_MAX_BYTES sets the limit)"
+    )

@@ -63,8 +63,9 @@ def reassociate(fused: Fused, batch_key: tuple | None = None) -> Fused:
     workspace = {v for v, kind in fused.kinds.items() if kind == "computed" and v not in outputs}
     free = {v for v in workspace if readers[v] == 1}
     for seg in fused.segments:
-        steps = contraction_steps(seg, fused.specs, batch_key, next_id,
-                                  EXP_COST.get(fused.semiring, 0), free, workspace - free)
+        steps = contraction_steps(
+            seg, fused.specs, batch_key, next_id, EXP_COST.get(fused.semiring, 0), free, workspace - free
+        )
         if steps is None:
             segments.append(seg)
             continue
@@ -83,16 +84,23 @@ def reassociate(fused: Fused, batch_key: tuple | None = None) -> Fused:
     return replace(fused, segments=segments, specs=specs, kinds=kinds)
 
 
-def contraction_steps(seg: Segment, specs: dict[int, TensorSpec], batch_key: tuple | None,
-                      first_id: int, exp_cost: int = 0, free: AbstractSet[int] = frozenset(),
-                      unknown: AbstractSet[int] = frozenset()) -> list[Segment] | None:
+def contraction_steps(
+    seg: Segment,
+    specs: dict[int, TensorSpec],
+    batch_key: tuple | None,
+    first_id: int,
+    exp_cost: int = 0,
+    free: AbstractSet[int] = frozenset(),
+    unknown: AbstractSet[int] = frozenset(),
+) -> list[Segment] | None:
     """The pairwise segments computing `seg` (intermediates numbered from first_id), or
     None when the fused segment is as cheap."""
     space = [ax for ax in tuple(seg.out_spec.axes) + tuple(seg.red_axes) if ax.size > 1]
     axis = {ax.key: ax for ax in space}
-    operands = [Operand(leaf, frozenset(ax.key for ax in specs[leaf].axes
-                                        if ax.size > 1 and ax.key in axis))
-                for leaf in seg.leaves]
+    operands = [
+        Operand(leaf, frozenset(ax.key for ax in specs[leaf].axes if ax.size > 1 and ax.key in axis))
+        for leaf in seg.leaves
+    ]
     if len(operands) < 2:
         return None
     # axes no leaf has (the product is broadcast over them: an output axis, or a reduced
@@ -107,9 +115,11 @@ def contraction_steps(seg: Segment, specs: dict[int, TensorSpec], batch_key: tup
     # each sum gathers its terms from far apart, twice for LOGPROB: seen 3-4x slower than
     # carrying them into the first product); `free` values get such a layout, the
     # layout of `unknown` ones is not known yet.
-    inner = [op.value in free or (op.value not in unknown and
-                                  _innermost(specs[op.value], i, out_keys, operands, batch_key))
-             for i, op in enumerate(operands)]
+    inner = [
+        op.value in free
+        or (op.value not in unknown and _innermost(specs[op.value], i, out_keys, operands, batch_key))
+        for i, op in enumerate(operands)
+    ]
     plan = pairwise_plan([op.keys for op in operands], out_keys, size, inner)
     last = replace(plan[-1], used=plan[-1].used | broadcast, kept=out_axes)
     fused_work = loop_work(order, out_axes, len(operands), size, exp_cost)
@@ -127,8 +137,17 @@ def contraction_steps(seg: Segment, specs: dict[int, TensorSpec], batch_key: tup
         leaves = tuple(op.value for op in ins)
         if n == len(plan) - 1:  # the segment's own output, spec and NORMALIZE
             size1 = tuple(ax for ax in seg.red_axes if ax.size == 1)
-            steps.append(Segment(seg.out, seg.out_spec, red + size1, leaves,
-                                 seg.reduce or bool(red), seg.normalize, seg.nodes))
+            steps.append(
+                Segment(
+                    seg.out,
+                    seg.out_spec,
+                    red + size1,
+                    leaves,
+                    seg.reduce or bool(red),
+                    seg.normalize,
+                    seg.nodes,
+                )
+            )
             continue
         keys = [k for k in order if k in kept and k != batch_key]
         keys += [batch_key] if batch_key in kept else []  # innermost, as ir/batch.py has it
@@ -146,20 +165,28 @@ class PairStep:
     kept: frozenset[tuple]  # its output: the axes a later operand or the output needs
 
 
-def _innermost(spec: TensorSpec, i: int, out_keys: frozenset[tuple],
-               operands: Sequence[Operand], batch_key: tuple | None = None) -> bool:
+def _innermost(
+    spec: TensorSpec,
+    i: int,
+    out_keys: frozenset[tuple],
+    operands: Sequence[Operand],
+    batch_key: tuple | None = None,
+) -> bool:
     """Whether the axes only operand i has are its last stored axes, the batch axis aside:
     it is stored last in every batched value (ir/batch.py), and counting it would make a
     batched bucket regroup otherwise than the unbatched program (other rounding)."""
     keys = operands[i].keys
     own = keys - out_keys.union(*(op.keys for j, op in enumerate(operands) if j != i))
     stored = [ax.key for ax in spec.axes if ax.key in keys and ax.key != batch_key]
-    return set(stored[len(stored) - len(own):]) == own
+    return set(stored[len(stored) - len(own) :]) == own
 
 
-def pairwise_plan(operands: Sequence[frozenset[tuple]], out_keys: frozenset[tuple],
-                  size: dict[tuple, int],
-                  alone: Sequence[bool] | None = None) -> list[PairStep]:
+def pairwise_plan(
+    operands: Sequence[frozenset[tuple]],
+    out_keys: frozenset[tuple],
+    size: dict[tuple, int],
+    alone: Sequence[bool] | None = None,
+) -> list[PairStep]:
     """The steps combining operands (their keys) into the output, as opt_einsum's paths
     read: each step removes the operands it picks and appends its result. First, each
     operand's axes nobody else uses are summed out on their own (cheaper than carrying
@@ -171,13 +198,16 @@ def pairwise_plan(operands: Sequence[frozenset[tuple]], out_keys: frozenset[tupl
         if keys - others and (alone is None or alone[i]):
             at = pending.index(keys)
             steps.append(PairStep((at,), keys, keys & others))
-            pending = pending[:at] + pending[at + 1:] + [keys & others]
+            pending = pending[:at] + pending[at + 1 :] + [keys & others]
     symbol = {k: opt_einsum.get_symbol(i) for i, k in enumerate(size)}
     inputs = [frozenset(symbol[k] for k in keys) for keys in pending]
     output = frozenset(symbol[k] for k in out_keys)
     sizes = {symbol[k]: n for k, n in size.items()}
-    finder = (opt_einsum.paths.optimal if len(inputs) <= OPTIMAL_MAX_LEAVES
-              else opt_einsum.paths.dynamic_programming)
+    finder = (
+        opt_einsum.paths.optimal
+        if len(inputs) <= OPTIMAL_MAX_LEAVES
+        else opt_einsum.paths.dynamic_programming
+    )
     for picked in finder(inputs, output, sizes):
         picked = tuple(sorted(picked))
         rest = [keys for i, keys in enumerate(pending) if i not in picked]

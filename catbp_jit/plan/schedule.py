@@ -44,9 +44,15 @@ class Schedule:
         return int(self.table[abi.STEP_ROW * i + abi.STEP_PARAMS])
 
 
-def lower_segment(seg: Segment, fused: Fused, memory: MemoryPlan, dtype: str,
-                  layouts: dict[int, TensorSpec], batch_key: tuple | None = None,
-                  options: PlanOptions = PlanOptions()) -> Step:
+def lower_segment(
+    seg: Segment,
+    fused: Fused,
+    memory: MemoryPlan,
+    dtype: str,
+    layouts: dict[int, TensorSpec],
+    batch_key: tuple | None = None,
+    options: PlanOptions = PlanOptions(),
+) -> Step:
     loop_axes = list(seg.out_spec.axes) + list(seg.red_axes)
     groups = [0] * seg.out_spec.ndim + [1] * len(seg.red_axes)
     sizes = [ax.size for ax in loop_axes]
@@ -76,11 +82,20 @@ def lower_segment(seg: Segment, fused: Fused, memory: MemoryPlan, dtype: str,
     # of a sum's terms for every target and mode (loops.py). Counted without the batch
     # axis: a batched segment walks each row in the order the unbatched one does, so its
     # sums round alike.
-    main = 1 + max(range(len(seg.leaves)),
-                   key=lambda j: (row_count(fused.specs[seg.leaves[j]], batch_key), -j))
+    main = 1 + max(
+        range(len(seg.leaves)), key=lambda j: (row_count(fused.specs[seg.leaves[j]], batch_key), -j)
+    )
     space = int(np.prod(sizes, dtype=np.int64)) * max(1, len(seg.leaves))
-    nest = loop_nest(sizes, groups, operands, reduce, main, options.block,
-                     space >= options.parallel_min_work, options.across)
+    nest = loop_nest(
+        sizes,
+        groups,
+        operands,
+        reduce,
+        main,
+        options.block,
+        space >= options.parallel_min_work,
+        options.across,
+    )
     sizes, operands, nb = nest.sizes, nest.operands, nest.nb
     out_rank, red_rank = nest.out_rank, len(sizes) - nest.out_rank
     block_sizes = nest.vector_sizes()
@@ -90,20 +105,26 @@ def lower_segment(seg: Segment, fused: Fused, memory: MemoryPlan, dtype: str,
     n_out = int(np.prod(sizes[:out_rank], dtype=np.int64))
     n_red = int(np.prod(sizes[out_rank:], dtype=np.int64))
     # a chunk of work: output elements, or rows (positions outside the vector)
-    n_work = n_out if nest.across == ACROSS_REDUCED else int(np.prod(sizes[:nest.end - nb], dtype=np.int64))
+    n_work = n_out if nest.across == ACROSS_REDUCED else int(np.prod(sizes[: nest.end - nb], dtype=np.int64))
     work = n_out * n_red * max(1, len(seg.leaves))
     parallel = n_work >= 8 and work >= options.parallel_min_work
-    pattern = KernelPattern(fused.semiring, dtype, reduce, seg.normalize, parallel,
-                            nest.across if reduce else ACROSS_OUTPUTS)
+    pattern = KernelPattern(
+        fused.semiring, dtype, reduce, seg.normalize, parallel, nest.across if reduce else ACROSS_OUTPUTS
+    )
     chunks = min(n_work, options.chunks) if parallel else 1
     params = abi.StepParams(
-        out=memory.regions[seg.out].offset, out_rank=out_rank, red_rank=red_rank,
-        chunks=chunks, block_axes=nb, block_size=int(np.prod(block_sizes, dtype=np.int64)),
-        sizes=tuple(sizes), out_strides=tuple(operands[0][:out_rank]),
-        leaves=tuple((memory.regions[leaf].offset, tuple(row))
-                     for leaf, row in zip(seg.leaves, leaf_rows)),
+        out=memory.regions[seg.out].offset,
+        out_rank=out_rank,
+        red_rank=red_rank,
+        chunks=chunks,
+        block_axes=nb,
+        block_size=int(np.prod(block_sizes, dtype=np.int64)),
+        sizes=tuple(sizes),
+        out_strides=tuple(operands[0][:out_rank]),
+        leaves=tuple((memory.regions[leaf].offset, tuple(row)) for leaf, row in zip(seg.leaves, leaf_rows)),
         groups=normalize_groups(seg, layouts[seg.out], batch_key),
-        accesses=accesses)
+        accesses=accesses,
+    )
     return Step(seg, pattern, params, work)
 
 
@@ -112,8 +133,7 @@ def row_count(spec: TensorSpec, batch_key: tuple | None) -> int:
     return element_count(TensorSpec(tuple(ax for ax in spec.axes if ax.key != batch_key)))
 
 
-def shape_key(seg: Segment, fused: Fused, layouts: dict[int, TensorSpec],
-              batch_key: tuple | None) -> tuple:
+def shape_key(seg: Segment, fused: Fused, layouts: dict[int, TensorSpec], batch_key: tuple | None) -> tuple:
     """Everything lower_segment reads about a segment but its arena offsets, with axes
     named by first appearance (lowering matches axes by key, never orders by it): the
     segments of one shape (a chain's links, a grid's rows) have equal keys and lower to
@@ -122,14 +142,26 @@ def shape_key(seg: Segment, fused: Fused, layouts: dict[int, TensorSpec],
 
     def spec(s: TensorSpec) -> tuple:
         return tuple((names.setdefault(ax.key, len(names)), ax.size) for ax in s.axes)
-    return (spec(seg.out_spec), spec(TensorSpec(seg.red_axes)), seg.reduce, seg.normalize,
-            spec(layouts[seg.out]),
-            tuple((spec(fused.specs[leaf]), spec(layouts[leaf])) for leaf in seg.leaves))
+
+    return (
+        spec(seg.out_spec),
+        spec(TensorSpec(seg.red_axes)),
+        seg.reduce,
+        seg.normalize,
+        spec(layouts[seg.out]),
+        tuple((spec(fused.specs[leaf]), spec(layouts[leaf])) for leaf in seg.leaves),
+    )
 
 
-def lower_segments(fused: Fused, memory: MemoryPlan, dtype: str,
-                   layouts: dict[int, TensorSpec], batch_key: tuple | None,
-                   options: PlanOptions, progress: Progress | None = None) -> list[Step]:
+def lower_segments(
+    fused: Fused,
+    memory: MemoryPlan,
+    dtype: str,
+    layouts: dict[int, TensorSpec],
+    batch_key: tuple | None,
+    options: PlanOptions,
+    progress: Progress | None = None,
+) -> list[Step]:
     """Every segment's Step. Segments of one shape are lowered once (shape_key) and each
     given its own offsets: the cost model was most of the time a long program planned."""
     tick = ticker(progress, "planning: segments lowered", len(fused.segments))
@@ -148,19 +180,24 @@ def lower_segments(fused: Fused, memory: MemoryPlan, dtype: str,
             lowered[key] = step = lower_segment(seg, fused, memory, dtype, layouts, batch_key, options)
         else:
             first_params = cast(abi.StepParams, first.params)  # (lower_segment makes no GEMM step)
-            leaves = tuple((regions[leaf].offset, row)
-                           for leaf, (_, row) in zip(seg.leaves, first_params.leaves))
+            leaves = tuple(
+                (regions[leaf].offset, row) for leaf, (_, row) in zip(seg.leaves, first_params.leaves)
+            )
             params = replace(first_params, out=regions[seg.out].offset, leaves=leaves)
             step = Step(seg, first.pattern, params, first.work)
         steps.append(step)
     return steps
 
 
-def build_schedule(fused: Fused, memory: MemoryPlan, dtype: str,
-                   layouts: dict[int, TensorSpec] | None = None,
-                   batch_key: tuple | None = None,
-                   options: PlanOptions = PlanOptions(),
-                   progress: Progress | None = None) -> Schedule:
+def build_schedule(
+    fused: Fused,
+    memory: MemoryPlan,
+    dtype: str,
+    layouts: dict[int, TensorSpec] | None = None,
+    batch_key: tuple | None = None,
+    options: PlanOptions = PlanOptions(),
+    progress: Progress | None = None,
+) -> Schedule:
     """batch_key: the batch axis of programs rewritten by ir/batch.py, if any."""
     layouts = layouts if layouts is not None else dict(fused.specs)
     steps = lower_segments(fused, memory, dtype, layouts, batch_key, options, progress)
@@ -196,5 +233,5 @@ def build_schedule(fused: Fused, memory: MemoryPlan, dtype: str,
         params += st.params.pack()
     table = np.zeros(cursor, dtype=np.int64)
     body = head + params + tables
-    table[:len(body)] = body
+    table[: len(body)] = body
     return Schedule(placed, patterns, table)

@@ -29,6 +29,7 @@ from .graph import FACTOR, SELECTOR, UNIT
 @dataclass(frozen=True)
 class StaticInputs:
     """The inputs declared static: factor ids and selector ids."""
+
     factors: frozenset[int] = frozenset()
     selectors: frozenset[int] = frozenset()
 
@@ -43,9 +44,13 @@ class StaticInputs:
 def static_values(fused: Fused, static: StaticInputs) -> set[int]:
     """The values a run need not recompute: static inputs, constants and the outputs of
     static segments (segments are in program order, so a leaf's writer comes first)."""
-    known = {v for v, kind in fused.kinds.items()
-             if kind == UNIT or (kind == FACTOR and fused.attrs[v] in static.factors)
-             or (kind == SELECTOR and fused.attrs[v] in static.selectors)}
+    known = {
+        v
+        for v, kind in fused.kinds.items()
+        if kind == UNIT
+        or (kind == FACTOR and fused.attrs[v] in static.factors)
+        or (kind == SELECTOR and fused.attrs[v] in static.selectors)
+    }
     for seg in fused.segments:
         if all(leaf in known for leaf in seg.leaves):
             known.add(seg.out)
@@ -67,18 +72,18 @@ def persistent_values(fused: Fused, n_static: int) -> set[int]:
     """Outputs of the first n_static segments (the static ones) that a dynamic segment
     reads: they must keep their values across runs."""
     static_outs = {seg.out for seg in fused.segments[:n_static]}
-    return {leaf for seg in fused.segments[n_static:] for leaf in seg.leaves
-            if leaf in static_outs}
+    return {leaf for seg in fused.segments[n_static:] for leaf in seg.leaves if leaf in static_outs}
 
 
-def check_static_ids(static: StaticInputs, fspecs: AbstractSet[int],
-                     sspecs: AbstractSet[int], names: str) -> None:
+def check_static_ids(
+    static: StaticInputs, fspecs: AbstractSet[int], sspecs: AbstractSet[int], names: str
+) -> None:
     """Static ids must name declared inputs."""
     from ..errors import UnknownInputError
 
-    for kind, ids, known in (("factor", static.factors, fspecs),
-                             ("selector", static.selectors, sspecs)):
+    for kind, ids, known in (("factor", static.factors, fspecs), ("selector", static.selectors, sspecs)):
         unknown = sorted(set(ids) - set(known))
         if unknown:
-            raise UnknownInputError(f"programs [{names}]: static_{kind}s names {kind} id(s) "
-                                    f"{unknown} that have no {kind} spec")
+            raise UnknownInputError(
+                f"programs [{names}]: static_{kind}s names {kind} id(s) {unknown} that have no {kind} spec"
+            )

@@ -16,6 +16,7 @@ from .loops import ACROSS_OUTPUTS
 class KernelPattern:
     """What a kernel is specialized on: not sizes, and not its number of leaves, which
     the kernel reads from its row of the table like the sizes (abi.LEAVES)."""
+
     semiring: str
     dtype: str
     reduce: bool
@@ -32,8 +33,12 @@ class KernelPattern:
     @property
     def name(self) -> str:
         across = self.reduce and self.vector == ACROSS_OUTPUTS and self.template == "contract_reduce"
-        flags = ("_reduce" if self.reduce else "") + ("_across_outputs" if across else "") + \
-            ("_norm" if self.normalize else "") + ("_par" if self.parallel else "")
+        flags = (
+            ("_reduce" if self.reduce else "")
+            + ("_across_outputs" if across else "")
+            + ("_norm" if self.normalize else "")
+            + ("_par" if self.parallel else "")
+        )
         return f"{self.template}_{self.semiring.lower()}_{self.dtype}{flags}"
 
 

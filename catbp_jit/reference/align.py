@@ -21,13 +21,14 @@ def align_array_to(arr: np.ndarray, in_spec: TensorSpec, out_spec: TensorSpec) -
         if ax.key not in out_keys and arr.shape[i] != 1:
             raise AlignmentError(
                 f"input axis {format_key(ax.key)} (size {arr.shape[i]}) is not in the output "
-                f"spec {out_spec} and is not a singleton")
+                f"spec {out_spec} and is not a singleton"
+            )
 
     taken = [in_pos[k] for k in out_spec.keys if k in in_pos]
     if taken:
         rest = [i for i in range(arr.ndim) if i not in taken]
         arr_t = np.transpose(arr, axes=taken + rest)
-        arr_t = arr_t.reshape(arr_t.shape[:len(taken)])  # drops the trailing size-1 axes
+        arr_t = arr_t.reshape(arr_t.shape[: len(taken)])  # drops the trailing size-1 axes
     else:
         arr_t = np.array(arr).reshape(())
 
@@ -38,7 +39,8 @@ def align_array_to(arr: np.ndarray, in_spec: TensorSpec, out_spec: TensorSpec) -
             if arr_t.shape[cursor] != ax.size:
                 raise AlignmentError(
                     f"size mismatch for axis {format_key(ax.key)}: input has "
-                    f"{arr_t.shape[cursor]}, output spec {out_spec} says {ax.size}")
+                    f"{arr_t.shape[cursor]}, output spec {out_spec} says {ax.size}"
+                )
             shape.append(ax.size)
             cursor += 1
         else:

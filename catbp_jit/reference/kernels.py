@@ -16,8 +16,9 @@ def vm_unit(out_spec: TensorSpec, sr: VMSemiringRuntime) -> np.ndarray:
     return sr.one(out_spec.shape).astype(sr.dtype, copy=False)
 
 
-def vm_contract(inputs: Sequence[tuple[np.ndarray, TensorSpec]], out_spec: TensorSpec,
-                sr: VMSemiringRuntime) -> np.ndarray:
+def vm_contract(
+    inputs: Sequence[tuple[np.ndarray, TensorSpec]], out_spec: TensorSpec, sr: VMSemiringRuntime
+) -> np.ndarray:
     """The ⊗-product of the inputs aligned to out_spec, multiplied left to right."""
     if not inputs:
         return vm_unit(out_spec, sr)
@@ -30,8 +31,9 @@ def vm_contract(inputs: Sequence[tuple[np.ndarray, TensorSpec]], out_spec: Tenso
     return acc
 
 
-def vm_eliminate_keep(arr: np.ndarray, in_spec: TensorSpec, keep_keys: Sequence[AxisKey],
-                      sr: VMSemiringRuntime) -> tuple[np.ndarray, TensorSpec]:
+def vm_eliminate_keep(
+    arr: np.ndarray, in_spec: TensorSpec, keep_keys: Sequence[AxisKey], sr: VMSemiringRuntime
+) -> tuple[np.ndarray, TensorSpec]:
     """⊕-reduce every axis not in keep_keys; the result's axes follow keep_keys order.
 
     Keys in keep_keys that the input lacks are ignored. Kept axes are moved first (in
@@ -40,15 +42,13 @@ def vm_eliminate_keep(arr: np.ndarray, in_spec: TensorSpec, keep_keys: Sequence[
     if not keep_keys:
         if arr.ndim == 0:
             return arr, TensorSpec(())
-        out = sr.add_reduce(arr.astype(sr.dtype, copy=False),
-                            axis=tuple(range(arr.ndim)))
+        out = sr.add_reduce(arr.astype(sr.dtype, copy=False), axis=tuple(range(arr.ndim)))
         return np.asarray(out), TensorSpec(())
 
     pos = in_spec.axis_pos()
     present = [k for k in keep_keys if k in pos]
     if not present:
-        out = sr.add_reduce(arr.astype(sr.dtype, copy=False),
-                            axis=tuple(range(arr.ndim)))
+        out = sr.add_reduce(arr.astype(sr.dtype, copy=False), axis=tuple(range(arr.ndim)))
         return np.asarray(out), TensorSpec(())
 
     keep_axes = [pos[k] for k in present]
@@ -57,8 +57,9 @@ def vm_eliminate_keep(arr: np.ndarray, in_spec: TensorSpec, keep_keys: Sequence[
     x = np.transpose(arr, axes=perm) if perm != list(range(arr.ndim)) else arr
     if drop_axes:
         # (kept axes remain: an array, never numpy's scalar; asarray returns it as is)
-        x = np.asarray(sr.add_reduce(x.astype(sr.dtype, copy=False),
-                                     axis=tuple(range(len(keep_axes), x.ndim))))
+        x = np.asarray(
+            sr.add_reduce(x.astype(sr.dtype, copy=False), axis=tuple(range(len(keep_axes), x.ndim)))
+        )
     else:
         x = x.astype(sr.dtype, copy=False)
     return x, TensorSpec(tuple(in_spec.axes[pos[k]] for k in present))
@@ -68,5 +69,3 @@ def keep_keys_from_drop(in_spec: TensorSpec, drop_ids: Sequence[int]) -> tuple[A
     """The legacy `drop` argument (axis ids, of either kind) as keep_keys."""
     drop = set(drop_ids)
     return tuple(ax.key for ax in in_spec.axes if ax.id not in drop)
-
-

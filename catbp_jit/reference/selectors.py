@@ -20,9 +20,14 @@ class SelectorPayload:
     diag_mask: np.ndarray | None = None  # fixed-point feasibility per flat state
 
 
-def vm_load_selector(payload: SelectorPayload, domains: dict[int, int], mode_sizes: dict[int, int],
-                     dtype: DTypeLike = np.float32, one_val: Any = None,
-                     zero_val: Any = None) -> tuple[np.ndarray, TensorSpec]:
+def vm_load_selector(
+    payload: SelectorPayload,
+    domains: dict[int, int],
+    mode_sizes: dict[int, int],
+    dtype: DTypeLike = np.float32,
+    one_val: Any = None,
+    zero_val: Any = None,
+) -> tuple[np.ndarray, TensorSpec]:
     """The dense selector tensor: interface axes (GEOMETRIC) then the mode axis (TOPOLOGICAL)."""
     ids = tuple(payload.interface_axis_ids)
     geo_shape = tuple(domains[v] for v in ids)

@@ -108,15 +108,16 @@ class VirtualMachine:
             except CatbpError as e:
                 if e.index is not None:
                     raise
-                raise type(e)(e.reason, program=prog.name, index=index, op=ins.op.name,
-                              operand=e.operand) from e
+                raise type(e)(
+                    e.reason, program=prog.name, index=index, op=ins.op.name, operand=e.operand
+                ) from e
             except KeyError as e:
                 what = repr(e.args[0]) if e.args else "(unnamed)"
-                raise ProgramKeyError(f"missing key {what}", program=prog.name,
-                                      index=index, op=ins.op.name) from e
+                raise ProgramKeyError(
+                    f"missing key {what}", program=prog.name, index=index, op=ins.op.name
+                ) from e
             except ValueError as e:
-                raise ProgramValueError(str(e), program=prog.name, index=index,
-                                        op=ins.op.name) from e
+                raise ProgramValueError(str(e), program=prog.name, index=index, op=ins.op.name) from e
 
     def _get(self, rid: RegID, operand: str) -> tuple[np.ndarray, TensorSpec]:
         try:
@@ -172,17 +173,23 @@ class VirtualMachine:
             self.regs.free(rid)
 
 
-def adapt_slots(slots: dict[Any, tuple[np.ndarray, Any]] | None
-                ) -> dict[SlotKey, tuple[np.ndarray, TensorSpec]]:
+def adapt_slots(
+    slots: dict[Any, tuple[np.ndarray, Any]] | None,
+) -> dict[SlotKey, tuple[np.ndarray, TensorSpec]]:
     """Slots handed in by a user: keys as hashable tuples, specs as ours, arrays as given."""
     if not slots:
         return {}
     return {adapt_slot_key(k): (arr, _given_spec(spec)) for k, (arr, spec) in slots.items()}
 
 
-def run_program(program: Any, sr: Any, factor_provider: Provider, selector_provider: Provider,
-                *, slots: dict[Any, tuple[np.ndarray, Any]] | None = None
-                ) -> dict[SlotKey, tuple[np.ndarray, TensorSpec]]:
+def run_program(
+    program: Any,
+    sr: Any,
+    factor_provider: Provider,
+    selector_provider: Provider,
+    *,
+    slots: dict[Any, tuple[np.ndarray, Any]] | None = None,
+) -> dict[SlotKey, tuple[np.ndarray, TensorSpec]]:
     """Run one program on a fresh VM whose slots start as `slots`; return all slots."""
     vm = VirtualMachine(sr)
     vm.slots.data.update(adapt_slots(slots))
@@ -190,9 +197,14 @@ def run_program(program: Any, sr: Any, factor_provider: Provider, selector_provi
     return vm.slots.data
 
 
-def run_programs(programs: Iterable[Any], sr: Any, factor_provider: Provider,
-                 selector_provider: Provider, *, slots: dict[Any, tuple[np.ndarray, Any]] | None = None
-                 ) -> dict[SlotKey, tuple[np.ndarray, TensorSpec]]:
+def run_programs(
+    programs: Iterable[Any],
+    sr: Any,
+    factor_provider: Provider,
+    selector_provider: Provider,
+    *,
+    slots: dict[Any, tuple[np.ndarray, Any]] | None = None,
+) -> dict[SlotKey, tuple[np.ndarray, TensorSpec]]:
     """Run linked programs in order (upward, downward, finalize), slots carried over."""
     for p in programs:
         slots = run_program(p, sr, factor_provider, selector_provider, slots=slots)

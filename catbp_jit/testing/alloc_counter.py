@@ -114,9 +114,7 @@ class _PyDataMemHandler(ctypes.Structure):
 # Counters active in the current context.  A ContextVar (not a global list)
 # because numpy's handler is itself per-context: an allocation is attributed
 # only to the counters of the context that made it.
-_ACTIVE: contextvars.ContextVar[tuple] = contextvars.ContextVar(
-    "catbp_alloc_counter_active", default=()
-)
+_ACTIVE: contextvars.ContextVar[tuple] = contextvars.ContextVar("catbp_alloc_counter_active", default=())
 
 _install_lock = threading.Lock()
 _machinery = None  # built once by _get_machinery(), then kept forever
@@ -156,9 +154,7 @@ class _Machinery:
         # PYFUNCTYPE: called with the GIL held, Python errors are propagated.
         # A py_object restype tells ctypes the result is a *new* reference, which
         # is what both functions return.
-        self.set_handler = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.py_object)(
-            table[_API_SET_HANDLER]
-        )
+        self.set_handler = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.py_object)(table[_API_SET_HANDLER])
         self.get_handler = ctypes.PYFUNCTYPE(ctypes.py_object)(table[_API_GET_HANDLER])
 
         # Sanity check the table index before trusting it with SetHandler: the
@@ -220,8 +216,7 @@ class _Machinery:
             for c in active.get():
                 c.frees += 1
 
-        self.callbacks = (_MallocFn(_malloc), _CallocFn(_calloc),
-                          _ReallocFn(_realloc), _FreeFn(_free))
+        self.callbacks = (_MallocFn(_malloc), _CallocFn(_calloc), _ReallocFn(_realloc), _FreeFn(_free))
 
         handler = _PyDataMemHandler()
         handler.name = _HANDLER_NAME
@@ -231,9 +226,7 @@ class _Machinery:
         # The capsule stores the name pointer, so the name buffer must live as
         # long as the capsule: a ctypes buffer we keep (and leak) for that.
         self.capsule_name = ctypes.create_string_buffer(_CAPSULE_NAME)
-        self.capsule = api.PyCapsule_New(
-            ctypes.addressof(handler), ctypes.addressof(self.capsule_name), None
-        )
+        self.capsule = api.PyCapsule_New(ctypes.addressof(handler), ctypes.addressof(self.capsule_name), None)
 
         # Arrays keep a reference to the capsule and free through the callbacks,
         # possibly after this module is torn down at exit.  Leak one reference
@@ -327,8 +320,10 @@ class NumpyAllocCounter:
             _ACTIVE.set(tuple(c for c in _ACTIVE.get() if c is not self))
 
     def __repr__(self) -> str:
-        return (f"NumpyAllocCounter(allocations={self.allocations}, reallocs={self.reallocs}, "
-                f"frees={self.frees}, bytes={self.bytes})")
+        return (
+            f"NumpyAllocCounter(allocations={self.allocations}, reallocs={self.reallocs}, "
+            f"frees={self.frees}, bytes={self.bytes})"
+        )
 
 
 # ---------------------------------------------------------------------------
@@ -367,6 +362,7 @@ _DISABLED_STATS_VALUE = 0x41414141
 
 class NrtStats(Protocol):
     """numba's nrt_mstats namedtuple (rtsys.get_allocation_stats())."""
+
     alloc: int
     free: int
     mi_alloc: int
@@ -436,8 +432,7 @@ class NrtAllocCounter:
         now = nrt_allocation_stats()
         s = self._start
         assert s is not None  # (inside the with block)
-        return (now.alloc - s.alloc, now.free - s.free,
-                now.mi_alloc - s.mi_alloc, now.mi_free - s.mi_free)
+        return (now.alloc - s.alloc, now.free - s.free, now.mi_alloc - s.mi_alloc, now.mi_free - s.mi_free)
 
     def current(self) -> int:
         """Allocations so far (while inside the ``with`` block)."""
@@ -459,5 +454,7 @@ class NrtAllocCounter:
         self.frees += free + mi_free
 
     def __repr__(self) -> str:
-        return (f"NrtAllocCounter(allocations={self.allocations}, frees={self.frees}, "
-                f"raw_allocs={self.raw_allocs}, meminfo_allocs={self.meminfo_allocs})")
+        return (
+            f"NrtAllocCounter(allocations={self.allocations}, frees={self.frees}, "
+            f"raw_allocs={self.raw_allocs}, meminfo_allocs={self.meminfo_allocs})"
+        )
