@@ -28,16 +28,14 @@ from typing import Any, cast
 import numpy as np
 
 from .cache import KernelCache, default_cache
+from .codegen.cpu_build import background_build
 from .errors import InputMismatchError, UnknownInputError, name_list
 from .executable import (
     DEFAULT_MAX_BYTES,
     Executable,
     adapt_inputs,
-    background_build,
     build,
     plan_options,
-    saved_document,
-    write_saved,
 )
 from .ir.adapt import adapt_slot_key
 from .ir.batch import (
@@ -53,6 +51,7 @@ from .ir.ops import Program
 from .ir.schema import Axis, TensorSpec
 from .plan.options import PlanOptions
 from .plan.pipeline import Plan, plan
+from .saved import saved_document, write_saved
 from .semiring import VMSemiringRuntime
 from .session import Session, aligned_empty
 

@@ -11,7 +11,6 @@ compile(...) is build(plan(...)).
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -20,29 +19,35 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .cache import KernelCache, default_cache
+from .codegen.cpu_build import background_build, load_cpu_kernels
 from .codegen.loader import (
     Kernel,
     dispatcher_unit,
     identity_digest,
     kernel_unit,
-    load_dispatcher,
-    load_kernel,
 )
-from .codegen.workers import WorkerOptions, available_cpus, compile_in_workers
-from .errors import CatbpError, ProgramKeyError, ProgramValueError, SpecError, one_line
+from .errors import ProgramKeyError, ProgramValueError, SpecError
 from .ir.adapt import adapt_programs, adapt_slot_key, adapt_spec
 from .ir.batch import BatchedCompileError
 from .ir.ops import Program
 from .ir.schema import TensorSpec, format_spec
 from .ir.validate import DEFAULT_MAX_BYTES
-from .numpy_steps import interpretable
 from .plan.gc_paused import gc_paused
 from .plan.options import PlanOptions
 from .plan.pipeline import Plan
 from .plan.pipeline import plan as plan_adapted
 from .plan.static import StaticInputs
+from .saved import (  # noqa: F401 (SAVE_FORMAT, saved_document: importable from here too)
+    SAVE_FORMAT,
+    SavedExecutableError,
+    check_saved_kernels,
+    read_saved,
+    saved_document,
+    strict_int,
+    write_saved,
+)
 from .semiring import VMSemiringRuntime, adapt_semiring, check_compiled_dtype
-from .tiers import KernelBuild, numpy_tier_fits, report_failure, resolve_tier, start_build
+from .tiers import KernelBuild, report_failure
 from .tiers import log as tier_log
 
 if TYPE_CHECKING:  # batched.py imports this module
@@ -55,7 +60,6 @@ if TYPE_CHECKING:  # batched.py imports this module
 
 MODES = ("compiled", "loop")
 TARGETS = ("cpu", "cuda")
-SAVE_FORMAT = "catbp-jit-executable"
 
 
 @dataclass
@@ -304,172 +308,35 @@ class Executable:
         write_saved(path, doc)
 
 
-def saved_document(
-    programs: list[Program],
-    sr: VMSemiringRuntime,
-    mode: str,
-    target: str,
-    fspecs: dict[int, TensorSpec],
-    sspecs: dict[int, TensorSpec],
-    lspecs: dict[tuple, TensorSpec],
-    kernels: list[Kernel],
-    exact: bool = True,
-) -> dict:
-    """What `save` writes (a batched executable adds its batched ids and buckets)."""
-    from .bundle import program_to_json, slot_key_to_json, spec_to_json
-
-    return {
-        "format": SAVE_FORMAT,
-        "version": 1,
-        "semiring": sr.name,
-        "dtype": sr.dtype.name,
-        "mode": mode,
-        "target": target,
-        "factor_specs": {str(k): spec_to_json(v) for k, v in fspecs.items()},
-        "selector_specs": {str(k): spec_to_json(v) for k, v in sspecs.items()},
-        "slot_specs": [[slot_key_to_json(k), spec_to_json(v)] for k, v in lspecs.items()],
-        "programs": [program_to_json(p) for p in programs],
-        "kernels": [k.key for k in kernels],
-        "kernel_identities": sorted({identity_digest(k.pattern, target) for k in kernels}),
-        "exact": exact,  # part of the plan: a reassociating executable loads as one
-    }
-
-
-def write_saved(path: str | os.PathLike, doc: dict) -> None:
-    from .atomic import replacing
-
-    with replacing(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
-        json.dump(doc, f)
-
-
-class SavedExecutableError(CatbpError, ValueError):
-    """A file that `load` cannot read as a saved executable."""
-
-
 def load(
     path: str | os.PathLike, *, cache: KernelCache | None = None, tier: str | None = None
 ) -> Executable | BatchedExecutable:
-    """The Executable (or BatchedExecutable) saved at `path` by its save(). A file that is
-    not one (binary, truncated, another JSON document, a field of the wrong kind) raises
-    SavedExecutableError naming the file and the field; a missing file FileNotFoundError."""
-    from .bundle import program_from_json
-    from .semiring import make_semiring
-
-    where = repr(os.fspath(path))
-    try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
-    # ValueError: not UTF-8, not JSON, or a number of over 4,300 digits; RecursionError:
-    # arrays nested thousands deep
-    except (ValueError, RecursionError) as e:
-        raise SavedExecutableError(f"{where} is not a saved catbp_jit executable (not JSON: {e})") from None
-    if not isinstance(doc, dict) or doc.get("format") != SAVE_FORMAT or doc.get("version") != 1:
-        raise SavedExecutableError(f"{where} is not a saved catbp_jit executable (version 1)")
-
-    def field(key: str, read: Callable[[Any], Any]) -> Any:
-        if key not in doc:
-            raise SavedExecutableError(f"{where}: no {key!r}")
-        try:
-            return read(doc[key])
-        except (ValueError, TypeError, KeyError, AttributeError, IndexError) as e:
-            raise SavedExecutableError(f"{where}: {key!r}: {one_line(str(e), 300)}") from None
-
-    def one_of(choices):
-        def read(x):
-            if x not in choices:
-                raise ValueError(f"{x!r} is not one of {', '.join(choices)}")
-            return x
-
-        return read
-
-    def specs(x):
-        return {int(k): adapt_spec(v) for k, v in _items(x).items()}
-
-    def numeric_dtype(x):
-        dtype = np.dtype(_items(x, str))
-        if dtype.kind not in "biuf":
-            raise ValueError(f"{x!r} is not a numeric dtype")
-        return dtype
-
-    def ids(x):
-        return [_as_int(i) for i in _items(x, list)]
-
-    batched = {}
-    if "buckets" in doc:  # a batched executable
-        batched = dict(
-            batched_factors=field("batched_factors", ids),
-            batched_selectors=field("batched_selectors", ids),
-            buckets=field("buckets", ids),
-        )
-    dtype = field("dtype", numeric_dtype)
-
-    def strings(x):
-        return [_items(k, str) for k in _items(x, list)]
-
-    saved = field("kernel_identities", strings) if "kernel_identities" in doc else None
-    programs = field("programs", lambda x: [program_from_json(p) for p in _items(x, list)])
-    sr = field("semiring", lambda x: make_semiring(x, dtype))
-    fspecs, sspecs = field("factor_specs", specs), field("selector_specs", specs)
-    lspecs = field("slot_specs", lambda x: {adapt_slot_key(k): adapt_spec(v) for k, v in _items(x, list)})
-    target, mode = field("target", one_of(TARGETS)), field("mode", one_of(MODES))
-    exact = field("exact", _as_bool) if "exact" in doc else True  # (older files: exact)
-    options = plan_options(target, None, exact=exact)
-    static = StaticInputs(
-        frozenset(field("static_factors", ids) if "static_factors" in doc else ()),
-        frozenset(field("static_selectors", ids) if "static_selectors" in doc else ()),
-    )
+    """The Executable (or BatchedExecutable) saved at `path` by its save(), planned again
+    and checked against the kernels it was saved with (saved.py). A file that is not one
+    raises SavedExecutableError naming the file and the field; a missing file
+    FileNotFoundError."""
+    saved = read_saved(path, TARGETS, MODES)
+    target, mode, where = saved.target, saved.mode, saved.where
+    options = plan_options(target, None, exact=saved.exact)
     try:  # programs that do not check (a register read before it is written...): edited
-        adapted = adapt_inputs(programs, sr, fspecs, sspecs, lspecs, target, mode)
-        if batched:
+        adapted = adapt_inputs(
+            saved.programs, saved.sr, saved.factor_specs, saved.selector_specs, saved.slot_specs, target, mode
+        )
+        if saved.batched:
             from .batched import build_batched, plan_batched
 
-            bplan = plan_batched(*adapted, options=options, **batched)
+            bplan = plan_batched(*adapted, options=options, **saved.batched)
             plans = list(bplan.plans.values())
         else:
-            plans = [plan_adapted(*adapted, options, static=static)]
+            plans = [plan_adapted(*adapted, options, static=saved.static)]
     except (ProgramValueError, ProgramKeyError, BatchedCompileError) as e:
         raise SavedExecutableError(f"{where}: {e}") from None
-    if saved is not None:  # (files saved before kernel identities were recorded: unchecked)
-        check_saved_kernels(
-            where, saved, {identity_digest(p, target) for pl in plans for p in pl.schedule.patterns}
-        )
-    if batched:
+    if saved.kernel_identities is not None:  # (files saved before identities: unchecked)
+        planned = {identity_digest(p, target) for pl in plans for p in pl.schedule.patterns}
+        check_saved_kernels(where, saved.kernel_identities, planned)
+    if saved.batched:
         return build_batched(bplan, target=target, mode=mode, cache=cache, tier=tier)
     return build(plans[0], target=target, mode=mode, cache=cache, tier=tier)
-
-
-def check_saved_kernels(where: str, saved: list[str], planned: set) -> None:
-    """The plan made again from the saved programs must need exactly the kernels that were
-    saved, checked before any is compiled: anything else means this catbp_jit plans or
-    renders differently from the one that saved the file (or the file was edited), so
-    what runs would not be the profile that was saved and compiled ahead of time."""
-    if planned != set(saved):
-        missing, extra = sorted(set(saved) - planned), sorted(planned - set(saved))
-        raise SavedExecutableError(
-            f"{where}: its kernels are not the ones this catbp_jit plans for it "
-            f"({len(missing)} saved but not planned now, {len(extra)} planned now but not "
-            f"saved): it was saved by another version of catbp_jit or edited; compile it "
-            f"again from its programs"
-        )
-
-
-def _as_bool(x: Any) -> bool:
-    if not isinstance(x, bool):
-        raise TypeError(f"expected true or false, got {type(x).__name__}")
-    return x
-
-
-def _as_int(x: Any) -> int:
-    if isinstance(x, bool) or not isinstance(x, int):
-        raise TypeError(f"expected an integer, got {type(x).__name__}")
-    return x
-
-
-def _items(x: Any, kind: type = dict) -> Any:
-    if not isinstance(x, kind):
-        names: dict[type, str] = {dict: "an object", list: "an array", str: "a string"}
-        raise TypeError(f"expected {names[kind]}, got {type(x).__name__}")
-    return x
 
 
 def compile(
@@ -578,7 +445,7 @@ def static_inputs(factors: Any | None, selectors: Any | None) -> StaticInputs:
 
     def ids(given, kind):
         try:
-            return frozenset(_as_int(int(i) if isinstance(i, np.integer) else i) for i in (given or ()))
+            return frozenset(strict_int(int(i) if isinstance(i, np.integer) else i) for i in (given or ()))
         except TypeError:
             raise TypeError(f"static_{kind}s must be a collection of {kind} ids, got {given!r}") from None
 
@@ -690,83 +557,14 @@ def build(
     if background is not None:
         build_, stats = background
         return Executable(plan, mode, target, [], cache_stats=dict(stats), tier="numpy", kernel_build=build_)
-    return build_compiled(plan, mode, cache, say, workers)
-
-
-def background_build(
-    plans: list[Plan], cache: KernelCache, workers: int | None, tier: str | None, say: Callable[[str], None]
-) -> tuple[KernelBuild, dict[str, int]] | None:
-    """(a KernelBuild of the plans' cold kernels, cache stats) when their executables
-    should start in the numpy tier (tiers.py), else None: compile() then waits. The first
-    plan is the one whose size decides (a batched executable's smallest bucket: numpy's
-    cost per row)."""
-    if resolve_tier(tier) != "auto" or cache.policy != "fallback":
-        return None
-    if not all(interpretable(p) for p in plans) or not numpy_tier_fits(plans[0]):
-        return None
-    n_workers = min(WorkerOptions.resolve(workers).workers, available_cpus())
-    if n_workers < 1:  # 0: no worker processes wanted; compile here, and wait
-        return None
-    patterns = sorted({p for plan in plans for p in plan.schedule.patterns}, key=lambda p: p.name)
-    units = [kernel_unit(p) for p in patterns] + [dispatcher_unit()]
-    cold = [u for u in units if cache.check(u.identity, u.source)[0] != "ok"]
-    if not cold or cache.bypassed:  # (workers hand kernels over through the disk only)
-        return None
-    stats = {
-        "hits": len(units) - len(cold),
-        "misses": len(cold),
-        "compiled": 0,
-        "compiled_in_background": len(cold),
-    }
-    return start_build(patterns, cold, cache, min(n_workers, len(cold)), say), stats
-
-
-def build_compiled(
-    plan: Plan, mode: str, cache: KernelCache, say: Callable[[str], None], workers: int | None
-) -> Executable:
-    """The compiled tier at once: every kernel loaded, compiled first where cold."""
-    schedule = plan.schedule
-    before = dict(cache.stats)
-    in_workers = _compile_cold_in_workers(schedule.patterns, cache, WorkerOptions.resolve(workers), say)
-    kernels = []
-    for i, pattern in enumerate(schedule.patterns):
-        say(f"kernel {i + 1}/{len(schedule.patterns)}: {pattern.name}")
-        kernels.append(load_kernel(pattern, cache))
-    # Loop mode does not call the dispatcher, but loads it too (a moment when it is cached,
-    # once per cache directory when not), so a cache filled in either mode serves both,
-    # also under the strict policy.
-    say("dispatcher")
-    dispatcher, dsource = load_dispatcher(cache)
-    used: dict[str, float] = {k: cache.stats.get(k, 0) - before.get(k, 0) for k in cache.stats}
-    if in_workers:  # what workers compiled was a miss, though this process found it on disk
-        used.update(
-            hits=used["hits"] - in_workers, misses=used["misses"] + in_workers, compiled_in_workers=in_workers
-        )
-    addresses = np.array([k.address for k in kernels], dtype=np.int64)
-    return Executable(plan, mode, "cpu", kernels, dispatcher, dsource, used, addresses)
-
-
-def _compile_cold_in_workers(
-    patterns, cache: KernelCache, options: WorkerOptions, say: Callable[[str], None]
-) -> int:
-    """Compile the cold kernels (and dispatcher) of a schedule side by side, in this
-    process and worker processes, into the disk cache, when two or more are cold and two
-    or more CPUs are there to run them; the caller then loads everything from disk (or
-    memory). The number the workers compiled."""
-    if cache.policy != "fallback":  # strict compiles nothing; off has no disk to share
-        return 0
-    units = [kernel_unit(p) for p in patterns] + [dispatcher_unit()]
-    # (a "busy" kernel, its lock held by a stalled process, is compiled here in memory)
-    cold = [u for u in units if cache.check(u.identity, u.source)[0] not in ("ok", "busy")]
-    n_workers = options.pool_size(len(cold))
-    if not n_workers or cache.bypassed:  # workers share kernels through the disk only
-        return 0
-    say(f"compiling {len(cold)} cold kernels in {n_workers} processes")
-    return compile_in_workers(
-        cold,
-        cache,
-        n_workers,
-        lambda unit, seconds, in_worker: say(
-            f"compiled {unit.name} in {seconds:.1f} s{' in a worker' if in_worker else ''}"
-        ),
+    built = load_cpu_kernels(plan, cache, say, workers)
+    return Executable(
+        plan,
+        mode,
+        "cpu",
+        built.kernels,
+        built.dispatcher,
+        built.dispatcher_source,
+        built.cache_stats,
+        built.addresses,
     )

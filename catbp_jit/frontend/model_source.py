@@ -169,7 +169,7 @@ def profile_entry(
 
 
 def add_profile_entry(profile: Path, entry: dict) -> None:
-    from ..executable import write_saved
+    from ..saved import write_saved
 
     doc = json.loads(profile.read_text(encoding="utf-8"))
     doc[PROFILE_KEY] = entry

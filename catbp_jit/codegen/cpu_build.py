@@ -1,0 +1,110 @@
+"""The CPU target's kernels for a plan (the CUDA target's: cuda_build.py): loaded from the
+disk cache, the cold ones compiled first, side by side in worker processes where there are
+CPUs for it; or, when the numpy tier can stand in (tiers.py), compiled in the background
+while the executable starts without them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..cache import KernelCache
+from ..numpy_steps import interpretable
+from ..plan.pipeline import Plan
+from ..tiers import KernelBuild, numpy_tier_fits, resolve_tier, start_build
+from .loader import Kernel, dispatcher_unit, kernel_unit, load_dispatcher, load_kernel
+from .workers import WorkerOptions, available_cpus, compile_in_workers
+
+
+@dataclass(frozen=True)
+class CpuKernels:
+    """What an Executable of the compiled tier runs with."""
+
+    kernels: list[Kernel]  # one per pattern of the schedule, in its order
+    dispatcher: Any  # the compiled dispatcher (compiled mode calls it; loop mode does not)
+    dispatcher_source: str
+    cache_stats: dict[str, float]  # hits, misses, compiled... of this build
+    addresses: np.ndarray  # the kernels' entry addresses, as the dispatcher takes them
+
+
+def background_build(
+    plans: list[Plan], cache: KernelCache, workers: int | None, tier: str | None, say: Callable[[str], None]
+) -> tuple[KernelBuild, dict[str, int]] | None:
+    """(a KernelBuild of the plans' cold kernels, cache stats) when their executables
+    should start in the numpy tier (tiers.py), else None: compile() then waits. The first
+    plan is the one whose size decides (a batched executable's smallest bucket: numpy's
+    cost per row)."""
+    if resolve_tier(tier) != "auto" or cache.policy != "fallback":
+        return None
+    if not all(interpretable(p) for p in plans) or not numpy_tier_fits(plans[0]):
+        return None
+    n_workers = min(WorkerOptions.resolve(workers).workers, available_cpus())
+    if n_workers < 1:  # 0: no worker processes wanted; compile here, and wait
+        return None
+    patterns = sorted({p for plan in plans for p in plan.schedule.patterns}, key=lambda p: p.name)
+    units = [kernel_unit(p) for p in patterns] + [dispatcher_unit()]
+    cold = [u for u in units if cache.check(u.identity, u.source)[0] != "ok"]
+    if not cold or cache.bypassed:  # (workers hand kernels over through the disk only)
+        return None
+    stats = {
+        "hits": len(units) - len(cold),
+        "misses": len(cold),
+        "compiled": 0,
+        "compiled_in_background": len(cold),
+    }
+    return start_build(patterns, cold, cache, min(n_workers, len(cold)), say), stats
+
+
+def load_cpu_kernels(
+    plan: Plan, cache: KernelCache, say: Callable[[str], None], workers: int | None
+) -> CpuKernels:
+    """The compiled tier at once: every kernel loaded, compiled first where cold."""
+    schedule = plan.schedule
+    before = dict(cache.stats)
+    in_workers = _compile_cold_in_workers(schedule.patterns, cache, WorkerOptions.resolve(workers), say)
+    kernels = []
+    for i, pattern in enumerate(schedule.patterns):
+        say(f"kernel {i + 1}/{len(schedule.patterns)}: {pattern.name}")
+        kernels.append(load_kernel(pattern, cache))
+    # Loop mode does not call the dispatcher, but loads it too (a moment when it is cached,
+    # once per cache directory when not), so a cache filled in either mode serves both,
+    # also under the strict policy.
+    say("dispatcher")
+    dispatcher, dsource = load_dispatcher(cache)
+    used: dict[str, float] = {k: cache.stats.get(k, 0) - before.get(k, 0) for k in cache.stats}
+    if in_workers:  # what workers compiled was a miss, though this process found it on disk
+        used.update(
+            hits=used["hits"] - in_workers, misses=used["misses"] + in_workers, compiled_in_workers=in_workers
+        )
+    addresses = np.array([k.address for k in kernels], dtype=np.int64)
+    return CpuKernels(kernels, dispatcher, dsource, used, addresses)
+
+
+def _compile_cold_in_workers(
+    patterns, cache: KernelCache, options: WorkerOptions, say: Callable[[str], None]
+) -> int:
+    """Compile the cold kernels (and dispatcher) of a schedule side by side, in this
+    process and worker processes, into the disk cache, when two or more are cold and two
+    or more CPUs are there to run them; the caller then loads everything from disk (or
+    memory). The number the workers compiled."""
+    if cache.policy != "fallback":  # strict compiles nothing; off has no disk to share
+        return 0
+    units = [kernel_unit(p) for p in patterns] + [dispatcher_unit()]
+    # (a "busy" kernel, its lock held by a stalled process, is compiled here in memory)
+    cold = [u for u in units if cache.check(u.identity, u.source)[0] not in ("ok", "busy")]
+    n_workers = options.pool_size(len(cold))
+    if not n_workers or cache.bypassed:  # workers share kernels through the disk only
+        return 0
+    say(f"compiling {len(cold)} cold kernels in {n_workers} processes")
+    return compile_in_workers(
+        cold,
+        cache,
+        n_workers,
+        lambda unit, seconds, in_worker: say(
+            f"compiled {unit.name} in {seconds:.1f} s{' in a worker' if in_worker else ''}"
+        ),
+    )
