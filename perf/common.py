@@ -25,6 +25,10 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # run from a checkout without installing
+# The scripts time kernels: compile() waits for them instead of answering from the numpy
+# tier while they compile (a cold cache would otherwise time numpy's runs; cold_start.py
+# measures the tiers themselves). Child processes inherit it.
+os.environ.setdefault("CATBP_JIT_TIER", "compiled")
 
 GROUPS = ("bench", "corpus")  # the folders of shared/ that hold bundles
 
