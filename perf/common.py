@@ -13,7 +13,6 @@ import gzip
 import importlib.util
 import os
 import platform
-import re
 import statistics
 import sys
 import time
@@ -25,10 +24,15 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # run from a checkout without installing
+if str(REPO / "tests") not in sys.path:
+    # pyAgrum's network for a BIF text: the comparison the tests make (tests/bn_helpers.py)
+    sys.path.insert(0, str(REPO / "tests"))
 # The scripts time kernels: compile() waits for them instead of answering from the numpy
 # tier while they compile (a cold cache would otherwise time numpy's runs; cold_start.py
 # measures the tiers themselves). Child processes inherit it.
 os.environ.setdefault("CATBP_JIT_TIER", "compiled")
+
+from bn_helpers import pyagrum_network  # noqa: E402, F401 (the scripts' too)
 
 GROUPS = ("bench", "corpus")  # the folders of shared/ that hold bundles
 
@@ -74,37 +78,6 @@ def network_text(name: str) -> str:
     path = bnlearn.network_path(name)
     data = path.read_bytes()
     return (gzip.decompress(data) if path.name.endswith(".gz") else data).decode()
-
-
-def _is_number(word: str) -> bool:
-    try:
-        float(word)
-        return True
-    except ValueError:
-        return False
-
-
-def pyagrum_network(gum, text: str, directory: Path):
-    """pyAgrum's network for a BIF text, and {pyAgrum's name: ours} for renamed words.
-
-    pyAgrum reads uncompressed files only, and its grammar refuses labels like '<5',
-    '5-12' or 'Asy/Patch' (child.bif): those words are given plain identifiers instead.
-    """
-    plain = directory / "net.bif"
-    plain.write_text(text)
-    try:
-        return gum.loadBN(str(plain)), {}
-    except Exception:
-        renamed = {}
-
-        def rename(m):
-            word = m.group()
-            if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", word) or _is_number(word):
-                return word
-            return renamed.setdefault(word, f"label{len(renamed)}_")
-
-        plain.write_text(re.sub(r"[^\s{}()\[\],;|]+", rename, text))
-        return gum.loadBN(str(plain)), {new: old for old, new in renamed.items()}
 
 
 def sample_rows(graph, n: int, seed: int) -> dict:
