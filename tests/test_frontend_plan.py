@@ -217,17 +217,13 @@ def test_a_plan_over_the_total_limit_is_refused_before_emitting(monkeypatch):
         r"largest 2 variables and 100 states; the limit is 32.00 KiB for all "
         r"cliques together \(max_total_bytes",
     ):
-        compile_model(
-            graph, "prob", target="reference", max_total_bytes=32 << 10, plan_kind="junction", plan_time=0
-        )  # greedy's refusal, no rescue search
+        compile_model(graph, "prob", target="reference", max_total_bytes=32 << 10, plan_kind="junction")
 
 
 def test_the_limit_defaults_to_the_memory_limit(monkeypatch):
     monkeypatch.setenv("CATBP_JIT_MAX_BYTES", str(32 << 10))
     with pytest.raises(ModelTooLargeError, match="32.00 KiB for all cliques together"):
-        compile_model(
-            chain(50, 10), "prob", target="reference", plan_kind="junction", plan_time=0
-        )  # greedy's refusal, without the rescue search's 10 s
+        compile_model(chain(50, 10), "prob", target="reference", plan_kind="junction")
     monkeypatch.setenv("CATBP_JIT_MAX_BYTES", str(40 << 10))
     assert (
         compile_model(chain(50, 10), "prob", target="reference", plan_kind="junction").stats["total_states"]

@@ -302,6 +302,25 @@ def test_a_refused_greedy_plan_is_searched_only_when_near_the_limit():
     assert len(calls) == 1
 
 
+def test_a_refused_chain_or_tree_is_not_searched():
+    """On a forest of pairwise factors greedy's plan is the smallest there is: its refusal
+    stands without a search (which would spend its whole budget to agree)."""
+    from catbp_jit.frontend.model import ModelTooLargeError
+    from catbp_jit.frontend.search import pairwise_forest
+
+    calls = []
+    never = PlanSearch(time_s=10, min_flops=0, cache=False, searcher=lambda *a, **k: calls.append(a) or None)
+    chain = factor_graph(
+        {f"x{i}": 10 for i in range(50)}, [((f"x{i}", f"x{i + 1}"), np.ones((10, 10))) for i in range(49)]
+    )
+    with pytest.raises(ModelTooLargeError, match="for all cliques together"):
+        compile_model(chain, "prob", target="reference", max_total_bytes=32 << 10, plan_search=never)
+    assert calls == []
+    assert pairwise_forest([(0, 1), (1, 2), (1, 3), (0, 1), (4,), (5, 6)])
+    assert not pairwise_forest([(0, 1), (1, 2), (2, 0)])  # a cycle
+    assert not pairwise_forest([(0, 1, 2)])  # a factor over three variables
+
+
 def test_a_companion_model_plans_with_the_same_search():
     # PROB certifies a Z of 0 with a SAT model of the same graph: it must not search anew
     graph = factor_graph({"a": 2, "b": 2}, [(("a", "b"), np.array([[1.0, 0.0], [0.0, 1.0]]))])

@@ -217,6 +217,7 @@ def choose_order(
         or not search_available()
         or len(scopes) < 2
         or (greedy is not None and cliques_are_factors(sizes, scopes, greedy.order))
+        or (greedy is None and pairwise_forest(scopes))
     ):
         if greedy is None:
             assert refused is not None
@@ -267,6 +268,33 @@ def cliques_are_factors(sizes: Sequence[int], scopes: Sequence[Sequence[int]], o
     10^5-variable chain would take many minutes whatever the budget."""
     plan = junction_tree(sizes, scopes, order)
     return all(any(len(set(scopes[f])) == len(c.variables) for f in c.factors) for c in plan.cliques)
+
+
+def pairwise_forest(scopes: Sequence[Sequence[int]]) -> bool:
+    """Whether every factor holds at most two variables and their edges close no cycle (a
+    chain, a tree, a forest of them). Min-fill then eliminates a leaf at every step and
+    makes no clique larger than a factor's scope, so when its plan is over the limits
+    every plan is: a search would spend its whole budget to refuse the same graph."""
+    root: dict[int, int] = {}
+
+    def find(v: int) -> int:
+        while root.get(v, v) != v:
+            v = root[v]
+        return v
+
+    edges: set[tuple[int, int]] = set()
+    for scope in scopes:
+        held = sorted(set(scope))
+        if len(held) > 2:
+            return False
+        if len(held) < 2 or (held[0], held[1]) in edges:
+            continue  # (a second factor over the same pair closes no cycle)
+        edges.add((held[0], held[1]))
+        a, b = find(held[0]), find(held[1])
+        if a == b:
+            return False
+        root[a] = b
+    return True
 
 
 def _score(cost: PlanCost, limits: PlanLimits) -> float:
