@@ -55,6 +55,12 @@ class Semiring:
         return self.result_kind == "log"
 
     @property
+    def sums_reals(self) -> bool:
+        """⊕ adds real numbers (PROB; LOGPROB, through exp): a contraction can run as a
+        matrix product (plan/gemm.py). SAT's any and COUNT's wrapping ints cannot."""
+        return self.result_kind in ("scaled", "log")
+
+    @property
     def is_scaled(self) -> bool:
         """The front end keeps tables and messages near 1 and Z as their scales (PROB)."""
         return self.result_kind == "scaled"

@@ -30,6 +30,7 @@ from . import environment
 from .environment import TIERS
 from .numpy_steps import interpretable
 from .plan.pipeline import Plan
+from .semiring import semiring
 
 # About a second of numpy per run (products and in-order sums run at some 10^7 terms a
 # second here; LOGPROB's C-library exp at some 10^6): a bigger program waits for kernels.
@@ -63,7 +64,7 @@ def numpy_tier_fits(plan: Plan) -> bool:
     if len(plan.schedule.steps) > NUMPY_TIER_MAX_STEPS:
         return False
     work = sum(st.work for st in plan.schedule.steps)
-    limit = LOGPROB_MAX_WORK if plan.semiring.name == "LOGPROB" else NUMPY_TIER_MAX_WORK
+    limit = LOGPROB_MAX_WORK if semiring(plan.semiring.name).is_log else NUMPY_TIER_MAX_WORK
     return work <= limit
 
 

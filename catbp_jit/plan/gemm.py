@@ -27,12 +27,12 @@ from dataclasses import dataclass
 
 from .. import abi
 from ..ir.schema import TensorSpec
+from ..semiring import semiring
 from .arena import MemoryPlan
 from .fusion import Fused, Segment
 from .options import PlanOptions
 from .steps import KernelPattern, Step, c_strides, normalize_groups
 
-GEMM_SEMIRINGS = ("PROB", "LOGPROB")
 GEMM_DTYPES = ("float64", "float32")
 # float32 sums round to ~K x 6e-8; docs/ir.md's float32 tolerance is rtol 1e-5
 FLOAT32_MAX_K = 64
@@ -68,7 +68,7 @@ def gemm_shape(
     if (
         options.exact
         or not options.gemm
-        or fused.semiring not in GEMM_SEMIRINGS
+        or not semiring(fused.semiring).sums_reals
         or dtype not in GEMM_DTYPES
         or len(seg.leaves) != 2
     ):
@@ -154,7 +154,7 @@ def gemm_workspace(
     fused: Fused, layouts: dict[int, TensorSpec], dtype: str, options: PlanOptions
 ) -> dict[int, int]:
     """Segment index -> elements of workspace its LOGPROB GEMM needs while it runs."""
-    if fused.semiring != "LOGPROB":
+    if not semiring(fused.semiring).is_log:
         return {}
     need = {}
     for i, seg in enumerate(fused.segments):

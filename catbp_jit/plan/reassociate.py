@@ -31,12 +31,13 @@ from dataclasses import dataclass, replace
 import opt_einsum
 
 from ..ir.schema import TensorSpec
+from ..semiring import semiring
 from .fusion import Fused, Segment
 
 OPTIMAL_MAX_LEAVES = 4  # opt_einsum's exhaustive search is cheap up to here; dp beyond
 # LOGPROB's ⊕ takes an exp per term (the loop kernels' logsumexp): about as much time as
 # this many leaf reads and ⊗s, so splitting must save exps too, not only products
-EXP_COST = {"LOGPROB": 8}
+EXP_COST = 8
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,13 @@ def reassociate(fused: Fused, batch_key: tuple | None = None) -> Fused:
     free = {v for v in workspace if readers[v] == 1}
     for seg in fused.segments:
         steps = contraction_steps(
-            seg, fused.specs, batch_key, next_id, EXP_COST.get(fused.semiring, 0), free, workspace - free
+            seg,
+            fused.specs,
+            batch_key,
+            next_id,
+            EXP_COST if semiring(fused.semiring).is_log else 0,
+            free,
+            workspace - free,
         )
         if steps is None:
             segments.append(seg)
