@@ -186,7 +186,7 @@ class BuiltModel:
         """The programs compiled with the evidence factors batched (batch_buckets' buckets):
         what solve_batch runs. Compiled anew on each call."""
         from ..batched import BatchedExecutable
-        from ..executable import compile as jit_compile
+        from ..compiler import compile as jit_compile
 
         executable = jit_compile(
             list(self.programs),
@@ -356,8 +356,8 @@ def build_model(
 
 def _compiled(built: BuiltModel, rebound: set[int], partial_evaluation: bool) -> BuiltModel:
     """built with its executable, and where the answer's values lie in its buffer."""
+    from ..compiler import compile as jit_compile
     from ..executable import Executable
-    from ..executable import compile as jit_compile
 
     # every factor but the cut factors or indicators keeps its value for good
     static = (
