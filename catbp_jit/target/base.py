@@ -58,6 +58,10 @@ class Target:
     tiers: bool = False
     # cold kernels compile in worker processes (a GPU's compile in this process)
     compiles_in_workers: bool = False
+    # programs compile to kernels (the front end's reference target interprets them)
+    compiled: bool = True
+    # results stay in device memory until a slot is read (a GPU's session copies back)
+    device_results: bool = False
 
     def plan_options(self, **fields: Any) -> PlanOptions:
         """The planner's options on this target: its defaults, then `fields`."""

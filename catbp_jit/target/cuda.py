@@ -61,4 +61,6 @@ class CudaTarget(Target):
 # A GPU thread sums one output element: the CPU's vector across outputs buys it nothing,
 # and one vector for every reduction keeps its kernels half as many. 256-byte regions:
 # what a GPU's loads coalesce best on.
-CUDA = CudaTarget("cuda", plan_defaults={"align_bytes": 256, "gemm": False, "across": "reduced"})
+CUDA = CudaTarget(
+    "cuda", plan_defaults={"align_bytes": 256, "gemm": False, "across": "reduced"}, device_results=True
+)
