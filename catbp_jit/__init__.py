@@ -17,6 +17,7 @@ _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from . import errors, reference  # noqa: E402
 from .batched import BatchedExecutable, BatchedSession
+from .compiler import compile, load
 from .dropin import VirtualMachine, run_program
 from .errors import (
     AlignmentError,
@@ -32,7 +33,7 @@ from .errors import (
     UnwrittenSlotError,
     UseBeforeDefinitionError,
 )
-from .executable import Executable, build, compile, load
+from .executable import Executable, build
 from .frontend import FactorGraph, Solution, compile_model, factor_graph, solve
 from .ir import Axis, AxisKey, AxisType, Instruction, OpCode, Program, TensorSpec
 from .ir.adapt import adapt_program, adapt_programs

@@ -18,13 +18,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .cache import KernelCache, default_cache
-from .codegen.loader import CompileUnit, dispatcher_unit, kernel_unit, load_unit
+from .codegen.loader import CompileUnit, dispatcher_unit, load_unit
 from .codegen.workers import WorkerOptions, compile_in_workers
-from .executable import Executable, adapt_inputs, compile
+from .compiler import compile
+from .executable import Executable, adapt_inputs
 from .ir.ops import Program
 from .ir.schema import TensorSpec
-from .plan.options import PlanOptions
 from .plan.pipeline import plan
+from .target import get as get_target
 
 if TYPE_CHECKING:
     from .batched import BatchedExecutable
@@ -71,6 +72,7 @@ def kernel_units(
             (p, f, s, key)
             for _, p, f, s, key in bucket_inputs(progs, fspecs, sspecs, lspecs, bf, bs, aid, sizes)
         ]
+    the_target = get_target(target)
     units: dict[str, CompileUnit] = {}
     for bprogs, bfspecs, bsspecs, key in plans:
         schedule = plan(
@@ -79,13 +81,13 @@ def kernel_units(
             bfspecs,
             bsspecs,
             lspecs,
-            PlanOptions.for_target(target, max_total_bytes=max_total_bytes),
+            the_target.plan_options(max_total_bytes=max_total_bytes),
             key,
         ).schedule
         for pattern in schedule.patterns:
-            unit = kernel_unit(pattern, target)
+            unit = the_target.kernel_unit(pattern)
             units.setdefault(unit.name + unit.identity["source_sha256"], unit)
-    if target == "cpu":  # (a GPU has no compiled dispatcher)
+    if the_target.dispatcher:  # (a GPU has no compiled dispatcher)
         unit = dispatcher_unit()
         units.setdefault(unit.name, unit)
     return list(units.values())
@@ -132,7 +134,7 @@ def compile_ahead(
         if batched_factors or batched_selectors or buckets
         else {}
     )
-    if target == "cuda":
+    if not get_target(target).compiles_in_workers:  # (CUDA: compiling needs the GPU)
         return _compile_ahead_cuda(
             programs,
             sr,

@@ -28,7 +28,6 @@ from typing import Any, cast
 import numpy as np
 
 from .cache import KernelCache, default_cache
-from .codegen.cpu_build import background_build
 from .errors import InputMismatchError, UnknownInputError, name_list
 from .executable import (
     DEFAULT_MAX_BYTES,
@@ -53,7 +52,8 @@ from .plan.options import PlanOptions
 from .plan.pipeline import Plan, plan
 from .saved import saved_document, write_saved
 from .semiring import VMSemiringRuntime
-from .session import Session, aligned_empty
+from .session import Session
+from .target import get as get_target
 
 DEFAULT_BUCKETS = (1, 8, 64, 512)
 
@@ -238,9 +238,10 @@ def build_batched(
     say = progress or (lambda line: None)
     profiles = {}
     background = None
-    if target == "cpu":  # the buckets share their kernels: one build in the background
+    the_target = get_target(target)
+    if the_target.tiers:  # the buckets share their kernels: one build in the background
         cache = cache or default_cache()
-        background = background_build(list(bplan.plans.values()), cache, workers, tier, say)
+        background = the_target.background(list(bplan.plans.values()), cache, workers, tier, say)
     for b, p in bplan.plans.items():
         if background is not None:
             profiles[b] = Executable(
@@ -331,17 +332,10 @@ class BatchedSession:
     def __init__(self, exe: BatchedExecutable, **hooks: Any) -> None:
         self.exe = exe
         total = max(p.memory.total for p in exe.profiles.values())
-        if exe.largest.target == "cuda":
-            from .cuda_session import CudaSession, host_and_device_arenas
-
-            arenas = host_and_device_arenas(total, exe.dtype)  # shared by every bucket
-            self.mem = arenas[0]
-            self.sessions: dict[int, Session] = {
-                b: CudaSession(p, arenas=arenas, **hooks) for b, p in exe.profiles.items()
-            }
-        else:
-            self.mem = aligned_empty(total, exe.dtype)  # shared by every bucket
-            self.sessions = {b: Session(p, mem=self.mem, **hooks) for b, p in exe.profiles.items()}
+        # one arena shared by every bucket (on a GPU: pinned, with its device twin)
+        self.mem, self.sessions = exe.largest.target_object.bind_buckets(
+            exe.profiles, total, exe.dtype, **hooks
+        )
         for s in self.sessions.values():
             s._unset.clear()  # inputs are tracked here, across buckets
         self.one = np.array(exe.semiring.kind.one, dtype=exe.dtype)

@@ -88,7 +88,8 @@ class _JitRun:
 def _jit_engine(
     bundle: Bundle, mode: str = "compiled", target: str = "cpu", tier: str | None = None, quiet: bool = True
 ) -> _JitRun:
-    from .executable import Executable, compile  # imported lazily: numba takes a moment to load
+    from .compiler import compile  # imported lazily: numba takes a moment to load
+    from .executable import Executable
     from .progress import close, command_lines
 
     check_kernel_cache()
@@ -200,7 +201,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     jit_only = [f"--{name}" for name in ("mode", "target", "tier") if getattr(args, name) is not None]
     if args.engine != "jit" and jit_only:
         raise CliError(f"{', '.join(jit_only)} apply to the jit engine only, not --engine {args.engine}")
-    if args.tier is not None and args.target == "cuda":  # CUDA kernels always compile first
+    from .target import get as get_target
+
+    # (a target without the numpy tier compiles its kernels before the first run: CUDA)
+    if args.tier is not None and args.target is not None and not get_target(args.target).tiers:
         raise CliError(
             "--tier applies to the CPU target only; --target cuda compiles its kernels before the first run"
         )

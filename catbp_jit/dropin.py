@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from .executable import Executable, compile
+from .compiler import compile
+from .executable import Executable
 from .ir.adapt import adapt_program, adapt_spec
 from .ir.ops import OpCode, Program
 from .plan.pipeline import RESULT, SLOT_INPUT

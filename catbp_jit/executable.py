@@ -6,7 +6,8 @@ inspect, save and bind. Two stages:
     build(plan, target)   kernels rendered for the target, loaded from the disk cache or
                 compiled -> Executable
 
-compile(...) is build(plan(...)).
+compile(...) is build(plan(...)); it and load() live in compiler.py, which chooses
+between an Executable and a BatchedExecutable (batched.py builds on this module).
 """
 
 from __future__ import annotations
@@ -18,17 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .cache import KernelCache, default_cache
-from .codegen.cpu_build import background_build, load_cpu_kernels
+from .cache import KernelCache, default_cache  # noqa: F401 (default_cache: importable from here too)
 from .codegen.loader import (
     Kernel,
     dispatcher_unit,
-    identity_digest,
     kernel_unit,
 )
-from .errors import ProgramKeyError, ProgramValueError, SpecError
+from .errors import SpecError
 from .ir.adapt import adapt_programs, adapt_slot_key, adapt_spec
-from .ir.batch import BatchedCompileError
 from .ir.ops import Program
 from .ir.schema import TensorSpec, format_spec
 from .ir.validate import DEFAULT_MAX_BYTES
@@ -47,11 +45,12 @@ from .saved import (  # noqa: F401 (SAVE_FORMAT, saved_document: importable from
     write_saved,
 )
 from .semiring import VMSemiringRuntime, adapt_semiring, check_compiled_dtype
+from .target import NAMES, Target
+from .target import get as get_target
 from .tiers import KernelBuild, report_failure
 from .tiers import log as tier_log
 
-if TYPE_CHECKING:  # batched.py imports this module
-    from .batched import BatchedExecutable
+if TYPE_CHECKING:
     from .plan.arena import MemoryPlan
     from .plan.fusion import Fused
     from .plan.graph import Graph
@@ -59,7 +58,7 @@ if TYPE_CHECKING:  # batched.py imports this module
     from .session import Session
 
 MODES = ("compiled", "loop")
-TARGETS = ("cpu", "cuda")
+TARGETS = NAMES  # ("cpu", "cuda"): catbp_jit/target/
 
 
 @dataclass
@@ -118,6 +117,12 @@ class Executable:
     @property
     def dtype(self) -> np.dtype:
         return self.semiring.dtype
+
+    @property
+    def target_object(self) -> Target:
+        """The Target the kernels were built for (catbp_jit/target/): `target` stays its
+        name, the string users pass and saved files record."""
+        return get_target(self.target)
 
     # -- tiers (tiers.py) --------------------------------------------------------------------
 
@@ -178,13 +183,7 @@ class Executable:
         """A Session: the arenas and the schedule table, allocated here, once (on the
         device too, for target "cuda"). hooks: before= / after= (called around each step),
         numpy_only=True (CPU: a session that computes in the numpy tier for good)."""
-        if self.target == "cuda":
-            from .cuda_session import CudaSession
-
-            return CudaSession(self, **hooks)
-        from .session import Session
-
-        return Session(self, **hooks)
+        return self.target_object.bind(self, **hooks)
 
     # -- inspecting ----------------------------------------------------------------------
 
@@ -208,7 +207,7 @@ class Executable:
     def kernel_source(self, k: int | str = 0) -> str:
         """Generated source of kernel k (its index, pattern name or key), or 'dispatcher'."""
         if k == "dispatcher":
-            if self.target == "cpu" and not self.dispatcher_source:  # still compiling
+            if self.target_object.dispatcher and not self.dispatcher_source:  # still compiling
                 return dispatcher_unit().source
             if not self.dispatcher_source:  # a GPU's steps are launched from Python
                 raise KeyError(f"target {self.target!r} has no compiled dispatcher")
@@ -228,7 +227,7 @@ class Executable:
         to see what LLVM made of its loops (vector instructions: mulpd/vmulpd, vgather...).
         Cached kernels are stored as object code without their assembly, so the kernel's
         source is compiled again here, uncached, in a scratch module (a second or so)."""
-        if self.target != "cpu":
+        if not self.target_object.assembly:
             raise KeyError(f"target {self.target!r}: kernel_asm shows CPU kernels only")
         from .codegen.loader import scratch_compile
 
@@ -308,138 +307,6 @@ class Executable:
         write_saved(path, doc)
 
 
-def load(
-    path: str | os.PathLike, *, cache: KernelCache | None = None, tier: str | None = None
-) -> Executable | BatchedExecutable:
-    """The Executable (or BatchedExecutable) saved at `path` by its save(), planned again
-    and checked against the kernels it was saved with (saved.py). A file that is not one
-    raises SavedExecutableError naming the file and the field; a missing file
-    FileNotFoundError."""
-    saved = read_saved(path, TARGETS, MODES)
-    target, mode, where = saved.target, saved.mode, saved.where
-    options = plan_options(target, None, exact=saved.exact)
-    try:  # programs that do not check (a register read before it is written...): edited
-        adapted = adapt_inputs(
-            saved.programs, saved.sr, saved.factor_specs, saved.selector_specs, saved.slot_specs, target, mode
-        )
-        if saved.batched:
-            from .batched import build_batched, plan_batched
-
-            bplan = plan_batched(*adapted, options=options, **saved.batched)
-            plans = list(bplan.plans.values())
-        else:
-            plans = [plan_adapted(*adapted, options, static=saved.static)]
-    except (ProgramValueError, ProgramKeyError, BatchedCompileError) as e:
-        raise SavedExecutableError(f"{where}: {e}") from None
-    if saved.kernel_identities is not None:  # (files saved before identities: unchecked)
-        planned = {identity_digest(p, target) for pl in plans for p in pl.schedule.patterns}
-        check_saved_kernels(where, saved.kernel_identities, planned)
-    if saved.batched:
-        return build_batched(bplan, target=target, mode=mode, cache=cache, tier=tier)
-    return build(plans[0], target=target, mode=mode, cache=cache, tier=tier)
-
-
-def compile(
-    programs: Any,
-    sr: Any,
-    *,
-    factor_specs: Mapping[int, Any],
-    selector_specs: Mapping[int, Any] | None = None,
-    slot_specs: Mapping[Any, Any] | None = None,
-    target: str = "cpu",
-    mode: str = "compiled",
-    cache: KernelCache | None = None,
-    max_bytes: int = DEFAULT_MAX_BYTES,
-    max_total_bytes: int | None = None,
-    progress: Callable[[str], None] | None = None,
-    workers: int | None = None,
-    batched_factors: Any | None = None,
-    batched_selectors: Any | None = None,
-    buckets: Any | None = None,
-    options: PlanOptions | None = None,
-    static_factors: Any | None = None,
-    static_selectors: Any | None = None,
-    exact: bool | None = None,
-    tier: str | None = None,
-) -> Executable | BatchedExecutable:
-    """Plan, lower and compile linked programs for inputs of the given specs.
-
-    programs: one program or a list run in order with slots carried over (upward,
-    downward, finalize), as our IR or any CatBP-like objects. slot_specs: slots that
-    exist before the first program (handed to Session.run(slots=...)). max_bytes: the
-    limit for one tensor; max_total_bytes: for all arenas together (default
-    catbp_jit.memory.memory_limit(): CATBP_JIT_MAX_BYTES, else the available memory); a
-    plan over it raises PlanTooLargeError before any kernel is compiled. progress: called
-    with a line of text at each planning stage (and now and then in long ones), before
-    each kernel is loaded (a cold one takes seconds to compile) and as each is compiled in
-    a worker (catbp_jit.progress.DelayedLines shows them only when compiling is slow).
-    workers: processes that compile cold kernels side by side (default:
-    $CATBP_JIT_COMPILE_WORKERS, else the number of CPUs; 0 or 1: in this process).
-
-    batched_factors / batched_selectors: ids of inputs that get a leading batch axis;
-    then the result is a BatchedExecutable with one plan per batch size in `buckets`
-    (default (1, 8, 64, 512)), see batched.py.
-
-    options: the planner's knobs (plan/options.py; default PlanOptions.for_target(target));
-    max_bytes, max_total_bytes and exact, when given, override its fields of those names.
-
-    exact: True (the default) evaluates every product and sum in the order the programs
-    wrote (the same bits in every mode and thread count); False lets the planner regroup
-    them as the semiring laws allow (contraction paths, BLAS GEMM on the CPU): float
-    results then agree with the reference within the tolerances of docs/ir.md, not bit for bit.
-
-    static_factors / static_selectors: ids of inputs whose values stay fixed until a run
-    gives them again; the segments computed from them alone run only then (partial
-    evaluation, plan/static.py and Session.run). Not with batched inputs.
-
-    tier: "auto" (the default, or $CATBP_JIT_TIER) returns at once when kernels are cold
-    and numpy can stand in for them: the first runs compute the same bits in numpy while
-    worker processes compile the kernels, and later runs use them (tiers.py; `exe.tier`,
-    `exe.wait()`). "compiled" waits for every kernel here.
-    """
-    options = plan_options(target, options, max_bytes, max_total_bytes, exact)
-    static = static_inputs(static_factors, static_selectors)
-    if batched_factors or batched_selectors or buckets is not None:
-        if static:
-            from .ir.batch import BatchedCompileError
-
-            raise BatchedCompileError(
-                "static_factors / static_selectors are not supported with batched inputs "
-                "(a batched executable already computes its unbatched inputs' segments once "
-                "per run, for every row); compile without batching to declare static inputs"
-            )
-        from .batched import compile_batched
-
-        return compile_batched(
-            programs,
-            sr,
-            factor_specs=factor_specs,
-            selector_specs=selector_specs,
-            slot_specs=slot_specs,
-            target=target,
-            mode=mode,
-            cache=cache,
-            max_bytes=max_bytes,
-            max_total_bytes=max_total_bytes,
-            progress=progress,
-            workers=workers,
-            batched_factors=batched_factors or (),
-            batched_selectors=batched_selectors or (),
-            buckets=buckets,
-            options=options,
-            tier=tier,
-        )
-    the_plan = plan_adapted(
-        *adapt_inputs(programs, sr, factor_specs, selector_specs, slot_specs, target, mode),
-        options,
-        static=static,
-        progress=progress,
-    )
-    return build(
-        the_plan, target=target, mode=mode, cache=cache, progress=progress, workers=workers, tier=tier
-    )
-
-
 def static_inputs(factors: Any | None, selectors: Any | None) -> StaticInputs:
     """The static ids as given to compile() or plan(), checked to be integers."""
 
@@ -461,10 +328,11 @@ def plan_options(
 ) -> PlanOptions:
     """`options` (else the target's defaults) with the byte limits and mode given as
     arguments. GEMM kernels exist on the CPU only."""
-    options = options or PlanOptions.for_target(target)
+    the_target = get_target(target)
+    options = options or the_target.plan_options()
     if exact is not None:
         options = options.with_(exact=bool(exact))
-    if target != "cpu" and options.gemm:
+    if not the_target.gemm and options.gemm:
         options = options.with_(gemm=False)
     if max_bytes != DEFAULT_MAX_BYTES:
         options = options.with_(max_bytes=max_bytes)
@@ -487,7 +355,7 @@ def plan(
     exact: bool | None = None,
 ) -> Plan:
     """Only the planning half of compile(): no kernel is rendered or compiled. options:
-    the planner's knobs (default PlanOptions.for_target(target)); static_*, exact: as
+    the planner's knobs (default the target's, catbp_jit/target/); static_*, exact: as
     compile's."""
     return plan_adapted(
         *adapt_inputs(programs, sr, factor_specs, selector_specs, slot_specs, target, "compiled"),
@@ -511,8 +379,7 @@ def adapt_inputs(
     """(programs, semiring, factor specs, selector specs, slot specs) in our own types."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    if target not in TARGETS:
-        raise ValueError(f"target {target!r} is not available (available: {', '.join(TARGETS)})")
+    get_target(target)  # (a ValueError naming the available ones)
     sr = adapt_semiring(sr)
     check_compiled_dtype(sr)  # before any planning
     progs = adapt_programs(programs)
@@ -547,24 +414,17 @@ def build(
     """The kernels of a plan's schedule for a target, from the disk cache or compiled.
     tier: "auto" (default: $CATBP_JIT_TIER, else auto) returns at once when kernels are
     cold and the numpy tier can stand in for them (tiers.py); "compiled" waits for them."""
-    if target == "cuda":
-        from .codegen.cuda_build import build_cuda
-
-        return build_cuda(plan, mode=mode, cache=cache, progress=progress)
-    cache = cache or default_cache()
-    say = progress or (lambda line: None)
-    background = background_build([plan], cache, workers, tier, say)
-    if background is not None:
-        build_, stats = background
-        return Executable(plan, mode, target, [], cache_stats=dict(stats), tier="numpy", kernel_build=build_)
-    built = load_cpu_kernels(plan, cache, say, workers)
+    the_target = get_target(target)
+    built = the_target.build(plan, cache=cache, progress=progress, workers=workers, tier=tier)
     return Executable(
         plan,
         mode,
-        "cpu",
+        the_target.name,
         built.kernels,
         built.dispatcher,
         built.dispatcher_source,
         built.cache_stats,
-        built.addresses,
+        built.kernel_addresses,
+        built.tier,
+        built.kernel_build,
     )

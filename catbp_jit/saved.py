@@ -4,7 +4,7 @@ A JSON document holding the programs, the specs of their inputs, the semiring, t
 the mode, and the identities of the kernels the plan needed, so that `load` plans the
 programs again and checks, before compiling anything, that this catbp_jit needs the same
 kernels. Plain data in and out: reading and checking the document is here; planning and
-building what it describes is executable.load's.
+building what it describes is compiler.load's.
 """
 
 from __future__ import annotations
@@ -63,6 +63,9 @@ def saved_document(
 ) -> dict:
     """What `save` writes (a batched executable adds its batched ids and buckets)."""
     from .bundle import program_to_json, slot_key_to_json, spec_to_json
+    from .target import get
+
+    unit = get(target).kernel_unit
 
     return {
         "format": SAVE_FORMAT,
@@ -76,7 +79,7 @@ def saved_document(
         "slot_specs": [[slot_key_to_json(k), spec_to_json(v)] for k, v in lspecs.items()],
         "programs": [program_to_json(p) for p in programs],
         "kernels": [k.key for k in kernels],
-        "kernel_identities": sorted({identity_digest(k.pattern, target) for k in kernels}),
+        "kernel_identities": sorted({identity_digest(unit(k.pattern)) for k in kernels}),
         "exact": exact,  # part of the plan: a reassociating executable loads as one
     }
 

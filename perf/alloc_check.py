@@ -51,7 +51,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # perf/common.py
 from catbp_jit.bundle import load_bundle  # noqa: E402
-from catbp_jit.executable import compile  # noqa: E402
+from catbp_jit.compiler import compile  # noqa: E402
 from catbp_jit.testing.alloc_counter import NrtAllocCounter, NumpyAllocCounter, enable_nrt_stats  # noqa: E402
 from common import default_shared_dir, find_bundles  # noqa: E402
 

@@ -87,7 +87,7 @@ import numpy as np  # noqa: E402
 
 from catbp_jit.bundle import load_bundle  # noqa: E402
 from catbp_jit.cli import compare_slot  # noqa: E402
-from catbp_jit.executable import compile  # noqa: E402
+from catbp_jit.compiler import compile  # noqa: E402
 from catbp_jit.ir.ops import OpCode  # noqa: E402
 from catbp_jit.ir.validate import validate_programs  # noqa: E402
 from catbp_jit.reference import run_programs  # noqa: E402

@@ -283,7 +283,7 @@ def read_all(slots) -> None:
 
 def bench_bundle_target(bundle, target: str, args) -> tuple:
     """(measurements, slots after the last run) of one bundle on one target."""
-    from catbp_jit.executable import compile
+    from catbp_jit.compiler import compile
 
     factors = {fid: arr for fid, (arr, _) in bundle.factors.items()}
     selectors = {sid: arr for sid, (arr, _) in bundle.selectors.items()}
@@ -430,7 +430,7 @@ def perturbed_rows(base: np.ndarray, n: int, semiring: str, rng) -> np.ndarray:
 
 
 def bench_batched_bundle(bundle, group: str, name: str, args, gpu: bool) -> list:
-    from catbp_jit.executable import compile
+    from catbp_jit.compiler import compile
 
     dtype = bundle.dtype
     factors = {f: np.ascontiguousarray(a, dtype=dtype) for f, (a, _) in bundle.factors.items()}

@@ -296,8 +296,8 @@ def make_case(i: int, seed: int, seeds, readers) -> dict:
 
 def _load_entry(argv) -> int:
     from catbp_jit.cli import _kernel_cache_refused
+    from catbp_jit.compiler import load
     from catbp_jit.errors import CatbpError
-    from catbp_jit.executable import load
 
     try:
         load(argv[0])

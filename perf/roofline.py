@@ -66,8 +66,8 @@ import numpy as np  # noqa: E402
 from numba import njit, prange  # noqa: E402
 
 from catbp_jit.bundle import load_bundle  # noqa: E402
+from catbp_jit.compiler import compile  # noqa: E402
 from catbp_jit.errors import CatbpError  # noqa: E402
-from catbp_jit.executable import compile  # noqa: E402
 from common import (  # noqa: E402
     GROUPS,
     REPO,

@@ -542,7 +542,8 @@ def test_a_truncated_or_garbled_bundle_is_one_error(capsys, tiny_bundle):
     ],
 )
 def test_load_refuses_what_is_not_a_saved_executable(tmp_path, content, message):
-    from catbp_jit.executable import SavedExecutableError, load
+    from catbp_jit.compiler import load
+    from catbp_jit.executable import SavedExecutableError
 
     path = tmp_path / "exe.json"
     path.write_bytes(content)

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from catbp_jit.cli import main
-from catbp_jit.executable import SavedExecutableError, load
+from catbp_jit.compiler import load
+from catbp_jit.executable import SavedExecutableError
 from catbp_jit.frontend.graph import FactorGraphError
 from catbp_jit.frontend.model_source import model_source
 

@@ -83,7 +83,8 @@ def test_a_megabyte_value_in_a_bundle_is_shown_clipped(tmp_path):
 def test_a_megabyte_value_in_a_saved_executable_is_shown_clipped(tmp_path):
     import json
 
-    from catbp_jit.executable import SAVE_FORMAT, SavedExecutableError, load
+    from catbp_jit.compiler import load
+    from catbp_jit.executable import SAVE_FORMAT, SavedExecutableError
 
     # a saved executable's programs are read before anything is planned or compiled
     doc = {
@@ -166,7 +167,8 @@ def test_a_thousand_digit_evidence_count_is_shown_clipped():
 def test_a_megabyte_dtype_in_a_saved_executable_is_shown_clipped(tmp_path):
     import json
 
-    from catbp_jit.executable import SAVE_FORMAT, SavedExecutableError, load
+    from catbp_jit.compiler import load
+    from catbp_jit.executable import SAVE_FORMAT, SavedExecutableError
 
     path = tmp_path / "exe.json"
     path.write_text(json.dumps({"format": SAVE_FORMAT, "version": 1, "dtype": "f" * 10**6}))

@@ -13,7 +13,7 @@ sys.path.insert(0, str(REPO / "perf"))
 
 import roofline  # noqa: E402
 from catbp_jit.bundle import load_bundle  # noqa: E402
-from catbp_jit.executable import compile  # noqa: E402
+from catbp_jit.compiler import compile  # noqa: E402
 
 DATA = REPO / "tests" / "data"
 BUNDLE = "grid3_d2__logprob_float64_normalized"  # LOGPROB: both kinds of bound

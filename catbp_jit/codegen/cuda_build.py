@@ -19,7 +19,7 @@ from ..cache import CacheMissError, KernelCache, default_cache
 from ..errors import CudaUnavailableError
 from ..plan.pipeline import Plan
 from ..plan.steps import KernelPattern
-from .loader import Kernel, kernel_unit
+from .loader import Kernel, cuda_kernel_unit
 
 INSTALL_HINT = "pip install -e '.[cuda]' (or pip install numba-cuda)"
 
@@ -99,7 +99,7 @@ def signature(dtype: str) -> str:
 def load_cuda_kernel(pattern: KernelPattern, cache: KernelCache, device: str, simulated: bool) -> CudaKernel:
     from . import cuda as render
 
-    unit = kernel_unit(pattern, "cuda")
+    unit = cuda_kernel_unit(pattern)
     identity = dict(unit.identity, device=device)
     # the simulator compiles nothing (it runs the Python); on a GPU, compile now, under the
     # kernel's lock, so the cache records the compiled files with the source
@@ -127,15 +127,13 @@ def load_cuda_kernel(pattern: KernelPattern, cache: KernelCache, device: str, si
 def build_cuda(
     plan: Plan,
     *,
-    mode: str = "compiled",
     cache: KernelCache | None = None,
     progress: Callable[[str], None] | None = None,
-):
-    """The Executable of a plan on the GPU. Both modes launch the same kernels in schedule
-    order from Python (a GPU has no compiled dispatcher to call them through)."""
+) -> tuple[list[Kernel], dict[str, float]]:
+    """The kernels of a plan on the GPU (CudaKernels), and the cache's stats of loading
+    them. Both modes launch the same kernels in schedule order from Python (a GPU has no
+    compiled dispatcher to call them through): target/cuda.py makes the Executable's parts."""
     from numba import config
-
-    from ..executable import Executable
 
     cuda = cuda_module()
     device = device_name(cuda)
@@ -149,4 +147,4 @@ def build_cuda(
         simulated = bool(config.ENABLE_CUDASIM)  # type: ignore[attr-defined]
         kernels.append(load_cuda_kernel(replace(pattern, parallel=False), cache, device, simulated))
     used: dict[str, float] = {k: cache.stats.get(k, 0) - before.get(k, 0) for k in cache.stats}
-    return Executable(plan, mode, "cuda", kernels, None, "", used, np.zeros(0, np.int64))
+    return kernels, used

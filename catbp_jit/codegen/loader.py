@@ -46,15 +46,19 @@ def _identity(fields: dict[str, Any], source: str) -> dict[str, Any]:
     return dict(fields, source_sha256=hashlib.sha256(source.encode()).hexdigest())
 
 
-def kernel_unit(pattern: KernelPattern, target: str = "cpu") -> CompileUnit:
-    if target == "cuda":
-        from . import cuda
+def cuda_kernel_unit(pattern: KernelPattern) -> CompileUnit:
+    """The CUDA target's kernel of a pattern (the CPU's: kernel_unit)."""
+    from . import cuda
 
-        pattern = replace(pattern, parallel=False)  # a CPU notion: one GPU kernel for both
-        source = cuda.kernel_source(pattern)
-        return CompileUnit(
-            pattern.name, _identity(dict(pattern.as_dict(), target="cuda"), source), source, cuda.ENTRY, ""
-        )
+    pattern = replace(pattern, parallel=False)  # a CPU notion: one GPU kernel for both
+    source = cuda.kernel_source(pattern)
+    return CompileUnit(
+        pattern.name, _identity(dict(pattern.as_dict(), target="cuda"), source), source, cuda.ENTRY, ""
+    )
+
+
+def kernel_unit(pattern: KernelPattern) -> CompileUnit:
+    """The CPU target's kernel of a pattern (the CUDA target's: cuda_kernel_unit)."""
     source = cpu_source(pattern)
     return CompileUnit(
         pattern.name, _identity(pattern.as_dict(), source), source, cpu.ENTRY, KERNEL_SIGNATURE
@@ -68,10 +72,10 @@ def cpu_source(pattern: KernelPattern) -> str:
     return cpu.kernel_source(pattern)
 
 
-def identity_digest(pattern: KernelPattern, target: str = "cpu") -> str:
+def identity_digest(unit: CompileUnit) -> str:
     """What a kernel computes and how it is written (its pattern and its source's digest),
     independent of the machine: what a saved executable records to be checked on load."""
-    identity = kernel_unit(pattern, target).identity
+    identity = unit.identity
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
 
 

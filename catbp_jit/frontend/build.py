@@ -24,6 +24,7 @@ from ..memory import PlanTooLargeError, format_bytes, memory_limit
 from ..plan.gc_paused import gc_paused
 from ..plan.pipeline import RESULT
 from ..semiring import SEMIRING_NAMES, Semiring, VMSemiringRuntime, check_compiled_dtype, make_semiring
+from ..target import MODEL_NAMES, Target, get_for_model
 from .absorb import Absorbed, absorb, cut_values
 from .answer import AnswerLayout, answer_layout
 from .contraction import ContractionTree, contraction_tree, tree_from_path
@@ -40,7 +41,7 @@ if TYPE_CHECKING:  # (numba loads with them: imported where compiling happens)
     from ..executable import Executable
 
 PLAN_KINDS = ("auto", "junction", "contraction")
-TARGETS = ("cpu", "cuda", "reference")  # the JIT on the CPU or a GPU; the reference VM
+TARGETS = MODEL_NAMES  # the JIT on the CPU or a GPU; the reference VM (catbp_jit/target/)
 MAX_CLIQUE_BYTES = 2 << 30  # 2 GiB: a belief larger than this is refused, not attempted
 # the beliefs of one batched run at most (solve_batch): the knee measured on water and
 # pathfinder, beyond which rows per second fall as a run streams through memory
@@ -72,7 +73,7 @@ class BuiltModel:
     graph: FactorGraph
     semiring: str  # the name, upper case
     sr: VMSemiringRuntime
-    target: str
+    target: str  # the name (target_object: the Target)
     exact: bool
     plan_search: PlanSearch
     evidence_vars: tuple[str, ...]  # in the graph's variable order
@@ -98,6 +99,10 @@ class BuiltModel:
     batch_executable: BatchedExecutable | None = None  # compiled by build_model when buckets are given
     progress: Progress | None = None
     times: dict[str, float] = field(default_factory=dict)  # plan_s, compile_s
+
+    @property
+    def target_object(self) -> Target:
+        return get_for_model(self.target)
 
     @property
     def kind(self) -> Semiring:
@@ -186,7 +191,7 @@ class BuiltModel:
         """The programs compiled with the evidence factors batched (batch_buckets' buckets):
         what solve_batch runs. Compiled anew on each call."""
         from ..batched import BatchedExecutable
-        from ..executable import compile as jit_compile
+        from ..compiler import compile as jit_compile
 
         executable = jit_compile(
             list(self.programs),
@@ -251,10 +256,9 @@ def build_model(
     if plan_kind not in PLAN_KINDS:
         raise ValueError(f"plan_kind must be one of {', '.join(PLAN_KINDS)}, got {plan_kind!r}")
     name = semiring_name(semiring)
-    if target not in TARGETS:
-        raise ValueError(f"target must be one of {', '.join(TARGETS)}, got {target!r}")
+    the_target = get_for_model(target)  # (a ValueError naming the targets)
     sr = make_semiring(name, dtype)
-    if target != "reference":
+    if the_target.compiled:
         check_compiled_dtype(sr)  # before the plan search, not after
     index = graph.index()
     unknown = [v for v in evidence_vars if v not in index]
@@ -345,9 +349,9 @@ def build_model(
         progress=progress,
         times=times,
     )
-    if target != "reference":
+    if the_target.compiled:
         built = _compiled(built, rebound, partial_evaluation)
-    if built.buckets is not None and target != "reference" and built.batched_factor_ids():
+    if built.buckets is not None and the_target.compiled and built.batched_factor_ids():
         built = replace(built, batch_executable=built.compile_batched())
     times["compile_s"] = time.perf_counter() - t0
     say("compiled")
@@ -356,8 +360,8 @@ def build_model(
 
 def _compiled(built: BuiltModel, rebound: set[int], partial_evaluation: bool) -> BuiltModel:
     """built with its executable, and where the answer's values lie in its buffer."""
+    from ..compiler import compile as jit_compile
     from ..executable import Executable
-    from ..executable import compile as jit_compile
 
     # every factor but the cut factors or indicators keeps its value for good
     static = (

@@ -25,6 +25,7 @@ from ..memory import format_bytes
 from ..progress import close as close_progress
 from ..progress import command_lines
 from ..semiring import SEMIRING_NAMES
+from ..target import get_for_model
 from .graph import FactorGraph, FactorGraphError
 from .model import CompiledModel, Solution
 from .model_source import DEFAULT_BUCKETS
@@ -152,7 +153,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
         return solve_table(args, graph)
     args.format = args.format or "text"
     evidence = read_evidence(args, graph)
-    if args.target != "reference":
+    if get_for_model(args.target).compiled:
         check_kernel_cache()
     # progress lines on stderr once compiling has taken a while (progress.py)
     progress = command_lines(args.quiet)
@@ -258,7 +259,7 @@ def solve_table(args: argparse.Namespace, graph: FactorGraph) -> int:
             f"{path}: the header must name distinct variables of {graph.name}; "
             f"unknown or repeated: {name_list(unknown, repr) or 'repeated'}"
         )
-    if args.target != "reference":
+    if get_for_model(args.target).compiled:
         check_kernel_cache()
     progress = command_lines(args.quiet)
     try:

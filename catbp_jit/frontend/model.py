@@ -163,7 +163,7 @@ class CompiledModel:
         is the power of two the tables were scaled by (an int)."""
         built = self.built
         out: dict[tuple, np.ndarray | int]
-        if built.target != "reference":
+        if built.target_object.compiled:
             exponent = self._run(evidence or {})
             slots = self._session.slots
             # (by key first: a CUDA session copies back only the slots read)
@@ -199,14 +199,14 @@ class CompiledModel:
         """Z, the scales and the planned marginals, flat in the answer layout's order (one
         index into the session's buffer), and the tables' power of two."""
         built = self.built
-        if built.target == "reference":
+        if not built.target_object.compiled:  # the reference VM
             slots = self.run_slots(evidence)
             values = [np.ravel(slots[k]) for k in built.answer.keys]
             exponent = slots[("exponent",)]
             assert isinstance(exponent, int)  # the one entry that is no array
             return np.concatenate(values), exponent
         exponent = self._run(evidence)
-        if built.target == "cuda":  # copy back these slots only (not the beliefs and messages)
+        if built.target_object.device_results:  # copy back these slots only (not the beliefs and messages)
             for k in built.answer.keys:
                 self._session.slots[k]
         return self._session.mem[built.gather], exponent
@@ -313,7 +313,7 @@ class CompiledModel:
 
         built = self.built
         table = evidence_table(built, rows)
-        if built.target == "reference" or not built.batched_factor_ids():
+        if not built.target_object.compiled or not built.batched_factor_ids():
             # the oracle, row by row; or no evidence variables: every row is the same model
             evidence = [{v: int(s) for v, s in zip(built.evidence_columns, row) if s >= 0} for row in table]
             return stack_solutions(built, [self.solve(e) for e in evidence], table)

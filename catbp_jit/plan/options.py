@@ -7,7 +7,6 @@ wants 256-byte-aligned regions, the transaction size of its memory).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
 
 from ..abi import MAX_LEAVES
 from ..ir.validate import DEFAULT_MAX_BYTES
@@ -19,7 +18,6 @@ BUFFER_LIMIT = 4096
 # byte alignment of every arena and region: a cache line and the CPU's widest vector
 # (AVX-512); CUDA's allocator hands out 256-byte aligned blocks
 ALIGN_BYTES = 64
-ALIGNMENT = {"cpu": ALIGN_BYTES, "cuda": 256}
 
 
 @dataclass(frozen=True)
@@ -64,18 +62,6 @@ class PlanOptions:
             )
         if not (isinstance(self.block, int) and 1 <= self.block <= BUFFER_LIMIT):
             raise ValueError(f"PlanOptions: block must be an int in 1..{BUFFER_LIMIT}, not {self.block!r}")
-
-    @classmethod
-    def for_target(cls, target: str, **fields) -> PlanOptions:
-        # A GPU thread sums one output element: the CPU's vector across outputs buys it
-        # nothing, and one vector for every reduction keeps its kernels half as many.
-        defaults: dict[str, Any] = {
-            "align_bytes": ALIGNMENT.get(target, ALIGN_BYTES),
-            "gemm": target == "cpu",
-        }
-        if target == "cuda":
-            defaults["across"] = "reduced"
-        return cls(**dict(defaults, **fields))
 
     def with_(self, **fields) -> PlanOptions:
         return replace(self, **fields)

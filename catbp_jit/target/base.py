@@ -1,0 +1,107 @@
+"""Target: what differs between the machines an executable's kernels run on, asked of one
+object (cpu.py, cuda.py; the front end's reference.py) instead of comparing a target's
+name wherever it matters.
+
+A target says its planner defaults, renders its kernel units, builds a plan's kernels and
+binds a session. It builds no Executable itself: executable.py wraps what `build` returns
+(this package imports no executable, batched or session module at import time, so none
+of them imports back into a circle through it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..plan.options import PlanOptions
+
+if TYPE_CHECKING:
+    from ..cache import KernelCache
+    from ..codegen.loader import CompileUnit, Kernel
+    from ..executable import Executable
+    from ..plan.pipeline import Plan
+    from ..plan.steps import KernelPattern
+    from ..session import Session
+    from ..tiers import KernelBuild
+
+
+@dataclass(frozen=True)
+class Built:
+    """A plan's kernels as a target built them: the fields of an Executable besides its
+    plan, mode and target."""
+
+    kernels: list[Kernel]
+    dispatcher: Any = None
+    dispatcher_source: str = ""
+    cache_stats: dict[str, float] = field(default_factory=dict)
+    kernel_addresses: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    tier: str = "compiled"
+    kernel_build: KernelBuild | None = None
+
+
+@dataclass(frozen=True)
+class Target:
+    # the name users pass (compile(..., target="cuda")) and saved files record
+    name: str
+    # the planner's defaults on this target (PlanOptions' fields)
+    plan_defaults: Mapping[str, Any] = field(default_factory=dict)
+    # GEMM kernels (plan/gemm.py) exist here: a reassociating plan may use them
+    gemm: bool = False
+    # a compiled dispatcher calls the kernels (else they are launched from Python)
+    dispatcher: bool = False
+    # kernels are machine code of this CPU, whose assembly kernel_asm shows
+    assembly: bool = False
+    # the numpy tier stands in while kernels compile (tiers.py)
+    tiers: bool = False
+    # cold kernels compile in worker processes (a GPU's compile in this process)
+    compiles_in_workers: bool = False
+    # programs compile to kernels (the front end's reference target interprets them)
+    compiled: bool = True
+    # results stay in device memory until a slot is read (a GPU's session copies back)
+    device_results: bool = False
+
+    def plan_options(self, **fields: Any) -> PlanOptions:
+        """The planner's options on this target: its defaults, then `fields`."""
+        return PlanOptions(**dict(self.plan_defaults, **fields))
+
+    def kernel_unit(self, pattern: KernelPattern) -> CompileUnit:
+        """The kernel of a pattern as rendered for this target (source and identity)."""
+        raise NotImplementedError(f"target {self.name!r} renders no kernels")
+
+    def background(
+        self,
+        plans: list[Plan],
+        cache: KernelCache,
+        workers: int | None,
+        tier: str | None,
+        say: Callable[[str], None],
+    ) -> tuple[KernelBuild, dict[str, int]] | None:
+        """The kernels of `plans` compiling in the background while the numpy tier stands
+        in (and the cache's stats), or None: the caller builds them now."""
+        return None
+
+    def build(
+        self,
+        plan: Plan,
+        *,
+        cache: KernelCache | None = None,
+        progress: Callable[[str], None] | None = None,
+        workers: int | None = None,
+        tier: str | None = None,
+    ) -> Built:
+        """The kernels of a plan's schedule, from the disk cache or compiled."""
+        raise NotImplementedError(f"target {self.name!r} builds no kernels")
+
+    def bind(self, exe: Executable, **hooks: Any) -> Session:
+        """A session of `exe`: its arenas and schedule table, allocated once."""
+        raise NotImplementedError(f"target {self.name!r} binds no sessions")
+
+    def bind_buckets(
+        self, profiles: Mapping[int, Executable], total: int, dtype: np.dtype, **hooks: Any
+    ) -> tuple[np.ndarray, dict[int, Session]]:
+        """A session per bucket of a batched executable, all on one (host) arena of `total`
+        elements, which is returned with them."""
+        raise NotImplementedError(f"target {self.name!r} binds no sessions")

@@ -1,0 +1,90 @@
+"""The CPU target: @njit kernels, loaded from the disk cache or compiled in worker
+processes (codegen/cpu_build.py), called through a compiled dispatcher; the numpy tier
+stands in while cold ones compile (tiers.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..plan.options import ALIGN_BYTES
+from .base import Built, Target
+
+if TYPE_CHECKING:
+    from ..cache import KernelCache
+    from ..codegen.loader import CompileUnit
+    from ..executable import Executable
+    from ..plan.pipeline import Plan
+    from ..plan.steps import KernelPattern
+    from ..session import Session
+    from ..tiers import KernelBuild
+
+
+@dataclass(frozen=True)
+class CpuTarget(Target):
+    def kernel_unit(self, pattern: KernelPattern) -> CompileUnit:
+        from ..codegen.loader import kernel_unit
+
+        return kernel_unit(pattern)
+
+    def background(
+        self,
+        plans: list[Plan],
+        cache: KernelCache,
+        workers: int | None,
+        tier: str | None,
+        say: Callable[[str], None],
+    ) -> tuple[KernelBuild, dict[str, int]] | None:
+        from ..codegen.cpu_build import background_build
+
+        return background_build(plans, cache, workers, tier, say)
+
+    def build(
+        self,
+        plan: Plan,
+        *,
+        cache: KernelCache | None = None,
+        progress: Callable[[str], None] | None = None,
+        workers: int | None = None,
+        tier: str | None = None,
+    ) -> Built:
+        from ..cache import default_cache
+        from ..codegen.cpu_build import load_cpu_kernels
+
+        cache = cache or default_cache()
+        say = progress or (lambda line: None)
+        background = self.background([plan], cache, workers, tier, say)
+        if background is not None:
+            build_, stats = background
+            return Built([], cache_stats=dict(stats), tier="numpy", kernel_build=build_)
+        built = load_cpu_kernels(plan, cache, say, workers)
+        return Built(
+            built.kernels, built.dispatcher, built.dispatcher_source, built.cache_stats, built.addresses
+        )
+
+    def bind(self, exe: Executable, **hooks: Any) -> Session:
+        from ..session import Session
+
+        return Session(exe, **hooks)
+
+    def bind_buckets(
+        self, profiles: Mapping[int, Executable], total: int, dtype: np.dtype, **hooks: Any
+    ) -> tuple[np.ndarray, dict[int, Session]]:
+        from ..session import Session, aligned_empty
+
+        mem = aligned_empty(total, dtype)  # shared by every bucket
+        return mem, {b: Session(p, mem=mem, **hooks) for b, p in profiles.items()}
+
+
+CPU = CpuTarget(
+    "cpu",
+    plan_defaults={"align_bytes": ALIGN_BYTES, "gemm": True},
+    gemm=True,
+    dispatcher=True,
+    assembly=True,
+    tiers=True,
+    compiles_in_workers=True,
+)
