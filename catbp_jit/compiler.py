@@ -54,7 +54,7 @@ def load(
         raise SavedExecutableError(f"{where}: {e}") from None
     if saved.kernel_identities is not None:  # (files saved before identities: unchecked)
         unit = get_target(target).kernel_unit
-        planned = {identity_digest(unit(p)) for pl in plans for p in pl.schedule.patterns}
+        planned = {identity_digest(unit(p).identity) for pl in plans for p in pl.schedule.patterns}
         check_saved_kernels(where, saved.kernel_identities, planned)
     if saved.batched:
         return build_batched(bplan, target=target, mode=mode, cache=cache, tier=tier)

@@ -63,9 +63,6 @@ def saved_document(
 ) -> dict:
     """What `save` writes (a batched executable adds its batched ids and buckets)."""
     from .bundle import program_to_json, slot_key_to_json, spec_to_json
-    from .target import get
-
-    unit = get(target).kernel_unit
 
     return {
         "format": SAVE_FORMAT,
@@ -79,7 +76,7 @@ def saved_document(
         "slot_specs": [[slot_key_to_json(k), spec_to_json(v)] for k, v in lspecs.items()],
         "programs": [program_to_json(p) for p in programs],
         "kernels": [k.key for k in kernels],
-        "kernel_identities": sorted({identity_digest(unit(k.pattern)) for k in kernels}),
+        "kernel_identities": sorted({identity_digest(k.identity) for k in kernels}),
         "exact": exact,  # part of the plan: a reassociating executable loads as one
     }
 

@@ -24,7 +24,8 @@ import logging
 import threading
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from . import environment
 from .environment import TIERS
@@ -98,10 +99,10 @@ class KernelBuild:
 
 
 def start_build(
-    patterns: Sequence, cold: list, cache, n_workers: int, say: Callable[[str], None]
+    rendered: Mapping, dispatcher: Any, cold: list, cache, n_workers: int, say: Callable[[str], None]
 ) -> KernelBuild:
-    """A KernelBuild of `patterns` whose `cold` units (kernels and dispatcher) compile in
-    n_workers worker processes first."""
+    """A KernelBuild of the `rendered` kernels ({pattern: its unit}) and the dispatcher's
+    unit, whose `cold` units compile in n_workers worker processes first."""
     from .codegen.loader import load_dispatcher, load_kernel
     from .codegen.workers import compile_detached
 
@@ -115,8 +116,8 @@ def start_build(
         )
 
     def load() -> tuple:
-        kernels: dict = {p: load_kernel(p, cache) for p in patterns}
-        return kernels, load_dispatcher(cache)
+        kernels: dict = {p: load_kernel(p, cache, unit) for p, unit in rendered.items()}
+        return kernels, load_dispatcher(cache, dispatcher)
 
     return KernelBuild(compile_cold, load)
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import catbp_jit
 from catbp_jit.bundle import load_bundle
 from catbp_jit.cache import KernelCache
-from catbp_jit.codegen.loader import dispatcher_unit
+from catbp_jit.codegen.loader import dispatcher_unit, kernel_unit
 from catbp_jit.codegen.workers import compile_detached
 from catbp_jit.environment import EnvironmentSettingError
 from catbp_jit.executable import Executable
@@ -137,7 +137,8 @@ def held_build(exe_like, cache, gate: threading.Event) -> KernelBuild:
     """A background build of the executable's (warm) kernels that completes only once
     `gate` is set: the test says when the kernels arrive."""
     patterns = sorted({p for plan in exe_like for p in plan.schedule.patterns}, key=lambda p: p.name)
-    build = start_build(patterns, [], cache, 1, lambda line: None)
+    rendered = {p: kernel_unit(p) for p in patterns}
+    build = start_build(rendered, dispatcher_unit(), [], cache, 1, lambda line: None)
     held = KernelBuild(lambda: (build.wait(), gate.wait()), lambda: build.result)
     return held
 

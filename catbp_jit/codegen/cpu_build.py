@@ -16,7 +16,7 @@ from ..cache import KernelCache
 from ..numpy_steps import interpretable
 from ..plan.pipeline import Plan
 from ..tiers import KernelBuild, numpy_tier_fits, resolve_tier, start_build
-from .loader import Kernel, dispatcher_unit, kernel_unit, load_dispatcher, load_kernel
+from .loader import CompileUnit, Kernel, dispatcher_unit, kernel_unit, load_dispatcher, load_kernel
 from .workers import WorkerOptions, available_cpus, compile_in_workers
 
 
@@ -46,7 +46,8 @@ def background_build(
     if n_workers < 1:  # 0: no worker processes wanted; compile here, and wait
         return None
     patterns = sorted({p for plan in plans for p in plan.schedule.patterns}, key=lambda p: p.name)
-    units = [kernel_unit(p) for p in patterns] + [dispatcher_unit()]
+    rendered = {p: kernel_unit(p) for p in patterns}  # (rendered once, loaded from these)
+    units = [*rendered.values(), dispatcher_unit()]
     cold = [u for u in units if cache.check(u.identity, u.source)[0] != "ok"]
     if not cold or cache.bypassed:  # (workers hand kernels over through the disk only)
         return None
@@ -56,7 +57,7 @@ def background_build(
         "compiled": 0,
         "compiled_in_background": len(cold),
     }
-    return start_build(patterns, cold, cache, min(n_workers, len(cold)), say), stats
+    return start_build(rendered, units[-1], cold, cache, min(n_workers, len(cold)), say), stats
 
 
 def load_cpu_kernels(
@@ -65,16 +66,19 @@ def load_cpu_kernels(
     """The compiled tier at once: every kernel loaded, compiled first where cold."""
     schedule = plan.schedule
     before = dict(cache.stats)
-    in_workers = _compile_cold_in_workers(schedule.patterns, cache, WorkerOptions.resolve(workers), say)
+    rendered = {p: kernel_unit(p) for p in schedule.patterns}  # each unit rendered once
+    dispatcher_u = dispatcher_unit()
+    units = [*rendered.values(), dispatcher_u]
+    in_workers = _compile_cold_in_workers(units, cache, WorkerOptions.resolve(workers), say)
     kernels = []
     for i, pattern in enumerate(schedule.patterns):
         say(f"kernel {i + 1}/{len(schedule.patterns)}: {pattern.name}")
-        kernels.append(load_kernel(pattern, cache))
+        kernels.append(load_kernel(pattern, cache, rendered[pattern]))
     # Loop mode does not call the dispatcher, but loads it too (a moment when it is cached,
     # once per cache directory when not), so a cache filled in either mode serves both,
     # also under the strict policy.
     say("dispatcher")
-    dispatcher, dsource = load_dispatcher(cache)
+    dispatcher, dsource = load_dispatcher(cache, dispatcher_u)
     used: dict[str, float] = {k: cache.stats.get(k, 0) - before.get(k, 0) for k in cache.stats}
     if in_workers:  # what workers compiled was a miss, though this process found it on disk
         used.update(
@@ -85,7 +89,7 @@ def load_cpu_kernels(
 
 
 def _compile_cold_in_workers(
-    patterns, cache: KernelCache, options: WorkerOptions, say: Callable[[str], None]
+    units: list[CompileUnit], cache: KernelCache, options: WorkerOptions, say: Callable[[str], None]
 ) -> int:
     """Compile the cold kernels (and dispatcher) of a schedule side by side, in this
     process and worker processes, into the disk cache, when two or more are cold and two
@@ -93,7 +97,6 @@ def _compile_cold_in_workers(
     memory). The number the workers compiled."""
     if cache.policy != "fallback":  # strict compiles nothing; off has no disk to share
         return 0
-    units = [kernel_unit(p) for p in patterns] + [dispatcher_unit()]
     # (a "busy" kernel, its lock held by a stalled process, is compiled here in memory)
     cold = [u for u in units if cache.check(u.identity, u.source)[0] not in ("ok", "busy")]
     n_workers = options.pool_size(len(cold))

@@ -121,7 +121,7 @@ def load_cuda_kernel(pattern: KernelPattern, cache: KernelCache, device: str, si
                 f"found in {cache.directory!r}; policy 'strict' forbids "
                 f"compiling"
             )
-    return CudaKernel(pattern, key, unit.source, entry, 0, normalize)
+    return CudaKernel(pattern, key, unit.source, entry, 0, unit.identity, normalize)
 
 
 def build_cuda(

@@ -40,6 +40,7 @@ class Kernel:
     source: str
     entry: Any  # njit dispatcher: entry(mem_addr, mem_len, P_addr, P_len, p)
     address: int  # C entry point of its compiled code (the compiled-mode dispatcher calls it)
+    identity: dict[str, Any]  # its unit's, independent of the machine (identity_digest)
 
 
 def _identity(fields: dict[str, Any], source: str) -> dict[str, Any]:
@@ -72,10 +73,10 @@ def cpu_source(pattern: KernelPattern) -> str:
     return cpu.kernel_source(pattern)
 
 
-def identity_digest(unit: CompileUnit) -> str:
-    """What a kernel computes and how it is written (its pattern and its source's digest),
-    independent of the machine: what a saved executable records to be checked on load."""
-    identity = unit.identity
+def identity_digest(identity: dict[str, Any]) -> str:
+    """What a kernel computes and how it is written (a unit's identity: its pattern and its
+    source's digest), independent of the machine: what a saved executable records to be
+    checked on load."""
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
 
 
@@ -105,14 +106,16 @@ def entry_address(fn: Any, signature: str) -> int:
     return address
 
 
-def load_kernel(pattern: KernelPattern, cache: KernelCache) -> Kernel:
-    unit = kernel_unit(pattern)
+def load_kernel(pattern: KernelPattern, cache: KernelCache, unit: CompileUnit | None = None) -> Kernel:
+    """The CPU kernel of a pattern; `unit`: its kernel_unit when the caller rendered it."""
+    unit = unit or kernel_unit(pattern)
     fn = load_unit(unit, cache)
-    return Kernel(pattern, cache.key_for(unit.identity), unit.source, fn, entry_address(fn, unit.signature))
+    address = entry_address(fn, unit.signature)
+    return Kernel(pattern, cache.key_for(unit.identity), unit.source, fn, address, unit.identity)
 
 
-def load_dispatcher(cache: KernelCache):
-    unit = dispatcher_unit()
+def load_dispatcher(cache: KernelCache, unit: CompileUnit | None = None):
+    unit = unit or dispatcher_unit()
     return load_unit(unit, cache), unit.source
 
 
