@@ -9,6 +9,7 @@ the workers' counters too.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -383,6 +384,15 @@ def test_unknown_columns_and_profile_mismatches_are_one_error(models, tmp_path):
     assert main(["aot", ASIA, "--evidence-vars", "dysp", "--buckets", "1,8", "-o", str(profile), "-q"]) == 0
     with pytest.raises(FactorGraphError, match="compiled with buckets=\\(1, 8\\)"):
         model_source(str(profile), buckets=(1, 64))
+    doc = json.loads(profile.read_text())
+    for target in ("cuda", "tpu"):  # a GPU's profile, and a name no target has
+        doc["model"]["target"] = target
+        other = tmp_path / f"{target}.profile.json"
+        other.write_text(json.dumps(doc))
+        with pytest.raises(
+            FactorGraphError, match=f"a profile for target '{target}'; scaling out runs on CPUs"
+        ):
+            model_source(str(other))
     edited = tmp_path / "asia.bif"
     shutil.copy(ASIA, edited)
     assert main(["aot", str(edited), "--evidence-vars", "dysp", "-o", str(profile), "-q"]) == 0
@@ -406,6 +416,10 @@ def test_cli_dask_errors_are_one_line(models, tmp_path, capsys):
             "fake.parquet: not a readable Parquet file (Error creating dataset.",
         ),
         (["--dask", "tcp://x:1", "--workers", "2"], "exclude each other"),
+        (
+            ["--evidence-table", str(fake), "--workers", "1", "--target", "cuda", "-o", str(tmp_path / "o")],
+            "(the workers run the CPU kernels)",
+        ),
     ]:
         code = main(["solve", ASIA, *argv, "-q"])
         err = capsys.readouterr().err

@@ -25,7 +25,7 @@ from ..memory import format_bytes
 from ..progress import close as close_progress
 from ..progress import command_lines
 from ..semiring import SEMIRING_NAMES
-from ..target import get_for_model
+from ..target import MODEL_NAMES, get_for_model
 from .graph import FactorGraph, FactorGraphError
 from .model import CompiledModel, Solution
 from .model_source import DEFAULT_BUCKETS
@@ -327,7 +327,8 @@ def solve_table_on_dask(args: argparse.Namespace) -> int:
         )
     if not table.exists():
         raise CommandError(f"{table}: no such evidence table")
-    if args.evidence or args.observe or args.format is not None or args.target != "cpu":
+    scales_out = args.target in MODEL_NAMES and get_for_model(args.target).scales_out
+    if args.evidence or args.observe or args.format is not None or not scales_out:
         raise CommandError(
             "--dask and --workers take no --evidence, --observe, --format or "
             "--target (the workers run the CPU kernels)"

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..target import CPU, MODEL_NAMES, get_for_model
 from .graph import FactorGraph, FactorGraphError
 
 if TYPE_CHECKING:
@@ -204,7 +205,8 @@ def _from_profile(
         )
     except (KeyError, TypeError, ValueError) as e:
         raise FactorGraphError(f"{path}: the {PROFILE_KEY!r} entry is damaged ({e!r})") from None
-    if entry.get("target", "cpu") != "cpu":  # workers run the CPU kernels
+    target = entry.get("target", CPU.name)
+    if target not in MODEL_NAMES or not get_for_model(target).scales_out:  # workers: CPU kernels
         raise FactorGraphError(
             f"{path}: a profile for target {entry['target']!r}; scaling out "
             "runs on CPUs (compile it with `catbp-jit aot` for the cpu)"

@@ -62,6 +62,8 @@ class Target:
     compiled: bool = True
     # results stay in device memory until a slot is read (a GPU's session copies back)
     device_results: bool = False
+    # Dask workers can run its kernels (catbp_jit.dask: each worker compiles CPU kernels)
+    scales_out: bool = False
 
     def plan_options(self, **fields: Any) -> PlanOptions:
         """The planner's options on this target: its defaults, then `fields`."""

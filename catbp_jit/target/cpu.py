@@ -87,4 +87,5 @@ CPU = CpuTarget(
     assembly=True,
     tiers=True,
     compiles_in_workers=True,
+    scales_out=True,
 )
