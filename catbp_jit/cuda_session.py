@@ -1,11 +1,14 @@
 """CudaSession: an executable bound to GPU memory.
 
 At bind: one device arena (the plan's regions are 256-byte aligned on target "cuda"), the
-schedule table on the device, and a pinned host staging arena of the same layout, whose
-views the inputs are copied into (the checks are Session's). A run makes one host ->
-device transfer of the inputs and constants (they lead the arena, plan/arena.py), one per
-slot handed in, then launches every step's kernels in schedule order on the default
-stream (the static steps only when Session.run says so: see session.py). Results stay on
+schedule table and its barriers (plan/barriers.py) on the device, and a pinned host
+staging arena of the same layout, whose views the inputs are copied into (the checks are
+Session's). A run makes one host -> device transfer of the inputs and constants (they
+lead the arena, plan/arena.py), one per slot handed in, then runs the steps (the static
+ones only when Session.run says so: see session.py) on the default stream: in mode
+"compiled" one launch of the schedule kernel walks them all on the device; in mode "loop",
+or when before/after hooks are given (they need a step's end), each step's kernels are
+launched from Python in schedule order. Results stay on
 the device until read: `sess.slots[key]` copies that slot into
 its pinned view on first access after a run; `sess.device_slots[key]` is the device array
 itself (`__cuda_array_interface__`: CuPy, PyTorch and others read it without a copy).
@@ -20,8 +23,9 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from .codegen.cuda_build import CudaKernel, cuda_module
-from .codegen.cuda_run import step_launches
+from .codegen.cuda_run import LaunchOptions, step_launches, walk_launch
 from .ir.schema import TensorSpec
+from .plan.barriers import barriers
 from .plan.pipeline import RESULT, SLOT_INPUT
 from .session import Hook, Session
 
@@ -66,10 +70,13 @@ class CudaSession(Session):
         before: Hook | None = None,
         after: Hook | None = None,
         arenas: tuple[Any, Any] | None = None,
+        launch: LaunchOptions = LaunchOptions(),
     ) -> None:
         """arenas: (pinned host, device) arenas of at least exe.memory.total elements to
-        work in (the bucket sessions of a batched executable share one pair)."""
+        work in (the bucket sessions of a batched executable share one pair). launch: how
+        launches are cut (any choice gives the same bits)."""
         self.cuda = cuda_module()
+        self.launch = launch
         host, device = arenas or host_and_device_arenas(exe.memory.total, exe.dtype)
         self.device_mem = device
         super().__init__(exe, before=before, after=after, mem=host)
@@ -100,7 +107,14 @@ class CudaSession(Session):
         self._fresh: set = set()
         self.slots = _HostSlots(self)
         kernels = cast("list[CudaKernel]", self.exe.kernels)  # (target "cuda": build_cuda's)
-        self._launches = step_launches([(k.entry, k.normalize) for k in kernels], self.exe.schedule)
+        self._launches = step_launches(
+            [(k.entry, k.normalize) for k in kernels], self.exe.schedule, self.launch
+        )
+        # mode "compiled": the schedule kernel, launched once per run
+        self._walk = None
+        if self.exe.dispatcher is not None and self.before is None and self.after is None:
+            self._walk = walk_launch(self.exe.dispatcher, self.launch)
+            self.device_barriers = cuda.to_device(barriers(self.exe.schedule.steps))
 
     def fill_constants(self) -> None:
         super().fill_constants()  # on the host; the next run's upload takes them across
@@ -115,6 +129,10 @@ class CudaSession(Session):
             device.copy_to_device(host)
         mem, table = self.device_mem, self.device_table
         steps = self.exe.schedule.steps
+        if self._walk is not None:
+            self._walk(mem, table, self.device_barriers, first, len(steps))
+            self._fresh.clear()
+            return
         for i in range(first, len(self._launches)):  # first: 0, or the first dynamic step
             launches = self._launches[i]
             if self.before is not None:

@@ -136,3 +136,8 @@ class InputMismatchError(ProgramValueError):
 
 class CudaUnavailableError(CatbpError, RuntimeError):
     """target="cuda" asked for where it cannot run: numba-cuda missing, or no GPU."""
+
+
+class CudaScheduleWarning(UserWarning):
+    """target="cuda", mode "compiled": the schedule kernel (one launch per run) could not be
+    built here, so each step is launched from Python: the same results, more slowly."""

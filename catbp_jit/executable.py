@@ -205,12 +205,14 @@ class Executable:
         }
 
     def kernel_source(self, k: int | str = 0) -> str:
-        """Generated source of kernel k (its index, pattern name or key), or 'dispatcher'."""
+        """Generated source of kernel k (its index, pattern name or key), or 'dispatcher'
+        (what walks the schedule in mode "compiled": the CPU's dispatcher, the GPU's
+        schedule kernel)."""
         if k == "dispatcher":
             if self.target_object.dispatcher and not self.dispatcher_source:  # still compiling
                 return dispatcher_unit().source
-            if not self.dispatcher_source:  # a GPU's steps are launched from Python
-                raise KeyError(f"target {self.target!r} has no compiled dispatcher")
+            if not self.dispatcher_source:  # mode "loop" on a GPU: steps launched from Python
+                raise KeyError(f"target {self.target!r} in mode {self.mode!r} has no compiled dispatcher")
             return self.dispatcher_source
         for i, kern in enumerate(self.kernels):
             if k in (i, kern.pattern.name, kern.key):
@@ -415,7 +417,7 @@ def build(
     tier: "auto" (default: $CATBP_JIT_TIER, else auto) returns at once when kernels are
     cold and the numpy tier can stand in for them (tiers.py); "compiled" waits for them."""
     the_target = get_target(target)
-    built = the_target.build(plan, cache=cache, progress=progress, workers=workers, tier=tier)
+    built = the_target.build(plan, mode=mode, cache=cache, progress=progress, workers=workers, tier=tier)
     return Executable(
         plan,
         mode,

@@ -81,7 +81,7 @@ def run_reference(case: Case, which: int = 0) -> dict:
     return slots
 
 
-def compile_case(case: Case, mode: str):
+def compile_case(case: Case, mode: str, **options):
     return catbp_jit.compile(
         case.programs,
         case.sr(),
@@ -89,6 +89,7 @@ def compile_case(case: Case, mode: str):
         selector_specs=case.selector_specs,
         slot_specs=case.slot_specs or None,
         mode=mode,
+        **options,
     )
 
 

@@ -1,12 +1,14 @@
 """The CUDA kernels (codegen/cuda.py) compute what the CPU kernels compute, bit for bit.
 
-Each case is planned once and run twice on the same memory plan and table: on the CPU
-target (compile + bind + run, loop mode) and on the device (codegen/cuda_run.py) from a
-copy of the CPU arena taken when the inputs are bound, just before the first step. Every
-slot must agree: PROB, SAT and COUNT bit for bit (and the whole arena too: every
-intermediate), LOGPROB within jit_helpers.TOLERANCES (exp and log differ between a
-GPU's libdevice and the CPU's libm); the table comes back unchanged (the device kernels
-keep no loop counters in it).
+Each case is planned once and run three times on the same memory plan and table: on the
+CPU target (compile + bind + run, loop mode), and on the device (codegen/cuda_run.py) from
+a copy of the CPU arena taken when the inputs are bound, just before the first step, both
+ways: a launch per step, and every step in one launch of the schedule kernel
+(codegen/cuda_schedule.py). Every slot must agree with the CPU's: PROB, SAT and COUNT bit
+for bit (and the whole arena too: every intermediate), LOGPROB within
+jit_helpers.TOLERANCES (exp and log differ between a GPU's libdevice and the CPU's libm);
+the two device runs agree bit for bit in every semiring; the table comes back unchanged
+(the device kernels keep no loop counters in it).
 
 Without a GPU the kernels run under Numba's CUDA simulator (conftest.py sets
 NUMBA_ENABLE_CUDASIM=1 unless the environment sets it), which runs every thread as
@@ -40,7 +42,7 @@ import catbp_jit
 from catbp_jit import Axis, AxisType, Instruction, OpCode, Program, TensorSpec, abi
 from catbp_jit.batched import BatchedCompileError
 from catbp_jit.bundle import load_bundle
-from catbp_jit.codegen import cuda, cuda_run
+from catbp_jit.codegen import cuda, cuda_run, cuda_schedule
 from catbp_jit.plan.options import PlanOptions
 from catbp_jit.plan.schedule import KernelPattern
 from catbp_jit.semiring import SEMIRINGS
@@ -62,6 +64,7 @@ pytestmark = pytest.mark.filterwarnings(
 )
 
 _MODULES = {}  # KernelPattern -> kernel module, loaded once per test process
+_SCHEDULE_MODULES = {}  # kernel set -> schedule kernel module, likewise
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +77,13 @@ def modules_for(schedule, directory):
         if pattern not in _MODULES:
             _MODULES[pattern] = cuda_run.load_module(pattern, directory)
     return [_MODULES[p] for p in schedule.patterns]
+
+
+def schedule_module_for(schedule, directory):
+    patterns = tuple(schedule.patterns)
+    if patterns not in _SCHEDULE_MODULES:
+        _SCHEDULE_MODULES[patterns] = cuda_run.load_schedule_module(patterns, directory)
+    return _SCHEDULE_MODULES[patterns]
 
 
 # ------------------------------------------------------------------------ running both
@@ -106,18 +116,34 @@ class Run:
             self.start = self.session.mem.copy()
 
 
-def on_device(exe, start: np.ndarray, directory, options=cuda_run.LaunchOptions()):
-    """The arena and the table after running exe's schedule on the device from `start`."""
+def on_device(exe, start: np.ndarray, directory, options=cuda_run.LaunchOptions(), walk=False):
+    """The arena and the table after running exe's schedule on the device from `start`:
+    a launch per step, or (walk) all in one launch of the schedule kernel."""
     d_mem = nb_cuda.to_device(start)
     d_P = nb_cuda.to_device(exe.schedule.table)
-    cuda_run.run_schedule(modules_for(exe.schedule, directory), exe.schedule, d_mem, d_P, options)
+    if walk:
+        if exe.schedule.steps:
+            cuda_run.run_walk(schedule_module_for(exe.schedule, directory), exe.schedule, d_mem, d_P, options)
+    else:
+        cuda_run.run_schedule(modules_for(exe.schedule, directory), exe.schedule, d_mem, d_P, options)
     return d_mem.copy_to_host(), d_P.copy_to_host()
 
 
-def check_against_cpu(run: Run, semiring: str, directory, options=cuda_run.LaunchOptions()):
-    """Run the device on the arena the CPU started from and compare with the CPU's."""
+# The schedule kernel's launch in the simulator: one block (a grid that waits for itself
+# must be resident at once; the simulator runs one), fewer threads than a GPU's block,
+# since each is a Python thread
+WALK = cuda_run.LaunchOptions(16)
+
+
+def check_against_cpu(run: Run, semiring: str, directory, options=cuda_run.LaunchOptions(), walk=WALK):
+    """Run the device on the arena the CPU started from, a launch per step and (walk: its
+    launch options, None: not) in one launch, and compare with the CPU's."""
     exe, cpu = run.exe, run.session.mem
     mem, table = on_device(exe, run.start, directory, options)
+    if walk is not None:
+        walked, walked_table = on_device(exe, run.start, directory, walk, walk=True)
+        assert np.array_equal(walked.view(np.uint8), mem.view(np.uint8)), "one launch != a launch per step"
+        assert np.array_equal(walked_table, exe.schedule.table), "the schedule kernel wrote into the table"
     regions, mem_cpu = exe.memory.regions, cpu[: exe.memory.total]
     for key, v in exe.fused.outputs.items():
         r = regions[v]
@@ -344,6 +370,7 @@ SHAPES = [
     cuda_run.LaunchOptions(32, 1),
     cuda_run.LaunchOptions(1, 3),
 ]
+WALK_SHAPES = [cuda_run.LaunchOptions(1), cuda_run.LaunchOptions(7), cuda_run.LaunchOptions(32)]
 
 
 @pytest.mark.parametrize(
@@ -359,10 +386,13 @@ def test_launch_shapes_give_identical_bits(name, module_dir):
     bundle, run = run_bundle(path)
     first = None
     for options in SHAPES:
-        mem = check_against_cpu(run, bundle.semiring, module_dir, options)
+        mem = check_against_cpu(run, bundle.semiring, module_dir, options, walk=None)
         if first is None:
             first = mem
         assert np.array_equal(mem.view(np.uint8), first.view(np.uint8)), options
+    for options in WALK_SHAPES:  # one launch: one block of 1, 7 or 32 threads
+        walked, _ = on_device(run.exe, run.start, module_dir, options, walk=True)
+        assert np.array_equal(walked.view(np.uint8), first.view(np.uint8)), options
 
 
 # --------------------------------------------------------------------------- the source
@@ -395,16 +425,33 @@ def test_source_is_deterministic_and_ignores_parallel():
 
 
 def test_float_products_in_sums_are_rounded_alone():
-    """Only float products that feed a sum go through `mul` (dmul_rn / fmul_rn on a GPU):
-    NVVM would fuse them with the add."""
+    """Only float products that feed a sum go through libdevice's dmul_rn / fmul_rn (on a
+    GPU; the simulator's stand-in is a plain product): NVVM would fuse them with the add."""
     for pattern in _patterns():
         src = cuda.kernel_source(pattern)
         sums_products = pattern.reduce and pattern.semiring == "PROB"
-        assert ("mul(x, mem[" in src) == sums_products, pattern.name
+        assert ("mul_rn(x, mem[" in src) == sums_products, pattern.name
         if sums_products:
             rn = {"float64": "dmul_rn", "float32": "fmul_rn"}[pattern.dtype]
-            assert f"from numba.cuda.libdevice import {rn} as mul" in src
+            assert f"from numba.cuda.libdevice import {rn}\n" in src
+            assert f"{rn}(x, mem[" in src
             assert " * mem[" not in src, pattern.name
+
+
+def test_schedule_kernel_source_names_its_kernels_and_waits_where_told():
+    patterns = [p for p in _patterns() if p.dtype == "float64"]
+    src = cuda_schedule.schedule_source(patterns)
+    assert src == cuda_schedule.schedule_source([KernelPattern(**p.as_dict()) for p in patterns])
+    compile(src, "schedule", "exec")
+    for k, pattern in enumerate(patterns):
+        assert f"  {k}: {pattern.name}\n" in src  # the docstring lists the kernel ids
+        assert f"def contract_{k}(mem, P, p, first, stride, b, r, e):" in src
+        assert (f"def normalize_groups_{k}(" in src) == pattern.normalize
+    # a wait where the barriers say, and one inside each normalizing kernel's step
+    assert src.count("grid.sync()") == 1 + sum(p.normalize for p in patterns)
+    assert src.count("cuda.local.array(") == 3  # one set of offsets per thread, whatever the kernels
+    with pytest.raises(ValueError, match="at least one pattern"):
+        cuda_schedule.schedule_source([])
 
 
 def test_unsupported_float_dtype_is_refused_by_name():
@@ -454,10 +501,15 @@ def test_launch_shape_counts_outputs_and_groups():
 # runs kernels as plain Python and types nothing, so this is where a kernel that a GPU
 # would refuse shows up without one.
 LOWER_FOR_A_GPU = textwrap.dedent("""
-    import importlib.util, json, os, re, sys
+    import importlib.util, json, os, re, sys, types as pytypes
     from numba import types
+    from numba.cuda import dispatcher
     from numba.cuda.compiler import compile_cuda
-    from catbp_jit.codegen import cuda
+
+    # a device function is compiled for the current GPU's compute capability, and asks
+    # the driver for it: here there is none, so every compile is for compute 7.5
+    dispatcher.get_current_device = lambda: pytypes.SimpleNamespace(compute_capability=(7, 5))
+    from catbp_jit.codegen import cuda, cuda_schedule
     from catbp_jit.plan.schedule import KernelPattern
 
     DTYPES = {"float64": types.float64, "float32": types.float32, "bool": types.boolean,
@@ -478,6 +530,22 @@ LOWER_FOR_A_GPU = textwrap.dedent("""
             out[pattern.name + "." + entry] = {
                 "fmul": len(re.findall(r"= fmul ", ir)),
                 "mul_rn": len(re.findall(r'call \\w+ @"__nv_[df]mul_rn"', ir))}
+    # the schedule kernel of each dtype's patterns: every step in one launch
+    for dtype in sorted({f["dtype"] for f in json.loads(sys.argv[1])}):
+        patterns = [KernelPattern(**f) for f in json.loads(sys.argv[1]) if f["dtype"] == dtype]
+        path = os.path.join(sys.argv[2], "schedule_" + dtype + ".py")
+        with open(path, "w") as f:
+            f.write(cuda_schedule.schedule_source(patterns))
+        spec = importlib.util.spec_from_file_location("schedule_" + dtype, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        args = (DTYPES[dtype][::1], types.int64[::1], types.int64[::1], types.int64, types.int64)
+        cres = compile_cuda(module.run_steps.py_func, types.void, args, cc=(7, 5))
+        ir = cres.library.get_llvm_str()
+        out["schedule." + dtype] = {
+            "mul_rn": len(re.findall(r'call \\w+ @"__nv_[df]mul_rn"', ir)),
+            "cooperative": bool(cres.library.use_cooperative),
+            "kernels": len(patterns)}
     print(json.dumps(out))
 """)
 
@@ -508,3 +576,8 @@ def test_kernels_lower_for_a_gpu(tmp_path):
             assert found == {"fmul": 0, "mul_rn": 1}, (pattern.name, found)
         if pattern.normalize:
             assert pattern.name + ".normalize" in lowered
+    for dtype in {p.dtype for p in patterns}:
+        found = lowered["schedule." + dtype]
+        assert found["cooperative"], f"the {dtype} schedule kernel waits for its grid: a cooperative launch"
+        sums = sum(p.dtype == dtype and p.reduce and p.semiring == "PROB" for p in patterns)
+        assert found["mul_rn"] == sums, (dtype, found)  # the same rounded products as alone

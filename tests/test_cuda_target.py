@@ -177,15 +177,20 @@ def test_save_and_load_a_cuda_executable(tmp_path):
 
 
 def test_cuda_kernels_go_through_the_kernel_cache(tmp_path):
-    """Keyed apart from the CPU's, refused under strict when cold, served when warm."""
+    """Keyed apart from the CPU's, refused under strict when cold, served when warm: the
+    kernels, and in mode "compiled" the schedule kernel with them."""
     b = bundle("z4_cycle__prob_float64")
     directory = str(tmp_path / "cache")
     with pytest.raises(CacheMissError, match="strict"):
         compile_for(b, "cuda", cache=KernelCache(directory, policy="strict"))
+    loop = compile_for(b, "cuda", mode="loop", cache=KernelCache(directory, policy="fallback"))
+    assert loop.cache_stats["misses"] == len(loop.kernels) and loop.dispatcher is None
+    with pytest.raises(CacheMissError, match="kernel 'cuda_schedule' .*strict"):  # the kernels are there
+        compile_for(b, "cuda", cache=KernelCache(directory, policy="strict"))
     warm = compile_for(b, "cuda", cache=KernelCache(directory, policy="fallback"))
-    assert warm.cache_stats["misses"] == len(warm.kernels)
+    assert warm.cache_stats["misses"] == 1 and warm.cache_stats["hits"] == len(warm.kernels)
     again = compile_for(b, "cuda", cache=KernelCache(directory, policy="strict"))
-    assert again.cache_stats["hits"] == len(again.kernels) and again.cache_stats["misses"] == 0
+    assert again.cache_stats["hits"] == len(again.kernels) + 1 and again.cache_stats["misses"] == 0
     cpu_keys = {k.key for k in compile_for(b, "cpu").kernels}
     assert cpu_keys.isdisjoint(k.key for k in again.kernels)
     for k in again.kernels:
@@ -375,5 +380,114 @@ def test_kernel_source_and_listing_on_cuda():
     for i, k in enumerate(exe.kernels):
         assert exe.kernel_source(i) == exe.kernel_source(k.pattern.name) == k.source
         assert "@cuda.jit(cache=True)" in k.source and "def kernel(mem, P, p)" in k.source
-    with pytest.raises(KeyError, match="no compiled dispatcher"):
-        exe.kernel_source("dispatcher")
+    # mode "compiled": the schedule kernel walks the steps (the CPU's dispatcher's part)
+    walk = exe.kernel_source("dispatcher")
+    assert "def run_steps(mem, P, B, first, last):" in walk and walk == exe.dispatcher_source
+    for k, pattern in enumerate(exe.schedule.patterns):
+        assert f"  {k}: {pattern.name}\n" in walk
+    loop = compile_for(b, "cuda", mode="loop")
+    with pytest.raises(KeyError, match="in mode 'loop' has no compiled dispatcher"):
+        loop.kernel_source("dispatcher")
+
+
+# ------------------------------------------------------------------ one launch per run
+
+
+class Launches:
+    """The kernels launched from the host under the simulator, by name and arguments (a
+    device function, or a kernel called inside a kernel, is no launch)."""
+
+    def __init__(self, monkeypatch):
+        from numba import config
+
+        if not config.ENABLE_CUDASIM:
+            pytest.skip("counts the simulator's launches (NUMBA_ENABLE_CUDASIM=1)")
+        from numba.cuda.simulator import kernel as sim
+
+        self.calls: list[tuple[str, tuple]] = []
+        call = sim.FakeCUDAKernel.__call__
+
+        def spy(kernel, *args):
+            if not kernel._device and sim._kernel_context is None:
+                self.calls.append((kernel.__name__, args[3:]))  # after mem, P, (B or p)
+            return call(kernel, *args)
+
+        monkeypatch.setattr(sim.FakeCUDAKernel, "__call__", spy)
+
+    def names(self) -> list[str]:
+        return [name for name, _ in self.calls]
+
+
+def chain_model(n: int, target: str):
+    from catbp_jit.frontend import compile_model
+    from catbp_jit.frontend.uai import read_uai
+    from test_compile_scaling import chain_uai
+
+    return compile_model(read_uai(chain_uai(n)), "prob", target=target)
+
+
+def test_a_run_of_a_1000_step_program_is_one_launch(monkeypatch):
+    """Mode "compiled": sess.run() is one launch of the schedule kernel, whatever the steps;
+    its results are the per-step path's (and the CPU's), bit for bit."""
+    from catbp_jit.codegen.cuda_run import LaunchOptions
+
+    model = chain_model(202, "cuda")
+    exe, values = model.executable, model.built.values
+    steps = len(exe.schedule.steps)
+    assert steps >= 1000 and exe.mode == "compiled"
+    launches = Launches(monkeypatch)
+    sess = exe.bind(launch=LaunchOptions(4))  # (4 Python threads: the simulator's block)
+    got = snapshot(sess.run(factors=values))
+    assert launches.names() == ["run_steps"], launches.names()[:5]
+    assert launches.calls[0][1] == (0, steps)  # rows first..last-1: all of them
+    again = snapshot(sess.run())
+    assert launches.names() == ["run_steps"] * 2
+    # the per-step path (a hook asks for it): a launch per step, the same bits
+    launches.calls.clear()
+    per_step = exe.bind(launch=LaunchOptions(4), after=lambda i, step: None)
+    want = snapshot(per_step.run(factors=values))
+    assert steps <= len(launches.calls) <= 2 * steps and "run_steps" not in launches.names()
+    assert_same(want, got, "one launch vs a launch per step")
+    assert_same(want, again, "second run")
+    cpu = chain_model(202, "cpu")
+    assert_same(snapshot(cpu.executable.bind().run(factors=cpu.built.values)), got, "cuda vs cpu")
+
+
+def test_one_launch_starts_at_the_first_dynamic_step(monkeypatch):
+    """Partial evaluation: the first run walks every step; a run with other evidence starts
+    the schedule kernel at the first dynamic step, and reads the evidence-independent
+    results the first run left on the device (the CPU's answers, bit for bit)."""
+    from catbp_jit.frontend import compile_model
+    from catbp_jit.frontend.bif import read_bif
+
+    graph = read_bif(ASIA)
+    cpu = compile_model(graph, "prob", evidence_vars=["dysp", "xray"])
+    gpu = compile_model(graph, "prob", evidence_vars=["dysp", "xray"], target="cuda")
+    exe = gpu.executable
+    n_static, steps = exe.plan.n_static, len(exe.schedule.steps)
+    assert 0 < n_static < steps
+    launches = Launches(monkeypatch)
+    for evidence in ({"dysp": "yes"}, {"dysp": "no", "xray": "yes"}, {}):
+        want, got = cpu.solve(evidence), gpu.solve(evidence)
+        assert got.log_Z == want.log_Z, evidence
+        for var in want.marginals:
+            assert np.array_equal(got.marginals[var], want.marginals[var]), (evidence, var)
+    assert [args for _, args in launches.calls] == [(0, steps), (n_static, steps), (n_static, steps)]
+
+
+def test_hooks_and_loop_mode_launch_each_step(monkeypatch):
+    """before/after hooks see every step: such a session launches them one by one, as mode
+    "loop" does; both give the one-launch bits."""
+    b = bundle("z4_cycle__prob_float64_normalized")
+    f, s = inputs(b)
+    one = snapshot(compile_for(b, "cuda").bind().run(factors=f, selectors=s))
+    launches = Launches(monkeypatch)
+    seen: list[int] = []
+    hooked = compile_for(b, "cuda").bind(before=lambda i, step: seen.append(i))
+    assert_same(one, snapshot(hooked.run(factors=f, selectors=s)), "hooked")
+    loop_exe = compile_for(b, "cuda", mode="loop")
+    assert loop_exe.dispatcher is None
+    assert_same(one, snapshot(loop_exe.bind().run(factors=f, selectors=s)), "loop mode")
+    steps = len(loop_exe.schedule.steps)
+    assert seen == list(range(steps)) and "run_steps" not in launches.names()
+    assert len(launches.calls) >= 2 * steps

@@ -22,22 +22,10 @@ from catbp_jit.ir.batch import BatchedCompileError
 from catbp_jit.plan.static import StaticInputs, static_values
 from catbp_jit.semiring import make_semiring
 from frontend_helpers import graphs
-from jit_helpers import check_memory_plan, count_allocations, settings
+from jit_helpers import check_memory_plan, compile_case, count_allocations, settings
 from random_programs import Case, G, cases, contract, elim, load, sp, store, unit
 
 # ------------------------------------------------------------------------------ helpers
-
-
-def compile_case(case: Case, mode: str, **static):
-    return catbp_jit.compile(
-        case.programs,
-        case.sr(),
-        factor_specs=case.factor_specs,
-        selector_specs=case.selector_specs,
-        slot_specs=case.slot_specs or None,
-        mode=mode,
-        **static,
-    )
 
 
 def same_bits(a: np.ndarray, b: np.ndarray) -> bool:

@@ -6,23 +6,28 @@ A kernel computes one segment (see plan/fusion.py), as codegen/cpu.py's does:
 
 It reads the same int64 table P (catbp_jit/abi.py) with the same pattern (semiring,
 dtype, leaves, reduce, normalize; `parallel` is a CPU notion and ignored), so a schedule
-planned once runs on either target. A module has two entries:
+planned once runs on either target. A module's work is in device functions, which the
+schedule kernel (codegen/cuda_schedule.py: every step in one launch) calls too; its two
+entries launch them for one step:
 
-  - `kernel(mem, P, p)`: one thread per output element (flat C order over the R output
-    axes, which are all D axes when the kernel does not reduce), in a grid-stride loop, so
+  - `kernel(mem, P, p)` (device function `contract`): one thread per output element (flat
+    C order over the R output axes, which are all D axes when the kernel does not reduce),
+    in a grid-stride loop, so
     any launch shape gives the same result. A thread finds its offsets from its flat index
     by div/mod over the sizes, then ⊕s the Q reduced axes alone and in the CPU kernel's
     order (odometer axes outermost, then the block axes through the offset tables at
     P[p + TABLES], then the tight axis): a sum adds its terms in the order the CPU's does,
     so PROB, SAT and COUNT results are bit-identical to the CPU target's. P's scratch area
     (the CPU's loop counters) is never touched: threads would race on it.
-  - `normalize(mem, P, p)` (patterns that normalize): launched after `kernel`, one thread
-    per NORMALIZE group (plan/schedule.normalize_groups), each group in the CPU's order.
+  - `normalize(mem, P, p)` (`normalize_groups`; patterns that normalize): launched after
+    `kernel`, one thread per NORMALIZE group (plan/schedule.normalize_groups), each group
+    in the CPU's order.
 
 Float products that feed a sum are rounded before they are added (libdevice dmul_rn /
 fmul_rn): NVVM would otherwise contract `acc += a * b` into one fma, rounding once where
 the CPU rounds twice. The simulator (NUMBA_ENABLE_CUDASIM=1) runs kernels as Python and
-has no libdevice; there `*` rounds each product already, so the module picks it then.
+has no libdevice; there `*` rounds each product already, so the module defines the
+libdevice name as a plain product then.
 
 The host launches `launch_shape(params)` work items per entry, THREADS_PER_BLOCK to a
 block (codegen/cuda_run.py). docs/architecture.md, section 11, shows one segment on both targets.
@@ -43,6 +48,8 @@ from .reduction import reduced_value
 
 ENTRY = "kernel"
 NORMALIZE_ENTRY = "normalize"
+CONTRACT_FN = "contract"  # the device functions behind them
+NORMALIZE_FN = "normalize_groups"
 THREADS_PER_BLOCK = 128
 
 
@@ -65,13 +72,13 @@ def _rounds_products(sr: Semiring, dtype: str) -> bool:
 def _product_lines(ind: str, sr: Semiring, dtype: str, offsets: str, summed: bool, element) -> list[str]:
     """`x` = the ⊗-product of the K leaves, left to right, each leaf's element as
     `element`(l, its offset in `offsets`) gives it; a float product that feeds a sum
-    through `mul`, rounded on its own (see the module docstring)."""
+    through libdevice's rounded multiply (see the module docstring)."""
 
     def at(j):
         return element(j, f"{offsets}[{j}]")
 
     times = (
-        f"x = mul(x, {at('l')})"
+        f"x = {ROUNDED_MUL[dtype]}(x, {at('l')})"
         if summed and _rounds_products(sr, dtype)
         else f"x = {sr.product(['x', at('l')])}"
     )
@@ -178,39 +185,68 @@ so[0..R-1], per leaf its offset and strides on all D = R + Q axes (in elements o
 and each operand's access along the vector. One thread per output element, grid-stride;
 {walk}
 """
-import math
+'''
+
+PRELUDE = """import math
 
 import numpy as np
 from numba import config, cuda
 
 {abi}MAX_LEAVES = {max_leaves}  # a step's leaves at most (abi.MAX_LEAVES)
 
-'''
+"""
+
+
+def check_dtype(pattern: KernelPattern) -> None:
+    if pattern.dtype not in DTYPES:
+        raise ValueError(
+            f"kernel {pattern.name}: no CUDA kernel for dtype {pattern.dtype} "
+            f"(CUDA kernels take {', '.join(DTYPES)})"
+        )
+
+
+def prelude() -> list[str]:
+    """A module's imports and the ABI's constants (catbp_jit/abi.py)."""
+    text = PRELUDE.format(abi=abi.source_constants(), max_leaves=abi.MAX_LEAVES)
+    return text.rstrip("\n").split("\n")
+
 
 MUL = """
 
 if config.ENABLE_CUDASIM:
     # the simulator runs kernels as Python, without libdevice: * rounds each product
-    def mul(a, b):
+    def {rounded}(a, b):
         return a * b
 else:
     # a product rounded alone: NVVM would fuse `acc += a * b` into an fma (one rounding)
     # and the sums would differ from the CPU target's in the last bits
-    from numba.cuda.libdevice import {rounded} as mul
+    from numba.cuda.libdevice import {rounded}
 """
+
+
+def rounded_mul_lines(patterns) -> list[str]:
+    """The rounded multiplies the patterns' sums use (MUL), once per dtype."""
+    lines: list[str] = []
+    for dtype in sorted(
+        {p.dtype for p in patterns if p.reduce and _rounds_products(SEMIRINGS[p.semiring], p.dtype)}
+    ):
+        lines += MUL.format(rounded=ROUNDED_MUL[dtype]).rstrip("\n").split("\n")
+    return lines
 
 
 def _n_out() -> list[str]:
     return ["    n_out = 1", "    for d in range(R):", "        n_out *= P[p + SIZES + d]"]
 
 
-def _entry(name: str, doc: list[str]) -> list[str]:
-    """A kernel's head: segment p's output offset (out), output rank (R) and rank (D)."""
+def _device_fn(name: str, doc: list[str], scratch: bool) -> list[str]:
+    """A device function's head: it does items first, first + stride, ... of segment p
+    (output offset out, output rank R, rank D); scratch: it takes the thread's offset
+    arrays b, r, e (SCRATCH_ARRAYS)."""
     return [
         "",
         "",
-        "@cuda.jit(cache=True)",
-        f"def {name}(mem, P, p):",
+        "@cuda.jit(device=True)",
+        f"def {name}(mem, P, p, first, stride{', b, r, e' if scratch else ''}):",
         *doc,
         "    out = P[p + OUT]",
         "    R = P[p + OUT_RANK]",
@@ -218,8 +254,37 @@ def _entry(name: str, doc: list[str]) -> list[str]:
     ]
 
 
-def _kernel(pattern: KernelPattern, sr: Semiring) -> list[str]:
-    lines = _entry(ENTRY, ['    """Segment p of the table: one output element per thread, grid-stride."""'])
+# A thread's leaf offsets, MAX_LEAVES each: allocated once by the kernel that calls the
+# contraction (a schedule kernel's threads keep one set for every pattern, so its local
+# memory does not grow with the patterns)
+SCRATCH_ARRAYS = [
+    "    b = cuda.local.array(MAX_LEAVES, np.int64)  # b[l]: leaf l's offset at the output",
+    "    r = cuda.local.array(MAX_LEAVES, np.int64)  # r[l]: leaf l's offset in a reduction's sweep",
+    "    e = cuda.local.array(MAX_LEAVES, np.int64)  # e[l]: ... at a vector element",
+]
+
+
+def _launch_entry(name: str, fn: str, doc: str, scratch: bool) -> list[str]:
+    """A kernel that runs device function `fn` on one step, a thread per item, grid-stride."""
+    return [
+        "",
+        "",
+        "@cuda.jit(cache=True)",
+        f"def {name}(mem, P, p):",
+        f'    """{doc}"""',
+        *(SCRATCH_ARRAYS if scratch else []),
+        f"    {fn}(mem, P, p, cuda.grid(1), cuda.gridsize(1){', b, r, e' if scratch else ''})",
+    ]
+
+
+def contract_fn(name: str, pattern: KernelPattern) -> list[str]:
+    """Device function `name`: output elements first, first + stride, ... of segment p."""
+    sr = SEMIRINGS[pattern.semiring]
+    lines = _device_fn(
+        name,
+        ['    """Output elements first, first + stride, ... of segment p (one thread\'s share)."""'],
+        scratch=True,
+    )
     lines += [
         "    K = P[p + LEAVES]",
         "    N = p + SIZES  # P[N + d]: size of axis d",
@@ -227,14 +292,8 @@ def _kernel(pattern: KernelPattern, sr: Semiring) -> list[str]:
         "    LS = 1 + D  # a leaf's row: its offset, then its D strides",
         "    L = SO + R  # leaf l's row at P[L + l * LS]",
         "    A = L + K * LS + GROUP_FIELDS  # leaf l's access at A + l * ACCESS_FIELDS",
-        "    b = cuda.local.array(MAX_LEAVES, np.int64)  # b[l]: leaf l's offset at the output",
     ]
     lines += _n_out()
-    if pattern.reduce:
-        lines += [
-            "    r = cuda.local.array(MAX_LEAVES, np.int64)  # r[l]: leaf l's offset in the sweep",
-            "    e = cuda.local.array(MAX_LEAVES, np.int64)  # e[l]: ... at a vector element",
-        ]
     if pattern.reduce and pattern.vector == ACROSS_REDUCED:
         lines += [
             "    top = D - P[p + BLOCK_AXES]  # odometer axes R..top-1; the vector top..D-1",
@@ -245,7 +304,7 @@ def _kernel(pattern: KernelPattern, sr: Semiring) -> list[str]:
     if pattern.reduce:
         lines += ["    n_odo = 1", "    for d in range(R, top):", "        n_odo *= P[N + d]"]
     lines += [
-        "    o = cuda.grid(1)",
+        "    o = first",
         "    while o < n_out:",
         "        o_off = out",
         "        for l in range(K):",
@@ -258,65 +317,67 @@ def _kernel(pattern: KernelPattern, sr: Semiring) -> list[str]:
     else:
         lines += _product_lines("        ", sr, pattern.dtype, "b", False, lambda _leaf, at: f"mem[{at}]")
         lines += ["        mem[o_off] = x"]
-    lines += ["        o += cuda.gridsize(1)"]
+    lines += ["        o += stride"]
     return lines
 
 
-def _normalize(pattern: KernelPattern, sr: Semiring) -> list[str]:
-    lines = _entry(
-        NORMALIZE_ENTRY,
+def normalize_fn(name: str, pattern: KernelPattern) -> list[str]:
+    """Device function `name`: NORMALIZE groups first, first + stride, ... of segment p."""
+    sr = SEMIRINGS[pattern.semiring]
+    lines = _device_fn(
+        name,
         [
-            '    """NORMALIZE the output of segment p (after `kernel`): one group per thread, its',
-            "    groups, gs, es: part g at out + g * gs, its elements es apart",
+            '    """NORMALIZE groups first, first + stride, ... of segment p\'s output (after its',
+            "    contraction): groups, gs, es: group g at out + g * gs, its elements es apart",
             '    (plan/schedule.py: normalize_groups)."""',
         ],
+        scratch=False,
     )
     lines += _n_out()
     lines += [
         "    G = p + SIZES + D + R + P[p + LEAVES] * (1 + D)  # after the last leaf's strides",
         "    groups, gs, es = P[G], P[G + 1], P[G + 2]",
         "    size = n_out // groups",
-        "    g = cuda.grid(1)",
+        "    g = first",
         "    while g < groups:",
         "        base = out + g * gs",
     ]
     lines += _normalize_group(sr)
-    return lines + ["        g += cuda.gridsize(1)"]
+    return lines + ["        g += stride"]
 
 
 def kernel_source(pattern: KernelPattern) -> str:
     """The whole module source of the CUDA kernel for `pattern`: readable, deterministic,
     one source for a GPU and for the simulator."""
+    check_dtype(pattern)
     sr = SEMIRINGS[pattern.semiring]
     at = "[o, r]" if pattern.reduce else "[o]"
-    lines = (
-        HEADER.format(
-            name=replace(pattern, parallel=False).name,  # one module whatever `parallel`
-            formula=("⊕_r " if pattern.reduce else "") + f"leaf_0{at} ⊗ ... ⊗ leaf_(K-1){at}",
-            semiring=sr.name,
-            dtype=pattern.dtype,
-            then=", then NORMALIZE" if pattern.normalize else "",
-            walk=(
-                "its offsets by div/mod over\nthe R output axes, then ⊕ over the reduced axes "
-                "in the CPU's order: axes R..top-1 by\ndiv/mod, then (if the CPU's vector runs "
-                "along reduced axes) its V elements, each\nleaf by its access."
-                if pattern.reduce
-                else "its offsets by div/mod over\nall D axes."
-            ),
-            abi=abi.source_constants(),
-            max_leaves=abi.MAX_LEAVES,
-        )
-        .rstrip("\n")
-        .split("\n")
-    )
-    if pattern.dtype not in DTYPES:
-        raise ValueError(
-            f"kernel {pattern.name}: no CUDA kernel for dtype {pattern.dtype} "
-            f"(CUDA kernels take {', '.join(DTYPES)})"
-        )
-    if pattern.reduce and _rounds_products(sr, pattern.dtype):
-        lines += MUL.format(rounded=ROUNDED_MUL[pattern.dtype]).rstrip("\n").split("\n")
-    lines += _kernel(pattern, sr)
+    lines = HEADER.format(
+        name=replace(pattern, parallel=False).name,  # one module whatever `parallel`
+        formula=("⊕_r " if pattern.reduce else "") + f"leaf_0{at} ⊗ ... ⊗ leaf_(K-1){at}",
+        semiring=sr.name,
+        dtype=pattern.dtype,
+        then=", then NORMALIZE" if pattern.normalize else "",
+        walk=(
+            "its offsets by div/mod over\nthe R output axes, then ⊕ over the reduced axes "
+            "in the CPU's order: axes R..top-1 by\ndiv/mod, then (if the CPU's vector runs "
+            "along reduced axes) its V elements, each\nleaf by its access."
+            if pattern.reduce
+            else "its offsets by div/mod over\nall D axes."
+        ),
+    ).split("\n")
+    lines += prelude() + rounded_mul_lines([pattern])
+    lines += contract_fn(CONTRACT_FN, pattern)
     if pattern.normalize:
-        lines += _normalize(pattern, sr)
+        lines += normalize_fn(NORMALIZE_FN, pattern)
+    lines += _launch_entry(
+        ENTRY, CONTRACT_FN, "Segment p of the table: one output element per thread, grid-stride.", True
+    )
+    if pattern.normalize:
+        lines += _launch_entry(
+            NORMALIZE_ENTRY,
+            NORMALIZE_FN,
+            "NORMALIZE segment p's output (after `kernel`): one group per thread.",
+            False,
+        )
     return "\n".join(lines) + "\n"

@@ -1,5 +1,6 @@
-"""build(plan, target="cuda"): a plan's kernels rendered by codegen/cuda.py, loaded through
-the kernel cache, and the launches of its schedule worked out once.
+"""build(plan, target="cuda"): a plan's kernels rendered by codegen/cuda.py, and in mode
+"compiled" its schedule kernel (codegen/cuda_schedule.py: every step in one launch),
+loaded through the kernel cache.
 
 A CUDA kernel's cache identity is its pattern, its source's digest and the device it is
 compiled for (compute capability, or "simulator"), so a cache shared by machines with
@@ -9,6 +10,7 @@ the cache is refused, as on the CPU.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -16,10 +18,10 @@ from typing import Any
 import numpy as np
 
 from ..cache import CacheMissError, KernelCache, default_cache
-from ..errors import CudaUnavailableError
+from ..errors import CudaScheduleWarning, CudaUnavailableError
 from ..plan.pipeline import Plan
 from ..plan.steps import KernelPattern
-from .loader import Kernel, cuda_kernel_unit
+from .loader import Kernel, cuda_kernel_unit, cuda_schedule_unit
 
 INSTALL_HINT = "pip install -e '.[cuda]' (or pip install numba-cuda)"
 
@@ -92,8 +94,25 @@ class CudaKernel(Kernel):
 
 
 def signature(dtype: str) -> str:
-    """The one signature of every entry: (arena, table, parameter offset)."""
+    """The one signature of every step's entry: (arena, table, parameter offset)."""
     return f"(Array({dtype}, 1, 'C'), Array(int64, 1, 'C'), int64)"
+
+
+def schedule_signature(dtype: str) -> str:
+    """The schedule kernel's: (arena, table, barriers, first row, last row)."""
+    return f"(Array({dtype}, 1, 'C'), Array(int64, 1, 'C'), Array(int64, 1, 'C'), int64, int64)"
+
+
+def _refuse_compiled(name: str, key: str, cache: KernelCache, *fns: Any) -> None:
+    """numba-cuda loads its compiled code itself (our load hooks pin CPU dispatchers
+    only): a signature it had to compile is a miss the strict policy forbids."""
+    if cache.policy != "strict":
+        return
+    if sum(sum(getattr(fn, "_cache_misses", {}).values()) for fn in fns if fn is not None):
+        raise CacheMissError(
+            f"CUDA kernel {name} (key {key}): compiled, not found in {cache.directory!r}; "
+            f"policy 'strict' forbids compiling"
+        )
 
 
 def load_cuda_kernel(pattern: KernelPattern, cache: KernelCache, device: str, simulated: bool) -> CudaKernel:
@@ -109,30 +128,32 @@ def load_cuda_kernel(pattern: KernelPattern, cache: KernelCache, device: str, si
     if pattern.normalize:
         normalize = cache.get(identity, unit.source, render.NORMALIZE_ENTRY, signatures=sigs, target="cuda")
     key = cache.key_for(identity, "cuda")
-    if cache.policy == "strict":
-        # numba-cuda loads its compiled code itself (our load hooks pin CPU dispatchers
-        # only): a signature it had to compile is a miss the strict policy forbids
-        compiled = sum(
-            sum(getattr(fn, "_cache_misses", {}).values()) for fn in (entry, normalize) if fn is not None
-        )
-        if compiled:
-            raise CacheMissError(
-                f"CUDA kernel {pattern.name} (key {key}): compiled, not "
-                f"found in {cache.directory!r}; policy 'strict' forbids "
-                f"compiling"
-            )
+    _refuse_compiled(pattern.name, key, cache, entry, normalize)
     return CudaKernel(pattern, key, unit.source, entry, 0, unit.identity, normalize)
+
+
+def load_schedule_kernel(
+    patterns: list[KernelPattern], cache: KernelCache, device: str, simulated: bool
+) -> tuple[Any, str]:
+    """The schedule kernel of a kernel set (patterns by kernel id), and its source."""
+    unit = cuda_schedule_unit(patterns)
+    identity = dict(unit.identity, device=device)
+    sigs = None if simulated else [schedule_signature(patterns[0].dtype)]
+    entry = cache.get(identity, unit.source, unit.entry, signatures=sigs, target="cuda")
+    _refuse_compiled("schedule", cache.key_for(identity, "cuda"), cache, entry)
+    return entry, unit.source
 
 
 def build_cuda(
     plan: Plan,
     *,
+    mode: str = "compiled",
     cache: KernelCache | None = None,
     progress: Callable[[str], None] | None = None,
-) -> tuple[list[Kernel], dict[str, float]]:
-    """The kernels of a plan on the GPU (CudaKernels), and the cache's stats of loading
-    them. Both modes launch the same kernels in schedule order from Python (a GPU has no
-    compiled dispatcher to call them through): target/cuda.py makes the Executable's parts."""
+) -> tuple[list[Kernel], Any, str, dict[str, float]]:
+    """The kernels of a plan on the GPU (CudaKernels), its schedule kernel and that one's
+    source (mode "compiled"; mode "loop" launches each step from Python: None, ""), and the
+    cache's stats of loading them. target/cuda.py makes the Executable's parts."""
     from numba import config
 
     cuda = cuda_module()
@@ -141,10 +162,25 @@ def build_cuda(
     before = dict(cache.stats)
     say = progress or (lambda line: None)
     kernels: list[Kernel] = []  # (CudaKernels)
+    # (the ignore: as in _check_lowering, a setting numba.core.config makes at import time)
+    simulated = bool(config.ENABLE_CUDASIM)  # type: ignore[attr-defined]
     for i, pattern in enumerate(plan.schedule.patterns):
         say(f"kernel {i + 1}/{len(plan.schedule.patterns)}: {pattern.name} ({device})")
-        # (the ignore: as in _check_lowering, a setting numba.core.config makes at import time)
-        simulated = bool(config.ENABLE_CUDASIM)  # type: ignore[attr-defined]
         kernels.append(load_cuda_kernel(replace(pattern, parallel=False), cache, device, simulated))
+    walk, walk_source = None, ""
+    if mode == "compiled" and plan.schedule.patterns:
+        say(f"schedule kernel: {len(plan.schedule.patterns)} kernels ({device})")
+        try:
+            walk, walk_source = load_schedule_kernel(plan.schedule.patterns, cache, device, simulated)
+        except CacheMissError:
+            raise
+        except Exception as e:  # (a toolkit without cudadevrt cannot link a grid-wide wait)
+            # the same bits, a launch per step: slower, not wrong
+            warnings.warn(
+                f"target 'cuda': the schedule kernel did not compile ({type(e).__name__}: "
+                f"{' '.join(str(e).split())[:300]}); each step is launched from Python instead",
+                CudaScheduleWarning,
+                stacklevel=2,
+            )
     used: dict[str, float] = {k: cache.stats.get(k, 0) - before.get(k, 0) for k in cache.stats}
-    return kernels, used
+    return kernels, walk, walk_source, used

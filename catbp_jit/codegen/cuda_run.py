@@ -1,14 +1,18 @@
-"""CUDA kernels on the device: load a module per pattern, launch a schedule's steps in order.
+"""CUDA kernels on the device: load a module per pattern, run a schedule's steps in order.
 
-The launches of a schedule are worked out once (`launches`: each step's configured entry,
-blocks and parameter offset) and replayed by `run_launches`, which allocates nothing but
-the launches themselves; `run_schedule` does both. Steps run in order because every launch
-goes to the default stream. Numba must see NUMBA_ENABLE_CUDASIM before it is first
-imported for the kernels to run under the simulator (see codegen/cuda.py).
+Two ways, with the same bits. Per step (mode "loop"): the launches of a schedule are
+worked out once (`launches`: each step's configured entry, blocks and parameter offset)
+and replayed by `run_launches`, which allocates nothing but the launches themselves;
+`run_schedule` does both; steps run in order because every launch goes to the default
+stream. In one launch (mode "compiled"): the schedule kernel (codegen/cuda_schedule.py)
+walks the table on the device, `walk_launch` configures it and `run_walk` runs it. Numba
+must see NUMBA_ENABLE_CUDASIM before it is first imported for the kernels to run under the
+simulator (see codegen/cuda.py).
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 from collections.abc import Sequence
@@ -17,9 +21,10 @@ from types import ModuleType
 from typing import Any, cast
 
 from .. import abi
+from ..plan.barriers import barriers
 from ..plan.schedule import Schedule
 from ..plan.steps import KernelPattern
-from . import cuda
+from . import cuda, cuda_schedule
 
 # Blocks per launch at most: the grid-stride loop covers the rest (on a GPU, a few waves of
 # the multiprocessors are enough to keep them busy).
@@ -50,16 +55,35 @@ class LaunchOptions:
         return max(1, min(-(-threads // self.threads_per_block), self.max_blocks))
 
 
+def cooperative_blocks(kernel: Any, threads_per_block: int) -> int:
+    """The most blocks of `threads_per_block` a grid of `kernel` may have when it waits for
+    itself (all of them resident at once): the driver's answer for the compiled kernel (the
+    simulator's is 1)."""
+    overloads = kernel.overloads  # (the simulator keeps none and answers any key)
+    compiled = overloads[next(iter(overloads))] if len(overloads) else overloads[()]
+    return max(1, int(compiled.max_cooperative_grid_blocks(threads_per_block)))
+
+
 def load_module(pattern: KernelPattern, directory: str | os.PathLike) -> ModuleType:
     """The kernel module of `pattern`, its source written to `directory` and imported
     from there (a file, so tracebacks and the simulator show the kernel's lines)."""
-    source = cuda.kernel_source(pattern)
-    path = os.path.join(os.fspath(directory), f"catbp_cuda_{pattern.name}.py")
+    return _import_source(cuda.kernel_source(pattern), f"catbp_cuda_{pattern.name}", directory)
+
+
+def load_schedule_module(patterns: Sequence[KernelPattern], directory: str | os.PathLike) -> ModuleType:
+    """The schedule kernel's module of a kernel set (patterns by kernel id), likewise."""
+    source = cuda_schedule.schedule_source(patterns)
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]  # one file per kernel set
+    return _import_source(source, f"catbp_cuda_schedule_{digest}", directory)
+
+
+def _import_source(source: str, name: str, directory: str | os.PathLike) -> ModuleType:
+    path = os.path.join(os.fspath(directory), f"{name}.py")
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(source)
     os.replace(tmp, path)  # a reader never sees half a module
-    spec = importlib.util.spec_from_file_location(f"catbp_cuda_{pattern.name}", path)
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None  # (a .py path always has a loader)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -114,3 +138,25 @@ def run_schedule(
 ) -> None:
     """Every step of `schedule`, in order, on the device arena d_mem and table d_P."""
     run_launches(launches(modules, schedule, options), d_mem, d_P)
+
+
+def walk_launch(kernel: Any, options: LaunchOptions = LaunchOptions()) -> Any:
+    """The schedule kernel configured for one launch: as many blocks as may all be resident
+    (a grid-wide wait needs them so), at most options.max_blocks."""
+    threads = options.threads_per_block
+    return kernel[min(options.max_blocks, cooperative_blocks(kernel, threads)), threads]
+
+
+def run_walk(
+    module: ModuleType,
+    schedule: Schedule,
+    d_mem: Any,
+    d_P: Any,
+    options: LaunchOptions = LaunchOptions(),
+) -> None:
+    """Every step of `schedule` in one launch of its schedule kernel (`module`:
+    load_schedule_module's), on the device arena d_mem and table d_P."""
+    from numba import cuda as numba_cuda
+
+    d_B = numba_cuda.to_device(barriers(schedule.steps))
+    walk_launch(getattr(module, cuda_schedule.ENTRY), options)(d_mem, d_P, d_B, 0, len(schedule.steps))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -56,6 +57,17 @@ def cuda_kernel_unit(pattern: KernelPattern) -> CompileUnit:
     return CompileUnit(
         pattern.name, _identity(dict(pattern.as_dict(), target="cuda"), source), source, cuda.ENTRY, ""
     )
+
+
+def cuda_schedule_unit(patterns: Sequence[KernelPattern]) -> CompileUnit:
+    """The CUDA target's schedule kernel of a kernel set (codegen/cuda_schedule.py); its
+    identity: the patterns by kernel id and the source's digest."""
+    from . import cuda_schedule
+
+    patterns = [replace(p, parallel=False) for p in patterns]
+    source = cuda_schedule.schedule_source(patterns)
+    fields = {"template": "cuda_schedule", "target": "cuda", "kernels": [p.name for p in patterns]}
+    return CompileUnit("schedule", _identity(fields, source), source, cuda_schedule.ENTRY, "")
 
 
 def kernel_unit(pattern: KernelPattern) -> CompileUnit:

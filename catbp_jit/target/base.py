@@ -89,12 +89,14 @@ class Target:
         self,
         plan: Plan,
         *,
+        mode: str = "compiled",
         cache: KernelCache | None = None,
         progress: Callable[[str], None] | None = None,
         workers: int | None = None,
         tier: str | None = None,
     ) -> Built:
-        """The kernels of a plan's schedule, from the disk cache or compiled."""
+        """The kernels of a plan's schedule, from the disk cache or compiled, and what walks
+        the schedule in mode "compiled" (executable.MODES)."""
         raise NotImplementedError(f"target {self.name!r} builds no kernels")
 
     def bind(self, exe: Executable, **hooks: Any) -> Session:

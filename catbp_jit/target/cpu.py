@@ -46,6 +46,7 @@ class CpuTarget(Target):
         self,
         plan: Plan,
         *,
+        mode: str = "compiled",
         cache: KernelCache | None = None,
         progress: Callable[[str], None] | None = None,
         workers: int | None = None,

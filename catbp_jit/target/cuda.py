@@ -1,5 +1,6 @@
-"""The CUDA target: @cuda.jit kernels (codegen/cuda_build.py) launched from Python in
-schedule order by a CudaSession (cuda_session.py). Its modules are imported in the methods
+"""The CUDA target: @cuda.jit kernels (codegen/cuda_build.py) run by a CudaSession
+(cuda_session.py): in mode "compiled" one launch of the schedule kernel walks every step
+on the device; in mode "loop" each step is launched from Python. Its modules are imported in the methods
 only: this one imports without numba-cuda."""
 
 from __future__ import annotations
@@ -32,17 +33,20 @@ class CudaTarget(Target):
         self,
         plan: Plan,
         *,
+        mode: str = "compiled",
         cache: KernelCache | None = None,
         progress: Callable[[str], None] | None = None,
         workers: int | None = None,
         tier: str | None = None,
     ) -> Built:
         """Every kernel compiled (or loaded) now, one after another: compiling for a GPU
-        needs the GPU, so there are no workers and no numpy tier."""
+        needs the GPU, so there are no workers and no numpy tier. Mode "compiled" adds the
+        schedule kernel (one launch runs every step: the dispatcher's part on this target);
+        mode "loop" launches each step's kernels from Python."""
         from ..codegen.cuda_build import build_cuda
 
-        kernels, stats = build_cuda(plan, cache=cache, progress=progress)
-        return Built(kernels, None, "", stats, np.zeros(0, np.int64))
+        kernels, walk, walk_source, stats = build_cuda(plan, mode=mode, cache=cache, progress=progress)
+        return Built(kernels, walk, walk_source, stats, np.zeros(0, np.int64))
 
     def bind(self, exe: Executable, **hooks: Any) -> Session:
         from ..cuda_session import CudaSession
