@@ -94,3 +94,13 @@ def ising_grid(n: int, m: int, strength: float, seed: int, offset: float = 0.0):
                         ((name(i, j), name(i + di, j + dj)), np.exp(np.array([[J, -J], [-J, J]]) + offset))
                     )
     return factor_graph({name(i, j): 2 for i in range(n) for j in range(m)}, factors, name=f"ising{n}x{m}")
+
+
+def chain_uai(n: int, seed: int = 0) -> str:
+    """The issue's model: n binary variables, factor i over (i-1, i)."""
+    rng = np.random.default_rng(seed)
+    lines = ["MARKOV", str(n), " ".join(["2"] * n), str(n - 1)]
+    lines += [f"2 {i - 1} {i}" for i in range(1, n)]
+    for _ in range(1, n):
+        lines += ["4", " ".join(f"{x:.6f}" for x in rng.uniform(0.1, 1.0, 4))]
+    return "\n".join(lines) + "\n"

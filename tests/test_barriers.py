@@ -101,7 +101,7 @@ def test_corpus_bundles_run_alike_in_any_order_between_barriers(path):
 def chain_executable():
     from catbp_jit.frontend import compile_model
     from catbp_jit.frontend.uai import read_uai
-    from test_compile_scaling import chain_uai
+    from frontend_helpers import chain_uai
 
     model = compile_model(read_uai(chain_uai(40)), "prob")
     return model.executable, model.built.values

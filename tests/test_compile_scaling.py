@@ -20,16 +20,7 @@ from catbp_jit.executable import plan
 from catbp_jit.frontend import compile_model
 from catbp_jit.frontend.uai import read_uai
 from catbp_jit.progress import DelayedLines, command_lines, silent, ticker
-
-
-def chain_uai(n: int, seed: int = 0) -> str:
-    """The issue's model: n binary variables, factor i over (i-1, i)."""
-    rng = np.random.default_rng(seed)
-    lines = ["MARKOV", str(n), " ".join(["2"] * n), str(n - 1)]
-    lines += [f"2 {i - 1} {i}" for i in range(1, n)]
-    for _ in range(1, n):
-        lines += ["4", " ".join(f"{x:.6f}" for x in rng.uniform(0.1, 1.0, 4))]
-    return "\n".join(lines) + "\n"
+from frontend_helpers import chain_uai
 
 
 def chain_log_z(graph) -> float:

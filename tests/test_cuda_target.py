@@ -421,7 +421,7 @@ class Launches:
 def chain_model(n: int, target: str):
     from catbp_jit.frontend import compile_model
     from catbp_jit.frontend.uai import read_uai
-    from test_compile_scaling import chain_uai
+    from frontend_helpers import chain_uai
 
     return compile_model(read_uai(chain_uai(n)), "prob", target=target)
 
