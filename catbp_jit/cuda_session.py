@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from .codegen.cuda_build import CudaKernel, cuda_module
-from .codegen.cuda_run import LaunchOptions, step_launches, walk_launch
+from .codegen.cuda_run import LaunchOptions, launch_count, step_launches, walk_launch
 from .ir.schema import TensorSpec
 from .plan.barriers import barriers
 from .plan.pipeline import RESULT, SLOT_INPUT
@@ -115,6 +115,11 @@ class CudaSession(Session):
         if self.exe.dispatcher is not None and self.before is None and self.after is None:
             self._walk = walk_launch(self.exe.dispatcher, self.launch)
             self.device_barriers = cuda.to_device(barriers(self.exe.schedule.steps))
+
+    @property
+    def launches_per_run(self) -> int:
+        """Kernel launches a run of every step makes (1 with the schedule kernel)."""
+        return launch_count(self.exe.schedule, self._walk is not None)
 
     def fill_constants(self) -> None:
         super().fill_constants()  # on the host; the next run's upload takes them across

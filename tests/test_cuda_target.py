@@ -439,6 +439,7 @@ def test_a_run_of_a_1000_step_program_is_one_launch(monkeypatch):
     sess = exe.bind(launch=LaunchOptions(4))  # (4 Python threads: the simulator's block)
     got = snapshot(sess.run(factors=values))
     assert launches.names() == ["run_steps"], launches.names()[:5]
+    assert sess.launches_per_run == 1
     assert launches.calls[0][1] == (0, steps)  # rows first..last-1: all of them
     again = snapshot(sess.run())
     assert launches.names() == ["run_steps"] * 2
@@ -446,7 +447,8 @@ def test_a_run_of_a_1000_step_program_is_one_launch(monkeypatch):
     launches.calls.clear()
     per_step = exe.bind(launch=LaunchOptions(4), after=lambda i, step: None)
     want = snapshot(per_step.run(factors=values))
-    assert steps <= len(launches.calls) <= 2 * steps and "run_steps" not in launches.names()
+    assert len(launches.calls) == per_step.launches_per_run and "run_steps" not in launches.names()
+    assert steps <= per_step.launches_per_run <= 2 * steps
     assert_same(want, got, "one launch vs a launch per step")
     assert_same(want, again, "second run")
     cpu = chain_model(202, "cpu")

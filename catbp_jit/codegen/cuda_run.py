@@ -115,6 +115,14 @@ def step_launches(
     return tuple(out)
 
 
+def launch_count(schedule: Schedule, one_launch: bool) -> int:
+    """Kernel launches per run of every step: one for the schedule kernel, else one per
+    step plus one per step that normalizes."""
+    if one_launch:
+        return 1 if schedule.steps else 0
+    return len(schedule.steps) + sum(step.pattern.normalize for step in schedule.steps)
+
+
 def launches(
     modules: Sequence[ModuleType], schedule: Schedule, options: LaunchOptions = LaunchOptions()
 ) -> tuple[Launch, ...]:
