@@ -146,7 +146,7 @@ class BatchedExecutable:
             self.selector_specs,
             big.slot_specs,
             list(kernels.values()),
-            big.plan.options.exact,
+            big.plan.options,
         )
         doc.update(
             batched_factors=sorted(self.batched_factors),

@@ -41,6 +41,8 @@ def load(
     saved = read_saved(path, TARGETS, MODES)
     target, mode, where = saved.target, saved.mode, saved.where
     options = plan_options(target, None, exact=saved.exact)
+    if saved.split_reductions:
+        options = options.with_(split_reductions=True, split_min_terms=saved.split_min_terms)
     try:  # programs that do not check (a register read before it is written...): edited
         adapted = adapt_inputs(
             saved.programs, saved.sr, saved.factor_specs, saved.selector_specs, saved.slot_specs, target, mode

@@ -299,7 +299,7 @@ class Executable:
             self.selector_specs,
             self.slot_specs,
             self.kernels,
-            self.plan.options.exact,
+            self.plan.options,
         )
         if self.plan.static:
             doc.update(

@@ -22,6 +22,7 @@ from .errors import CatbpError, one_line
 from .ir.adapt import adapt_slot_key, adapt_spec
 from .ir.ops import Program
 from .ir.schema import TensorSpec
+from .plan.options import PlanOptions
 from .plan.static import StaticInputs
 from .semiring import VMSemiringRuntime
 
@@ -45,6 +46,8 @@ class Saved:
     target: str
     mode: str
     exact: bool
+    split_reductions: bool
+    split_min_terms: int
     static: StaticInputs
     batched: dict[str, Any]  # a batched executable's ids and buckets, else empty
     kernel_identities: list[str] | None  # None in files saved before they were recorded
@@ -59,7 +62,7 @@ def saved_document(
     sspecs: dict[int, TensorSpec],
     lspecs: dict[tuple, TensorSpec],
     kernels: list[Kernel],
-    exact: bool = True,
+    options: PlanOptions = PlanOptions(),
 ) -> dict:
     """What `save` writes (a batched executable adds its batched ids and buckets)."""
     from .bundle import program_to_json, slot_key_to_json, spec_to_json
@@ -77,7 +80,10 @@ def saved_document(
         "programs": [program_to_json(p) for p in programs],
         "kernels": [k.key for k in kernels],
         "kernel_identities": sorted({identity_digest(k.identity) for k in kernels}),
-        "exact": exact,  # part of the plan: a reassociating executable loads as one
+        # part of the plan: a reassociating executable loads as one, split likewise
+        "exact": options.exact,
+        "split_reductions": options.split_reductions,
+        "split_min_terms": options.split_min_terms,
     }
 
 
@@ -154,11 +160,32 @@ def read_saved(path: str | os.PathLike, targets: Sequence[str], modes: Sequence[
     lspecs = field("slot_specs", lambda x: {adapt_slot_key(k): adapt_spec(v) for k, v in _items(x, list)})
     target, mode = field("target", one_of(targets)), field("mode", one_of(modes))
     exact = field("exact", _as_bool) if "exact" in doc else True  # (older files: exact)
+    split = field("split_reductions", _as_bool) if "split_reductions" in doc else False
+    min_terms = PlanOptions.split_min_terms
+    if "split_min_terms" in doc:  # checked as PlanOptions checks it
+        min_terms = field(
+            "split_min_terms", lambda x: PlanOptions(split_min_terms=strict_int(x)).split_min_terms
+        )
     static = StaticInputs(
         frozenset(field("static_factors", ids) if "static_factors" in doc else ()),
         frozenset(field("static_selectors", ids) if "static_selectors" in doc else ()),
     )
-    return Saved(where, programs, sr, fspecs, sspecs, lspecs, target, mode, exact, static, batched, saved)
+    return Saved(
+        where,
+        programs,
+        sr,
+        fspecs,
+        sspecs,
+        lspecs,
+        target,
+        mode,
+        exact,
+        split,
+        min_terms,
+        static,
+        batched,
+        saved,
+    )
 
 
 def check_saved_kernels(where: str, saved: list[str], planned: set) -> None:

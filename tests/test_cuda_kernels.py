@@ -47,7 +47,7 @@ from catbp_jit.plan.options import PlanOptions
 from catbp_jit.plan.schedule import KernelPattern
 from catbp_jit.semiring import SEMIRINGS
 from conftest import CORPUS, REPO
-from jit_helpers import assert_close, bit_identical, inputs
+from jit_helpers import assert_close, bit_identical, compile_case, inputs
 from random_programs import cases
 
 # The simulator runs each GPU thread as Python: the default selection checks the smallest
@@ -222,6 +222,49 @@ def check_random_case(case, directory):
 @given(case=cases())
 def test_random_programs_match_cpu(case, module_dir):
     check_random_case(case, module_dir)
+
+
+# Split reductions (plan/split.py): a split plan's steps are ordinary steps, so the device
+# gives the CPU's bits for them too (GEMM steps are the CPU's alone: off)
+SPLIT = PlanOptions(exact=False, split_reductions=True, split_min_terms=2, gemm=False)
+
+
+@_settings(30)
+@given(case=cases())
+def test_split_reductions_match_cpu(case, module_dir):
+    note(case.listing())
+    exe = compile_case(case, "loop", options=SPLIT)
+    run = Run.bind(exe, exe)
+    values = case.inputs[0]
+    run.run(factors=values.factors, selectors=values.selectors, slots=values.slots)
+    check_against_cpu(run, case.semiring, module_dir)
+
+
+def test_a_split_corpus_bundle_matches_cpu(module_dir):
+    path = next((p for p in CORPUS if p.name == "z4_cycle__prob_float64_normalized"), None)
+    if path is None:
+        pytest.skip("z4_cycle__prob_float64_normalized is not in the corpus")
+    bundle = load_bundle(path)
+    exe = catbp_jit.compile(
+        bundle.programs,
+        bundle.semiring_runtime(),
+        factor_specs=bundle.factor_specs(),
+        selector_specs=bundle.selector_specs(),
+        mode="loop",
+        options=SPLIT,
+    )
+    plain = catbp_jit.executable.plan(
+        bundle.programs,
+        bundle.semiring_runtime(),
+        factor_specs=bundle.factor_specs(),
+        selector_specs=bundle.selector_specs(),
+        exact=False,
+    )
+    assert len(exe.plan.fused.segments) > len(plain.fused.segments)  # something was split
+    run = Run.bind(exe, exe)
+    factors, selectors = inputs(bundle)
+    run.run(factors=factors, selectors=selectors)
+    check_against_cpu(run, bundle.semiring, module_dir)
 
 
 @pytest.mark.slow

@@ -52,13 +52,31 @@ class PlanOptions:
     # reassociating mode may run pairwise contractions as BLAS GEMM (plan/gemm.py): a
     # CPU kernel, so the CUDA target turns it off
     gemm: bool = True
+    # reassociating mode: a reduction with few outputs and many terms each is split into
+    # partial sums and their sum (plan/split.py), so a GPU has threads for it; the CPU and
+    # CUDA targets give the same bits for the split plan. Needs exact=False
+    split_reductions: bool = False
+    # ... when an output sums at least this many terms (each partial then at least
+    # 1/64 of them, and 2)
+    split_min_terms: int = 1 << 12
 
     def __post_init__(self):
+        if self.split_reductions and self.exact:
+            raise ValueError(
+                "PlanOptions: split_reductions sums in another order than the program "
+                "wrote: it needs exact=False (the reassociating mode)"
+            )
         if self.across not in (None, "reduced", "outputs"):
             raise ValueError(f"PlanOptions: across must be None, 'reduced' or 'outputs', not {self.across!r}")
         if not (isinstance(self.max_leaves, int) and 2 <= self.max_leaves <= MAX_LEAVES):
             raise ValueError(
                 f"PlanOptions: max_leaves must be an int in 2..{MAX_LEAVES}, not {self.max_leaves!r}"
+            )
+        if isinstance(self.split_min_terms, bool) or not (
+            isinstance(self.split_min_terms, int) and self.split_min_terms >= 2
+        ):
+            raise ValueError(
+                f"PlanOptions: split_min_terms must be an int >= 2, not {self.split_min_terms!r}"
             )
         if not (isinstance(self.block, int) and 1 <= self.block <= BUFFER_LIMIT):
             raise ValueError(f"PlanOptions: block must be an int in 1..{BUFFER_LIMIT}, not {self.block!r}")

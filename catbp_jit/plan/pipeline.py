@@ -1,8 +1,8 @@
 """plan(): adapted programs -> Plan, everything that does not need a compiler.
 
     validate -> build_graph -> optimize -> fuse -> hoist_prefixes (exact) or reassociate
-    -> choose_layouts -> static_first -> plan_memory -> build_schedule (GEMM steps,
-    plan/gemm.py, else loop kernels), and the binding table
+    (and split_reductions, when asked) -> choose_layouts -> static_first -> plan_memory
+    -> build_schedule (GEMM steps, plan/gemm.py, else loop kernels), and the binding table
 
 A Plan is plain data: a target renders its schedule's kernel patterns (codegen/cpu.py,
 codegen/cuda.py) and a session binds its memory by reading `bindings` alone.
@@ -30,6 +30,7 @@ from .options import PlanOptions
 from .passes import optimize
 from .reassociate import reassociate
 from .schedule import Schedule, build_schedule
+from .split import split_reductions
 from .static import StaticInputs, check_static_ids, persistent_values, static_first
 
 # Binding kinds: what a session writes before a run, and what it reads after one.
@@ -108,6 +109,8 @@ def plan(
     fused = fuse(graph, options.max_leaves)
     if not options.exact:  # opt-in: regroup products and sums (plan/reassociate.py)
         fused = reassociate(fused, batch_key)
+        if options.split_reductions:  # few outputs, many terms: partial sums (plan/split.py)
+            fused = split_reductions(fused, batch_key, options.split_min_terms)
     elif options.hoist:  # (a path of pairwise products needs no hoisting)
         fused = hoist_prefixes(fused)
     # layouts first: they break ties by program order, and must not depend on `static`
