@@ -40,9 +40,9 @@ def load(
     FileNotFoundError."""
     saved = read_saved(path, TARGETS, MODES)
     target, mode, where = saved.target, saved.mode, saved.where
-    options = plan_options(target, None, exact=saved.exact)
-    if saved.split_reductions:
-        options = options.with_(split_reductions=True, split_min_terms=saved.split_min_terms)
+    options = plan_options(target, None, exact=saved.exact).with_(  # as saved, whatever the defaults
+        split_reductions=saved.split_reductions, split_min_terms=saved.split_min_terms
+    )
     try:  # programs that do not check (a register read before it is written...): edited
         adapted = adapt_inputs(
             saved.programs, saved.sr, saved.factor_specs, saved.selector_specs, saved.slot_specs, target, mode

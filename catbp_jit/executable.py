@@ -328,12 +328,16 @@ def plan_options(
     max_total_bytes: int | None = None,
     exact: bool | None = None,
 ) -> PlanOptions:
-    """`options` (else the target's defaults) with the byte limits and mode given as
-    arguments. GEMM kernels exist on the CPU only."""
+    """`options` (else the target's defaults, and in the reassociating mode its defaults
+    for that mode) with the byte limits and mode given as arguments. GEMM kernels exist on
+    the CPU only."""
     the_target = get_target(target)
+    defaults = options is None
     options = options or the_target.plan_options()
     if exact is not None:
         options = options.with_(exact=bool(exact))
+    if defaults and not options.exact:
+        options = options.with_(**the_target.reassociating_defaults)
     if not the_target.gemm and options.gemm:
         options = options.with_(gemm=False)
     if max_bytes != DEFAULT_MAX_BYTES:

@@ -204,3 +204,28 @@ def test_splits_happen_on_the_corpus():
             plan(*args, exact=False, **kw).fused.segments
         )
     assert split >= len(CORPUS) // 2, (split, len(CORPUS))
+
+
+def test_cuda_splits_when_reassociating_and_the_cpu_when_told():
+    """The CUDA target's default in the reassociating mode (it needs threads); the CPU's
+    only when asked; options given explicitly are taken as they are; exact mode never."""
+    from catbp_jit.executable import plan_options
+
+    assert plan_options("cuda", None, exact=False).split_reductions
+    assert not plan_options("cpu", None, exact=False).split_reductions
+    assert not plan_options("cuda", None).split_reductions  # exact
+    assert not plan_options("cuda", PlanOptions(exact=False), exact=False).split_reductions
+    assert plan_options("cpu", SPLIT).split_reductions
+
+
+def test_a_split_cuda_executable_loads_as_saved(tmp_path):
+    """load() restores the saved split, not the target's default for the mode."""
+    pytest.importorskip("numba_cuda", reason="the CUDA target needs numba-cuda")
+    b = load_bundle(next(p for p in CORPUS if p.name == "z4_cycle__prob_float64"))
+    kw = dict(factor_specs=b.factor_specs(), selector_specs=b.selector_specs(), target="cuda")
+    for options in (PlanOptions(exact=False, gemm=False), SPLIT.with_(gemm=False)):
+        exe = catbp_jit.compile(b.programs, b.semiring_runtime(), options=options, **kw)
+        exe.save(tmp_path / "exe.json")
+        loaded = catbp_jit.load(tmp_path / "exe.json")
+        assert loaded.plan.options.split_reductions is options.split_reductions
+        assert loaded.plan.options.split_min_terms == options.split_min_terms

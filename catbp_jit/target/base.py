@@ -46,8 +46,10 @@ class Built:
 class Target:
     # the name users pass (compile(..., target="cuda")) and saved files record
     name: str
-    # the planner's defaults on this target (PlanOptions' fields)
+    # the planner's defaults on this target (PlanOptions' fields), and those it adds in the
+    # reassociating mode (exact=False) when no options are given
     plan_defaults: Mapping[str, Any] = field(default_factory=dict)
+    reassociating_defaults: Mapping[str, Any] = field(default_factory=dict)
     # GEMM kernels (plan/gemm.py) exist here: a reassociating plan may use them
     gemm: bool = False
     # a compiled dispatcher calls the kernels (else they are launched from Python)

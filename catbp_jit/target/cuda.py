@@ -64,7 +64,12 @@ class CudaTarget(Target):
 
 # A GPU thread sums one output element: the CPU's vector across outputs buys it nothing,
 # and one vector for every reduction keeps its kernels half as many. 256-byte regions:
-# what a GPU's loads coalesce best on.
+# what a GPU's loads coalesce best on. Reassociating, a sum of few outputs is split into
+# partials (plan/split.py) so that it has threads to run on; the CPU splits alike, and
+# gives the same bits, under the same options.
 CUDA = CudaTarget(
-    "cuda", plan_defaults={"align_bytes": 256, "gemm": False, "across": "reduced"}, device_results=True
+    "cuda",
+    plan_defaults={"align_bytes": 256, "gemm": False, "across": "reduced"},
+    reassociating_defaults={"split_reductions": True},
+    device_results=True,
 )
