@@ -1,10 +1,11 @@
 """Ahead of time: plan every bucket, compile every kernel into the disk cache, save the profile.
 
 `catbp-jit aot INPUT [--buckets 1,8,64,512] [--batched-factors ...] -o PROFILE` (cli.py)
-runs `compile_ahead`: the plans of every bucket are made first (`kernel_units`, no
-compiling), so the number of cold kernels is known and a progress bar can count them
-down with an ETA while they compile side by side in worker processes (codegen/workers.py);
-then the executable is compiled from the now warm cache and saved. Later, in any process,
+runs `compile_ahead`: the plans of every bucket are made first, once (`ahead_plans`), and
+their compile units listed (`units_of`, no compiling), so the number of cold kernels is
+known and a progress bar can count them down with an ETA while they compile side by side
+in worker processes (codegen/workers.py); then the executable is built from the same
+plans and the now warm cache, and saved. Later, in any process,
 `catbp_jit.load(PROFILE)` plans again and takes every kernel from the cache: under
 `CATBP_JIT_CACHE=strict` a kernel that was not compiled ahead is an error, so a run that
 succeeds there proves the profile covered it.
@@ -18,17 +19,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .cache import KernelCache, default_cache
-from .codegen.loader import CompileUnit, dispatcher_unit, load_unit
+from .codegen.loader import CompileUnit, load_unit
 from .codegen.workers import WorkerOptions, compile_in_workers
-from .compiler import compile
-from .executable import Executable, adapt_inputs
-from .ir.ops import Program
-from .ir.schema import TensorSpec
-from .plan.pipeline import plan
+from .executable import Executable, adapt_inputs, build, plan_options
+from .plan.pipeline import Plan, plan
 from .target import get as get_target
 
 if TYPE_CHECKING:
-    from .batched import BatchedExecutable
+    from .batched import BatchedExecutable, BatchedPlan
 
 
 @dataclass(frozen=True)
@@ -40,7 +38,18 @@ class AheadReport:
     buckets: tuple[int, ...] | None
 
 
-def kernel_units(
+@dataclass(frozen=True)
+class AheadPlans:
+    """What compile_ahead plans, once: the executable's plan (or its buckets' plans), and
+    every plan whose kernels the profile needs (the unbatched one too: a model's solve()
+    runs it)."""
+
+    single: Plan | None
+    batched: BatchedPlan | None
+    needed: list[Plan]
+
+
+def ahead_plans(
     programs: Any,
     sr: Any,
     *,
@@ -52,45 +61,45 @@ def kernel_units(
     buckets: Any | None = None,
     max_total_bytes: int | None = None,
     target: str = "cpu",
-) -> list[CompileUnit]:
-    """Every compile unit a profile needs, planned for every bucket, none compiled."""
-    progs, sr, fspecs, sspecs, lspecs = adapt_inputs(
-        programs, sr, factor_specs, selector_specs, slot_specs, target, "compiled"
-    )
-    # (programs, factor specs, selector specs, batch key) per plan: unbatched too (a
-    # model's solve() runs it)
-    plans: list[tuple[list[Program], dict[int, TensorSpec], dict[int, TensorSpec], tuple | None]] = [
-        (progs, fspecs, sspecs, None)
-    ]
-    if batched_factors or batched_selectors or buckets is not None:
-        from .batched import DEFAULT_BUCKETS, _buckets, _ids, batch_axis_id, bucket_inputs
+    mode: str = "compiled",
+) -> AheadPlans:
+    """Every plan of a profile, as compile() would make them, none compiled."""
+    from .batched import plan_batched
 
-        bf, bs = _ids(batched_factors, fspecs, "factor"), _ids(batched_selectors, sspecs, "selector")
-        aid = batch_axis_id(progs, list(fspecs.values()) + list(sspecs.values()) + list(lspecs.values()))
-        sizes = _buckets(DEFAULT_BUCKETS if buckets is None else buckets)
-        plans += [
-            (p, f, s, key)
-            for _, p, f, s, key in bucket_inputs(progs, fspecs, sspecs, lspecs, bf, bs, aid, sizes)
-        ]
+    adapted = adapt_inputs(programs, sr, factor_specs, selector_specs, slot_specs, target, mode)
+    options = plan_options(target, None, max_total_bytes=max_total_bytes)
+    unbatched = plan(*adapted, options)
+    if not (batched_factors or batched_selectors or buckets is not None):
+        return AheadPlans(unbatched, None, [unbatched])
+    bplan = plan_batched(
+        *adapted,
+        batched_factors=batched_factors or (),
+        batched_selectors=batched_selectors or (),
+        buckets=buckets,
+        options=options,
+    )
+    return AheadPlans(None, bplan, [unbatched, *bplan.plans.values()])
+
+
+def units_of(plans: list[Plan], target: str = "cpu", mode: str = "compiled") -> list[CompileUnit]:
+    """The distinct compile units of the plans: every kernel, and what walks each schedule
+    (the CPU's dispatcher, the GPU's schedule kernel)."""
     the_target = get_target(target)
     units: dict[str, CompileUnit] = {}
-    for bprogs, bfspecs, bsspecs, key in plans:
-        schedule = plan(
-            bprogs,
-            sr,
-            bfspecs,
-            bsspecs,
-            lspecs,
-            the_target.plan_options(max_total_bytes=max_total_bytes),
-            key,
-        ).schedule
-        for pattern in schedule.patterns:
+    for the_plan in plans:
+        for pattern in the_plan.schedule.patterns:
             unit = the_target.kernel_unit(pattern)
             units.setdefault(unit.name + unit.identity["source_sha256"], unit)
-    if the_target.dispatcher:  # (a GPU has no compiled dispatcher)
-        unit = dispatcher_unit()
-        units.setdefault(unit.name, unit)
+        walk = the_target.walk_unit(the_plan, mode)
+        if walk is not None:
+            units.setdefault(walk.name + walk.identity["source_sha256"], walk)
     return list(units.values())
+
+
+def kernel_units(programs: Any, sr: Any, *, target: str = "cpu", **inputs: Any) -> list[CompileUnit]:
+    """Every compile unit a profile needs, planned for every bucket, none compiled (the
+    arguments are ahead_plans')."""
+    return units_of(ahead_plans(programs, sr, target=target, **inputs).needed, target)
 
 
 def compile_ahead(
@@ -117,7 +126,7 @@ def compile_ahead(
     """
     cache = cache or default_cache()
     t0 = time.perf_counter()
-    units = kernel_units(
+    plans = ahead_plans(
         programs,
         sr,
         factor_specs=factor_specs,
@@ -128,27 +137,11 @@ def compile_ahead(
         buckets=buckets,
         max_total_bytes=max_total_bytes,
         target=target,
+        mode=mode,
     )
-    batched = (
-        {"batched_factors": batched_factors, "batched_selectors": batched_selectors, "buckets": buckets}
-        if batched_factors or batched_selectors or buckets
-        else {}
-    )
+    units = units_of(plans.needed, target, mode)
     if not get_target(target).compiles_in_workers:  # (CUDA: compiling needs the GPU)
-        return _compile_ahead_cuda(
-            programs,
-            sr,
-            units,
-            factor_specs,
-            selector_specs,
-            slot_specs,
-            batched,
-            mode,
-            cache,
-            max_total_bytes,
-            bar,
-            t0,
-        )
+        return _compile_ahead_cuda(plans, units, mode, cache, bar, t0)
     cold = [u for u in units if cache.check(u.identity, u.source)[0] != "ok"]
     progress = bar(len(cold)) if bar is not None else None
 
@@ -167,18 +160,7 @@ def compile_ahead(
             done(unit, time.perf_counter() - started)
     if progress is not None:
         progress.close()
-    exe = compile(
-        programs,
-        sr,
-        factor_specs=factor_specs,
-        selector_specs=selector_specs,
-        slot_specs=slot_specs,
-        mode=mode,
-        cache=cache,
-        workers=0,
-        max_total_bytes=max_total_bytes,
-        **batched,
-    )
+    exe = build_planned(plans, target, mode, cache)
     report = AheadReport(
         len(units),
         len(cold),
@@ -189,48 +171,60 @@ def compile_ahead(
     return exe, report
 
 
+def build_planned(
+    plans: AheadPlans,
+    target: str,
+    mode: str,
+    cache: KernelCache,
+    progress: Callable[[str], None] | None = None,
+) -> Executable | BatchedExecutable:
+    """The executable of plans already made, its kernels from the cache (or compiled)."""
+    from .batched import build_batched
+
+    if plans.batched is not None:
+        return build_batched(
+            plans.batched,
+            target=target,
+            mode=mode,
+            cache=cache,
+            progress=progress,
+            workers=0,
+            tier="compiled",
+        )
+    assert plans.single is not None  # (ahead_plans makes one or the other)
+    return build(
+        plans.single, target=target, mode=mode, cache=cache, progress=progress, workers=0, tier="compiled"
+    )
+
+
 def _compile_ahead_cuda(
-    programs,
-    sr,
-    units,
-    factor_specs,
-    selector_specs,
-    slot_specs,
-    batched,
-    mode,
-    cache,
-    max_total_bytes,
-    bar,
-    t0,
-):
+    plans: AheadPlans,
+    units: list[CompileUnit],
+    mode: str,
+    cache: KernelCache,
+    bar: Callable[[int], Any] | None,
+    t0: float,
+) -> tuple[Executable | BatchedExecutable, AheadReport]:
     """On a GPU, loading a kernel compiles it into the cache (for the device at hand, which
-    is part of its key): compile() does it all, one kernel after another (compiling for a
+    is part of its key): building does it all, one kernel after another (compiling for a
     GPU needs the GPU; no worker processes)."""
     progress = bar(len(units)) if bar is not None else None
     seen = set()
 
     def said(line: str) -> None:
-        if progress is not None and line.startswith("kernel ") and line not in seen:
+        counted = line.startswith(("kernel ", "schedule kernel"))
+        if progress is not None and counted and line not in seen:
             seen.add(line)  # (every bucket names its kernels again: count each once)
             progress.set_postfix_str(line.split(": ", 1)[-1], refresh=False)
             progress.update(1)
 
-    exe = compile(
-        programs,
-        sr,
-        factor_specs=factor_specs,
-        selector_specs=selector_specs,
-        slot_specs=slot_specs,
-        mode=mode,
-        cache=cache,
-        target="cuda",
-        max_total_bytes=max_total_bytes,
-        progress=said,
-        **batched,
-    )
+    built = []
+    if plans.batched is not None:  # the unbatched plan's kernels too (a model's solve())
+        built.append(build(plans.needed[0], target="cuda", mode=mode, cache=cache, progress=said))
+    exe = build_planned(plans, "cuda", mode, cache, said)
     if progress is not None:
         progress.close()
-    profiles = exe.profiles.values() if hasattr(exe, "profiles") else [exe]
+    profiles = built + list(exe.profiles.values() if hasattr(exe, "profiles") else [exe])
     compiled = sum(int(p.cache_stats.get("misses", 0)) for p in profiles)  # (a count: an int)
     report = AheadReport(
         len(units),

@@ -174,3 +174,34 @@ def test_a_failed_save_leaves_no_temporary_file(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="No space left"):
         exe.save(path)
     assert path.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["exe.json"]
+
+
+def test_aot_plans_every_bucket_once(tmp_path):
+    """compile_ahead plans the unbatched program and each bucket once, and builds the
+    executable from those plans (counted: calls of the planner)."""
+    import cProfile
+    import pstats
+
+    from catbp_jit.aot import compile_ahead
+    from catbp_jit.cache import KernelCache
+
+    b = load_bundle(GRID)
+    profile = cProfile.Profile()
+    profile.enable()
+    exe, report = compile_ahead(
+        b.programs,
+        b.semiring_runtime(),
+        factor_specs=b.factor_specs(),
+        selector_specs=b.selector_specs(),
+        batched_factors=(0, 1),
+        buckets=(1, 8),
+        cache=KernelCache(str(tmp_path / "cache")),
+        workers=0,
+    )
+    profile.disable()
+    stats = pstats.Stats(profile)
+    planned = sum(
+        row[1] for (path, _, fn), row in stats.stats.items() if fn == "plan" and path.endswith("pipeline.py")
+    )
+    assert planned == 1 + 2, planned  # the unbatched program, then buckets 1 and 8
+    assert exe.buckets == (1, 8) and report.kernels >= len(exe.largest.kernels) + 1

@@ -75,6 +75,11 @@ class Target:
         """The kernel of a pattern as rendered for this target (source and identity)."""
         raise NotImplementedError(f"target {self.name!r} renders no kernels")
 
+    def walk_unit(self, plan: Plan, mode: str) -> CompileUnit | None:
+        """What walks a plan's schedule in `mode` when it is compiled code of its own (the
+        CPU's dispatcher, the GPU's schedule kernel), else None."""
+        return None
+
     def background(
         self,
         plans: list[Plan],

@@ -30,6 +30,11 @@ class CpuTarget(Target):
 
         return kernel_unit(pattern)
 
+    def walk_unit(self, plan: Plan, mode: str) -> CompileUnit | None:
+        from ..codegen.loader import dispatcher_unit
+
+        return dispatcher_unit()  # (one for every plan; built in both modes)
+
     def background(
         self,
         plans: list[Plan],

@@ -29,6 +29,12 @@ class CudaTarget(Target):
 
         return cuda_kernel_unit(pattern)
 
+    def walk_unit(self, plan: Plan, mode: str) -> CompileUnit | None:
+        from ..codegen.loader import cuda_schedule_unit
+
+        patterns = plan.schedule.patterns
+        return cuda_schedule_unit(patterns) if mode == "compiled" and patterns else None
+
     def build(
         self,
         plan: Plan,
