@@ -90,9 +90,8 @@ def units_of(plans: list[Plan], target: str = "cpu", mode: str = "compiled") -> 
         for pattern in the_plan.schedule.patterns:
             unit = the_target.kernel_unit(pattern)
             units.setdefault(unit.name + unit.identity["source_sha256"], unit)
-        walk = the_target.walk_unit(the_plan, mode)
-        if walk is not None:
-            units.setdefault(walk.name + walk.identity["source_sha256"], walk)
+        for unit in the_target.walk_units(the_plan, mode):
+            units.setdefault(unit.name + unit.identity["source_sha256"], unit)
     return list(units.values())
 
 

@@ -21,7 +21,7 @@ rows than the largest bucket run in chunks of it, into result arrays made for th
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -376,6 +376,25 @@ class BatchedSession:
             for b, s in self.sessions.items()
         }
         self.slots: dict[tuple, tuple[np.ndarray, TensorSpec]] = {}
+        self._readers: dict[tuple[int, frozenset], Callable[[], None]] = {}
+
+    def _set_slots(self, whole: dict[tuple, tuple[np.ndarray, TensorSpec]], keys: frozenset | None) -> None:
+        """self.slots (the same dict every run): the unbatched slots read, batched ones next."""
+        if keys is None:
+            self.slots.update(whole)
+            return
+        self.slots.clear()
+        self.slots.update((k, v) for k, v in whole.items() if k in keys)
+
+    def _read(self, bucket: int, sess: Session, keys: frozenset | None) -> None:
+        """Make the slots `keys` (None: all) of a bucket's run readable on the host."""
+        if keys is None:
+            sess.fetch()
+            return
+        reader = self._readers.get((bucket, keys))
+        if reader is None:  # made once per bucket and set of slots
+            reader = self._readers[bucket, keys] = sess.reader(keys)
+        reader()
 
     # -- inputs ----------------------------------------------------------------------------
 
@@ -462,10 +481,18 @@ class BatchedSession:
         factors: Mapping[int, np.ndarray] | None = None,
         selectors: Mapping[int, np.ndarray] | None = None,
         slots: Mapping[Any, Any] | None = None,
+        *,
+        read: Collection[tuple] | None = None,
     ) -> dict[tuple, tuple[np.ndarray, TensorSpec]]:
         """Run the rows given (see the module docstring). Returns `self.slots`: slot key ->
         (array, spec of one row); a batched slot's array has the rows first. Views valid
-        until the next run (arrays of their own when the run was split into chunks)."""
+        until the next run (arrays of their own when the run was split into chunks).
+        read: the slots to return (default all); on a GPU only these come back, gathered
+        on the device into one copy."""
+        keys = None if read is None else frozenset(read)
+        if keys is not None and not keys <= self.slot_specs.keys():  # (before anything changes)
+            unknown = sorted(map(repr, keys - self.slot_specs.keys()))
+            raise UnknownInputError(f"read: this executable has no slot {name_list(unknown)}")
         given, n = self._inputs(factors, selectors, slots)
         buckets = self.exe.buckets
         if n <= buckets[-1]:
@@ -473,29 +500,29 @@ class BatchedSession:
             sess = self._choose(bucket)
             self._copy_in(bucket, given, 0, n)
             sess.run()
-            sess.fetch()
-            self.slots.update(self._whole_out[bucket])
+            self._read(bucket, sess, keys)
+            self._set_slots(self._whole_out[bucket], keys)
             for key, rows in self._rows_out[bucket].items():
-                self.slots[key] = (rows[:n], self.slot_specs[key])
+                if keys is None or key in keys:
+                    self.slots[key] = (rows[:n], self.slot_specs[key])
             return self.slots
-        return self._run_chunks(given, n)
+        return self._run_chunks(given, n, keys)
 
     def _run_chunks(
-        self, given: list[tuple[_Input, np.ndarray]], n: int
+        self, given: list[tuple[_Input, np.ndarray]], n: int, keys: frozenset | None
     ) -> dict[tuple, tuple[np.ndarray, TensorSpec]]:
         big = self.exe.buckets[-1]
         sess = self._choose(big)
-        results = {
-            key: np.empty((n,) + self.slot_specs[key].shape, self.mem.dtype) for key in self.batched_slots
-        }
+        batched = [k for k in self.batched_slots if keys is None or k in keys]
+        results = {key: np.empty((n,) + self.slot_specs[key].shape, self.mem.dtype) for key in batched}
         for lo in range(0, n, big):
             m = min(big, n - lo)
             self._copy_in(big, given, lo, m)
             sess.run()
-            sess.fetch()
-            for key, rows in self._rows_out[big].items():
-                results[key][lo : lo + m] = rows[:m]
-        self.slots.update(self._whole_out[big])
+            self._read(big, sess, keys)
+            for key in batched:
+                results[key][lo : lo + m] = self._rows_out[big][key][:m]
+        self._set_slots(self._whole_out[big], keys)
         for key, rows in results.items():
             self.slots[key] = (rows, self.slot_specs[key])
         return self.slots

@@ -8,16 +8,19 @@ lead the arena, plan/arena.py), one per slot handed in, then runs the steps (the
 ones only when Session.run says so: see session.py) on the default stream: in mode
 "compiled" one launch of the schedule kernel walks them all on the device; in mode "loop",
 or when before/after hooks are given (they need a step's end), each step's kernels are
-launched from Python in schedule order. Results stay on
-the device until read: `sess.slots[key]` copies that slot into
-its pinned view on first access after a run; `sess.device_slots[key]` is the device array
-itself (`__cuda_array_interface__`: CuPy, PyTorch and others read it without a copy).
-Nothing is allocated per run, on the host or the device, besides the launches.
+launched from Python in schedule order. Results stay on the device until read:
+`sess.slots[key]` copies that slot into its pinned view on first access after a run;
+`sess.device_slots[key]` is the device array itself (`__cuda_array_interface__`: CuPy,
+PyTorch and others read it without a copy); `sess.gatherer(index)` and
+`sess.reader(keys)` gather many slots' elements on the device (the executable's gather
+kernel, codegen/cuda_gather.py) and bring them back in one copy: what the front end's
+answers and a batched run's `read=` use. Nothing is allocated per run, on the host or
+the device, besides the launches.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -27,7 +30,7 @@ from .codegen.cuda_run import LaunchOptions, launch_count, step_launches, walk_l
 from .ir.schema import TensorSpec
 from .plan.barriers import barriers
 from .plan.pipeline import RESULT, SLOT_INPUT
-from .session import Hook, Session
+from .session import Hook, Session, checked_index
 
 if TYPE_CHECKING:
     from .executable import Executable
@@ -123,6 +126,55 @@ class CudaSession(Session):
 
     def fill_constants(self) -> None:
         super().fill_constants()  # on the host; the next run's upload takes them across
+
+    def gatherer(self, index: np.ndarray) -> Callable[[], np.ndarray]:
+        """mem[index] after the last run, gathered on the device by the executable's gather
+        kernel and copied back in one transfer into a pinned buffer (Session.gatherer);
+        without a gather kernel, every result slot copied back and gathered here (index
+        must then point into result slots)."""
+        gather_kernel = self.exe.gather
+        if gather_kernel is None:  # every result copied back, then gathered on the host
+            on_host = super().gatherer(index)
+
+            def fetch_and_gather() -> np.ndarray:
+                self.fetch()
+                return on_host()
+
+            return fetch_and_gather
+        index = checked_index(index, self.device_mem.size)
+        cuda, n = self.cuda, index.size
+        d_index, d_out, host = (
+            cuda.to_device(index),
+            cuda.device_array(n, self.mem.dtype),
+            cuda.pinned_array(n, self.mem.dtype),
+        )
+        launch = gather_kernel[self.launch.blocks(n), self.launch.threads_per_block]
+
+        def gather() -> np.ndarray:
+            if n:
+                launch(self.device_mem, d_index, d_out)
+                d_out.copy_to_host(host)
+            return host
+
+        return gather
+
+    def reader(self, keys: Collection[tuple]) -> Callable[[], None]:
+        """Result slots `keys` gathered on the device and copied back in one transfer, then
+        put in their host views (Session.reader)."""
+        regions = [(b.offset, b.size) for b in self.exe.plan.bound(RESULT) if b.ident in set(keys)]
+        if not regions:
+            return lambda: None
+        gather = self.gatherer(np.concatenate([np.arange(o, o + n) for o, n in regions]))
+        mem = self.mem
+
+        def read() -> None:
+            flat, at = gather(), 0
+            for offset, size in regions:
+                mem[offset : offset + size] = flat[at : at + size]
+                at += size
+            self._fresh.update(keys)
+
+        return read
 
     def fetch(self) -> None:
         """Copy every result back now (a batched session reads them through its own views)."""

@@ -75,6 +75,7 @@ class Executable:
     # "numpy" while the kernels compile in the background (tiers.py), then "compiled"
     tier: str = "compiled"
     kernel_build: KernelBuild | None = None
+    gather: Any = None  # a GPU's gather kernel (CudaSession.gatherer), else None
     _failure_said: bool = False
 
     # what the plan holds, by the names users and tools have read it by
@@ -433,4 +434,5 @@ def build(
         built.kernel_addresses,
         built.tier,
         built.kernel_build,
+        built.gather,
     )

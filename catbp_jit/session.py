@@ -15,7 +15,7 @@ steps are results like any other.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -228,6 +228,27 @@ class Session:
         self.stale = False
         return self.slots
 
+    def gatherer(self, index: np.ndarray) -> Callable[[], np.ndarray]:
+        """A function returning mem[index] as the last run left it, in a buffer of its own
+        allocated here, once (overwritten by the next call): many slots' elements read at
+        once (a CUDA session gathers them on the device, and copies them back in one
+        transfer). index: offsets into the arena, checked here."""
+        index = checked_index(index, self.mem.size)
+        out = np.empty(index.size, self.mem.dtype)
+
+        def gather() -> np.ndarray:
+            # (mode "clip": the offsets are checked; numpy's "raise" buffers `out` first)
+            np.take(self.mem, index, out=out, mode="clip")
+            return out
+
+        return gather
+
+    def reader(self, keys: Collection[tuple]) -> Callable[[], None]:
+        """A function making the result slots `keys` readable on the host after a run
+        (their views, `slots[key]`): here they already are (a CUDA session gathers them on
+        the device and copies them back at once)."""
+        return lambda: None
+
     def fetch(self) -> None:
         """Make every result readable on the host: here they already are (a CUDA session
         copies them back)."""
@@ -263,6 +284,16 @@ class Session:
             run[i]()
             if self.after is not None:
                 self.after(i, steps[i])
+
+
+def checked_index(index: np.ndarray, size: int) -> np.ndarray:
+    """`index` as int64 offsets, each in 0..size-1 (a kernel that reads them checks no
+    bounds), else ValueError."""
+    index = np.ascontiguousarray(index, dtype=np.int64).ravel()
+    if index.size and (index.min() < 0 or index.max() >= size):
+        bad = index[(index < 0) | (index >= size)]
+        raise ValueError(f"gather: offsets {bad[:3].tolist()} outside the arena of {size} elements")
+    return index
 
 
 def dynamic_table(table: np.ndarray, n_static: int, n_steps: int) -> np.ndarray:

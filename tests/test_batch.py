@@ -383,3 +383,32 @@ def test_a_refused_run_changes_nothing():
             sess.run(factors=bad)
     for key, (view, _) in sess.run(factors={0: f0}).items():  # f1 kept: still 2.0
         assert np.array_equal(view, before[key]), key
+
+
+def test_a_run_returns_only_the_slots_it_is_asked_to_read():
+    """run(read=keys): those slots, the values a full run gives, in the same dict object;
+    an unknown key is refused before anything changes."""
+    b = load_bundle(next(p for p in CORPUS if p.name == "z4_cycle__prob_float64"))
+    f, s = inputs(b)
+    fid = sorted(f)[0]
+    exe = catbp_jit.compile(
+        b.programs,
+        b.semiring_runtime(),
+        factor_specs=b.factor_specs(),
+        selector_specs=b.selector_specs(),
+        batched_factors={fid},
+        buckets=(2, 4),
+    )
+    sess = exe.bind()
+    rows = np.random.default_rng(1).uniform(0.1, 2.0, (9,) + f[fid].shape)
+    for n in (3, 9):  # a bucket; chunks of the largest
+        given = {**f, fid: np.ascontiguousarray(rows[:n])}
+        want = {k: np.array(v) for k, (v, _) in sess.run(factors=given, selectors=s).items()}
+        keys = sorted(want)[-2:]
+        slots = sess.slots
+        got = sess.run(factors=given, selectors=s, read=keys)
+        assert got is slots and sorted(got) == keys
+        for k in keys:
+            assert np.array_equal(got[k][0], want[k])
+    with pytest.raises(UnknownInputError, match="no slot .*'nope'"):
+        sess.run(factors={**f, fid: np.ascontiguousarray(rows[:2])}, selectors=s, read=[("nope",)])

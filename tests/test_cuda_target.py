@@ -178,19 +178,19 @@ def test_save_and_load_a_cuda_executable(tmp_path):
 
 def test_cuda_kernels_go_through_the_kernel_cache(tmp_path):
     """Keyed apart from the CPU's, refused under strict when cold, served when warm: the
-    kernels, and in mode "compiled" the schedule kernel with them."""
+    kernels and the gather kernel, and in mode "compiled" the schedule kernel with them."""
     b = bundle("z4_cycle__prob_float64")
     directory = str(tmp_path / "cache")
     with pytest.raises(CacheMissError, match="strict"):
         compile_for(b, "cuda", cache=KernelCache(directory, policy="strict"))
     loop = compile_for(b, "cuda", mode="loop", cache=KernelCache(directory, policy="fallback"))
-    assert loop.cache_stats["misses"] == len(loop.kernels) and loop.dispatcher is None
+    assert loop.cache_stats["misses"] == len(loop.kernels) + 1 and loop.dispatcher is None
     with pytest.raises(CacheMissError, match="kernel 'cuda_schedule' .*strict"):  # the kernels are there
         compile_for(b, "cuda", cache=KernelCache(directory, policy="strict"))
     warm = compile_for(b, "cuda", cache=KernelCache(directory, policy="fallback"))
-    assert warm.cache_stats["misses"] == 1 and warm.cache_stats["hits"] == len(warm.kernels)
+    assert warm.cache_stats["misses"] == 1 and warm.cache_stats["hits"] == len(warm.kernels) + 1
     again = compile_for(b, "cuda", cache=KernelCache(directory, policy="strict"))
-    assert again.cache_stats["hits"] == len(again.kernels) + 1 and again.cache_stats["misses"] == 0
+    assert again.cache_stats["hits"] == len(again.kernels) + 2 and again.cache_stats["misses"] == 0
     cpu_keys = {k.key for k in compile_for(b, "cpu").kernels}
     assert cpu_keys.isdisjoint(k.key for k in again.kernels)
     for k in again.kernels:
@@ -474,7 +474,10 @@ def test_one_launch_starts_at_the_first_dynamic_step(monkeypatch):
         assert got.log_Z == want.log_Z, evidence
         for var in want.marginals:
             assert np.array_equal(got.marginals[var], want.marginals[var]), (evidence, var)
-    assert [args for _, args in launches.calls] == [(0, steps), (n_static, steps), (n_static, steps)]
+    walks = [args for name, args in launches.calls if name == "run_steps"]
+    assert walks == [(0, steps), (n_static, steps), (n_static, steps)]
+    # each solve: its answers gathered on the device, one launch (and one copy back)
+    assert launches.names() == ["run_steps", "gather"] * 3
 
 
 def test_hooks_and_loop_mode_launch_each_step(monkeypatch):
@@ -493,3 +496,49 @@ def test_hooks_and_loop_mode_launch_each_step(monkeypatch):
     steps = len(loop_exe.schedule.steps)
     assert seen == list(range(steps)) and "run_steps" not in launches.names()
     assert len(launches.calls) >= 2 * steps
+
+
+def test_answers_are_gathered_on_the_device_in_one_copy():
+    """CudaSession.gatherer: the executable's gather kernel reads many slots' elements on
+    the device into one buffer, copied back at once; the same values as reading the slots."""
+    b = bundle("z4_cycle__prob_float64_normalized")
+    f, s = inputs(b)
+    exe = compile_for(b, "cuda")
+    assert exe.gather is not None
+    sess = exe.bind()
+    index = np.concatenate(
+        [np.arange(bd.offset, bd.offset + bd.size) for bd in exe.plan.bindings if bd.kind == "result"]
+    )
+    gather = sess.gatherer(index[::-1])
+    out = sess.run(factors=f, selectors=s)
+    got = gather().copy()
+    want = np.concatenate([np.ravel(out[bd.ident][0]) for bd in exe.plan.bindings if bd.kind == "result"])
+    assert np.array_equal(got, want[::-1], equal_nan=True)
+    with pytest.raises(ValueError, match="outside the arena"):
+        sess.gatherer(np.array([exe.memory.total + 1]))
+
+
+def test_a_batched_run_reads_back_only_the_slots_asked_for(monkeypatch):
+    """BatchedSession.run(read=keys): those slots alone, gathered on the device into one
+    copy per run (a chunk past the largest bucket: one per chunk), the same values as a run
+    that reads everything; an unknown key is refused before anything runs."""
+    b = bundle("z4_cycle__prob_float64_normalized")
+    f, s = inputs(b)
+    fid = sorted(f)[0]
+    rows = np.random.default_rng(5).uniform(0.1, 2.0, (11,) + f[fid].shape)
+    kw = dict(batched_factors={fid}, buckets=(1, 4))
+    everything = compile_for(b, "cuda", **kw).bind()
+    sess = compile_for(b, "cuda", **kw).bind()
+    keys = sorted(everything.slot_specs)[:2]
+    launches = Launches(monkeypatch)
+    for n in (3, 11):  # one bucket; three chunks of the largest
+        given = {**f, fid: np.ascontiguousarray(rows[:n])}
+        want = snapshot(everything.run(factors=given, selectors=s))
+        launches.calls.clear()
+        got = snapshot(sess.run(factors=given, selectors=s, read=keys))
+        assert sorted(got) == keys
+        assert_same({k: want[k] for k in keys}, got, f"{n} rows")
+        runs = -(-n // 4)
+        assert launches.names() == ["run_steps", "gather"] * runs, launches.names()
+    with pytest.raises(catbp_jit.errors.UnknownInputError, match="no slot .*'nope'"):
+        sess.run(factors={**f, fid: np.ascontiguousarray(rows[:2])}, selectors=s, read=[("nope",)])

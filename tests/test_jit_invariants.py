@@ -768,3 +768,27 @@ def test_dropin_sees_a_program_mutated_in_place():
     assert both(p) == (600.0, 600.0)  # p holds the same list
     p.instructions[0].args["factor_id"] = 0  # back to the first content: its cached plan
     assert both(p) == (6.0, 6.0)
+
+
+def test_a_gatherer_reads_many_slots_at_once_and_allocates_nothing_per_call():
+    """Session.gatherer(index): mem[index] as the last run left it, into a buffer made
+    once; offsets outside the arena are refused when it is made (no kernel checks them)."""
+    from catbp_jit.testing.alloc_counter import NumpyAllocCounter
+
+    b = load_bundle(next(p for p in CORPUS if p.name == "z4_cycle__prob_float64"))
+    exe = catbp_jit.compile(
+        b.programs, b.semiring_runtime(), factor_specs=b.factor_specs(), selector_specs=b.selector_specs()
+    )
+    sess = exe.bind()
+    factors, selectors = inputs(b)
+    results = [bd for bd in exe.plan.bindings if bd.kind == "result"]
+    index = np.concatenate([np.arange(bd.offset, bd.offset + bd.size) for bd in results])
+    gather = sess.gatherer(index[::-1])  # any order
+    sess.run(factors=factors, selectors=selectors)
+    with NumpyAllocCounter() as counted:
+        got = gather()
+    assert counted.allocations == 0 and got is gather()
+    assert np.array_equal(got, sess.mem[index[::-1]])
+    for bad in ([-1], [sess.mem.size], [0, sess.mem.size + 5]):
+        with pytest.raises(ValueError, match="outside the arena"):
+            sess.gatherer(np.array(bad))

@@ -21,7 +21,7 @@ from ..cache import CacheMissError, KernelCache, default_cache
 from ..errors import CudaScheduleWarning, CudaUnavailableError
 from ..plan.pipeline import Plan
 from ..plan.steps import KernelPattern
-from .loader import Kernel, cuda_kernel_unit, cuda_schedule_unit
+from .loader import Kernel, cuda_gather_unit, cuda_kernel_unit, cuda_schedule_unit
 
 INSTALL_HINT = "pip install -e '.[cuda]' (or pip install numba-cuda)"
 
@@ -144,16 +144,29 @@ def load_schedule_kernel(
     return entry, unit.source
 
 
+def load_gather_kernel(dtype: str, cache: KernelCache, device: str, simulated: bool) -> Any:
+    """The gather kernel for an arena of `dtype` (codegen/cuda_gather.py)."""
+    from .cuda_gather import gather_signature
+
+    unit = cuda_gather_unit(dtype)
+    identity = dict(unit.identity, device=device)
+    sigs = None if simulated else [gather_signature(dtype)]
+    entry = cache.get(identity, unit.source, unit.entry, signatures=sigs, target="cuda")
+    _refuse_compiled("gather", cache.key_for(identity, "cuda"), cache, entry)
+    return entry
+
+
 def build_cuda(
     plan: Plan,
     *,
     mode: str = "compiled",
     cache: KernelCache | None = None,
     progress: Callable[[str], None] | None = None,
-) -> tuple[list[Kernel], Any, str, dict[str, float]]:
+) -> tuple[list[Kernel], Any, str, Any, dict[str, float]]:
     """The kernels of a plan on the GPU (CudaKernels), its schedule kernel and that one's
-    source (mode "compiled"; mode "loop" launches each step from Python: None, ""), and the
-    cache's stats of loading them. target/cuda.py makes the Executable's parts."""
+    source (mode "compiled"; mode "loop" launches each step from Python: None, ""), the
+    gather kernel of its dtype, and the cache's stats of loading them. target/cuda.py
+    makes the Executable's parts."""
     from numba import config
 
     cuda = cuda_module()
@@ -182,5 +195,6 @@ def build_cuda(
                 CudaScheduleWarning,
                 stacklevel=2,
             )
+    gather = load_gather_kernel(plan.semiring.dtype.name, cache, device, simulated)
     used: dict[str, float] = {k: cache.stats.get(k, 0) - before.get(k, 0) for k in cache.stats}
-    return kernels, walk, walk_source, used
+    return kernels, walk, walk_source, gather, used

@@ -70,6 +70,15 @@ def cuda_schedule_unit(patterns: Sequence[KernelPattern]) -> CompileUnit:
     return CompileUnit("schedule", _identity(fields, source), source, cuda_schedule.ENTRY, "")
 
 
+def cuda_gather_unit(dtype: str) -> CompileUnit:
+    """The CUDA target's gather kernel for an arena of `dtype` (codegen/cuda_gather.py)."""
+    from . import cuda_gather
+
+    source = cuda_gather.gather_source(dtype)
+    fields = {"template": "cuda_gather", "target": "cuda", "dtype": dtype}
+    return CompileUnit("gather", _identity(fields, source), source, cuda_gather.ENTRY, "")
+
+
 def kernel_unit(pattern: KernelPattern) -> CompileUnit:
     """The CPU target's kernel of a pattern (the CUDA target's: cuda_kernel_unit)."""
     source = cpu_source(pattern)

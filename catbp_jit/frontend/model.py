@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -136,6 +136,7 @@ class CompiledModel:
         if built.executable is not None:
             self._session = built.executable.bind()
             self._bound = False
+        self._gather: Callable[[], np.ndarray] | None = None  # the answers' elements, read at once
         # compiled by build_model when buckets are given, else on first need
         self.batch_executable: BatchedExecutable | None = None
         self._batch_session: BatchedSession | None = None
@@ -206,10 +207,10 @@ class CompiledModel:
             assert isinstance(exponent, int)  # the one entry that is no array
             return np.concatenate(values), exponent
         exponent = self._run(evidence)
-        if built.target_object.device_results:  # copy back these slots only (not the beliefs and messages)
-            for k in built.answer.keys:
-                self._session.slots[k]
-        return self._session.mem[built.gather], exponent
+        if self._gather is None:  # (made once: on a GPU, gathered there, one copy back)
+            assert built.gather is not None  # (set by build_model for a compiled target)
+            self._gather = self._session.gatherer(built.gather)
+        return self._gather().copy(), exponent
 
     def solve(self, evidence: Mapping[str, Any] | None = None) -> Solution:
         built = self.built
@@ -334,7 +335,7 @@ class CompiledModel:
             if not self._batch_bound:
                 static = set(built.batched_factor_ids())
                 factors.update({f: a for f, a in built.values.items() if f not in static})
-            slots = session.run(factors=factors)
+            slots = session.run(factors=factors, read=wanted)  # (a GPU: these alone, one copy)
             self._batch_bound = True
             answers.append(batch_solution(built, {k: slots[k][0] for k in wanted}, chunk, exponent, certify))
         return answers[0] if len(answers) == 1 else concatenate(answers)

@@ -40,6 +40,7 @@ class Built:
     kernel_addresses: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     tier: str = "compiled"
     kernel_build: KernelBuild | None = None
+    gather: Any = None  # a GPU's gather kernel (answers copied back in one transfer)
 
 
 @dataclass(frozen=True)
@@ -75,10 +76,11 @@ class Target:
         """The kernel of a pattern as rendered for this target (source and identity)."""
         raise NotImplementedError(f"target {self.name!r} renders no kernels")
 
-    def walk_unit(self, plan: Plan, mode: str) -> CompileUnit | None:
-        """What walks a plan's schedule in `mode` when it is compiled code of its own (the
-        CPU's dispatcher, the GPU's schedule kernel), else None."""
-        return None
+    def walk_units(self, plan: Plan, mode: str) -> list[CompileUnit]:
+        """What a plan's executable compiles in `mode` besides its kernels: what walks the
+        schedule when that is compiled code of its own (the CPU's dispatcher, the GPU's
+        schedule kernel), and a GPU's gather kernel."""
+        return []
 
     def background(
         self,

@@ -30,10 +30,10 @@ class CpuTarget(Target):
 
         return kernel_unit(pattern)
 
-    def walk_unit(self, plan: Plan, mode: str) -> CompileUnit | None:
+    def walk_units(self, plan: Plan, mode: str) -> list[CompileUnit]:
         from ..codegen.loader import dispatcher_unit
 
-        return dispatcher_unit()  # (one for every plan; built in both modes)
+        return [dispatcher_unit()]  # (one for every plan; built in both modes)
 
     def background(
         self,

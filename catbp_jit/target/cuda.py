@@ -29,11 +29,12 @@ class CudaTarget(Target):
 
         return cuda_kernel_unit(pattern)
 
-    def walk_unit(self, plan: Plan, mode: str) -> CompileUnit | None:
-        from ..codegen.loader import cuda_schedule_unit
+    def walk_units(self, plan: Plan, mode: str) -> list[CompileUnit]:
+        from ..codegen.loader import cuda_gather_unit, cuda_schedule_unit
 
         patterns = plan.schedule.patterns
-        return cuda_schedule_unit(patterns) if mode == "compiled" and patterns else None
+        walk = [cuda_schedule_unit(patterns)] if mode == "compiled" and patterns else []
+        return walk + [cuda_gather_unit(plan.semiring.dtype.name)]
 
     def build(
         self,
@@ -51,8 +52,10 @@ class CudaTarget(Target):
         mode "loop" launches each step's kernels from Python."""
         from ..codegen.cuda_build import build_cuda
 
-        kernels, walk, walk_source, stats = build_cuda(plan, mode=mode, cache=cache, progress=progress)
-        return Built(kernels, walk, walk_source, stats, np.zeros(0, np.int64))
+        kernels, walk, walk_source, gather, stats = build_cuda(
+            plan, mode=mode, cache=cache, progress=progress
+        )
+        return Built(kernels, walk, walk_source, stats, np.zeros(0, np.int64), gather=gather)
 
     def bind(self, exe: Executable, **hooks: Any) -> Session:
         from ..cuda_session import CudaSession
