@@ -1,15 +1,22 @@
 """Benchmark the CUDA target against the CPU target, in one process (issue 11).
 
-Three tables, every row timing the same work on target "cpu" (compiled mode) and on
+Four tables, every row timing the same work on target "cpu" (compiled mode) and on
 target "cuda", and checking that both give the same answers:
 
-1. Bundles: every bundle of ../shared/corpus and ../shared/bench (`--only`, `--bundles`).
+1. Bundles: every bundle of ../shared/corpus and ../shared/bench (`--only`, `--bundles`);
+   on the GPU in both modes: "compiled" (the default: one launch of the schedule kernel,
+   which walks every step on the device) and "loop" (each step's kernels launched from
+   Python).
 2. Batched bundles: a few bench bundles (`--batch-bundles`, which may name corpus ones
    too) with their first factor batched, in batches of `--batches` rows (the executor
    alone).
 3. Networks: bnlearn networks (`--networks`), `compile_model(..., evidence_vars=E,
    absorb_evidence=True, buckets=...).solve_batch(rows)` in batches of `--batches` rows of
    evidence (as perf/bench_batch.py).
+4. UAI 2014: the MAR instances of ../shared/uai2014/problems (`--uai`), `compile_model(
+   graph, "prob", evidence_vars=E, absorb_evidence=True).solve(evidence)` with each
+   instance's evidence, on a contraction tree or a junction tree (whichever the plan
+   chose).
 
 Prints the tables as Markdown and writes them to <out>/bench_cuda.md and <out>/bench_cuda.csv.
 Without numba-cuda or a usable GPU, target "cuda" raises CudaUnavailableError: the output
@@ -23,16 +30,18 @@ How to run (from the repository root; on a GPU machine numba-cuda must be instal
     .venv/bin/python perf/bench_cuda.py [--shared DIR] [--only bench|corpus]
         [--bundles NAME ...] [--batch-bundles NAME ...] [--networks alarm,water]
         [--batches 1,64,1024,16384] [--observed 3] [--budget S] [--quick]
-        [--batch-mib 512] [--out perf/out] [--simulate]
+        [--uai NAME ...] [--batch-mib 512] [--out perf/out] [--simulate]
     .venv/bin/python perf/bench_cuda.py --simulate --quick    # a smoke run without a GPU
 
 --shared defaults to $CATBP_SHARED_DIR, else <repo>/../shared. --bundles and
---batch-bundles keep the bundles whose name contains one of the given strings (an empty
---batch-bundles, or --networks '', skips that table). --simulate sets
-NUMBA_ENABLE_CUDASIM=1 before numba is imported, so the CUDA kernels run in Numba's
-simulator (Python, one thread at a time): its times mean nothing, and unless told
-otherwise it takes tiny settings (a few corpus bundles, one batched corpus bundle, batches
-1 and 4, the network asia).
+--batch-bundles keep the bundles whose name contains one of the given strings, --uai the
+instances whose directory name does (an empty --bundles, --batch-bundles or --uai, or
+--networks '', skips that table). --uai defaults to every instance, to none with --quick
+or under the simulator. --simulate sets NUMBA_ENABLE_CUDASIM=1 before numba is imported,
+so the CUDA kernels run in Numba's simulator (Python, one thread at a time): its times
+mean nothing, and unless told otherwise it takes tiny settings (a few corpus bundles, one
+batched corpus bundle, batches 1 and 4, the network asia, no UAI instance: the smallest
+takes minutes there).
 
 How things are measured:
 * compile: `catbp_jit.compile(...)` (or `compile_model`) timed as is; the time depends on
@@ -44,7 +53,8 @@ How things are measured:
   slot back when it is read, which waits for the kernels, so the time is the whole
   round trip (launches are asynchronous: timing sess.run() alone would time the launches).
   Runs: as many as fit in --budget seconds (1.0; 0.2 with --quick), at least 3 (1 under
-  the simulator), at most 5000.
+  the simulator), at most 5000. Then the same bundle compiled in mode "loop" on the GPU:
+  one warm-up, the median of `sess.run()` + reading every slot, as above.
 * batched bundles: rows of the first factor perturbed (PROB: times a uniform in [0.5,
   1.5); LOGPROB: plus its log; others repeated), bound once, then for every batch size n
   one warm-up run and the median time of `sess.run(factors={fid: rows[:n]})`, which
@@ -58,29 +68,48 @@ How things are measured:
   posterior of n rows, answers on the host. The model's buckets are the batch sizes,
   those it keeps (CompiledModel.batch_buckets: their beliefs fit in 512 MiB) and those
   that fit in memory.
-* check: every slot (bundles) or answer (log Z and every posterior, networks) of the GPU
-  equals the CPU's: bit for bit for PROB, SAT and COUNT (the kernels add in the same
-  order), within catbp_jit.cli.compare_slot's rtol 1e-9 (1e-5 for float32) for LOGPROB
-  (exp and log differ between libdevice and libm). "FAIL" otherwise, "cpu only" when the
-  GPU rows are skipped, "ERROR" when a row raised.
+* UAI instances: load (perf/uai2014.py's load_instance), compile_model (the plan search
+  included: the CPU's compile searches, the GPU's finds that plan in the plan cache),
+  one first solve (it also runs the segments that depend on no evidence; an instance
+  without evidence is compiled without partial evaluation, as perf/bench_uai.py), then
+  the median of `model.solve(evidence)` runs within the budget (one after a first solve
+  over it). A plan refused (too large for the limits or memory) makes the row "refused".
+* check: every slot (bundles) or answer (log Z and every posterior, networks and UAI
+  instances) of the GPU equals the CPU's: bit for bit for PROB, SAT and COUNT (the
+  kernels add in the same order), within catbp_jit.cli.compare_slot's rtol 1e-9 (1e-5
+  for float32) for LOGPROB (exp and log differ between libdevice and libm). A bundle's
+  per-step GPU slots must equal its one-launch GPU slots bit for bit in every semiring
+  (the same kernels in the same order). "FAIL" otherwise, "cpu only" when the GPU rows
+  are skipped, "refused" when compile_model refused the plan, "ERROR" when a row raised.
 
 Columns (GPU columns "-" when skipped):
-    bundle / name    bundle directory or network
-    steps            steps in the CPU schedule
+    bundle / name    bundle directory, network or UAI instance
+    steps            steps in the CPU schedule (UAI: the CPU model's)
     compile cpu/gpu  compile time per target (kernel-cache misses)
     run(inputs)      median time of run(factors, selectors) + reading every slot
     run()            median time of run() + reading every slot
     gpu/cpu          GPU time / CPU time (below 1: the GPU is faster)
+    launches         GPU kernel launches per run in mode compiled (1: the schedule
+                     kernel; UAI: launch_count of the model's schedule)
+    run() per-step gpu   median time of run() + reading every slot in mode loop
+    one launch / per step   run() gpu / run() per-step gpu (below 1: the single launch
+                     is faster)
+    per-step launches    GPU kernel launches per run in mode loop (one per step, one
+                     more per step that normalizes)
+    plan kind        the UAI model's programs: contraction (tree) or junction (tree)
+    solve cpu/gpu    median time of model.solve(evidence), answers on the host
     batched          the batched factor (bundles) or the observed variables (networks)
     rows             rows per batch (n)
     batch cpu/gpu    median time of one batch of n rows (*: one timed run, longer than
                      the budget)
     row cpu/gpu      batch time / n
     q/s cpu/gpu      rows per second (n / batch time)
-    check            ok, FAIL (first differences in the problems list), cpu only, ERROR
+    check            ok, FAIL (first differences in the problems list), cpu only,
+                     refused, ERROR
 
-The CSV has the same rows with a `part` column (bundle, batched, network), times in
-seconds, unformatted. As for bench.py, the header records the machine, the GPU, the
+The CSV has the same rows with a `part` column (bundle, batched, network, uai), times in
+seconds, unformatted, and the times of the UAI models' first solves (cpu_first_s,
+gpu_first_s). As for bench.py, the header records the machine, the GPU, the
 versions and the load average: timings are only comparable within one run.
 """
 
@@ -145,6 +174,22 @@ BUNDLE_COLUMNS = (
     "run() cpu",
     "run() gpu",
     "gpu/cpu",
+    "launches",
+    "run() per-step gpu",
+    "one launch / per step",
+    "per-step launches",
+    "check",
+)
+UAI_COLUMNS = (
+    "name",
+    "plan kind",
+    "steps",
+    "compile cpu",
+    "compile gpu",
+    "solve cpu",
+    "solve gpu",
+    "gpu/cpu",
+    "launches",
     "check",
 )
 BATCH_COLUMNS = (
@@ -187,6 +232,20 @@ CSV_COLUMNS = (
     "gpu_bound_s",
     "gpu_bound_runs",
     "ratio_bound",
+    "gpu_launches",
+    "gpu_loop_compile_s",
+    "gpu_loop_bound_s",
+    "gpu_loop_bound_runs",
+    "ratio_launch",
+    "gpu_loop_launches",
+    "plan_kind",
+    "cpu_first_s",
+    "gpu_first_s",
+    "cpu_solve_s",
+    "cpu_solve_runs",
+    "gpu_solve_s",
+    "gpu_solve_runs",
+    "ratio_solve",
     "cpu_batch_s",
     "cpu_batch_runs",
     "gpu_batch_s",
@@ -232,16 +291,16 @@ def gpu_status():
 # Checking
 
 
-def compare_results(cpu: dict, gpu: dict, semiring: str, dtype) -> list:
+def compare_results(cpu: dict, gpu: dict, semiring: str, dtype, exact: bool = False) -> list:
     """Problems (text) where the GPU's arrays differ from the CPU's: bit for bit for the
-    exact semirings, compare_slot's tolerance for LOGPROB."""
+    exact semirings (every semiring with exact=True), compare_slot's tolerance for LOGPROB."""
     from catbp_jit.cli import compare_slot
 
     problems = [f"{key!r}: missing on the GPU" for key in cpu if key not in gpu]
     problems += [f"{key!r}: not on the CPU" for key in gpu if key not in cpu]
     for key in cpu.keys() & gpu.keys():
         want, got = np.asarray(cpu[key]), np.asarray(gpu[key])
-        if semiring in EXACT_SEMIRINGS:
+        if exact or semiring in EXACT_SEMIRINGS:
             if want.dtype != got.dtype or want.shape != got.shape:
                 problems.append(
                     f"{key!r}: {got.dtype}{list(got.shape)} on the GPU, "
@@ -281,12 +340,10 @@ def read_all(slots) -> None:
 # Part 1: bundles
 
 
-def bench_bundle_target(bundle, target: str, args) -> tuple:
-    """(measurements, slots after the last run) of one bundle on one target."""
+def compile_bundle(bundle, target: str, mode: str = "compiled"):
+    """(executable, compile seconds) of one bundle."""
     from catbp_jit.compiler import compile
 
-    factors = {fid: arr for fid, (arr, _) in bundle.factors.items()}
-    selectors = {sid: arr for sid, (arr, _) in bundle.selectors.items()}
     t0 = time.perf_counter()
     exe = compile(
         bundle.programs,
@@ -294,8 +351,16 @@ def bench_bundle_target(bundle, target: str, args) -> tuple:
         factor_specs=bundle.factor_specs(),
         selector_specs=bundle.selector_specs(),
         target=target,
+        mode=mode,
     )
-    compile_s = time.perf_counter() - t0
+    return exe, time.perf_counter() - t0
+
+
+def bench_bundle_target(bundle, target: str, args) -> tuple:
+    """(measurements, slots after the last run) of one bundle on one target."""
+    factors = {fid: arr for fid, (arr, _) in bundle.factors.items()}
+    selectors = {sid: arr for sid, (arr, _) in bundle.selectors.items()}
+    exe, compile_s = compile_bundle(bundle, target)
     sess = exe.bind()
     read_all(sess.run(factors=factors, selectors=selectors))  # warm-up
 
@@ -308,15 +373,39 @@ def bench_bundle_target(bundle, target: str, args) -> tuple:
     inputs_s, inputs_runs, _ = time_runs(run_inputs, args.min_runs, MAX_RUNS, args.budget)
     bound_s, bound_runs, _ = time_runs(run_bound, args.min_runs, MAX_RUNS, args.budget)
     t = "cpu" if target == "cpu" else "gpu"
+    part = {
+        "steps": len(exe.schedule.steps),
+        f"{t}_compile_s": compile_s,
+        f"{t}_cache_misses": exe.cache_stats.get("misses", 0),
+        f"{t}_inputs_s": inputs_s,
+        f"{t}_inputs_runs": inputs_runs,
+        f"{t}_bound_s": bound_s,
+        f"{t}_bound_runs": bound_runs,
+    }
+    if target == "cuda":
+        part["gpu_launches"] = sess.launches_per_run
+    return part, snapshot(sess.slots)
+
+
+def bench_bundle_per_step(bundle, args) -> tuple:
+    """(measurements, slots after the last run) of one bundle on the GPU in mode "loop":
+    every step's kernels launched from Python, run() timed as bench_bundle_target does."""
+    factors = {fid: arr for fid, (arr, _) in bundle.factors.items()}
+    selectors = {sid: arr for sid, (arr, _) in bundle.selectors.items()}
+    exe, compile_s = compile_bundle(bundle, "cuda", mode="loop")
+    sess = exe.bind()
+    read_all(sess.run(factors=factors, selectors=selectors))  # binds the inputs; warm-up
+
+    def run_bound():
+        read_all(sess.run())
+
+    bound_s, bound_runs, _ = time_runs(run_bound, args.min_runs, MAX_RUNS, args.budget)
     return (
         {
-            "steps": len(exe.schedule.steps),
-            f"{t}_compile_s": compile_s,
-            f"{t}_cache_misses": exe.cache_stats.get("misses", 0),
-            f"{t}_inputs_s": inputs_s,
-            f"{t}_inputs_runs": inputs_runs,
-            f"{t}_bound_s": bound_s,
-            f"{t}_bound_runs": bound_runs,
+            "gpu_loop_compile_s": compile_s,
+            "gpu_loop_bound_s": bound_s,
+            "gpu_loop_bound_runs": bound_runs,
+            "gpu_loop_launches": sess.launches_per_run,
         },
         snapshot(sess.slots),
     )
@@ -348,7 +437,17 @@ def bench_bundles(bundles, args, gpu: bool) -> list:
                 row.update(gpu_part)
                 row["ratio_inputs"] = row["gpu_inputs_s"] / row["cpu_inputs_s"]
                 row["ratio_bound"] = row["gpu_bound_s"] / row["cpu_bound_s"]
-                verdict(compare_results(cpu_slots, gpu_slots, bundle.semiring, bundle.dtype), row)
+                problems = compare_results(cpu_slots, gpu_slots, bundle.semiring, bundle.dtype)
+                print(f"... {group}/{path.name}: cuda, per step", file=sys.stderr, flush=True)
+                loop_part, loop_slots = bench_bundle_per_step(bundle, args)
+                row.update(loop_part)
+                row["ratio_launch"] = row["gpu_bound_s"] / row["gpu_loop_bound_s"]
+                # the same kernels in the same order: the same bits, whatever the semiring
+                problems += [
+                    f"per step vs one launch: {p}"
+                    for p in compare_results(gpu_slots, loop_slots, bundle.semiring, bundle.dtype, exact=True)
+                ]
+                verdict(problems, row)
         except Exception as e:  # one broken bundle must not stop the table
             row.update(check="ERROR", detail=f"{type(e).__name__}: {e}"[:300])
         gc.collect()  # drop the sessions' arenas before the next bundle
@@ -518,7 +617,7 @@ def bench_batched_bundles(bundles, args, gpu: bool) -> list:
 
 
 def answers_of(solution) -> dict:
-    """A BatchSolution as arrays to compare: log Z and every posterior."""
+    """A Solution or BatchSolution as arrays to compare: log Z and every posterior."""
     out = {("log_Z",): solution.log_Z}
     out.update({("marg", v): m for v, m in solution.marginals.items()})
     return out
@@ -579,6 +678,114 @@ def bench_networks(names, args, gpu: bool) -> list:
 
 
 # ---------------------------------------------------------------------------------------
+# Part 4: UAI 2014 instances (MAR)
+
+
+def find_uai_instances(shared: Path, names) -> list:
+    """<shared>/uai2014/problems/NAME/NAME.uai of every instance whose directory name
+    contains one of `names` (every instance when names is None)."""
+    root = shared / "uai2014" / "problems"
+    if not root.is_dir():
+        return []
+    found = []
+    for d in sorted(root.iterdir()):
+        path = d / f"{d.name}.uai"
+        if path.is_file() and (names is None or any(n in d.name for n in names)):
+            found.append(path)
+    return found
+
+
+def bench_uai_target(graph, evidence: dict, target: str, args):
+    """(the model, its measurements, its answers) of one instance on one target; the
+    model None (and the measurements a "refused" row's) when compile_model refuses it."""
+    from catbp_jit.errors import CatbpError
+    from catbp_jit.frontend import compile_model
+    from catbp_jit.frontend.graph import FactorGraphError
+
+    t = "cpu" if target == "cpu" else "gpu"
+    t0 = time.perf_counter()
+    try:
+        model = compile_model(
+            graph,
+            "prob",
+            evidence_vars=list(evidence),
+            absorb_evidence=True,
+            # without evidence every segment would be static and a solve would recompute
+            # nothing (as perf/bench_uai.py)
+            partial_evaluation=bool(evidence),
+            target=target,
+        )
+    except (FactorGraphError, CatbpError, MemoryError) as e:
+        return None, {"check": "refused", "detail": f"{target}: {str(e).splitlines()[0]}"[:300]}, None
+    compile_s = time.perf_counter() - t0
+    # the first solve also runs the segments that depend on no evidence
+    t0 = time.perf_counter()
+    model.solve(evidence)
+    first_s = time.perf_counter() - t0
+    min_runs = 1 if first_s > args.budget else args.min_runs
+    solve_s, runs, solution = time_runs(partial(model.solve, evidence), min_runs, MAX_RUNS, args.budget)
+    part = {
+        f"{t}_compile_s": compile_s,
+        f"{t}_cache_misses": model.executable.cache_stats.get("misses", 0),
+        f"{t}_first_s": first_s,
+        f"{t}_solve_s": solve_s,
+        f"{t}_solve_runs": runs,
+    }
+    # copied: the answers outlive the model
+    return model, part, {key: np.array(a, copy=True) for key, a in answers_of(solution).items()}
+
+
+def plan_of(model) -> tuple:
+    """What decides the programs: the same plan gives the same kernels in the same order."""
+    return model.plan_kind, model.plan_choice.order, model.plan_choice.path
+
+
+def bench_uai_instance(path: Path, args, gpu: bool) -> dict:
+    from uai2014 import load_instance  # (imports catbp_jit, hence numba)
+
+    row = {"part": "uai", "name": path.stem, "semiring": "PROB", "dtype": "float64"}
+    row.update(check="cpu only", detail="")
+    graph, evidence, _ = load_instance(path)  # (the competition's MAR: uai2014.py checks it)
+    print(f"... uai {path.stem}: cpu", file=sys.stderr, flush=True)
+    model, part, cpu_answers = bench_uai_target(graph, evidence, "cpu", args)
+    row.update(part)
+    if model is None:
+        return row
+    row.update(plan_kind=model.plan_kind, steps=len(model.executable.schedule.steps))
+    cpu_plan = plan_of(model)
+    model = None  # (the CPU's arena goes first)
+    gc.collect()
+    if not gpu:
+        return row
+    from catbp_jit.codegen.cuda_run import launch_count
+
+    print(f"... uai {path.stem}: cuda", file=sys.stderr, flush=True)
+    # the GPU's compile finds the CPU's searched plan in the plan cache
+    model, part, gpu_answers = bench_uai_target(graph, evidence, "cuda", args)
+    row.update(part)
+    if model is None:
+        return row
+    row["ratio_solve"] = row["gpu_solve_s"] / row["cpu_solve_s"]
+    row["gpu_launches"] = launch_count(model.executable.schedule, model.executable.dispatcher is not None)
+    if plan_of(model) != cpu_plan:  # (the plan cache off: a search may find another plan)
+        verdict(["the GPU's plan differs from the CPU's: answers not comparable bit for bit"], row)
+    else:
+        verdict(compare_results(cpu_answers, gpu_answers, "PROB", np.dtype(np.float64)), row)
+    return row
+
+
+def bench_uai(paths, args, gpu: bool) -> list:
+    rows = []
+    for path in paths:
+        try:
+            rows.append(bench_uai_instance(path, args, gpu))
+        except Exception as e:  # one broken instance must not stop the table
+            rows.append(error_row({"part": "uai", "name": path.stem}, e))
+        gc.collect()
+    return rows
+
+
+# ---------------------------------------------------------------------------------------
 # Formatting
 
 
@@ -608,6 +815,25 @@ def bundle_line(row: dict) -> list:
         fmt_time(row.get("cpu_bound_s")),
         fmt_time(row.get("gpu_bound_s")),
         fmt_ratio(row.get("ratio_bound")),
+        str(row.get("gpu_launches", "-")),
+        fmt_time(row.get("gpu_loop_bound_s")),
+        fmt_ratio(row.get("ratio_launch")),
+        str(row.get("gpu_loop_launches", "-")),
+        row["check"],
+    ]
+
+
+def uai_line(row: dict) -> list:
+    return [
+        row["name"],
+        row.get("plan_kind", "-"),
+        str(row.get("steps", "-")),
+        fmt_compile(row, "cpu"),
+        fmt_compile(row, "gpu"),
+        fmt_time(row.get("cpu_solve_s")),
+        fmt_time(row.get("gpu_solve_s")),
+        fmt_ratio(row.get("ratio_solve")),
+        str(row.get("gpu_launches", "-")),
         row["check"],
     ]
 
@@ -725,6 +951,14 @@ def parse_args(argv):
         metavar="S",
         help=f"seconds per measurement (default {BUDGET_S}, {QUICK_BUDGET_S} with --quick)",
     )
+    parser.add_argument(
+        "--uai",
+        nargs="*",
+        metavar="NAME",
+        help="UAI 2014 instances (<shared>/uai2014/problems) whose name contains one of "
+        "these strings (default: every instance; none under the simulator or with --quick; "
+        "given empty: none)",
+    )
     parser.add_argument("--quick", action="store_true", help="short budgets")
     parser.add_argument(
         "--batch-mib",
@@ -753,6 +987,8 @@ def parse_args(argv):
         args.batch_bundles = list(SIM_BATCH_BUNDLES if sim else BATCH_BUNDLES)
     networks = ",".join(SIM_NETWORKS if sim else NETWORKS) if args.networks is None else args.networks
     args.networks = [n for n in networks.split(",") if n]
+    if args.uai is None and (sim or args.quick):
+        args.uai = []  # (None: every instance)
     batches = args.batches or ",".join(map(str, SIM_BATCHES if sim else BATCHES))
     try:
         args.batches = tuple(int(b) for b in batches.split(",") if b)
@@ -790,6 +1026,11 @@ def main(argv=None) -> int:
         parser.error(
             f"no bundles to batch under {args.shared} (--shared DIR; --batch-bundles with no name skips them)"
         )
+    uai = find_uai_instances(args.shared, args.uai) if args.uai != [] else []
+    if args.uai and not uai:
+        parser.error(
+            f"no UAI instance matching {' '.join(args.uai)} under {args.shared / 'uai2014' / 'problems'}"
+        )
     load_at_start = load_average()
     reason, device = gpu_status()
     gpu_line = f"GPU: {device}" if reason is None else f"GPU rows skipped: {reason}"
@@ -797,6 +1038,7 @@ def main(argv=None) -> int:
     bundle_rows = bench_bundles(bundles, args, reason is None)
     batched_rows = bench_batched_bundles(batch_bundles, args, reason is None)
     network_rows = bench_networks(args.networks, args, reason is None)
+    uai_rows = bench_uai(uai, args, reason is None)
 
     lines = header_lines(args, gpu_line, load_at_start)
     if bundle_rows:
@@ -807,7 +1049,10 @@ def main(argv=None) -> int:
     if network_rows:
         lines += ["", f"## Networks (solve_batch, {args.observed} observed)", ""]
         lines += batch_table(network_rows)
-    rows = bundle_rows + batched_rows + network_rows
+    if uai_rows:
+        lines += ["", "## UAI 2014 (contraction trees / junction trees, MAR)", ""]
+        lines += table(UAI_COLUMNS, map(uai_line, uai_rows))
+    rows = bundle_rows + batched_rows + network_rows + uai_rows
     problems = [r for r in rows if r["check"] in ("FAIL", "ERROR")]
     if problems:
         lines += ["", "Problems:", ""]
@@ -820,6 +1065,9 @@ def main(argv=None) -> int:
     skipped = [r for r in rows if r["check"] == "skipped"]
     if skipped:
         lines += ["", "Skipped:", ""] + [f"- {r['name']} (rows {r['rows']}): {r['detail']}" for r in skipped]
+    refused = [r for r in rows if r["check"] == "refused"]
+    if refused:
+        lines += ["", "Refused:", ""] + [f"- {r['name']}: {r['detail']}" for r in refused]
     text = "\n".join(lines) + "\n"
 
     write_report(args.out, "bench_cuda", text, rows, CSV_COLUMNS)
