@@ -74,7 +74,7 @@ def check(exe, **values) -> int:
     return int(wait.sum())
 
 
-@settings(60)
+@settings(40)
 @given(case=cases())
 def test_random_programs_run_alike_in_any_order_between_barriers(case):
     note(case.listing())

@@ -118,7 +118,7 @@ def test_options_refuse_a_split_in_exact_mode():
 # ------------------------------------------------------------------- against the reference
 
 
-@settings(100)
+@settings(60)
 @given(cases())
 def test_random_programs(case):
     note(case.listing())
@@ -150,7 +150,7 @@ def test_corpus_within_tolerance(path):
     compare_slots(exe.bind().run(factors=factors, selectors=selectors), b)
 
 
-@settings(40)
+@settings(25)
 @given(cases(), st.integers(0, 2**32 - 1))
 def test_batched_equals_unbatched(case, seed):
     if not case.factor_specs:
