@@ -63,6 +63,19 @@ def find_bundles(shared: Path, only, names) -> list:
     return found
 
 
+def bundles_in(dirs) -> list:
+    """(group, bundle directory) for every bundle a user names: a bundle directory itself
+    (it holds bundle.json), or a directory of them (its bundles, in name order); the
+    group is the name of the directory they were found in."""
+    found = []
+    for d in map(Path, dirs):
+        if (d / "bundle.json").is_file():
+            found.append((d.resolve().parent.name, d))
+        elif d.is_dir():
+            found += [(d.name, b) for b in sorted(d.iterdir()) if (b / "bundle.json").is_file()]
+    return found
+
+
 def installed(module: str) -> bool:
     """Whether an optional peer (pyagrum, pgmpy) can be imported; says so when not."""
     if importlib.util.find_spec(module) is not None:

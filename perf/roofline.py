@@ -1,6 +1,7 @@
 """Roofline of each segment: how close every kernel launch comes to this machine's bounds.
 
-For every bundle (default: those of ../shared/bench, found as perf/bench.py finds them) the
+For every bundle (default: those of ../shared/bench, found as perf/bench.py finds them;
+`--bundles DIR ...`: your own, bundle directories or directories of them) the
 programs are compiled (kernels from the disk cache) and, for each step of the schedule, one
 kernel launch computing one segment, this measures:
 
@@ -71,6 +72,7 @@ from catbp_jit.errors import CatbpError  # noqa: E402
 from common import (  # noqa: E402
     GROUPS,
     REPO,
+    bundles_in,
     cpu_model,
     default_shared_dir,
     find_bundles,
@@ -550,6 +552,14 @@ def main(argv=None) -> int:
         "--only", nargs="+", metavar="NAME", help="only bundles whose name contains one of these strings"
     )
     parser.add_argument(
+        "--bundles",
+        nargs="+",
+        type=Path,
+        metavar="DIR",
+        help="your own bundles instead of the shared ones: bundle directories, or directories "
+        "of them (--only filters them too)",
+    )
+    parser.add_argument(
         "--out",
         type=Path,
         default=REPO / "perf" / "out",
@@ -557,12 +567,18 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--quick", action="store_true", help="a tiny calibration and short timing budgets")
     args = parser.parse_args(argv)
-    bundles = find_bundles(args.shared, args.group, args.only)
+    if args.bundles:
+        bundles = [
+            (g, d)
+            for g, d in bundles_in(args.bundles)
+            if not args.only or any(n in d.name for n in args.only)
+        ]
+        where = f"no bundles found in {' '.join(map(str, args.bundles))}"
+    else:
+        bundles = find_bundles(args.shared, args.group, args.only)
+        where = f"no {args.group} bundles found under {args.shared}"
     if not bundles:
-        parser.error(
-            f"no {args.group} bundles found under {args.shared}"
-            + (f" matching {' '.join(args.only)}" if args.only else "")
-        )
+        parser.error(where + (f" matching {' '.join(args.only)}" if args.only else ""))
     budget = QUICK if args.quick else Budget()
 
     print("... calibrating", file=sys.stderr, flush=True)

@@ -131,3 +131,20 @@ def test_a_broken_bundle_is_a_problem_line_not_a_traceback(tmp_path, capsys):
     assert "- chain8__broken: BundleError:" in md and "not valid JSON" in md
     with open(tmp_path / "out" / "roofline.csv") as f:
         assert {r["bundle"] for r in csv.DictReader(f)} == {"chain8__prob_float64"}
+
+
+def test_your_own_bundles_by_directory(tmp_path, capsys):
+    """--bundles DIR ...: a bundle directory, or a directory of bundles (issue 21, item 6);
+    --only filters them; none found is one clear error."""
+    mine = tmp_path / "mine"
+    shutil.copytree(DATA / "corpus" / "chain8__prob_float64", mine / "chain8__prob_float64")
+    shutil.copytree(DATA / "corpus" / "chain8__prob_float64", tmp_path / "alone")
+    code = roofline.main(
+        ["--bundles", str(mine), str(tmp_path / "alone"), "--quick", "--out", str(tmp_path / "out")]
+    )
+    assert code == 0
+    with open(tmp_path / "out" / "roofline.csv") as f:
+        assert {r["bundle"] for r in csv.DictReader(f)} == {"chain8__prob_float64", "alone"}
+    with pytest.raises(SystemExit) as e:
+        roofline.main(["--bundles", str(mine), "--only", "grid", "--quick", "--out", str(tmp_path / "o2")])
+    assert e.value.code == 2 and f"no bundles found in {mine} matching grid" in capsys.readouterr().err
