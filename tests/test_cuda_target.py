@@ -542,3 +542,29 @@ def test_a_batched_run_reads_back_only_the_slots_asked_for(monkeypatch):
         assert launches.names() == ["run_steps", "gather"] * runs, launches.names()
     with pytest.raises(catbp_jit.errors.UnknownInputError, match="no slot .*'nope'"):
         sess.run(factors={**f, fid: np.ascontiguousarray(rows[:2])}, selectors=s, read=[("nope",)])
+
+
+def test_a_schedule_kernel_that_cannot_compile_falls_back_to_launches_per_step(tmp_path):
+    """A toolkit that cannot link the grid sync (no cudadevrt): one warning naming why, and
+    every step launched from Python, with the same bits."""
+    from catbp_jit.errors import CudaScheduleWarning
+
+    class NoGridSync(KernelCache):  # the cache compiles: it refuses the schedule kernel
+        def get(self, identity, source, entry, **kw):
+            if identity.get("template") == "cuda_schedule":
+                raise RuntimeError("libcudadevrt.a not found")
+            return super().get(identity, source, entry, **kw)
+
+    b = bundle("z4_cycle__prob_float64_normalized")
+    f, s = inputs(b)
+    want = snapshot(compile_for(b, "cuda").bind().run(factors=f, selectors=s))
+    with pytest.warns(
+        CudaScheduleWarning, match="RuntimeError: libcudadevrt.a not found.*launched from Python"
+    ):
+        exe = compile_for(b, "cuda", cache=NoGridSync(str(tmp_path / "cache")))
+    assert exe.mode == "compiled" and exe.dispatcher is None
+    sess = exe.bind()
+    assert sess.launches_per_run == len(exe.schedule.steps) + sum(
+        st.pattern.normalize for st in exe.schedule.steps
+    )
+    assert_same(want, snapshot(sess.run(factors=f, selectors=s)), "per step after the fallback")
