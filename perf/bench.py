@@ -60,6 +60,10 @@ Columns:
     compile      compile time of compile(...) for this mode, with kernel-cache misses
     run(inputs)  median time of sess.run(factors=..., selectors=...)
     run()        median time of sess.run() with inputs already bound
+    run() 1 thread   the same with numba.set_num_threads(1) (its results must be the
+                 same bits as with every thread, else the row says FAIL)
+    threads gain run() 1 thread / run(): what the parallel kernels gain on this machine's
+                 threads (the header's "numba threads")
     x inputs     reference / run(inputs)
     x bound      reference / run()
     arena        exe.memory.total_bytes: every arena of the session (inputs, slots, ...)
@@ -138,6 +142,8 @@ COLUMNS = (
     "compile",
     "run(inputs)",
     "run()",
+    "run() 1 thread",
+    "threads gain",
     "x inputs",
     "x bound",
     "arena",
@@ -162,6 +168,10 @@ CSV_COLUMNS = (
     "run_inputs_runs",
     "run_bound_s",
     "run_bound_runs",
+    "threads",
+    "run_one_thread_s",
+    "run_one_thread_runs",
+    "threads_gain",
     "ratio_inputs",
     "ratio_bound",
     "arena_bytes",
@@ -277,8 +287,21 @@ def bench_jit(bundle, mode: str, budget_s: float, ref_slots, exact: bool = True)
 
     inputs_s, inputs_runs, _ = time_runs(run_inputs, JIT_MIN_RUNS, JIT_MAX_RUNS, budget_s)
     bound_s, bound_runs, slots = time_runs(sess.run, JIT_MIN_RUNS, JIT_MAX_RUNS, budget_s)
+    slots = {key: (np.array(a), spec) for key, (a, spec) in slots.items()}  # (the next runs reuse the views)
+
+    # the same runs on one thread: what the parallel kernels gain (and the same bits)
+    threads = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        sess.run()  # warm-up
+        one_s, one_runs, one_slots = time_runs(sess.run, JIT_MIN_RUNS, JIT_MAX_RUNS, budget_s)
+    finally:
+        numba.set_num_threads(threads)
 
     problems = []
+    for key, (got, _) in one_slots.items():
+        if np.asarray(got).tobytes() != slots[key][0].tobytes():
+            problems.append(f"{key!r}: one thread gives other bits than {threads}")
     for key, (want, _) in ref_slots.items():
         if key not in slots:
             problems.append(f"{key!r}: missing")
@@ -296,6 +319,10 @@ def bench_jit(bundle, mode: str, budget_s: float, ref_slots, exact: bool = True)
         "run_inputs_runs": inputs_runs,
         "run_bound_s": bound_s,
         "run_bound_runs": bound_runs,
+        "threads": threads,
+        "run_one_thread_s": one_s,
+        "run_one_thread_runs": one_runs,
+        "threads_gain": one_s / bound_s,
         "arena_bytes": exe.memory.total_bytes,
         "check": "ok" if not problems else "FAIL",
         "detail": "; ".join(problems[:3]) + (f"; ... {len(problems) - 3} more" if len(problems) > 3 else ""),
@@ -320,6 +347,8 @@ def markdown_row(row: dict) -> list:
         ),
         fmt_time(row.get("run_inputs_s")),
         fmt_time(row.get("run_bound_s")),
+        fmt_time(row.get("run_one_thread_s")),
+        fmt_ratio(row.get("threads_gain")),
         fmt_ratio(row.get("ratio_inputs")),
         fmt_ratio(row.get("ratio_bound")),
         fmt_bytes(row.get("arena_bytes")),
