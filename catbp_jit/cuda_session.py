@@ -143,11 +143,10 @@ class CudaSession(Session):
             return fetch_and_gather
         index = checked_index(index, self.device_mem.size)
         cuda, n = self.cuda, index.size
-        d_index, d_out, host = (
-            cuda.to_device(index),
-            cuda.device_array(n, self.mem.dtype),
-            cuda.pinned_array(n, self.mem.dtype),
-        )
+        # at least one element each: a driver may refuse a 0-byte allocation
+        d_index = cuda.to_device(index if n else np.zeros(1, index.dtype))
+        d_out = cuda.device_array(max(n, 1), self.mem.dtype)
+        host = cuda.pinned_array(max(n, 1), self.mem.dtype)[:n]
         launch = gather_kernel[self.launch.blocks(n), self.launch.threads_per_block]
 
         def gather() -> np.ndarray:
