@@ -243,8 +243,16 @@ def access_source(k: int, i: int) -> str:
 #     p + GEMM_WORK    LOGPROB: offset of M*K + K*N + M + N elements of workspace (the
 #                      shifted exponentials of a and b, then their row and column maxima)
 #     p + GEMM_BATCH_RANK   nb
-#     gemm_batch(d) + 0/1/2/3   batch axis d: size, then its stride in out, a and b
-#     gemm_groups(nb) + 0/1/2   NORMALIZE groups, as for contract_reduce
+#     p + GEMM_C       where the products go: OUT, or the workspace when the output is
+#                      copied out after them (the copies below)
+#     p + GEMM_SCRATCH offset in P of the copies' odometer (as many counters as axes)
+#     gemm_batch(d) + 0/1/2/3   batch axis d: size, then its stride in c, a and b
+#     gemm_groups(nb) + 0/1/2   NORMALIZE groups, as for contract_reduce (over OUT)
+#     gemm_copies(nb) + 0/1     how many copies run before the products, how many after;
+#                      then each copy: COPY_SRC, COPY_DST, COPY_RANK, and per axis d at
+#                      copy_axis(d): size, source stride, destination stride (plan/gemm.py:
+#                      a leaf copied into the workspace as the matrix a or b, the products
+#                      copied out into the output region)
 
 GEMM_A = 1
 GEMM_A_T = 2
@@ -255,8 +263,13 @@ GEMM_N = 6
 GEMM_K = 7
 GEMM_WORK = 8
 GEMM_BATCH_RANK = 9
-GEMM_HEADER = 10
-GEMM_BATCH_FIELDS = 4  # size, out stride, a stride, b stride
+GEMM_C = 10
+GEMM_SCRATCH = 11
+GEMM_HEADER = 12
+GEMM_BATCH_FIELDS = 4  # size, c stride, a stride, b stride
+COPY_SRC, COPY_DST, COPY_RANK = 0, 1, 2
+COPY_HEADER = 3
+COPY_AXIS_FIELDS = 3  # size, source stride, destination stride
 
 
 def gemm_batch(d: int) -> int:
@@ -266,6 +279,33 @@ def gemm_batch(d: int) -> int:
 
 def gemm_groups(nb: int) -> int:
     return gemm_batch(nb)
+
+
+def gemm_copies(nb: int) -> int:
+    """Offset (from p) of the copy counts; the copies follow them."""
+    return gemm_groups(nb) + GROUP_FIELDS
+
+
+def copy_axis(d: int) -> int:
+    """Offset (from a copy's start) of its axis d's fields."""
+    return COPY_HEADER + COPY_AXIS_FIELDS * d
+
+
+@dataclass(frozen=True)
+class StridedCopy:
+    """mem[dst + Σ i_d dst_d] = mem[src + Σ i_d src_d] over every index (C order)."""
+
+    src: int
+    dst: int
+    sizes: tuple[int, ...]
+    src_strides: tuple[int, ...]
+    dst_strides: tuple[int, ...]
+
+    def pack(self) -> list[int]:
+        row = [self.src, self.dst, len(self.sizes)]
+        for fields in zip(self.sizes, self.src_strides, self.dst_strides):
+            row += list(fields)
+        return row
 
 
 @dataclass(frozen=True)
@@ -283,7 +323,10 @@ class GemmParams:
     batch: tuple[tuple[int, int, int, int], ...]  # (size, out, a, b strides) per batch axis
     groups: tuple[int, int, int]
     work: int = -1  # LOGPROB workspace offset (plan/gemm.py: gemm_workspace), else -1
-    scratch: int = -1  # (loop counters: none; build_schedule places every step alike)
+    c: int = -1  # where the products go (-1: out)
+    before: tuple[StridedCopy, ...] = ()  # leaves copied into the workspace
+    after: tuple[StridedCopy, ...] = ()  # the products copied into the output
+    scratch: int = -1  # the copies' odometer (build_schedule places it)
     accesses: tuple[Access, ...] = ()  # (no vector, no offset tables)
 
     def pack(self) -> list[int]:
@@ -291,18 +334,23 @@ class GemmParams:
         row[OUT], row[GEMM_A], row[GEMM_A_T], row[GEMM_B] = self.out, self.a, self.a_t, self.b
         row[GEMM_B_T], row[GEMM_M], row[GEMM_N], row[GEMM_K] = self.b_t, self.m, self.n, self.k
         row[GEMM_WORK], row[GEMM_BATCH_RANK] = self.work, len(self.batch)
+        row[GEMM_C], row[GEMM_SCRATCH] = self.out if self.c < 0 else self.c, self.scratch
         for fields in self.batch:
             row += list(fields)
         row += list(self.groups)
+        row += [len(self.before), len(self.after)]
+        for copy in self.before + self.after:
+            row += copy.pack()
         assert len(row) == self.size()
         return [int(x) for x in row]
 
     def size(self) -> int:
         """len(self.pack()), without packing."""
-        return gemm_groups(len(self.batch)) + GROUP_FIELDS
+        copies = sum(copy_axis(len(c.sizes)) for c in self.before + self.after)
+        return gemm_copies(len(self.batch)) + 2 + copies
 
     def scratch_size(self) -> int:
-        return 0
+        return max((len(c.sizes) for c in self.before + self.after), default=0)
 
 
 def gemm_source_constants() -> str:
@@ -312,6 +360,9 @@ def gemm_source_constants() -> str:
         f"OUT, GEMM_A, GEMM_A_T, GEMM_B, GEMM_B_T = {OUT}, {GEMM_A}, {GEMM_A_T}, {GEMM_B}, "
         f"{GEMM_B_T}\n"
         f"GEMM_M, GEMM_N, GEMM_K, GEMM_WORK = {GEMM_M}, {GEMM_N}, {GEMM_K}, {GEMM_WORK}\n"
-        f"GEMM_BATCH_RANK, GEMM_HEADER, GEMM_BATCH_FIELDS = {GEMM_BATCH_RANK}, "
-        f"{GEMM_HEADER}, {GEMM_BATCH_FIELDS}\n"
+        f"GEMM_BATCH_RANK, GEMM_C, GEMM_SCRATCH = {GEMM_BATCH_RANK}, {GEMM_C}, {GEMM_SCRATCH}\n"
+        f"GEMM_HEADER, GEMM_BATCH_FIELDS, GROUP_FIELDS = {GEMM_HEADER}, {GEMM_BATCH_FIELDS}, "
+        f"{GROUP_FIELDS}\n"
+        f"COPY_SRC, COPY_DST, COPY_RANK, COPY_HEADER, COPY_AXIS_FIELDS = {COPY_SRC}, "
+        f"{COPY_DST}, {COPY_RANK}, {COPY_HEADER}, {COPY_AXIS_FIELDS}\n"
     )

@@ -282,7 +282,7 @@ def logprob_values(rng):
         x[0] = -np.inf
         x[..., 1] = -np.inf
         x[2, 2] = 900.0
-        x[3] -= 2000.0
+        x[min(3, len(x) - 1)] -= 2000.0
         return x
 
     return make
@@ -296,6 +296,46 @@ def test_gemm_logprob_with_minus_inf(norm):
     )
     exe = run_gemm_case(case)
     assert exe.memory.scratch  # the exponentials' workspace
+
+
+# operands that are no matrices in memory: copied into the workspace (or out of it) around
+# the GEMM; (a axes, b axes, kept axes, copies expected)
+COPIED = [
+    ((AI, AK, AB), (AK, AJ), (AI, AB, AJ), 1),  # a's rows split by k
+    ((AI, AB, AK), (AK, AJ), (AI, AJ, AB), 1),  # the output's rows split by a column
+    ((AK, AI, AB), (AJ, AB, AK), (AJ, AI, AB), 3),  # a batch axis innermost: all three
+    ((AI, AK, AB), (AB, AK, AJ), (AJ, AB, AI), 2),  # a and the output
+]
+
+
+@pytest.mark.parametrize("a_axes, b_axes, keep, copies", COPIED, ids=["a", "out", "batch", "a-and-out"])
+@pytest.mark.parametrize("semiring", ["PROB", "LOGPROB"])
+def test_gemm_copies_operands_into_matrices(a_axes, b_axes, keep, copies, semiring):
+    rng = np.random.default_rng(3)
+    values = logprob_values(rng) if semiring == "LOGPROB" else None
+    case = gemm_case(semiring, "float64", a_axes, b_axes, keep, norm=True, values=values)
+    exe = run_gemm_case(case)
+    (step,) = [st for st in exe.schedule.steps if st.pattern.template == "gemm"]
+    assert len(step.params.before) + len(step.params.after) == copies, exe.as_text()
+    assert exe.memory.scratch  # the copies' matrices
+
+
+def test_gemm_copies_float32():
+    run_gemm_case(gemm_case("PROB", "float32", (AI, AK, AB), (AK, AJ), (AI, AB, AJ), norm=True))
+
+
+def test_gemm_without_copies_when_they_would_not_fit():
+    """The copies' workspace is what a plan near the memory limit cannot afford: the
+    planner then keeps the loop kernel for such products (and says so in its options)."""
+    case = gemm_case("PROB", "float64", (AI, AK, AB), (AK, AJ), (AI, AB, AJ))
+    roomy = catbp_jit.compile(case.programs, case.sr(), factor_specs=case.factor_specs, exact=False)
+    values = roomy.memory.total_bytes - roomy.memory.scratch[0].size * 8
+    tight = catbp_jit.compile(
+        case.programs, case.sr(), factor_specs=case.factor_specs, exact=False, max_total_bytes=values
+    )
+    assert not tight.plan.options.gemm_copies
+    assert all(st.pattern.template == "contract_reduce" for st in tight.schedule.steps)
+    assert_same_slots(run_reference(case), session_results(tight.bind(), case.inputs[0]), case, "tight")
 
 
 def test_sat_and_count_keep_loop_kernels():

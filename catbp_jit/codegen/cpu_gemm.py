@@ -108,6 +108,36 @@ def log_dot(mem, ao, a_t, bo, b_t, oo, M, N, K, w):
             mem[oo + i * N + j] = top_x + math.log(acc)
 '''
 
+COPY = '''
+
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def strided_copy(mem, P, q, i):
+    """The copy at P[q:] (abi.py: StridedCopy), its odometer in P[i:]; returns where the
+    next copy starts. The innermost axis is one plain loop."""
+    src, dst, rank = P[q + COPY_SRC], P[q + COPY_DST], P[q + COPY_RANK]
+    ax = q + COPY_HEADER
+    last = ax + COPY_AXIS_FIELDS * (rank - 1)
+    n, ss, ds = P[last], P[last + 1], P[last + 2]
+    rows = np.int64(1)
+    for d in range(rank - 1):
+        rows *= P[ax + COPY_AXIS_FIELDS * d]
+        P[i + d] = 0
+    for _ in range(rows):
+        for t in range(n):
+            mem[dst + t * ds] = mem[src + t * ss]
+        for d in range(rank - 2, -1, -1):  # the odometer: next row
+            f = ax + COPY_AXIS_FIELDS * d
+            P[i + d] += 1
+            src += P[f + 1]
+            dst += P[f + 2]
+            if P[i + d] < P[f]:
+                break
+            P[i + d] = 0
+            src -= P[f] * P[f + 1]
+            dst -= P[f] * P[f + 2]
+    return ax + COPY_AXIS_FIELDS * rank
+'''
+
 ENTRY_SOURCE = '''
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -120,8 +150,13 @@ def kernel(mem_address, mem_length, P_address, P_length, p):
     n_batch = np.int64(1)
     for d in range(nb):
         n_batch *= P[p + GEMM_HEADER + GEMM_BATCH_FIELDS * d]
+    q = p + GEMM_HEADER + GEMM_BATCH_FIELDS * nb + GROUP_FIELDS  # the copies
+    n_before, n_after = P[q], P[q + 1]
+    q += 2
+    for _ in range(n_before):  # leaves into their matrices
+        q = strided_copy(mem, P, q, P[p + GEMM_SCRATCH])
     for t in range(n_batch):
-        oo, ao, bo = P[p + OUT], P[p + GEMM_A], P[p + GEMM_B]
+        oo, ao, bo = P[p + GEMM_C], P[p + GEMM_A], P[p + GEMM_B]
         rem = t
         for d in range(nb - 1, -1, -1):
             f = p + GEMM_HEADER + GEMM_BATCH_FIELDS * d
@@ -131,6 +166,8 @@ def kernel(mem_address, mem_length, P_address, P_length, p):
             ao += i * P[f + 2]
             bo += i * P[f + 3]
         {call}
+    for _ in range(n_after):  # the products into the output
+        q = strided_copy(mem, P, q, P[p + GEMM_SCRATCH])
 '''
 
 
@@ -148,7 +185,7 @@ def kernel_source(pattern: KernelPattern) -> str:
         abi=abi.gemm_source_constants(),
     )
     lines += f"SAFE = {SAFE[pattern.dtype]}\n" if log else ""
-    lines += DOT + (LOG_DOT if log else "")
+    lines += DOT + (LOG_DOT if log else "") + COPY
     call = (
         "log_dot(mem, ao, P[p + GEMM_A_T], bo, P[p + GEMM_B_T], oo, M, N, K, P[p + GEMM_WORK])"
         if log

@@ -5,10 +5,15 @@ axes all three operands share (batch), a matrix product
 
     out[i][j] = ⊕_k a[i][k] ⊗ b[k][j]
 
-when, in memory, each operand is a 2-d matrix np.dot accepts: the output C-order over
-([i axes], [j axes]), each leaf C- or F-order over its ([i], [k]) or ([k], [j]) axes, the
-axes of each group in one order in every operand. Numba's np.dot(a, b, out) then writes
-the preallocated output through BLAS (Numba's linear algebra needs SciPy).
+with, per batch position, each operand a 2-d matrix np.dot accepts: the output C-order
+over ([i axes], [j axes]), each leaf C- or F-order over its ([i], [k]) or ([k], [j])
+axes, the axes of each group in one order in every operand. Numba's np.dot(a, b, out)
+then writes the output through BLAS (Numba's linear algebra needs SciPy). An operand
+that does not lie in memory so is copied into the step's workspace first (a leaf) or
+after (the output), permuted into that form: transpose, GEMM, transpose, as einsum
+libraries do. The group orders are chosen to copy the fewest elements (none where the
+operands already fit), and the copies cost far less than the product they enable: a
+GEMM step reuses each element at least MIN_REUSE times.
 
 PROB is a plain product. LOGPROB goes through exponentials shifted by the row maxima of a
 and the column maxima of b: out = log(exp(a - ma) · exp(b - mb)) + ma + mb. An element
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from math import prod
 
 from .. import abi
 from ..ir.schema import TensorSpec
@@ -40,8 +46,24 @@ MIN_WORK = 4096  # below this, a BLAS call costs more than the loop kernel
 # ... and below this many products per element of a, b and out: BLAS gains from reusing
 # each element of a and b across a row or column; a skinny product (a batch of dot
 # products) has nothing to reuse, and LOGPROB's exponentials of a and b would cost as much
-# as the sum itself
+# as the sum itself. It also bounds the copies: each copied element enables at least
+# MIN_REUSE products, which BLAS runs far faster than the loop kernel would
 MIN_REUSE = 4
+
+
+@dataclass(frozen=True)
+class Copy:
+    """A strided copy between an operand's region and its matrix in the step's workspace
+    (C order over `sizes`): a leaf is copied in before the products, the output out after.
+    Axes in the matrix's order; axes contiguous in both are merged."""
+
+    sizes: tuple[int, ...]
+    strides: tuple[int, ...]  # the operand's region strides, per axis
+    at: int  # the matrix's offset from the start of the step's workspace
+
+    @property
+    def elements(self) -> int:
+        return prod(self.sizes)
 
 
 @dataclass(frozen=True)
@@ -53,18 +75,41 @@ class GemmShape:
     m: int
     n: int
     k: int
-    batch: tuple[tuple[int, int, int, int], ...]  # (size, out, a, b strides) per batch axis
+    # (size, out, a, b strides) per batch axis, in the matrices the GEMM reads and writes
+    # (a copied operand's strides are its workspace matrix's)
+    batch: tuple[tuple[int, int, int, int], ...]
+    copy_a: Copy | None = None  # leaf a copied into the workspace first
+    copy_b: Copy | None = None
+    copy_out: Copy | None = None  # the products written to the workspace, copied out after
+    copies_end: int = 0  # workspace the copies take (each matrix starts a cache line)
 
     @property
-    def work_elements(self) -> int:
-        """LOGPROB's workspace: exp(a - ma), exp(b - mb), ma, mb."""
+    def copied_elements(self) -> int:
+        return sum(c.elements for c in (self.copy_a, self.copy_b, self.copy_out) if c is not None)
+
+    @property
+    def log_work(self) -> int:
+        """Where LOGPROB's workspace starts, after the copies."""
+        return self.copies_end
+
+    @property
+    def log_elements(self) -> int:
+        """LOGPROB's workspace: exp(a - ma), exp(b - mb), ma, mb (reused per batch position)."""
         return self.m * self.k + self.k * self.n + self.m + self.n
+
+    def work_elements(self, log: bool) -> int:
+        return self.log_work + self.log_elements if log else self.copies_end
+
+
+def _aligned(n: int) -> int:
+    return -(-n // 8) * 8  # (64 bytes of float64: each copy's matrix starts a cache line)
 
 
 def gemm_shape(
     seg: Segment, fused: Fused, layouts: dict[int, TensorSpec], dtype: str, options: PlanOptions
 ) -> GemmShape | None:
-    """The matrix product that computes `seg`, or None when it is not one."""
+    """The matrix product that computes `seg` copying the fewest elements, or None when
+    it is not one (or when options.gemm_copies is off and it needs copies)."""
     if (
         options.exact
         or not options.gemm
@@ -73,51 +118,94 @@ def gemm_shape(
         or len(seg.leaves) != 2
     ):
         return None
-    out_l, a_l, b_l = (layouts[v] for v in (seg.out,) + seg.leaves)
+    out_l, l0, l1 = (layouts[v] for v in (seg.out,) + seg.leaves)
 
     def big(spec):
         return {ax.key: ax.size for ax in spec.axes if ax.size > 1}
 
-    out, a, b = big(out_l), big(a_l), big(b_l)
+    out, a, b = big(out_l), big(l0), big(l1)
     red = {ax.key for ax in seg.red_axes if ax.size > 1}
     if not red or any(
         ax.size != a.get(ax.key, ax.size) or ax.size != b.get(ax.key, ax.size) for ax in seg.red_axes
     ):
         return None
-    ks = [x for x in a if x in red]  # in a's memory order
-    if set(ks) != red or not red <= set(b) or set(a) - set(out) - red or set(b) - set(out) - red:
+    if not red <= set(a) or not red <= set(b) or set(a) - set(out) - red or set(b) - set(out) - red:
         return None  # an axis summed by one leaf alone (the reassociation pass splits those)
     if any(key not in a and key not in b for key in out):
         return None  # an output axis neither leaf has (a broadcast)
-    order = [key for key in out]  # the output's memory order
-    shared = [x for x in order if x in a and x in b]
-    rows = [x for x in order if x in a and x not in b]
-    cols = [x for x in order if x in b and x not in a]
-    if order[len(shared) :] not in (rows + cols, cols + rows):
-        return None
-    if rows and cols and order[len(shared)] == cols[0]:  # out is [j][i]: out^T = b^T a^T
-        return _shape(seg.leaves[1], seg.leaves[0], cols, rows, ks, shared, out_l, b_l, a_l, dtype)
-    return _shape(seg.leaves[0], seg.leaves[1], rows, cols, ks, shared, out_l, a_l, b_l, dtype)
-
-
-def _shape(
-    a: int, b: int, rows, cols, ks, shared, out_l: TensorSpec, a_l: TensorSpec, b_l: TensorSpec, dtype: str
-) -> GemmShape | None:
-    so, sa, sb = (c_strides(spec) for spec in (out_l, a_l, b_l))
-    size = {ax.key: ax.size for spec in (out_l, a_l, b_l) for ax in spec.axes}
-    m, n, k = (_count(g, size) for g in (rows, cols, ks))
+    size = {**out, **a, **b}
+    shared = [x for x in out if x in a and x in b]
+    only0 = [x for x in out if x in a and x not in b]
+    only1 = [x for x in out if x in b and x not in a]
+    m, n, k = (prod(size[x] for x in g) for g in (only0, only1, red))
     if dtype == "float32" and k > FLOAT32_MAX_K or m * n * k < MIN_WORK:
         return None
     if m * n * k < MIN_REUSE * (m * k + k * n + m * n):
         return None
+    so, s0, s1 = (c_strides(spec) for spec in (out_l, l0, l1))
+    best: GemmShape | None = None
+    # both orientations (out = a b, or out^T = b^T a^T), each group's axes in the order of
+    # one operand that has them: the candidate that copies least, the first on a tie
+    for (va, sa, ka), (vb, sb, kb) in (((0, s0, a), (1, s1, b)), ((1, s1, b), (0, s0, a))):
+        rows = only0 if va == 0 else only1
+        cols = only1 if va == 0 else only0
+        for sh in _orders(shared, out, ka, kb):
+            for ro in _orders(rows, out, ka):
+                for co in _orders(cols, out, kb):
+                    for ko in _orders(list(red), ka, kb):
+                        shape = _shape(seg.leaves[va], seg.leaves[vb], sh, ro, co, ko, so, sa, sb, size)
+                        if best is None or shape.copied_elements < best.copied_elements:
+                            best = shape
+    if best is not None and best.copied_elements and not options.gemm_copies:
+        return None
+    return best
+
+
+def _orders(group: list, *operands: dict) -> list[tuple]:
+    """The distinct orders of `group`'s axes in the operands' memory orders."""
+    return list(dict.fromkeys(tuple(x for x in op if x in group) for op in operands))
+
+
+def _shape(a: int, b: int, shared, rows, cols, ks, so, sa, sb, size) -> GemmShape:
+    m, n, k = (prod(size[x] for x in g) for g in (rows, cols, ks))
+    at = 0  # workspace used so far
+
+    def copy(keys, strides) -> Copy:
+        nonlocal at
+        c = _copy(keys, strides, size, at)
+        at = _aligned(at + c.elements)
+        return c
+
+    def packed(keys) -> dict:  # C strides of a copy's matrix
+        strides, step = {}, 1
+        for x in reversed(keys):
+            strides[x], step = step, step * size[x]
+        return strides
+
+    a_t, b_t = _matrix(rows, ks, sa, size, m, k), _matrix(ks, cols, sb, size, k, n)
+    copy_a = copy_b = copy_out = None
+    if a_t is None:
+        copy_a, a_t, sa = copy(shared + rows + ks, sa), False, packed(shared + rows + ks)
+    if b_t is None:
+        copy_b, b_t, sb = copy(shared + ks + cols, sb), False, packed(shared + ks + cols)
     if _group(cols, so, size) not in (1, None) or _group(rows, so, size) not in (n, None):
-        return None
-    a_t = _matrix(rows, ks, sa, size, m, k)
-    b_t = _matrix(ks, cols, sb, size, k, n)
-    if a_t is None or b_t is None:
-        return None
+        copy_out, so = copy(shared + rows + cols, so), packed(shared + rows + cols)
     batch = tuple((size[x], so[x], sa[x], sb[x]) for x in shared)
-    return GemmShape(a, b, a_t, b_t, m, n, k, batch)
+    return GemmShape(a, b, a_t, b_t, m, n, k, batch, copy_a, copy_b, copy_out, at)
+
+
+def _copy(keys, strides: dict, size: dict, at: int) -> Copy:
+    """The copy of the operand whose region has `strides` to a C-order matrix over `keys`,
+    neighbouring axes contiguous in both merged (fewer, longer inner loops)."""
+    sizes, steps = [size[keys[0]]], [strides[keys[0]]]
+    for x in keys[1:]:
+        if steps[-1] == strides[x] * size[x]:
+            sizes[-1] *= size[x]
+            steps[-1] = strides[x]
+        else:
+            sizes.append(size[x])
+            steps.append(strides[x])
+    return Copy(tuple(sizes), tuple(steps), at)
 
 
 def _matrix(first, second, strides, size, n_first: int, n_second: int) -> bool | None:
@@ -143,24 +231,17 @@ def _group(keys: Sequence[tuple], strides: dict[tuple, int], size: dict[tuple, i
     return step
 
 
-def _count(keys, size) -> int:
-    n = 1
-    for x in keys:
-        n *= size[x]
-    return n
-
-
 def gemm_workspace(
     fused: Fused, layouts: dict[int, TensorSpec], dtype: str, options: PlanOptions
 ) -> dict[int, int]:
-    """Segment index -> elements of workspace its LOGPROB GEMM needs while it runs."""
-    if not semiring(fused.semiring).is_log:
-        return {}
+    """Segment index -> elements of workspace its GEMM needs while it runs: the copied
+    operands' matrices, then LOGPROB's exponentials."""
+    log = semiring(fused.semiring).is_log
     need = {}
     for i, seg in enumerate(fused.segments):
         shape = gemm_shape(seg, fused, layouts, dtype, options)
-        if shape is not None:
-            need[i] = shape.work_elements
+        if shape is not None and shape.work_elements(log):
+            need[i] = shape.work_elements(log)
     return need
 
 
@@ -181,19 +262,46 @@ def gemm_step(
         return None
     region = memory.regions
     work = memory.scratch[index].offset if index in memory.scratch else -1
+
+    def into(c: Copy | None, offset: int) -> tuple[int, tuple[abi.StridedCopy, ...]]:
+        """(a's or b's matrix offset, its copy): the leaf's region, or the workspace."""
+        if c is None:
+            return offset, ()
+        return work + c.at, (abi.StridedCopy(offset, work + c.at, c.sizes, c.strides, _c_order(c.sizes)),)
+
+    a, copy_a = into(shape.copy_a, region[shape.a].offset)
+    b, copy_b = into(shape.copy_b, region[shape.b].offset)
+    out = region[seg.out].offset
+    c, copy_out = out, ()
+    if shape.copy_out is not None:
+        co = shape.copy_out
+        c = work + co.at
+        copy_out = (abi.StridedCopy(c, out, co.sizes, _c_order(co.sizes), co.strides),)
+    log = semiring(fused.semiring).is_log
     params = abi.GemmParams(
-        out=region[seg.out].offset,
-        a=region[shape.a].offset,
+        out=out,
+        a=a,
         a_t=shape.a_t,
-        b=region[shape.b].offset,
+        b=b,
         b_t=shape.b_t,
         m=shape.m,
         n=shape.n,
         k=shape.k,
         batch=shape.batch,
         groups=normalize_groups(seg, layouts[seg.out], batch_key),
-        work=work,
+        work=work + shape.log_work if log else -1,
+        c=c,
+        before=copy_a + copy_b,
+        after=copy_out,
     )
-    n_batch = _count([size for size, *_ in shape.batch], {n: n for n, *_ in shape.batch})
+    n_batch = prod(size for size, *_ in shape.batch)
     pattern = KernelPattern(fused.semiring, dtype, True, seg.normalize, False, template="gemm")
     return Step(seg, pattern, params, n_batch * shape.m * shape.n * shape.k * 2)
+
+
+def _c_order(sizes: Sequence[int]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for n in reversed(sizes):
+        strides.append(step)
+        step *= n
+    return tuple(reversed(strides))

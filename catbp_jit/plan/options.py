@@ -52,6 +52,11 @@ class PlanOptions:
     # reassociating mode may run pairwise contractions as BLAS GEMM (plan/gemm.py): a
     # CPU kernel, so the CUDA target turns it off
     gemm: bool = True
+    # ... copying an operand that is not a matrix in memory into the step's workspace (or
+    # the products out of it) first: transpose, GEMM, transpose. Off: only products whose
+    # operands are matrices already (the planner turns it off when the copies' workspace
+    # would not fit the memory limit)
+    gemm_copies: bool = True
     # reassociating mode: a reduction with few outputs and many terms each is split into
     # partial sums and their sum (plan/split.py), so a GPU has threads for it; the CPU and
     # CUDA targets give the same bits for the split plan. Needs exact=False

@@ -124,6 +124,16 @@ def plan(
         persistent_values(fused, n_static),
         gemm_workspace(fused, layouts, sr.dtype.name, options),
     )
+    if memory.scratch and options.gemm_copies and not fits(memory, options.max_total_bytes):
+        # GEMM's copies need workspace the values alone do not: without them, the plan may fit
+        options = options.with_(gemm_copies=False)
+        memory = plan_memory(
+            fused,
+            sr.dtype.itemsize,
+            options.align_bytes,
+            persistent_values(fused, n_static),
+            gemm_workspace(fused, layouts, sr.dtype.name, options),
+        )
     check_plan_fits(progs, memory, options.max_total_bytes)
     say(f"planning: lowering {len(fused.segments):,} segments")
     schedule = build_schedule(fused, memory, sr.dtype.name, layouts, batch_key, options, progress)
@@ -163,12 +173,16 @@ def binding_table(fused: Fused, memory: MemoryPlan) -> list[Binding]:
     return table
 
 
+def fits(memory: MemoryPlan, max_total_bytes: int | None = None) -> bool:
+    return memory.total_bytes <= memory_limit(max_total_bytes)
+
+
 def check_plan_fits(programs: list[Program], memory: MemoryPlan, max_total_bytes: int | None = None) -> None:
     """Refuse a plan whose arenas cannot all be allocated, before seconds of compiling
     end in numpy's "Unable to allocate" at bind()."""
-    limit = memory_limit(max_total_bytes)
-    if memory.total_bytes <= limit:
+    if fits(memory, max_total_bytes):
         return
+    limit = memory_limit(max_total_bytes)
     names = program_names(programs)
     arenas = ", ".join(f"{c} {format_bytes(b)}" for c, b in memory.class_bytes().items())
     raise PlanTooLargeError(
