@@ -263,7 +263,7 @@ def gemm_step(
     region = memory.regions
     work = memory.scratch[index].offset if index in memory.scratch else -1
 
-    def into(c: Copy | None, offset: int) -> tuple[int, tuple[abi.StridedCopy, ...]]:
+    def into(c: Copy | None, offset: int) -> tuple[int, Copies]:
         """(a's or b's matrix offset, its copy): the leaf's region, or the workspace."""
         if c is None:
             return offset, ()
@@ -272,7 +272,7 @@ def gemm_step(
     a, copy_a = into(shape.copy_a, region[shape.a].offset)
     b, copy_b = into(shape.copy_b, region[shape.b].offset)
     out = region[seg.out].offset
-    c, copy_out = out, ()
+    c, copy_out = out, Copies()
     if shape.copy_out is not None:
         co = shape.copy_out
         c = work + co.at
@@ -297,6 +297,9 @@ def gemm_step(
     n_batch = prod(size for size, *_ in shape.batch)
     pattern = KernelPattern(fused.semiring, dtype, True, seg.normalize, False, template="gemm")
     return Step(seg, pattern, params, n_batch * shape.m * shape.n * shape.k * 2)
+
+
+Copies = tuple[abi.StridedCopy, ...]
 
 
 def _c_order(sizes: Sequence[int]) -> tuple[int, ...]:
