@@ -237,7 +237,7 @@ def build_model(
     plan_time: float | None = None,
     plan_search: PlanSearch | None = None,
     plan_kind: str = "auto",
-    exact: bool = True,
+    exact: bool | None = None,
 ) -> BuiltModel:
     """Plan, emit and compile a model (the options are compile_model's). partial_evaluation:
     the factors that carry no evidence are static inputs, so each solve runs only the
@@ -245,9 +245,11 @@ def build_model(
     are the same bits). plan_kind: the programs emitted from the chosen elimination order,
     "junction" (a junction tree), "contraction" (a contraction tree and its adjoint) or
     "auto" (the cheaper by estimated cost). exact: False compiles in the reassociating mode
-    (compile(..., exact=False)): faster on large cliques, answers within rounding of exact
-    mode's. plan_time: the search budget in seconds (0: greedy only); plan_search: every
-    search option."""
+    (compile(..., exact=False)): faster on large contractions (BLAS GEMM), answers within
+    rounding of exact mode's; True keeps exact mode's order of sums (the same bits on every
+    run, thread count and batch); None (the default): the target's choice, reassociating on
+    the CPU (docs/frontend.md says why), exact elsewhere. plan_time: the search budget in
+    seconds (0: greedy only); plan_search: every search option."""
     say = progress or (lambda msg: None)
     if plan_search is None:
         plan_search = PlanSearch() if plan_time is None else PlanSearch(time_s=plan_time)
@@ -324,7 +326,7 @@ def build_model(
         semiring=name,
         sr=sr,
         target=target,
-        exact=bool(exact),
+        exact=the_target.model_exact if exact is None else bool(exact),
         plan_search=plan_search,
         evidence_vars=observed,
         evidence_columns=tuple(dict.fromkeys(evidence_vars)),
