@@ -23,7 +23,8 @@ axes first; the vector, plan/loops.py, is the last nb axes of the hot group):
     p + SIZES + d    size of axis d, d < D
     out_strides(D) + d     output stride of axis d, d < R
     leaf(D, l)             leaf l's arena offset; its stride on axis d at leaf(D, l) + 1 + d
-    groups(D, R, k) + 0/1/2  NORMALIZE groups: [groups, group stride, element stride]
+    groups(D, R, k) + 0/1/2/3  NORMALIZE groups: [groups, group stride, element stride,
+                     totals: where group g's total goes (at totals + g), or -1]
     access(D, R, k, i) + 0/1/2  how operand i (leaves 0..k-1, then the output) moves along
                      the vector: [kind, step, table] (below)
 
@@ -67,7 +68,7 @@ LEAVES = 7
 SIZES = 8  # the sizes of the D axes start here; everything after depends on D, R, k
 HEADER = SIZES
 
-GROUP_FIELDS = 3  # groups, group stride, element stride
+GROUP_FIELDS = 4  # groups, group stride, element stride, totals offset (or -1)
 
 # the most leaves a step may have: a CPU kernel keeps each leaf's offsets in arrays of this
 # many on its stack (codegen/intrinsics.py), and PlanOptions.max_leaves is checked against it
@@ -133,7 +134,7 @@ class StepParams:
     sizes: tuple[int, ...]
     out_strides: tuple[int, ...]
     leaves: tuple[tuple[int, tuple[int, ...]], ...]  # (arena offset, strides) per leaf
-    groups: tuple[int, int, int]
+    groups: tuple[int, int, int, int]
     accesses: tuple[Access, ...] = ()  # leaves, then the output
     scratch: int = -1
 
@@ -247,7 +248,7 @@ def access_source(k: int, i: int) -> str:
 #                      copied out after them (the copies below)
 #     p + GEMM_SCRATCH offset in P of the copies' odometer (as many counters as axes)
 #     gemm_batch(d) + 0/1/2/3   batch axis d: size, then its stride in c, a and b
-#     gemm_groups(nb) + 0/1/2   NORMALIZE groups, as for contract_reduce (over OUT)
+#     gemm_groups(nb) + 0/1/2/3 NORMALIZE groups, as for contract_reduce (over OUT)
 #     gemm_copies(nb) + 0/1     how many copies run before the products, how many after;
 #                      then each copy: COPY_SRC, COPY_DST, COPY_RANK, and per axis d at
 #                      copy_axis(d): size, source stride, destination stride (plan/gemm.py:
@@ -321,7 +322,7 @@ class GemmParams:
     n: int
     k: int
     batch: tuple[tuple[int, int, int, int], ...]  # (size, out, a, b strides) per batch axis
-    groups: tuple[int, int, int]
+    groups: tuple[int, int, int, int]
     work: int = -1  # LOGPROB workspace offset (plan/gemm.py: gemm_workspace), else -1
     c: int = -1  # where the products go (-1: out)
     before: tuple[StridedCopy, ...] = ()  # leaves copied into the workspace

@@ -265,6 +265,7 @@ class Executable:
             leaves = ", ".join(f"v{j}@{region(j)}" for j in seg.leaves)
             red = f" reduce {format_spec(TensorSpec(seg.red_axes))}" if seg.red_axes else ""
             norm = " normalize" if seg.normalize else ""
+            norm += f" (total v{seg.total}@{region(seg.total)})" if seg.total is not None else ""
             origin = sorted(
                 {
                     f"{prog}[{idx}]"

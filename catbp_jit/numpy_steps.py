@@ -97,7 +97,7 @@ def _step(pattern, params: abi.StepParams, mem: np.ndarray) -> Callable[[], None
     out = view(params.out, sizes[:R], params.out_strides)
     n_out = int(np.prod(sizes[:R], dtype=np.int64))
     n_red = int(np.prod(sizes[R:], dtype=np.int64))
-    groups, group_stride, element_stride = params.groups
+    groups, group_stride, element_stride, totals = params.groups
     parts = view(params.out, (groups, n_out // groups), (group_stride, element_stride))
     times = {"sum": np.multiply, "logsumexp": np.add, "any": np.logical_and}[sr.reduction]
     dtype = mem.dtype
@@ -123,10 +123,14 @@ def _step(pattern, params: abi.StepParams, mem: np.ndarray) -> Callable[[], None
     def normalize() -> None:
         if sr.normalization == "divide_by_total":
             total = in_order_sum(parts)
+            if totals >= 0:  # the totals kept as a value of their own (plan/totals.py)
+                mem[totals : totals + groups] = total
             rows = total != 0.0
             parts[rows] = parts[rows].astype(np.float64) / total[rows, None]
         elif sr.normalization == "subtract_logsumexp":
             z = logsumexp_rows(parts)
+            if totals >= 0:
+                mem[totals : totals + groups] = z
             with np.errstate(invalid="ignore"):  # -inf - -inf = NaN, as CatBP's
                 parts[...] = parts.astype(np.float64) - z[:, None]
 

@@ -598,3 +598,41 @@ def gemm_case(semiring, dtype, a_axes, b_axes, keep, norm=False, values=None, se
         {},
         [Inputs(factors, {}, {})],
     )
+
+
+def scale_case(semiring, dtype="float64", seed=0):
+    """The front end's scaled tensor (frontend/emit_tree.py): t = Σ_k a ⊗ b, its total
+    stored as ("scale",), t normalized and stored as ("t",), then read again (Σ t ⊗ c)."""
+    a_spec, b_spec, c_spec = TensorSpec((AI, AK)), TensorSpec((AK, AJ)), TensorSpec((AJ, AI))
+    t_spec = TensorSpec((AI, AJ))
+    prog = [
+        load(0, 0),
+        load(1, 1),
+        load(2, 2),
+        contract(3, (0, 1), TensorSpec((AI, AK, AJ))),
+        elim(4, 3, [AI.key, AJ.key]),
+        elim(5, 4, []),
+        store(("scale",), 5),
+        normalize(4),
+        store(("t",), 4),
+        contract(6, (4, 2), t_spec),
+        elim(7, 6, []),
+        store(("Z",), 7),
+    ]
+    rng = np.random.default_rng(seed)
+    dt = np.dtype(dtype)
+
+    def make(shape):
+        x = rng.uniform(0.1, 2.0, shape)
+        return np.log(x) if semiring == "LOGPROB" else x
+
+    factors = {f: np.asarray(make(sp.shape), dt) for f, sp in enumerate((a_spec, b_spec, c_spec))}
+    return Case(
+        semiring,
+        dt,
+        [Program(tuple(prog), "upward")],
+        {0: a_spec, 1: b_spec, 2: c_spec},
+        {},
+        {},
+        [Inputs(factors, {}, {})],
+    )

@@ -48,7 +48,7 @@ from catbp_jit.plan.schedule import KernelPattern
 from catbp_jit.semiring import SEMIRINGS
 from conftest import CORPUS, REPO
 from jit_helpers import assert_close, bit_identical, compile_case, inputs
-from random_programs import cases
+from random_programs import cases, scale_case
 
 # The simulator runs each GPU thread as Python: the default selection checks the smallest
 # model in every semiring and dtype (z4_cycle) and one grid; the sweep over the whole
@@ -249,6 +249,18 @@ SPLIT = PlanOptions(exact=False, split_reductions=True, split_min_terms=2, gemm=
 def test_split_reductions_match_cpu(case, module_dir):
     note(case.listing())
     exe = compile_case(case, "loop", options=SPLIT)
+    run = Run.bind(exe, exe)
+    values = case.inputs[0]
+    run.run(factors=values.factors, selectors=values.selectors, slots=values.slots)
+    check_against_cpu(run, case.semiring, module_dir)
+
+
+@pytest.mark.parametrize("semiring", ["PROB", "LOGPROB"])
+def test_normalize_totals_match_cpu(semiring, module_dir):
+    """plan/totals.py: a normalize pass that also writes its total, as the CPU's does."""
+    case = scale_case(semiring)
+    exe = compile_case(case, "loop", options=PlanOptions(exact=False, gemm=False))
+    assert any(seg.total is not None for seg in exe.plan.fused.segments)
     run = Run.bind(exe, exe)
     values = case.inputs[0]
     run.run(factors=values.factors, selectors=values.selectors, slots=values.slots)
@@ -546,7 +558,7 @@ def test_launch_shape_counts_outputs_and_groups():
         sizes=(3, 4, 5),
         out_strides=(4, 1),
         leaves=((0, (20, 5, 1)),),
-        groups=(3, 4, 1),
+        groups=(3, 4, 1, -1),
     )
     assert cuda.launch_shape(params) == (12, 3)
     assert cuda_run.LaunchOptions(32, 1024).blocks(12) == 1

@@ -462,9 +462,11 @@ def test_compile_model_passes_the_mode_down():
         [((f"x{i}", f"x{(i + 1) % n}"), rng.uniform(0.1, 1, (3, 3))) for i in range(n)],
         name="ring6",
     )
-    exact = catbp_jit.compile_model(graph, "prob")
+    exact = catbp_jit.compile_model(graph, "prob", exact=True)
     loose = catbp_jit.compile_model(graph, "prob", exact=False)
+    default = catbp_jit.compile_model(graph, "prob")  # the CPU's choice: reassociating
     assert loose.executable.plan.options.exact is False
+    assert default.executable.plan.options.exact is False
     assert exact.executable.plan.options.exact is True
     a, b = exact.solve(), loose.solve()
     assert np.isclose(a.Z, b.Z, rtol=1e-9)

@@ -256,7 +256,7 @@ def _normalize(sr: Semiring) -> list[str]:
     x = "mem[base + o * es]"
     head = [
         "    G = p + SIZES + D + R + P[p + LEAVES] * (1 + D)  # after the last leaf's strides",
-        "    groups, gs, es = P[G], P[G + 1], P[G + 2]",
+        "    groups, gs, es, totals = P[G], P[G + 1], P[G + 2], P[G + 3]",
         "    size = n_out // groups",
         "    for g in range(groups):",
         "        base = out + g * gs",
@@ -266,6 +266,8 @@ def _normalize(sr: Semiring) -> list[str]:
             f"{i}total = 0.0",
             f"{i}for o in range(size):",
             f"{i}    total += {x}",
+            f"{i}if totals >= 0:  # the total kept as a value of its own (plan/totals.py)",
+            f"{i}    mem[totals + g] = total",
             f"{i}if total != 0.0:",
             f"{i}    for o in range(size):",
             f"{i}        {x} = {x} / total",
@@ -282,6 +284,8 @@ def _normalize(sr: Semiring) -> list[str]:
             f"{i}    for o in range(size):",
             f"{i}        acc += math.exp({x} - top_x)",
             f"{i}    z = top_x + math.log(acc)",
+            f"{i}if totals >= 0:  # the total kept as a value of its own (plan/totals.py)",
+            f"{i}    mem[totals + g] = z",
             f"{i}for o in range(size):",
             f"{i}    {x} = {x} - z",
         ]

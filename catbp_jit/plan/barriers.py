@@ -33,13 +33,17 @@ def _span(offset: int, sizes: Sequence[int], strides: Sequence[int]) -> Span:
     return offset, offset + sum((n - 1) * s for n, s in zip(sizes, strides))
 
 
-def step_spans(step: Step) -> tuple[Span, list[Span]] | None:
-    """(the output's span, the leaves' spans) of a step, or None when its parameters are not
-    a contraction's (then it gets barriers on both sides)."""
+def step_spans(step: Step) -> tuple[list[Span], list[Span]] | None:
+    """(the spans it writes: its output's, and its totals' if it keeps them; the leaves'
+    spans) of a step, or None when its parameters are not a contraction's (then it gets
+    barriers on both sides)."""
     params = step.params
     if not isinstance(params, abi.StepParams):
         return None
-    out = _span(params.out, params.sizes[: params.out_rank], params.out_strides)
+    out = [_span(params.out, params.sizes[: params.out_rank], params.out_strides)]
+    groups, *_, totals = params.groups
+    if totals >= 0:
+        out.append((totals, totals + groups - 1))
     return out, [_span(offset, params.sizes, strides) for offset, strides in params.leaves]
 
 
@@ -63,13 +67,13 @@ def barriers(steps: Sequence[Step]) -> np.ndarray:
         out, leaves = spans
         if (
             any(_meets(leaf, written) for leaf in leaves)
-            or _meets(out, written + read)
-            or len(written) + len(read) + len(leaves) + 1 > MAX_OPEN_SPANS
+            or any(_meets(span, written + read) for span in out)
+            or len(written) + len(read) + len(leaves) + len(out) > MAX_OPEN_SPANS
         ):
             wait[i] = i > 0
             written, read = [], []
         # (a normalizing step also waits inside itself, between its contraction and its
         # NORMALIZE; that wait is not counted here, so a phase's steps may run in any order)
-        written.append(out)
+        written += out
         read += leaves
     return wait

@@ -39,6 +39,14 @@ class Segment:
     reduce: bool  # an ELIMINATE is part of it (even if every reduced axis has size 1)
     normalize: bool
     nodes: tuple[int, ...]  # the graph nodes it computes, for listings
+    # a normalizing segment may also write each group's total, the value its NORMALIZE
+    # divides by, as this value (plan/totals.py); None: it does not
+    total: int | None = None
+
+    @property
+    def writes(self) -> tuple[int, ...]:
+        """The values it writes: its output, and its totals if it keeps them."""
+        return (self.out,) if self.total is None else (self.out, self.total)
 
 
 @dataclass

@@ -37,7 +37,7 @@ from ..semiring import semiring
 from .arena import MemoryPlan
 from .fusion import Fused, Segment
 from .options import PlanOptions
-from .steps import KernelPattern, Step, c_strides, normalize_groups
+from .steps import KernelPattern, Step, c_strides, normalize_groups, total_offset
 
 GEMM_DTYPES = ("float64", "float32")
 # float32 sums round to ~K x 6e-8; docs/ir.md's float32 tolerance is rtol 1e-5
@@ -288,7 +288,7 @@ def gemm_step(
         n=shape.n,
         k=shape.k,
         batch=shape.batch,
-        groups=normalize_groups(seg, layouts[seg.out], batch_key),
+        groups=normalize_groups(seg, layouts[seg.out], batch_key, total_offset(seg, region)),
         work=work + shape.log_work if log else -1,
         c=c,
         before=copy_a + copy_b,

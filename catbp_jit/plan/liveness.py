@@ -19,8 +19,9 @@ def live_intervals(segments: list[Segment]) -> dict[int, Interval]:
     start: dict[int, int] = {}
     end: dict[int, int] = {}
     for i, seg in enumerate(segments):
-        start[seg.out] = i
-        end.setdefault(seg.out, i)
+        for v in seg.writes:
+            start[v] = i
+            end.setdefault(v, i)
         for leaf in seg.leaves:
             if leaf in start:
                 end[leaf] = max(end[leaf], i)

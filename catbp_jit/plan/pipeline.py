@@ -1,7 +1,7 @@
 """plan(): adapted programs -> Plan, everything that does not need a compiler.
 
     validate -> build_graph -> optimize -> fuse -> hoist_prefixes (exact) or reassociate
-    (and split_reductions, when asked) -> choose_layouts -> static_first -> plan_memory
+    (and split_reductions, when asked, and normalize_totals) -> choose_layouts -> static_first -> plan_memory
     -> build_schedule (GEMM steps, plan/gemm.py, else loop kernels), and the binding table
 
 A Plan is plain data: a target renders its schedule's kernel patterns (codegen/cpu.py,
@@ -32,6 +32,7 @@ from .reassociate import reassociate
 from .schedule import Schedule, build_schedule
 from .split import split_reductions
 from .static import StaticInputs, check_static_ids, persistent_values, static_first
+from .totals import normalize_totals
 
 # Binding kinds: what a session writes before a run, and what it reads after one.
 FACTOR_INPUT, SELECTOR_INPUT, SLOT_INPUT = "factor", "selector", "slot"
@@ -111,6 +112,7 @@ def plan(
         fused = reassociate(fused, batch_key)
         if options.split_reductions:  # few outputs, many terms: partial sums (plan/split.py)
             fused = split_reductions(fused, batch_key, options.split_min_terms)
+        fused = normalize_totals(fused, batch_key)  # a NORMALIZE writes its total (plan/totals.py)
     elif options.hoist:  # (a path of pairwise products needs no hoisting)
         fused = hoist_prefixes(fused)
     # layouts first: they break ties by program order, and must not depend on `static`

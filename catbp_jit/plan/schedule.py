@@ -28,7 +28,7 @@ from .fusion import Fused, Segment
 from .gemm import gemm_step
 from .loops import ACROSS_OUTPUTS, ACROSS_REDUCED, canonical_loops, loop_nest
 from .options import PlanOptions
-from .steps import KernelPattern, Step, c_strides, normalize_groups  # noqa: F401 (re-exported)
+from .steps import KernelPattern, Step, c_strides, normalize_groups, total_offset  # noqa: F401 (re-exported)
 
 
 @dataclass
@@ -122,7 +122,7 @@ def lower_segment(
         sizes=tuple(sizes),
         out_strides=tuple(operands[0][:out_rank]),
         leaves=tuple((memory.regions[leaf].offset, tuple(row)) for leaf, row in zip(seg.leaves, leaf_rows)),
-        groups=normalize_groups(seg, layouts[seg.out], batch_key),
+        groups=normalize_groups(seg, layouts[seg.out], batch_key, total_offset(seg, memory.regions)),
         accesses=accesses,
     )
     return Step(seg, pattern, params, work)
@@ -148,6 +148,7 @@ def shape_key(seg: Segment, fused: Fused, layouts: dict[int, TensorSpec], batch_
         spec(TensorSpec(seg.red_axes)),
         seg.reduce,
         seg.normalize,
+        seg.total is None,
         spec(layouts[seg.out]),
         tuple((spec(fused.specs[leaf]), spec(layouts[leaf])) for leaf in seg.leaves),
     )
@@ -183,7 +184,8 @@ def lower_segments(
             leaves = tuple(
                 (regions[leaf].offset, row) for leaf, (_, row) in zip(seg.leaves, first_params.leaves)
             )
-            params = replace(first_params, out=regions[seg.out].offset, leaves=leaves)
+            groups = first_params.groups[:-1] + (total_offset(seg, regions),)
+            params = replace(first_params, out=regions[seg.out].offset, leaves=leaves, groups=groups)
             step = Step(seg, first.pattern, params, first.work)
         steps.append(step)
     return steps

@@ -53,7 +53,7 @@ def static_values(fused: Fused, static: StaticInputs) -> set[int]:
     }
     for seg in fused.segments:
         if all(leaf in known for leaf in seg.leaves):
-            known.add(seg.out)
+            known.update(seg.writes)
     return known
 
 
@@ -71,7 +71,7 @@ def static_first(fused: Fused, static: StaticInputs) -> tuple[Fused, int]:
 def persistent_values(fused: Fused, n_static: int) -> set[int]:
     """Outputs of the first n_static segments (the static ones) that a dynamic segment
     reads: they must keep their values across runs."""
-    static_outs = {seg.out for seg in fused.segments[:n_static]}
+    static_outs = {v for seg in fused.segments[:n_static] for v in seg.writes}
     return {leaf for seg in fused.segments[n_static:] for leaf in seg.leaves if leaf in static_outs}
 
 

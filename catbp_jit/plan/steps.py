@@ -59,14 +59,22 @@ def c_strides(spec: TensorSpec) -> dict[tuple, int]:
     return strides
 
 
-def normalize_groups(seg: Segment, layout: TensorSpec, batch_key: tuple | None) -> tuple[int, int, int]:
-    """[groups, group stride, element stride]: a NORMALIZE normalizes each of `groups`
-    parts of its output alone, part g being the elements at g * group stride + i *
+def normalize_groups(
+    seg: Segment, layout: TensorSpec, batch_key: tuple | None, total: int = -1
+) -> tuple[int, int, int, int]:
+    """[groups, group stride, element stride, totals]: a NORMALIZE normalizes each of
+    `groups` parts of its output alone, part g being the elements at g * group stride + i *
     element stride: one part per batch row (the batch axis is innermost), else [1, 0, 1].
-    The rest of a row is walked in its memory order, the unbatched value's order."""
+    The rest of a row is walked in its memory order, the unbatched value's order. totals:
+    where part g's total goes (at totals + g: seg.total's region, plan/totals.py), or -1."""
     if not seg.normalize or batch_key is None or not seg.out_spec.has_key(batch_key):
-        return (1, 0, 1)
+        return (1, 0, 1, total)
     if layout.axes[-1].key != batch_key:  # ir/batch.py and layout.py keep it innermost
         raise AssertionError(f"segment v{seg.out}: batch axis not innermost in {layout}")
     rows = layout.axes[-1].size
-    return (rows, 1, rows)
+    return (rows, 1, rows, total)
+
+
+def total_offset(seg: Segment, regions) -> int:
+    """The arena offset of the segment's totals, or -1 (normalize_groups)."""
+    return -1 if seg.total is None else regions[seg.total].offset
