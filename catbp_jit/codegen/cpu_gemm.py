@@ -23,6 +23,7 @@ from ..semiring import SEMIRINGS
 from .cpu import _normalize
 
 ENTRY = "kernel"
+TILE = 16
 
 # a shifted product sum at least this large carries full relative precision: every term is
 # <= 1 and those that underflowed are below the dtype's smallest normal, far under it
@@ -113,19 +114,29 @@ COPY = '''
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
 def strided_copy(mem, P, q, i):
     """The copy at P[q:] (abi.py: StridedCopy), its odometer in P[i:]; returns where the
-    next copy starts. The innermost axis is one plain loop."""
+    next copy starts. The last two axes are walked in TILE x TILE tiles (the planner puts
+    the destination's densest axis last and the source's before it: a transpose then reads
+    and writes whole cache lines); the axes before them by the odometer."""
     src, dst, rank = P[q + COPY_SRC], P[q + COPY_DST], P[q + COPY_RANK]
     ax = q + COPY_HEADER
     last = ax + COPY_AXIS_FIELDS * (rank - 1)
     n, ss, ds = P[last], P[last + 1], P[last + 2]
+    if rank == 1:
+        for t in range(n):
+            mem[dst + t * ds] = mem[src + t * ss]
+        return last + COPY_AXIS_FIELDS
+    m, ms, md = P[last - COPY_AXIS_FIELDS], P[last - COPY_AXIS_FIELDS + 1], P[last - COPY_AXIS_FIELDS + 2]
     rows = np.int64(1)
-    for d in range(rank - 1):
+    for d in range(rank - 2):
         rows *= P[ax + COPY_AXIS_FIELDS * d]
         P[i + d] = 0
     for _ in range(rows):
-        for t in range(n):
-            mem[dst + t * ds] = mem[src + t * ss]
-        for d in range(rank - 2, -1, -1):  # the odometer: next row
+        for u0 in range(0, m, TILE):
+            for t0 in range(0, n, TILE):
+                for u in range(u0, min(u0 + TILE, m)):
+                    for t in range(t0, min(t0 + TILE, n)):
+                        mem[dst + u * md + t * ds] = mem[src + u * ms + t * ss]
+        for d in range(rank - 3, -1, -1):  # the odometer: next tile row
             f = ax + COPY_AXIS_FIELDS * d
             P[i + d] += 1
             src += P[f + 1]
@@ -135,7 +146,7 @@ def strided_copy(mem, P, q, i):
             P[i + d] = 0
             src -= P[f] * P[f + 1]
             dst -= P[f] * P[f + 2]
-    return ax + COPY_AXIS_FIELDS * rank
+    return last + COPY_AXIS_FIELDS
 '''
 
 ENTRY_SOURCE = '''
@@ -185,6 +196,7 @@ def kernel_source(pattern: KernelPattern) -> str:
         abi=abi.gemm_source_constants(),
     )
     lines += f"SAFE = {SAFE[pattern.dtype]}\n" if log else ""
+    lines += f"TILE = {TILE}  # a copy's tile edge (elements): 16 float64 are two cache lines\n"
     lines += DOT + (LOG_DOT if log else "") + COPY
     call = (
         "log_dot(mem, ao, P[p + GEMM_A_T], bo, P[p + GEMM_B_T], oo, M, N, K, P[p + GEMM_WORK])"

@@ -267,7 +267,7 @@ def gemm_step(
         """(a's or b's matrix offset, its copy): the leaf's region, or the workspace."""
         if c is None:
             return offset, ()
-        return work + c.at, (abi.StridedCopy(offset, work + c.at, c.sizes, c.strides, _c_order(c.sizes)),)
+        return work + c.at, (_walked(offset, work + c.at, c.sizes, c.strides, _c_order(c.sizes)),)
 
     a, copy_a = into(shape.copy_a, region[shape.a].offset)
     b, copy_b = into(shape.copy_b, region[shape.b].offset)
@@ -276,7 +276,7 @@ def gemm_step(
     if shape.copy_out is not None:
         co = shape.copy_out
         c = work + co.at
-        copy_out = (abi.StridedCopy(c, out, co.sizes, _c_order(co.sizes), co.strides),)
+        copy_out = (_walked(c, out, co.sizes, _c_order(co.sizes), co.strides),)
     log = semiring(fused.semiring).is_log
     params = abi.GemmParams(
         out=out,
@@ -300,6 +300,26 @@ def gemm_step(
 
 
 Copies = tuple[abi.StridedCopy, ...]
+
+
+def _walked(src: int, dst: int, sizes, src_strides, dst_strides) -> abi.StridedCopy:
+    """The copy with its axes in the order the kernel walks them best: the destination's
+    densest axis last, the source's densest of the others before it (the kernel tiles
+    those two), the rest outermost by the destination's strides."""
+    axes = list(range(len(sizes)))
+    last = min(axes, key=lambda d: (abs(dst_strides[d]), -d))
+    rest = [d for d in axes if d != last]
+    order = [last]
+    if rest:
+        tile = min(rest, key=lambda d: (abs(src_strides[d]), -d))
+        order = sorted((d for d in rest if d != tile), key=lambda d: -abs(dst_strides[d])) + [tile, last]
+    return abi.StridedCopy(
+        src,
+        dst,
+        tuple(sizes[d] for d in order),
+        tuple(src_strides[d] for d in order),
+        tuple(dst_strides[d] for d in order),
+    )
 
 
 def _c_order(sizes: Sequence[int]) -> tuple[int, ...]:

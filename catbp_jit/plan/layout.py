@@ -12,15 +12,21 @@ out as the unbatched value is. The layout changes addresses only.
 
 from __future__ import annotations
 
-from ..ir.schema import TensorSpec
+from ..ir.schema import TensorSpec, element_count
 from .fusion import Fused
 
 
-def choose_layouts(fused: Fused, batch_key: tuple | None = None) -> dict[int, TensorSpec]:
+def choose_layouts(
+    fused: Fused, batch_key: tuple | None = None, gemm_readers: bool = False
+) -> dict[int, TensorSpec]:
+    """gemm_readers: two-leaf reductions may run as GEMM steps (plan/gemm.py), which copy an
+    operand into whatever order they need: they state no preference, and a value no
+    reduction prefers an order for is stored as its producer reads its largest leaf of the
+    same axes (a product then walks both in memory order)."""
     outputs = set(fused.outputs.values())
     best: dict[int, tuple] = {}  # value -> (work, segment index)
     for i, seg in enumerate(fused.segments):
-        if not seg.red_axes:
+        if not seg.red_axes or (gemm_readers and len(seg.leaves) == 2):
             continue
         work = 1
         for ax in tuple(seg.out_spec.axes) + tuple(seg.red_axes):
@@ -30,10 +36,23 @@ def choose_layouts(fused: Fused, batch_key: tuple | None = None) -> dict[int, Te
                 if leaf not in best or work > best[leaf][0]:
                     best[leaf] = (work, i)
     layouts = {v: spec for v, spec in fused.specs.items()}
-    for v, (_, i) in best.items():
+
+    def store(v: int, kept: list) -> None:
         spec = fused.specs[v]
-        kept = [k for k in fused.segments[i].out_spec.keys if spec.has_key(k) and k != batch_key]
+        kept = [k for k in kept if spec.has_key(k) and k != batch_key]
         rest = [k for k in spec.keys if k not in kept and k != batch_key]
         last = [batch_key] if batch_key is not None and spec.has_key(batch_key) else []
         layouts[v] = TensorSpec(tuple(spec.get_axis(k) for k in kept + rest + last))
+
+    for v, (_, i) in best.items():
+        store(v, list(fused.segments[i].out_spec.keys))
+    if gemm_readers:  # (segments in order: a leaf's layout is settled before its reader's)
+        for seg in fused.segments:
+            v = seg.out
+            if v in best or v in outputs or seg.red_axes or fused.kinds.get(v) != "computed":
+                continue
+            same = [leaf for leaf in seg.leaves if set(fused.specs[leaf].keys) == set(fused.specs[v].keys)]
+            if same:
+                big = max(same, key=lambda leaf: element_count(fused.specs[leaf]))
+                store(v, list(layouts[big].keys))
     return layouts

@@ -18,11 +18,11 @@ from ..ir.schema import TensorSpec
 from ..ir.validate import check_programs
 from ..memory import PlanTooLargeError, format_bytes, memory_limit
 from ..progress import Progress, silent
-from ..semiring import VMSemiringRuntime
+from ..semiring import VMSemiringRuntime, semiring
 from .arena import MemoryPlan, plan_memory
 from .fusion import Fused, fuse
 from .gc_paused import gc_paused
-from .gemm import gemm_workspace
+from .gemm import GEMM_DTYPES, gemm_workspace
 from .graph import FACTOR, SELECTOR, SLOT_IN, UNIT, Graph, build_graph
 from .hoist import hoist_prefixes
 from .layout import choose_layouts
@@ -117,7 +117,12 @@ def plan(
         fused = hoist_prefixes(fused)
     # layouts first: they break ties by program order, and must not depend on `static`
     say(f"planning: memory and layouts of {len(fused.segments):,} segments")
-    layouts = choose_layouts(fused, batch_key)
+    # (where two-leaf reductions may be GEMM steps, which copy operands into the order they
+    # need, products are stored as they read their leaves instead: plan/layout.py)
+    gemm_readers = (
+        not options.exact and options.gemm and sr.dtype.name in GEMM_DTYPES and semiring(sr.name).sums_reals
+    )
+    layouts = choose_layouts(fused, batch_key, gemm_readers)
     fused, n_static = static_first(fused, static)
     memory = plan_memory(
         fused,
