@@ -27,7 +27,7 @@ from catbp_jit.reference.kernels import keep_keys_from_drop
 from catbp_jit.reference.vm import RegisterBank
 from conftest import CORPUS, REPO, shared_dir
 from jit_helpers import check_memory_plan, count_allocations, executable, inputs
-from random_programs import AI, AJ, AK, gemm_case
+from random_programs import AB, AI, AJ, AK, gemm_case
 
 MODES = ("compiled", "loop")
 CORPUS_BY_NAME = {p.name: p for p in CORPUS}
@@ -408,10 +408,15 @@ def test_run_allocates_nothing(path, mode):
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("semiring", ["PROB", "LOGPROB"])
-def test_reassociating_run_with_gemm_steps_allocates_nothing(semiring, mode):
-    """exact=False: BLAS GEMM steps (np.dot into the arena) and LOGPROB's exponentials
-    (in the step's workspace) allocate nothing per run either."""
-    case = gemm_case(semiring, "float64", (AI, AK), (AK, AJ), (AI, AJ), norm=True)
+@pytest.mark.parametrize(
+    "axes",
+    [((AI, AK), (AK, AJ), (AI, AJ)), ((AI, AK, AB), (AB, AK, AJ), (AJ, AB, AI))],
+    ids=["matrices", "copied"],
+)
+def test_reassociating_run_with_gemm_steps_allocates_nothing(semiring, mode, axes):
+    """exact=False: BLAS GEMM steps (np.dot into the arena), their operands' copies and
+    LOGPROB's exponentials (in the step's workspace) allocate nothing per run either."""
+    case = gemm_case(semiring, "float64", *axes, norm=True)
     exe = catbp_jit.compile(case.programs, case.sr(), factor_specs=case.factor_specs, mode=mode, exact=False)
     assert any(st.pattern.template == "gemm" for st in exe.schedule.steps)
     sess = exe.bind()
