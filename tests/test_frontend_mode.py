@@ -41,7 +41,7 @@ def assert_within(got, want, rtol):
         np.testing.assert_allclose(got.marginals[v], m, rtol=rtol, atol=1e-300, err_msg=v)
 
 
-SLOW = {"CSP_12", "Grids_11", "Pedigree_11"}  # 8-16 s each: kernels of two modes compiled
+SLOW = {"CSP_12", "Grids_11", "Pedigree_11", "Promedus_11"}  # 8-16 s each: two modes compiled
 
 
 @pytest.mark.parametrize(

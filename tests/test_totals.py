@@ -20,9 +20,16 @@ def totals_of(exe) -> list:
 
 
 @pytest.mark.parametrize(
-    "semiring, dtype", [("PROB", "float64"), ("PROB", "float32"), ("LOGPROB", "float64")]
+    "semiring, dtype, gemm",
+    [
+        ("PROB", "float64", True),
+        ("LOGPROB", "float64", False),
+        pytest.param("PROB", "float64", False, marks=pytest.mark.slow),
+        pytest.param("PROB", "float32", False, marks=pytest.mark.slow),
+        pytest.param("PROB", "float32", True, marks=pytest.mark.slow),
+        pytest.param("LOGPROB", "float64", True, marks=pytest.mark.slow),
+    ],
 )
-@pytest.mark.parametrize("gemm", [False, True])
 def test_the_normalize_writes_the_total(semiring, dtype, gemm):
     case = scale_case(semiring, dtype)
     exact = compile_case(case, "compiled")
