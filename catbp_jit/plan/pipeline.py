@@ -124,23 +124,17 @@ def plan(
     )
     layouts = choose_layouts(fused, batch_key, gemm_readers)
     fused, n_static = static_first(fused, static)
-    memory = plan_memory(
-        fused,
-        sr.dtype.itemsize,
-        options.align_bytes,
-        persistent_values(fused, n_static),
-        gemm_workspace(fused, layouts, sr.dtype.name, options),
-    )
+    persistent = persistent_values(fused, n_static)
+
+    def memory_with(options: PlanOptions) -> MemoryPlan:
+        work = gemm_workspace(fused, layouts, sr.dtype.name, options)
+        return plan_memory(fused, sr.dtype.itemsize, options.align_bytes, persistent, work)
+
+    memory = memory_with(options)
     if memory.scratch and options.gemm_copies and not fits(memory, options.max_total_bytes):
         # GEMM's copies need workspace the values alone do not: without them, the plan may fit
         options = options.with_(gemm_copies=False)
-        memory = plan_memory(
-            fused,
-            sr.dtype.itemsize,
-            options.align_bytes,
-            persistent_values(fused, n_static),
-            gemm_workspace(fused, layouts, sr.dtype.name, options),
-        )
+        memory = memory_with(options)
     check_plan_fits(progs, memory, options.max_total_bytes)
     say(f"planning: lowering {len(fused.segments):,} segments")
     schedule = build_schedule(fused, memory, sr.dtype.name, layouts, batch_key, options, progress)
