@@ -177,10 +177,7 @@ def _shape(a: int, b: int, shared, rows, cols, ks, so, sa, sb, size) -> GemmShap
         return c
 
     def packed(keys) -> dict:  # C strides of a copy's matrix
-        strides, step = {}, 1
-        for x in reversed(keys):
-            strides[x], step = step, step * size[x]
-        return strides
+        return dict(zip(keys, _c_order([size[x] for x in keys])))
 
     a_t, b_t = _matrix(rows, ks, sa, size, m, k), _matrix(ks, cols, sb, size, k, n)
     copy_a = copy_b = copy_out = None
@@ -272,7 +269,8 @@ def gemm_step(
     a, copy_a = into(shape.copy_a, region[shape.a].offset)
     b, copy_b = into(shape.copy_b, region[shape.b].offset)
     out = region[seg.out].offset
-    c, copy_out = out, Copies()
+    c = out
+    copy_out: Copies = ()
     if shape.copy_out is not None:
         co = shape.copy_out
         c = work + co.at
