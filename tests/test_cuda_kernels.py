@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -80,10 +81,10 @@ def modules_for(schedule, directory):
 
 
 def schedule_module_for(schedule, directory):
-    patterns = tuple(schedule.patterns)
-    if patterns not in _SCHEDULE_MODULES:
-        _SCHEDULE_MODULES[patterns] = cuda_run.load_schedule_module(patterns, directory)
-    return _SCHEDULE_MODULES[patterns]
+    key = (tuple(schedule.patterns), cuda_schedule.schedule_shapes(schedule))
+    if key not in _SCHEDULE_MODULES:
+        _SCHEDULE_MODULES[key] = cuda_run.load_schedule_module(schedule, directory)
+    return _SCHEDULE_MODULES[key]
 
 
 # ------------------------------------------------------------------------ running both
@@ -514,18 +515,39 @@ def test_float_products_in_sums_are_rounded_alone():
 
 def test_schedule_kernel_source_names_its_kernels_and_waits_where_told():
     patterns = [p for p in _patterns() if p.dtype == "float64"]
-    src = cuda_schedule.schedule_source(patterns)
-    assert src == cuda_schedule.schedule_source([KernelPattern(**p.as_dict()) for p in patterns])
+    shapes = [((2, 1, 1), (3, 2, 0)) if p.reduce else ((2, 2, 0),) for p in patterns]
+    src = cuda_schedule.schedule_source(patterns, shapes)
+    assert src == cuda_schedule.schedule_source([KernelPattern(**p.as_dict()) for p in patterns], shapes)
     compile(src, "schedule", "exec")
     for k, pattern in enumerate(patterns):
         assert f"  {k}: {pattern.name}\n" in src  # the docstring lists the kernel ids
-        assert f"def contract_{k}(mem, P, p, first, stride, b, r, e):" in src
+        for shape in shapes[k]:  # a device function per kernel id and step shape
+            name = f"contract_{k}_k{shape[0]}_r{shape[1]}_q{shape[2]}"
+            assert f"def {name}(mem, P, p, first, stride):" in src
+            assert f"K == {shape[0]} and R == {shape[1]} and Q == {shape[2]}:\n                {name}(" in src
         assert (f"def normalize_groups_{k}(" in src) == pattern.normalize
     # a wait where the barriers say, and one inside each normalizing kernel's step
     assert src.count("grid.sync()") == 1 + sum(p.normalize for p in patterns)
-    assert src.count("cuda.local.array(") == 3  # one set of offsets per thread, whatever the kernels
+    assert "cuda.local.array(" not in src  # offsets in registers, sizes read once per step
     with pytest.raises(ValueError, match="at least one pattern"):
-        cuda_schedule.schedule_source([])
+        cuda_schedule.schedule_source([], [])
+    with pytest.raises(ValueError, match="1 shape lists for 2 patterns"):
+        cuda_schedule.schedule_source(patterns[:2], shapes[:1])
+
+
+def test_shaped_function_reads_the_table_before_its_loop_only():
+    """The shaped function's point: every size and stride in a register before the loop
+    over the thread's outputs, nested loops over the reduced axes in C order."""
+    pattern = KernelPattern("PROB", "float64", True, False, False)
+    lines = cuda.shaped_contract_fn("f", pattern, (3, 2, 2))
+    loop = lines.index("    while o < n_out:")
+    assert not [line for line in lines[loop:] if "P[" in line]
+    strides = [line for line in lines[:loop] if re.match(r" +s\d+_\d+ = P\[p \+ \d+\]$", line)]
+    assert len(strides) == 3 * 4  # each leaf's stride on each axis
+    body = "\n".join(lines[loop:])
+    assert "for j2 in range(n2):" in body and "for j3 in range(n3):" in body
+    assert body.index("for j2") < body.index("for j3")  # axis 2 outer: the CPU's order
+    assert "x = dmul_rn(x, mem[c1_3])" in body and "x = dmul_rn(x, mem[c2_3])" in body
 
 
 def test_unsupported_float_dtype_is_refused_by_name():
@@ -609,7 +631,9 @@ LOWER_FOR_A_GPU = textwrap.dedent("""
         patterns = [KernelPattern(**f) for f in json.loads(sys.argv[1]) if f["dtype"] == dtype]
         path = os.path.join(sys.argv[2], "schedule_" + dtype + ".py")
         with open(path, "w") as f:
-            f.write(cuda_schedule.schedule_source(patterns))
+            # a step of two leaves, one output axis and one reduced axis (none if it does not reduce)
+            shapes = [[(2, 1, 1 if p.reduce else 0)] for p in patterns]
+            f.write(cuda_schedule.schedule_source(patterns, shapes))
         spec = importlib.util.spec_from_file_location("schedule_" + dtype, path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)

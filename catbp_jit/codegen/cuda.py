@@ -6,9 +6,10 @@ A kernel computes one segment (see plan/fusion.py), as codegen/cpu.py's does:
 
 It reads the same int64 table P (catbp_jit/abi.py) with the same pattern (semiring,
 dtype, leaves, reduce, normalize; `parallel` is a CPU notion and ignored), so a schedule
-planned once runs on either target. A module's work is in device functions, which the
-schedule kernel (codegen/cuda_schedule.py: every step in one launch) calls too; its two
-entries launch them for one step:
+planned once runs on either target. A module's work is in device functions; its two
+entries launch them for one step (the per-step path). The schedule kernel
+(codegen/cuda_schedule.py: every step in one launch) calls `shaped_contract_fn`'s
+functions instead, specialized on a step's shape too, with the same bits:
 
   - `kernel(mem, P, p)` (device function `contract`): one thread per output element (flat
     C order over the R output axes, which are all D axes when the kernel does not reduce),
@@ -323,6 +324,94 @@ def contract_fn(name: str, pattern: KernelPattern) -> list[str]:
         lines += ["        mem[o_off] = x"]
     lines += ["        o += stride"]
     return lines
+
+
+Shape = tuple[int, int, int]  # a step's (leaves K, output axes R, reduced axes Q)
+
+
+def step_shape(params: abi.StepParams) -> Shape:
+    """What a shaped device function is specialized on besides its pattern."""
+    return len(params.leaves), params.out_rank, params.red_rank
+
+
+def _shaped_sweep(ind: str, k: int, r: int, q: int, body: list[str], stop: bool, product: list[str]):
+    """Loops over the Q reduced axes R..R+Q-1 in C order (the CPU's order of the terms:
+    the odometer axes, then the vector's, each in C order), each leaf's offset carried
+    in a register (c{leaf}_{d}: leaf l with axes R..d fixed), `product` and `body` on each
+    term."""
+    lines: list[str] = []
+    pad = ind
+    if not q:  # one term; a loop still, for SAT's break
+        lines += [f"{pad}for j_once in range(1):"]
+        pad += "    "
+    for d in range(r, r + q):
+        lines += [f"{pad}for j{d} in range(n{d}):"]
+        pad += "    "
+        outer = [f"b{leaf}" if d == r else f"c{leaf}_{d - 1}" for leaf in range(k)]
+        lines += [f"{pad}c{leaf}_{d} = {outer[leaf]} + j{d} * s{leaf}_{d}" for leaf in range(k)]
+    at = [f"c{leaf}_{r + q - 1}" if q else f"b{leaf}" for leaf in range(k)]
+    lines += [f"{pad}{line.format(*at)}" for line in product]
+    lines += [f"{pad}{b}" for b in body]
+    if stop:  # SAT: leave every loop once a term is true
+        for depth in range(q - 1, 0, -1):
+            lines += [f"{ind}{'    ' * depth}if acc:", f"{ind}{'    ' * depth}    break"]
+    return lines
+
+
+def shaped_contract_fn(name: str, pattern: KernelPattern, shape: Shape) -> list[str]:
+    """Device function `name`: contract's work for the steps of one shape (K leaves, R
+    output axes, Q reduced axes), the same items in the same order with the same bits. The
+    shape fixed, every size and stride is read from the step's row once, into a register,
+    and the terms are walked by nested loops: no table reads, no per-leaf arrays and no
+    div/mod inside the sum (what the generic function spends most of its time on)."""
+    k, r, q = shape
+    d_all = r + q
+    sr = SEMIRINGS[pattern.semiring]
+    so = abi.SIZES + d_all  # the output strides, then each leaf's row: offset, D strides
+    row = [so + r + leaf * (1 + d_all) for leaf in range(k)]
+    lines = [
+        "",
+        "",
+        "@cuda.jit(device=True)",
+        f"def {name}(mem, P, p, first, stride):",
+        f'    """Output elements first, first + stride, ... of segment p, a step of {k} leaves,',
+        f'    {r} output and {q} reduced axes (one thread\'s share)."""',
+        "    out = P[p + OUT]",
+    ]
+    lines += [f"    n{d} = P[p + {abi.SIZES + d}]" for d in range(d_all)]
+    lines += [f"    so{d} = P[p + {so + d}]" for d in range(r)]
+    for leaf in range(k):
+        lines += [f"    a{leaf} = P[p + {row[leaf]}]"]
+        lines += [f"    s{leaf}_{d} = P[p + {row[leaf] + 1 + d}]" for d in range(d_all)]
+    lines += ["    n_out = " + (" * ".join(f"n{d}" for d in range(r)) or "1")]
+    lines += ["    o = first", "    while o < n_out:", "        rem = o"]
+    for d in range(r - 1, -1, -1):  # the output element's index on each axis, C order
+        lines += [f"        i{d} = rem % n{d}", f"        rem //= n{d}"] if d else ["        i0 = rem"]
+    idx = [f"i{d}" for d in range(r)]
+
+    def offset(base: str, strides: list[str]) -> str:
+        return " + ".join([base] + [f"{i} * {s}" for i, s in zip(idx, strides)])
+
+    lines += [f"        o_off = {offset('out', [f'so{d}' for d in range(r)])}"]
+    for leaf in range(k):
+        lines += [f"        b{leaf} = {offset(f'a{leaf}', [f's{leaf}_{d}' for d in range(r)])}"]
+    summed = pattern.reduce and _rounds_products(sr, pattern.dtype)
+    times = (lambda j: f"x = {ROUNDED_MUL[pattern.dtype]}(x, mem[{{{j}}}])") if summed else None
+    product = ["x = mem[{0}]"] + [
+        times(j) if times else f"x = {sr.product(['x', f'mem[{{{j}}}]'])}" for j in range(1, k)
+    ]
+    if pattern.reduce:
+
+        def sweep(ind, _k, body, stop):
+            return _shaped_sweep(ind, k, r, q, body, stop, product)
+
+        acc = _accumulator(sr, pattern.dtype)
+        lines += reduced_value(0, sr, ["x"], sweep, acc, "x", lambda x: f"np.float64({x})")
+        lines += ["        mem[o_off] = v"]
+    else:
+        lines += [f"        {line.format(*[f'b{leaf}' for leaf in range(k)])}" for line in product]
+        lines += ["        mem[o_off] = x"]
+    return lines + ["        o += stride"]
 
 
 def normalize_fn(name: str, pattern: KernelPattern) -> list[str]:

@@ -21,6 +21,7 @@ from ..cache import CacheMissError, KernelCache, default_cache
 from ..errors import CudaScheduleWarning, CudaUnavailableError
 from ..plan.pipeline import Plan
 from ..plan.steps import KernelPattern
+from .cuda_schedule import schedule_shapes
 from .loader import Kernel, cuda_gather_unit, cuda_kernel_unit, cuda_schedule_unit
 
 INSTALL_HINT = "pip install -e '.[cuda]' (or pip install numba-cuda)"
@@ -133,10 +134,12 @@ def load_cuda_kernel(pattern: KernelPattern, cache: KernelCache, device: str, si
 
 
 def load_schedule_kernel(
-    patterns: list[KernelPattern], cache: KernelCache, device: str, simulated: bool
+    patterns: list[KernelPattern], shapes, cache: KernelCache, device: str, simulated: bool
 ) -> tuple[Any, str]:
-    """The schedule kernel of a kernel set (patterns by kernel id), and its source."""
-    unit = cuda_schedule_unit(patterns)
+    """The schedule kernel of a kernel set (patterns by kernel id), its device functions
+    specialized on each kernel id's step shapes (cuda_schedule.schedule_shapes), and its
+    source."""
+    unit = cuda_schedule_unit(patterns, shapes)
     identity = dict(unit.identity, device=device)
     sigs = None if simulated else [schedule_signature(patterns[0].dtype)]
     entry = cache.get(identity, unit.source, unit.entry, signatures=sigs, target="cuda")
@@ -184,7 +187,8 @@ def build_cuda(
     if mode == "compiled" and plan.schedule.patterns:
         say(f"schedule kernel: {len(plan.schedule.patterns)} kernels ({device})")
         try:
-            walk, walk_source = load_schedule_kernel(plan.schedule.patterns, cache, device, simulated)
+            shapes = schedule_shapes(plan.schedule)
+            walk, walk_source = load_schedule_kernel(plan.schedule.patterns, shapes, cache, device, simulated)
         except CacheMissError:
             raise
         except Exception as e:  # (a toolkit without cudadevrt cannot link a grid-wide wait)

@@ -70,9 +70,10 @@ def load_module(pattern: KernelPattern, directory: str | os.PathLike) -> ModuleT
     return _import_source(cuda.kernel_source(pattern), f"catbp_cuda_{pattern.name}", directory)
 
 
-def load_schedule_module(patterns: Sequence[KernelPattern], directory: str | os.PathLike) -> ModuleType:
-    """The schedule kernel's module of a kernel set (patterns by kernel id), likewise."""
-    source = cuda_schedule.schedule_source(patterns)
+def load_schedule_module(schedule: Schedule, directory: str | os.PathLike) -> ModuleType:
+    """The schedule kernel's module of a schedule's kernel set and step shapes, likewise."""
+    shapes = cuda_schedule.schedule_shapes(schedule)
+    source = cuda_schedule.schedule_source(schedule.patterns, shapes)
     digest = hashlib.sha256(source.encode()).hexdigest()[:16]  # one file per kernel set
     return _import_source(source, f"catbp_cuda_schedule_{digest}", directory)
 

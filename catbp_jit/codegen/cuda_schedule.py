@@ -18,7 +18,10 @@ A grid-wide wait needs every block of the grid resident at once: the launch is c
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
+from .. import abi
+from ..plan.schedule import Schedule
 from ..plan.steps import KernelPattern
 from . import cuda
 
@@ -42,7 +45,20 @@ def function_names(kernel_id: int) -> tuple[str, str]:
     return f"{cuda.CONTRACT_FN}_{kernel_id}", f"{cuda.NORMALIZE_FN}_{kernel_id}"
 
 
-def _walk(patterns: Sequence[KernelPattern]) -> list[str]:
+def shape_function_name(kernel_id: int, shape: cuda.Shape) -> str:
+    """The device function of kernel id k specialized on one step shape."""
+    return f"{cuda.CONTRACT_FN}_{kernel_id}_k{shape[0]}_r{shape[1]}_q{shape[2]}"
+
+
+def schedule_shapes(schedule: Schedule) -> tuple[tuple[cuda.Shape, ...], ...]:
+    """Per kernel id, the shapes (leaves, output axes, reduced axes) of its steps, sorted."""
+    shapes: list[set] = [set() for _ in schedule.patterns]
+    for i, step in enumerate(schedule.steps):
+        shapes[schedule.kernel_id(i)].add(cuda.step_shape(cast(abi.StepParams, step.params)))
+    return tuple(tuple(sorted(s)) for s in shapes)
+
+
+def _walk(patterns: Sequence[KernelPattern], shapes: Sequence[Sequence[cuda.Shape]]) -> list[str]:
     lines = [
         "",
         "",
@@ -52,19 +68,24 @@ def _walk(patterns: Sequence[KernelPattern]) -> list[str]:
         "    grid = cuda.cg.this_grid()",
         "    t = cuda.grid(1)",
         "    n = cuda.gridsize(1)",
-        *cuda.SCRATCH_ARRAYS,
+    ]
+    lines += [
         "    for i in range(first, last):",
         "        k = P[i * STEP_ROW + STEP_KERNEL]",
         "        p = P[i * STEP_ROW + STEP_PARAMS]",
         "        if i > first and B[i]:  # step i reads or overwrites what an earlier one writes",
         "            grid.sync()",
     ]
+    lines += ["        K, R, Q = P[p + LEAVES], P[p + OUT_RANK], P[p + RED_RANK]  # the step's shape"]
     for k, pattern in enumerate(patterns):
         contract, normalize = function_names(k)
-        lines += [
-            f"        {'if' if k == 0 else 'elif'} k == {k}:",
-            f"            {contract}(mem, P, p, t, n, b, r, e)",
-        ]
+        lines += [f"        {'if' if k == 0 else 'elif'} k == {k}:"]
+        for j, shape in enumerate(shapes[k]):
+            test = f"K == {shape[0]} and R == {shape[1]} and Q == {shape[2]}"
+            lines += [
+                f"            {'if' if j == 0 else 'elif'} {test}:",
+                f"                {shape_function_name(k, shape)}(mem, P, p, t, n)",
+            ]
         if pattern.normalize:
             lines += [
                 "            grid.sync()  # NORMALIZE reads the whole output",
@@ -73,11 +94,15 @@ def _walk(patterns: Sequence[KernelPattern]) -> list[str]:
     return lines
 
 
-def schedule_source(patterns: Sequence[KernelPattern]) -> str:
-    """The schedule kernel's module for a kernel set (patterns by kernel id): readable,
-    deterministic, one source for a GPU and for the simulator."""
+def schedule_source(patterns: Sequence[KernelPattern], shapes: Sequence[Sequence[cuda.Shape]]) -> str:
+    """The schedule kernel's module for a kernel set (patterns by kernel id) and the shapes
+    of each kernel id's steps (schedule_shapes): a device function per pair (codegen/cuda.py:
+    shaped_contract_fn, the per-step kernels' bits). Readable, deterministic, one source for
+    a GPU and for the simulator."""
     if not patterns:
         raise ValueError("a schedule kernel needs at least one pattern")
+    if len(shapes) != len(patterns):
+        raise ValueError(f"schedule kernel: {len(shapes)} shape lists for {len(patterns)} patterns")
     for pattern in patterns:
         cuda.check_dtype(pattern)
     ids = "\n".join(f"  {k}: {p.name}" for k, p in enumerate(patterns))
@@ -86,8 +111,9 @@ def schedule_source(patterns: Sequence[KernelPattern]) -> str:
     for k, pattern in enumerate(patterns):
         contract, normalize = function_names(k)
         lines += ["", "", f"# kernel {k}: {pattern.name}"]
-        lines += cuda.contract_fn(contract, pattern)[2:]  # (after contract_fn's blank lines)
+        for shape in shapes[k]:
+            lines += cuda.shaped_contract_fn(shape_function_name(k, shape), pattern, shape)
         if pattern.normalize:
             lines += cuda.normalize_fn(normalize, pattern)
-    lines += _walk(patterns)
+    lines += _walk(patterns, shapes)
     return "\n".join(lines) + "\n"

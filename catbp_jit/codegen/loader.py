@@ -59,14 +59,23 @@ def cuda_kernel_unit(pattern: KernelPattern) -> CompileUnit:
     )
 
 
-def cuda_schedule_unit(patterns: Sequence[KernelPattern]) -> CompileUnit:
-    """The CUDA target's schedule kernel of a kernel set (codegen/cuda_schedule.py); its
-    identity: the patterns by kernel id and the source's digest."""
+def cuda_schedule_unit(
+    patterns: Sequence[KernelPattern], shapes: Sequence[Sequence[tuple[int, int, int]]]
+) -> CompileUnit:
+    """The CUDA target's schedule kernel of a kernel set (codegen/cuda_schedule.py), its
+    device functions specialized on each kernel id's step shapes (schedule_shapes); its
+    identity: the patterns by kernel id, the shapes and the source's digest."""
     from . import cuda_schedule
 
     patterns = [replace(p, parallel=False) for p in patterns]
-    source = cuda_schedule.schedule_source(patterns)
-    fields = {"template": "cuda_schedule", "target": "cuda", "kernels": [p.name for p in patterns]}
+    source = cuda_schedule.schedule_source(patterns, shapes)
+    fields: dict[str, Any] = {
+        "template": "cuda_schedule",
+        "target": "cuda",
+        "kernels": [p.name for p in patterns],
+    }
+    if shapes is not None:
+        fields["shapes"] = [[list(shape) for shape in per_kernel] for per_kernel in shapes]
     return CompileUnit("schedule", _identity(fields, source), source, cuda_schedule.ENTRY, "")
 
 

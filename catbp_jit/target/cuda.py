@@ -30,10 +30,12 @@ class CudaTarget(Target):
         return cuda_kernel_unit(pattern)
 
     def walk_units(self, plan: Plan, mode: str) -> list[CompileUnit]:
+        from ..codegen.cuda_schedule import schedule_shapes
         from ..codegen.loader import cuda_gather_unit, cuda_schedule_unit
 
         patterns = plan.schedule.patterns
-        walk = [cuda_schedule_unit(patterns)] if mode == "compiled" and patterns else []
+        compiled = mode == "compiled" and patterns
+        walk = [cuda_schedule_unit(patterns, schedule_shapes(plan.schedule))] if compiled else []
         return walk + [cuda_gather_unit(plan.semiring.dtype.name)]
 
     def build(
