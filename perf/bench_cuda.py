@@ -291,16 +291,20 @@ def gpu_status():
 # Checking
 
 
-def compare_results(cpu: dict, gpu: dict, semiring: str, dtype, exact: bool = False) -> list:
+def compare_results(
+    cpu: dict, gpu: dict, semiring: str, dtype, exact: bool = False, bits: bool = True
+) -> list:
     """Problems (text) where the GPU's arrays differ from the CPU's: bit for bit for the
-    exact semirings (every semiring with exact=True), compare_slot's tolerance for LOGPROB."""
+    exact semirings (every semiring with exact=True), compare_slot's tolerance for LOGPROB
+    and wherever the two did not run the same sums (bits=False: plans in reassociating
+    mode, which differ by target)."""
     from catbp_jit.cli import compare_slot
 
     problems = [f"{key!r}: missing on the GPU" for key in cpu if key not in gpu]
     problems += [f"{key!r}: not on the CPU" for key in gpu if key not in cpu]
     for key in cpu.keys() & gpu.keys():
         want, got = np.asarray(cpu[key]), np.asarray(gpu[key])
-        if exact or semiring in EXACT_SEMIRINGS:
+        if exact or (bits and semiring in EXACT_SEMIRINGS):
             if want.dtype != got.dtype or want.shape != got.shape:
                 problems.append(
                     f"{key!r}: {got.dtype}{list(got.shape)} on the GPU, "
@@ -317,6 +321,22 @@ def compare_results(cpu: dict, gpu: dict, semiring: str, dtype, exact: bool = Fa
             if reason is not None:
                 problems.append(f"{key!r}: {reason}")
     return sorted(problems)
+
+
+def say_row(row: dict) -> None:
+    """One line on stderr as soon as a row is measured: a run cut short (a device lent for
+    minutes) still shows what it got."""
+    kind = {"bundle": "bound", "batched": "batch", "network": "batch", "uai": "solve"}[row["part"]]
+    cpu, gpu = row.get(f"cpu_{kind}_s"), row.get(f"gpu_{kind}_s")
+    rows = f" x{row['rows']}" if "rows" in row else ""
+    times = f"cpu {fmt_time(cpu)}, gpu {fmt_time(gpu)}" + (
+        f" (gpu/cpu {gpu / cpu:.3g})" if cpu and gpu else ""
+    )
+    print(
+        f"    = {row['name']}{rows}: {times}; {row['check']} {row.get('detail', '')}"[:400],
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def verdict(problems: list, row: dict) -> None:
@@ -340,7 +360,13 @@ def read_all(slots) -> None:
 # Part 1: bundles
 
 
-def compile_bundle(bundle, target: str, mode: str = "compiled"):
+def exact_of(args):
+    """compile()'s and compile_model()'s `exact` for --mode: None (each target's own
+    default), True or False."""
+    return {"default": None, "exact": True, "reassociating": False}[args.mode]
+
+
+def compile_bundle(bundle, target: str, mode: str = "compiled", exact=None):
     """(executable, compile seconds) of one bundle."""
     from catbp_jit.compiler import compile
 
@@ -352,6 +378,7 @@ def compile_bundle(bundle, target: str, mode: str = "compiled"):
         selector_specs=bundle.selector_specs(),
         target=target,
         mode=mode,
+        **({} if exact is None else {"exact": exact}),
     )
     return exe, time.perf_counter() - t0
 
@@ -360,7 +387,7 @@ def bench_bundle_target(bundle, target: str, args) -> tuple:
     """(measurements, slots after the last run) of one bundle on one target."""
     factors = {fid: arr for fid, (arr, _) in bundle.factors.items()}
     selectors = {sid: arr for sid, (arr, _) in bundle.selectors.items()}
-    exe, compile_s = compile_bundle(bundle, target)
+    exe, compile_s = compile_bundle(bundle, target, exact=exact_of(args))
     sess = exe.bind()
     read_all(sess.run(factors=factors, selectors=selectors))  # warm-up
 
@@ -392,7 +419,7 @@ def bench_bundle_per_step(bundle, args) -> tuple:
     every step's kernels launched from Python, run() timed as bench_bundle_target does."""
     factors = {fid: arr for fid, (arr, _) in bundle.factors.items()}
     selectors = {sid: arr for sid, (arr, _) in bundle.selectors.items()}
-    exe, compile_s = compile_bundle(bundle, "cuda", mode="loop")
+    exe, compile_s = compile_bundle(bundle, "cuda", mode="loop", exact=exact_of(args))
     sess = exe.bind()
     read_all(sess.run(factors=factors, selectors=selectors))  # binds the inputs; warm-up
 
@@ -437,7 +464,9 @@ def bench_bundles(bundles, args, gpu: bool) -> list:
                 row.update(gpu_part)
                 row["ratio_inputs"] = row["gpu_inputs_s"] / row["cpu_inputs_s"]
                 row["ratio_bound"] = row["gpu_bound_s"] / row["cpu_bound_s"]
-                problems = compare_results(cpu_slots, gpu_slots, bundle.semiring, bundle.dtype)
+                # (a bundle compiles in exact mode unless told: the same sums on both)
+                same = exact_of(args) is not False
+                problems = compare_results(cpu_slots, gpu_slots, bundle.semiring, bundle.dtype, bits=same)
                 print(f"... {group}/{path.name}: cuda, per step", file=sys.stderr, flush=True)
                 loop_part, loop_slots = bench_bundle_per_step(bundle, args)
                 row.update(loop_part)
@@ -450,6 +479,7 @@ def bench_bundles(bundles, args, gpu: bool) -> list:
                 verdict(problems, row)
         except Exception as e:  # one broken bundle must not stop the table
             row.update(check="ERROR", detail=f"{type(e).__name__}: {e}"[:300])
+        say_row(row)
         gc.collect()  # drop the sessions' arenas before the next bundle
     return rows
 
@@ -473,8 +503,9 @@ def time_batches(run, keep, batches, args) -> dict:
     return out
 
 
-def batch_rows(base: dict, batches, cpu: dict, gpu, semiring: str, dtype) -> list:
-    """One row per batch size from the CPU's and (when measured) the GPU's time_batches."""
+def batch_rows(base: dict, batches, cpu: dict, gpu, semiring: str, dtype, bits: bool = True) -> list:
+    """One row per batch size from the CPU's and (when measured) the GPU's time_batches;
+    bits: whether both ran the same sums (see compare_results)."""
     rows = []
     for n in batches:
         row = dict(base, rows=n, check="cpu only", detail="")
@@ -484,8 +515,9 @@ def batch_rows(base: dict, batches, cpu: dict, gpu, semiring: str, dtype) -> lis
             row["gpu_batch_s"], row["gpu_batch_runs"], gpu_answers = gpu[n]
             row["gpu_row_s"], row["gpu_rows_per_s"] = row["gpu_batch_s"] / n, n / row["gpu_batch_s"]
             row["ratio_batch"] = row["gpu_batch_s"] / row["cpu_batch_s"]
-            verdict(compare_results(cpu_answers, gpu_answers, semiring, dtype), row)
+            verdict(compare_results(cpu_answers, gpu_answers, semiring, dtype, bits=bits), row)
         rows.append(row)
+        say_row(row)
     return rows
 
 
@@ -644,7 +676,13 @@ def bench_network(name: str, args, gpu: bool) -> list:
     def measure(target: str, buckets=None):
         def compile_with(bs):
             return compile_model(
-                graph, "prob", evidence_vars=ev, absorb_evidence=True, buckets=bs, target=target
+                graph,
+                "prob",
+                evidence_vars=ev,
+                absorb_evidence=True,
+                buckets=bs,
+                target=target,
+                exact=exact_of(args),
             )
 
         t0 = time.perf_counter()
@@ -654,8 +692,10 @@ def bench_network(name: str, args, gpu: bool) -> list:
         def run(n):
             return model.solve_batch(table[:n])
 
+        modes.append(model.exact)
         return time_batches(run, answers_of, args.batches, args), compile_s, model.batch_buckets()
 
+    modes: list = []  # each target's model's `exact`
     print(f"... network {name}: cpu", file=sys.stderr, flush=True)
     cpu, cpu_compile_s, buckets = measure("cpu")
     base.update(buckets=",".join(map(str, buckets)), cpu_compile_s=cpu_compile_s)
@@ -663,7 +703,8 @@ def bench_network(name: str, args, gpu: bool) -> list:
     if gpu:
         print(f"... network {name}: cuda", file=sys.stderr, flush=True)
         result, base["gpu_compile_s"], _ = measure("cuda", buckets)  # the CPU's buckets
-    return batch_rows(base, args.batches, cpu, result, "PROB", np.dtype(np.float64))
+    base["mode"] = "/".join("exact" if e else "reassociating" for e in modes)
+    return batch_rows(base, args.batches, cpu, result, "PROB", np.dtype(np.float64), bits=all(modes))
 
 
 def bench_networks(names, args, gpu: bool) -> list:
@@ -714,6 +755,7 @@ def bench_uai_target(graph, evidence: dict, target: str, args):
             # nothing (as perf/bench_uai.py)
             partial_evaluation=bool(evidence),
             target=target,
+            exact=exact_of(args),
         )
     except (FactorGraphError, CatbpError, MemoryError) as e:
         return None, {"check": "refused", "detail": f"{target}: {str(e).splitlines()[0]}"[:300]}, None
@@ -730,6 +772,7 @@ def bench_uai_target(graph, evidence: dict, target: str, args):
         f"{t}_first_s": first_s,
         f"{t}_solve_s": solve_s,
         f"{t}_solve_runs": runs,
+        f"{t}_mode": "exact" if model.exact else "reassociating",
     }
     # copied: the answers outlive the model
     return model, part, {key: np.array(a, copy=True) for key, a in answers_of(solution).items()}
@@ -767,10 +810,9 @@ def bench_uai_instance(path: Path, args, gpu: bool) -> dict:
         return row
     row["ratio_solve"] = row["gpu_solve_s"] / row["cpu_solve_s"]
     row["gpu_launches"] = launch_count(model.executable.schedule, model.executable.dispatcher is not None)
-    if plan_of(model) != cpu_plan:  # (the plan cache off: a search may find another plan)
-        verdict(["the GPU's plan differs from the CPU's: answers not comparable bit for bit"], row)
-    else:
-        verdict(compare_results(cpu_answers, gpu_answers, "PROB", np.dtype(np.float64)), row)
+    # bits where both ran the same plan in exact mode; else within compare_slot's tolerance
+    bits = plan_of(model) == cpu_plan and row["cpu_mode"] == row["gpu_mode"] == "exact"
+    verdict(compare_results(cpu_answers, gpu_answers, "PROB", np.dtype(np.float64), bits=bits), row)
     return row
 
 
@@ -779,6 +821,7 @@ def bench_uai(paths, args, gpu: bool) -> list:
     for path in paths:
         try:
             rows.append(bench_uai_instance(path, args, gpu))
+            say_row(rows[-1])
         except Exception as e:  # one broken instance must not stop the table
             rows.append(error_row({"part": "uai", "name": path.stem}, e))
         gc.collect()
@@ -826,7 +869,8 @@ def bundle_line(row: dict) -> list:
 def uai_line(row: dict) -> list:
     return [
         row["name"],
-        row.get("plan_kind", "-"),
+        row.get("plan_kind", "-")
+        + (f" ({row['cpu_mode']}/{row['gpu_mode']})" if "cpu_mode" in row and "gpu_mode" in row else ""),
         str(row.get("steps", "-")),
         fmt_compile(row, "cpu"),
         fmt_compile(row, "gpu"),
@@ -901,6 +945,8 @@ def header_lines(args, gpu_line: str, load_at_start: str) -> list:
         f"- times are medians of at least {args.min_runs} run(s) within {args.budget:.2f} s "
         f"per measurement, each run reading every result back; gpu/cpu = GPU time / CPU "
         f"time" + ("; --quick" if args.quick else ""),
+        f"- mode: {args.mode}"
+        + (" (bundles exact; models each target's default)" if args.mode == "default" else ""),
     ]
 
 
@@ -944,6 +990,14 @@ def parse_args(argv):
         type=int,
         default=OBSERVED,
         help="observed variables per network row (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--mode",
+        choices=("default", "exact", "reassociating"),
+        default="default",
+        help="compile mode on both targets: each target's own default (bundles: exact; "
+        "compile_model: reassociating on the CPU, exact on the GPU), exact, or reassociating "
+        "(answers then compared within tolerance: the targets' plans differ)",
     )
     parser.add_argument(
         "--budget",
