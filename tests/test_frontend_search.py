@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import catbp_jit.frontend.search as search_mod
 from catbp_jit.frontend import compile_model, factor_graph, junction_tree
 from catbp_jit.frontend.contraction import tree_from_path
-from catbp_jit.frontend.plan import elimination_order
+from catbp_jit.frontend.plan import PlanLimitError, PlanLimits, elimination_order
 from catbp_jit.frontend.plan_cache import PlanCacheWarning
 from catbp_jit.frontend.search import PlanSearch, plan_cost, tree_order
 from frontend_helpers import SEMIRINGS, brute_force, check_solution, graphs
@@ -300,6 +300,31 @@ def test_a_refused_greedy_plan_is_searched_only_when_near_the_limit():
     with pytest.raises(ModelTooLargeError, match="4,096 states"):  # 4096x: hopeless
         compile_model(graph, "prob", target="reference", max_clique_bytes=8, plan_search=near)
     assert len(calls) == 1
+
+
+def test_a_search_after_a_refused_greedy_plan_is_seeded_with_its_unlimited_order():
+    """Every greedy junction tree over the limits: the search still starts its contraction
+    trees from the greedy order, finished without the limits (linkage_24 under 2 GiB went
+    from 2.5e10 flops to 2.6e8 with it)."""
+    from catbp_jit.frontend.search import choose_order
+
+    seeds = []
+
+    def searcher(sizes, scopes, time_s, score=None, seed=None):
+        seeds.append(seed)
+        return None
+
+    sizes = [16, 16, 16]
+    scopes = [(0, 1, 2), (0,)]
+    limits = PlanLimits(max_clique_states=1024)  # the one clique holds 4,096 states
+    search = PlanSearch(time_s=1, min_flops=0, cache=False, searcher=searcher)
+    with pytest.raises(PlanLimitError):
+        choose_order(sizes, scopes, limits=limits, search=search)
+    assert seeds == [elimination_order(sizes, scopes)]
+    seeds.clear()
+    with pytest.raises(PlanLimitError):  # junction trees only: no contraction tree to seed
+        choose_order(sizes, scopes, limits=limits, search=search, kinds=("junction",))
+    assert seeds == [None]
 
 
 def test_a_refused_chain_or_tree_is_not_searched():

@@ -24,8 +24,10 @@ from ..atomic import atomic_write
 from ..cache import default_cache_dir
 from .plan import PlanLimits
 
-FORMAT = 2  # bump when the file layout or what an order means changes (2: scored by
-# the cheaper of its junction and contraction trees)
+FORMAT = 3  # bump when the file layout or what an order means changes (2: scored by
+# the cheaper of its junction and contraction trees), or when the search improves so much
+# that plans filed before should be searched again (3: a refused greedy plan's order seeds
+# the contraction trees)
 
 
 class PlanCacheWarning(UserWarning):
