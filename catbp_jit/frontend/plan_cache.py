@@ -26,8 +26,8 @@ from .plan import PlanLimits
 
 FORMAT = 3  # bump when the file layout or what an order means changes (2: scored by
 # the cheaper of its junction and contraction trees), or when the search improves so much
-# that plans filed before should be searched again (3: a refused greedy plan's order seeds
-# the contraction trees)
+# that plans filed before should be searched again (3: trees ranked by flops plus kept
+# states, and a refused greedy order finished without the limits competes: search.py)
 
 
 class PlanCacheWarning(UserWarning):

@@ -1,16 +1,17 @@
 """Plan search: the elimination order with the lowest estimated run time, within a budget.
 
-Greedy min-fill (plan.elimination_order) is instant but minimizes states, not time, and on
-Promedus and Pedigree its largest cliques are 2^24–2^27 states where contraction trees of
-2^15–2^18 exist. cotengra (an optional dependency: `pip install 'catbp_jit[plan]'`)
-searches contraction trees of the model's tensor network (factor scopes as tensors, every
-index summed out) for the budget; each tree is an elimination order (a variable is
-eliminated at the contraction that sums its index out), whose junction tree is scored like
-the greedy one (`plan_cost`), and the tree with the fewest flops is also a candidate as a
-contraction tree of its own (`tree_cost`). An order costs the cheaper of its junction and
-contraction trees. The cheapest plan within the limits wins; the greedy order is always a
-candidate, and the only one when plan_time is 0, when cotengra is missing, or when the
-greedy plan is so cheap that no search could pay for itself.
+Greedy min-fill (plan.elimination_order) is instant but minimizes states, not time, and
+on Promedus and Pedigree its largest cliques are 2^24–2^27 states where contraction
+trees of 2^15–2^18 exist. cotengra (an optional dependency: `pip install
+'catbp_jit[plan]'`) searches contraction trees of the model's tensor network (factor
+scopes as tensors, every index summed out) for the budget; each tree is an elimination
+order (a variable is eliminated at the contraction that sums its index out), whose
+junction tree is scored like the greedy one (`plan_cost`), and the tree with the lowest
+flops plus kept states (KEPT_STATE_FLOPS) is also a candidate as a contraction tree of
+its own (`tree_cost`). An order costs the cheaper of its junction and contraction trees.
+The cheapest plan within the limits wins; the greedy order is always a candidate, and
+the only one when plan_time is 0, when cotengra is missing, or when the greedy plan is
+so cheap that no search could pay for itself.
 """
 
 from __future__ import annotations
@@ -49,8 +50,15 @@ SEARCH_ABOVE_FLOPS = 1e7
 # shrink the largest clique 2^3-2^7 on UAI 2014 models, and on a hopeless graph
 # (relational_1: a clique of 2^251 states) a search would only delay the refusal
 RESCUE_WITHIN = 2**10
-# the trials with the fewest flops (cotengra's count) are scored as junction trees after
-# the search; the trees cotengra ranks first are often not the cheapest junction trees
+# What a contraction tree's trials, reconfigurations and path are ranked by: flops plus
+# KEPT_STATE_FLOPS per element of every intermediate (cotengra's "combo", its default
+# factor): each is written once and read again on the way down, at memory speed. Flops
+# alone chose trees whose kept tables made them slow: Grids_16 ran in 0.35 s with 1.2e7
+# states kept, 1.2 s with 9.7e7 and 1.7 s with 1.9e8, at about the same flops (1.2e9-2.6e9)
+KEPT_STATE_FLOPS = 64
+COMBO = f"combo-{KEPT_STATE_FLOPS}"  # (cotengra parses the factor from the name)
+# the best trials (by that rank) are scored as junction trees after the search; the trees
+# cotengra ranks first are often not the cheapest junction trees
 SCORED = 4
 # of the budget, what the trials get; the rest is for reconfiguring the RECONFIGURED best
 # trees and the greedy plan's tree (about a second each on linkage_24) and scoring
@@ -254,6 +262,15 @@ def choose_order(
             )
             if within(tree, limits) and (best is None or tree.flops < best.cost.flops):
                 best = PlanChoice(found.order, "cotengra", tree, path=found.path)
+    if greedy is None and "contraction" in kinds:  # every greedy junction tree refused
+        rescue = _rescued(sizes, scopes, limits)
+        if rescue is not None:
+            say(
+                f"greedy order without the limits: {rescue.cost.flops:.3g} flops, "
+                f"{rescue.cost.total_states:,} states kept (its reconfigured contraction tree)"
+            )
+            if best is None or _with_kept(rescue.cost) < _with_kept(best.cost):
+                best = rescue
     if best is None:  # greedy refused, and no search found a plan within the limits
         assert refused is not None
         raise refused
@@ -274,6 +291,30 @@ def _unlimited_greedy(sizes: Sequence[int], scopes: Sequence[Sequence[int]]) -> 
         return elimination_order(sizes, scopes)
     except PlanLimitError:  # (no limits: it finishes; kept for safety)
         return None
+
+
+def _with_kept(cost: PlanCost) -> float:
+    return cost.flops + KEPT_STATE_FLOPS * cost.total_states
+
+
+def _rescued(sizes: Sequence[int], scopes: Sequence[Sequence[int]], limits: PlanLimits) -> PlanChoice | None:
+    """A plan for when every greedy junction tree is over the limits (so the search had no
+    greedy order to start from): the greedy order finished without the limits, its
+    contraction tree reconfigured by cotengra, within the limits (else None). It competes
+    with the search's plan by flops plus its kept states (_with_kept), not flops alone:
+    linkage_24 under 2 GiB, 2.6e8 flops and 6.9e6 kept states, ran in 0.18 s where the
+    search's trees had 2.5e10 flops; on Grids_16 it had about the flops of the search's
+    (1.7e9-2.6e9) but kept 7e7-1.9e8 states and ran 1.7 s, against 1.2e7-2.3e7 states and
+    0.35-0.48 s for the search's."""
+    try:
+        order = elimination_order(sizes, scopes)
+    except PlanLimitError:  # (no limits: it finishes; kept for safety)
+        return None
+    path = reconfigured_path(sizes, scopes, order)
+    if path is None:
+        return None
+    cost = tree_cost(tree_from_path(sizes, scopes, path))
+    return PlanChoice(order, "cotengra", cost, path=path) if within(cost, limits) else None
 
 
 def cliques_are_factors(sizes: Sequence[int], scopes: Sequence[Sequence[int]], order: Sequence[int]) -> bool:
@@ -344,7 +385,7 @@ def _cost(
 class Searched:
     """What a search found: the best order as `score` judged it, and the path (cotengra's
     single-assignment form, over the factors with a non-empty scope) of its tree with the
-    fewest flops, for tree_from_path."""
+    lowest flops plus kept states (KEPT_STATE_FLOPS), for tree_from_path."""
 
     order: tuple[int, ...]
     path: tuple[tuple[int, int], ...]
@@ -358,44 +399,44 @@ def searched_order(
     seed: Sequence[int] | None = None,
 ) -> Searched | None:
     """The best order and tree cotengra's trials give in `time_s` (None when the network
-    has fewer than two tensors: nothing to search). The SCORED trials with the fewest
-    flops are turned into orders and judged by `score` (lower is better; default:
-    cotengra's own flops): the trees cotengra ranks first are often not the cheapest
-    junction trees. The tree with the fewest flops is kept as it is, too: the contraction
-    tree rebuilt from its order by bucket elimination can cost far more (linkage_24).
+    has fewer than two tensors: nothing to search). Trials, reconfigurations and the path
+    are ranked by flops plus KEPT_STATE_FLOPS per kept element (cotengra's "combo"). The
+    SCORED best trials are turned into orders and judged by `score` (lower is better;
+    default: that rank): the trees cotengra ranks first are often not the cheapest junction
+    trees. The best tree is kept as it is, too: the contraction tree rebuilt from its order
+    by bucket elimination can cost far more (linkage_24).
 
     Trials run without cotengra's per-trial subtree reconfiguration (1-2 s each on
     linkage_24, so a 10 s search saw five trials); instead the RECONFIGURED best trees and
     the contraction tree of the `seed` order (the greedy plan's) are reconfigured once
     after the search, which alone takes linkage_24's greedy tree from 2^28.8 to 2^25.4
-    flops. The path is the reconfigured tree with the fewest flops."""
+    flops. The path is the best tree, reconfigured or not."""
     import cotengra as ctg
 
-    inputs = [tuple(sorted(set(s))) for s in scopes if s]
+    inputs, symbol = _network(ctg, scopes)
     if len(inputs) < 2:
         return None
-    symbol = {v: ctg.get_symbol(v) for s in inputs for v in s}
     methods = ["greedy", "kahypar" if importlib.util.find_spec("kahypar") else "labels"]
-    # (-flops, trial, tree): the SCORED best (cotengra's trees, which it does not type)
+    # (-score, trial, tree): the SCORED best (cotengra's trees, which it does not type)
     trees: list[tuple[float, int, Any]] = []
-    arrival = itertools.count()  # tells equal flops apart (trees do not compare)
+    arrival = itertools.count()  # tells equal scores apart (trees do not compare)
 
     class Kept(ctg.HyperOptimizer):
         # cotengra's hook for each finished trial (private: in a version without it,
         # `trees` stays empty and cotengra's own best tree is used)
         def _maybe_report_result(self, setting, trial):
             super()._maybe_report_result(setting, trial)
-            flops, tree = trial.get("flops", math.inf), trial.get("tree")
-            if tree is not None and math.isfinite(flops):
+            score, tree = trial.get("score", math.inf), trial.get("tree")
+            if tree is not None and math.isfinite(score):
                 # no scoring here: a junction tree of a large model takes a second to
                 # build, and trials scored as they came left linkage_24 two trials in 10 s
-                heapq.heappush(trees, (-flops, next(arrival), tree))
+                heapq.heappush(trees, (-score, next(arrival), tree))
                 if len(trees) > SCORED:
                     heapq.heappop(trees)
 
     opt = Kept(
         methods=methods,
-        minimize="flops",
+        minimize=COMBO,
         max_time=TRIAL_SHARE * time_s,
         max_repeats=10**9,
         parallel=False,
@@ -428,7 +469,7 @@ def searched_order(
     refined = []
     for t in ([seeded] if seeded is not None else []) + candidates[:RECONFIGURED]:
         try:
-            refined.append(t.subtree_reconfigure(minimize="flops"))
+            refined.append(t.subtree_reconfigure(minimize=COMBO))
         except Exception as e:  # a failed refinement only loses that candidate
             warnings.warn(
                 f"plan search: subtree reconfiguration failed ({type(e).__name__}: {str(e)[:200]})",
@@ -440,8 +481,31 @@ def searched_order(
         return None
     orders = [tree_order(t, inputs, len(sizes)) for t in candidates]
     order = orders[0] if score is None else min(orders, key=score)
-    fewest = min(candidates, key=lambda t: t.contraction_cost())
+    fewest = min(candidates, key=lambda t: t.combo_cost(factor=KEPT_STATE_FLOPS))
     return Searched(order, tuple((int(i), int(j)) for i, j in fewest.get_ssa_path()))
+
+
+def _network(ctg: Any, scopes: Sequence[Sequence[int]]) -> tuple[list[tuple[int, ...]], dict[int, str]]:
+    """The factors with a non-empty scope as cotengra's inputs, and each variable's symbol."""
+    inputs = [tuple(sorted(set(s))) for s in scopes if s]
+    return inputs, {v: ctg.get_symbol(v) for s in inputs for v in s}
+
+
+def reconfigured_path(
+    sizes: Sequence[int], scopes: Sequence[Sequence[int]], order: Sequence[int]
+) -> tuple[tuple[int, int], ...] | None:
+    """The order's contraction tree after cotengra's subtree reconfiguration, as a path
+    (tree_from_path's); None when cotengra cannot take the tree (see _seed_tree)."""
+    import cotengra as ctg
+
+    inputs, symbol = _network(ctg, scopes)
+    if len(inputs) < 2:
+        return None
+    tree = _seed_tree(ctg, sizes, scopes, inputs, symbol, order)
+    if tree is None:
+        return None
+    tree = tree.subtree_reconfigure(minimize=COMBO)
+    return tuple((int(i), int(j)) for i, j in tree.get_ssa_path())
 
 
 def _seed_tree(
