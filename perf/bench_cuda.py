@@ -30,7 +30,8 @@ How to run (from the repository root; on a GPU machine numba-cuda must be instal
     .venv/bin/python perf/bench_cuda.py [--shared DIR] [--only bench|corpus]
         [--bundles NAME ...] [--batch-bundles NAME ...] [--networks alarm,water]
         [--batches 1,64,1024,16384] [--observed 3] [--budget S] [--quick]
-        [--uai NAME ...] [--batch-mib 512] [--out perf/out] [--simulate]
+        [--uai NAME ...] [--batch-mib 512] [--mode default|exact|reassociating]
+        [--out perf/out] [--simulate]
     .venv/bin/python perf/bench_cuda.py --simulate --quick    # a smoke run without a GPU
 
 --shared defaults to $CATBP_SHARED_DIR, else <repo>/../shared. --bundles and
@@ -74,9 +75,14 @@ How things are measured:
   without evidence is compiled without partial evaluation, as perf/bench_uai.py), then
   the median of `model.solve(evidence)` runs within the budget (one after a first solve
   over it). A plan refused (too large for the limits or memory) makes the row "refused".
+* mode (--mode): "default" compiles bundles in exact mode and models in each target's
+  default (compile_model: reassociating on the CPU, exact on the GPU); "exact" or
+  "reassociating" compiles everything so on both targets. A reassociating plan is the
+  target's own (GEMM steps on the CPU, split reductions on the GPU), so its answers are
+  compared within tolerance, as are those of two targets that ran different modes.
 * check: every slot (bundles) or answer (log Z and every posterior, networks and UAI
-  instances) of the GPU equals the CPU's: bit for bit for PROB, SAT and COUNT (the
-  kernels add in the same order), within catbp_jit.cli.compare_slot's rtol 1e-9 (1e-5
+  instances) of the GPU equals the CPU's: bit for bit for PROB, SAT and COUNT where both
+  ran the same sums (the kernels add in the same order), within catbp_jit.cli.compare_slot's rtol 1e-9 (1e-5
   for float32) for LOGPROB (exp and log differ between libdevice and libm). A bundle's
   per-step GPU slots must equal its one-launch GPU slots bit for bit in every semiring
   (the same kernels in the same order). "FAIL" otherwise, "cpu only" when the GPU rows
