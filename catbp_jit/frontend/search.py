@@ -9,9 +9,9 @@ order (a variable is eliminated at the contraction that sums its index out), who
 junction tree is scored like the greedy one (`plan_cost`), and the tree with the lowest
 flops plus kept states (KEPT_STATE_FLOPS) is also a candidate as a contraction tree of
 its own (`tree_cost`). An order costs the cheaper of its junction and contraction trees.
-The cheapest plan within the limits wins; the greedy order is always a candidate, and
-the only one when plan_time is 0, when cotengra is missing, or when the greedy plan is
-so cheap that no search could pay for itself.
+The cheapest plan within the limits (by flops plus kept states) wins; the greedy order
+is always a candidate, and the only one when plan_time is 0, when cotengra is missing,
+or when the greedy plan is so cheap that no search could pay for itself.
 """
 
 from __future__ import annotations
@@ -88,7 +88,8 @@ class PlanSearch:
 
 @dataclass(frozen=True)
 class PlanCost:
-    """A plan's estimated run time and memory (the planner compares plans by `flops`)."""
+    """A plan's estimated run time and memory (the search compares plans by flops plus
+    KEPT_STATE_FLOPS per kept state: _with_kept)."""
 
     flops: int  # element operations of the upward and downward passes (see plan_cost)
     largest_states: int
@@ -252,7 +253,7 @@ def choose_order(
             f"cotengra: {cost.flops:.3g} flops, largest kept table {cost.largest_states:,} "
             f"states (its order), {search_s:.1f} s"
         )
-        if within(cost, limits) and (best is None or cost.flops < best.cost.flops):
+        if within(cost, limits) and (best is None or _with_kept(cost) < _with_kept(best.cost)):
             best = PlanChoice(found.order, "cotengra", cost)
         if "contraction" in kinds:
             tree = tree_cost(tree_from_path(sizes, scopes, found.path))
@@ -260,7 +261,7 @@ def choose_order(
                 f"cotengra: {tree.flops:.3g} flops, largest kept table "
                 f"{tree.largest_states:,} states (its contraction tree)"
             )
-            if within(tree, limits) and (best is None or tree.flops < best.cost.flops):
+            if within(tree, limits) and (best is None or _with_kept(tree) < _with_kept(best.cost)):
                 best = PlanChoice(found.order, "cotengra", tree, path=found.path)
     if greedy is None and "contraction" in kinds:  # every greedy junction tree refused
         rescue = _rescued(sizes, scopes, limits)
@@ -294,6 +295,10 @@ def _unlimited_greedy(sizes: Sequence[int], scopes: Sequence[Sequence[int]]) -> 
 
 
 def _with_kept(cost: PlanCost) -> float:
+    """What the search compares plans by: the greedy plan, the searched order's and the
+    searched tree (Segmentation_13: greedy's tree, 7.8e7 flops and 6.5e6 kept states, won
+    by flops against a searched one of 9.0e7 flops and 3e5 kept, and ran 81-116 ms against
+    11 ms)."""
     return cost.flops + KEPT_STATE_FLOPS * cost.total_states
 
 
