@@ -74,6 +74,7 @@ def check(exe, **values) -> int:
     return int(wait.sum())
 
 
+@pytest.mark.slow  # (26 s: the default suite's budget; the corpus bundles' case stays in it)
 @settings(40)
 @given(case=cases())
 def test_random_programs_run_alike_in_any_order_between_barriers(case):
