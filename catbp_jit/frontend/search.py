@@ -233,9 +233,10 @@ def choose_order(
             raise refused
         return PlanChoice(greedy.order, "greedy", greedy.cost, greedy_cost=greedy.cost)
     t0 = time.perf_counter()
-    seed = None
-    if "contraction" in kinds:
-        seed = greedy.order if greedy is not None else _unlimited_greedy(sizes, scopes)
+    # every greedy junction tree refused: the greedy order finished without the limits
+    # seeds the search's trees and competes as a plan of its own (_rescued)
+    unlimited = _unlimited_greedy(sizes, scopes) if greedy is None and "contraction" in kinds else None
+    seed = greedy.order if greedy is not None and "contraction" in kinds else unlimited
     # trials are scored as junction trees only: scoring both kinds doubled the search
     find = search.searcher or searched_order
     found = find(
@@ -263,8 +264,8 @@ def choose_order(
             )
             if within(tree, limits) and (best is None or _with_kept(tree) < _with_kept(best.cost)):
                 best = PlanChoice(found.order, "cotengra", tree, path=found.path)
-    if greedy is None and "contraction" in kinds:  # every greedy junction tree refused
-        rescue = _rescued(sizes, scopes, limits)
+    if unlimited is not None:
+        rescue = _rescued(sizes, scopes, limits, unlimited)
         if rescue is not None:
             say(
                 f"greedy order without the limits: {rescue.cost.flops:.3g} flops, "
@@ -283,11 +284,10 @@ def choose_order(
 
 
 def _unlimited_greedy(sizes: Sequence[int], scopes: Sequence[Sequence[int]]) -> tuple[int, ...] | None:
-    """The greedy order without the limits, to seed the search's contraction trees when
-    every greedy junction tree is over them: a contraction tree keeps fewer and smaller
-    tables, and the greedy order's, reconfigured, is often far better than what the
-    search's own trials find in their time (linkage_24 under 2 GiB: 2.5e10 flops from the
-    trials alone)."""
+    """The greedy order without the limits, for when every greedy junction tree is over
+    them: a contraction tree keeps fewer and smaller tables, and this order's, reconfigured,
+    is often far better than what the search's own trials find in their time (linkage_24
+    under 2 GiB: the trials' best tree had 2.5e10 flops and was over the limit)."""
     try:
         return elimination_order(sizes, scopes)
     except PlanLimitError:  # (no limits: it finishes; kept for safety)
@@ -302,24 +302,22 @@ def _with_kept(cost: PlanCost) -> float:
     return cost.flops + KEPT_STATE_FLOPS * cost.total_states
 
 
-def _rescued(sizes: Sequence[int], scopes: Sequence[Sequence[int]], limits: PlanLimits) -> PlanChoice | None:
-    """A plan for when every greedy junction tree is over the limits (so the search had no
-    greedy order to start from): the greedy order finished without the limits, its
-    contraction tree reconfigured by cotengra, within the limits (else None). It competes
-    with the search's plan by flops plus its kept states (_with_kept), not flops alone:
+def _rescued(
+    sizes: Sequence[int], scopes: Sequence[Sequence[int]], limits: PlanLimits, order: Sequence[int]
+) -> PlanChoice | None:
+    """A plan for when every greedy junction tree is over the limits: `order`
+    (_unlimited_greedy's), its contraction tree reconfigured by cotengra, within the limits
+    (else None); the search's path may be another tree, over them. It competes with the
+    search's plan by flops plus its kept states (_with_kept), not flops alone:
     linkage_24 under 2 GiB, 2.6e8 flops and 6.9e6 kept states, ran in 0.18 s where the
     search's trees had 2.5e10 flops; on Grids_16 it had about the flops of the search's
     (1.7e9-2.6e9) but kept 7e7-1.9e8 states and ran 1.7 s, against 1.2e7-2.3e7 states and
     0.35-0.48 s for the search's."""
-    try:
-        order = elimination_order(sizes, scopes)
-    except PlanLimitError:  # (no limits: it finishes; kept for safety)
-        return None
     path = reconfigured_path(sizes, scopes, order)
     if path is None:
         return None
     cost = tree_cost(tree_from_path(sizes, scopes, path))
-    return PlanChoice(order, "cotengra", cost, path=path) if within(cost, limits) else None
+    return PlanChoice(tuple(order), "cotengra", cost, path=path) if within(cost, limits) else None
 
 
 def cliques_are_factors(sizes: Sequence[int], scopes: Sequence[Sequence[int]], order: Sequence[int]) -> bool:
