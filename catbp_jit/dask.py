@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -362,12 +364,37 @@ def solve_parquet(
         parquet_errors(table),
     ):
         job = client.compute(result.to_parquet(str(tmp), compute=False))
-        if progress:
-            with contextlib.redirect_stdout(sys.stderr):
-                distributed.progress(job)
-            print(file=sys.stderr)
-        job.result()
+        try:
+            if progress:
+                with contextlib.redirect_stdout(sys.stderr):
+                    distributed.progress(job)
+                print(file=sys.stderr)
+            job.result()
+        except BaseException:
+            # other partitions may still be writing into tmp: let them end, or the
+            # directory's removal races their files and leaves it behind
+            client.cancel(job)
+            _until_quiet(Path(tmp))
+            raise
         return int(dd.read_parquet(str(tmp), columns=["log_Z"]).shape[0].compute())
+
+
+def _until_quiet(directory: Path, quiet_s: float = 0.5, most_s: float = 30.0) -> None:
+    """Wait until no file in `directory` has appeared or grown for quiet_s (at most
+    most_s): a task already running on a worker cannot be stopped, only waited for."""
+
+    def snapshot() -> set:
+        with contextlib.suppress(OSError):
+            return {(f.name, f.stat().st_size) for f in directory.rglob("*") if f.is_file()}
+        return set()
+
+    start = last_change = time.monotonic()
+    seen = snapshot()
+    while time.monotonic() - last_change < quiet_s and time.monotonic() - start < most_s:
+        time.sleep(0.05)
+        now = snapshot()
+        if now != seen:
+            seen, last_change = now, time.monotonic()
 
 
 @contextlib.contextmanager
