@@ -78,12 +78,19 @@ def _product_lines(ind: str, sr: Semiring, dtype: str, offsets: str, summed: boo
     def at(j):
         return element(j, f"{offsets}[{j}]")
 
-    times = (
-        f"x = {ROUNDED_MUL[dtype]}(x, {at('l')})"
-        if summed and _rounds_products(sr, dtype)
-        else f"x = {sr.product(['x', at('l')])}"
-    )
-    return [f"{ind}x = {at('0')}", f"{ind}for l in range(1, K):", f"{ind}    {times}"]
+    return [
+        f"{ind}x = {at('0')}",
+        f"{ind}for l in range(1, K):",
+        f"{ind}    {_times(sr, dtype, summed, at('l'))}",
+    ]
+
+
+def _times(sr: Semiring, dtype: str, summed: bool, operand: str) -> str:
+    """`x` ⊗= operand: a float product that feeds a sum through libdevice's rounded
+    multiply (see the module docstring)."""
+    if summed and _rounds_products(sr, dtype):
+        return f"x = {ROUNDED_MUL[dtype]}(x, {operand})"
+    return f"x = {sr.product(['x', operand])}"
 
 
 def _accumulator(sr: Semiring, dtype: str) -> str:
@@ -395,10 +402,9 @@ def shaped_contract_fn(name: str, pattern: KernelPattern, shape: Shape) -> list[
     lines += [f"        o_off = {offset('out', [f'so{d}' for d in range(r)])}"]
     for leaf in range(k):
         lines += [f"        b{leaf} = {offset(f'a{leaf}', [f's{leaf}_{d}' for d in range(r)])}"]
-    summed = pattern.reduce and _rounds_products(sr, pattern.dtype)
-    times = (lambda j: f"x = {ROUNDED_MUL[pattern.dtype]}(x, mem[{{{j}}}])") if summed else None
+    # leaf j's element as mem[{j}], filled in with its offset where the term is made
     product = ["x = mem[{0}]"] + [
-        times(j) if times else f"x = {sr.product(['x', f'mem[{{{j}}}]'])}" for j in range(1, k)
+        _times(sr, pattern.dtype, pattern.reduce, f"mem[{{{j}}}]") for j in range(1, k)
     ]
     if pattern.reduce:
 
