@@ -17,8 +17,11 @@ axes first; the vector, plan/loops.py, is the last nb axes of the hot group):
     p + SCRATCH      offset of the step's loop counters (D per chunk) in P
     p + CHUNKS       fixed chunks of work (parallel CPU kernels)
     p + BLOCK_AXES   nb: the innermost axes, walked as one flat vector of V elements
-                     (the hot axes: the reduced ones if the step reduces, else the output's)
-    p + BLOCK_SIZE   V: elements of those nb axes
+                     (the hot axes: the reduced ones if the step reduces across reduced
+                     axes, else the output's)
+    p + BLOCK_SIZE   V: elements of the vector. A reduction across both (plan/loops.py)
+                     has its nb output axes (S elements) after the innermost reduced axes
+                     whose sizes multiply to J = V / S, element v = j * S + s
     p + LEAVES       k: the number of leaves (a CPU kernel serves any k)
     p + SIZES + d    size of axis d, d < D
     out_strides(D) + d     output stride of axis d, d < R
@@ -73,6 +76,11 @@ GROUP_FIELDS = 4  # groups, group stride, element stride, totals offset (or -1)
 # the most leaves a step may have: a CPU kernel keeps each leaf's offsets in arrays of this
 # many on its stack (codegen/intrinsics.py), and PlanOptions.max_leaves is checked against it
 MAX_LEAVES = 64
+
+# elements of a CPU kernel's vector buffer (codegen/intrinsics.py): the vector a step walks
+# is cut in pieces of this many; an ACROSS_BOTH vector fits in one. 4 KiB of float64, well
+# inside L1.
+BUFFER = 512
 
 # an operand's access along the vector: [kind, step, table]
 ACCESS_FIELDS = 3

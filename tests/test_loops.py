@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 import catbp_jit
 from catbp_jit import abi
 from catbp_jit.plan.loops import (
+    ACROSS_BOTH,
     ACROSS_OUTPUTS,
     ACROSS_REDUCED,
     access_kind,
@@ -119,7 +120,7 @@ def reference_order(sizes, groups, operands):
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(segments(), st.sampled_from([None, ACROSS_REDUCED, ACROSS_OUTPUTS]), st.booleans())
+@given(segments(), st.sampled_from([None, ACROSS_REDUCED, ACROSS_OUTPUTS, ACROSS_BOTH]), st.booleans())
 def test_a_nest_keeps_every_term_and_the_order_of_each_sum(segment, across, parallel):
     sizes, groups, operands, limit = segment
     sizes, groups, operands, main = reference_order(sizes, groups, operands)
@@ -181,7 +182,8 @@ def test_every_vector_choice_gives_the_same_bits(case):
     outputs, or shrinking vectors to single axes (block=1): the same bits as the cost
     model's choice, in every semiring (random programs, loop mode)."""
     results = []
-    for options in (None, PlanOptions(across="reduced"), PlanOptions(across="outputs"), PlanOptions(block=1)):
+    forced = ("reduced", "outputs", "both")
+    for options in (None, *(PlanOptions(across=a) for a in forced), PlanOptions(block=1)):
         exe = catbp_jit.compile(
             case.programs,
             case.sr(),
@@ -192,7 +194,7 @@ def test_every_vector_choice_gives_the_same_bits(case):
             options=options,
         )
         results.append(session_results(exe.bind(), case.inputs[0]))
-    for other, name in zip(results[1:], ("across reduced", "across outputs", "block=1")):
+    for other, name in zip(results[1:], (*(f"across {a}" for a in forced), "block=1")):
         assert_same_bits(results[0], other, name)
 
 
@@ -253,12 +255,7 @@ def test_hoisted_prefixes_give_the_same_bits(semiring, reduce):
     ins.append(Instruction(OpCode.STORE_SLOT, None, {"slot": ("x",), "src": out}))
     program = Program(tuple(ins), "upward")
     sr = catbp_jit.make_semiring(semiring)
-    rng = np.random.default_rng(7)
-    values = {}
-    for f, spec in specs.items():
-        x = rng.uniform(0.1, 2.0, spec.shape)
-        x[rng.random(spec.shape) < 0.2] = 0.0
-        values[f] = sr.kind.potentials(x, sr.dtype)
+    values = random_factors(specs, sr, seed=7, zeros=0.2)
     results = []
     for hoist in (True, False):
         exe = catbp_jit.compile(
@@ -270,7 +267,86 @@ def test_hoisted_prefixes_give_the_same_bits(semiring, reduce):
     assert_same_bits(results[0], results[1], "hoisted vs not")
 
 
+def random_factors(specs, sr, seed: int, zeros: float) -> dict:
+    """A factor per spec: uniform in [0.1, 2), a share `zeros` of them 0, in sr's kind."""
+    rng = np.random.default_rng(seed)
+    values = {}
+    for f, spec in specs.items():
+        x = rng.uniform(0.1, 2.0, spec.shape)
+        x[rng.random(spec.shape) < zeros] = 0.0
+        values[f] = sr.kind.potentials(x, sr.dtype)
+    return values
+
+
 def catbp_jit_inputs(factors):
     from random_programs import Inputs
 
     return Inputs(factors=factors, selectors={}, slots={})
+
+
+def test_a_big_leaf_with_an_output_axis_inside_its_lines_takes_both_axes_in_its_vector():
+    # out[a, c] = sum_b f[a, b, c] with f's c innermost: summing across reduced axes
+    # would take one element in four of each line of f (16 MB) per output, and come back
+    # for the rest three times; across both, the vector holds whole lines of f, each output
+    # adding its terms in the same order
+    sizes, groups = [4, 4, 1 << 17], [0, 0, 1]
+    operands = [[4, 1, 0], [4 << 17, 1, 4]]
+    nest = loop_nest(list(sizes), list(groups), [list(op) for op in operands], True, 1, 256, False)
+    assert nest.across == ACROSS_BOTH
+    V = int(np.prod(nest.vector_sizes()))
+    S = int(np.prod(nest.sizes[nest.end - nest.nb : nest.end]))
+    assert S == 16 and V == 256 and nest.access(1).kind == abi.GATHERED
+    # a smaller one, forced: every output still gets its terms in the order of b
+    small = [[4, 1, 0], [256, 1, 4]]
+    nest = loop_nest([4, 4, 64], list(groups), [list(op) for op in small], True, 1, 256, False, ACROSS_BOTH)
+    assert nest.across == ACROSS_BOTH
+    want = terms_by_output([4, 4, 64], groups, small)
+    assert terms_by_output(nest.sizes, nest.groups, nest.operands) == want
+
+
+@pytest.mark.parametrize(
+    "semiring, dtype",
+    [
+        ("PROB", "float64"),
+        ("LOGPROB", "float64"),
+        # a kernel compile each (~5 s; the random programs above force "both" in these too)
+        pytest.param("PROB", "float32", marks=pytest.mark.slow),
+        pytest.param("LOGPROB", "float32", marks=pytest.mark.slow),
+        pytest.param("SAT", None, marks=pytest.mark.slow),
+        pytest.param("COUNT", None, marks=pytest.mark.slow),
+    ],
+)
+def test_a_vector_across_both_gives_the_bits_of_the_others(semiring, dtype):
+    """out[a, c] = ⊕_{b, d} f[a, b, c, d] ⊗ g[b, d] ⊗ h[c], the vector forced across
+    reduced axes, across outputs, across both (lanes c and a, a reduced axis split to fill
+    it): the same bits, and the reference interpreter's values."""
+    from catbp_jit import Axis, AxisType, Instruction, OpCode, Program, TensorSpec
+    from catbp_jit.reference import run_program
+
+    G = AxisType.GEOMETRIC
+    a, b, c, d = Axis(0, G, 4), Axis(1, G, 6), Axis(2, G, 3), Axis(3, G, 5)
+    specs = {0: TensorSpec((a, b, c, d)), 1: TensorSpec((b, d)), 2: TensorSpec((c,))}
+    ins = [Instruction(OpCode.LOAD_FACTOR, f, {"factor_id": f}) for f in specs]
+    ins.append(Instruction(OpCode.CONTRACT, 3, {"inputs": (0, 1, 2), "out_spec": TensorSpec((a, b, c, d))}))
+    ins.append(Instruction(OpCode.ELIMINATE, 4, {"src": 3, "keep_keys": (a.key, c.key)}))
+    ins.append(Instruction(OpCode.STORE_SLOT, None, {"slot": ("x",), "src": 4}))
+    program = Program(tuple(ins), "upward")
+    sr = catbp_jit.make_semiring(semiring, dtype)
+    values = random_factors(specs, sr, seed=11, zeros=0.3)
+    results = {}
+    for across in ("reduced", "outputs", "both"):
+        exe = catbp_jit.compile(
+            program, sr, factor_specs=specs, mode="loop", options=PlanOptions(across=across)
+        )
+        (step,) = [st for st in exe.schedule.steps if st.pattern.reduce]
+        assert step.pattern.vector == across
+        results[across] = session_results(exe.bind(), catbp_jit_inputs(values))
+    assert_same_bits(results["reduced"], results["both"], "across both vs reduced")
+    assert_same_bits(results["outputs"], results["both"], "across both vs outputs")
+    with np.errstate(over="ignore"):
+        ref = run_program(program, sr, lambda f: (values[f], specs[f]), lambda s: None)
+    want, got = np.asarray(ref[("x",)][0]), results["both"][("x",)][0]
+    if want.dtype.kind == "f":  # numpy sums pairwise: the reference's last bits differ
+        assert np.allclose(got, want, rtol=1e-12 if want.dtype == np.float64 else 1e-5, atol=0), (got, want)
+    else:
+        assert np.array_equal(got, want)

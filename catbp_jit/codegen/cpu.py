@@ -13,6 +13,10 @@ output axes) run in three layers:
   - up to 256 elements of the axes just outside it, through per-leaf offset tables `t`
     precomputed at plan time (no index arithmetic per element);
   - every remaining axis, an odometer whose counters live in P's scratch area.
+A reduction vectorized across outputs walks the innermost output axes as the vector and
+every reduced axis by the odometer; across both (plan/loops.py), the vector holds J
+positions of the innermost reduced axes times S output lanes, and the odometer walks the
+outer reduced axes.
 
 A module has one entry, `kernel(mem_address, mem_length, P_address, P_length, p)`, that
 both dispatch modes call (loop mode from Python, the compiled-mode dispatcher at its C
@@ -29,7 +33,7 @@ around like numpy's int64.
 from __future__ import annotations
 
 from .. import abi
-from ..plan.loops import ACROSS_OUTPUTS, ACROSS_REDUCED
+from ..plan.loops import ACROSS_BOTH, ACROSS_OUTPUTS, ACROSS_REDUCED
 from ..plan.steps import KernelPattern
 from ..semiring import SEMIRINGS, Semiring
 from .reduction import reduced_value
@@ -124,13 +128,13 @@ def _reduced_value(sr: Semiring, dtype: str) -> list[str]:
     return reduced_value(0, sr, ["buf[v]"], _sweep, sr.accumulator(dtype), "buf[v]")
 
 
-def _across_sweep(ind: str, body: list[str]) -> list[str]:
-    """Every reduced position, in the order of plan/schedule.py (C order over the reduced
-    axes R..D-1, all walked by the odometer), with the vector's products in buf[0:n] and
-    `body` run on them."""
+def _across_sweep(ind: str, body: list[str], end: str = "D") -> list[str]:
+    """Every position of the reduced odometer axes R..end-1 (all of them, or with
+    ACROSS_BOTH those outside the vector), in the order of plan/schedule.py (C order),
+    with the vector's products in buf[0:n] and `body` run on them."""
     pad = ind + "    "
     lines = [
-        f"{ind}for d in range(R, D):",
+        f"{ind}for d in range(R, {end}):",
         f"{ind}    P[idx + d] = 0",
         f"{ind}for l in range(K):",
         f"{ind}    cur[l] = base[l]",
@@ -138,7 +142,7 @@ def _across_sweep(ind: str, body: list[str]) -> list[str]:
     ]
     lines += _product(pad, "cur")
     lines += [f"{pad}{b}" for b in body]
-    lines += _advance(pad, "R", "D - 1", "cur", out=False)
+    lines += _advance(pad, "R", f"{end} - 1", "cur", out=False)
     lines += [f"{pad}if d < R:", f"{pad}    break"]
     return lines
 
@@ -146,28 +150,44 @@ def _across_sweep(ind: str, body: list[str]) -> list[str]:
 def _across_outputs(sr: Semiring, dtype: str) -> list[str]:
     """⊕ for the n output elements of the vector piece at v0 at once, each adding its terms
     in the order _sweep would (the same rounding), into `sums` (then stored)."""
-    i, loop = "            ", "for v in range(n):"
-    if sr.reduction == "logsumexp":  # as reduction.py's, one element per v
-        lines = [f"{i}{loop}", f"{i}    tops[v] = -np.inf  # pass 1: the largest term (a NaN sticks)"]
-        lines += _across_sweep(
-            i, [loop, "    x = buf[v]", "    if x > tops[v] or x != x:", "        tops[v] = x"]
-        )
-        lines += [f"{i}{loop}", f"{i}    sums[v] = 0.0  # pass 2: the sum of exp(x - top)"]
-        lines += _across_sweep(
-            i, [loop, "    if tops[v] != -np.inf:", "        sums[v] += math.exp(buf[v] - tops[v])"]
-        )
+    return _lane_sums(sr, dtype, "v", "n", ["for v in range(n):"], "buf[v]", "D", "v0, n", "            ")
+
+
+def _across_both(sr: Semiring, dtype: str) -> list[str]:
+    """⊕ for the S output elements of the current row at once: the vector's element
+    j * S + s is output s's term at the j-th position of the inner reduced axes, so each
+    output adds its terms in the order _sweep would (the same rounding), into `sums`."""
+    each = ["for j in range(J):", "    for s in range(S):"]
+    return _lane_sums(sr, dtype, "s", "S", each, "buf[j * S + s]", "rtop", "ZERO, S", "        ")
+
+
+def _lane_sums(
+    sr: Semiring, dtype: str, x: str, n: str, each: list[str], term: str, end: str, stored: str, i: str
+) -> list[str]:
+    """Lines summing lanes x < n side by side (sums[x]), `each` visiting every lane's term
+    at the current position of the reduced odometer axes R..end-1, then storing the n
+    sums at `stored`."""
+    t = "    " * len(each)  # the body of `each`
+    lanes = f"for {x} in range({n}):"
+    if sr.reduction == "logsumexp":  # as reduction.py's, one element per lane
+        lines = [f"{i}{lanes}", f"{i}    tops[{x}] = -np.inf  # pass 1: the largest term (a NaN sticks)"]
+        top = [f"{t}x = {term}", f"{t}if x > tops[{x}] or x != x:", f"{t}    tops[{x}] = x"]
+        lines += _across_sweep(i, each + top, end)
+        lines += [f"{i}{lanes}", f"{i}    sums[{x}] = 0.0  # pass 2: the sum of exp(x - top)"]
+        exps = [f"{t}if tops[{x}] != -np.inf:", f"{t}    sums[{x}] += math.exp({term} - tops[{x}])"]
+        lines += _across_sweep(i, each + exps, end)
         return lines + [
-            f"{i}{loop}",
-            f"{i}    if tops[v] != -np.inf:",
-            f"{i}        tops[v] = tops[v] + math.log(sums[v])",
-            f"{i}store(tops, mem, P, AO, o_off, v0, n)",
+            f"{i}{lanes}",
+            f"{i}    if tops[{x}] != -np.inf:",
+            f"{i}        tops[{x}] = tops[{x}] + math.log(sums[{x}])",
+            f"{i}store(tops, mem, P, AO, o_off, {stored})",
         ]
-    lines = [f"{i}{loop}", f"{i}    sums[v] = {sr.accumulator(dtype)}"]
-    if sr.reduction == "any":  # no early stop: the other elements of the vector go on
-        lines += _across_sweep(i, [loop, "    sums[v] = sums[v] or buf[v]"])
+    lines = [f"{i}{lanes}", f"{i}    sums[{x}] = {sr.accumulator(dtype)}"]
+    if sr.reduction == "any":  # no early stop: the other lanes go on
+        lines += _across_sweep(i, each + [f"{t}sums[{x}] = sums[{x}] or {term}"], end)
     else:
-        lines += _across_sweep(i, [loop, "    sums[v] += buf[v]"])
-    return lines + [f"{i}store(sums, mem, P, AO, o_off, v0, n)"]
+        lines += _across_sweep(i, each + [f"{t}sums[{x}] += {term}"], end)
+    return lines + [f"{i}store(sums, mem, P, AO, o_off, {stored})"]
 
 
 def _accumulator_type(sr: Semiring, dtype: str) -> str:
@@ -350,7 +370,7 @@ def kernel_source(pattern: KernelPattern) -> str:
     terms = f"leaf_0{at} ⊗ leaf_1{at} ⊗ ... ⊗ leaf_(K-1){at}"
     part = "run_chunk" if pattern.reduce and pattern.vector == ACROSS_REDUCED else "run_rows"
     sums = set()
-    if pattern.reduce and pattern.vector == ACROSS_OUTPUTS:
+    if pattern.reduce and pattern.vector in (ACROSS_OUTPUTS, ACROSS_BOTH):
         sums = {"stack_buffer_" + _accumulator_type(sr, pattern.dtype)}
         if sr.reduction == "logsumexp":
             sums.add("stack_buffer_float64")
@@ -363,7 +383,13 @@ def kernel_source(pattern: KernelPattern) -> str:
             out_strides=abi.OUT_STRIDES_SOURCE,
             dtype=pattern.dtype,
             then=", then NORMALIZE" if pattern.normalize else "",
-            hot="innermost reduced axes" if part == "run_chunk" else "innermost output axes",
+            hot=(
+                "innermost reduced axes"
+                if part == "run_chunk"
+                else "innermost reduced and output axes"
+                if pattern.reduce and pattern.vector == ACROSS_BOTH
+                else "innermost output axes"
+            ),
             walkers=_walkers(sr, pattern.dtype),
             pointers=", ".join(
                 sorted(
@@ -389,11 +415,12 @@ def kernel_source(pattern: KernelPattern) -> str:
         .split("\n")
     )
     across_outputs = pattern.reduce and pattern.vector == ACROSS_OUTPUTS
+    across_both = pattern.reduce and pattern.vector == ACROSS_BOTH
     if pattern.reduce:  # cur[l]: leaf l's offset where the reduced sweep is
         lines += [
             "    cur = carray(stack_leaves_int64(), MAX_LEAVES)  # cur[l]: leaf l's offset in the sweep"
         ]
-    if across_outputs:
+    if across_outputs or across_both:
         acc = _accumulator_type(sr, pattern.dtype)
         lines += [
             "    top = R - nb  # output odometer axes 0..top-1; vector top..R-1; reduced R..D-1",
@@ -403,8 +430,27 @@ def kernel_source(pattern: KernelPattern) -> str:
             lines += ["    tops = carray(stack_buffer_float64(), BUFFER)"]
     else:
         lines += ["    top = D - nb  # odometer axes end here; vector axes top..D-1"]
+    if across_both:
+        lines += [
+            "    # the vector: J positions of the innermost reduced axes rtop..D-1, each with S",
+            "    # output elements (axes top..R-1), element j * S + s; the odometer walks R..rtop-1",
+            "    S = np.int64(1)",
+            "    for d in range(top, R):",
+            "        S *= P[N + d]",
+            "    J = V // S",
+            "    rtop, n_j = D, np.int64(1)",
+            "    while n_j < J:",
+            "        rtop -= 1",
+            "        n_j *= P[N + rtop]",
+            "    v0, n = ZERO, V",
+        ]
     lines += ["    o_off = out", "    for l in range(K):", f"        base[l] = P[{LEAF}]"]
-    if across_outputs:
+    if across_both:
+        lines += _place("    ", "top - 1", "lo")
+        lines += ["    for row in range(lo, hi):"]
+        lines += _across_both(sr, pattern.dtype)
+        lines += _advance("        ", "0", "top - 1", "base", out=True)
+    elif across_outputs:
         lines += _place("    ", "top - 1", "lo")
         lines += [
             "    for row in range(lo, hi):",

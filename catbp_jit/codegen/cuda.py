@@ -311,7 +311,7 @@ def contract_fn(name: str, pattern: KernelPattern) -> list[str]:
             "    top = D - P[p + BLOCK_AXES]  # odometer axes R..top-1; the vector top..D-1",
             "    V = P[p + BLOCK_SIZE]",
         ]
-    elif pattern.reduce:  # the CPU's vector runs across outputs: a thread walks all Q axes
+    elif pattern.reduce:  # the CPU's vector runs across outputs (or both): a thread walks all Q axes
         lines += ["    top = D", "    V = 1"]
     if pattern.reduce:
         lines += ["    n_odo = 1", "    for d in range(R, top):", "        n_odo *= P[N + d]"]

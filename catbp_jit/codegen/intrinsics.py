@@ -11,7 +11,7 @@ from llvmlite import ir
 from numba import types
 from numba.core.extending import intrinsic
 
-from ..abi import MAX_LEAVES
+from ..abi import BUFFER, MAX_LEAVES
 
 
 def _pointer_intrinsic(nbtype):
@@ -47,11 +47,6 @@ def call_kernel(typingctx, address, mem_address, mem_length, P_address, P_length
         return context.get_dummy_value()
 
     return sig, codegen
-
-
-# Elements of a kernel's vector buffer (codegen/cpu.py): the vector a step walks is cut in
-# pieces of this many. 4 KiB of float64, well inside L1.
-BUFFER = 512
 
 
 def _stack_buffer_intrinsic(nbtype, size=BUFFER):

@@ -19,7 +19,13 @@ Which axes form the vector:
     terms in order, one after the other) or the innermost output axes (ACROSS_OUTPUTS: V
     output elements at once, each adding its terms in that same order, the reduced axes
     all walked by the odometer; the additions of different outputs are independent, so
-    they vectorize too). Whichever is cheaper.
+    they vectorize too), or both (ACROSS_BOTH: the innermost axes of the biggest leaf's
+    memory, of either group, as one vector of J reduced x S output elements, element
+    j * S + s; each of the S outputs adds its J terms in the order above, then the
+    odometer steps the outer reduced axes). The last walks a big leaf whose inner axes mix
+    outputs and reduced axes in its memory order, a line at a time, where the other two
+    either gather a few elements from each line per output (re-reading the line once per
+    output) or walk the whole leaf once per vector of outputs. Whichever is cheapest.
 Either way the results are bit-identical to those of any other choice, mode or thread
 count. An axis that does not fit in the vector whole is split in two (C order is kept:
 (n, s) becomes (n / b, b) with strides (s * b, s)) so that the vector can fill up.
@@ -38,6 +44,7 @@ from dataclasses import dataclass
 from math import prod
 
 from .. import abi
+from ..abi import BUFFER
 
 ACCESS_COST = {abi.CONSTANT: 0.05, abi.CONTIGUOUS: 0.15, abi.STRIDED: 0.6, abi.GATHERED: 0.8}
 # a scattered store into a large output touches a cache line per element (measured: ~30x
@@ -49,10 +56,19 @@ STORE_COST = {abi.CONSTANT: 0.2, abi.CONTIGUOUS: 0.2, abi.STRIDED: 6.0, abi.GATH
 # gathers); the bench programs and UAI grids, whose vectors are long anyway, moved by
 # under 3% either way
 VECTOR_COST = 20.0
-ACROSS_REDUCED, ACROSS_OUTPUTS = "reduced", "outputs"
+ACROSS_REDUCED, ACROSS_OUTPUTS, ACROSS_BOTH = "reduced", "outputs", "both"
 # a sum in order is a chain of dependent additions (one per ~4 cycles); sums of different
 # outputs are independent
-SUM_COST = {ACROSS_REDUCED: 1.0, ACROSS_OUTPUTS: 0.2}
+SUM_COST = {ACROSS_REDUCED: 1.0, ACROSS_OUTPUTS: 0.2, ACROSS_BOTH: 0.15}
+# ... and ACROSS_BOTH's S lanes add this / S: S chains side by side (measured on one
+# core, ns per term: 1.22 with 3 lanes, 0.51 with 9, 0.35 with 27)
+LANE_COST = 3.2
+# a leaf bigger than this (float64 elements, 4 MiB) is read from memory, not the caches:
+# each of its cache lines a term touches costs this much (a 64-byte line at ~20 GB/s)
+CACHED_ELEMENTS = 1 << 19
+LINE_COST = 3.0
+# one output's terms of that leaf (float64) stay in a core's cache for the next output
+SWEEP_CACHE_BYTES = 1 << 19
 PARALLEL_ROWS = 8  # a parallel step keeps at least this many rows outside its vector
 # Below this many terms a reduction keeps its vector across reduced axes whatever the
 # cost: the difference is a microsecond or two, and a second kernel per pattern would
@@ -64,13 +80,15 @@ SMALL_REDUCTION = 1 << 12
 class LoopNest:
     """A segment's loop space as a kernel walks it: axes in loop order (output axes, then
     reduced ones), each operand's strides (the output first), and the vector: the nb axes
-    ending at `end` (the last axis, or with ACROSS_OUTPUTS the last output axis)."""
+    ending at `end` (the last axis, or with ACROSS_OUTPUTS and ACROSS_BOTH the last output
+    axis), with ACROSS_BOTH after the red_nb last reduced axes (the vector's outer part)."""
 
     sizes: list[int]
     groups: list[int]  # 0: output axis, 1: reduced axis
     operands: list[list[int]]
     nb: int
     across: str
+    red_nb: int = 0
 
     @property
     def out_rank(self) -> int:
@@ -78,14 +96,19 @@ class LoopNest:
 
     @property
     def end(self) -> int:
-        return self.out_rank if self.across == ACROSS_OUTPUTS else len(self.sizes)
+        return len(self.sizes) if self.across == ACROSS_REDUCED else self.out_rank
+
+    def vector_positions(self) -> list[int]:
+        """The vector's axes, outermost first."""
+        outer = list(range(len(self.sizes) - self.red_nb, len(self.sizes)))
+        return outer + list(range(self.end - self.nb, self.end))
 
     def vector_sizes(self) -> list[int]:
-        return self.sizes[self.end - self.nb : self.end]
+        return [self.sizes[d] for d in self.vector_positions()]
 
     def access(self, i: int) -> abi.Access:
         """Operand i's access along the vector (0: the output)."""
-        return access_of(self.vector_sizes(), self.operands[i][self.end - self.nb : self.end])
+        return access_of(self.vector_sizes(), [self.operands[i][d] for d in self.vector_positions()])
 
 
 def loop_nest(
@@ -102,7 +125,8 @@ def loop_nest(
     the operand whose memory order fixes the order of the reduced axes; limit: most
     elements a vector with a GATHERED access may have; parallel: the step will run on all
     threads, so keep rows outside the vector; across: force a reducing nest's vector
-    (ACROSS_REDUCED or ACROSS_OUTPUTS; None: the cheaper)."""
+    (ACROSS_REDUCED, ACROSS_OUTPUTS, or ACROSS_BOTH where the nest has one, else
+    ACROSS_OUTPUTS; None: the cheapest by nest_cost)."""
     if not sizes:
         sizes, groups, operands = [1], [0], [op + [0] for op in operands]
     out_rank = groups.count(0)
@@ -121,24 +145,107 @@ def loop_nest(
     across_reduced = _filled(sizes, groups, operands, out_rank, len(sizes), limit, False, ACROSS_REDUCED)
     if out_rank == 0 or across == ACROSS_REDUCED or (across is None and prod(sizes) < SMALL_REDUCTION):
         return across_reduced
+    across_both = _tiled(sizes, groups, operands, main, limit, parallel)
+    if across == ACROSS_BOTH and across_both is not None:
+        return across_both
     head = vector_order(sizes[:out_rank], [op[:out_rank] for op in operands], limit)
     order = head + list(range(out_rank, len(sizes)))
     s2, g2, o2 = canonical_loops(*_permute(order, sizes, groups, operands))
     if 0 not in g2:
         return across_reduced
     across_outputs = _filled(s2, g2, o2, 0, g2.count(0), limit, parallel, ACROSS_OUTPUTS)
-    if across == ACROSS_OUTPUTS:
+    if across in (ACROSS_OUTPUTS, ACROSS_BOTH):
         return across_outputs
-    return min((across_reduced, across_outputs), key=nest_cost)
+    nests = [across_reduced, across_outputs]
+    # across both only for a leaf beyond the caches, whose lines it walks whole: on cached
+    # leaves it gathers more than the others and was no faster (grid6_d2: 3% slower)
+    if across_both is not None and _elements(sizes, operands[main]) > CACHED_ELEMENTS:
+        nests.append(across_both)
+    return min(nests, key=lambda nest: nest_cost(nest, main))
 
 
-def nest_cost(nest: LoopNest) -> float:
-    """Cost per term of a reducing nest (for choosing between its two vectors)."""
-    columns = [op[nest.end - nest.nb : nest.end] for op in nest.operands]
-    columns[0] = [0] * nest.nb  # the output is written once per sum, not per term:
-    store = STORE_COST[nest.access(0).kind] if nest.across == ACROSS_OUTPUTS else 0.0
+def nest_cost(nest: LoopNest, main: int) -> float:
+    """Cost per term of a reducing nest (for choosing between its vectors); main: the
+    operand whose memory order fixes the order of the sums (the biggest leaf)."""
+    positions = nest.vector_positions()
+    columns = [[op[d] for d in positions] for op in nest.operands]
+    columns[0] = [0] * len(positions)  # the output is written once per sum, not per term:
+    store = STORE_COST[nest.access(0).kind] if nest.across != ACROSS_REDUCED else 0.0
     terms = prod(n for n, g in zip(nest.sizes, nest.groups) if g == 1)
-    return vector_cost(nest.vector_sizes(), columns) + SUM_COST[nest.across] + store / terms
+    sums = SUM_COST[nest.across]
+    if nest.across == ACROSS_BOTH:  # S chains side by side
+        sums += LANE_COST / prod(nest.sizes[nest.end - nest.nb : nest.end])
+    cost = vector_cost(nest.vector_sizes(), columns) + sums + store / terms
+    if _elements(nest.sizes, nest.operands[main]) > CACHED_ELEMENTS:
+        cost += LINE_COST * lines_per_term(nest, main)
+    return cost
+
+
+def _elements(sizes: Sequence[int], strides: Sequence[int]) -> int:
+    """Elements of an operand with these strides over axes of these sizes."""
+    return prod(n for n, st in zip(sizes, strides) if st)
+
+
+def lines_per_term(nest: LoopNest, main: int) -> float:
+    """Cache lines of operand `main` (float64) per term that the vector and the innermost
+    axis outside it touch: 1/8 when they walk it a line at a time, more when they take a
+    few elements from each line and other vectors come back for the rest (by then, in a
+    leaf larger than the cache, from memory again)."""
+    vector = nest.vector_positions()
+    offsets = [0]
+    for d in vector:
+        offsets = [o + i * nest.operands[main][d] for o in offsets for i in range(nest.sizes[d])]
+    # the odometer's innermost axis (in every kind the last axis outside the vector): the
+    # next vectors may take the rest of these lines. Across reduced axes, when one output's
+    # terms fit in the cache, the next output's sum finds them there: its axis then.
+    outside = [d for d in range(len(nest.sizes)) if d not in vector and nest.sizes[d] > 1]
+    if nest.across == ACROSS_REDUCED:
+        terms = prod(n for n, g in zip(nest.sizes, nest.groups) if g == 1)
+        if terms * 8 <= SWEEP_CACHE_BYTES:
+            outside = [d for d in outside if nest.groups[d] == 0]
+    if outside:
+        d = outside[-1]
+        steps = min(nest.sizes[d], max(2, (1 << 16) // len(offsets)))
+        offsets = [o + i * nest.operands[main][d] for i in range(steps) for o in offsets]
+    return len({o // 8 for o in offsets}) / len(offsets)
+
+
+def _tiled(sizes, groups, operands, main: int, limit: int, parallel: bool) -> LoopNest | None:
+    """The ACROSS_BOTH nest of a reducing loop space whose axes are in main's memory order
+    (outputs, then reduced ones), or None where it has none. Its vector: lanes first, the
+    output axes innermost in main, as many as fit with one reduced axis beside them (and,
+    for a parallel step, leave PARALLEL_ROWS rows); then the innermost reduced axes while
+    the vector fits in `limit` (and the kernels' buffer), the outermost of them split if
+    it does not fit whole. Lanes make it fast: each output's sum is a chain of dependent
+    additions, and the S outputs' chains run side by side (LANE_COST)."""
+    out_rank, D = groups.count(0), len(sizes)
+    limit = min(limit, BUFFER)
+    if out_rank == D:
+        return None
+    S, o, rows = 1, out_rank - 1, prod(sizes[:out_rank])
+    while o >= 0 and S * sizes[o] * min(sizes[-1], 2) <= limit:
+        if parallel and rows // sizes[o] < PARALLEL_ROWS:
+            break
+        S, rows, o = S * sizes[o], rows // sizes[o], o - 1
+    if S == 1:
+        return None
+    sizes, groups, operands = list(sizes), list(groups), [list(op) for op in operands]
+    J, r = 1, D - 1
+    while r >= out_rank and S * J * sizes[r] <= limit:
+        J, r = J * sizes[r], r - 1
+    if r >= out_rank:  # split the next reduced axis (n, s) into (n / b, b), strides (s * b, s)
+        b = max((b for b in range(2, limit // (S * J) + 1) if sizes[r] % b == 0), default=1)
+        if b > 1:
+            sizes[r : r + 1] = [sizes[r] // b, b]
+            groups.insert(r, 1)
+            for op in operands:
+                op[r : r + 1] = [op[r] * b, op[r]]
+            J *= b
+            D += 1
+    if J == 1:
+        return None
+    red_nb = sum(1 for d in range(out_rank, D) if prod(sizes[d:]) <= J)
+    return LoopNest(sizes, groups, operands, out_rank - 1 - o, ACROSS_BOTH, red_nb)
 
 
 def _pad(sizes, groups, operands, group):

@@ -35,8 +35,9 @@ class PlanOptions:
     # most elements of a kernel's vector when an operand is gathered along it (its offset
     # table has one entry per element), plan/loops.py
     block: int = 256
-    # the vector of reducing segments: "reduced", "outputs" (plan/loops.py), or None for
-    # the cheaper by the cost model. Results are bit-identical whichever it is.
+    # the vector of reducing segments: "reduced", "outputs", "both" (plan/loops.py; "both"
+    # where a segment's inner axes allow it, else "outputs"), or None for the cheapest by
+    # the cost model. Results are bit-identical whichever it is.
     across: str | None = None
     # multiply a product's first leaves apart when they hold few of its axes
     # (plan/hoist.py); bit-identical either way
@@ -71,8 +72,10 @@ class PlanOptions:
                 "PlanOptions: split_reductions sums in another order than the program "
                 "wrote: it needs exact=False (the reassociating mode)"
             )
-        if self.across not in (None, "reduced", "outputs"):
-            raise ValueError(f"PlanOptions: across must be None, 'reduced' or 'outputs', not {self.across!r}")
+        if self.across not in (None, "reduced", "outputs", "both"):
+            raise ValueError(
+                f"PlanOptions: across must be None, 'reduced', 'outputs' or 'both', not {self.across!r}"
+            )
         if not (isinstance(self.max_leaves, int) and 2 <= self.max_leaves <= MAX_LEAVES):
             raise ValueError(
                 f"PlanOptions: max_leaves must be an int in 2..{MAX_LEAVES}, not {self.max_leaves!r}"

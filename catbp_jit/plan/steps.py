@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 from .. import abi
 from ..ir.schema import TensorSpec
 from .fusion import Segment
-from .loops import ACROSS_OUTPUTS
+from .loops import ACROSS_OUTPUTS, ACROSS_REDUCED
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,7 @@ class KernelPattern:
     normalize: bool
     parallel: bool
     # the axes of its vector (plan/loops.py): ACROSS_OUTPUTS (always, if it does not
-    # reduce) or ACROSS_REDUCED
+    # reduce), ACROSS_REDUCED or ACROSS_BOTH
     vector: str = ACROSS_OUTPUTS
     template: str = "contract_reduce"
 
@@ -32,10 +32,12 @@ class KernelPattern:
 
     @property
     def name(self) -> str:
-        across = self.reduce and self.vector == ACROSS_OUTPUTS and self.template == "contract_reduce"
+        across = ""
+        if self.reduce and self.template == "contract_reduce" and self.vector != ACROSS_REDUCED:
+            across = "_across_" + self.vector
         flags = (
             ("_reduce" if self.reduce else "")
-            + ("_across_outputs" if across else "")
+            + across
             + ("_norm" if self.normalize else "")
             + ("_par" if self.parallel else "")
         )
