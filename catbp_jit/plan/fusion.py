@@ -8,8 +8,10 @@ over a loop space of output axes `o` and reduced axes `r`, each leaf aligned to 
 by axis key. One form covers a CONTRACT (no reduced axes), an ELIMINATE (one leaf), a
 CONTRACT fused into the ELIMINATE that reads it (the product is never materialized), a
 left-deep chain of CONTRACTs (CONTRACT(CONTRACT(a, b), c) multiplies ((a ⊗ b) ⊗ c), the
-order the program wrote, so flattening it changes no rounding), a copy, and a NORMALIZE
-fused into its producer. Views are not segments: a leaf that is a view is read through its
+order the program wrote, so flattening it changes no rounding), a CONTRACT that is the
+second input of its one reader (CONTRACT(a, CONTRACT(b, c)) multiplies a ⊗ (b ⊗ c), which
+⊗'s commutativity makes ((b ⊗ c) ⊗ a), bit for bit: leaves b, c, a), a copy, and a
+NORMALIZE fused into its producer. Views are not segments: a leaf that is a view is read through its
 base value with the view's alignment, which is again alignment by key.
 """
 
@@ -69,7 +71,10 @@ def base_of(g: Graph, nid: int) -> int:
     return nid
 
 
-def fuse(g: Graph, max_leaves: int = DEFAULT_MAX_LEAVES) -> Fused:
+def fuse(g: Graph, max_leaves: int = DEFAULT_MAX_LEAVES, second_inputs: bool = True) -> Fused:
+    """second_inputs: inline a product into its one reader that takes it second (above).
+    The reassociating mode regroups products anyway (plan/reassociate.py), and keeps its
+    plans as they were without it."""
     consumers = g.consumers()
     outputs = set(g.outputs.values())
     users: dict[int, list[int]] = {nid: [] for nid in g.nodes}
@@ -96,15 +101,40 @@ def fuse(g: Graph, max_leaves: int = DEFAULT_MAX_LEAVES) -> Fused:
         few_readers = len(readers) == 1 or (len(readers) <= MAX_READERS and n_leaves[nid] <= MAX_RECOMPUTED)
         inline[nid] = nid not in outputs and bool(readers) and first_use and few_readers
 
+    # A CONTRACT that its one reader, a CONTRACT, takes second is computed inside it too,
+    # first, when the reader's first input is a plain leaf: (a ⊗ (b ⊗ c)) = ((b ⊗ c) ⊗ a)
+    # bit for bit (IEEE multiplication and addition commute, and so do the int and bool
+    # ⊗). A product of big cliques that one message reads is then never written out and
+    # read back (grid5_d3: 115 MB each). Its reader must not be recomputed by several
+    # readers of its own: that would recompute this product too.
+    second: set[int] = set()
+    for nid, node in g.nodes.items():
+        if not second_inputs or node.op != CONTRACT or inline.get(nid) or nid in outputs:
+            continue
+        if len(users[nid]) != 1:
+            continue
+        reader = g.nodes[users[nid][0]]
+        if reader.op != CONTRACT or len(reader.inputs) < 2 or reader.inputs[1] != nid:
+            continue
+        first = reader.inputs[0]
+        if first == nid or nid in reader.inputs[2:] or inline.get(first) or first in second:
+            continue
+        if inline.get(reader.id) and len(users[reader.id]) > 1:
+            continue
+        second.add(nid)
+
     def inlined(nid: int) -> bool:
         return inline.get(nid, False)
 
     def leaves_of(nid: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """(leaves, nodes) of a CONTRACT, expanding an inlined first input."""
+        """(leaves, nodes) of a CONTRACT, expanding an inlined first or second input."""
         node = g.nodes[nid]
         first, rest = node.inputs[0], node.inputs[1:]
         if inlined(first):
             leaves, nodes = leaves_of(first)
+        elif rest and rest[0] in second:  # ((b ⊗ c) ⊗ a) for a ⊗ (b ⊗ c)
+            leaves, nodes = leaves_of(rest[0])
+            leaves, rest = leaves + (base_of(g, first),), rest[1:]
         else:
             leaves, nodes = (base_of(g, first),), ()
         return leaves + tuple(base_of(g, r) for r in rest), nodes + (nid,)
@@ -135,7 +165,7 @@ def fuse(g: Graph, max_leaves: int = DEFAULT_MAX_LEAVES) -> Fused:
         return leaves
 
     for nid, node in g.nodes.items():
-        if node.op == CONTRACT and not inlined(nid):
+        if node.op == CONTRACT and not inlined(nid) and nid not in second:
             leaves, nodes = leaves_of(nid)
             leaves = narrow(leaves, node.spec.axes, nodes)
             seg = Segment(nid, node.spec, (), leaves, False, False, nodes)

@@ -107,7 +107,7 @@ def plan(
     say("planning: the graph and its passes")
     graph = optimize(build_graph(checked, sr.name, lspecs))
     say(f"planning: fusing {len(graph.nodes):,} nodes")
-    fused = fuse(graph, options.max_leaves)
+    fused = fuse(graph, options.max_leaves, second_inputs=options.exact)
     if not options.exact:  # opt-in: regroup products and sums (plan/reassociate.py)
         fused = reassociate(fused, batch_key)
         if options.split_reductions:  # few outputs, many terms: partial sums (plan/split.py)

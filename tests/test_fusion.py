@@ -1,0 +1,53 @@
+"""Fusion (plan/fusion.py): what becomes one segment, and that it changes no bits."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import catbp_jit
+from catbp_jit import Axis, AxisType, Instruction, OpCode, Program, TensorSpec
+from catbp_jit.ir.validate import check_programs
+from catbp_jit.plan.fusion import fuse
+from catbp_jit.plan.graph import build_graph
+from catbp_jit.plan.passes import optimize
+
+G = AxisType.GEOMETRIC
+X, Y = Axis(0, G, 5), Axis(1, G, 7)
+SPECS = {0: TensorSpec((X, Y)), 1: TensorSpec((Y,)), 2: TensorSpec((X, Y))}
+
+
+def program(store_product: bool) -> Program:
+    """R[x] = ⊕_y a[x, y] ⊗ (b[y] ⊗ c[x, y]): the product b ⊗ c is the second input of
+    its one reader (unless it is also stored in a slot)."""
+    ins = [Instruction(OpCode.LOAD_FACTOR, f, {"factor_id": f}) for f in SPECS]
+    ins += [
+        Instruction(OpCode.CONTRACT, 3, {"inputs": (1, 2), "out_spec": TensorSpec((X, Y))}),
+        Instruction(OpCode.CONTRACT, 4, {"inputs": (0, 3), "out_spec": TensorSpec((X, Y))}),
+        Instruction(OpCode.ELIMINATE, 5, {"src": 4, "keep_keys": (X.key,)}),
+        Instruction(OpCode.STORE_SLOT, None, {"slot": ("r",), "src": 5}),
+    ]
+    if store_product:
+        ins.append(Instruction(OpCode.STORE_SLOT, None, {"slot": ("p",), "src": 3}))
+    return Program(tuple(ins), "upward")
+
+
+@pytest.mark.parametrize("semiring", ["PROB", "LOGPROB"])
+def test_a_product_read_second_by_its_one_reader_is_computed_first_inside_it(semiring):
+    sr = catbp_jit.make_semiring(semiring)
+    exe = catbp_jit.compile(program(False), sr, factor_specs=SPECS, mode="loop")
+    (seg,) = exe.plan.fused.segments
+    assert seg.leaves == (1, 2, 0)  # ((b ⊗ c) ⊗ a): a ⊗ (b ⊗ c) by ⊗'s commutativity
+    stored = catbp_jit.compile(program(True), sr, factor_specs=SPECS, mode="loop")
+    assert len(stored.plan.fused.segments) == 2  # a slot's value is written: not inlined
+    rng = np.random.default_rng(5)
+    values = {f: sr.kind.potentials(rng.uniform(0.1, 3.0, s.shape), sr.dtype) for f, s in SPECS.items()}
+    got = exe.bind().run(factors=values)[("r",)][0]
+    want = stored.bind().run(factors=values)[("r",)][0]
+    assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+def test_the_reassociating_mode_keeps_its_segments():
+    checked = check_programs([program(False)], factor_specs=SPECS, selector_specs={}, slot_specs={})
+    graph = optimize(build_graph(checked, "PROB", {}))
+    assert [s.leaves for s in fuse(graph, second_inputs=False).segments] == [(1, 2), (0, 3)]
