@@ -254,7 +254,6 @@ def access_source(k: int, i: int) -> str:
 #     p + GEMM_BATCH_RANK   nb
 #     p + GEMM_C       where the products go: OUT, or the workspace when the output is
 #                      copied out after them (the copies below)
-#     p + GEMM_SCRATCH offset in P of the copies' odometer (as many counters as axes)
 #     gemm_batch(d) + 0/1/2/3   batch axis d: size, then its stride in c, a and b
 #     gemm_groups(nb) + 0/1/2/3 NORMALIZE groups, as for contract_reduce (over OUT)
 #     gemm_copies(nb) + 0/1     how many copies run before the products, how many after;
@@ -273,8 +272,7 @@ GEMM_K = 7
 GEMM_WORK = 8
 GEMM_BATCH_RANK = 9
 GEMM_C = 10
-GEMM_SCRATCH = 11
-GEMM_HEADER = 12
+GEMM_HEADER = 11
 GEMM_BATCH_FIELDS = 4  # size, c stride, a stride, b stride
 COPY_SRC, COPY_DST, COPY_RANK = 0, 1, 2
 COPY_HEADER = 3
@@ -335,7 +333,6 @@ class GemmParams:
     c: int = -1  # where the products go (-1: out)
     before: tuple[StridedCopy, ...] = ()  # leaves copied into the workspace
     after: tuple[StridedCopy, ...] = ()  # the products copied into the output
-    scratch: int = -1  # the copies' odometer (build_schedule places it)
     accesses: tuple[Access, ...] = ()  # (no vector, no offset tables)
 
     def pack(self) -> list[int]:
@@ -343,7 +340,7 @@ class GemmParams:
         row[OUT], row[GEMM_A], row[GEMM_A_T], row[GEMM_B] = self.out, self.a, self.a_t, self.b
         row[GEMM_B_T], row[GEMM_M], row[GEMM_N], row[GEMM_K] = self.b_t, self.m, self.n, self.k
         row[GEMM_WORK], row[GEMM_BATCH_RANK] = self.work, len(self.batch)
-        row[GEMM_C], row[GEMM_SCRATCH] = self.out if self.c < 0 else self.c, self.scratch
+        row[GEMM_C] = self.out if self.c < 0 else self.c
         for fields in self.batch:
             row += list(fields)
         row += list(self.groups)
@@ -358,9 +355,6 @@ class GemmParams:
         copies = sum(copy_axis(len(c.sizes)) for c in self.before + self.after)
         return gemm_copies(len(self.batch)) + 2 + copies
 
-    def scratch_size(self) -> int:
-        return max((len(c.sizes) for c in self.before + self.after), default=0)
-
 
 def gemm_source_constants() -> str:
     """The GEMM offsets as module-level constants of a generated kernel."""
@@ -369,7 +363,7 @@ def gemm_source_constants() -> str:
         f"OUT, GEMM_A, GEMM_A_T, GEMM_B, GEMM_B_T = {OUT}, {GEMM_A}, {GEMM_A_T}, {GEMM_B}, "
         f"{GEMM_B_T}\n"
         f"GEMM_M, GEMM_N, GEMM_K, GEMM_WORK = {GEMM_M}, {GEMM_N}, {GEMM_K}, {GEMM_WORK}\n"
-        f"GEMM_BATCH_RANK, GEMM_C, GEMM_SCRATCH = {GEMM_BATCH_RANK}, {GEMM_C}, {GEMM_SCRATCH}\n"
+        f"GEMM_BATCH_RANK, GEMM_C = {GEMM_BATCH_RANK}, {GEMM_C}\n"
         f"GEMM_HEADER, GEMM_BATCH_FIELDS, GROUP_FIELDS = {GEMM_HEADER}, {GEMM_BATCH_FIELDS}, "
         f"{GROUP_FIELDS}\n"
         f"COPY_SRC, COPY_DST, COPY_RANK, COPY_HEADER, COPY_AXIS_FIELDS = {COPY_SRC}, "

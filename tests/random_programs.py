@@ -574,6 +574,7 @@ def load_slot(dst, key):
 
 # Σ_k a ⊗ b as a matrix product (test_reassociate's GEMM tests, test_jit_invariants')
 AI, AJ, AK, AB = Axis(10, G, 12), Axis(11, G, 20), Axis(12, G, 24), Axis(13, G, 3)
+AB2 = Axis(14, G, 4)  # a second batch axis: 12 products
 
 
 def gemm_case(semiring, dtype, a_axes, b_axes, keep, norm=False, values=None, seed=0):

@@ -25,6 +25,7 @@ from jit_helpers import (
     assert_rows_equal,
     assert_same_slots,
     compare_slots,
+    count_allocations,
     inputs,
     record,
     run_reference,
@@ -34,6 +35,7 @@ from jit_helpers import (
 )
 from random_programs import (
     AB,
+    AB2,
     AI,
     AJ,
     AK,
@@ -576,3 +578,34 @@ def test_an_intermediate_two_segments_need_is_computed_once():
     assert pre[0].out in out[-1].leaves and pre[0].out in out[-2].leaves
     mem = plan_memory(reassociate(fused), 8)
     assert mem.intervals[pre[0].out].end == len(out) - 1  # live until its last reader
+
+
+@pytest.mark.parametrize(
+    "a_axes, b_axes, keep, copies",
+    [
+        ((AB, AB2, AI, AK), (AB, AB2, AK, AJ), (AB, AB2, AI, AJ), 0),  # matrices in place
+        ((AK, AI, AB, AB2), (AJ, AB, AB2, AK), (AJ, AI, AB, AB2), 3),  # all three copied
+    ],
+    ids=["in-place", "copied"],
+)
+def test_gemm_steps_of_many_small_products_run_on_all_threads(a_axes, b_axes, keep, copies):
+    """A GEMM step of 12 small products made parallel (its batch positions, its copies'
+    rows and its normalization's division shared by the threads): the serial step's bits,
+    and no allocation per run."""
+    case = gemm_case("PROB", "float64", a_axes, b_axes, keep, norm=True)
+    runs = {}
+    for parallel_min_work in (1, catbp_jit.PlanOptions().parallel_min_work):
+        options = catbp_jit.PlanOptions(exact=False, parallel_min_work=parallel_min_work)
+        exe = catbp_jit.compile(
+            case.programs, case.sr(), factor_specs=case.factor_specs, mode="loop", options=options
+        )
+        (step,) = [st for st in exe.schedule.steps if st.pattern.template == "gemm"]
+        assert len(step.params.before) + len(step.params.after) == copies
+        sess = exe.bind()
+        runs[step.pattern.parallel] = session_results(sess, case.inputs[0])
+        if step.pattern.parallel:
+            np_count, per_run = count_allocations(sess, case.inputs[0].factors, {}, 3)
+            assert np_count.allocations == 0 and set(per_run) == {0}, (np_count, per_run)
+    assert set(runs) == {True, False}
+    (key,) = runs[True]
+    assert np.array_equal(runs[True][key][0].view(np.uint8), runs[False][key][0].view(np.uint8))

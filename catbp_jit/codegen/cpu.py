@@ -269,9 +269,27 @@ def _walkers(sr: Semiring, dtype: str) -> str:
     return "\n\n\n".join(parts)
 
 
-def _normalize(sr: Semiring) -> list[str]:
+def _each_element(ind: str, body: str, parallel: bool) -> list[str]:
+    """`body` on every element o of the current part. A parallel kernel shares the
+    elements of a lone part (each is computed alone: the same bits); many parts (the rows
+    of a batch) are small, and a parallel loop each would cost more than it saves."""
+    serial = [f"{ind}for o in range(size):", f"{ind}    {body}"]
+    if not parallel:
+        return serial
+    shared = body.replace("[base + o * es]", "[base + e * es]")
+    return [
+        f"{ind}if groups == 1:",
+        f"{ind}    for e in prange(size):",
+        f"{ind}        {shared}",
+        f"{ind}else:",
+    ] + ["    " + line for line in serial]
+
+
+def _normalize(sr: Semiring, parallel: bool = False) -> list[str]:
     """NORMALIZE the output in `groups` parts (the batch rows) of `size` elements each,
-    part g at out + g * gs, its elements es apart (plan/schedule.py: normalize_groups)."""
+    part g at out + g * gs, its elements es apart (plan/schedule.py: normalize_groups).
+    Its sums run in the elements' order; a parallel kernel shares the last pass (the
+    division or the subtraction) among the threads."""
     i = "        "
     x = "mem[base + o * es]"
     head = [
@@ -282,33 +300,37 @@ def _normalize(sr: Semiring) -> list[str]:
         "        base = out + g * gs",
     ]
     if sr.normalization == "divide_by_total":
-        return head + [
-            f"{i}total = 0.0",
-            f"{i}for o in range(size):",
-            f"{i}    total += {x}",
-            f"{i}if totals >= 0:  # the total kept as a value of its own (plan/totals.py)",
-            f"{i}    mem[totals + g] = total",
-            f"{i}if total != 0.0:",
-            f"{i}    for o in range(size):",
-            f"{i}        {x} = {x} / total",
-        ]
+        return (
+            head
+            + [
+                f"{i}total = 0.0",
+                f"{i}for o in range(size):",
+                f"{i}    total += {x}",
+                f"{i}if totals >= 0:  # the total kept as a value of its own (plan/totals.py)",
+                f"{i}    mem[totals + g] = total",
+                f"{i}if total != 0.0:",
+            ]
+            + _each_element(i + "    ", f"{x} = {x} / total", parallel)
+        )
     if sr.normalization == "subtract_logsumexp":
-        return head + [
-            f"{i}top_x = -np.inf",
-            f"{i}for o in range(size):",
-            f"{i}    if {x} > top_x or {x} != {x}:",
-            f"{i}        top_x = {x}",
-            f"{i}z = top_x",
-            f"{i}if top_x != -np.inf:",
-            f"{i}    acc = 0.0",
-            f"{i}    for o in range(size):",
-            f"{i}        acc += math.exp({x} - top_x)",
-            f"{i}    z = top_x + math.log(acc)",
-            f"{i}if totals >= 0:  # the total kept as a value of its own (plan/totals.py)",
-            f"{i}    mem[totals + g] = z",
-            f"{i}for o in range(size):",
-            f"{i}    {x} = {x} - z",
-        ]
+        return (
+            head
+            + [
+                f"{i}top_x = -np.inf",
+                f"{i}for o in range(size):",
+                f"{i}    if {x} > top_x or {x} != {x}:",
+                f"{i}        top_x = {x}",
+                f"{i}z = top_x",
+                f"{i}if top_x != -np.inf:",
+                f"{i}    acc = 0.0",
+                f"{i}    for o in range(size):",
+                f"{i}        acc += math.exp({x} - top_x)",
+                f"{i}    z = top_x + math.log(acc)",
+                f"{i}if totals >= 0:  # the total kept as a value of its own (plan/totals.py)",
+                f"{i}    mem[totals + g] = z",
+            ]
+            + _each_element(i, f"{x} = {x} - z", parallel)
+        )
     return []  # SAT and COUNT do not normalize
 
 
@@ -506,6 +528,6 @@ def kernel_source(pattern: KernelPattern) -> str:
     else:
         lines += [f"    {part}(mem, P, p, ZERO, n_work, scratch)"]
     if pattern.normalize:
-        lines += ["    out = P[p + OUT]"] + _normalize(sr)
+        lines += ["    out = P[p + OUT]"] + _normalize(sr, pattern.parallel)
     lines += [""]
     return "\n".join(lines)

@@ -38,7 +38,7 @@ P[p:] holds this step's parameters (catbp_jit/abi.py, the GEMM section).
 import math
 
 import numpy as np
-from numba import carray, njit
+from numba import carray, njit{prange}
 
 from catbp_jit.codegen.intrinsics import {pointers}
 
@@ -109,14 +109,17 @@ def log_dot(mem, ao, a_t, bo, b_t, oo, M, N, K, w):
             mem[oo + i * N + j] = top_x + math.log(acc)
 '''
 
+# A parallel step (many small products: plan/gemm.py) shares its copies' rows and its
+# batch positions among the threads; every element is computed alone, as in the serial
+# kernel, so the bits do not depend on the thread count.
 COPY = '''
 
-@njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def strided_copy(mem, P, q, i):
-    """The copy at P[q:] (abi.py: StridedCopy), its odometer in P[i:]; returns where the
-    next copy starts. The last two axes are walked in TILE x TILE tiles (the planner puts
-    the destination's densest axis last and the source's before it: a transpose then reads
-    and writes whole cache lines); the axes before them by the odometer."""
+@njit(cache=True, nogil=True, error_model="numpy"{parallel})
+def strided_copy(mem, P, q):
+    """The copy at P[q:] (abi.py: StridedCopy); returns where the next copy starts. The
+    last two axes are walked in TILE x TILE tiles (the planner puts the destination's
+    densest axis last and the source's before it: a transpose then reads and writes whole
+    cache lines); each position of the axes before them (a row) placed by div/mod."""
     src, dst, rank = P[q + COPY_SRC], P[q + COPY_DST], P[q + COPY_RANK]
     ax = q + COPY_HEADER
     last = ax + COPY_AXIS_FIELDS * (rank - 1)
@@ -129,29 +132,31 @@ def strided_copy(mem, P, q, i):
     rows = np.int64(1)
     for d in range(rank - 2):
         rows *= P[ax + COPY_AXIS_FIELDS * d]
-        P[i + d] = 0
-    for _ in range(rows):
-        for u0 in range(0, m, TILE):
-            for t0 in range(0, n, TILE):
-                for u in range(u0, min(u0 + TILE, m)):
-                    for t in range(t0, min(t0 + TILE, n)):
-                        mem[dst + u * md + t * ds] = mem[src + u * ms + t * ss]
-        for d in range(rank - 3, -1, -1):  # the odometer: next tile row
-            f = ax + COPY_AXIS_FIELDS * d
-            P[i + d] += 1
-            src += P[f + 1]
-            dst += P[f + 2]
-            if P[i + d] < P[f]:
-                break
-            P[i + d] = 0
-            src -= P[f] * P[f + 1]
-            dst -= P[f] * P[f + 2]
+    for r in {rows}(rows):
+        copy_row(mem, P, ax, rank, src, dst, r, m, ms, md, n, ss, ds)
     return last + COPY_AXIS_FIELDS
+
+
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def copy_row(mem, P, ax, rank, src, dst, r, m, ms, md, n, ss, ds):
+    """Row r of the copy: its m x n elements of the last two axes, in tiles."""
+    rem = r * 1  # a new value: a parallel loop's index must not change
+    for d in range(rank - 3, -1, -1):
+        f = ax + COPY_AXIS_FIELDS * d
+        i = rem % P[f]
+        rem //= P[f]
+        src += i * P[f + 1]
+        dst += i * P[f + 2]
+    for u0 in range(0, m, TILE):
+        for t0 in range(0, n, TILE):
+            for u in range(u0, min(u0 + TILE, m)):
+                for t in range(t0, min(t0 + TILE, n)):
+                    mem[dst + u * md + t * ds] = mem[src + u * ms + t * ss]
 '''
 
 ENTRY_SOURCE = '''
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy"{parallel})
 def kernel(mem_address, mem_length, P_address, P_length, p):
     """Segment p of the table (called with addresses, as every kernel: see codegen/cpu.py)."""
     mem = carray(pointer_{dtype}(mem_address), mem_length)
@@ -165,10 +170,10 @@ def kernel(mem_address, mem_length, P_address, P_length, p):
     n_before, n_after = P[q], P[q + 1]
     q += 2
     for _ in range(n_before):  # leaves into their matrices
-        q = strided_copy(mem, P, q, P[p + GEMM_SCRATCH])
-    for t in range(n_batch):
+        q = strided_copy(mem, P, q)
+    for t in {batches}(n_batch):
         oo, ao, bo = P[p + GEMM_C], P[p + GEMM_A], P[p + GEMM_B]
-        rem = t
+        rem = t * 1  # a new value: a parallel loop's index must not change
         for d in range(nb - 1, -1, -1):
             f = p + GEMM_HEADER + GEMM_BATCH_FIELDS * d
             i = rem % P[f]
@@ -178,7 +183,7 @@ def kernel(mem_address, mem_length, P_address, P_length, p):
             bo += i * P[f + 3]
         {call}
     for _ in range(n_after):  # the products into the output
-        q = strided_copy(mem, P, q, P[p + GEMM_SCRATCH])
+        q = strided_copy(mem, P, q)
 '''
 
 
@@ -193,19 +198,27 @@ def kernel_source(pattern: KernelPattern) -> str:
         dtype=pattern.dtype,
         then=", then NORMALIZE" if pattern.normalize else "",
         pointers=", ".join(sorted({"pointer_int64", "pointer_" + pattern.dtype})),
+        prange=", prange" if pattern.parallel else "",
         abi=abi.gemm_source_constants(),
     )
     lines += f"SAFE = {SAFE[pattern.dtype]}\n" if log else ""
     lines += f"TILE = {TILE}  # a copy's tile edge (elements): 16 float64 are two cache lines\n"
-    lines += DOT + (LOG_DOT if log else "") + COPY
+    parallel = ", parallel=True" if pattern.parallel else ""
+    lines += DOT + (LOG_DOT if log else "")
+    lines += COPY.format(parallel=parallel, rows="prange" if pattern.parallel else "range")
     call = (
         "log_dot(mem, ao, P[p + GEMM_A_T], bo, P[p + GEMM_B_T], oo, M, N, K, P[p + GEMM_WORK])"
         if log
         else "dot(mem, ao, P[p + GEMM_A_T], bo, P[p + GEMM_B_T], oo, M, N, K)"
     )
-    lines += ENTRY_SOURCE.format(dtype=pattern.dtype, call=call)
+    lines += ENTRY_SOURCE.format(
+        dtype=pattern.dtype,
+        call=call,
+        parallel=parallel,
+        batches="prange" if pattern.parallel else "range",
+    )
     if pattern.normalize:
-        body = _normalize(sr)
+        body = _normalize(sr, pattern.parallel)
         body[0] = "    G = p + GEMM_HEADER + GEMM_BATCH_FIELDS * nb  # the NORMALIZE groups"
         lines += "\n".join(["    out = P[p + OUT]", "    n_out = M * N * n_batch"] + body) + "\n"
     return lines

@@ -104,9 +104,10 @@ def fuse(g: Graph, max_leaves: int = DEFAULT_MAX_LEAVES, second_inputs: bool = T
     # A CONTRACT that its one reader, a CONTRACT, takes second is computed inside it too,
     # first, when the reader's first input is a plain leaf: (a ⊗ (b ⊗ c)) = ((b ⊗ c) ⊗ a)
     # bit for bit (IEEE multiplication and addition commute, and so do the int and bool
-    # ⊗; only which of two NaN operands' payloads survives may change). A product of big cliques that one message reads is then never written out and
-    # read back (grid5_d3: 115 MB each). Its reader must not be recomputed by several
-    # readers of its own: that would recompute this product too.
+    # ⊗; only which of two NaN operands' payloads survives may change). A product of big
+    # cliques that one message reads is then never written out and read back (grid5_d3:
+    # 115 MB each). Its reader must not be recomputed by several readers of its own: that
+    # would recompute this product too.
     second: set[int] = set()
     for nid, node in g.nodes.items():
         if not second_inputs or node.op != CONTRACT or inline.get(nid) or nid in outputs:

@@ -49,6 +49,10 @@ MIN_WORK = 4096  # below this, a BLAS call costs more than the loop kernel
 # as the sum itself. It also bounds the copies: each copied element enables at least
 # MIN_REUSE products, which BLAS runs far faster than the loop kernel would
 MIN_REUSE = 4
+# a step of at least this many batch positions, each a product of at most this many
+# multiply-adds, runs on all threads (BLAS runs one small product on one)
+PARALLEL_BATCH = 8
+SMALL_PRODUCT = 1 << 18
 
 
 @dataclass(frozen=True)
@@ -293,8 +297,18 @@ def gemm_step(
         after=copy_out,
     )
     n_batch = prod(size for size, *_ in shape.batch)
-    pattern = KernelPattern(fused.semiring, dtype, True, seg.normalize, False, template="gemm")
-    return Step(seg, pattern, params, n_batch * shape.m * shape.n * shape.k * 2)
+    flops = n_batch * shape.m * shape.n * shape.k * 2
+    # many small products: the threads share the batch positions and the copies. Not
+    # for large ones, which BLAS runs on its own threads, nor LOGPROB's, whose batch
+    # positions share the workspace of exponentials
+    parallel = (
+        n_batch >= PARALLEL_BATCH
+        and shape.m * shape.n * shape.k <= SMALL_PRODUCT
+        and flops >= options.parallel_min_work
+        and not log
+    )
+    pattern = KernelPattern(fused.semiring, dtype, True, seg.normalize, parallel, template="gemm")
+    return Step(seg, pattern, params, flops)
 
 
 Copies = tuple[abi.StridedCopy, ...]

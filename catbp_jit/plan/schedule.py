@@ -226,8 +226,10 @@ def build_schedule(
         with_tables.append(step_params)
     placed = []
     for st, step_params in zip(steps, with_tables):
-        placed.append(Step(st.segment, st.pattern, replace(step_params, scratch=cursor), st.work))
-        cursor += step_params.scratch_size()
+        if isinstance(step_params, abi.StepParams):  # (a GEMM step keeps no counters)
+            step_params = replace(step_params, scratch=cursor)
+            cursor += step_params.scratch_size()
+        placed.append(Step(st.segment, st.pattern, step_params, st.work))
     head: list[int] = []
     params: list[int] = []
     for st in placed:
