@@ -270,7 +270,7 @@ def _walkers(sr: Semiring, dtype: str) -> str:
 
 
 def _each_element(ind: str, body: str, parallel: bool) -> list[str]:
-    """`body` on every element o of the current part. A parallel kernel shares the
+    """`body` on every element o of the current part. A parallel GEMM kernel shares the
     elements of a lone part (each is computed alone: the same bits); many parts (the rows
     of a batch) are small, and a parallel loop each would cost more than it saves."""
     serial = [f"{ind}for o in range(size):", f"{ind}    {body}"]
@@ -288,8 +288,8 @@ def _each_element(ind: str, body: str, parallel: bool) -> list[str]:
 def _normalize(sr: Semiring, parallel: bool = False) -> list[str]:
     """NORMALIZE the output in `groups` parts (the batch rows) of `size` elements each,
     part g at out + g * gs, its elements es apart (plan/schedule.py: normalize_groups).
-    Its sums run in the elements' order; a parallel kernel shares the last pass (the
-    division or the subtraction) among the threads."""
+    Its sums run in the elements' order; with `parallel` the last pass (the division or
+    the subtraction) is shared among the threads."""
     i = "        "
     x = "mem[base + o * es]"
     head = [
@@ -528,6 +528,8 @@ def kernel_source(pattern: KernelPattern) -> str:
     else:
         lines += [f"    {part}(mem, P, p, ZERO, n_work, scratch)"]
     if pattern.normalize:
-        lines += ["    out = P[p + OUT]"] + _normalize(sr, pattern.parallel)
+        # (serial: a parallel division costs each parallel pattern ~1 s more to compile,
+        # and a loop kernel's normalized outputs are small next to its terms)
+        lines += ["    out = P[p + OUT]"] + _normalize(sr)
     lines += [""]
     return "\n".join(lines)
