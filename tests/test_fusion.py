@@ -32,7 +32,7 @@ def program(store_product: bool) -> Program:
     return Program(tuple(ins), "upward")
 
 
-@pytest.mark.parametrize("semiring", ["PROB", "LOGPROB"])
+@pytest.mark.parametrize("semiring", ["PROB", pytest.param("LOGPROB", marks=pytest.mark.slow)])
 def test_a_product_read_second_by_its_one_reader_is_computed_first_inside_it(semiring):
     sr = catbp_jit.make_semiring(semiring)
     exe = catbp_jit.compile(program(False), sr, factor_specs=SPECS, mode="loop")

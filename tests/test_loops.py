@@ -308,8 +308,8 @@ def test_a_big_leaf_with_an_output_axis_inside_its_lines_takes_both_axes_in_its_
     "semiring, dtype",
     [
         ("PROB", "float64"),
-        ("LOGPROB", "float64"),
         # a kernel compile each (~5 s; the random programs above force "both" in these too)
+        pytest.param("LOGPROB", "float64", marks=pytest.mark.slow),
         pytest.param("PROB", "float32", marks=pytest.mark.slow),
         pytest.param("LOGPROB", "float32", marks=pytest.mark.slow),
         pytest.param("SAT", None, marks=pytest.mark.slow),
