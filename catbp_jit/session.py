@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import abi
+from .blas_threads import OneBlasThread, wants_one_thread
 from .errors import InputMismatchError, UnknownInputError, name_list
 from .ir.adapt import adapt_slot_key
 from .ir.schema import TensorSpec
@@ -93,6 +94,8 @@ class Session:
     def _prepare(self) -> None:
         """What the compiled tier's run needs, worked out once."""
         exe = self.exe
+        # GEMM steps of small products only: BLAS on one thread during runs (blas_threads.py)
+        self._one_blas_thread = OneBlasThread() if wants_one_thread(exe.schedule) else None
         # kernels get addresses, not arrays: no NRT record per call (the executable keeps
         # the kernel address array alive, this session its buffer and table)
         mem_at, tab_at = self.mem.ctypes.data, self.table.ctypes.data
@@ -257,6 +260,16 @@ class Session:
         """Run steps first..n-1 (first: 0, or the first dynamic step)."""
         if not self.compiled:
             return self._execute_numpy(first)
+        one = self._one_blas_thread
+        if one is None:
+            return self._execute_kernels(first)
+        one.enter()
+        try:
+            self._execute_kernels(first)
+        finally:
+            one.exit()
+
+    def _execute_kernels(self, first: int) -> None:
         if self.exe.mode == "compiled":
             self.exe.dispatcher(*(self._dispatch_args if first == 0 else self._dynamic_args))
         elif self.before is None and self.after is None:

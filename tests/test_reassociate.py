@@ -609,3 +609,33 @@ def test_gemm_steps_of_many_small_products_run_on_all_threads(a_axes, b_axes, ke
     assert set(runs) == {True, False}
     (key,) = runs[True]
     assert np.array_equal(runs[True][key][0].view(np.uint8), runs[False][key][0].view(np.uint8))
+
+
+def test_a_run_of_small_gemm_products_keeps_blas_on_one_thread():
+    """BLAS splits even a small product among threads of its own, which between the
+    parallel kernels' regions cost more than they give (catbp_jit/blas_threads.py): a run
+    whose GEMM steps are all small products sets every BLAS library to one thread and puts
+    them back after; one with a large product leaves them."""
+    from threadpoolctl import threadpool_info
+
+    from catbp_jit.blas_threads import SMALL_PRODUCT, wants_one_thread
+
+    def blas_threads():
+        return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+
+    case = gemm_case("PROB", "float64", (AI, AK), (AK, AJ), (AI, AJ))
+    exe = catbp_jit.compile(
+        case.programs, case.sr(), factor_specs=case.factor_specs, mode="loop", exact=False
+    )
+    assert wants_one_thread(exe.schedule)
+    seen = []
+    sess = exe.bind(before=lambda i, step: seen.append(blas_threads()))
+    outside = blas_threads()
+    sess.run(factors=case.inputs[0].factors)
+    assert seen and all(set(s) == {1} for s in seen) and blas_threads() == outside
+    i, k, j = (Axis(15 + d, AxisType.GEOMETRIC, 257) for d in range(3))  # 257^3 multiply-adds
+    assert 257**3 > SMALL_PRODUCT
+    large = gemm_case("PROB", "float64", (i, k), (k, j), (i, j))
+    exe = catbp_jit.compile(large.programs, large.sr(), factor_specs=large.factor_specs, exact=False)
+    assert any(st.pattern.template == "gemm" for st in exe.schedule.steps)
+    assert not wants_one_thread(exe.schedule)

@@ -1,0 +1,50 @@
+"""BLAS on one thread while a run's GEMM steps are all small products.
+
+A GEMM step (plan/gemm.py, reassociating mode) calls BLAS through Numba's np.dot, and
+OpenBLAS splits even a small product among threads of its own. Between the parallel
+kernels' OpenMP regions those threads find the cores busy or their wake-ups slow: an
+ObjectDetection_11 step of one 121 x 121 x 121 product took 0.75 ms against 0.17 ms on one
+thread alone, and 14 ms within a solve on a busy machine; the whole solve went from
+139-141 ms to 103-118 ms with OPENBLAS_NUM_THREADS=1 (2 cores, alternating processes).
+Large products gain from BLAS's threads (ObjectDetection_15's 441^3 ones: its solve
+went from 51 to 60 ms on one thread), so a run keeps them when any product is large.
+
+threadpoolctl (the library scikit-learn and joblib use for this) finds the BLAS
+libraries loaded in the process and sets their thread counts; each run sets one and
+puts the counts back after, about 2 us per library.
+"""
+
+from __future__ import annotations
+
+from . import abi
+from .plan.schedule import Schedule
+
+# multiply-adds of one product at most (one batch position of a GEMM step: m x n x k) for
+# BLAS to run it on one thread; 256^3, under which two threads gained nothing (measured)
+SMALL_PRODUCT = 1 << 24
+
+
+def wants_one_thread(schedule: Schedule) -> bool:
+    """Whether a schedule has GEMM steps and all of them are small products."""
+    gemms = [st.params for st in schedule.steps if isinstance(st.params, abi.GemmParams)]
+    return bool(gemms) and all(p.m * p.n * p.k <= SMALL_PRODUCT for p in gemms)
+
+
+class OneBlasThread:
+    """Sets every loaded BLAS library to one thread (`enter`) and back (`exit`)."""
+
+    def __init__(self) -> None:
+        import scipy.linalg.cython_blas  # noqa: F401  (Numba's np.dot calls its BLAS: loaded first)
+        from threadpoolctl import ThreadpoolController
+
+        self._libraries = ThreadpoolController().select(user_api="blas").lib_controllers
+        self._saved = [1] * len(self._libraries)
+
+    def enter(self) -> None:
+        for i, lib in enumerate(self._libraries):
+            self._saved[i] = lib.num_threads
+            lib.set_num_threads(1)
+
+    def exit(self) -> None:
+        for lib, n in zip(self._libraries, self._saved):
+            lib.set_num_threads(n)
