@@ -1,4 +1,4 @@
-"""BLAS on one thread while a run's GEMM steps are all small products.
+"""BLAS on one thread while a run's GEMM steps are small products, some run in parallel.
 
 A GEMM step (plan/gemm.py, reassociating mode) calls BLAS through Numba's np.dot, and
 OpenBLAS splits even a small product among threads of its own. Between the parallel
@@ -7,7 +7,8 @@ ObjectDetection_11 step of one 121 x 121 x 121 product took 0.75 ms against 0.17
 thread alone, and 14 ms within a solve on a busy machine; the whole solve went from
 139-141 ms to 103-118 ms with OPENBLAS_NUM_THREADS=1 (2 cores, alternating processes).
 Large products gain from BLAS's threads (ObjectDetection_15's 441^3 ones: its solve
-went from 51 to 60 ms on one thread), so a run keeps them when any product is large.
+went from 51 to 60 ms on one thread), so a run keeps them when any product is large, and
+when no GEMM step is parallel (BLAS's threads then have the cores to themselves).
 
 threadpoolctl (the library scikit-learn and joblib use for this) finds the BLAS
 libraries loaded in the process and sets their thread counts; each run sets one and
@@ -25,9 +26,14 @@ SMALL_PRODUCT = 1 << 24
 
 
 def wants_one_thread(schedule: Schedule) -> bool:
-    """Whether a schedule has GEMM steps and all of them are small products."""
-    gemms = [st.params for st in schedule.steps if isinstance(st.params, abi.GemmParams)]
-    return bool(gemms) and all(p.m * p.n * p.k <= SMALL_PRODUCT for p in gemms)
+    """Whether a schedule's GEMM steps are all small products and some of them parallel
+    (their products called from the kernels' own threads: BLAS's threads on top would
+    oversubscribe the cores). Without parallel steps BLAS's threads gained a little (the
+    Segmentation_13 and Promedus_14 solves were 4-8% slower on one)."""
+    gemms = [(st.pattern, st.params) for st in schedule.steps if isinstance(st.params, abi.GemmParams)]
+    return any(pattern.parallel for pattern, _ in gemms) and all(
+        p.m * p.n * p.k <= SMALL_PRODUCT for _, p in gemms
+    )
 
 
 class OneBlasThread:

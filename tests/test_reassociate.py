@@ -8,6 +8,9 @@ and saved and loaded as what they are.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+import numba
 import numpy as np
 import pytest
 from hypothesis import event, given, note
@@ -591,7 +594,7 @@ def test_an_intermediate_two_segments_need_is_computed_once():
 def test_gemm_steps_of_many_small_products_run_on_all_threads(a_axes, b_axes, keep, copies):
     """A GEMM step of 12 small products made parallel (its batch positions, its copies'
     rows and its normalization's division shared by the threads): the serial step's bits,
-    and no allocation per run."""
+    on one thread as on two, and no allocation per run."""
     case = gemm_case("PROB", "float64", a_axes, b_axes, keep, norm=True)
     runs = {}
     for parallel_min_work in (1, catbp_jit.PlanOptions().parallel_min_work):
@@ -606,16 +609,25 @@ def test_gemm_steps_of_many_small_products_run_on_all_threads(a_axes, b_axes, ke
         if step.pattern.parallel:
             np_count, per_run = count_allocations(sess, case.inputs[0].factors, {}, 3)
             assert np_count.allocations == 0 and set(per_run) == {0}, (np_count, per_run)
+            threads = numba.get_num_threads()
+            numba.set_num_threads(1)
+            try:
+                alone = session_results(sess, case.inputs[0])
+            finally:
+                numba.set_num_threads(threads)
     assert set(runs) == {True, False}
     (key,) = runs[True]
-    assert np.array_equal(runs[True][key][0].view(np.uint8), runs[False][key][0].view(np.uint8))
+    got, want = runs[True][key][0], runs[False][key][0]
+    assert np.array_equal(got.view(np.uint8), alone[key][0].view(np.uint8))
+    assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
 
 
-def test_a_run_of_small_gemm_products_keeps_blas_on_one_thread():
-    """BLAS splits even a small product among threads of its own, which between the
-    parallel kernels' regions cost more than they give (catbp_jit/blas_threads.py): a run
-    whose GEMM steps are all small products sets every BLAS library to one thread and puts
-    them back after; one with a large product leaves them."""
+def test_a_run_of_small_parallel_gemm_products_keeps_blas_on_one_thread():
+    """BLAS splits even a small product among threads of its own, which on top of a
+    parallel GEMM step's own threads oversubscribe the cores (catbp_jit/blas_threads.py):
+    a run whose GEMM steps are small products, some parallel, sets every BLAS library to
+    one thread and puts them back after; a run without parallel steps, or with a large
+    product, leaves them."""
     from threadpoolctl import threadpool_info
 
     from catbp_jit.blas_threads import SMALL_PRODUCT, wants_one_thread
@@ -623,19 +635,22 @@ def test_a_run_of_small_gemm_products_keeps_blas_on_one_thread():
     def blas_threads():
         return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
 
-    case = gemm_case("PROB", "float64", (AI, AK), (AK, AJ), (AI, AJ))
-    exe = catbp_jit.compile(
-        case.programs, case.sr(), factor_specs=case.factor_specs, mode="loop", exact=False
-    )
+    case = gemm_case("PROB", "float64", (AB, AB2, AI, AK), (AB, AB2, AK, AJ), (AB, AB2, AI, AJ))
+    specs = case.factor_specs
+    parallel = catbp_jit.PlanOptions(exact=False, parallel_min_work=1)
+    exe = catbp_jit.compile(case.programs, case.sr(), factor_specs=specs, mode="loop", options=parallel)
     assert wants_one_thread(exe.schedule)
     seen = []
     sess = exe.bind(before=lambda i, step: seen.append(blas_threads()))
     outside = blas_threads()
     sess.run(factors=case.inputs[0].factors)
     assert seen and all(set(s) == {1} for s in seen) and blas_threads() == outside
+    serial = catbp_jit.compile(case.programs, case.sr(), factor_specs=specs, exact=False)
+    assert not wants_one_thread(serial.schedule)  # no parallel GEMM step
     i, k, j = (Axis(15 + d, AxisType.GEOMETRIC, 257) for d in range(3))  # 257^3 multiply-adds
     assert 257**3 > SMALL_PRODUCT
     large = gemm_case("PROB", "float64", (i, k), (k, j), (i, j))
-    exe = catbp_jit.compile(large.programs, large.sr(), factor_specs=large.factor_specs, exact=False)
-    assert any(st.pattern.template == "gemm" for st in exe.schedule.steps)
-    assert not wants_one_thread(exe.schedule)
+    big = catbp_jit.compile(large.programs, large.sr(), factor_specs=large.factor_specs, exact=False)
+    assert any(st.pattern.template == "gemm" for st in big.schedule.steps)
+    both = SimpleNamespace(steps=exe.schedule.steps + big.schedule.steps)  # small parallel + large
+    assert not wants_one_thread(both)
