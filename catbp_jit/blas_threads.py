@@ -18,11 +18,8 @@ puts the counts back after, about 2 us per library.
 from __future__ import annotations
 
 from . import abi
+from .plan.gemm import SMALL_PRODUCT  # (a product BLAS may run on one thread)
 from .plan.schedule import Schedule
-
-# multiply-adds of one product at most (one batch position of a GEMM step: m x n x k) for
-# BLAS to run it on one thread; 256^3, under which two threads gained nothing (measured)
-SMALL_PRODUCT = 1 << 24
 
 
 def wants_one_thread(schedule: Schedule) -> bool:
