@@ -19,13 +19,13 @@ Which axes form the vector:
     terms in order, one after the other) or the innermost output axes (ACROSS_OUTPUTS: V
     output elements at once, each adding its terms in that same order, the reduced axes
     all walked by the odometer; the additions of different outputs are independent, so
-    they vectorize too), or both (ACROSS_BOTH: the innermost axes of the biggest leaf's
-    memory, of either group, as one vector of J reduced x S output elements, element
-    j * S + s; each of the S outputs adds its J terms in the order above, then the
-    odometer steps the outer reduced axes). The last walks a big leaf whose inner axes mix
-    outputs and reduced axes in its memory order, a line at a time, where the other two
-    either gather a few elements from each line per output (re-reading the line once per
-    output) or walk the whole leaf once per vector of outputs. Whichever is cheapest.
+    they vectorize too), or both (ACROSS_BOTH: S output lanes, the output axes innermost
+    in the biggest leaf, beside J positions of the innermost reduced axes, one vector of
+    J x S elements, element j * S + s; each lane adds its J terms in the order above, then
+    the odometer steps the outer reduced axes). The last reads a big leaf whose inner axes
+    mix outputs and reduced axes a line at a time, where summing across reduced axes takes
+    a few elements from each line per output and comes back for the rest. Whichever is
+    cheapest (nest_cost, which counts such a leaf's cache lines per term).
 Either way the results are bit-identical to those of any other choice, mode or thread
 count. An axis that does not fit in the vector whole is split in two (C order is kept:
 (n, s) becomes (n / b, b) with strides (s * b, s)) so that the vector can fill up.
