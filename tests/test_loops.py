@@ -25,6 +25,7 @@ from catbp_jit.plan.loops import (
     access_kind,
     access_of,
     canonical_loops,
+    lines_per_term,
     loop_nest,
 )
 from catbp_jit.plan.options import PlanOptions
@@ -284,18 +285,24 @@ def catbp_jit_inputs(factors):
     return Inputs(factors=factors, selectors={}, slots={})
 
 
-def test_a_big_leaf_with_an_output_axis_inside_its_lines_takes_both_axes_in_its_vector():
+def test_a_big_leaf_with_an_output_axis_inside_its_lines_is_read_whole_across_both():
     # out[a, c] = sum_b f[a, b, c] with f's c innermost: summing across reduced axes
-    # would take one element in four of each line of f (16 MB) per output, and come back
-    # for the rest three times; across both, the vector holds whole lines of f, each output
-    # adding its terms in the same order
+    # takes one element in four of each line of f (16 MB) per output, and comes back for
+    # the rest three times; across both (when asked), the vector holds whole lines of f,
+    # each output adding its terms in the same order
     sizes, groups = [4, 4, 1 << 17], [0, 0, 1]
     operands = [[4, 1, 0], [4 << 17, 1, 4]]
-    nest = loop_nest(list(sizes), list(groups), [list(op) for op in operands], True, 1, 256, False)
-    assert nest.across == ACROSS_BOTH
-    V = int(np.prod(nest.vector_sizes()))
-    S = int(np.prod(nest.sizes[nest.end - nest.nb : nest.end]))
-    assert S == 16 and V == 256 and nest.access(1).kind == abi.GATHERED
+
+    def nest(across):
+        copies = [list(op) for op in operands]
+        return loop_nest(list(sizes), list(groups), copies, True, 1, 256, False, across)
+
+    both, reduced = nest(ACROSS_BOTH), nest(ACROSS_REDUCED)
+    assert both.across == ACROSS_BOTH and nest(None).across != ACROSS_BOTH  # (only when asked)
+    V = int(np.prod(both.vector_sizes()))
+    S = int(np.prod(both.sizes[both.end - both.nb : both.end]))
+    assert S == 16 and V == 256 and both.access(1).kind == abi.GATHERED
+    assert lines_per_term(both, 1) == 1 / 8 and lines_per_term(reduced, 1) >= 4 / 8
     # a smaller one, forced: every output still gets its terms in the order of b
     small = [[4, 1, 0], [256, 1, 4]]
     nest = loop_nest([4, 4, 64], list(groups), [list(op) for op in small], True, 1, 256, False, ACROSS_BOTH)

@@ -19,13 +19,14 @@ Which axes form the vector:
     terms in order, one after the other) or the innermost output axes (ACROSS_OUTPUTS: V
     output elements at once, each adding its terms in that same order, the reduced axes
     all walked by the odometer; the additions of different outputs are independent, so
-    they vectorize too), or both (ACROSS_BOTH: S output lanes, the output axes innermost
-    in the biggest leaf, beside J positions of the innermost reduced axes, one vector of
-    J x S elements, element j * S + s; each lane adds its J terms in the order above, then
-    the odometer steps the outer reduced axes). The last reads a big leaf whose inner axes
-    mix outputs and reduced axes a line at a time, where summing across reduced axes takes
-    a few elements from each line per output and comes back for the rest. Whichever is
-    cheapest (nest_cost, which counts such a leaf's cache lines per term).
+    they vectorize too). The cheaper (nest_cost, which also counts a big leaf's cache lines
+    per term). Or, when asked (PlanOptions.across), both (ACROSS_BOTH: S output lanes, the
+    output axes innermost in the biggest leaf, beside J positions of the innermost reduced
+    axes, one vector of J x S elements, element j * S + s; each lane adds its J terms in
+    the order above, then the odometer steps the outer reduced axes): it reads a big leaf
+    whose inner axes mix outputs and reduced axes a line at a time, where summing across
+    reduced axes takes a few elements from each line per output and comes back for the
+    rest.
 Either way the results are bit-identical to those of any other choice, mode or thread
 count. An axis that does not fit in the vector whole is split in two (C order is kept:
 (n, s) becomes (n / b, b) with strides (s * b, s)) so that the vector can fill up.
@@ -145,9 +146,10 @@ def loop_nest(
     across_reduced = _filled(sizes, groups, operands, out_rank, len(sizes), limit, False, ACROSS_REDUCED)
     if out_rank == 0 or across == ACROSS_REDUCED or (across is None and prod(sizes) < SMALL_REDUCTION):
         return across_reduced
-    across_both = _tiled(sizes, groups, operands, main, limit, parallel)
-    if across == ACROSS_BOTH and across_both is not None:
-        return across_both
+    if across == ACROSS_BOTH:
+        across_both = _tiled(sizes, groups, operands, main, limit, parallel)
+        if across_both is not None:
+            return across_both
     head = vector_order(sizes[:out_rank], [op[:out_rank] for op in operands], limit)
     order = head + list(range(out_rank, len(sizes)))
     s2, g2, o2 = canonical_loops(*_permute(order, sizes, groups, operands))
@@ -156,12 +158,11 @@ def loop_nest(
     across_outputs = _filled(s2, g2, o2, 0, g2.count(0), limit, parallel, ACROSS_OUTPUTS)
     if across in (ACROSS_OUTPUTS, ACROSS_BOTH):
         return across_outputs
-    nests = [across_reduced, across_outputs]
-    # across both only for a leaf beyond the caches, whose lines it walks whole: on cached
-    # leaves it gathers more than the others and was no faster (grid6_d2: 3% slower)
-    if across_both is not None and _elements(sizes, operands[main]) > CACHED_ELEMENTS:
-        nests.append(across_both)
-    return min(nests, key=lambda nest: nest_cost(nest, main))
+    # Across both is taken only when asked (PlanOptions.across): it saved grid5_d3 2 x 4
+    # ms per run (its 27-output reductions of a 115 MB leaf, 29 -> 25 ms each) and cost
+    # its cold start a kernel more (8.0 -> 10.2 s, over the 20% that compile time may
+    # grow); on cached leaves it gathers more than the others and was no faster
+    return min((across_reduced, across_outputs), key=lambda nest: nest_cost(nest, main))
 
 
 def nest_cost(nest: LoopNest, main: int) -> float:
