@@ -17,6 +17,8 @@ puts the counts back after, about 2 us per library.
 
 from __future__ import annotations
 
+import threading
+
 from . import abi
 from .plan.gemm import SMALL_PRODUCT  # (a product BLAS may run on one thread)
 from .plan.schedule import Schedule
@@ -33,6 +35,14 @@ def wants_one_thread(schedule: Schedule) -> bool:
     )
 
 
+# BLAS's thread counts are process-wide: sessions running at once in several threads (a
+# Dask worker's, say) share one count of runs inside, and the first in saves the counts
+# that the last out puts back
+_lock = threading.Lock()
+_inside = 0
+_saved: list = []  # (library, its thread count) as the first run in found them
+
+
 class OneBlasThread:
     """Sets every loaded BLAS library to one thread (`enter`) and back (`exit`)."""
 
@@ -41,13 +51,20 @@ class OneBlasThread:
         from threadpoolctl import ThreadpoolController
 
         self._libraries = ThreadpoolController().select(user_api="blas").lib_controllers
-        self._saved = [1] * len(self._libraries)
 
     def enter(self) -> None:
-        for i, lib in enumerate(self._libraries):
-            self._saved[i] = lib.num_threads
-            lib.set_num_threads(1)
+        global _inside, _saved
+        with _lock:
+            if _inside == 0:
+                _saved = [(lib, lib.num_threads) for lib in self._libraries]
+                for lib in self._libraries:
+                    lib.set_num_threads(1)
+            _inside += 1
 
     def exit(self) -> None:
-        for lib, n in zip(self._libraries, self._saved):
-            lib.set_num_threads(n)
+        global _inside
+        with _lock:
+            _inside -= 1
+            if _inside == 0:
+                for lib, n in _saved:
+                    lib.set_num_threads(n)

@@ -654,3 +654,23 @@ def test_a_run_of_small_parallel_gemm_products_keeps_blas_on_one_thread():
     assert any(st.pattern.template == "gemm" for st in big.schedule.steps)
     both = SimpleNamespace(steps=exe.schedule.steps + big.schedule.steps)  # small parallel + large
     assert not wants_one_thread(both)
+
+
+def test_runs_inside_at_once_put_blas_back_as_the_first_found_it():
+    """Sessions running at once in several threads share BLAS's process-wide thread
+    counts: the first run in saves them, the last one out puts them back."""
+    from threadpoolctl import threadpool_info
+
+    from catbp_jit.blas_threads import OneBlasThread
+
+    def blas_threads():
+        return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+
+    a, b = OneBlasThread(), OneBlasThread()
+    before = blas_threads()
+    a.enter()
+    b.enter()
+    a.exit()  # b is still inside: one thread still
+    assert set(blas_threads()) == {1}
+    b.exit()
+    assert blas_threads() == before
