@@ -94,7 +94,7 @@ class Session:
     def _prepare(self) -> None:
         """What the compiled tier's run needs, worked out once."""
         exe = self.exe
-        # GEMM steps of small products only: BLAS on one thread during runs (blas_threads.py)
+        # small GEMM products, some run in parallel: BLAS on one thread during runs (blas_threads.py)
         self._one_blas_thread = OneBlasThread() if wants_one_thread(exe.schedule) else None
         # kernels get addresses, not arrays: no NRT record per call (the executable keeps
         # the kernel address array alive, this session its buffer and table)
