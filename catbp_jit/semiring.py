@@ -2,7 +2,10 @@
 
 The factory names and behaviour are CatBP's (CatBP's VM specification; docs/ir.md,
 Semirings): PROB normalizes by dividing by the total unless it is 0, LOGPROB subtracts the
-logsumexp, SAT and COUNT do not normalize. `add_reduce(x, axis)` reduces over a non-empty
+logsumexp, SAT and COUNT do not normalize. MAXLOG is ours (max-product over logs: ⊗ = +,
+⊕ = max), for the most probable assignment and max-marginals; it normalizes by
+subtracting the largest entry, so that the best is 0 (as LOGPROB's, an all -inf tensor
+becomes NaN). `add_reduce(x, axis)` reduces over a non-empty
 tuple of axes; any falsy `axis` (an empty tuple, but also 0 or None) returns x unreduced.
 That is CatBP's own behaviour (`... if axis else x`), kept so that code written against
 CatBP's runtimes gets the same answers; the VM only ever passes non-empty tuples. Every
@@ -33,8 +36,10 @@ class Semiring:
     one: Any  # ⊗'s identity: what UNIT loads
     zero: Any  # ⊕'s identity: an empty sum, an impossible state
     product_op: str  # ⊗ between terms in kernel source
-    reduction: str  # ⊕: "sum", "any" (stops at the first true term), "logsumexp" (two passes)
-    normalization: str | None  # NORMALIZE: "divide_by_total", "subtract_logsumexp", or none
+    # ⊕: "sum", "any" (stops at the first true term), "logsumexp" (two passes), "max"
+    # (a NaN term makes the result NaN, as numpy's max)
+    reduction: str
+    normalization: str | None  # NORMALIZE: "divide_by_total", "subtract_logsumexp", "subtract_max", or none
     # ⊕ over a single term gives the term back (logsumexp of +inf gives NaN: it does not)
     single_term_reduction_is_identity: bool = True
     # the dtypes compiled kernels exist for (every target); the reference takes any
@@ -42,7 +47,8 @@ class Semiring:
     # what a result (Z, a marginal's entry) means, so that the front end reads it without
     # asking which semiring it is: "bool" (SAT: possible or not), "count" (COUNT: a number
     # of models, int64 arithmetic that wraps modulo 2^64), "scaled" (PROB: a float, which
-    # the front end runs scaled: frontend/scaling.py), "log" (LOGPROB: the natural log)
+    # the front end runs scaled: frontend/scaling.py), "log" (LOGPROB: the natural log),
+    # "maxlog" (MAXLOG: the log of the largest product, not of a sum)
     result_kind: str = "scaled"
 
     @property
@@ -51,8 +57,19 @@ class Semiring:
 
     @property
     def is_log(self) -> bool:
-        """Results are logs (LOGPROB): potentials load as log, Z as log Z."""
+        """Results are logs of sums (LOGPROB): potentials load as log, Z as log Z, and ⊕
+        takes an exponential per term."""
         return self.result_kind == "log"
+
+    @property
+    def loads_logs(self) -> bool:
+        """Potentials load as their natural logs (LOGPROB, MAXLOG)."""
+        return self.result_kind in ("log", "maxlog")
+
+    @property
+    def is_max(self) -> bool:
+        """⊕ is max (MAXLOG): exact in any order, so every target agrees bit for bit."""
+        return self.reduction == "max"
 
     @property
     def sums_reals(self) -> bool:
@@ -83,13 +100,13 @@ class Semiring:
 
     def to_log_z(self, z: Any) -> float:
         """log Z from one Z as the programs compute it: a truth (0 or -inf), a count, a
-        float (PROB's Z, already rebuilt from its scales) or a log."""
+        float (PROB's Z, already rebuilt from its scales) or a log (LOGPROB, MAXLOG)."""
         if self.result_kind == "bool":
             return 0.0 if bool(z) else -math.inf
         if self.result_kind == "count":
             count = int(z)
             return math.log(count) if count > 0 else -math.inf
-        if self.result_kind == "log":
+        if self.result_kind in ("log", "maxlog"):
             return float(z)
         with np.errstate(divide="ignore"):
             return float(np.log(float(z)))
@@ -98,7 +115,7 @@ class Semiring:
         """log Z of each row of a batch (float64), from the rows' Z as computed."""
         if self.result_kind == "bool":
             return np.where(np.asarray(z, dtype=bool), 0.0, -math.inf)
-        if self.result_kind == "log":
+        if self.result_kind in ("log", "maxlog"):
             return np.array(z, dtype=np.float64)
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.log(np.asarray(z).astype(np.float64))
@@ -115,10 +132,10 @@ class Semiring:
 
     def potentials(self, values: np.ndarray, dtype: Any) -> np.ndarray:
         """Non-negative potentials as this semiring's programs load them. PROB: as given.
-        LOGPROB: natural log (0 -> -inf). SAT: non-zero. COUNT: 1 where non-zero, so Z
-        counts the assignments every factor allows."""
+        LOGPROB, MAXLOG: natural log (0 -> -inf). SAT: non-zero. COUNT: 1 where non-zero,
+        so Z counts the assignments every factor allows."""
         values = np.asarray(values)
-        if self.is_log:
+        if self.loads_logs:
             with np.errstate(divide="ignore"):
                 values = np.log(values)
         elif self.result_dtype is not None:  # an exact answer counts the allowed assignments
@@ -154,8 +171,19 @@ SEMIRINGS = {
     ),
     "SAT": Semiring("SAT", "bool", True, False, " and ", "any", None, dtypes=("bool",), result_kind="bool"),
     "COUNT": Semiring("COUNT", "int64", 1, 0, " * ", "sum", None, dtypes=("int64",), result_kind="count"),
+    "MAXLOG": Semiring(
+        "MAXLOG",
+        "float64",
+        0.0,
+        -np.inf,
+        " + ",
+        "max",
+        "subtract_max",
+        dtypes=("float64", "float32"),
+        result_kind="maxlog",
+    ),
 }
-SEMIRING_NAMES = tuple(SEMIRINGS)  # ("PROB", "LOGPROB", "SAT", "COUNT")
+SEMIRING_NAMES = tuple(SEMIRINGS)  # ("PROB", "LOGPROB", "SAT", "COUNT", "MAXLOG")
 
 
 class SemiringDtypeError(CatbpError, ValueError):
@@ -304,6 +332,29 @@ def vm_counting_semiring(dtype: DTypeLike = np.int64) -> VMSemiringRuntime:
     )
 
 
+def vm_maxlog_semiring(dtype: DTypeLike = np.float64) -> VMSemiringRuntime:
+    """Max-product over logs: ⊗ = +, ⊕ = max (numpy's: a NaN term gives NaN)."""
+    dt: np.dtype = np.dtype(dtype)
+
+    def normalize(x: np.ndarray, axis=None) -> np.ndarray:
+        if axis is None:
+            m = np.max(x) if x.size else dt.type(-np.inf)
+        else:
+            m = np.max(x, axis=axis, keepdims=True)
+        with np.errstate(invalid="ignore"):  # -inf - -inf = NaN, as LOGPROB's
+            return np.asarray(x - m, dtype=dt)
+
+    return VMSemiringRuntime(
+        name="MAXLOG",
+        dtype=dt,
+        mul=np.add,
+        add_reduce=lambda x, axis: np.max(x, axis=axis) if axis else x,
+        one=lambda shape: np.zeros(shape, dtype=dt),
+        zero=lambda shape: np.full(shape, -np.inf, dtype=dt),
+        normalize=normalize,
+    )
+
+
 # each name's runtime factory ("COUNTING": CatBP's other name for COUNT); SAT is bool only
 _RUNTIMES: dict[str, Callable[..., VMSemiringRuntime]] = {
     "PROB": vm_prob_semiring,
@@ -311,11 +362,12 @@ _RUNTIMES: dict[str, Callable[..., VMSemiringRuntime]] = {
     "SAT": lambda *dtype: vm_sat_semiring(),
     "COUNT": vm_counting_semiring,
     "COUNTING": vm_counting_semiring,
+    "MAXLOG": vm_maxlog_semiring,
 }
 
 
 def make_semiring(name: str, dtype: Any = None) -> VMSemiringRuntime:
-    """The runtime for a semiring name ("SAT", "PROB", "LOGPROB", "COUNT") and dtype
+    """The runtime for a semiring name ("SAT", "PROB", "LOGPROB", "COUNT", "MAXLOG") and dtype
     (None: the semiring's default)."""
     factory = _RUNTIMES.get(str(name).upper())
     if factory is None:

@@ -152,6 +152,14 @@ def _finish_log(
     return exp_of_log(log_z), _log_normalized(raw, layout)
 
 
+def _finish_max(
+    z: Any, log_z: float, raw: np.ndarray, layout: AnswerLayout
+) -> tuple[float | decimal.Decimal, np.ndarray]:
+    """MAXLOG: Z is the largest product (from its log); each max-marginal as exp(m - max m),
+    so a variable's best states read 1."""
+    return exp_of_log(log_z), _max_normalized(raw, layout)
+
+
 def _finish_scaled(z: Any, log_z: float, raw: np.ndarray, layout: AnswerLayout) -> tuple[float, np.ndarray]:
     """PROB: Z as a float (the caller rebuilds a scaled Z itself); each marginal m / sum."""
     return float(z), _normalized(raw, layout)
@@ -162,6 +170,7 @@ _FINISH: dict[str, Callable[[Any, float, np.ndarray, AnswerLayout], tuple[Any, n
     "bool": _finish_bool,
     "count": _finish_count,
     "log": _finish_log,
+    "maxlog": _finish_max,
     "scaled": _finish_scaled,
 }
 
@@ -196,5 +205,15 @@ def _log_normalized(raw: np.ndarray, layout: AnswerLayout) -> np.ndarray:
         top = m.max(axis=1, keepdims=True)
         total = np.where(np.isneginf(top), -np.inf, top + np.log(np.exp(m - top).sum(axis=1, keepdims=True)))
         return np.where(total > -np.inf, np.exp(m - total), np.nan)
+
+    return _by_group(rows, raw, layout)
+
+
+def _max_normalized(raw: np.ndarray, layout: AnswerLayout) -> np.ndarray:
+    """exp(m - max(m)) per variable; NaN where every entry is -inf."""
+
+    def rows(m: np.ndarray) -> np.ndarray:
+        top = m.max(axis=1, keepdims=True)
+        return np.where(top > -np.inf, np.exp(m - top), np.nan)
 
     return _by_group(rows, raw, layout)

@@ -215,11 +215,22 @@ def _log_marginals(raw: dict[str, np.ndarray], counts: np.ndarray | None) -> dic
     return marg
 
 
+def _max_marginals(raw: dict[str, np.ndarray], counts: np.ndarray | None) -> dict[str, np.ndarray]:
+    """MAXLOG: each row's max-marginal as exp(m - max m) (the best states read 1)."""
+    marg = {}
+    with np.errstate(invalid="ignore"):
+        for v, m in raw.items():
+            m = np.asarray(m, dtype=np.float64)
+            marg[v] = np.exp(m - m.max(axis=1, keepdims=True))
+    return marg
+
+
 # what a result means (Semiring.result_kind) -> each row's normalized marginals
 _ROW_MARGINALS: dict[str, Callable[[dict[str, np.ndarray], np.ndarray | None], dict[str, np.ndarray]]] = {
     "bool": _bool_marginals,
     "count": _count_marginals,
     "log": _log_marginals,
+    "maxlog": _max_marginals,
 }
 
 
