@@ -117,16 +117,7 @@ class BuiltModel:
     def state_index(self, v: str, value: Any) -> int:
         """Variable v's state `value` (an index or a state name) as an index; a
         FactorGraphError names the states v has."""
-        d = self.graph.variables[v]
-        names = self.graph.states.get(v)
-        if isinstance(value, str) and names and value in names:
-            return names.index(value)
-        if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and 0 <= value < d:
-            return int(value)
-        allowed = f"0..{d - 1}" + (f" or one of {name_list(names, repr)}" if names else "")
-        raise FactorGraphError(
-            f"{self.graph.name}: evidence {clip(v)}={shown(value)} is not a state of {clip(v)} ({allowed})"
-        )
+        return state_index(self.graph, v, value)
 
     def semiring_values(self, tables: Mapping[int, np.ndarray]) -> tuple[dict[int, np.ndarray], int]:
         """Tables as the programs load them, and (PROB) the power of two they were scaled by."""
@@ -205,6 +196,23 @@ class BuiltModel:
         )
         assert isinstance(executable, BatchedExecutable)  # buckets given: batched
         return executable
+
+
+def state_index(graph: FactorGraph, v: str, value: Any) -> int:
+    """Variable v's state `value` (an index or a state name) as an index; a
+    FactorGraphError names v's states (v must be one of the graph's variables)."""
+    if v not in graph.variables:
+        raise FactorGraphError(f"{graph.name}: evidence on unknown variable {clip(v)}")
+    d = graph.variables[v]
+    names = graph.states.get(v)
+    if isinstance(value, str) and names and value in names:
+        return names.index(value)
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and 0 <= value < d:
+        return int(value)
+    allowed = f"0..{d - 1}" + (f" or one of {name_list(names, repr)}" if names else "")
+    raise FactorGraphError(
+        f"{graph.name}: evidence {clip(v)}={shown(value)} is not a state of {clip(v)} ({allowed})"
+    )
 
 
 def semiring_values(

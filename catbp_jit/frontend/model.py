@@ -51,7 +51,9 @@ if TYPE_CHECKING:  # for the checker (batch.py is imported where solve_batch run
     from .absorb import Absorbed
     from .batch import BatchSolution
     from .contraction import ContractionTree
+    from .map_query import MAP
     from .search import PlanChoice, PlanSearch
+    from .tasks import MPE, MPEBatch
 
 SEMIRINGS = SEMIRING_NAMES  # the semiring names (semiring.py keeps the list)
 
@@ -145,7 +147,7 @@ class CompiledModel:
         # the sessions' buffers are part of compiling, as they always were
         self.times = {**built.times, "compile_s": built.times["compile_s"] + time.perf_counter() - t0}
         # models that certify an answer, built on first need (see _companion)
-        self._companions: dict[str, CompiledModel] = {}
+        self._companions: dict[tuple, CompiledModel] = {}
 
     def batch_buckets(self) -> tuple[int, ...]:
         """The buckets solve_batch plans (BuiltModel.batch_buckets: those asked for whose
@@ -171,20 +173,8 @@ class CompiledModel:
             out = {k: np.array(slots[k][0]) for k in slots if k[0] in ("Z", "marg", "scale")}
             out[("exponent",)] = exponent
             return out
-        from ..reference import run_programs
-
-        changing, exponent = built.evidence_values(evidence or {})  # all that differs between calls
-        exponent += built.exponent
-        values = {**built.values, **changing}
-        specs = built.factor_specs
-        slots = run_programs(
-            list(built.programs),
-            built.sr,
-            lambda f: (values[f], specs[f]),
-            lambda s: (_ for _ in ()).throw(KeyError(s)),
-        )
-        out = {k: np.asarray(a) for k, (a, _) in slots.items()}
-        out[("exponent",)] = exponent
+        out = dict(self._reference_slots(evidence or {}))
+        out[("exponent",)] = built.evidence_values(evidence or {})[1] + built.exponent
         return out
 
     def _run(self, evidence: Mapping[str, Any]) -> int:
@@ -255,10 +245,117 @@ class CompiledModel:
             built.semiring, value, z.log, marginals, marginals, evidence, self, raw_log_scale=z.log
         )
 
-    def _companion(self, semiring: str, on_support: bool = False) -> CompiledModel:
+    # -- the other tasks (tasks.py) ------------------------------------------------------------
+
+    def mpe(self, evidence: Mapping[str, Any] | None = None) -> MPE:
+        """The most probable assignment of every variable given the evidence (tasks.MPE:
+        `.assignment`, `.log_value`), from a MAXLOG junction tree built on first use."""
+        from .tasks import mpe
+
+        return mpe(self, evidence or {})
+
+    def mpe_batch(self, rows: Any) -> MPEBatch:
+        """MPE for many evidence rows at once (rows as solve_batch takes them)."""
+        from .tasks import mpe_rows
+
+        return mpe_rows(self, self._evidence_table(rows))
+
+    def max_marginals(self, evidence: Mapping[str, Any] | None = None) -> Solution:
+        """The MAXLOG answer: log_Z is the MPE's log value, raw_marginals[v][s] the log of
+        the best product with v = s, marginals[v] those as exp(m - max m) (best: 1)."""
+        return self._task_model("MAXLOG").solve(evidence)
+
+    def sample(self, n: int, evidence: Mapping[str, Any] | None = None, seed: Any = None) -> np.ndarray:
+        """n exact samples of the posterior given the evidence: an (n, variables) array of
+        state indices, columns in the graph's variable order, the same for the same seed
+        (numpy.random.default_rng's). Drawn down a LOGPROB junction tree, vectorized."""
+        from .tasks import sample
+
+        return sample(self, n, evidence or {}, seed)
+
+    def map(self, query: Any, evidence: Mapping[str, Any] | None = None) -> MAP:
+        """Marginal MAP (map_query.py): the most probable joint state of the query
+        variables given the evidence (any variables of the graph), every other variable
+        summed out. Builds two models per call (a LOGPROB sum, a MAXLOG max)."""
+        from .map_query import map_query
+
+        return map_query(self.graph, query, evidence or {}, target=self.built.target, exact=self.built.exact)
+
+    def _evidence_table(self, rows: Any) -> np.ndarray:
+        from .batch import evidence_table
+
+        return evidence_table(self.built, rows)
+
+    def _task_model(self, semiring: str) -> CompiledModel:
+        """This model if it runs junction-tree programs in `semiring`, else its companion that
+        does (the tasks read clique beliefs, which only junction trees store)."""
+        if self.built.semiring == semiring and self.built.plan_kind == "junction":
+            return self
+        return self._companion(semiring, plan_kind="junction")
+
+    def _clique_beliefs(self, table: np.ndarray) -> dict[int, np.ndarray]:
+        """Every clique's belief for each evidence row: (rows or 1, *clique shape), copies;
+        1 row where the belief does not depend on the evidence."""
+        built = self.built
+        plan = built.plan
+        keys = [("bel", c.id) for c in plan.cliques]
+        shape = {c.id: tuple(plan.sizes[v] for v in c.variables) for c in plan.cliques}
+        rows = [{v: int(s) for v, s in zip(built.evidence_columns, row) if s >= 0} for row in table]
+        if not built.target_object.compiled:  # the oracle, row by row
+            each = [self._reference_slots(e) for e in rows]
+            return {
+                c: np.stack([np.asarray(s[k]) for s in each]).reshape(-1, *shape[c])
+                for c, k in zip(shape, keys)
+            }
+        if len(rows) == 1 or not built.batched_factor_ids():
+            self._run(rows[0] if rows else {})
+            return {c: np.array(self._session.slots[k][0]).reshape(1, *shape[c]) for c, k in zip(shape, keys)}
+        if self._batch_session is None:
+            self._bind_batched(built.compile_batched())
+        executable, session = self.batch_executable, self._batch_session
+        assert executable is not None and session is not None  # bound now if not before
+        from .batch import evidence_factors
+
+        parts: dict[int, list[np.ndarray]] = {c: [] for c in shape}
+        largest = executable.buckets[-1]
+        for lo in range(0, len(table), largest):
+            chunk = table[lo : lo + largest]
+            factors, _ = evidence_factors(built, chunk)
+            if not self._batch_bound:
+                static = set(built.batched_factor_ids())
+                factors.update({f: a for f, a in built.values.items() if f not in static})
+            slots = session.run(factors=factors, read=keys)
+            self._batch_bound = True
+            for c, k in zip(shape, keys):
+                a = np.asarray(slots[k][0])
+                rowed = a.shape != shape[c]  # (a belief that no evidence reaches has no row axis)
+                parts[c].append(np.array(a if rowed else np.broadcast_to(a, (len(chunk), *shape[c]))))
+        return {c: np.concatenate(p).reshape(-1, *shape[c]) for c, p in parts.items()}
+
+    def _reference_slots(self, evidence: Mapping[str, Any]) -> dict[tuple, np.ndarray]:
+        """Every slot the reference interpreter leaves, for one evidence set."""
+        from ..reference import run_programs
+
+        built = self.built
+        changing, _ = built.evidence_values(evidence)
+        values = {**built.values, **changing}
+        specs = built.factor_specs
+        slots = run_programs(
+            list(built.programs),
+            built.sr,
+            lambda f: (values[f], specs[f]),
+            lambda s: (_ for _ in ()).throw(KeyError(s)),
+        )
+        return {k: np.asarray(a) for k, (a, _) in slots.items()}
+
+    def _companion(
+        self, semiring: str, on_support: bool = False, plan_kind: str | None = None
+    ) -> CompiledModel:
         """The same graph, evidence and target in another semiring, built on first need;
-        on_support: with the 0/1 support of our tables (PROB's Z then counts the models)."""
-        if semiring not in self._companions:
+        on_support: with the 0/1 support of our tables (PROB's Z then counts the models);
+        plan_kind: the programs to emit (default: this model's)."""
+        key = (semiring, on_support, plan_kind)
+        if key not in self._companions:
             built = self.built
             graph = built.graph
             if on_support:
@@ -266,17 +363,17 @@ class CompiledModel:
                     graph,
                     factors=tuple(Factor(f.scope, (f.values != 0).astype(np.float64)) for f in graph.factors),
                 )
-            self._companions[semiring] = CompiledModel(
+            self._companions[key] = CompiledModel(
                 graph,
                 semiring,
-                evidence_vars=built.evidence_vars,
+                evidence_vars=built.evidence_columns,
                 absorb_evidence=built.absorbed is not None,
                 target=built.target,
                 plan_search=built.plan_search,
-                plan_kind=built.plan_kind,
+                plan_kind=plan_kind or built.plan_kind,
                 exact=built.exact,
             )
-        return self._companions[semiring]
+        return self._companions[key]
 
     def _check_infeasible(self, evidence: Mapping[str, Any]) -> None:
         """PROB says Z = 0: true only if no assignment is allowed, which SAT decides exactly

@@ -1,0 +1,138 @@
+"""The inference tasks beyond Z and marginals: MPE, max-marginals and posterior samples.
+
+Each runs the junction-tree programs of a companion model (model.py's `_task_model`: the
+same graph, evidence variables and target, in the semiring the task needs) and reads its
+clique beliefs, then chooses states by a pass down the tree (descend.py):
+
+- MPE: MAXLOG beliefs (the best weight with a clique's variables fixed), the best entry
+  each time. Ties go to the first entry, so to the lowest states of the clique's
+  undecided variables, compared in the model's variable order.
+- samples: LOGPROB beliefs (the total weight), an entry drawn in proportion to it.
+
+An MPE's `log_value` is the log of the product of the potentials at the assignment,
+summed from the tables themselves (so it is that assignment's value, not a message's).
+Marginal MAP is in map_query.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .descend import argmax, descend, sampler
+from .graph import FactorGraph, FactorGraphError
+
+if TYPE_CHECKING:
+    from .model import CompiledModel
+
+IMPOSSIBLE = -1  # a state in a row whose evidence has probability 0
+
+
+@dataclass(frozen=True)
+class MPE:
+    """The most probable assignment given the evidence. assignment: every variable of the
+    model (evidence included) -> its state index; None when the evidence is impossible.
+    log_value: log of the largest product of the potentials (-inf when impossible);
+    log_value - log Z is its log-probability given the evidence."""
+
+    assignment: dict[str, int] | None
+    log_value: float
+    evidence: dict[str, int]
+    graph: FactorGraph
+
+    def named(self) -> dict[str, Any] | None:
+        """The assignment with state names where the model has them (else indices)."""
+        if self.assignment is None:
+            return None
+        states = self.graph.states
+        return {v: states[v][s] if v in states else s for v, s in self.assignment.items()}
+
+
+@dataclass(frozen=True)
+class MPEBatch:
+    """MPE per evidence row: assignments (rows, variables), columns in `variables` order,
+    -1 in a row whose evidence is impossible (its log_value is -inf)."""
+
+    assignments: np.ndarray
+    log_values: np.ndarray
+    variables: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return len(self.log_values)
+
+    def assignment(self, i: int) -> dict[str, int] | None:
+        """Row i's assignment as a dict (None when its evidence is impossible)."""
+        if self.log_values[i] == -np.inf:
+            return None
+        return dict(zip(self.variables, map(int, self.assignments[i])))
+
+
+def log_values(graph: FactorGraph, states: np.ndarray) -> np.ndarray:
+    """Per row of states (rows, variables in graph order): log of the product of every
+    potential at that assignment, summed factor by factor in graph order."""
+    index = graph.index()
+    total = np.zeros(len(states), dtype=np.float64)
+    with np.errstate(divide="ignore"):
+        for factor in graph.factors:
+            at = tuple(states[:, index[v]] for v in factor.scope)
+            total += np.log(factor.values[at])
+    return total
+
+
+def full_states(model: CompiledModel, planned: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """States over every variable of the graph: the planned ones as chosen, the absorbed
+    ones (not in the plan) from the evidence table."""
+    built = model.built
+    out = np.empty((len(planned), len(built.graph.variables)), dtype=np.int64)
+    index = built.graph.index()
+    for v, i in built.planned_index.items():
+        out[:, index[v]] = planned[:, i]
+    if built.absorbed is not None:
+        column = {v: j for j, v in enumerate(built.evidence_columns)}
+        for v in built.absorbed.observed:
+            out[:, index[v]] = table[:, column[v]]
+    return out
+
+
+def mpe_rows(model: CompiledModel, table: np.ndarray) -> MPEBatch:
+    """MPE for each row of an evidence table (model.evidence_columns, -1 unobserved)."""
+    task = model._task_model("MAXLOG")
+    beliefs = task._clique_beliefs(table)
+    plan = task.plan
+    n = len(table)
+    root = beliefs[plan.root].reshape(len(beliefs[plan.root]), -1)
+    best = root.max(axis=1) if root.shape[1] else np.full(len(root), -np.inf)
+    possible = np.broadcast_to(best > -np.inf, (n,))
+    planned = descend(plan, beliefs, n, argmax)
+    states = full_states(task, planned, table)
+    values = log_values(model.graph, states)
+    values[~possible] = -np.inf
+    states[~possible] = IMPOSSIBLE
+    return MPEBatch(states, values, model.graph.names)
+
+
+def mpe(model: CompiledModel, evidence: Mapping[str, Any]) -> MPE:
+    table = model._evidence_table([evidence])
+    rows = mpe_rows(model, table)
+    observed = {v: int(s) for v, s in zip(model.evidence_columns, table[0]) if s >= 0}
+    return MPE(rows.assignment(0), float(rows.log_values[0]), observed, model.graph)
+
+
+def sample(model: CompiledModel, n: int, evidence: Mapping[str, Any], seed: Any) -> np.ndarray:
+    """n exact samples of the posterior given the evidence: (n, variables) state indices,
+    columns in the graph's variable order; the same for the same seed."""
+    if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 0:
+        raise ValueError(f"sample: n must be a non-negative integer, got {n!r}")
+    task = model._task_model("LOGPROB")
+    table = model._evidence_table([evidence])
+    beliefs = task._clique_beliefs(table)
+    root = beliefs[task.plan.root]
+    if not (root > -np.inf).any():
+        raise FactorGraphError(
+            f"{model.graph.name}: the evidence {dict(evidence)!r} has probability 0; nothing to sample"
+        )
+    planned = descend(task.plan, beliefs, int(n), sampler(np.random.default_rng(seed)))
+    return full_states(task, planned, np.repeat(table, int(n), axis=0))
