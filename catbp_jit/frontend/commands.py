@@ -155,6 +155,10 @@ def cmd_solve(args: argparse.Namespace) -> int:
     evidence = read_evidence(args, graph)
     if get_for_model(args.target).compiled:
         check_kernel_cache()
+    if args.samples is not None or args.task in ("MPE", "MAP"):
+        return solve_task(args, graph, evidence)
+    if args.query:
+        raise CommandError("--query applies to --task MAP only")
     # progress lines on stderr once compiling has taken a while (progress.py)
     progress = command_lines(args.quiet)
     try:
@@ -175,12 +179,16 @@ def cmd_solve(args: argparse.Namespace) -> int:
     why_not = _no_answer(sol, evidence)
     status = EXIT_OK if why_not is None else EXIT_NO_ANSWER
 
+    marginals = args.task == "MAR"
     if args.format == "uai":
+        from .uai import format_mar, format_pr
+
+        if not marginals:
+            print(format_pr(sol.log_Z), end="")
+            return status
         if why_not is not None:  # no MAR exists; stdout stays a valid (empty) answer
             print(f"catbp-jit: {graph.name}: Z is 0: {why_not}", file=sys.stderr)
             return status
-        from .uai import format_mar
-
         print(format_mar(graph, sol.marginals), end="")
         return status
     if args.format == "json":
@@ -192,7 +200,9 @@ def cmd_solve(args: argparse.Namespace) -> int:
             "reason": why_not and f"Z is 0: {why_not}",
             "Z": _json_z(sol.Z),
             "log_Z": sol.log_Z,
-            "marginals": {v: (None if why_not else m.tolist()) for v, m in sol.marginals.items()},
+            "marginals": {v: (None if why_not else m.tolist()) for v, m in sol.marginals.items()}
+            if marginals
+            else None,
             "states": {v: list(_state_labels(graph, v)) for v in graph.variables},
             "plan": model.stats,
             "times": {**model.times, "run_s": run_s},
@@ -221,6 +231,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
         f"time:      plan {model.times['plan_s']:.3f} s, compile {model.times['compile_s']:.3f} s, "
         f"run {run_s * 1e3:.3f} ms ({args.target})"
     )
+    if not marginals:
+        return status
     if why_not:
         print("marginals: undefined")
         return status
@@ -236,9 +248,124 @@ def cmd_solve(args: argparse.Namespace) -> int:
     return status
 
 
+def solve_task(args: argparse.Namespace, graph: FactorGraph, evidence: dict[str, object]) -> int:
+    """--task MPE or MAP (an assignment), or --samples N (a CSV of posterior samples)."""
+    if args.task == "MAP" and not args.query:
+        raise CommandError("--task MAP needs --query (variable names, comma-separated, or a UAI .query file)")
+    if args.query and args.task != "MAP":
+        raise CommandError("--query applies to --task MAP only")
+    if args.samples is not None and (args.task in ("MPE", "MAP") or args.format != "text"):
+        raise CommandError("--samples writes a CSV of samples: it takes no --task MPE/MAP and no --format")
+    progress = command_lines(args.quiet)
+    try:
+        if args.task == "MAP":
+            from .map_query import map_query
+
+            query = _query(args.query, graph)
+            t0 = time.perf_counter()
+            answer = map_query(graph, query, evidence, target=args.target)
+            run_s = time.perf_counter() - t0
+            assignment, log_value = answer.assignment, answer.log_value
+        else:
+            # MPE and samples run junction-tree programs (their beliefs are read)
+            semiring = "logprob" if args.samples is not None else "maxlog"
+            model = CompiledModel(
+                graph,
+                semiring,
+                evidence_vars=tuple(evidence),
+                absorb_evidence=True,
+                target=args.target,
+                plan_kind="junction",
+                plan_time=args.plan_time,
+                progress=progress,
+            )
+            t0 = time.perf_counter()
+            if args.samples is not None:
+                samples = model.sample(args.samples, evidence, seed=args.seed)
+                _write_samples(graph, samples)
+                return EXIT_OK
+            best = model.mpe(evidence)
+            run_s = time.perf_counter() - t0
+            query = tuple(graph.variables)
+            assignment, log_value = best.assignment, best.log_value
+    finally:
+        close_progress(progress)
+    if assignment is None:
+        print(
+            f"catbp-jit: {graph.name}: the evidence is impossible (probability 0): no {args.task}",
+            file=sys.stderr,
+        )
+        return EXIT_NO_ANSWER
+    if args.format == "uai":
+        from .uai import format_mmap, format_mpe
+
+        print(
+            format_mpe(graph, assignment) if args.task == "MPE" else format_mmap(graph, assignment, query),
+            end="",
+        )
+        return EXIT_OK
+    labels = {v: _state_labels(graph, v)[assignment[v]] for v in query}
+    if args.format == "json":
+        doc = {
+            "model": graph.name,
+            "task": args.task,
+            "evidence": evidence,
+            "log_value": log_value,
+            "assignment": {v: assignment[v] for v in query},
+            "states": labels,
+            "time_s": run_s,
+        }
+        print(json.dumps(_finite_or_null(doc), indent=1, allow_nan=False))
+        return EXIT_OK
+    print(f"model:     {graph.name} ({len(graph.variables)} variables, {len(graph.factors)} factors)")
+    print(f"task:      {args.task}" + (f" over {len(query)} query variables" if args.task == "MAP" else ""))
+    if evidence:
+        print(f"evidence:  {', '.join(f'{v}={x}' for v, x in evidence.items())}")
+    print(f"log value: {log_value!r}")
+    print(f"time:      {run_s * 1e3:.3f} ms ({args.target})")
+    print("assignment:")
+    width = max(len(v) for v in query)
+    for v in query:
+        print(f"  {v:<{width}}  {labels[v]}")
+    return EXIT_OK
+
+
+def _query(text: str, graph: FactorGraph) -> tuple[str, ...]:
+    """--query: a UAI .query file, or variable names separated by commas."""
+    path = Path(text)
+    if path.suffix == ".query" or path.is_file():
+        from .uai import read_query
+
+        return read_query(path, graph)
+    names = tuple(v.strip() for v in text.split(",") if v.strip())
+    unknown = [v for v in names if v not in graph.variables]
+    if unknown:
+        raise CommandError(f"--query: {graph.name} has no variable(s) {name_list(unknown, repr)}")
+    return names
+
+
+def _write_samples(graph: FactorGraph, samples: np.ndarray) -> None:
+    """Samples as CSV on stdout: a header of the variables, a row of states per sample."""
+    import csv
+
+    writer = csv.writer(sys.stdout)
+    writer.writerow(list(graph.variables))
+    labels = [np.array(_state_labels(graph, v), dtype=object) for v in graph.variables]
+    columns = [lab[samples[:, j]] for j, lab in enumerate(labels)]
+    writer.writerows(zip(*columns))
+
+
 def solve_table(args: argparse.Namespace, graph: FactorGraph) -> int:
     """--evidence-table: every row of the table solved in batches, one posterior row each."""
-    from .table import PosteriorWriter, count_rows, posterior_rows, read_chunks, table_columns
+    from .table import (
+        PosteriorWriter,
+        count_rows,
+        mpe_header,
+        mpe_rows,
+        posterior_rows,
+        read_chunks,
+        table_columns,
+    )
 
     if args.evidence or args.observe:
         raise CommandError(
@@ -259,18 +386,22 @@ def solve_table(args: argparse.Namespace, graph: FactorGraph) -> int:
             f"{path}: the header must name distinct variables of {graph.name}; "
             f"unknown or repeated: {name_list(unknown, repr) or 'repeated'}"
         )
+    if args.task in ("MAP", "PR") or args.samples is not None or args.query:
+        raise CommandError("--evidence-table answers --task MAR (posteriors) or MPE (assignments) per row")
+    mpe = args.task == "MPE"
     if get_for_model(args.target).compiled:
         check_kernel_cache()
     progress = command_lines(args.quiet)
     try:
         model = CompiledModel(
             graph,
-            args.semiring,
+            "maxlog" if mpe else args.semiring,
             evidence_vars=columns,
             target=args.target,
             buckets=DEFAULT_BUCKETS,
             plan_time=args.plan_time,
             progress=progress,
+            **({"plan_kind": "junction"} if mpe else {}),
         )
     finally:
         close_progress(progress)  # the rows have their own progress bar
@@ -293,19 +424,29 @@ def solve_table(args: argparse.Namespace, graph: FactorGraph) -> int:
             dynamic_ncols=True,
         ) as bar,
         PosteriorWriter(
-            graph, tmp, sys.stdout, parquet=out is not None and out.suffix == ".parquet"
+            graph,
+            tmp,
+            sys.stdout,
+            parquet=out is not None and out.suffix == ".parquet",
+            header=mpe_header(graph) if mpe else None,
         ) as writer,
     ):
         for chunk in read_chunks(path, graph, columns):
-            res = model.solve_batch(chunk)
-            writer.write(posterior_rows(graph, res, rows))
+            if mpe:
+                best = model.mpe_batch(chunk)
+                writer.write(mpe_rows(best, rows))
+                log_values = best.log_values
+            else:
+                res = model.solve_batch(chunk)
+                writer.write(posterior_rows(graph, res, rows))
+                log_values = res.log_Z
             rows += len(chunk)
-            impossible += int(np.count_nonzero(res.log_Z == -math.inf))
+            impossible += int(np.count_nonzero(log_values == -math.inf))
             bar.update(len(chunk))
     if not args.quiet:
         print(
             f"catbp-jit: {rows} rows solved"
-            + (f", {impossible} with impossible evidence (empty posteriors)" if impossible else "")
+            + (f", {impossible} with impossible evidence (empty answers)" if impossible else "")
             + (f", written to {out}" if out else ""),
             file=sys.stderr,
         )
@@ -359,6 +500,16 @@ def solve_table_on_dask(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(f"catbp-jit: {rows} rows solved, written to {args.output}", file=sys.stderr)
     return EXIT_OK
+
+
+def _non_negative(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    return n
 
 
 def _positive(text: str) -> int:
@@ -506,8 +657,32 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
             "0: greedy only; a searched plan is cached by the model's structure)",
         )
 
-    p = sub.add_parser("solve", help="exact log Z and marginals of a model", epilog=EXIT_STATUS_HELP)
+    p = sub.add_parser(
+        "solve",
+        help="exact log Z and marginals, MPE, marginal MAP or samples of a model",
+        epilog=EXIT_STATUS_HELP,
+    )
     common(p)
+    p.add_argument(
+        "--task",
+        type=str.upper,
+        choices=("PR", "MAR", "MPE", "MAP"),
+        default="MAR",
+        help="MAR (default): log Z and every marginal; PR: log Z only; MPE: the most probable "
+        "assignment of every variable; MAP: of the --query variables, the others summed out",
+    )
+    p.add_argument(
+        "--query",
+        metavar="VARS",
+        help="with --task MAP: the query variables, comma-separated names or a UAI .query file",
+    )
+    p.add_argument(
+        "--samples",
+        metavar="N",
+        type=_non_negative,
+        help="write N exact samples of the posterior as CSV (a column per variable, state names)",
+    )
+    p.add_argument("--seed", metavar="S", type=int, default=None, help="with --samples: the random seed")
     p.add_argument(
         "--semiring",
         choices=[s.lower() for s in SEMIRING_NAMES],
@@ -519,7 +694,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         "--format",
         choices=("text", "uai", "json"),
         default=None,
-        help="text (default), uai (the UAI MAR format) or json",
+        help="text (default), uai (the UAI MAR, PR, MPE or MMAP format, as --task says) or json",
     )
     p.add_argument(
         "--evidence-table",

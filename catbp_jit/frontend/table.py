@@ -6,7 +6,9 @@ the variable unobserved. CSV is read with the standard library, a chunk of rows 
 time; Parquet (`.parquet`) needs pyarrow (the `parquet` extra). The output has one row
 per case: its row number, log Z, then one column per variable and state, `var=state`,
 holding the posterior probability (SAT: 0/1 possible; a row whose evidence is impossible
-has empty posteriors and log Z -inf).
+has empty posteriors and log Z -inf). With --task MPE a row holds its row number, the log
+value of its most probable assignment, then each variable's state index in it (empty
+where the evidence is impossible).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from .graph import FactorGraph, FactorGraphError
 
 if TYPE_CHECKING:
     from .batch import BatchSolution
+    from .tasks import MPEBatch
 
 UNOBSERVED_CELLS = {"", "na", "nan", "?", "-1", "none", "null"}
 CHUNK_ROWS = 8192
@@ -195,13 +198,36 @@ def posterior_rows(graph: FactorGraph, res: BatchSolution, first_row: int) -> np
     return np.concatenate(parts, axis=1) if n else np.zeros((0, len(posterior_header(graph))))
 
 
+def mpe_header(graph: FactorGraph) -> list[str]:
+    return ["row", "log_value"] + list(graph.variables)
+
+
+def mpe_rows(best: MPEBatch, first_row: int) -> np.ndarray:
+    """One chunk's MPE rows as a float matrix in mpe_header's order; NaN (an empty cell)
+    for the states of a row whose evidence is impossible."""
+    n = len(best)
+    states = best.assignments.astype(np.float64)
+    states[best.assignments < 0] = np.nan
+    rows = np.arange(first_row, first_row + n, dtype=np.float64)[:, None]
+    return np.concatenate([rows, best.log_values[:, None], states], axis=1)
+
+
 class PosteriorWriter:
     """Writes posterior rows to CSV (a stream or file) or Parquet, chunk by chunk. A file
     is best a temporary one (catbp_jit.atomic.replacing): a table that fails halfway must
     not leave a partial file where the user's old one was."""
 
-    def __init__(self, graph: FactorGraph, out: Path | None, stdout: IO[str], parquet: bool | None = None):
-        self.header = posterior_header(graph)
+    def __init__(
+        self,
+        graph: FactorGraph,
+        out: Path | None,
+        stdout: IO[str],
+        parquet: bool | None = None,
+        header: list[str] | None = None,
+    ):
+        self.header = header or posterior_header(graph)
+        # an MPE table's state columns (after row and log_value) are integers
+        self._integers = header is not None
         self.path = out
         self._parquet_writer: Any = None  # a pyarrow.parquet.ParquetWriter, once rows come
         self._closed = False
@@ -228,7 +254,12 @@ class PosteriorWriter:
             self._parquet_writer.write_table(batch)
             return
         for r in matrix:
-            self._csv.writerow([int(r[0])] + [_cell(x) for x in r[1:]])
+            if self._integers:
+                self._csv.writerow(
+                    [int(r[0]), _cell(r[1])] + ["" if math.isnan(x) else int(x) for x in r[2:]]
+                )
+            else:
+                self._csv.writerow([int(r[0])] + [_cell(x) for x in r[1:]])
 
     def __enter__(self) -> PosteriorWriter:
         return self

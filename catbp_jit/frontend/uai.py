@@ -415,3 +415,45 @@ def write_uai(graph: FactorGraph) -> str:
         rows = f.values.reshape(-1, f.values.shape[-1]) if f.values.ndim else f.values.reshape(1, 1)
         lines.extend(" " + " ".join(repr(float(x)) for x in row) for row in rows)
     return "\n".join(lines) + "\n"
+
+
+def format_mpe(graph: FactorGraph, assignment: Mapping[str, int]) -> str:
+    """An assignment of every variable in the UAI MPE format: `MPE`, then the number of
+    variables and each one's state index, in graph order."""
+    return (
+        "MPE\n" + " ".join([str(len(graph.variables))] + [str(assignment[v]) for v in graph.variables]) + "\n"
+    )
+
+
+def format_mmap(graph: FactorGraph, assignment: Mapping[str, int], query: tuple[str, ...]) -> str:
+    """A marginal MAP answer in the UAI MMAP format: `MMAP`, then the number of query
+    variables and, for each, its index in the model and its state index."""
+    index = graph.index()
+    pairs = [f"{index[v]} {assignment[v]}" for v in query]
+    return "MMAP\n" + " ".join([str(len(query))] + pairs) + "\n"
+
+
+def format_pr(log_z: float) -> str:
+    """log Z in the UAI PR format: `PR`, then log10 Z."""
+    return f"PR\n{log_z / math.log(10.0)!r}\n"
+
+
+def read_query(source: Source, graph: FactorGraph) -> tuple[str, ...]:
+    """A UAI `.query` file (marginal MAP's query variables): their number, then their
+    indices in the model; returned as names."""
+    text, label, _ = read_source(source, "query")
+    toks = text.split()
+    names = list(graph.variables)
+    try:
+        n = int(toks[0])
+        idx = [int(t) for t in toks[1 : 1 + n]]
+        if len(idx) != n or len(toks) != 1 + n:
+            raise IndexError
+    except (IndexError, ValueError):
+        raise FactorGraphError(
+            f"{label}: not a query file (a count, then that many variable indices)"
+        ) from None
+    bad = [i for i in idx if not 0 <= i < len(names)]
+    if bad:
+        raise FactorGraphError(f"{label}: variable index {bad[0]} is not in the model (0..{len(names) - 1})")
+    return tuple(names[i] for i in idx)
