@@ -22,8 +22,12 @@ Each instance runs in child processes (ours, then pyAgrum), killed after --timeo
 measured before it was killed is kept. pyAgrum's child has an address-space limit
 (--pyagrum-gib). Writes <out>/bench_uai.md and <out>/bench_uai.csv.
 
+--task MPE times the most probable assignment instead, against the MAR solve of the same
+instance in the same child and against pytoulbar2 when installed (perf/uai_mpe.py):
+<out>/bench_uai_mpe.md and .csv.
+
     python perf/bench_uai.py [DIR ...] [--only NAME ...] [--max-gib 2] [--budget 5]
-        [--timeout 600] [--quick] [--skip-pyagrum] [--out perf/out]
+        [--timeout 600] [--quick] [--skip-pyagrum] [--task MAR|MPE] [--out perf/out]
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # perf/common.py, uai2014.py
+import uai_mpe  # noqa: E402
 from common import HERE, default_shared_dir, installed, write_report  # noqa: E402
 from uai2014 import load_instance, mar_error, virtual_best  # noqa: E402
 
@@ -490,8 +495,17 @@ def main(argv=None) -> int:
         help="plan search budget per model, seconds (default: compile_model's; 0: greedy only)",
     )
     ap.add_argument("--quick", action="store_true", help="short budgets: a smoke run")
+    ap.add_argument(
+        "--task",
+        type=str.upper,
+        choices=("MAR", "MPE"),
+        default="MAR",
+        help="MAR (default): marginals against the published times; MPE: the most probable "
+        "assignment against MAR's time and pytoulbar2",
+    )
     ap.add_argument("--out", type=Path, default=HERE / "out")
     ap.add_argument("--child-ours", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--child-mpe", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--child-pyagrum", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     for option, full, quick in (
@@ -504,6 +518,10 @@ def main(argv=None) -> int:
             setattr(args, option, quick if args.quick else full)
     if args.child_ours:
         child_ours(args.child_ours, int(args.max_gib * 2**30), args.repeat, args.budget, args.plan_time)
+        return 0
+    if args.child_mpe:
+        max_bytes = int(args.max_gib * 2**30)
+        uai_mpe.child_mpe(args.child_mpe, max_bytes, args.repeat, args.budget, args.plan_time, _emit, timed)
         return 0
     if args.child_pyagrum:
         child_pyagrum(args.child_pyagrum, args.repeat, args.budget)
@@ -522,6 +540,8 @@ def main(argv=None) -> int:
         )
         return 2
     names = [n for n in found if not args.only or n in args.only]
+    if args.task == "MPE":
+        return main_mpe(args, dirs, found, names)
     with_pyagrum = not args.skip_pyagrum and installed("pyagrum")
     pub = published(dirs)
     lines = header(args, dirs) + [HEADER, RULE]
@@ -534,6 +554,27 @@ def main(argv=None) -> int:
         write(args.out, lines + [""] + summary(rows), rows)  # an interrupted run keeps its rows
     print("\n".join([""] + summary(rows)))
     return 1 if any(r.get("wrong") for r in rows) else 0
+
+
+def main_mpe(args, dirs, found: dict, names: list) -> int:
+    lines = header(args, dirs)[:-2] + [
+        "--task MPE: ours = MAXLOG junction tree, MAR = PROB with the defaults",
+        "",
+    ]
+    lines += [uai_mpe.HEADER, uai_mpe.RULE]
+    print("\n".join(lines), flush=True)
+    rows = []
+    plan = [] if args.plan_time is None else ["--plan-time", str(args.plan_time)]
+    for name in names:
+        argv = ["--child-mpe", str(found[name]), "--max-gib", str(args.max_gib)]
+        argv += ["--repeat", str(args.repeat), "--budget", str(args.budget)] + plan
+        rows.append(uai_mpe.finish_row({"name": name, **run_child(argv, args.timeout)}))
+        lines.append(uai_mpe.table_row(rows[-1], fmt_s))
+        print(lines[-1], flush=True)
+        text = "\n".join(lines + [""] + uai_mpe.summary(rows)) + "\n"
+        write_report(args.out, "bench_uai_mpe", text, rows, uai_mpe.CSV_FIELDS, echo=False)
+    print("\n".join([""] + uai_mpe.summary(rows)))
+    return 1 if any(r.get("agree") is False for r in rows) else 0
 
 
 def write(out: Path, lines: list, rows: list) -> None:
