@@ -24,11 +24,12 @@ from ..memory import PlanTooLargeError, format_bytes, memory_limit
 from ..plan.gc_paused import gc_paused
 from ..plan.pipeline import RESULT
 from ..semiring import SEMIRING_NAMES, Semiring, VMSemiringRuntime, check_compiled_dtype, make_semiring
+from ..semiring import semiring as semiring_kind
 from ..target import MODEL_NAMES, Target, get_for_model
 from .absorb import Absorbed, absorb, cut_values
 from .answer import AnswerLayout, answer_layout
 from .contraction import ContractionTree, contraction_tree, tree_from_path
-from .emit import emit_programs, factor_specs, scale_slots
+from .emit import emit_programs, emit_upward_programs, factor_specs, scale_slots
 from .emit_tree import contraction_scale_slots, emit_contraction_programs
 from .graph import FactorGraph, FactorGraphError
 from .plan import PlanLimitError, PlanLimits, TreePlan, format_count, junction_tree
@@ -41,6 +42,7 @@ if TYPE_CHECKING:  # (numba loads with them: imported where compiling happens)
     from ..executable import Executable
 
 PLAN_KINDS = ("auto", "junction", "contraction")
+PASSES = ("both", "upward")
 TARGETS = MODEL_NAMES  # the JIT on the CPU or a GPU; the reference VM (catbp_jit/target/)
 MAX_CLIQUE_BYTES = 2 << 30  # 2 GiB: a belief larger than this is refused, not attempted
 # the beliefs of one batched run at most (solve_batch): the knee measured on water and
@@ -85,6 +87,7 @@ class BuiltModel:
     plan: TreePlan  # the junction tree of the chosen order (kept either way)
     stats: dict[str, Any]
     plan_kind: str  # "junction" or "contraction": whose programs run
+    passes: str  # "both" (Z and the marginals) or "upward" (beliefs for MPE, sampling)
     contraction: ContractionTree | None  # the contraction tree when its programs run
     programs: tuple[Program, ...]
     scale_slots: tuple[tuple, ...]  # PROB: the scales Z is rebuilt from; else ()
@@ -246,6 +249,7 @@ def build_model(
     plan_search: PlanSearch | None = None,
     plan_kind: str = "auto",
     exact: bool | None = None,
+    passes: str = "both",
 ) -> BuiltModel:
     """Plan, emit and compile a model (the options are compile_model's). partial_evaluation:
     the factors that carry no evidence are static inputs, so each solve runs only the
@@ -257,7 +261,9 @@ def build_model(
     rounding of exact mode's; True keeps exact mode's order of sums (the same bits on every
     run, thread count and batch); None (the default): the target's choice, reassociating on
     the CPU (docs/frontend.md says why), exact elsewhere. plan_time: the search budget in
-    seconds (0: greedy only); plan_search: every search option."""
+    seconds (0: greedy only); plan_search: every search option. passes: "both" (up and
+    down: Z and every marginal) or "upward" (a junction tree's upward pass keeping every
+    clique's belief, for MPE and sampling, tasks.py: such a model does not solve)."""
     say = progress or (lambda msg: None)
     if plan_search is None:
         plan_search = PlanSearch() if plan_time is None else PlanSearch(time_s=plan_time)
@@ -265,7 +271,13 @@ def build_model(
         plan_search = replace(plan_search, time_s=plan_time)
     if plan_kind not in PLAN_KINDS:
         raise ValueError(f"plan_kind must be one of {', '.join(PLAN_KINDS)}, got {plan_kind!r}")
+    if passes not in PASSES:
+        raise ValueError(f"passes must be one of {', '.join(PASSES)}, got {passes!r}")
     name = semiring_name(semiring)
+    if passes == "upward" and (plan_kind != "junction" or semiring_kind(name).is_scaled):
+        raise ValueError(
+            "passes='upward' runs a junction tree (plan_kind='junction') in an unscaled semiring"
+        )
     the_target = get_for_model(target)  # (a ValueError naming the targets)
     sr = make_semiring(name, dtype)
     if the_target.compiled:
@@ -306,14 +318,20 @@ def build_model(
             limits.check_junction_tree(plan, stats)
         scaled = sr.kind.is_scaled  # see scaling.py
         programs: tuple[Program, ...]
-        if contraction is not None:
+        if passes == "upward":  # (a junction tree, not scaled: checked above)
+            programs = emit_upward_programs(plan, len(scopes), ev_idx)
+            scales = ()
+        elif contraction is not None:
             programs = emit_contraction_programs(tree, len(scopes), ev_idx, scaled=scaled)
             scales = contraction_scale_slots(tree) if scaled else ()
         else:
             programs = emit_programs(plan, len(scopes), ev_idx, scaled=scaled)
             scales = scale_slots(plan) if scaled else ()
         specs = factor_specs(plan, scopes, ev_idx)
-        answer = answer_layout(graph.names, graph.variables, planned_index, scales)
+        # (upward only: no marginal is stored, Z alone is read)
+        answer = answer_layout(
+            graph.names, graph.variables, planned_index if passes == "both" else {}, scales
+        )
         times = {"plan_s": time.perf_counter() - t0}
 
     t0 = time.perf_counter()
@@ -345,6 +363,7 @@ def build_model(
         plan=plan,
         stats=stats,
         plan_kind=plan_kind,
+        passes=passes,
         contraction=contraction,
         programs=programs,
         scale_slots=scales,

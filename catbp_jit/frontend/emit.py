@@ -123,7 +123,12 @@ def _send(e: _Emitter, slot: tuple, msg: int, scale_slot: tuple | None = None, s
     e.store(slot, msg)
 
 
-def emit_upward(plan: TreePlan, n_factors: int, evidence: Sequence[int], scaled: bool = False) -> Program:
+def emit_upward(
+    plan: TreePlan, n_factors: int, evidence: Sequence[int], scaled: bool = False, keep_beliefs: bool = False
+) -> Program:
+    """Messages to the root. keep_beliefs: every clique also stores ("bel", a), its local
+    factors times its children's messages (its subtree's weight; the root's is whole):
+    what a pass down the tree reads to choose states (descend.py), with no downward pass."""
     e = _Emitter("upward")
     ev = {v: k for k, v in enumerate(sorted(evidence))}
     for a in plan.postorder:
@@ -131,9 +136,9 @@ def emit_upward(plan: TreePlan, n_factors: int, evidence: Sequence[int], scaled:
         inputs = _local_inputs(e, plan, a, n_factors, ev)
         inputs += [e.load_slot(("msg", c, a)) for c in clique.children]
         acc = e.contract(inputs, spec_of(plan, clique.variables))
-        if clique.parent is None:
+        if clique.parent is None or keep_beliefs:
             e.store(("bel", a), acc)
-        else:
+        if clique.parent is not None:
             p = clique.parent
             _send(e, ("msg", a, p), e.eliminate(acc, plan.separator(a, p)), ("scale", a, p), scaled)
         e.free()
@@ -267,6 +272,17 @@ def emit_finalize(plan: TreePlan) -> Program:
         e.store(("marg", v), e.eliminate(bel[a], (v,)))
     e.free()
     return e.program()
+
+
+def emit_upward_programs(
+    plan: TreePlan, n_factors: int, evidence: Sequence[int] = ()
+) -> tuple[Program, Program]:
+    """The upward pass keeping every clique's belief, and a finalize that stores ("Z",):
+    what MPE and sampling read (tasks.py), a third of the work of all three passes."""
+    e = _Emitter("finalize")
+    e.store(("Z",), e.eliminate(e.load_slot(("bel", plan.root)), ()))
+    e.free()
+    return emit_upward(plan, n_factors, evidence, keep_beliefs=True), e.program()
 
 
 def emit_programs(

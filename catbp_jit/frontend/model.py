@@ -204,6 +204,11 @@ class CompiledModel:
 
     def solve(self, evidence: Mapping[str, Any] | None = None) -> Solution:
         built = self.built
+        if built.passes != "both":
+            raise ValueError(
+                f"{built.graph.name}: this model was built with passes={built.passes!r} (for MPE and "
+                "sampling): it has no marginals to solve for"
+            )
         evidence = dict(evidence or {})
         values, exponent = self._results(evidence)
         z = values[0]
@@ -286,12 +291,18 @@ class CompiledModel:
 
         return evidence_table(self.built, rows)
 
-    def _task_model(self, semiring: str) -> CompiledModel:
-        """This model if it runs junction-tree programs in `semiring`, else its companion that
-        does (the tasks read clique beliefs, which only junction trees store)."""
-        if self.built.semiring == semiring and self.built.plan_kind == "junction":
+    def _task_model(self, semiring: str, passes: str = "both") -> CompiledModel:
+        """This model if it runs junction-tree programs in `semiring` (all passes, or those
+        asked for), else its companion that does (the tasks read clique beliefs, which only
+        junction trees store; MPE and sampling need the upward pass alone)."""
+        built = self.built
+        if (
+            built.semiring == semiring
+            and built.plan_kind == "junction"
+            and passes in (built.passes, "upward")
+        ):
             return self
-        return self._companion(semiring, plan_kind="junction")
+        return self._companion(semiring, plan_kind="junction", passes=passes)
 
     def _clique_beliefs(self, table: np.ndarray) -> dict[int, np.ndarray]:
         """Every clique's belief for each evidence row: (rows or 1, *clique shape), copies;
@@ -349,12 +360,12 @@ class CompiledModel:
         return {k: np.asarray(a) for k, (a, _) in slots.items()}
 
     def _companion(
-        self, semiring: str, on_support: bool = False, plan_kind: str | None = None
+        self, semiring: str, on_support: bool = False, plan_kind: str | None = None, passes: str = "both"
     ) -> CompiledModel:
         """The same graph, evidence and target in another semiring, built on first need;
         on_support: with the 0/1 support of our tables (PROB's Z then counts the models);
-        plan_kind: the programs to emit (default: this model's)."""
-        key = (semiring, on_support, plan_kind)
+        plan_kind: the programs to emit (default: this model's); passes: build_model's."""
+        key = (semiring, on_support, plan_kind, passes)
         if key not in self._companions:
             built = self.built
             graph = built.graph
@@ -372,6 +383,7 @@ class CompiledModel:
                 plan_search=built.plan_search,
                 plan_kind=plan_kind or built.plan_kind,
                 exact=built.exact,
+                passes=passes,
             )
         return self._companions[key]
 

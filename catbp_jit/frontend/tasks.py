@@ -99,7 +99,7 @@ def full_states(model: CompiledModel, planned: np.ndarray, table: np.ndarray) ->
 
 def mpe_rows(model: CompiledModel, table: np.ndarray) -> MPEBatch:
     """MPE for each row of an evidence table (model.evidence_columns, -1 unobserved)."""
-    task = model._task_model("MAXLOG")
+    task = model._task_model("MAXLOG", passes="upward")
     beliefs = task._clique_beliefs(table)
     plan = task.plan
     n = len(table)
@@ -126,7 +126,7 @@ def sample(model: CompiledModel, n: int, evidence: Mapping[str, Any], seed: Any)
     columns in the graph's variable order; the same for the same seed."""
     if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 0:
         raise ValueError(f"sample: n must be a non-negative integer, got {n!r}")
-    task = model._task_model("LOGPROB")
+    task = model._task_model("LOGPROB", passes="upward")
     table = model._evidence_table([evidence])
     beliefs = task._clique_beliefs(table)
     root = beliefs[task.plan.root]
