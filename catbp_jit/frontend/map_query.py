@@ -92,6 +92,8 @@ def map_query(
                 constant += float(np.log(fac.values))
     direct = [fac for f, fac in enumerate(cut.factors) if f not in in_parts and fac.scope]
     summed, log_total = _summed_tables(stages, cut, parts) if parts else ([], 0.0)
+    if log_total == -math.inf:
+        return MAP(None, -math.inf, query, observed)
     scaled, underflowed = [], False
     for scope, log_table in summed:
         top = log_table.max()
@@ -113,6 +115,8 @@ def map_query(
         )
     value = _log_sum(direct, best.assignment) + constant + log_total
     value += sum(_log_at(scope, table, best.assignment) for scope, table in summed)
+    if value == -math.inf:  # a factor over the evidence alone is 0 there
+        return MAP(None, -math.inf, query, observed)
     assignment = {v: best.assignment[v] for v in query} | observed
     return MAP(assignment, value, query, observed)
 
@@ -222,6 +226,8 @@ def _summed_tables(
     plan = summing.plan
     root = beliefs[plan.root][0]
     log_total = float(logsumexp(root, axis=tuple(range(root.ndim)))) if root.ndim else float(root)
+    if log_total == -math.inf:  # nothing is possible
+        return [], log_total
     home = {f: c.id for c in plan.cliques for f in c.factors}
     names = list(stage1.variables)
     out = []
