@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from catbp_jit.frontend import compile_model, factor_graph
+from catbp_jit.frontend.descend import argmax, descend, walk
 from catbp_jit.frontend.graph import FactorGraphError
 from catbp_jit.frontend.map_query import map_query
 
@@ -27,7 +28,9 @@ def small_models(draw, max_vars=5):
         k = draw(st.integers(1, min(3, n)))
         scope = tuple(draw(st.permutations(names))[:k])
         shape = tuple(sizes[names.index(v)] for v in scope)
-        picks = draw(st.lists(st.integers(0, len(VALUES) - 1), min_size=math.prod(shape), max_size=math.prod(shape)))
+        picks = draw(
+            st.lists(st.integers(0, len(VALUES) - 1), min_size=math.prod(shape), max_size=math.prod(shape))
+        )
         factors.append((scope, VALUES[picks].reshape(shape)))
     evidence = {}
     for v, d in zip(names, sizes):
@@ -63,7 +66,9 @@ def test_mpe_is_a_best_assignment(model, absorb):
     states, logw = joint(graph)
     ok = consistent(graph, states, evidence)
     best = logw[ok].max() if ok.any() else -np.inf
-    compiled = compile_model(graph, "prob", target="reference", evidence_vars=list(evidence), absorb_evidence=absorb)
+    compiled = compile_model(
+        graph, "prob", target="reference", evidence_vars=list(evidence), absorb_evidence=absorb
+    )
     answer = compiled.mpe(evidence)
     if best == -np.inf:
         assert answer.assignment is None and answer.log_value == -np.inf
@@ -80,18 +85,58 @@ def test_mpe_is_a_best_assignment(model, absorb):
 def joint_value(graph, row):
     names = list(graph.variables)
     with np.errstate(divide="ignore"):
-        return float(sum(np.log(f.values[tuple(row[0, names.index(v)] for v in f.scope)]) for f in graph.factors))
+        return float(
+            sum(np.log(f.values[tuple(row[0, names.index(v)] for v in f.scope)]) for f in graph.factors)
+        )
 
 
-def test_ties_go_to_the_lowest_states():
+@settings(max_examples=40, deadline=None)
+@given(small_models(), st.randoms(use_true_random=False))
+def test_the_compiled_walk_chooses_as_descend(model, rnd):
+    """descend.Walk (compiled, over a flat buffer, beliefs in any axis layout) chooses the
+    states descend's numpy pass chooses, ties included."""
+    graph, evidence = model
+    built = compile_model(
+        graph,
+        "maxlog",
+        target="reference",
+        evidence_vars=list(evidence),
+        passes="upward",
+        plan_kind="junction",
+    )
+    table = built._evidence_table([evidence])
+    beliefs = built._clique_beliefs(table)
+    plan = built.plan
+    want = descend(plan, beliefs, 1, argmax)[0]
+    parts, offsets, layouts, at = [], {}, {}, 3  # (a few elements before the first belief)
+    for a, b in beliefs.items():
+        order = list(range(b.ndim - 1))
+        rnd.shuffle(order)
+        layouts[a] = tuple(plan.cliques[a].variables[i] for i in order)
+        moved = np.transpose(b[0], order).ravel()
+        offsets[a] = at
+        parts.append(moved)
+        at += moved.size
+    buffer = np.concatenate([np.full(3, np.nan)] + parts)
+    states, top = walk(plan, offsets, layouts).best(buffer)
+    root = beliefs[plan.root]
+    assert top == (root.max() if root.size else -np.inf)
+    if top > -np.inf:
+        assert np.array_equal(states, want)
+
+
+@pytest.mark.parametrize("target", ["reference", "cpu"])
+def test_ties_go_to_the_lowest_states(target):
     # every assignment ties: the answer is all zeros
-    graph = factor_graph({"a": 3, "b": 2, "c": 2}, [(("a", "b"), np.ones((3, 2))), (("b", "c"), np.ones((2, 2)))])
-    answer = compile_model(graph, "prob", target="reference").mpe()
+    graph = factor_graph(
+        {"a": 3, "b": 2, "c": 2}, [(("a", "b"), np.ones((3, 2))), (("b", "c"), np.ones((2, 2)))]
+    )
+    answer = compile_model(graph, "prob", target=target).mpe()
     assert answer.assignment == {"a": 0, "b": 0, "c": 0}
     # a tie between (a, b) = (1, 0) and (2, 1): the lower state of the clique's first variable
     t = np.array([[0.1, 0.2], [0.9, 0.3], [0.4, 0.9]])
     graph = factor_graph({"a": 3, "b": 2}, [(("a", "b"), t)])
-    assert compile_model(graph, "prob", target="reference").mpe().assignment == {"a": 1, "b": 0}
+    assert compile_model(graph, "prob", target=target).mpe().assignment == {"a": 1, "b": 0}
 
 
 @settings(max_examples=25, deadline=None)
@@ -100,9 +145,13 @@ def test_max_marginals_are_the_best_per_state(model):
     graph, evidence = model
     states, logw = joint(graph)
     ok = consistent(graph, states, evidence)
-    answer = compile_model(graph, "prob", target="reference", evidence_vars=list(evidence)).max_marginals(evidence)
+    answer = compile_model(graph, "prob", target="reference", evidence_vars=list(evidence)).max_marginals(
+        evidence
+    )
     for j, v in enumerate(graph.variables):
-        expect = np.array([logw[ok & (states[:, j] == s)].max(initial=-np.inf) for s in range(graph.variables[v])])
+        expect = np.array(
+            [logw[ok & (states[:, j] == s)].max(initial=-np.inf) for s in range(graph.variables[v])]
+        )
         got = np.asarray(answer.raw_marginals[v])
         assert np.array_equal(np.isneginf(got), np.isneginf(expect))
         finite = np.isfinite(expect)

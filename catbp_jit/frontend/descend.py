@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 from .plan import TreePlan
 
@@ -88,3 +90,95 @@ def sampler(rng: np.random.Generator) -> Choose:
         return np.where(picked < weights.shape[1], picked, last)
 
     return draw
+
+
+@dataclass(frozen=True)
+class Walk:
+    """The pass down the tree for one row, as flat arrays that a compiled loop walks over
+    the beliefs where a run left them (a session's buffer): no Python per clique, which on
+    a model of hundreds of small cliques would cost more than the run itself."""
+
+    offsets: np.ndarray  # per clique, in preorder: where its belief starts in the buffer
+    starts: np.ndarray  # clique k's variables are entries starts[k]:starts[k+1] below
+    variables: np.ndarray  # in the clique's axis order
+    strides: np.ndarray  # each variable's stride in the belief (elements)
+    free: np.ndarray  # 1 where the clique chooses the variable (no earlier clique did)
+    sizes: np.ndarray  # per variable: its domain size
+
+    def best(self, buffer: np.ndarray) -> tuple[np.ndarray, float]:
+        """Every variable's state, each clique's best entry given what is chosen (ties: the
+        first, as argmax), and the root's best value (-inf: nothing is possible)."""
+        states = np.zeros(len(self.sizes), dtype=np.int64)
+        top = _best_states(
+            buffer, self.offsets, self.starts, self.variables, self.strides, self.free, self.sizes, states
+        )
+        return states, float(top)
+
+
+def walk(plan: TreePlan, offsets: Mapping[int, int], layouts: Mapping[int, tuple[int, ...]]) -> Walk:
+    """The Walk of a plan whose clique a's belief starts at offsets[a], in C order over the
+    variables layouts[a]. Entries are visited in the order of clique.variables (so ties go
+    as in descend), whatever the layout."""
+    starts, variables, strides, free = [0], [], [], []
+    chosen = np.zeros(len(plan.sizes), dtype=bool)
+    for a in plan.preorder:
+        vs = plan.cliques[a].variables
+        layout = layouts[a]
+        if sorted(layout) != sorted(vs):
+            raise ValueError(f"clique {a}: a belief over {layout}, the clique holds {vs}")
+        shape = [plan.sizes[v] for v in layout]
+        stride = {v: math.prod(shape[i + 1 :]) for i, v in enumerate(layout)}
+        strides += [stride[v] for v in vs]
+        variables += vs
+        free += [0 if chosen[v] else 1 for v in vs]
+        chosen[list(vs)] = True
+        starts.append(len(variables))
+    return Walk(
+        np.array([offsets[a] for a in plan.preorder], dtype=np.int64),
+        np.array(starts, dtype=np.int64),
+        np.array(variables, dtype=np.int64),
+        np.array(strides, dtype=np.int64),
+        np.array(free, dtype=np.int64),
+        np.array(plan.sizes, dtype=np.int64),
+    )
+
+
+@njit(cache=True, nogil=True)
+def _best_states(buffer, offsets, starts, variables, strides, free, sizes, states):  # pragma: no cover
+    counter = np.zeros(len(variables), dtype=np.int64)
+    best_counter = np.zeros(len(variables), dtype=np.int64)
+    top = -np.inf
+    for k in range(len(offsets)):
+        lo, hi = starts[k], starts[k + 1]
+        at = offsets[k]
+        n = 1
+        for j in range(lo, hi):
+            if free[j]:
+                n *= sizes[variables[j]]
+                counter[j] = 0
+            else:
+                at += states[variables[j]] * strides[j]
+        best = -np.inf
+        for t in range(n):
+            value = buffer[at]
+            if t == 0 or value > best:
+                best = value
+                for j in range(lo, hi):
+                    best_counter[j] = counter[j]
+            # the next entry: the odometer over the free variables, the last fastest
+            j = hi - 1
+            while j >= lo:
+                if free[j]:
+                    counter[j] += 1
+                    at += strides[j]
+                    if counter[j] < sizes[variables[j]]:
+                        break
+                    at -= strides[j] * counter[j]
+                    counter[j] = 0
+                j -= 1
+        for j in range(lo, hi):
+            if free[j]:
+                states[variables[j]] = best_counter[j]
+        if k == 0:
+            top = best
+    return top

@@ -51,9 +51,10 @@ if TYPE_CHECKING:  # for the checker (batch.py is imported where solve_batch run
     from .absorb import Absorbed
     from .batch import BatchSolution
     from .contraction import ContractionTree
+    from .descend import Walk
     from .map_query import MAP
     from .search import PlanChoice, PlanSearch
-    from .tasks import MPE, MPEBatch
+    from .tasks import MPE, LogTables, MPEBatch
 
 SEMIRINGS = SEMIRING_NAMES  # the semiring names (semiring.py keeps the list)
 
@@ -146,6 +147,9 @@ class CompiledModel:
             self._bind_batched(built.batch_executable)
         # the sessions' buffers are part of compiling, as they always were
         self.times = {**built.times, "compile_s": built.times["compile_s"] + time.perf_counter() - t0}
+        self._tables: LogTables | None = None  # (tasks.py, on first need)
+        self._walk: Walk | None = None
+        self._read_beliefs: Callable[[], None] = lambda: None
         # models that certify an answer, built on first need (see _companion)
         self._companions: dict[tuple, CompiledModel] = {}
 
@@ -285,6 +289,31 @@ class CompiledModel:
         from .map_query import map_query
 
         return map_query(self.graph, query, evidence or {}, target=self.built.target, exact=self.built.exact)
+
+    def _log_tables(self) -> LogTables:
+        """The graph's tables as logs, flat, for the log value of assignments (tasks.py)."""
+        if self._tables is None:
+            from .tasks import log_tables
+
+            self._tables = log_tables(self.built.graph)
+        return self._tables
+
+    def _best_row(self, evidence: Mapping[str, Any]) -> tuple[np.ndarray, float]:
+        """Run, then walk down the tree over the session's buffer (descend.Walk): every
+        planned variable's state and the root's best value."""
+        built = self.built
+        if self._walk is None:
+            from ..plan.pipeline import RESULT
+            from .descend import walk
+
+            assert built.executable is not None  # (compiled targets only)
+            bound = {b.ident[1]: b for b in built.executable.plan.bound(RESULT) if b.ident[0] == "bel"}
+            layouts = {a: tuple(axis.id for axis in b.spec.axes) for a, b in bound.items()}
+            self._walk = walk(built.plan, {a: b.offset for a, b in bound.items()}, layouts)
+            self._read_beliefs = self._session.reader([("bel", a) for a in bound])
+        self._run(evidence)
+        self._read_beliefs()
+        return self._walk.best(self._session.mem)
 
     def _evidence_table(self, rows: Any) -> np.ndarray:
         from .batch import evidence_table

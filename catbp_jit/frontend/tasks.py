@@ -16,6 +16,7 @@ Marginal MAP is in map_query.py.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -70,16 +71,49 @@ class MPEBatch:
         return dict(zip(self.variables, map(int, self.assignments[i])))
 
 
+@dataclass(frozen=True)
+class LogTables:
+    """Every factor's log table in one flat array, and how an assignment indexes each: the
+    log value of many assignments in a few numpy calls, not a Python loop over factors."""
+
+    logs: np.ndarray  # every table's natural logs, one after another
+    bases: np.ndarray  # (factors,): where each table starts
+    variables: np.ndarray  # (factors, arity): its scope's variables (graph order), padded
+    strides: np.ndarray  # (factors, arity): their strides in its table, padded with 0
+
+    def values(self, states: np.ndarray) -> np.ndarray:
+        """Per row of states (rows, variables in graph order): the log of the product of
+        every potential at that assignment (the logs summed by numpy, row by row)."""
+        if not len(self.bases):
+            return np.zeros(len(states))
+        at = self.bases + (states[:, self.variables] * self.strides).sum(axis=2)
+        return self.logs[at].sum(axis=1)
+
+
+def log_tables(graph: FactorGraph) -> LogTables:
+    index = graph.index()
+    arity = max((len(f.scope) for f in graph.factors), default=0)
+    n = len(graph.factors)
+    variables = np.zeros((n, arity), dtype=np.int64)
+    strides = np.zeros((n, arity), dtype=np.int64)
+    bases = np.zeros(n, dtype=np.int64)
+    at = 0
+    for i, f in enumerate(graph.factors):
+        shape = f.values.shape
+        for j, v in enumerate(f.scope):
+            variables[i, j] = index[v]
+            strides[i, j] = math.prod(shape[j + 1 :])
+        bases[i] = at
+        at += f.values.size
+    flat = np.concatenate([f.values.ravel() for f in graph.factors]) if n else np.zeros(0)
+    with np.errstate(divide="ignore"):
+        return LogTables(np.log(flat), bases, variables, strides)
+
+
 def log_values(graph: FactorGraph, states: np.ndarray) -> np.ndarray:
     """Per row of states (rows, variables in graph order): log of the product of every
-    potential at that assignment, summed factor by factor in graph order."""
-    index = graph.index()
-    total = np.zeros(len(states), dtype=np.float64)
-    with np.errstate(divide="ignore"):
-        for factor in graph.factors:
-            at = tuple(states[:, index[v]] for v in factor.scope)
-            total += np.log(factor.values[at])
-    return total
+    potential at that assignment."""
+    return log_tables(graph).values(states)
 
 
 def full_states(model: CompiledModel, planned: np.ndarray, table: np.ndarray) -> np.ndarray:
@@ -108,7 +142,7 @@ def mpe_rows(model: CompiledModel, table: np.ndarray) -> MPEBatch:
     possible = np.broadcast_to(best > -np.inf, (n,))
     planned = descend(plan, beliefs, n, argmax)
     states = full_states(task, planned, table)
-    values = log_values(model.graph, states)
+    values = model._log_tables().values(states)
     values[~possible] = -np.inf
     states[~possible] = IMPOSSIBLE
     return MPEBatch(states, values, model.graph.names)
@@ -116,9 +150,18 @@ def mpe_rows(model: CompiledModel, table: np.ndarray) -> MPEBatch:
 
 def mpe(model: CompiledModel, evidence: Mapping[str, Any]) -> MPE:
     table = model._evidence_table([evidence])
-    rows = mpe_rows(model, table)
     observed = {v: int(s) for v, s in zip(model.evidence_columns, table[0]) if s >= 0}
-    return MPE(rows.assignment(0), float(rows.log_values[0]), observed, model.graph)
+    task = model._task_model("MAXLOG", passes="upward")
+    if not task.built.target_object.compiled:
+        rows = mpe_rows(model, table)
+        return MPE(rows.assignment(0), float(rows.log_values[0]), observed, model.graph)
+    # one row: the walk down the tree runs compiled, over the session's buffer
+    planned, top = task._best_row(observed)
+    if top == -np.inf:
+        return MPE(None, -math.inf, observed, model.graph)
+    states = full_states(task, planned[None, :], table)
+    value = float(model._log_tables().values(states)[0])
+    return MPE(dict(zip(model.graph.names, map(int, states[0]))), value, observed, model.graph)
 
 
 def sample(model: CompiledModel, n: int, evidence: Mapping[str, Any], seed: Any) -> np.ndarray:
