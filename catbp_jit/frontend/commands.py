@@ -276,6 +276,7 @@ def solve_task(args: argparse.Namespace, graph: FactorGraph, evidence: dict[str,
                 absorb_evidence=True,
                 target=args.target,
                 plan_kind="junction",
+                passes="upward",
                 plan_time=args.plan_time,
                 progress=progress,
             )
@@ -401,7 +402,7 @@ def solve_table(args: argparse.Namespace, graph: FactorGraph) -> int:
             buckets=DEFAULT_BUCKETS,
             plan_time=args.plan_time,
             progress=progress,
-            **({"plan_kind": "junction"} if mpe else {}),
+            **({"plan_kind": "junction", "passes": "upward"} if mpe else {}),
         )
     finally:
         close_progress(progress)  # the rows have their own progress bar

@@ -148,6 +148,7 @@ class CompiledModel:
         # the sessions' buffers are part of compiling, as they always were
         self.times = {**built.times, "compile_s": built.times["compile_s"] + time.perf_counter() - t0}
         self._tables: LogTables | None = None  # (tasks.py, on first need)
+        self._columns: tuple[np.ndarray, ...] | None = None  # (tasks.full_states)
         self._walk: Walk | None = None
         self._read_beliefs: Callable[[], None] = lambda: None
         # models that certify an answer, built on first need (see _companion)
@@ -321,15 +322,11 @@ class CompiledModel:
         return evidence_table(self.built, rows)
 
     def _task_model(self, semiring: str, passes: str = "both") -> CompiledModel:
-        """This model if it runs junction-tree programs in `semiring` (all passes, or those
-        asked for), else its companion that does (the tasks read clique beliefs, which only
-        junction trees store; MPE and sampling need the upward pass alone)."""
+        """This model if it runs the junction-tree passes asked for in `semiring`, else its
+        companion that does (the tasks read clique beliefs, which only junction trees store;
+        MPE and sampling run the upward pass alone: a third of the work of all three)."""
         built = self.built
-        if (
-            built.semiring == semiring
-            and built.plan_kind == "junction"
-            and passes in (built.passes, "upward")
-        ):
+        if built.semiring == semiring and built.plan_kind == "junction" and passes == built.passes:
             return self
         return self._companion(semiring, plan_kind="junction", passes=passes)
 

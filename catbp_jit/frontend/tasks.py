@@ -121,13 +121,19 @@ def full_states(model: CompiledModel, planned: np.ndarray, table: np.ndarray) ->
     ones (not in the plan) from the evidence table."""
     built = model.built
     out = np.empty((len(planned), len(built.graph.variables)), dtype=np.int64)
-    index = built.graph.index()
-    for v, i in built.planned_index.items():
-        out[:, index[v]] = planned[:, i]
-    if built.absorbed is not None:
+    if model._columns is None:  # (where each goes: once per model)
+        index = built.graph.index()
         column = {v: j for j, v in enumerate(built.evidence_columns)}
-        for v in built.absorbed.observed:
-            out[:, index[v]] = table[:, column[v]]
+        observed = built.absorbed.observed if built.absorbed is not None else ()
+        model._columns = (
+            np.array([index[v] for v in built.planned_index], dtype=np.intp),
+            np.array(list(built.planned_index.values()), dtype=np.intp),
+            np.array([index[v] for v in observed], dtype=np.intp),
+            np.array([column[v] for v in observed], dtype=np.intp),
+        )
+    to, planned_at, observed_to, observed_at = model._columns
+    out[:, to] = planned[:, planned_at]
+    out[:, observed_to] = table[:, observed_at]
     return out
 
 
