@@ -558,7 +558,7 @@ def main(argv=None) -> int:
 
 def main_mpe(args, dirs, found: dict, names: list) -> int:
     lines = header(args, dirs)[:-2] + [
-        "--task MPE: ours = MAXLOG junction tree, MAR = PROB with the defaults",
+        "--task MPE: ours = the MAXLOG upward pass, MAR = PROB with the defaults",
         "",
     ]
     lines += [uai_mpe.HEADER, uai_mpe.RULE]

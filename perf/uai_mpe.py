@@ -2,8 +2,8 @@
 the same instance's MAR solve in the same child process, and checked against pytoulbar2
 (an independent exact solver) when it is installed.
 
-Ours: `compile_model(graph, "maxlog", plan_kind="junction", passes="upward")` with the
-evidence absorbed,
+Ours: `compile_model(graph, "maxlog", passes="upward")` (the upward pass of the cheaper
+tree, junction or contraction) with the evidence absorbed,
 then `model.mpe(evidence)` (the MAXLOG programs and the pass down the tree) timed as
 bench_uai times `solve`. MAR: `compile_model(graph, "prob")` with the defaults and
 `solve(evidence)`, as bench_uai's MAR rows. The aim (issue text): MPE in no more than the
@@ -47,7 +47,7 @@ def child_mpe(
     )
     for task, semiring, extra in (
         ("mar", "prob", {}),
-        ("mpe", "maxlog", {"plan_kind": "junction", "passes": "upward"}),
+        ("mpe", "maxlog", {"passes": "upward"}),
     ):
         try:
             model = compile_model(graph, semiring, **options, **extra)

@@ -303,3 +303,36 @@ def test_named_states_and_state_names_in_evidence():
     assert answer.named() == {"rain": "yes", "wet": "wet"}
     assert answer.log_value == pytest.approx(math.log(0.2 * 0.95))
     assert model.map(["rain"], {"wet": "dry"}).assignment == {"rain": 0, "wet": 0}
+
+
+def grid_graph(n=4, seed=3):
+    rng = np.random.default_rng(seed)
+    names = [f"v{i}{j}" for i in range(n) for j in range(n)]
+    factors = [((), np.array(2.0))]  # a constant factor: its log enters the value
+    for i in range(n):
+        for j in range(n):
+            factors.append(((f"v{i}{j}",), rng.random(2) + 0.1))
+            if i + 1 < n:
+                factors.append(((f"v{i}{j}", f"v{i + 1}{j}"), rng.random((2, 2)) + 0.1))
+            if j + 1 < n:
+                factors.append(((f"v{i}{j}", f"v{i}{j + 1}"), rng.random((2, 2)) + 0.1))
+    return factor_graph({v: 2 for v in names}, factors)
+
+
+@pytest.mark.parametrize("absorb", [False, True])
+def test_mpe_down_a_contraction_tree(absorb):
+    """One MPE walks down a contraction tree's upward pass (descend_tree.py) as well as down
+    a junction tree: both the best assignment of enumeration."""
+    graph = grid_graph()
+    states, logw = joint(graph)
+    for evidence in ({}, {"v00": 1, "v33": 0}):
+        ok = consistent(graph, states, evidence)
+        best = int(np.flatnonzero(ok)[np.argmax(logw[ok])])
+        for kind in ("junction", "contraction"):
+            model = compile_model(
+                graph, "prob", plan_kind=kind, evidence_vars=list(evidence), absorb_evidence=absorb
+            )
+            answer = model.mpe(evidence)
+            assert model._task_model("MAXLOG", passes="upward", junction=False).plan_kind == kind
+            assert list(answer.assignment.values()) == states[best].tolist()
+            assert answer.log_value == pytest.approx(logw[best], rel=1e-12)

@@ -30,7 +30,7 @@ from .absorb import Absorbed, absorb, cut_values
 from .answer import AnswerLayout, answer_layout
 from .contraction import ContractionTree, contraction_tree, tree_from_path
 from .emit import emit_programs, emit_upward_programs, factor_specs, scale_slots
-from .emit_tree import contraction_scale_slots, emit_contraction_programs
+from .emit_tree import contraction_scale_slots, emit_contraction_programs, emit_contraction_upward
 from .graph import FactorGraph, FactorGraphError
 from .plan import PlanLimitError, PlanLimits, TreePlan, format_count, junction_tree
 from .plan_cache import PlanKey
@@ -262,8 +262,9 @@ def build_model(
     run, thread count and batch); None (the default): the target's choice, reassociating on
     the CPU (docs/frontend.md says why), exact elsewhere. plan_time: the search budget in
     seconds (0: greedy only); plan_search: every search option. passes: "both" (up and
-    down: Z and every marginal) or "upward" (a junction tree's upward pass keeping every
-    clique's belief, for MPE and sampling, tasks.py: such a model does not solve)."""
+    down: Z and every marginal) or "upward" (the upward pass alone, for MPE and sampling,
+    tasks.py: a junction tree keeps every clique's belief, a contraction tree every
+    tensor; such a model does not solve)."""
     say = progress or (lambda msg: None)
     if plan_search is None:
         plan_search = PlanSearch() if plan_time is None else PlanSearch(time_s=plan_time)
@@ -274,10 +275,8 @@ def build_model(
     if passes not in PASSES:
         raise ValueError(f"passes must be one of {', '.join(PASSES)}, got {passes!r}")
     name = semiring_name(semiring)
-    if passes == "upward" and (plan_kind != "junction" or semiring_kind(name).is_scaled):
-        raise ValueError(
-            "passes='upward' runs a junction tree (plan_kind='junction') in an unscaled semiring"
-        )
+    if passes == "upward" and semiring_kind(name).is_scaled:
+        raise ValueError("passes='upward' keeps unscaled beliefs: not in PROB (use LOGPROB or MAXLOG)")
     the_target = get_for_model(target)  # (a ValueError naming the targets)
     sr = make_semiring(name, dtype)
     if the_target.compiled:
@@ -318,7 +317,10 @@ def build_model(
             limits.check_junction_tree(plan, stats)
         scaled = sr.kind.is_scaled  # see scaling.py
         programs: tuple[Program, ...]
-        if passes == "upward":  # (a junction tree, not scaled: checked above)
+        if passes == "upward" and contraction is not None:  # (not scaled: checked above)
+            programs = (emit_contraction_upward(tree, len(scopes), ev_idx),)
+            scales = ()
+        elif passes == "upward":
             programs = emit_upward_programs(plan, len(scopes), ev_idx)
             scales = ()
         elif contraction is not None:

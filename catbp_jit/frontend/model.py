@@ -52,6 +52,7 @@ if TYPE_CHECKING:  # for the checker (batch.py is imported where solve_batch run
     from .batch import BatchSolution
     from .contraction import ContractionTree
     from .descend import Walk
+    from .descend_tree import TreeWalk
     from .map_query import MAP
     from .search import PlanChoice, PlanSearch
     from .tasks import MPE, LogTables, MPEBatch
@@ -149,7 +150,7 @@ class CompiledModel:
         self.times = {**built.times, "compile_s": built.times["compile_s"] + time.perf_counter() - t0}
         self._tables: LogTables | None = None  # (tasks.py, on first need)
         self._columns: tuple[np.ndarray, ...] | None = None  # (tasks.full_states)
-        self._walk: Walk | None = None
+        self._walk: Walk | TreeWalk | None = None
         self._read_beliefs: Callable[[], None] = lambda: None
         # models that certify an answer, built on first need (see _companion)
         self._companions: dict[tuple, CompiledModel] = {}
@@ -300,35 +301,58 @@ class CompiledModel:
         return self._tables
 
     def _best_row(self, evidence: Mapping[str, Any]) -> tuple[np.ndarray, float]:
-        """Run, then walk down the tree over the session's buffer (descend.Walk): every
-        planned variable's state and the root's best value."""
-        built = self.built
-        if self._walk is None:
-            from ..plan.pipeline import RESULT
-            from .descend import walk
+        """Run, then walk down the tree over the session's buffer (descend.Walk, or
+        descend_tree.TreeWalk): every planned variable's state and the root's best value."""
+        from .descend_tree import TreeWalk
 
-            assert built.executable is not None  # (compiled targets only)
-            bound = {b.ident[1]: b for b in built.executable.plan.bound(RESULT) if b.ident[0] == "bel"}
-            layouts = {a: tuple(axis.id for axis in b.spec.axes) for a, b in bound.items()}
-            self._walk = walk(built.plan, {a: b.offset for a, b in bound.items()}, layouts)
-            self._read_beliefs = self._session.reader([("bel", a) for a in bound])
+        if self._walk is None:
+            self._walk = self._make_walk()
+        if isinstance(self._walk, TreeWalk):
+            self._walk.refresh(self.built.evidence_values(evidence)[0])
         self._run(evidence)
         self._read_beliefs()
         return self._walk.best(self._session.mem)
+
+    def _make_walk(self) -> Walk | TreeWalk:
+        from ..plan.pipeline import RESULT
+        from .descend import walk
+        from .descend_tree import tree_walk
+
+        built = self.built
+        assert built.executable is not None  # (compiled targets only)
+        kind = "t" if built.contraction is not None else "bel"
+        bound = {b.ident[1]: b for b in built.executable.plan.bound(RESULT) if b.ident[0] == kind}
+        layouts = {n: tuple(axis.id for axis in b.spec.axes) for n, b in bound.items()}
+        offsets = {n: b.offset for n, b in bound.items()}
+        self._read_beliefs = self._session.reader([(kind, n) for n in bound])
+        tree = built.contraction
+        if tree is None:
+            return walk(built.plan, offsets, layouts)
+        n_factors = len(built.planned.factors)
+        evidence = sorted(built.planned_index[v] for v in built.evidence_vars if v in built.planned_index)
+        indicator = {v: n_factors + k for k, v in enumerate(evidence)}
+        leaf_ids = {
+            node.id: node.leaf.ident if node.leaf.kind == "factor" else indicator[node.leaf.ident]
+            for node in tree.nodes
+            if node.leaf is not None and node.leaf.kind != "unit"
+        }
+        return tree_walk(tree, offsets, layouts, leaf_ids, built.values, built.sr.dtype)
 
     def _evidence_table(self, rows: Any) -> np.ndarray:
         from .batch import evidence_table
 
         return evidence_table(self.built, rows)
 
-    def _task_model(self, semiring: str, passes: str = "both") -> CompiledModel:
-        """This model if it runs the junction-tree passes asked for in `semiring`, else its
-        companion that does (the tasks read clique beliefs, which only junction trees store;
-        MPE and sampling run the upward pass alone: a third of the work of all three)."""
+    def _task_model(self, semiring: str, passes: str = "both", junction: bool = True) -> CompiledModel:
+        """This model if it runs the passes asked for in `semiring`, else its companion that
+        does. junction: a junction tree (what descend.py reads: every clique's belief);
+        else this model's kind of tree (one MPE walks down either). MPE and sampling run the
+        upward pass alone: a third of the work of all three."""
         built = self.built
-        if built.semiring == semiring and built.plan_kind == "junction" and passes == built.passes:
+        kind = "junction" if junction else built.plan_kind
+        if built.semiring == semiring and built.plan_kind == kind and passes == built.passes:
             return self
-        return self._companion(semiring, plan_kind="junction", passes=passes)
+        return self._companion(semiring, plan_kind=kind, passes=passes)
 
     def _clique_beliefs(self, table: np.ndarray) -> dict[int, np.ndarray]:
         """Every clique's belief for each evidence row: (rows or 1, *clique shape), copies;

@@ -6,7 +6,9 @@ clique beliefs, then chooses states by a pass down the tree (descend.py):
 
 - MPE: MAXLOG beliefs (the best weight with a clique's variables fixed), the best entry
   each time. Ties go to the first entry, so to the lowest states of the clique's
-  undecided variables, compared in the model's variable order.
+  undecided variables, compared in the model's variable order. One MPE walks down the
+  tree compiled (descend.Walk), or down a contraction tree (descend_tree.py) when the
+  model plans one; rows of evidence (mpe_batch) go down a junction tree vectorized.
 - samples: LOGPROB beliefs (the total weight), an entry drawn in proportion to it.
 
 An MPE's `log_value` is the log of the product of the potentials at the assignment,
@@ -157,11 +159,12 @@ def mpe_rows(model: CompiledModel, table: np.ndarray) -> MPEBatch:
 def mpe(model: CompiledModel, evidence: Mapping[str, Any]) -> MPE:
     table = model._evidence_table([evidence])
     observed = {v: int(s) for v, s in zip(model.evidence_columns, table[0]) if s >= 0}
-    task = model._task_model("MAXLOG", passes="upward")
-    if not task.built.target_object.compiled:
+    if not model.built.target_object.compiled:
         rows = mpe_rows(model, table)
         return MPE(rows.assignment(0), float(rows.log_values[0]), observed, model.graph)
-    # one row: the walk down the tree runs compiled, over the session's buffer
+    # one row: the walk down the tree runs compiled, over the session's buffer, on either
+    # kind of tree (a contraction tree's upward pass can be far cheaper: ObjectDetection)
+    task = model._task_model("MAXLOG", passes="upward", junction=False)
     planned, top = task._best_row(observed)
     if top == -np.inf:
         return MPE(None, -math.inf, observed, model.graph)
