@@ -85,8 +85,11 @@ def finish_row(row: dict) -> dict:
         row["mpe_over_mar"] = row["mpe_best_s"] / row["mar_best_s"]
     ours, theirs = row.get("mpe_log_value"), row.get("toulbar2_log_value")
     if ours is not None and theirs is not None:
-        scale = max(1.0, abs(ours))
-        row["agree"] = abs(ours - theirs) <= AGREE_REL * scale and ours >= theirs - 1e-9 * scale
+        if not (math.isfinite(ours) and math.isfinite(theirs)):
+            row["agree"] = ours == theirs
+        else:
+            scale = max(1.0, abs(ours))
+            row["agree"] = abs(ours - theirs) <= AGREE_REL * scale and ours >= theirs - 1e-9 * scale
     return row
 
 

@@ -10,9 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from catbp_jit.frontend import compile_model, factor_graph
+from catbp_jit.frontend.build import tree_leaves
 from catbp_jit.frontend.descend import argmax, descend, walk
+from catbp_jit.frontend.descend_tree import tree_walk
 from catbp_jit.frontend.graph import FactorGraphError
 from catbp_jit.frontend.map_query import map_query
+from catbp_jit.frontend.tasks import full_states, log_values
 
 # few distinct values (and zeros) make ties and impossible evidence common
 VALUES = np.array([0.0, 0.5, 1.0, 2.0, 0.25, 3.0])
@@ -123,6 +126,50 @@ def test_the_compiled_walk_chooses_as_descend(model, rnd):
     assert top == (root.max() if root.size else -np.inf)
     if top > -np.inf:
         assert np.array_equal(states, want)
+
+
+@settings(max_examples=60, deadline=None)
+@given(small_models(), st.booleans(), st.randoms(use_true_random=False))
+def test_the_contraction_walk_finds_a_best_assignment(model, absorb, rnd):
+    """descend_tree.TreeWalk over a contraction tree's upward pass (run by the reference
+    interpreter, its tensors laid out in a buffer in random axis orders): a best
+    assignment of enumeration, and the root's value is Z."""
+    graph, evidence = model
+    compiled = compile_model(
+        graph,
+        "maxlog",
+        target="reference",
+        evidence_vars=list(evidence),
+        absorb_evidence=absorb,
+        passes="upward",
+        plan_kind="contraction",
+    )
+    built = compiled.built
+    slots = compiled._reference_slots(evidence)
+    parts, offsets, layouts, at = [], {}, {}, 2
+    for key, value in slots.items():
+        if key[0] != "t":
+            continue
+        node = built.contraction.nodes[key[1]]
+        order = list(range(value.ndim))
+        rnd.shuffle(order)
+        layouts[key[1]] = tuple(node.variables[i] for i in order)
+        offsets[key[1]] = at
+        parts.append(np.transpose(value, order).ravel())
+        at += parts[-1].size
+    buffer = np.concatenate([np.full(2, np.nan)] + parts)
+    ids, leaf_layouts = tree_leaves(built)
+    tw = tree_walk(built.contraction, offsets, layouts, ids, leaf_layouts, built.values, np.dtype(np.float64))
+    tw.refresh(built.evidence_values(evidence)[0])
+    planned, top = tw.best(buffer)
+    assert top == float(slots[("Z",)])
+    states, logw = joint(graph)
+    ok = consistent(graph, states, evidence)
+    best = logw[ok].max() if ok.any() else -np.inf
+    if best > -np.inf:
+        table = compiled._evidence_table([evidence])
+        row = full_states(compiled, planned[None, :], table)
+        assert log_values(graph, row)[0] == pytest.approx(best, rel=1e-12, abs=1e-12)
 
 
 @pytest.mark.parametrize("target", ["reference", "cpu"])
@@ -312,8 +359,8 @@ def grid_graph(n=4, seed=3):
     for i in range(n):
         for j in range(n):
             factors.append(((f"v{i}{j}",), rng.random(2) + 0.1))
-            if i + 1 < n:
-                factors.append(((f"v{i}{j}", f"v{i + 1}{j}"), rng.random((2, 2)) + 0.1))
+            if i + 1 < n:  # (a scope out of the graph's order: leaves keep their tables' order)
+                factors.append(((f"v{i + 1}{j}", f"v{i}{j}"), rng.random((2, 2)) + 0.1))
             if j + 1 < n:
                 factors.append(((f"v{i}{j}", f"v{i}{j + 1}"), rng.random((2, 2)) + 0.1))
     return factor_graph({v: 2 for v in names}, factors)

@@ -538,3 +538,20 @@ class _Limits:
                 "(max_total_bytes; default: the available memory)"
             )
         return ModelTooLargeError(f"{self.name}: {what}; the limit is {limit}")
+
+
+def tree_leaves(built: BuiltModel) -> tuple[dict[int, int], dict[int, tuple[int, ...]]]:
+    """Per leaf of the contraction tree that loads a factor: the factor id the programs
+    load (a graph factor, or the indicator after them) and its table's axes (the scope's
+    order; the leaf lists them sorted)."""
+    tree = built.contraction
+    assert tree is not None
+    n_factors = len(built.planned.factors)
+    observed = sorted(built.planned_index[v] for v in built.evidence_vars if v in built.planned_index)
+    indicator = {v: n_factors + k for k, v in enumerate(observed)}
+    ids = {
+        node.id: node.leaf.ident if node.leaf.kind == "factor" else indicator[node.leaf.ident]
+        for node in tree.nodes
+        if node.leaf is not None and node.leaf.kind != "unit"
+    }
+    return ids, {n: tuple(axis.id for axis in built.factor_specs[f].axes) for n, f in ids.items()}

@@ -72,12 +72,14 @@ def tree_walk(
     offsets: Mapping[int, int],
     layouts: Mapping[int, tuple[int, ...]],
     leaf_ids: Mapping[int, int],
+    leaf_layouts: Mapping[int, tuple[int, ...]],
     values: Mapping[int, np.ndarray],
     dtype: np.dtype,
 ) -> TreeWalk:
     """The walk of a tree whose internal node n's tensor starts at offsets[n] in the run's
     buffer, C order over layouts[n]; leaf node n loads factor leaf_ids[n] (absent: a unit),
-    whose table values[f] is in its scope's order (absent: refreshed per call)."""
+    whose table values[f] is C order over leaf_layouts[n] (values absent: refreshed per
+    call)."""
     parts: list[np.ndarray] = [np.zeros(1, dtype=dtype)]  # (the spare zero)
     at = 1
     place: dict[int, tuple[int, int, tuple[int, ...]]] = {}  # leaf node -> (source, offset, layout)
@@ -93,7 +95,8 @@ def tree_walk(
         parts.append(table)
         if f is not None:
             leaf_at[f] = (at, at + table.size)
-        place[node.id] = (IN_LEAVES, at, node.variables)
+        # (a leaf node lists its variables sorted; its table keeps the factor's own order)
+        place[node.id] = (IN_LEAVES, at, leaf_layouts.get(node.id, node.variables))
         at += table.size
     for n, layout in layouts.items():
         place[n] = (IN_RUN, offsets[n], layout)

@@ -315,6 +315,7 @@ class CompiledModel:
 
     def _make_walk(self) -> Walk | TreeWalk:
         from ..plan.pipeline import RESULT
+        from .build import tree_leaves
         from .descend import walk
         from .descend_tree import tree_walk
 
@@ -328,15 +329,8 @@ class CompiledModel:
         tree = built.contraction
         if tree is None:
             return walk(built.plan, offsets, layouts)
-        n_factors = len(built.planned.factors)
-        evidence = sorted(built.planned_index[v] for v in built.evidence_vars if v in built.planned_index)
-        indicator = {v: n_factors + k for k, v in enumerate(evidence)}
-        leaf_ids = {
-            node.id: node.leaf.ident if node.leaf.kind == "factor" else indicator[node.leaf.ident]
-            for node in tree.nodes
-            if node.leaf is not None and node.leaf.kind != "unit"
-        }
-        return tree_walk(tree, offsets, layouts, leaf_ids, built.values, built.sr.dtype)
+        leaf_ids, leaf_layouts = tree_leaves(built)
+        return tree_walk(tree, offsets, layouts, leaf_ids, leaf_layouts, built.values, built.sr.dtype)
 
     def _evidence_table(self, rows: Any) -> np.ndarray:
         from .batch import evidence_table
