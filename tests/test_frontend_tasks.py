@@ -383,3 +383,20 @@ def test_mpe_down_a_contraction_tree(absorb):
             assert model._task_model("MAXLOG", passes="upward", junction=False).plan_kind == kind
             assert list(answer.assignment.values()) == states[best].tolist()
             assert answer.log_value == pytest.approx(logw[best], rel=1e-12)
+
+
+def test_mpe_and_samples_on_cuda_equal_the_cpu():
+    """The tasks on target="cuda" (Numba's simulator without a GPU): the beliefs are read
+    back from the device, and the answers are the CPU's."""
+    pytest.importorskip("numba_cuda", reason="the CUDA target needs numba-cuda: pip install -e '.[cuda]'")
+    graph = chain_graph()
+    rows = [{"c": 0}, {"c": 1, "a": 0}, {}]
+    cpu = compile_model(graph, "prob", evidence_vars=["a", "c"])
+    gpu = compile_model(graph, "prob", evidence_vars=["a", "c"], target="cuda")
+    for row in rows:
+        assert gpu.mpe(row) == cpu.mpe(row)
+    want, got = cpu.mpe_batch(rows), gpu.mpe_batch(rows)
+    assert np.array_equal(want.assignments, got.assignments) and np.array_equal(
+        want.log_values, got.log_values
+    )
+    assert np.array_equal(gpu.sample(1000, {"c": 1}, seed=5), cpu.sample(1000, {"c": 1}, seed=5))

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -44,7 +44,7 @@ class MPE:
     assignment: dict[str, int] | None
     log_value: float
     evidence: dict[str, int]
-    graph: FactorGraph
+    graph: FactorGraph = field(compare=False, repr=False)  # (for state names)
 
     def named(self) -> dict[str, Any] | None:
         """The assignment with state names where the model has them (else indices)."""
