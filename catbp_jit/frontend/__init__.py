@@ -1,19 +1,25 @@
 """Exact inference on discrete factor graphs, as CatBP programs.
 
 factor graph → tree plan (elimination order, junction tree) → upward / downward /
-finalize programs → the JIT (or the reference interpreter) → Z and marginals.
+finalize programs → the JIT (or the reference interpreter) → Z and marginals; and MPE,
+marginal MAP, max-marginals and posterior samples (tasks.py, map_query.py).
 """
 
 from .emit import emit_programs
 from .graph import Factor, FactorGraph, FactorGraphError, factor_graph
+from .map_query import MAP, map_query
 from .model import CompiledModel, Solution, compile_model, solve
 from .plan import TreePlan, elimination_order, junction_tree
+from .tasks import MPE, MPEBatch
 
 __all__ = [
     "CompiledModel",
     "Factor",
     "FactorGraph",
     "FactorGraphError",
+    "MAP",
+    "MPE",
+    "MPEBatch",
     "Solution",
     "TreePlan",
     "compile_model",
@@ -21,5 +27,6 @@ __all__ = [
     "emit_programs",
     "factor_graph",
     "junction_tree",
+    "map_query",
     "solve",
 ]
