@@ -14,6 +14,9 @@ from catbp_jit.frontend.bif import read_bif
 from catbp_jit.frontend.uai import read_query, write_uai
 
 ASIA = str(Path(__file__).resolve().parents[1] / "examples" / "asia.bif")
+# the CLI's plumbing on the reference interpreter (the compiled tasks: test_frontend_tasks.py;
+# the first test below runs the CPU)
+REF = ("--target", "reference")
 
 
 def run(capsys, *argv):
@@ -28,17 +31,21 @@ def test_mpe_in_the_uai_format_matches_the_api(capsys, tmp_path):
     model.write_text(write_uai(graph))
     evid = tmp_path / "asia.uai.evid"
     evid.write_text("1 7 0\n")  # dysp = yes
-    code, out, _ = run(capsys, "solve", str(model), "--evidence", str(evid), "--task", "mpe", "--format", "uai", "-q")
+    code, out, _ = run(
+        capsys, "solve", str(model), "--evidence", str(evid), "--task", "mpe", "--format", "uai", "-q"
+    )
     assert code == 0
     want = compile_model(read_bif(ASIA), "prob", target="reference", evidence_vars=["dysp"]).mpe({"dysp": 0})
     assert out == "MPE\n8 " + " ".join(str(want.assignment[v]) for v in graph.variables) + "\n"
 
 
 def test_mpe_text_and_json(capsys):
-    code, out, _ = run(capsys, "solve", ASIA, "--task", "MPE", "--observe", "dysp=yes", "-q")
+    code, out, _ = run(capsys, "solve", ASIA, "--task", "MPE", "--observe", "dysp=yes", "-q", *REF)
     assert code == 0
     assert "task:      MPE" in out and "  bronc   yes" in out
-    code, out, _ = run(capsys, "solve", ASIA, "--task", "MPE", "--observe", "dysp=yes", "--format", "json", "-q")
+    code, out, _ = run(
+        capsys, "solve", ASIA, "--task", "MPE", "--observe", "dysp=yes", "--format", "json", "-q", *REF
+    )
     doc = json.loads(out)
     assert doc["states"]["dysp"] == "yes" and doc["assignment"]["dysp"] == 0
     assert doc["log_value"] == pytest.approx(-1.6038708373925255, rel=1e-12)
@@ -46,7 +53,19 @@ def test_mpe_text_and_json(capsys):
 
 def test_map_with_names_and_a_query_file(capsys, tmp_path):
     code, out, _ = run(
-        capsys, "solve", ASIA, "--task", "MAP", "--query", "lung,bronc", "--observe", "dysp=yes", "--format", "uai", "-q"
+        capsys,
+        "solve",
+        ASIA,
+        "--task",
+        "MAP",
+        "--query",
+        "lung,bronc",
+        "--observe",
+        "dysp=yes",
+        "--format",
+        "uai",
+        "-q",
+        *REF,
     )
     assert code == 0
     assert out == "MMAP\n2 3 1 4 0\n"  # lung = no, bronc = yes
@@ -54,32 +73,50 @@ def test_map_with_names_and_a_query_file(capsys, tmp_path):
     query.write_text("2 3 4\n")
     assert read_query(query, read_bif(ASIA)) == ("lung", "bronc")
     code, out2, _ = run(
-        capsys, "solve", ASIA, "--task", "MAP", "--query", str(query), "--observe", "dysp=yes", "--format", "uai", "-q"
+        capsys,
+        "solve",
+        ASIA,
+        "--task",
+        "MAP",
+        "--query",
+        str(query),
+        "--observe",
+        "dysp=yes",
+        "--format",
+        "uai",
+        "-q",
+        *REF,
     )
     assert code == 0 and out2 == out
 
 
 def test_pr_prints_log10_z(capsys):
-    code, out, _ = run(capsys, "solve", ASIA, "--task", "PR", "--observe", "dysp=yes", "--format", "uai", "-q")
+    code, out, _ = run(
+        capsys, "solve", ASIA, "--task", "PR", "--observe", "dysp=yes", "--format", "uai", "-q", *REF
+    )
     assert code == 0
     head, value = out.split()
     assert head == "PR" and float(value) == pytest.approx(math.log10(0.4359706), rel=1e-6)
 
 
 def test_samples_are_csv_of_state_names(capsys):
-    code, out, _ = run(capsys, "solve", ASIA, "--samples", "50", "--seed", "4", "--observe", "dysp=yes", "-q")
+    code, out, _ = run(
+        capsys, "solve", ASIA, "--samples", "50", "--seed", "4", "--observe", "dysp=yes", "-q", *REF
+    )
     assert code == 0
     rows = list(csv.reader(io.StringIO(out)))
     assert rows[0] == list(read_bif(ASIA).variables) and len(rows) == 51
     assert {r[7] for r in rows[1:]} == {"yes"}
-    code, again, _ = run(capsys, "solve", ASIA, "--samples", "50", "--seed", "4", "--observe", "dysp=yes", "-q")
+    code, again, _ = run(
+        capsys, "solve", ASIA, "--samples", "50", "--seed", "4", "--observe", "dysp=yes", "-q", *REF
+    )
     assert again == out
 
 
 def test_evidence_table_with_mpe(capsys, tmp_path):
     table = tmp_path / "cases.csv"
     table.write_text("dysp,xray\nyes,\nno,yes\n")
-    code, out, _ = run(capsys, "solve", ASIA, "--task", "MPE", "--evidence-table", str(table), "-q")
+    code, out, _ = run(capsys, "solve", ASIA, "--task", "MPE", "--evidence-table", str(table), "-q", *REF)
     assert code == 0
     rows = list(csv.reader(io.StringIO(out)))
     assert rows[0] == ["row", "log_value"] + list(read_bif(ASIA).variables)

@@ -172,7 +172,7 @@ def test_the_contraction_walk_finds_a_best_assignment(model, absorb, rnd):
         assert log_values(graph, row)[0] == pytest.approx(best, rel=1e-12, abs=1e-12)
 
 
-@pytest.mark.parametrize("target", ["reference", "cpu"])
+@pytest.mark.parametrize("target", ["reference", pytest.param("cpu", marks=pytest.mark.slow)])
 def test_ties_go_to_the_lowest_states(target):
     # every assignment ties: the answer is all zeros
     graph = factor_graph(
@@ -254,7 +254,8 @@ def chain_graph():
     return factor_graph(domains, factors)
 
 
-@pytest.mark.parametrize("target", ["reference", "cpu"])
+# (the CPU's: in the slow set, its LOGPROB kernels cost the default suite seconds)
+@pytest.mark.parametrize("target", ["reference", pytest.param("cpu", marks=pytest.mark.slow)])
 def test_samples_follow_the_posterior(target):
     """10^5 samples of the joint (36 cells) given evidence: a chi-square test at a fixed
     seed, and the same samples for the same seed."""
@@ -297,7 +298,7 @@ def test_sampling_impossible_evidence_is_refused():
         model.sample(-1)
 
 
-@pytest.mark.parametrize("target", ["reference", "cpu"])
+@pytest.mark.parametrize("target", ["reference", pytest.param("cpu", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("absorb", [False, True])
 def test_mpe_batch_is_mpe_row_by_row(target, absorb):
     graph = chain_graph()
@@ -327,14 +328,20 @@ def test_compiled_mpe_agrees_with_the_reference():
     """The CPU's MAXLOG kernels and the reference interpreter: the same assignment and
     value bit for bit (a max is exact; the decoded value is summed from the tables)."""
     graph = chain_graph()
+    cpu_model = compile_model(graph, "prob", target="cpu", evidence_vars=["a", "c"])
+    ref_model = compile_model(graph, "prob", target="reference", evidence_vars=["a", "c"])
     for evidence in ({}, {"c": 0}, {"a": 1, "c": 1}):
-        ref = compile_model(graph, "prob", target="reference", evidence_vars=["a", "c"]).mpe(evidence)
-        cpu = compile_model(graph, "prob", target="cpu", evidence_vars=["a", "c"]).mpe(evidence)
+        ref, cpu = ref_model.mpe(evidence), cpu_model.mpe(evidence)
         assert cpu.assignment == ref.assignment and cpu.log_value == ref.log_value
-        mm_ref = compile_model(graph, "maxlog", target="reference").max_marginals()
-        mm_cpu = compile_model(graph, "maxlog", target="cpu").max_marginals()
-        for v in graph.variables:
-            assert np.array_equal(mm_ref.raw_marginals[v], mm_cpu.raw_marginals[v])
+
+
+@pytest.mark.slow
+def test_compiled_max_marginals_and_map_agree_with_the_reference():
+    graph = chain_graph()
+    mm_ref = compile_model(graph, "maxlog", target="reference").max_marginals()
+    mm_cpu = compile_model(graph, "maxlog", target="cpu").max_marginals()
+    for v in graph.variables:
+        assert np.array_equal(mm_ref.raw_marginals[v], mm_cpu.raw_marginals[v])
     answer = compile_model(graph, "prob", target="cpu").map(["b", "d"], {"c": 1})
     assert answer == map_query(graph, ["b", "d"], {"c": 1}, target="reference")
 
@@ -366,25 +373,32 @@ def grid_graph(n=4, seed=3):
     return factor_graph({v: 2 for v in names}, factors)
 
 
-@pytest.mark.parametrize("absorb", [False, True])
-def test_mpe_down_a_contraction_tree(absorb):
+@pytest.mark.parametrize(
+    "absorb, evidence",
+    [
+        (False, {"v00": 1, "v33": 0}),
+        pytest.param(False, {}, marks=pytest.mark.slow),
+        pytest.param(True, {"v00": 1, "v33": 0}, marks=pytest.mark.slow),
+    ],
+)
+def test_mpe_down_a_contraction_tree(absorb, evidence):
     """One MPE walks down a contraction tree's upward pass (descend_tree.py) as well as down
     a junction tree: both the best assignment of enumeration."""
     graph = grid_graph()
     states, logw = joint(graph)
-    for evidence in ({}, {"v00": 1, "v33": 0}):
-        ok = consistent(graph, states, evidence)
-        best = int(np.flatnonzero(ok)[np.argmax(logw[ok])])
-        for kind in ("junction", "contraction"):
-            model = compile_model(
-                graph, "prob", plan_kind=kind, evidence_vars=list(evidence), absorb_evidence=absorb
-            )
-            answer = model.mpe(evidence)
-            assert model._task_model("MAXLOG", passes="upward", junction=False).plan_kind == kind
-            assert list(answer.assignment.values()) == states[best].tolist()
-            assert answer.log_value == pytest.approx(logw[best], rel=1e-12)
+    ok = consistent(graph, states, evidence)
+    best = int(np.flatnonzero(ok)[np.argmax(logw[ok])])
+    for kind in ("junction", "contraction"):
+        model = compile_model(
+            graph, "prob", plan_kind=kind, evidence_vars=list(evidence), absorb_evidence=absorb
+        )
+        answer = model.mpe(evidence)
+        assert model._task_model("MAXLOG", passes="upward", junction=False).plan_kind == kind
+        assert list(answer.assignment.values()) == states[best].tolist()
+        assert answer.log_value == pytest.approx(logw[best], rel=1e-12)
 
 
+@pytest.mark.slow  # (the simulator compiles for seconds; the default suite has the CPU's)
 def test_mpe_and_samples_on_cuda_equal_the_cpu():
     """The tasks on target="cuda" (Numba's simulator without a GPU): the beliefs are read
     back from the device, and the answers are the CPU's."""
