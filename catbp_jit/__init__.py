@@ -46,6 +46,7 @@ from .semiring import (
     make_semiring,
     vm_counting_semiring,
     vm_logprob_semiring,
+    vm_maxlog_semiring,
     vm_prob_semiring,
     vm_sat_semiring,
 )
@@ -99,6 +100,7 @@ __all__ = [
     "validate_programs",
     "vm_counting_semiring",
     "vm_logprob_semiring",
+    "vm_maxlog_semiring",
     "vm_prob_semiring",
     "vm_sat_semiring",
 ]

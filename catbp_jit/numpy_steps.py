@@ -12,6 +12,8 @@ of by a compiled kernel. Every operation is the kernel's (codegen/cpu.py):
 - LOGPROB's logsumexp is the kernels' two passes, the largest term then the sum of
   exp(x - top), in float64 with the C library's exp and log (what a compiled kernel
   calls; numpy's own take other code paths on some CPUs), so the same bits there too;
+- MAXLOG's ⊕ is numpy's max in the dtype (a NaN term gives NaN, as a kernel's), and its
+  NORMALIZE subtracts the largest entry in the dtype: a max is exact in any order;
 - SAT's ⊕ is an or and COUNT's an int64 sum, both independent of the order.
 
 A step allocates its temporaries (the whole loop space of its product, like the reference
@@ -99,7 +101,7 @@ def _step(pattern, params: abi.StepParams, mem: np.ndarray) -> Callable[[], None
     n_red = int(np.prod(sizes[R:], dtype=np.int64))
     groups, group_stride, element_stride, totals = params.groups
     parts = view(params.out, (groups, n_out // groups), (group_stride, element_stride))
-    times = {"sum": np.multiply, "logsumexp": np.add, "any": np.logical_and}[sr.reduction]
+    times = {" * ": np.multiply, " + ": np.add, " and ": np.logical_and}[sr.product_op]
     dtype = mem.dtype
 
     def product() -> np.ndarray:
@@ -116,6 +118,8 @@ def _step(pattern, params: abi.StepParams, mem: np.ndarray) -> Callable[[], None
             return np.logical_or.reduce(terms, axis=1)
         if sr.reduction == "logsumexp":
             return logsumexp_rows(terms)
+        if sr.is_max:  # (a reduction has a term at least: sizes are positive)
+            return np.max(terms, axis=1)
         if dtype.kind in "iu":
             return np.add.reduce(terms, axis=1, dtype=dtype)  # wraps, in any order
         return in_order_sum(terms)
@@ -133,6 +137,12 @@ def _step(pattern, params: abi.StepParams, mem: np.ndarray) -> Callable[[], None
                 mem[totals : totals + groups] = z
             with np.errstate(invalid="ignore"):  # -inf - -inf = NaN, as CatBP's
                 parts[...] = parts.astype(np.float64) - z[:, None]
+        elif sr.normalization == "subtract_max":
+            top = np.max(parts, axis=1)
+            if totals >= 0:
+                mem[totals : totals + groups] = top
+            with np.errstate(invalid="ignore"):  # an all -inf part: -inf - -inf = NaN
+                parts[...] = parts - top[:, None]
 
     def run() -> None:
         with np.errstate(over="ignore", under="ignore", invalid="ignore"):

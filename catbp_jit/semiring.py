@@ -125,9 +125,12 @@ class Semiring:
         return self.product_op.join(terms)
 
     def accumulator(self, dtype: str) -> str:
-        """The source of ⊕'s starting value; float sums accumulate in float64."""
+        """The source of ⊕'s starting value; float sums accumulate in float64, a max in
+        the dtype (it is exact: a float32 max is the largest float32, as numpy's)."""
         if self.reduction == "any":
             return "False"
+        if self.is_max:  # an empty max: the semiring's zero
+            return f"np.{np.dtype(dtype).name}(-np.inf)"
         return "0" if np.dtype(dtype).kind in "iu" else "0.0"
 
     def potentials(self, values: np.ndarray, dtype: Any) -> np.ndarray:

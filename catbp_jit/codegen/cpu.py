@@ -26,8 +26,9 @@ mode serves the other.
 Every output element is computed by the same sequential code whatever the chunking or the
 thread count, so results are bit-identical across runs and NUMBA_NUM_THREADS. float32
 sums accumulate in float64. LOGPROB reduces with a max-shifted logsumexp in two passes
-(-inf for an all -inf sum; NaN propagates), SAT stops at the first true term, COUNT wraps
-around like numpy's int64.
+(-inf for an all -inf sum; NaN propagates), MAXLOG with a max in the dtype (exact, so the
+reference's bits; -inf for an empty max; NaN propagates, as numpy's), SAT stops at the
+first true term, COUNT wraps around like numpy's int64.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from .. import abi
 from ..plan.loops import ACROSS_BOTH, ACROSS_OUTPUTS, ACROSS_REDUCED
 from ..plan.steps import KernelPattern
 from ..semiring import SEMIRINGS, Semiring
-from .reduction import reduced_value
+from .reduction import reduced_value, subtract_largest
 
 ENTRY = "kernel"
 
@@ -185,6 +186,9 @@ def _lane_sums(
     lines = [f"{i}{lanes}", f"{i}    sums[{x}] = {sr.accumulator(dtype)}"]
     if sr.reduction == "any":  # no early stop: the other lanes go on
         lines += _across_sweep(i, each + [f"{t}sums[{x}] = sums[{x}] or {term}"], end)
+    elif sr.is_max:  # as reduction.py's: a NaN sticks
+        top = [f"{t}x = {term}", f"{t}if x > sums[{x}] or x != x:", f"{t}    sums[{x}] = x"]
+        lines += _across_sweep(i, each + top, end)
     else:
         lines += _across_sweep(i, each + [f"{t}sums[{x}] += {term}"], end)
     return lines + [f"{i}store(sums, mem, P, AO, o_off, {stored})"]
@@ -194,6 +198,8 @@ def _accumulator_type(sr: Semiring, dtype: str) -> str:
     """The dtype of the across-outputs sums: what the scalar `acc` would be."""
     if sr.reduction == "any":
         return "bool"
+    if sr.is_max:  # exact in the dtype
+        return dtype
     return "int64" if sr.accumulator(dtype) == "0" else "float64"
 
 
@@ -285,7 +291,7 @@ def _each_element(ind: str, body: str, parallel: bool) -> list[str]:
     ] + ["    " + line for line in serial]
 
 
-def _normalize(sr: Semiring, parallel: bool = False) -> list[str]:
+def _normalize(sr: Semiring, dtype: str, parallel: bool = False) -> list[str]:
     """NORMALIZE the output in `groups` parts (the batch rows) of `size` elements each,
     part g at out + g * gs, its elements es apart (plan/schedule.py: normalize_groups).
     Its sums run in the elements' order; with `parallel` the last pass (the division or
@@ -331,6 +337,8 @@ def _normalize(sr: Semiring, parallel: bool = False) -> list[str]:
             ]
             + _each_element(i, f"{x} = {x} - z", parallel)
         )
+    if sr.normalization == "subtract_max":
+        return head + subtract_largest(i, sr, dtype, x, _each_element(i, f"{x} = {x} - top_x", parallel))
     return []  # SAT and COUNT do not normalize
 
 
@@ -530,6 +538,6 @@ def kernel_source(pattern: KernelPattern) -> str:
     if pattern.normalize:
         # (serial: a parallel division costs each parallel pattern ~1 s more to compile,
         # and a loop kernel's normalized outputs are small next to its terms)
-        lines += ["    out = P[p + OUT]"] + _normalize(sr)
+        lines += ["    out = P[p + OUT]"] + _normalize(sr, pattern.dtype)
     lines += [""]
     return "\n".join(lines)

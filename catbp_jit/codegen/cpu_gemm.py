@@ -190,6 +190,8 @@ def kernel(mem_address, mem_length, P_address, P_length, p):
 def kernel_source(pattern: KernelPattern) -> str:
     """The whole module source of the GEMM kernel for `pattern`."""
     sr = SEMIRINGS[pattern.semiring]
+    # BLAS sums products: plan/gemm.py makes GEMM steps only where ⊕ adds reals
+    assert sr.sums_reals, f"no GEMM kernel for {sr.name}"
     log = sr.reduction == "logsumexp"
     lines = HEADER.format(
         name=pattern.name,
@@ -218,7 +220,7 @@ def kernel_source(pattern: KernelPattern) -> str:
         batches="prange" if pattern.parallel else "range",
     )
     if pattern.normalize:
-        body = _normalize(sr, pattern.parallel)
+        body = _normalize(sr, pattern.dtype, pattern.parallel)
         body[0] = "    G = p + GEMM_HEADER + GEMM_BATCH_FIELDS * nb  # the NORMALIZE groups"
         lines += "\n".join(["    out = P[p + OUT]", "    n_out = M * N * n_batch"] + body) + "\n"
     return lines

@@ -18,8 +18,10 @@ functions instead, specialized on a step's shape too, with the same bits:
     by div/mod over the sizes, then ⊕s the Q reduced axes alone and in the CPU kernel's
     order (odometer axes outermost, then the block axes through the offset tables at
     P[p + TABLES], then the tight axis): a sum adds its terms in the order the CPU's does,
-    so PROB, SAT and COUNT results are bit-identical to the CPU target's. P's scratch area
-    (the CPU's loop counters) is never touched: threads would race on it.
+    so PROB, SAT, COUNT and MAXLOG (a max is exact in any order) results are
+    bit-identical to the CPU target's, NaN payloads aside (a GPU's default NaN is not an
+    x86 CPU's). P's scratch area (the CPU's loop counters) is never touched: threads
+    would race on it.
   - `normalize(mem, P, p)` (`normalize_groups`; patterns that normalize): launched after
     `kernel`, one thread per NORMALIZE group (plan/schedule.normalize_groups), each group
     in the CPU's order.
@@ -45,7 +47,7 @@ from .. import abi
 from ..plan.loops import ACROSS_REDUCED
 from ..plan.steps import KernelPattern
 from ..semiring import SEMIRINGS, Semiring
-from .reduction import reduced_value
+from .reduction import reduced_value, subtract_largest
 
 ENTRY = "kernel"
 NORMALIZE_ENTRY = "normalize"
@@ -99,7 +101,7 @@ def _accumulator(sr: Semiring, dtype: str) -> str:
     float32 (numpy's promotion), where compiled code, on either target, adds in float64."""
     acc = sr.accumulator(dtype)
     kind = np.dtype(dtype).kind
-    if sr.reduction == "any":
+    if sr.reduction == "any" or sr.is_max:  # (a max's is typed already: in the dtype)
         return acc
     return f"np.float64({acc})" if kind == "f" else f"np.int64({acc})"
 
@@ -152,10 +154,12 @@ def _reduced_value(sr: Semiring, dtype: str) -> list[str]:
     return reduced_value(0, sr, ["x"], sweep, _accumulator(sr, dtype), "x", lambda x: f"np.float64({x})")
 
 
-def _normalize_group(sr: Semiring) -> list[str]:
+def _normalize_group(sr: Semiring, dtype: str) -> list[str]:
     """NORMALIZE group g: `size` elements at base + o * es, summed in the CPU's order."""
     i = "        "
     x = "mem[base + o * es]"
+    if sr.normalization == "subtract_max":
+        return subtract_largest(i, sr, dtype, x, [f"{i}for o in range(size):", f"{i}    {x} = {x} - top_x"])
     if sr.normalization == "divide_by_total":
         return [
             f"{i}total = np.float64(0.0)",
@@ -441,7 +445,7 @@ def normalize_fn(name: str, pattern: KernelPattern) -> list[str]:
         "    while g < groups:",
         "        base = out + g * gs",
     ]
-    lines += _normalize_group(sr)
+    lines += _normalize_group(sr, pattern.dtype)
     return lines + ["        g += stride"]
 
 

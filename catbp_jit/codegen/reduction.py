@@ -45,6 +45,13 @@ def reduced_value(
         ]
         lines += sweep(i + "    ", k, [f"acc += math.exp({x} - top_x)"], False)
         return lines + [f"{i}    v = top_x + math.log(acc)"]
+    if sr.is_max:  # in the dtype, from -inf (an empty max); a NaN term sticks, as numpy's
+        x = sr.product(terms)
+        lines = [f"{i}acc = {acc}"]
+        lines += sweep(
+            i, k, ([f"x = {x}"] if x != "x" else []) + ["if x > acc or x != x:", "    acc = x"], False
+        )
+        return lines + [f"{i}v = acc"]
     if sr.reduction == "any":  # stops at the first true term
         lines = [f"{i}acc = {acc}"]
         lines += sweep(i, k, [f"if {sr.product(terms)}:", "    acc = True", "    break"], True)
@@ -52,3 +59,18 @@ def reduced_value(
     lines = [f"{i}acc = {acc}"]  # float32 sums in float64
     lines += sweep(i, k, [f"acc += {summed}"], False)
     return lines + [f"{i}v = acc"]
+
+
+def subtract_largest(i: str, sr: Semiring, dtype: str, element: str, subtract: list[str]) -> list[str]:
+    """MAXLOG's NORMALIZE of a group, `size` elements (`element` the o-th) as both targets
+    write it: the largest in the dtype (a NaN sticks), kept as the group's total when the
+    plan asks (plan/totals.py), then the lines `subtract` (element - top_x each)."""
+    return [
+        f"{i}top_x = {sr.accumulator(dtype)}",
+        f"{i}for o in range(size):",
+        f"{i}    x = {element}",
+        f"{i}    if x > top_x or x != x:",
+        f"{i}        top_x = x",
+        f"{i}if totals >= 0:  # the largest kept as a value of its own (plan/totals.py)",
+        f"{i}    mem[totals + g] = top_x",
+    ] + subtract
