@@ -1,7 +1,8 @@
 """plan(): adapted programs -> Plan, everything that does not need a compiler.
 
-    validate -> build_graph -> optimize -> fuse -> hoist_prefixes (exact) or reassociate
-    (and split_reductions, when asked, and normalize_totals) -> choose_layouts -> static_first -> plan_memory
+    validate -> build_graph -> optimize -> fuse -> hoist_prefixes (exact, and MAXLOG) or
+    reassociate, then (not exact) split_reductions, when asked, and normalize_totals ->
+    choose_layouts -> static_first -> plan_memory
     -> build_schedule (GEMM steps, plan/gemm.py, else loop kernels), and the binding table
 
 A Plan is plain data: a target renders its schedule's kernel patterns (codegen/cpu.py,
@@ -107,14 +108,17 @@ def plan(
     say("planning: the graph and its passes")
     graph = optimize(build_graph(checked, sr.name, lspecs))
     say(f"planning: fusing {len(graph.nodes):,} nodes")
-    fused = fuse(graph, options.max_leaves, second_inputs=options.exact)
-    if not options.exact:  # opt-in: regroup products and sums (plan/reassociate.py)
+    # opt-in: regroup products and sums (plan/reassociate.py), where the semiring allows it
+    regroup = not options.exact and semiring(sr.name).regroups_products
+    fused = fuse(graph, options.max_leaves, second_inputs=not regroup)
+    if regroup:
         fused = reassociate(fused, batch_key)
+    elif options.hoist:  # (a path of pairwise products needs no hoisting)
+        fused = hoist_prefixes(fused)
+    if not options.exact:
         if options.split_reductions:  # few outputs, many terms: partial sums (plan/split.py)
             fused = split_reductions(fused, batch_key, options.split_min_terms)
         fused = normalize_totals(fused, batch_key)  # a NORMALIZE writes its total (plan/totals.py)
-    elif options.hoist:  # (a path of pairwise products needs no hoisting)
-        fused = hoist_prefixes(fused)
     # layouts first: they break ties by program order, and must not depend on `static`
     say(f"planning: memory and layouts of {len(fused.segments):,} segments")
     # (where two-leaf reductions may be GEMM steps, which copy operands into the order they
