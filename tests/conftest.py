@@ -26,8 +26,12 @@ def shared_dir() -> Path:
 
 
 def bundle_dirs(kind: str):
-    root = shared_dir() / kind
-    return sorted(p for p in root.glob("*/") if (p / "bundle.json").exists())
+    """The bundles of `kind` in shared_dir(), and those of tests/data that it lacks: the
+    project's own, such as the MAXLOG corpus bundles (tests/data/make_maxlog_bundles.py)."""
+    found = {}
+    for root in (DATA / kind, shared_dir() / kind):  # the shared data's win
+        found.update({p.name: p for p in root.glob("*/") if (p / "bundle.json").exists()})
+    return [found[name] for name in sorted(found)]
 
 
 def pytest_configure(config):

@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 
 from catbp_jit import Axis, AxisType, Instruction, OpCode, Program, TensorSpec, make_semiring
 from catbp_jit.ir.listing import format_programs
+from catbp_jit.semiring import SEMIRINGS as SEMIRING_KINDS
 
 G, T = AxisType.GEOMETRIC, AxisType.TOPOLOGICAL
 OP = OpCode
@@ -49,6 +50,7 @@ SEMIRINGS: list[tuple[str, str]] = [
     ("LOGPROB", "float64"),
     ("SAT", "bool"),
     ("COUNT", "int64"),
+    ("MAXLOG", "float64"),
 ]
 LIMITS: dict[tuple[str, str], tuple[int, int]] = {
     ("PROB", "float64"): (5, 2),
@@ -56,6 +58,8 @@ LIMITS: dict[tuple[str, str], tuple[int, int]] = {
     ("LOGPROB", "float64"): (3, 1),
     ("SAT", "bool"): (2, 0),
     ("COUNT", "int64"): (2, 0),
+    ("MAXLOG", "float64"): (3, 1),
+    ("MAXLOG", "float32"): (2, 1),
 }
 PROGRAM_NAMES = ("upward", "downward", "finalize")
 
@@ -192,9 +196,11 @@ def _random_values(rng: np.random.Generator, shape: tuple, semiring: str):
         elif r < 0.4:
             x[rng.random(shape) < 0.3] = 0.0
         return x
-    if semiring == "LOGPROB":
+    if semiring in ("LOGPROB", "MAXLOG"):
         x = np.array(rng.normal(0.0, 3.0, size=shape))
         r = rng.random()
+        if semiring == "MAXLOG" and rng.random() < 0.3:  # ties: equal terms, exact sums
+            x = np.array(rng.integers(-3, 1, size=shape), dtype=np.float64)
         if r < 0.07:
             x = np.full(shape, -np.inf)  # all -inf: NORMALIZE gives NaN, as CatBP's
         elif r < 0.45:
@@ -243,7 +249,7 @@ class _Gen:
         self.c = c
         self.semiring, self.dtype = semiring, np.dtype(dtype)
         self.max_leaves, self.max_norm = LIMITS[(semiring, self.dtype.name)]
-        self.normalizes = semiring in ("PROB", "LOGPROB")
+        self.normalizes = SEMIRING_KINDS[semiring].normalizes
         self.max_programs, self.max_ops = max_programs, max_ops
         self.outside_slots, self.empty_contract = outside_slots, empty_contract
 
@@ -625,7 +631,7 @@ def scale_case(semiring, dtype="float64", seed=0):
 
     def make(shape):
         x = rng.uniform(0.1, 2.0, shape)
-        return np.log(x) if semiring == "LOGPROB" else x
+        return np.log(x) if SEMIRING_KINDS[semiring].loads_logs else x
 
     factors = {f: np.asarray(make(sp.shape), dt) for f, sp in enumerate((a_spec, b_spec, c_spec))}
     return Case(

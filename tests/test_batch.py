@@ -1,7 +1,7 @@
 """Batched executables (batched.py, ir/batch.py): results equal row-by-row runs.
 
-The oracle is the unbatched executable run on each row: PROB, SAT and COUNT bit for bit
-(a batched kernel walks each row as the unbatched one walks its value), LOGPROB within
+The oracle is the unbatched executable run on each row: PROB, SAT, COUNT and MAXLOG bit
+for bit (a batched kernel walks each row as the unbatched one walks its value), LOGPROB within
 DESIGN tolerances. Rows come in every count that matters: 0, 1, fewer than a bucket (the
 rest is padding, which must never show), a bucket exactly, more than the largest bucket
 (chunks), and one session runs them in turn, switching buckets.
@@ -133,7 +133,7 @@ def normalize_program():
 SPECS = {0: sp(A0), 1: sp(A0, A1)}
 
 
-@pytest.mark.parametrize("semiring", ["PROB", "LOGPROB"])
+@pytest.mark.parametrize("semiring", ["PROB", "LOGPROB", "MAXLOG"])
 def test_normalize_works_per_row(semiring):
     """Each row is normalized alone (the whole batched tensor normalized at once would
     give every row a share of one total)."""

@@ -4,8 +4,9 @@ Each case is planned once and run three times on the same memory plan and table:
 CPU target (compile + bind + run, loop mode), and on the device (codegen/cuda_run.py) from
 a copy of the CPU arena taken when the inputs are bound, just before the first step, both
 ways: a launch per step, and every step in one launch of the schedule kernel
-(codegen/cuda_schedule.py). Every slot must agree with the CPU's: PROB, SAT and COUNT bit
-for bit (and the whole arena too: every intermediate), LOGPROB within
+(codegen/cuda_schedule.py). Every slot must agree with the CPU's: PROB, SAT, COUNT and
+MAXLOG bit for bit (and the whole arena too: every intermediate; NaN's payload aside),
+LOGPROB within
 jit_helpers.TOLERANCES (exp and log differ between a GPU's libdevice and the CPU's libm);
 the two device runs agree bit for bit in every semiring; the table comes back unchanged
 (the device kernels keep no loop counters in it).
@@ -256,7 +257,7 @@ def test_split_reductions_match_cpu(case, module_dir):
     check_against_cpu(run, case.semiring, module_dir)
 
 
-@pytest.mark.parametrize("semiring", ["PROB", "LOGPROB"])
+@pytest.mark.parametrize("semiring", ["PROB", "LOGPROB", "MAXLOG"])
 def test_normalize_totals_match_cpu(semiring, module_dir):
     """plan/totals.py: a normalize pass that also writes its total, as the CPU's does."""
     case = scale_case(semiring)
@@ -362,7 +363,7 @@ def batched_normalize_program() -> Program:
     )
 
 
-@pytest.mark.parametrize("semiring", ["PROB", "LOGPROB"])
+@pytest.mark.parametrize("semiring", ["PROB", "LOGPROB", "MAXLOG"])
 def test_normalize_per_row_matches_cpu(semiring, module_dir):
     """Four rows: four NORMALIZE groups, each summed alone, as the CPU sums them."""
     a0, a1 = Axis(0, G, 3), Axis(1, G, 2)
@@ -379,7 +380,7 @@ def test_normalize_per_row_matches_cpu(semiring, module_dir):
     assert any(step.params.groups[0] == 4 for step in run.exe.schedule.steps)
     rng = np.random.default_rng(7)
     f0 = rng.uniform(0.1, 2.0, (4, 3, 2))
-    f0[2] = 0.0  # a row of zeros: PROB leaves it, LOGPROB gives NaN
+    f0[2] = 0.0  # a row of zeros: PROB leaves it, LOGPROB and MAXLOG give NaN
     f1 = rng.uniform(0.1, 2.0, (2,))
     sr = SEMIRINGS[semiring]
     run.run(factors={0: sr.potentials(f0, np.float64), 1: sr.potentials(f1, np.float64)})
@@ -405,7 +406,7 @@ def many_reduced_axes_program() -> tuple:
     return program, {0: f0, 1: f1}
 
 
-@pytest.mark.parametrize("semiring", ["PROB", "LOGPROB", "SAT", "COUNT"])
+@pytest.mark.parametrize("semiring", ["PROB", "LOGPROB", "SAT", "COUNT", "MAXLOG"])
 @pytest.mark.parametrize("across", ["reduced", "outputs"])
 def test_reduction_past_the_vector_matches_cpu(semiring, across, module_dir):
     """Either CPU vector (plan/loops.py): the GPU's threads add the terms in its order."""
@@ -488,8 +489,17 @@ def _patterns():
     ]
 
 
+# MAXLOG's (a product as LOGPROB's, a max, a subtraction of the largest entry)
+MAXLOG_PATTERNS = [
+    KernelPattern("MAXLOG", dt, reduce, norm, False)
+    for dt in ("float64", "float32")
+    for reduce in (False, True)
+    for norm in (False, True)
+]
+
+
 def test_source_is_deterministic_and_ignores_parallel():
-    for pattern in _patterns():
+    for pattern in _patterns() + MAXLOG_PATTERNS:
         src = cuda.kernel_source(pattern)
         assert src == cuda.kernel_source(KernelPattern(**pattern.as_dict()))
         par = KernelPattern(**dict(pattern.as_dict(), parallel=True))
@@ -653,6 +663,8 @@ def test_kernels_lower_for_a_gpu(tmp_path):
     libdevice call there (never an fmul that NVVM could fuse with the add into an fma)."""
     pytest.importorskip("numba.cuda.compiler", reason="numba-cuda's compiler is not there")
     patterns = _patterns() + [KernelPattern("LOGPROB", "float32", True, True, False)]
+    # MAXLOG's max and its NORMALIZE (its product is LOGPROB's), in float64: ~1 s a pattern
+    patterns += [p for p in MAXLOG_PATTERNS if p.reduce and p.normalize and p.dtype == "float64"]
     env = dict(
         os.environ,
         NUMBA_ENABLE_CUDASIM="0",

@@ -23,6 +23,7 @@ from catbp_jit import (
     validate_programs,
     vm_counting_semiring,
     vm_logprob_semiring,
+    vm_maxlog_semiring,
     vm_prob_semiring,
     vm_sat_semiring,
 )
@@ -37,6 +38,7 @@ SEMIRINGS = {
     "LOGPROB": vm_logprob_semiring,
     "SAT": vm_sat_semiring,
     "COUNT": vm_counting_semiring,
+    "MAXLOG": vm_maxlog_semiring,
 }
 
 
@@ -66,6 +68,8 @@ def oracle(arr, in_spec, keep_keys, sr_name):
             out[o] = math.fsum(vals)
         elif sr_name == "LOGPROB":
             out[o] = py_logsumexp(vals)
+        elif sr_name == "MAXLOG":
+            out[o] = max(vals)
         elif sr_name == "SAT":
             out[o] = any(vals)
         else:
@@ -79,7 +83,7 @@ def oracle(arr, in_spec, keep_keys, sr_name):
 def random_array(rng, shape, sr_name):
     if sr_name.startswith("PROB"):
         return rng.uniform(0.0, 3.0, size=shape).astype(np.float32 if sr_name == "PROB32" else np.float64)
-    if sr_name == "LOGPROB":
+    if sr_name in ("LOGPROB", "MAXLOG"):
         x = rng.uniform(-20.0, 5.0, size=shape)
         x[rng.random(size=shape) < 0.25] = -np.inf  # some log-zeros, whole groups at times
         return x
@@ -90,7 +94,7 @@ def random_array(rng, shape, sr_name):
 
 def check_against_oracle(got, exp, sr_name):
     assert got.shape == exp.shape
-    if sr_name == "SAT" or sr_name == "COUNT":
+    if sr_name in ("SAT", "COUNT", "MAXLOG"):  # (a max is exact)
         np.testing.assert_array_equal(got, exp.astype(got.dtype))
     elif sr_name == "LOGPROB":
         want = exp.astype(np.float64)

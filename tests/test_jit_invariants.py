@@ -25,16 +25,22 @@ from catbp_jit.plan.arena import ALIGN_BYTES, CLASSES
 from catbp_jit.plan.pipeline import plan
 from catbp_jit.reference.kernels import keep_keys_from_drop
 from catbp_jit.reference.vm import RegisterBank
+from catbp_jit.semiring import SEMIRINGS
 from conftest import CORPUS, REPO, shared_dir
-from jit_helpers import check_memory_plan, count_allocations, executable, inputs
+from jit_helpers import assert_same_bits, check_memory_plan, count_allocations, executable, inputs
 from random_programs import AB, AI, AJ, AK, gemm_case
 
 MODES = ("compiled", "loop")
 CORPUS_BY_NAME = {p.name: p for p in CORPUS}
-# three corpus bundles of different semirings and dtypes (one with NORMALIZE)
+# corpus bundles of different semirings and dtypes (two with NORMALIZE)
 SOME_CORPUS = [
     n
-    for n in ("grid3_d2__prob_float64_normalized", "grid3_d2__logprob_float64", "grid2x4_d3_sparse__sat_bool")
+    for n in (
+        "grid3_d2__prob_float64_normalized",
+        "grid3_d2__logprob_float64",
+        "grid2x4_d3_sparse__sat_bool",
+        "grid3_d2__maxlog_float64_normalized",
+    )
     if n in CORPUS_BY_NAME
 ]
 
@@ -106,7 +112,7 @@ def reference_peak_bytes(programs, sr_name, itemsize, factor_specs, selector_spe
     (registers and slots), simulated on specs: which instruction makes a new array and
     which shares one follows catbp_jit.reference (loads of matching dtype and LOAD_SLOT /
     STORE_SLOT share, an ELIMINATE that drops no axis returns a view, NORMALIZE rebinds
-    its register to a new array in PROB and LOGPROB, FREE drops registers)."""
+    its register to a new array in the semirings that normalize, FREE drops registers)."""
     fresh = itertools.count()
     slots = {}  # key -> (array identity, spec)
     peak = 0
@@ -141,7 +147,7 @@ def reference_peak_bytes(programs, sr_name, itemsize, factor_specs, selector_spe
                 dropped = len(present) < len(spec.axes)
                 regs[ins.dst] = ((("new", next(fresh)) if dropped else ident), out)
             elif op == "NORMALIZE":
-                if sr_name in ("PROB", "LOGPROB"):
+                if SEMIRINGS[sr_name].normalizes:
                     regs[a["src"]] = (("new", next(fresh)), regs[a["src"]][1])
             elif op == "FREE":
                 for r in a.get("srcs", ()):
@@ -183,7 +189,12 @@ def plan_only(b):
 
 @pytest.mark.parametrize(
     "name",
-    ["grid3_d2__prob_float64_normalized", "grid3_d2__sat_bool", "z4_cycle__logprob_float64_normalized"],
+    [
+        "grid3_d2__prob_float64_normalized",
+        "grid3_d2__sat_bool",
+        "z4_cycle__logprob_float64_normalized",
+        "z4_cycle__maxlog_float64_normalized",
+    ],
 )
 def test_peak_simulation_matches_the_reference_vm(name):
     if name not in CORPUS_BY_NAME:
@@ -797,3 +808,42 @@ def test_a_gatherer_reads_many_slots_at_once_and_allocates_nothing_per_call():
     for bad in ([-1], [sess.mem.size], [0, sess.mem.size + 5]):
         with pytest.raises(ValueError, match="outside the arena"):
             sess.gatherer(np.array(bad))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_maxlog_parallel_kernels_give_the_reference_bits(dtype):
+    """MAXLOG's max is exact in any order, so parallel kernels (every segment parallel
+    here) give the reference interpreter's bits, as serial ones do, in both modes; float32
+    too (its max and NORMALIZE stay float32, as numpy's)."""
+    from catbp_jit.plan.options import PlanOptions
+
+    name = "grid3_d2__maxlog_float64_normalized"
+    if name not in CORPUS_BY_NAME:
+        pytest.skip(f"no corpus bundle {name}")
+    b = bundle_at(CORPUS_BY_NAME[name])
+    sr = catbp_jit.make_semiring("MAXLOG", dtype)
+    factors = {k: np.asarray(a, dtype=dtype) for k, (a, _) in b.factors.items()}
+    selectors = {k: np.asarray(a, dtype=dtype) for k, (a, _) in b.selectors.items()}
+    want: dict = {}
+    with np.errstate(invalid="ignore"):
+        for p in b.programs:
+            want = catbp_jit.reference.run_program(
+                p,
+                sr,
+                lambda f: (factors[f], b.factors[f][1]),
+                lambda s: (selectors[s], b.selectors[s][1]),
+                slots=want,
+            )
+    for mode in MODES:
+        exe = catbp_jit.compile(
+            b.programs,
+            sr,
+            factor_specs=b.factor_specs(),
+            selector_specs=b.selector_specs(),
+            mode=mode,
+            options=PlanOptions(parallel_min_work=1),
+        )
+        assert any(k.pattern.parallel for k in exe.kernels)
+        got = snapshot(exe.bind().run(factors=factors, selectors=selectors))
+        assert_same_bits(got, {k: np.asarray(a) for k, (a, _) in want.items()}, f"{mode}, {dtype}")

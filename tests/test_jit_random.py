@@ -175,7 +175,7 @@ def test_transposed_eliminate_with_both_axis_kinds():
 
 @pytest.mark.parametrize("semiring, dtype", [(s, d) for s, d in SEMIRINGS])
 def test_eliminate_of_a_0d_tensor(semiring, dtype):
-    vals = {"PROB": 0.75, "LOGPROB": -1.5, "SAT": True, "COUNT": 7}[semiring]
+    vals = {"PROB": 0.75, "LOGPROB": -1.5, "SAT": True, "COUNT": 7, "MAXLOG": -1.5}[semiring]
     prog = Program(
         (
             load(0, 0),
@@ -223,7 +223,8 @@ def test_normalize_of_all_zero_prob_is_unchanged(dtype):
     assert np.allclose(slots[("e",)][0], np.array([3, 5, 7]) / 15)
 
 
-def test_normalize_of_all_neg_inf_logprob_is_nan():
+@pytest.mark.parametrize("semiring", ["LOGPROB", "MAXLOG"])
+def test_normalize_of_all_neg_inf_is_nan(semiring):
     prog = Program(
         (
             load(0, 0),
@@ -240,12 +241,67 @@ def test_normalize_of_all_neg_inf_logprob_is_nan():
         "upward",
     )
     part = np.array([[-np.inf, -np.inf, -np.inf], [0.0, -1.0, -np.inf]])
-    case = hand_case("LOGPROB", "float64", prog, {0: (np.full((2, 3), -np.inf), S23), 1: (part, S23)})
+    case = hand_case(semiring, "float64", prog, {0: (np.full((2, 3), -np.inf), S23), 1: (part, S23)})
     slots = check_all_paths(case)
-    assert np.all(np.isnan(slots[("n",)][0]))  # -inf - logsumexp(all -inf) = -inf - -inf
+    assert np.all(np.isnan(slots[("n",)][0]))  # -inf - logsumexp(all -inf) = -inf - -inf (or max)
     assert np.all(np.isnan(slots[("en",)][0]))  # fused with the ELIMINATE too
     e = slots[("e",)][0]
     assert np.isneginf(e[0]) and e[1] == 0.0  # one -inf row is fine: only all -inf is NaN
+
+
+# float32: its kernels compile for this test alone (the corpus has a float32 MAXLOG bundle)
+@pytest.mark.parametrize("dtype", ["float64", pytest.param("float32", marks=pytest.mark.slow)])
+def test_maxlog_reduces_and_normalizes_as_numpys_max(dtype):
+    """MAXLOG's ⊕ is numpy's max, the same bits on every path: a NaN term makes its max
+    NaN wherever it is, +inf wins, ties and the 0 of log 1 stay, an all -inf max is -inf;
+    NORMALIZE subtracts the largest entry (NaN where that is -inf or NaN); float32 stays
+    float32 throughout (the reference's np.max and subtraction are float32's)."""
+    spec = sp((G, 0, 4), (T, 1, 5))
+    x = np.array(
+        [
+            [np.nan, 1.0, 2.0, 3.0, -np.inf],  # a NaN first
+            [1.0, 2.0, np.inf, 0.5, np.nan],  # ... last, after +inf
+            [-np.inf] * 5,
+            [-2.5, 0.1, 0.1, -np.inf, 0.0],  # a tie
+        ]
+    )
+    y = np.log(np.arange(1.0, 21.0)).reshape(4, 5) / 3
+    prog = Program(
+        (
+            load(0, 0),
+            load(1, 1),
+            elim(2, 1, [(G, 0)]),
+            elim(3, 1, [(T, 1)]),
+            elim(4, 1, ()),
+            contract(5, (0, 1), spec),
+            elim(6, 5, [(G, 0)]),  # fused: max of products, across the reduced axis
+            elim(7, 5, [(T, 1)]),  # ... across the outputs
+            elim(8, 0, [(T, 1)]),
+            store(("rows",), 2),
+            store(("cols",), 3),
+            store(("all",), 4),
+            store(("fused",), 6),
+            store(("fused_cols",), 7),
+            store(("nan_cols",), 8),
+            normalize(1),
+            store(("y",), 1),
+            normalize(8),
+            store(("nan_cols_n",), 8),
+            normalize(6),
+            store(("fused_n",), 6),
+        ),
+        "upward",
+    )
+    case = hand_case("MAXLOG", dtype, prog, {0: (x, spec), 1: (y, spec)})
+    slots = check_all_paths(case)
+    x, y = case.inputs[0].factors[0], case.inputs[0].factors[1]
+    rows = slots[("fused",)][0]
+    assert rows.dtype == dtype and np.isnan(rows[0]) and np.isnan(rows[1]) and np.isneginf(rows[2])
+    assert rows[3] == np.max(x[3] + y[3])
+    assert np.array_equal(slots[("y",)][0], y - np.max(y))  # the best entry becomes 0
+    assert slots[("y",)][0].max() == 0.0
+    assert np.all(np.isnan(slots[("fused_n",)][0]))  # the max is NaN: every entry NaN
+    assert np.isposinf(slots[("nan_cols",)][0][2]) and np.isnan(slots[("nan_cols_n",)][0][2])
 
 
 def test_count_wraps_around_int64():
@@ -307,7 +363,7 @@ def test_sat_any_with_early_exit():
     assert slots[("fused",)][0].tolist() == [False, True, False, True]
 
 
-@pytest.mark.parametrize("semiring", ["PROB", "LOGPROB"])
+@pytest.mark.parametrize("semiring", ["PROB", "LOGPROB", "MAXLOG"])
 def test_slot_stored_before_normalize_keeps_the_old_value(semiring):
     up = Program(
         (

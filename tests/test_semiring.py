@@ -15,6 +15,7 @@ from catbp_jit import (
     make_semiring,
     vm_counting_semiring,
     vm_logprob_semiring,
+    vm_maxlog_semiring,
     vm_prob_semiring,
     vm_sat_semiring,
 )
@@ -25,6 +26,7 @@ RUNTIMES = {
     "PROB32": lambda: vm_prob_semiring(np.float32),
     "LOGPROB": vm_logprob_semiring,
     "COUNT": vm_counting_semiring,
+    "MAXLOG": vm_maxlog_semiring,
 }
 EXACT = {"SAT", "COUNT"}
 
@@ -39,7 +41,7 @@ def values(name, rng, shape):
         return rng.random(size=shape) < 0.5
     if name.startswith("PROB"):
         return rng.uniform(0.0, 10.0, size=shape).astype(np.float32 if name == "PROB32" else np.float64)
-    if name == "LOGPROB":
+    if name in ("LOGPROB", "MAXLOG"):
         x = rng.uniform(-30.0, 30.0, size=shape)
         x[rng.random(size=shape) < 0.15] = -np.inf
         return x
@@ -88,7 +90,7 @@ def test_identities_and_annihilation(case):
     np.testing.assert_array_equal(plus(sr, zero, a), a)
     np.testing.assert_array_equal(sr.mul(a, zero), zero)
     np.testing.assert_array_equal(sr.mul(zero, a), zero)
-    if name == "LOGPROB":
+    if name in ("LOGPROB", "MAXLOG"):
         assert np.isneginf(zero).all() and (one == 0).all()
 
 
@@ -256,6 +258,40 @@ def test_logprob_normalize_with_neg_inf_and_axis():
     np.testing.assert_allclose(np.exp(y[1]), [0.25, 0.75])
 
 
+@SETTINGS
+@given(shapes, st.integers(0, 2**32 - 1), st.sampled_from([np.float64, np.float32]))
+def test_maxlog_is_numpys_max_and_exact(shape, seed, dtype):
+    """MAXLOG's ⊕ is np.max in the dtype; max is exact, so ⊕'s laws and ⊗'s
+    distributivity over it hold bit for bit (a + max(b, c) = max(a + b, a + c): rounding
+    is monotonic); NORMALIZE makes the best entry 0."""
+    sr = vm_maxlog_semiring(dtype)
+    rng = np.random.default_rng(seed)
+    a, b, c = (values("MAXLOG", rng, shape).astype(dtype) for _ in range(3))
+    stack = np.stack([a, b, c])
+    red = sr.add_reduce(stack, (0,))
+    assert np.asarray(red).dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(red, np.max(stack, axis=0))
+    np.testing.assert_array_equal(plus(sr, plus(sr, a, b), c), plus(sr, a, plus(sr, b, c)))
+    np.testing.assert_array_equal(sr.mul(a, plus(sr, b, c)), plus(sr, sr.mul(a, b), sr.mul(a, c)))
+    y = sr.normalize(a, None)
+    assert np.asarray(y).dtype == np.dtype(dtype)
+    if np.isneginf(a).all():
+        assert np.isnan(y).all()  # -inf - -inf, as LOGPROB's
+    else:
+        assert np.max(y) == 0.0
+        np.testing.assert_array_equal(y, a - np.max(a))
+
+
+def test_maxlog_normalize_along_an_axis_and_nan():
+    sr = vm_maxlog_semiring()
+    x = np.array([[0.0, -np.inf], [np.log(1.0), np.log(3.0)], [-np.inf, -np.inf]])
+    with np.errstate(invalid="raise"):  # no warning for -inf - -inf
+        y = sr.normalize(x, 1)
+    np.testing.assert_array_equal(y[:2], [[0.0, -np.inf], [-np.log(3.0), 0.0]])
+    assert np.isnan(y[2]).all()
+    assert np.isnan(sr.add_reduce(np.array([1.0, np.nan, np.inf]), (0,)))  # NaN wins, as numpy's
+
+
 @pytest.mark.parametrize("make", [vm_sat_semiring, vm_counting_semiring])
 def test_sat_and_count_do_not_normalize(make):
     sr = make()
@@ -283,6 +319,7 @@ class ForeignRuntime:
         (ForeignRuntime("SAT", np.bool_), "SAT", np.bool_),
         (SimpleNamespace(name="COUNT", dtype=np.int64), "COUNT", np.int64),
         (SimpleNamespace(name="prob", dtype="float32"), "PROB", np.float32),
+        (ForeignRuntime("MaxLog", np.float32), "MAXLOG", np.float32),
     ],
 )
 def test_adapt_semiring_foreign(foreign, name, dtype):
@@ -295,9 +332,10 @@ def test_adapt_semiring_foreign(foreign, name, dtype):
         "LOGPROB": vm_logprob_semiring(dtype),
         "SAT": vm_sat_semiring(),
         "COUNT": vm_counting_semiring(dtype),
+        "MAXLOG": vm_maxlog_semiring(dtype),
     }[name]
     x = values(
-        {"PROB": "PROB64", "LOGPROB": "LOGPROB", "SAT": "SAT", "COUNT": "COUNT"}[name],
+        {"PROB": "PROB64", "LOGPROB": "LOGPROB", "SAT": "SAT", "COUNT": "COUNT", "MAXLOG": "MAXLOG"}[name],
         np.random.default_rng(3),
         (2, 3),
     ).astype(dtype)

@@ -26,7 +26,7 @@ from catbp_jit.executable import Executable
 from catbp_jit.ir.batch import BatchedCompileError
 from catbp_jit.tiers import KernelBuild, TierError, numpy_tier_fits, resolve_tier, start_build
 from conftest import BENCH, CORPUS, REPO
-from jit_helpers import executable, inputs, rows_of
+from jit_helpers import assert_same_bits, executable, inputs, rows_of
 from random_programs import cases, random_values
 
 IDS = [p.name for p in CORPUS]
@@ -39,21 +39,6 @@ SETTINGS = dict(
 
 def copies(slots) -> dict:
     return {k: np.array(v, copy=True) for k, (v, _) in slots.items()}
-
-
-def assert_same_bits(a: dict, b: dict, what: str = "") -> None:
-    """Every element's bits equal, NaN's sign and payload aside: NaN in the same places
-    (x86's NaN from -inf - -inf is negative, and which NaN a sum of two passes on
-    depends on the order of its operands, which numpy and a kernel need not share)."""
-    assert set(a) == set(b), what
-    for k in a:
-        x, y = np.asarray(a[k]).reshape(-1), np.asarray(b[k]).reshape(-1)
-        assert x.dtype == y.dtype and x.shape == y.shape, (what, k)
-        if x.dtype.kind == "f":
-            nan = np.isnan(x)
-            assert np.array_equal(nan, np.isnan(y)), (what, k, x, y)
-            x, y = x[~nan], y[~nan]
-        assert np.array_equal(x.view(np.uint8), y.view(np.uint8)), (what, k, x, y)
 
 
 # ------------------------------------------------------------------- the same bits, corpus

@@ -40,6 +40,7 @@ from catbp_jit import (
     vm_prob_semiring,
 )
 from catbp_jit.reference import run_program, run_programs
+from catbp_jit.semiring import SEMIRING_NAMES
 
 G, T = AxisType.GEOMETRIC, AxisType.TOPOLOGICAL
 I = Instruction  # noqa: E741 (I(...) reads as an instruction of a listing)
@@ -703,7 +704,7 @@ GEN_SETTINGS = settings(
 
 
 @GEN_SETTINGS
-@given(valid_programs(), st.sampled_from(["PROB", "LOGPROB", "SAT", "COUNT"]))
+@given(valid_programs(), st.sampled_from(SEMIRING_NAMES))
 def test_random_valid_programs_validate_and_run(g, sr_name):
     v = validate_generated(g)
     assert v.value_specs == g.expected_values
