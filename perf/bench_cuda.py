@@ -81,7 +81,7 @@ How things are measured:
   target's own (GEMM steps on the CPU, split reductions on the GPU), so its answers are
   compared within tolerance, as are those of two targets that ran different modes.
 * check: every slot (bundles) or answer (log Z and every posterior, networks and UAI
-  instances) of the GPU equals the CPU's: bit for bit for PROB, SAT and COUNT where both
+  instances) of the GPU equals the CPU's: bit for bit for PROB, SAT, COUNT and MAXLOG where both
   ran the same sums (the kernels add in the same order), within catbp_jit.cli.compare_slot's rtol 1e-9 (1e-5
   for float32) for LOGPROB (exp and log differ between libdevice and libm). A bundle's
   per-step GPU slots must equal its one-launch GPU slots bit for bit in every semiring
@@ -167,7 +167,7 @@ SIM_BATCH_BUNDLES = ("z4_cycle__count_int64",)
 SIM_BATCHES = (1, 4)
 SIM_NETWORKS = ("asia",)
 
-EXACT_SEMIRINGS = ("PROB", "SAT", "COUNT")
+EXACT_SEMIRINGS = ("PROB", "SAT", "COUNT", "MAXLOG")  # no exp or log: the same bits on a GPU
 
 BUNDLE_COLUMNS = (
     "bundle",
@@ -559,7 +559,7 @@ def perturbed_rows(base: np.ndarray, n: int, semiring: str, rng) -> np.ndarray:
     """n rows of a factor near its value, valid for the semiring."""
     if semiring == "PROB":
         rows = base[None] * rng.uniform(0.5, 1.5, size=(n,) + base.shape)
-    elif semiring == "LOGPROB":
+    elif semiring in ("LOGPROB", "MAXLOG"):
         rows = base[None] + np.log(rng.uniform(0.5, 1.5, size=(n,) + base.shape))
     else:
         rows = np.repeat(base[None], n, axis=0)
