@@ -5,12 +5,12 @@ import math
 
 import numpy as np
 import pytest
-from conftest import DATA, shared_dir
 
 from catbp_jit.frontend import compile_model
 from catbp_jit.frontend.bif import read_bif
 from catbp_jit.frontend.tasks import log_values
 from catbp_jit.frontend.uai import read_evidence, read_uai, write_uai
+from conftest import DATA, shared_dir
 
 pytoulbar2 = pytest.importorskip("pytoulbar2")
 

@@ -317,6 +317,7 @@ def build_model(
             limits.check_junction_tree(plan, stats)
         scaled = sr.kind.is_scaled  # see scaling.py
         programs: tuple[Program, ...]
+        scales: tuple[tuple, ...]
         if passes == "upward" and contraction is not None:  # (not scaled: checked above)
             programs = (emit_contraction_upward(tree, len(scopes), ev_idx),)
             scales = ()

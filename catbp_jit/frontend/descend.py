@@ -119,7 +119,10 @@ def walk(plan: TreePlan, offsets: Mapping[int, int], layouts: Mapping[int, tuple
     """The Walk of a plan whose clique a's belief starts at offsets[a], in C order over the
     variables layouts[a]. Entries are visited in the order of clique.variables (so ties go
     as in descend), whatever the layout."""
-    starts, variables, strides, free = [0], [], [], []
+    starts: list[int] = [0]
+    variables: list[int] = []
+    strides: list[int] = []
+    free: list[int] = []
     chosen = np.zeros(len(plan.sizes), dtype=bool)
     for a in plan.preorder:
         vs = plan.cliques[a].variables

@@ -106,18 +106,25 @@ def tree_walk(
         shape = [tree.sizes[v] for v in layout]
         return {v: math.prod(shape[i + 1 :]) for i, v in enumerate(layout)}
 
-    starts, variables, free, stride_rows, sources, starts_at = [0], [], [], [], [], []
+    starts: list[int] = [0]
+    variables: list[int] = []
+    free: list[int] = []
+    stride_rows: list[tuple[int, int]] = []
+    sources: list[tuple[int, int]] = []
+    starts_at: list[tuple[int, int]] = []
     chosen = np.zeros(len(tree.sizes), dtype=bool)
     internal = [n for n in reversed(tree.internal)]  # root first: parents before children
-    if not internal:  # a single tensor: the root is a leaf, its own only operand
-        root = tree.nodes[tree.root]
-        internal_ops = [(root.variables, (tree.root, None))]
+    # per node: its loop variables and its two operands (a single tensor: the root is a
+    # leaf, its own only operand, the other the spare zero)
+    internal_ops: list[tuple[tuple[int, ...], tuple[int, int | None]]]
+    if not internal:
+        internal_ops = [(tree.nodes[tree.root].variables, (tree.root, None))]
     else:
-        internal_ops = [(tree.loop_variables(n.id), n.children) for n in internal]
+        internal_ops = [(tree.loop_variables(n.id), (n.children[0], n.children[1])) for n in internal]
     for loop, operands in internal_ops:
         a, b = operands
         sa = strides(a)
-        sb = strides(b) if b is not None else {}
+        sb: dict[int, int] = strides(b) if b is not None else {}
         for v in loop:
             variables.append(v)
             free.append(0 if chosen[v] else 1)
