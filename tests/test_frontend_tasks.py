@@ -14,7 +14,7 @@ from catbp_jit.frontend.build import tree_leaves
 from catbp_jit.frontend.descend import argmax, descend, walk
 from catbp_jit.frontend.descend_tree import tree_walk
 from catbp_jit.frontend.graph import FactorGraphError
-from catbp_jit.frontend.map_query import map_query
+from catbp_jit.frontend.model import map_query
 from catbp_jit.frontend.tasks import full_states, log_values
 
 # few distinct values (and zeros) make ties and impossible evidence common

@@ -7,8 +7,8 @@ marginal MAP, max-marginals and posterior samples (tasks.py, map_query.py).
 
 from .emit import emit_programs
 from .graph import Factor, FactorGraph, FactorGraphError, factor_graph
-from .map_query import MAP, map_query
-from .model import CompiledModel, Solution, compile_model, solve
+from .map_query import MAP
+from .model import CompiledModel, Solution, compile_model, map_query, solve
 from .plan import TreePlan, elimination_order, junction_tree
 from .tasks import MPE, MPEBatch
 

@@ -27,7 +27,7 @@ from ..progress import command_lines
 from ..semiring import SEMIRING_NAMES
 from ..target import MODEL_NAMES, get_for_model
 from .graph import FactorGraph, FactorGraphError
-from .model import CompiledModel, Solution
+from .model import CompiledModel, Solution, map_query
 from .model_source import DEFAULT_BUCKETS
 from .search import DEFAULT_PLAN_TIME
 
@@ -259,8 +259,6 @@ def solve_task(args: argparse.Namespace, graph: FactorGraph, evidence: dict[str,
     progress = command_lines(args.quiet)
     try:
         if args.task == "MAP":
-            from .map_query import map_query
-
             query = _query(args.query, graph)
             t0 = time.perf_counter()
             answer = map_query(graph, query, evidence, target=args.target)

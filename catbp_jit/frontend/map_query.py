@@ -31,7 +31,7 @@ checked.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +46,8 @@ from .scaling import NumericalError
 if TYPE_CHECKING:
     from .model import CompiledModel
     from .tasks import MPE
+
+Build = Callable[[FactorGraph, str], "CompiledModel"]  # a stage's model: (graph, semiring)
 
 # below this log value of stage 2's best (its tables scaled to a largest entry of 1), an
 # entry that underflowed to 0 might have been the best
@@ -64,21 +66,15 @@ class MAP:
     evidence: dict[str, int]
 
 
-def map_query(
-    graph: FactorGraph,
-    query: Sequence[str],
-    evidence: Mapping[str, Any],
-    *,
-    target: str = "cpu",
-    exact: bool | None = None,
-) -> MAP:
+def marginal_map(graph: FactorGraph, query: Sequence[str], evidence: Mapping[str, Any], build: Build) -> MAP:
     """Marginal MAP of `graph` (a FactorGraph); evidence: {variable: state index or name}
-    on any variables but the query's. The two stages run on `target`."""
+    on any variables but the query's. build(graph, semiring): a junction-tree model of a
+    stage (model.py's map_query passes one, on a target: this module builds none itself)."""
     from .build import state_index
 
     query = _checked_query(graph, query, evidence)
     observed = {v: state_index(graph, v, s) for v, s in evidence.items()}
-    stages = _Stages(target, exact)
+    stages = _Stages(build)
     cut = _with_evidence(graph, observed)
     hidden = [v for v in cut.variables if v not in set(query)]
     parts = _parts(cut, hidden)
@@ -185,15 +181,13 @@ def _parts(graph: FactorGraph, hidden: Sequence[str]) -> list[_Part]:
 
 
 class _Stages:
-    """Builds the two stages' models on one target."""
+    """Builds the two stages' models."""
 
-    def __init__(self, target: str, exact: bool | None):
-        self.target, self.exact = target, exact
+    def __init__(self, build: Build):
+        self.build = build
 
     def model(self, graph: FactorGraph, semiring: str) -> CompiledModel:
-        from .model import CompiledModel
-
-        return CompiledModel(graph, semiring, target=self.target, plan_kind="junction", exact=self.exact)
+        return self.build(graph, semiring)
 
     def mpe(self, graph: FactorGraph) -> MPE:
         return self.model(graph, "MAXLOG").mpe()

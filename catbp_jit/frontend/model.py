@@ -288,9 +288,7 @@ class CompiledModel:
         """Marginal MAP (map_query.py): the most probable joint state of the query
         variables given the evidence (any variables of the graph), every other variable
         summed out. Builds two models per call (a LOGPROB sum, a MAXLOG max)."""
-        from .map_query import map_query
-
-        return map_query(self.graph, query, evidence or {}, target=self.built.target, exact=self.built.exact)
+        return map_query(self.graph, query, evidence, target=self.built.target, exact=self.built.exact)
 
     def _log_tables(self) -> LogTables:
         """The graph's tables as logs, flat, for the log value of assignments (tasks.py)."""
@@ -495,6 +493,25 @@ class CompiledModel:
 
 
 _LOG_INT64_LIMIT = 63 * math.log(2.0) - 1e-9  # a count at or above 2^63 (or just below)
+
+
+def map_query(
+    graph: FactorGraph,
+    query: Any,
+    evidence: Mapping[str, Any] | None = None,
+    *,
+    target: str = "cpu",
+    exact: bool | None = None,
+) -> MAP:
+    """Marginal MAP of a graph (map_query.py): the most probable joint state of the query
+    variables given the evidence, every other variable summed out; its two stages are
+    junction-tree models on `target`."""
+    from .map_query import marginal_map
+
+    def build(stage: FactorGraph, semiring: str) -> CompiledModel:
+        return CompiledModel(stage, semiring, target=target, plan_kind="junction", exact=exact)
+
+    return marginal_map(graph, query, evidence or {}, build)
 
 
 def compile_model(graph: FactorGraph, semiring: str = "prob", **options: Any) -> CompiledModel:
