@@ -133,7 +133,7 @@ def normalize_program():
 SPECS = {0: sp(A0), 1: sp(A0, A1)}
 
 
-@pytest.mark.parametrize("semiring", ["PROB", "LOGPROB", "MAXLOG"])
+@pytest.mark.parametrize("semiring", ["PROB", "LOGPROB", pytest.param("MAXLOG", marks=pytest.mark.slow)])
 def test_normalize_works_per_row(semiring):
     """Each row is normalized alone (the whole batched tensor normalized at once would
     give every row a share of one total)."""

@@ -257,7 +257,7 @@ def test_split_reductions_match_cpu(case, module_dir):
     check_against_cpu(run, case.semiring, module_dir)
 
 
-@pytest.mark.parametrize("semiring", ["PROB", "LOGPROB", "MAXLOG"])
+@pytest.mark.parametrize("semiring", ["PROB", "LOGPROB", pytest.param("MAXLOG", marks=pytest.mark.slow)])
 def test_normalize_totals_match_cpu(semiring, module_dir):
     """plan/totals.py: a normalize pass that also writes its total, as the CPU's does."""
     case = scale_case(semiring)
@@ -363,7 +363,7 @@ def batched_normalize_program() -> Program:
     )
 
 
-@pytest.mark.parametrize("semiring", ["PROB", "LOGPROB", "MAXLOG"])
+@pytest.mark.parametrize("semiring", ["PROB", "LOGPROB", pytest.param("MAXLOG", marks=pytest.mark.slow)])
 def test_normalize_per_row_matches_cpu(semiring, module_dir):
     """Four rows: four NORMALIZE groups, each summed alone, as the CPU sums them."""
     a0, a1 = Axis(0, G, 3), Axis(1, G, 2)
@@ -406,7 +406,9 @@ def many_reduced_axes_program() -> tuple:
     return program, {0: f0, 1: f1}
 
 
-@pytest.mark.parametrize("semiring", ["PROB", "LOGPROB", "SAT", "COUNT", "MAXLOG"])
+@pytest.mark.parametrize(
+    "semiring", ["PROB", "LOGPROB", "SAT", "COUNT", pytest.param("MAXLOG", marks=pytest.mark.slow)]
+)
 @pytest.mark.parametrize("across", ["reduced", "outputs"])
 def test_reduction_past_the_vector_matches_cpu(semiring, across, module_dir):
     """Either CPU vector (plan/loops.py): the GPU's threads add the terms in its order."""

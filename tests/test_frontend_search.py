@@ -350,4 +350,4 @@ def test_a_companion_model_plans_with_the_same_search():
         plan_search=PlanSearch(time_s=0, min_flops=0, searcher=_no_search),
     )
     assert model.solve({"a": 0, "b": 1}).log_Z == -math.inf
-    assert model._companions["SAT"].plan_search == model.plan_search
+    assert model._companion("SAT").plan_search == model.plan_search
