@@ -39,7 +39,7 @@ SOME_CORPUS = [
         "grid3_d2__prob_float64_normalized",
         "grid3_d2__logprob_float64",
         "grid2x4_d3_sparse__sat_bool",
-        "grid3_d2__maxlog_float64_normalized",
+        "z4_cycle__maxlog_float64_normalized",
     )
     if n in CORPUS_BY_NAME
 ]
@@ -818,7 +818,7 @@ def test_maxlog_parallel_kernels_give_the_reference_bits(dtype):
     too (its max and NORMALIZE stay float32, as numpy's)."""
     from catbp_jit.plan.options import PlanOptions
 
-    name = "grid3_d2__maxlog_float64_normalized"
+    name = "z4_cycle__maxlog_float64_normalized"
     if name not in CORPUS_BY_NAME:
         pytest.skip(f"no corpus bundle {name}")
     b = bundle_at(CORPUS_BY_NAME[name])
