@@ -14,8 +14,7 @@ from catbp_jit.frontend.bif import read_bif
 from catbp_jit.frontend.uai import read_query, write_uai
 
 ASIA = str(Path(__file__).resolve().parents[1] / "examples" / "asia.bif")
-# the CLI's plumbing on the reference interpreter (the compiled tasks: test_frontend_tasks.py;
-# the first test below runs the CPU)
+# the CLI's plumbing on the reference interpreter (the compiled tasks: test_frontend_tasks.py)
 REF = ("--target", "reference")
 
 
@@ -32,7 +31,7 @@ def test_mpe_in_the_uai_format_matches_the_api(capsys, tmp_path):
     evid = tmp_path / "asia.uai.evid"
     evid.write_text("1 7 0\n")  # dysp = yes
     code, out, _ = run(
-        capsys, "solve", str(model), "--evidence", str(evid), "--task", "mpe", "--format", "uai", "-q"
+        capsys, "solve", str(model), "--evidence", str(evid), "--task", "mpe", "--format", "uai", "-q", *REF
     )
     assert code == 0
     want = compile_model(read_bif(ASIA), "prob", target="reference", evidence_vars=["dysp"]).mpe({"dysp": 0})
