@@ -324,6 +324,7 @@ def test_mpe_batch_is_mpe_row_by_row(target, absorb):
             assert impossible.log_values[i] == pytest.approx(best, rel=1e-12)
 
 
+@pytest.mark.slow  # (its MAXLOG kernels cost the default suite seconds; random programs cover them)
 def test_compiled_mpe_agrees_with_the_reference():
     """The CPU's MAXLOG kernels and the reference interpreter: the same assignment and
     value bit for bit (a max is exact; the decoded value is summed from the tables)."""
