@@ -21,6 +21,7 @@ import numpy as np
 
 from ..cli_errors import CliError, check_kernel_cache
 from ..errors import CatbpError, name_list, shown
+from ..interop.pyagrum import PYAGRUM_SUFFIXES, read_pyagrum_file
 from ..memory import format_bytes
 from ..progress import close as close_progress
 from ..progress import command_lines
@@ -31,7 +32,8 @@ from .model import CompiledModel, Solution, map_query
 from .model_source import DEFAULT_BUCKETS
 from .search import DEFAULT_PLAN_TIME
 
-SUFFIXES = (".uai", ".uai.gz", ".bif", ".bif.gz")
+# our own readers; then the formats read through pyAgrum when it is installed
+SUFFIXES = (".uai", ".uai.gz", ".bif", ".bif.gz", *PYAGRUM_SUFFIXES)
 
 
 # Exit statuses of solve and plan (catbp-jit's own: 2 is every input error).
@@ -60,6 +62,11 @@ def read_model(spec: str) -> FactorGraph:
             from .bif import read_bif
 
             return read_bif(path)
+        if name.endswith(PYAGRUM_SUFFIXES):
+            try:
+                return read_pyagrum_file(path)
+            except ImportError as e:  # pyAgrum is not installed: say how to get it
+                raise CommandError(f"{spec}: {e}") from None
         raise CommandError(f"{spec}: unknown model format (expected one of {', '.join(SUFFIXES)})")
     from . import bnlearn
 
@@ -636,7 +643,10 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument(
-            "model", metavar="MODEL", help="a .uai or .bif file (.gz too), or a fetched bnlearn network name"
+            "model",
+            metavar="MODEL",
+            help="a .uai or .bif file (.gz too), a file pyAgrum reads (.net, .dsl, .xdsl, .bifxml, .o3prm, "
+            ".jgum, .bgum), or a fetched bnlearn network name",
         )
         p.add_argument(
             "--evidence", metavar="FILE", help="observed values: a UAI .evid file, or JSON {variable: state}"
