@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from .errors import name_list
+from .frontend.frames import frame_states
 from .frontend.graph import FactorGraph, FactorGraphError
 from .frontend.model_source import LOADED, ModelSource, model_source
 
@@ -156,56 +157,6 @@ def _solve_frame(frame: Any, source: ModelSource, variables: tuple[str, ...], co
     with lock:
         res = model.solve_batch(states)
     return pd.DataFrame(_matrix(res, variables), index=frame.index, columns=cols)
-
-
-def frame_states(model: Any, frame: Any) -> np.ndarray:
-    """A pandas frame of evidence as the (rows, evidence variables) int64 table that
-    solve_batch takes, -1 unobserved. A bad cell: FactorGraphError naming the model, the
-    row (the frame's index) and the column."""
-    from .frontend.table import state_codes
-
-    graph = model.graph
-    out = np.empty((len(frame), len(model.evidence_columns)), dtype=np.int64)
-    for j, v in enumerate(model.evidence_columns):
-        col = frame[v]
-        codes = state_codes(graph, v)
-        if col.dtype.kind in "iu":
-            out[:, j] = col.to_numpy(dtype=np.int64)
-        elif col.dtype.kind == "f":
-            values = col.to_numpy(dtype=np.float64)
-            missing = np.isnan(values)
-            bad = ~missing & (values != np.round(values))
-            if bad.any():
-                _bad_cell(model, frame, bad, v, values)
-            out[:, j] = np.where(missing, -1, values).astype(np.int64)
-        else:  # names (or indices) as text, categories, objects
-            text = col.astype(object).where(col.notna(), "").map(lambda x: str(x).strip())
-            state = text.map(codes)
-            lost = state.isna()
-            if lost.any():
-                state[lost] = text[lost].str.lower().map(codes)
-                lost = state.isna()
-                if lost.any():
-                    _bad_cell(model, frame, lost.to_numpy(), v, col.to_numpy())
-            out[:, j] = state.to_numpy(dtype=np.int64)
-        bad = (out[:, j] < -1) | (out[:, j] >= graph.variables[v])
-        if bad.any():
-            _bad_cell(model, frame, bad, v, col.to_numpy())
-    return out
-
-
-def _bad_cell(model: Any, frame: Any, bad: np.ndarray, v: str, values: Any) -> None:
-    i = int(np.flatnonzero(bad)[0])
-    row = frame.index[i]
-    row = row.item() if isinstance(row, np.generic) else row  # 11, not np.int64(11)
-    d = model.graph.variables[v]
-    names = model.graph.states.get(v)
-    allowed = f"0..{d - 1}" + (f" or one of {name_list(names, repr)}" if names else "")
-    raise FactorGraphError(
-        f"{model.graph.name}: evidence row {row!r}: "
-        f"{v}={values[i]!r} is not a state of {v} ({allowed}; missing or "
-        "-1: unobserved)"
-    )
 
 
 def _matrix(res: Any, variables: tuple[str, ...]) -> np.ndarray:

@@ -112,8 +112,8 @@ def test_rows_that_are_no_sequence_of_rows_are_a_type_error(rows, got):
     with pytest.raises(
         TypeError,
         match=r"^solve_batch: rows must be a sequence of "
-        r"\{variable: state\} mappings or a 2-D integer "
-        rf"array, {got}",
+        r"\{variable: state\} mappings, a 2-D integer "
+        rf"array or a pandas DataFrame, {got}",
     ):
         model.solve_batch(rows)
     assert len(model.solve_batch(iter([{"a": 1}, {}]))) == 2  # any iterable of rows

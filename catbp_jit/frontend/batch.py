@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import name_list
 from ..semiring import logsumexp
-from .graph import FactorGraphError
+from .frames import frame_states, is_frame
+from .graph import FactorGraph, FactorGraphError
 from .scaling import TINY, NumericalError
 
 if TYPE_CHECKING:
@@ -49,9 +50,23 @@ class BatchSolution:
     states: np.ndarray  # (n, evidence variables): the rows as state indices, -1 unobserved
     columns: tuple[str, ...]  # the evidence variables, in the order of states' columns
     counts: Any = None  # SAT: satisfiable per row (bool); COUNT: models per row (int64)
+    # what to_pandas labels with: the model's graph (state names), the rows' index (a
+    # DataFrame's, when the rows were one)
+    graph: FactorGraph | None = field(default=None, repr=False, compare=False)
+    index: Any = field(default=None, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.log_Z)
+
+    def to_pandas(self, variables: Any = None, long: bool = False) -> Any:
+        """The answers as a DataFrame indexed as the rows were: log_Z (and Z for SAT and
+        COUNT), then `var=state` posterior columns; long=True: a row per case, variable
+        and state (row, variable, state, probability). variables: whose (default all)."""
+        from .frames import posterior_frame
+
+        if self.graph is None:
+            raise ValueError("this BatchSolution was not made by solve_batch: it has no graph to label")
+        return posterior_frame(self, self.graph, self.index, variables, long)
 
     @property
     def Z(self) -> np.ndarray:
@@ -70,11 +85,14 @@ class BatchSolution:
 
 def evidence_table(model: BuiltModel, rows: Any) -> np.ndarray:
     """Rows of evidence as an int64 table (n, len(model.evidence_columns)) of state indices,
-    -1 where unobserved. rows: a sequence of {variable: state index or name}, or a 2-D
-    integer array whose columns follow model.evidence_columns."""
+    -1 where unobserved. rows: a sequence of {variable: state index or name}, a 2-D
+    integer array whose columns follow model.evidence_columns, or a pandas DataFrame with
+    a column per observed variable (frames.py)."""
     cols = model.evidence_columns
     name = model.graph.name
-    if isinstance(rows, np.ndarray):
+    if is_frame(rows):
+        table = frame_states(model, rows)
+    elif isinstance(rows, np.ndarray):
         if rows.dtype.kind not in "iu" or rows.ndim != 2 or rows.shape[1] != len(cols):
             raise FactorGraphError(
                 f"{name}: an evidence table is a 2-D integer array of shape (rows, "
@@ -96,8 +114,8 @@ def evidence_table(model: BuiltModel, rows: Any) -> np.ndarray:
         if rows is None or isinstance(rows, (Mapping, str, bytes)) or not isinstance(rows, Iterable):
             hint = " (one row: pass [row], or use solve)" if isinstance(rows, Mapping) else ""
             raise TypeError(
-                f"solve_batch: rows must be a sequence of {{variable: state}} "
-                f"mappings or a 2-D integer array, got {type(rows).__name__}"
+                f"solve_batch: rows must be a sequence of {{variable: state}} mappings, a "
+                f"2-D integer array or a pandas DataFrame, got {type(rows).__name__}"
                 f"{hint}"
             )
         rows = list(rows)

@@ -267,9 +267,28 @@ class CompiledModel:
 
     def mpe_batch(self, rows: Any) -> MPEBatch:
         """MPE for many evidence rows at once (rows as solve_batch takes them)."""
+        from .frames import row_index
         from .tasks import mpe_rows
 
-        return mpe_rows(self, self._evidence_table(rows))
+        best = mpe_rows(self, self._evidence_table(rows))
+        return replace(best, graph=self.graph, index=row_index(rows))
+
+    def predict(self, frame: Any, names: bool = True) -> Any:
+        """pgmpy's `predict`, batched: for each row of `frame` (a pandas DataFrame whose
+        columns are evidence variables of this model), the most probable joint state of
+        every variable the frame lacks (the MPE given the row), as a DataFrame with the
+        frame's index and a column per such variable (state names where the model has
+        them; names=False: indices). Rows that repeat are solved once."""
+        from .frames import predict
+
+        return predict(self, frame, names)
+
+    def predict_proba(self, frame: Any) -> Any:
+        """For each row of `frame` (as predict takes it), the posterior of each variable the
+        frame lacks: a DataFrame with the frame's index and a `var=state` column per state."""
+        from .frames import predict_proba
+
+        return predict_proba(self, frame)
 
     def max_marginals(self, evidence: Mapping[str, Any] | None = None) -> Solution:
         """The MAXLOG answer: log_Z is the MPE's log value, raw_marginals[v][s] the log of
@@ -452,19 +471,19 @@ class CompiledModel:
 
     def solve_batch(self, rows: Any) -> BatchSolution:
         """Answers for many evidence rows in one run (batch.py): rows is a sequence of
-        {variable: state} or a 2-D integer array (rows x evidence_columns, -1 unobserved
-        where the model keeps indicators). log_Z has shape (n,), marginals[v] (n, k)."""
-        from .batch import (
-            Certificates,
-            batch_solution,
-            concatenate,
-            evidence_factors,
-            evidence_table,
-            stack_solutions,
-        )
+        {variable: state}, a 2-D integer array (rows x evidence_columns, -1 unobserved
+        where the model keeps indicators) or a pandas DataFrame (frames.py). log_Z has
+        shape (n,), marginals[v] (n, k); `.to_pandas()` gives them as a DataFrame."""
+        from .batch import evidence_table
+        from .frames import row_index
+
+        res = self._solve_table(evidence_table(self.built, rows))
+        return replace(res, graph=self.graph, index=row_index(rows))
+
+    def _solve_table(self, table: np.ndarray) -> BatchSolution:
+        from .batch import Certificates, batch_solution, concatenate, evidence_factors, stack_solutions
 
         built = self.built
-        table = evidence_table(built, rows)
         if not built.target_object.compiled or not built.batched_factor_ids():
             # the oracle, row by row; or no evidence variables: every row is the same model
             evidence = [{v: int(s) for v, s in zip(built.evidence_columns, row) if s >= 0} for row in table]

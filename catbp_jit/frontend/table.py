@@ -22,13 +22,13 @@ from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
+from .cells import cell_states
 from .graph import FactorGraph, FactorGraphError
 
 if TYPE_CHECKING:
     from .batch import BatchSolution
     from .tasks import MPEBatch
 
-UNOBSERVED_CELLS = {"", "na", "nan", "?", "-1", "none", "null"}
 CHUNK_ROWS = 8192
 
 
@@ -125,13 +125,12 @@ def read_chunks(
     path: Path, graph: FactorGraph, columns: Sequence[str], chunk_rows: int = CHUNK_ROWS
 ) -> Iterator[np.ndarray]:
     """The table as int64 state-index chunks (rows, len(columns)), -1 unobserved."""
-    codes = [state_codes(graph, v) for v in columns]
     if path.suffix == ".parquet":
         pq = _parquet()
         with parquet_errors(path):
             for batch in pq.ParquetFile(path).iter_batches(batch_size=chunk_rows):
-                cells = [[None if x is None else str(x) for x in col.to_pylist()] for col in batch.columns]
-                yield _encode(path, list(zip(*cells)), codes, columns, batch_start=None)
+                cells = [np.array(col.to_pylist(), dtype=object) for col in batch.columns]
+                yield _encode(path, graph, cells, columns, lambda i: f"row {i}")
         return
     reader = _csv_rows(path)
     next(reader, None)
@@ -140,40 +139,31 @@ def read_chunks(
         rows = [r for _, r in zip(range(chunk_rows), reader)]
         if not rows:
             return
-        yield _encode(path, rows, codes, columns, batch_start=start)
+        for i, row in enumerate(rows):
+            if len(row) != len(columns):
+                raise FactorGraphError(
+                    f"{path}: line {start + i + 1} has {len(row)} cells, the header names "
+                    f"{len(columns)} variables"
+                )
+        cells = list(np.array(rows, dtype=object).reshape(len(rows), len(columns)).T)
+        yield _encode(path, graph, cells, columns, lambda i, start=start: f"line {start + i + 1}")
         start += len(rows)
 
 
-def state_codes(graph: FactorGraph, v: str) -> dict:
-    """Cell text -> state index for variable v: its state names and its indices."""
-    d = graph.variables[v]
-    codes = {str(i): i for i in range(d)}
-    codes.update({name: i for i, name in enumerate(graph.states.get(v, ()))})
-    codes.update({c: -1 for c in UNOBSERVED_CELLS})
-    return codes
-
-
 def _encode(
-    path: Path,
-    rows: Sequence[Sequence[str | None]],
-    codes: list[dict],
-    columns: Sequence[str],
-    batch_start: int | None,
+    path: Path, graph: FactorGraph, cells: list[np.ndarray], columns: Sequence[str], where: Any
 ) -> np.ndarray:
-    out = np.empty((len(rows), len(columns)), dtype=np.int64)
-    for i, row in enumerate(rows):
-        if len(row) != len(columns):
-            where = f"line {batch_start + i + 1}" if batch_start else f"row {i}"
-            raise FactorGraphError(
-                f"{path}: {where} has {len(row)} cells, the header names {len(columns)} variables"
-            )
-        for j, cell in enumerate(row):
-            text = "" if cell is None else cell.strip()
-            state = codes[j].get(text, codes[j].get(text.lower()))
-            if state is None:
-                where = f"line {batch_start + i + 1}" if batch_start else f"row {i}"
-                raise FactorGraphError(f"{path}: {where}: {text!r} is not a state of {columns[j]!r}")
-            out[i, j] = state
+    """A chunk's columns of cells as states (cells.py reads them as pandas frames are
+    read); the first bad cell in row order is the error."""
+    n = len(cells[0]) if cells else 0
+    out = np.empty((n, len(columns)), dtype=np.int64)
+    bad = np.zeros((n, len(columns)), dtype=bool)
+    for j, v in enumerate(columns):
+        out[:, j], bad[:, j] = cell_states(graph, v, cells[j])
+    if bad.any():
+        i, j = (int(x[0]) for x in np.nonzero(bad))
+        text = str(cells[j][i]).strip()
+        raise FactorGraphError(f"{path}: {where(i)}: {text!r} is not a state of {columns[j]!r}")
     return out
 
 

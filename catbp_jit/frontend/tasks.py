@@ -62,9 +62,23 @@ class MPEBatch:
     assignments: np.ndarray
     log_values: np.ndarray
     variables: tuple[str, ...]
+    # what to_pandas labels with: the model's graph (state names), the rows' index (a
+    # DataFrame's, when the rows were one)
+    graph: FactorGraph | None = field(default=None, repr=False, compare=False)
+    index: Any = field(default=None, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.log_values)
+
+    def to_pandas(self, variables: Any = None, names: bool = True) -> Any:
+        """The rows as a DataFrame indexed as the evidence rows were: log_value, then each
+        variable's state (names=True: its state name where the model has names). A row
+        whose evidence is impossible: log_value -inf, states missing."""
+        from .frames import mpe_frame
+
+        if self.graph is None:
+            raise ValueError("this MPEBatch was not made by mpe_batch: it has no graph to label")
+        return mpe_frame(self, self.graph, self.index, variables, names)
 
     def assignment(self, i: int) -> dict[str, int] | None:
         """Row i's assignment as a dict (None when its evidence is impossible)."""
