@@ -3,6 +3,7 @@ and the batched predict / predict_proba against pgmpy's own, row for row."""
 
 import gzip
 import math
+import sys
 import warnings
 from pathlib import Path
 
@@ -30,9 +31,14 @@ def asia():
 def test_cells_read_names_indices_text_and_missing_values():
     g = factor_graph({"a": 3}, [(("a",), [1, 1, 1])], states={"a": ["lo", "mid", "hi"]})
     cells = np.array(["lo", " HI ", "2", 1, 0.0, None, np.nan, pd.NA, "", "?", "NA", -1, "x", 3, 1.5], object)
-    states, bad = cell_states(g, "a", cells)
-    assert states.tolist() == [0, 2, 2, 1, 0, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1]
-    assert bad.tolist() == [False] * 12 + [True] * 3
+    want = [0, 2, 2, 1, 0, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1]
+    for given in (cells, pd.Series(cells)):  # pandas' factorize; a Series factorized in place
+        states, bad = cell_states(g, "a", given)
+        assert states.tolist() == want and bad.tolist() == [False] * 12 + [True] * 3
+    with pytest.MonkeyPatch.context() as mp:  # a CSV chunk without pandas loaded: a dict
+        mp.setitem(sys.modules, "pandas", None)
+        states, bad = cell_states(g, "a", cells)
+    assert states.tolist() == want and bad.tolist() == [False] * 12 + [True] * 3
     for numbers in (np.array([0, 2, -1, 3, -2]), np.array([0.0, 2.0, np.nan, 3.0, 0.5])):
         states, bad = cell_states(g, "a", numbers)
         assert states[:3].tolist() == [0, 2, -1] and bad.tolist() == [False] * 3 + [True] * 2
@@ -100,6 +106,14 @@ def test_mpe_rows_as_a_frame_with_an_impossible_row(asia):
     assert indices.loc["y", "tub"] == 1
 
 
+def test_predict_on_impossible_rows_leaves_their_cells_empty(asia):
+    # a full row (the absorbing companion) and one with a missing cell (the model itself)
+    frame = pd.DataFrame({"tub": ["yes", "yes"], "either": ["no", "no"], "xray": ["no", None]})
+    got = asia.predict(frame)
+    assert got[["lung", "dysp", "asia"]].isna().all().all() and got["xray"].isna().tolist() == [False, True]
+    assert asia.predict_proba(frame).isna().all().all()
+
+
 def test_bad_frames_are_one_clear_error(asia):
     with pytest.raises(
         FactorGraphError, match=r"asia: evidence row 'r2': dysp='maybe' is not a state of dysp"
@@ -149,13 +163,16 @@ def pgmpy_models():
     from pgmpy.readwrite import BIFReader
 
     from catbp_jit.frontend import bnlearn
+    from catbp_jit.interop import from_pgmpy
 
-    out = {"asia": (GRAPH, BIFReader(str(ASIA)).get_model())}
+    # ours converted from pgmpy's own model, as a pgmpy user would (test_interop.py checks
+    # the conversion against read_bif)
+    out = {"asia": BIFReader(str(ASIA)).get_model()}
     if "alarm" in bnlearn.available():  # the test fetches nothing (test_frontend_bnlearn does)
         path = bnlearn.network_path("alarm")
         text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
-        out["alarm"] = (read_bif(path, normalize=False), BIFReader(string=text).get_model())
-    return out
+        out["alarm"] = BIFReader(string=text).get_model()
+    return {name: (from_pgmpy(model, name=name), model) for name, model in out.items()}
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
 from typing import Any
 
 import numpy as np
@@ -35,8 +36,10 @@ def state_codes(graph: FactorGraph, v: str) -> dict:
 
 def cell_states(graph: FactorGraph, v: str, cells: Any) -> tuple[np.ndarray, np.ndarray]:
     """A column of cells for variable v as (states, bad): int64 state indices, -1 where
-    unobserved, and a bool mask of the cells that are no state of v (their states -1)."""
-    cells = np.asarray(cells)
+    unobserved, and a bool mask of the cells that are no state of v (their states -1).
+    cells: a 1-D array, or a pandas Series (its text is factorized where it lies)."""
+    series = cells if hasattr(cells, "factorize") and not isinstance(cells, np.ndarray) else None
+    cells = np.asarray(cells) if series is None or series.dtype.kind in "iufb" else series
     d = graph.variables[v]
     if cells.dtype.kind in "iu":
         states = cells.astype(np.int64)
@@ -47,21 +50,32 @@ def cell_states(graph: FactorGraph, v: str, cells: Any) -> tuple[np.ndarray, np.
             bad = ~missing & ((cells != np.round(cells)) | (cells < UNOBSERVED) | (cells >= d))
         states = np.where(missing | bad, UNOBSERVED, np.nan_to_num(cells)).astype(np.int64)
     else:  # text, objects (a pandas column of names, categories, nullable integers)
-        first: dict[Any, int] = {}
-        try:
-            inverse = np.fromiter(
-                (first.setdefault(x, len(first)) for x in cells.ravel().tolist()), np.int64, cells.size
-            )
-            distinct = list(first)
-        except TypeError:  # an unhashable cell (a list): each read on its own
-            distinct = cells.ravel().tolist()
-            inverse = np.arange(len(distinct))
+        inverse, distinct = _distinct(cells if series is not None else cells.ravel())
         codes = state_codes(graph, v)
         lookup = np.array([_state(x, codes, d) for x in distinct], dtype=np.int64)
         states = lookup[inverse] if len(distinct) else np.zeros(0, np.int64)
         bad = states == _NOT_A_STATE
         states[bad] = UNOBSERVED
     return states, bad
+
+
+def _distinct(cells: Any) -> tuple[np.ndarray, list]:
+    """(where each cell is among the distinct ones, the distinct cells in order of first
+    appearance): pandas' hash table when pandas is loaded (a frame's cells, C speed), else
+    a dict (a CSV chunk's)."""
+    pd = sys.modules.get("pandas")
+    if pd is not None:
+        try:
+            inverse, distinct = pd.factorize(cells, use_na_sentinel=False)  # (a Series: its own)
+            return inverse.astype(np.int64, copy=False), list(distinct)
+        except TypeError:  # an unhashable cell (a list): read below
+            pass
+    first: dict[Any, int] = {}
+    try:
+        inverse = np.fromiter((first.setdefault(x, len(first)) for x in cells.tolist()), np.int64, cells.size)
+        return inverse, list(first)
+    except TypeError:  # an unhashable cell: each read on its own
+        return np.arange(len(cells), dtype=np.int64), list(cells)
 
 
 def _state(cell: Any, codes: dict, d: int) -> int:

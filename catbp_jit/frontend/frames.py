@@ -26,7 +26,6 @@ from .graph import FactorGraph, FactorGraphError
 
 if TYPE_CHECKING:
     from .batch import BatchSolution
-    from .tasks import MPEBatch
 
 
 def pandas() -> Any:
@@ -59,10 +58,9 @@ def frame_states(model: Any, frame: Any) -> np.ndarray:
     out = np.full((len(frame), len(columns)), UNOBSERVED, dtype=np.int64)
     for j, v in enumerate(columns):
         if v in names:
-            cells = frame[v].to_numpy()
-            out[:, j], bad = cell_states(graph, v, cells)
+            out[:, j], bad = cell_states(graph, v, frame[v])
             if bad.any():
-                _bad_cell(graph, frame, bad, v, cells)
+                _bad_cell(graph, frame, bad, v, frame[v].to_numpy())
     return out
 
 
@@ -123,25 +121,31 @@ def _long_frame(pd: Any, res: BatchSolution, graph: FactorGraph, index: Any, var
 
 
 def mpe_frame(
-    best: MPEBatch, graph: FactorGraph, index: Any, variables: Any = None, names: bool = True
+    assignments: np.ndarray,
+    log_values: np.ndarray,
+    columns: tuple[str, ...],
+    graph: FactorGraph,
+    index: Any,
+    variables: Any = None,
+    names: bool = True,
 ) -> Any:
-    """MPE rows as a DataFrame: log_value, then each variable's state (names: its state
-    name where the model has names; else indices). A row whose evidence is impossible has
-    log_value -inf and missing states (None, or pandas' NA for indices)."""
+    """MPE rows (tasks.MPEBatch's fields: assignments' columns are `columns`) as a
+    DataFrame: log_value, then each variable's state (names: a categorical of its state
+    names where the model has names; else indices). A row whose evidence is impossible has
+    log_value -inf and missing states."""
     pd = pandas()
-    index = pd.RangeIndex(len(best)) if index is None else index
-    data: dict[str, Any] = {"log_value": best.log_values}
-    at = {v: j for j, v in enumerate(best.variables)}
+    index = pd.RangeIndex(len(log_values)) if index is None else index
+    data: dict[str, Any] = {"log_value": log_values}
+    at = {v: j for j, v in enumerate(columns)}
     for v in graph.variables if variables is None else variables:
-        data[v] = _state_column(pd, graph, v, best.assignments[:, at[v]], names)
+        data[v] = _state_column(pd, graph, v, assignments[:, at[v]], names)
     return pd.DataFrame(data, index=index)
 
 
 def _state_column(pd: Any, graph: FactorGraph, v: str, states: np.ndarray, names: bool) -> Any:
     impossible = states < 0
-    if names and v in graph.states:
-        labels = np.array(graph.states[v] + (None,), dtype=object)
-        return labels[np.where(impossible, -1, states)]
+    if names and v in graph.states:  # categories: one small table of names, codes per row
+        return pd.Categorical.from_codes(np.where(impossible, -1, states), categories=list(graph.states[v]))
     column = pd.array(states, dtype="Int64")
     column[impossible] = pd.NA
     return column
@@ -161,15 +165,49 @@ def missing_variables(graph: FactorGraph, frame: Any) -> list[str]:
 def distinct_rows(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(the distinct rows, where each row of table is among them): a data set's repeated
     cases are solved once."""
-    if not len(table):
+    n = len(table)
+    if not n:
         return table, np.zeros(0, dtype=np.intp)
-    distinct, inverse = np.unique(table, axis=0, return_inverse=True)
-    return distinct, inverse.reshape(-1)
+    # each row as one integer, columns packed in mixed radix (state + 1: -1 is a value),
+    # as many columns at a time as fit in int64 beside the rows' numbers so far
+    row_id = np.zeros(n, dtype=np.int64)
+    firsts = np.zeros(1, dtype=np.intp)  # (no columns: every row is the first)
+    radix = table.max(axis=0, initial=0) + 2
+    limit, j = 2**62 // (n + 1), 0
+    while j < table.shape[1]:
+        key, width = row_id, 1
+        while j < table.shape[1] and (width == 1 or width * int(radix[j]) <= limit):
+            key = key * int(radix[j]) + table[:, j] + 1
+            width *= int(radix[j])
+            j += 1
+        _, firsts, row_id = np.unique(key, return_index=True, return_inverse=True)
+        row_id = row_id.reshape(-1)
+    return table[firsts], row_id
 
 
 def _checked_frame(frame: Any, what: str) -> None:
     if not is_frame(frame):
         raise TypeError(f"{what}: expected a pandas DataFrame of evidence, got {type(frame).__name__}")
+
+
+def _by_completeness(model: Any, frame: Any, rows: np.ndarray, answer: Any) -> list[tuple[np.ndarray, Any]]:
+    """answer(m, rows) for each group of rows: those that observe every column of the frame
+    on a companion model that absorbs those columns (its cliques hold no evidence
+    variable: alarm's 27 cliques of 1,020 states per row become 3 of 8), the rest on
+    `model`. [(which rows, their answer), ...]."""
+    columns = tuple(c for c in model.evidence_columns if c in set(frame.columns))
+    whole = np.ones(len(rows), dtype=bool)
+    if not columns or (model.built.absorbed is not None and tuple(model.evidence_columns) == columns):
+        return [(whole, answer(model, rows))] if len(rows) else []
+    absorbing = model._companion(model.semiring, absorbing=columns)
+    at = [list(model.evidence_columns).index(c) for c in absorbing.evidence_columns]
+    full = (rows[:, at] != UNOBSERVED).all(axis=1)
+    out = []
+    if full.any():
+        out.append((full, answer(absorbing, rows[full][:, at])))
+    if not full.all():
+        out.append((~full, answer(model, rows[~full])))
+    return out
 
 
 def predict(model: Any, frame: Any, names: bool = True) -> Any:
@@ -179,9 +217,11 @@ def predict(model: Any, frame: Any, names: bool = True) -> Any:
     graph = model.graph
     table = frame_states(model.built, frame)
     distinct, inverse = distinct_rows(table)
-    best = model.mpe_batch(distinct)
-    rows = type(best)(best.assignments[inverse], best.log_values[inverse], best.variables)
-    out = mpe_frame(rows, graph, frame.index, None, names)
+    assignments = np.empty((len(distinct), len(graph.variables)), dtype=np.int64)
+    log_values = np.empty(len(distinct))
+    for which, best in _by_completeness(model, frame, distinct, lambda m, rows: m.mpe_batch(rows)):
+        assignments[which], log_values[which] = best.assignments, best.log_values
+    out = mpe_frame(assignments[inverse], log_values[inverse], graph.names, graph, frame.index, None, names)
     for j, v in enumerate(model.evidence_columns):  # the cells the frame gave stay as given
         if v in frame.columns:
             given = table[:, j] != UNOBSERVED
@@ -193,8 +233,16 @@ def predict_proba(model: Any, frame: Any) -> Any:
     """model.predict_proba (model.py): each row's posterior of each variable the frame lacks."""
     _checked_frame(frame, "predict_proba")
     graph = model.graph
+    missing = missing_variables(graph, frame)
     distinct, inverse = distinct_rows(frame_states(model.built, frame))
-    res = model.solve_batch(distinct)
-    res.log_Z, res.marginals = res.log_Z[inverse], {v: m[inverse] for v, m in res.marginals.items()}
-    res.counts = None
-    return posterior_frame(res, graph, frame.index, missing_variables(graph, frame)).drop(columns="log_Z")
+    marginals = {v: np.empty((len(distinct), graph.variables[v])) for v in missing}
+    for which, res in _by_completeness(model, frame, distinct, lambda m, rows: m.solve_batch(rows)):
+        for v in missing:
+            marginals[v][which] = res.marginals[v]
+    pd = pandas()
+    data = {
+        f"{v}={label}": marginals[v][inverse, s]
+        for v in missing
+        for s, label in enumerate(state_labels(graph, v))
+    }
+    return pd.DataFrame(data, index=frame.index)

@@ -372,15 +372,18 @@ class CompiledModel:
         plan = built.plan
         keys = [("bel", c.id) for c in plan.cliques]
         shape = {c.id: tuple(plan.sizes[v] for v in c.variables) for c in plan.cliques}
-        rows = [{v: int(s) for v, s in zip(built.evidence_columns, row) if s >= 0} for row in table]
+
+        def evidence(row: np.ndarray) -> dict[str, int]:
+            return {v: int(s) for v, s in zip(built.evidence_columns, row) if s >= 0}
+
         if not built.target_object.compiled:  # the oracle, row by row
-            each = [self._reference_slots(e) for e in rows]
+            each = [self._reference_slots(evidence(row)) for row in table]
             return {
                 c: np.stack([np.asarray(s[k]) for s in each]).reshape(-1, *shape[c])
                 for c, k in zip(shape, keys)
             }
-        if len(rows) == 1 or not built.batched_factor_ids():
-            self._run(rows[0] if rows else {})
+        if len(table) <= 1 or not built.batched_factor_ids():
+            self._run(evidence(table[0]) if len(table) else {})
             return {c: np.array(self._session.slots[k][0]).reshape(1, *shape[c]) for c, k in zip(shape, keys)}
         if self._batch_session is None:
             self._bind_batched(built.compile_batched())
@@ -421,12 +424,19 @@ class CompiledModel:
         return {k: np.asarray(a) for k, (a, _) in slots.items()}
 
     def _companion(
-        self, semiring: str, on_support: bool = False, plan_kind: str | None = None, passes: str = "both"
+        self,
+        semiring: str,
+        on_support: bool = False,
+        plan_kind: str | None = None,
+        passes: str = "both",
+        absorbing: tuple[str, ...] | None = None,
     ) -> CompiledModel:
         """The same graph, evidence and target in another semiring, built on first need;
         on_support: with the 0/1 support of our tables (PROB's Z then counts the models);
-        plan_kind: the programs to emit (default: this model's); passes: build_model's."""
-        key = (semiring, on_support, plan_kind, passes)
+        plan_kind: the programs to emit (default: this model's); passes: build_model's;
+        absorbing: these evidence variables instead, absorbed (frames.py: rows that observe
+        all of them run on the smaller cliques this leaves)."""
+        key = (semiring, on_support, plan_kind, passes, absorbing)
         if key not in self._companions:
             built = self.built
             graph = built.graph
@@ -438,8 +448,8 @@ class CompiledModel:
             self._companions[key] = CompiledModel(
                 graph,
                 semiring,
-                evidence_vars=built.evidence_columns,
-                absorb_evidence=built.absorbed is not None,
+                evidence_vars=built.evidence_columns if absorbing is None else absorbing,
+                absorb_evidence=built.absorbed is not None or absorbing is not None,
                 target=built.target,
                 plan_search=built.plan_search,
                 plan_kind=plan_kind or built.plan_kind,

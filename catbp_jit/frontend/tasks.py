@@ -78,7 +78,9 @@ class MPEBatch:
 
         if self.graph is None:
             raise ValueError("this MPEBatch was not made by mpe_batch: it has no graph to label")
-        return mpe_frame(self, self.graph, self.index, variables, names)
+        return mpe_frame(
+            self.assignments, self.log_values, self.variables, self.graph, self.index, variables, names
+        )
 
     def assignment(self, i: int) -> dict[str, int] | None:
         """Row i's assignment as a dict (None when its evidence is impossible)."""
