@@ -256,7 +256,21 @@ def test_buckets_share_their_kernels():
 # ------------------------------------------------------------------------------ corpus
 
 
-@pytest.mark.parametrize("path", CORPUS, ids=[p.name for p in CORPUS])
+# grid3_d2's seven bundles compile the largest kernels of the corpus (9-15 s each here):
+# two run by default (a sum and a log-sum), the others with the slow tests
+GRID3_DEFAULT = {"grid3_d2__prob_float64", "grid3_d2__logprob_float64_normalized"}
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        pytest.param(p, marks=pytest.mark.slow)
+        if p.name.startswith("grid3_d2__") and p.name not in GRID3_DEFAULT
+        else p
+        for p in CORPUS
+    ],
+    ids=[p.name for p in CORPUS],
+)
 def test_corpus_batched_over_one_factor(path):
     bundle = load_bundle(path)
     factors, selectors = inputs(bundle)
