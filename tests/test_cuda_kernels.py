@@ -660,13 +660,16 @@ LOWER_FOR_A_GPU = textwrap.dedent("""
 """)
 
 
-def test_kernels_lower_for_a_gpu(tmp_path):
+# lowering takes about a second a pattern: the float64 ones by default, the rest when slow
+@pytest.mark.parametrize("dtypes", ["float64", pytest.param("the others", marks=pytest.mark.slow)])
+def test_kernels_lower_for_a_gpu(tmp_path, dtypes):
     """Every pattern types and lowers for a real GPU; a float product that feeds a sum is a
     libdevice call there (never an fmul that NVVM could fuse with the add into an fma)."""
     pytest.importorskip("numba.cuda.compiler", reason="numba-cuda's compiler is not there")
     patterns = _patterns() + [KernelPattern("LOGPROB", "float32", True, True, False)]
-    # MAXLOG's max and its NORMALIZE (its product is LOGPROB's), in float64: ~1 s a pattern
+    # MAXLOG's max and its NORMALIZE (its product is LOGPROB's), in float64
     patterns += [p for p in MAXLOG_PATTERNS if p.reduce and p.normalize and p.dtype == "float64"]
+    patterns = [p for p in patterns if (p.dtype == "float64") == (dtypes == "float64")]
     env = dict(
         os.environ,
         NUMBA_ENABLE_CUDASIM="0",
