@@ -428,6 +428,22 @@ def test_pyagrum_file_through_the_cli(gum, tmp_path, capsys):
     np.testing.assert_allclose(doc["marginals"]["A"], want.marginals["A"], rtol=1e-12)
 
 
+def test_a_pyagrum_file_as_a_model_source_and_through_aot(gum, tmp_path):
+    """Dask's workers and `catbp-jit aot` take the file's bytes (model_source.py): they read
+    the formats read_model reads."""
+    from catbp_jit.cli import main
+    from catbp_jit.frontend.model_source import model_source
+
+    path = tmp_path / "small.net"
+    gum.saveBN(small_pyagrum_network(gum, discretized=False), str(path))
+    source = model_source(str(path), evidence_vars=["C"])
+    assert (source.fmt, source.name) == (".net", "small")
+    assert_same_graph(source.graph(), read_pyagrum_file(path))
+    profile = tmp_path / "small.profile.json"
+    assert main(["aot", str(path), "--evidence-vars", "C", "-o", str(profile), "-q"]) == 0
+    assert model_source(str(profile)).key() == source.key()
+
+
 def test_pyagrum_files_that_do_not_read(gum, tmp_path, capsys):
     from catbp_jit.cli import main
 

@@ -24,13 +24,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..interop.pyagrum import PYAGRUM_SUFFIXES
 from ..target import CPU, MODEL_NAMES, get_for_model
 from .graph import FactorGraph, FactorGraphError
 
 if TYPE_CHECKING:
     from .model import CompiledModel
 
-MODEL_SUFFIXES = (".uai", ".uai.gz", ".bif", ".bif.gz")
+# our own readers, then the formats pyAgrum reads (interop/pyagrum.py), as read_model takes them
+MODEL_SUFFIXES = (".uai", ".uai.gz", ".bif", ".bif.gz", *PYAGRUM_SUFFIXES)
 PROFILE_KEY = "model"  # the entry of a saved profile that names its model
 DEFAULT_BUCKETS = (1, 64, 1024)  # as `catbp-jit solve --evidence-table` and `aot` use
 MAX_LOADED = 8  # compiled models a process keeps (solve_many may pass through many)
@@ -42,7 +44,7 @@ class ModelSource:
 
     label: str  # the file as the user named it, for messages
     name: str  # the graph's name (the file name without its suffixes)
-    fmt: str  # "bif" or "uai"
+    fmt: str  # "bif", "uai", or the suffix of a format pyAgrum reads (".net", ".xdsl", ...)
     sha256: str
     data: bytes = field(repr=False)
     semiring: str = "prob"
@@ -68,6 +70,15 @@ class ModelSource:
             from .bif import read_bif
 
             return read_bif(self.data, name=self.name)
+        if self.fmt in PYAGRUM_SUFFIXES:  # pyAgrum reads files only: the bytes go to one first
+            import tempfile
+
+            from ..interop.pyagrum import read_pyagrum_file
+
+            with tempfile.TemporaryDirectory() as tmp:
+                path = Path(tmp) / f"model{self.fmt}"
+                path.write_bytes(self.data)
+                return read_pyagrum_file(path, name=self.name)
         from .uai import read_uai
 
         return read_uai(self.data, name=self.name)
@@ -139,7 +150,10 @@ def _model_path(model: Any) -> Path:
 
 
 def _format(path: Path) -> str:
-    return "bif" if path.name.lower().endswith((".bif", ".bif.gz")) else "uai"
+    name = path.name.lower()
+    if name.endswith(PYAGRUM_SUFFIXES):
+        return next(s for s in PYAGRUM_SUFFIXES if name.endswith(s))
+    return "bif" if name.endswith((".bif", ".bif.gz")) else "uai"
 
 
 def _stem(path: Path) -> str:
