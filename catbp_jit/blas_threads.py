@@ -22,6 +22,7 @@ import threading
 from . import abi
 from .plan.gemm import SMALL_PRODUCT  # (a product BLAS may run on one thread)
 from .plan.schedule import Schedule
+from .semiring import SEMIRINGS
 
 
 def wants_one_thread(schedule: Schedule) -> bool:
@@ -29,7 +30,12 @@ def wants_one_thread(schedule: Schedule) -> bool:
     (their products called from the kernels' own threads: BLAS's threads on top would
     oversubscribe the cores). Without parallel steps BLAS's threads gained a little (the
     Segmentation_13 and Promedus_14 solves were 4-8% slower on one)."""
-    gemms = [(st.pattern, st.params) for st in schedule.steps if isinstance(st.params, abi.GemmParams)]
+    gemms = [
+        (st.pattern, st.params)
+        for st in schedule.steps
+        # (MAXLOG's max-plus products are loops of our own: no BLAS call to keep on one thread)
+        if isinstance(st.params, abi.GemmParams) and SEMIRINGS[st.pattern.semiring].sums_reals
+    ]
     return any(pattern.parallel for pattern, _ in gemms) and all(
         p.m * p.n * p.k <= SMALL_PRODUCT for _, p in gemms
     )

@@ -13,17 +13,41 @@ is empty, or inf/NaN) is computed again directly with the loop kernels' two-pass
 logsumexp: so an all -inf sum gives -inf, NaN and +inf come out as the loop kernels give
 them, and a finite result is within rounding of the reference whatever the spread of the
 terms. The shifted exponentials live in the step's workspace (GEMM_WORK).
+
+MAXLOG: no BLAS, a max-plus product of our own, out[i][j] = max_k a[i][k] + b[k][j],
+b a C-order [K][N] matrix (plan/gemm.py copies one that is not). ROWS x COLS outputs at
+a time are kept in registers while k runs: per k, ROWS elements of a and one vector of
+b's row k, an addition and a max per output (`x if x > s else s`: a select, which LLVM
+makes a packed max). Each output takes its terms in the order of k and keeps the first
+of equal ones, as the loop kernels' `if x > acc or x != x` does, so the bits are theirs.
+That select drops a NaN term, which the loop kernels keep: a term is NaN only where an
+operand is NaN or +inf meets -inf, so tiles run only where b and the tile's rows of a
+are all below +inf (a cheap scan); other rows are computed one at a time with the loop
+kernels' sticky max. The threads share the rows of each product, in parts of whole tiles
+(each element computed alone: the bits do not depend on the parts).
 """
 
 from __future__ import annotations
 
 from .. import abi
+from ..plan.gemm import MAX_PLUS_COLS, MAX_PLUS_ROWS
 from ..plan.steps import KernelPattern
 from ..semiring import SEMIRINGS
 from .cpu import _normalize
 
 ENTRY = "kernel"
 TILE = 16
+
+# MAXLOG's tile of outputs kept in registers: ROWS rows of COLS (128 bytes a row in
+# float64). Measured on a 441^3 product, one core: 4 x 16 and 8 x 8 tiles ~12 terms a ns,
+# compiled for AVX-512 as for AVX2; smaller ones (4 x 8, 3 x 16), which LLVM left scalar,
+# 4x slower
+ROWS, COLS = MAX_PLUS_ROWS, MAX_PLUS_COLS  # (plan/gemm.py's cost model reads them too)
+# a parallel step's products are cut into this many parts at least (whole tiles of rows),
+# which the threads share: each part reads all of b (and checks it for +inf and NaN), so
+# not many more. (A constant, not the thread count: get_num_threads would keep Numba from
+# caching the kernel.)
+PARTS = 16
 
 # a shifted product sum at least this large carries full relative precision: every term is
 # <= 1 and those that underflowed are below the dtype's smallest normal, far under it
@@ -154,7 +178,81 @@ def copy_row(mem, P, ax, rank, src, dst, r, m, ms, md, n, ss, ds):
                     mem[dst + u * md + t * ds] = mem[src + u * ms + t * ss]
 '''
 
-ENTRY_SOURCE = '''
+MAX_DOT = '''
+
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def below_inf(mem, start, rows, rs, cols, cs):
+    """Whether every element start + r * rs + c * cs (r < rows, c < cols) is below +inf
+    (not +inf, not NaN)."""
+    ok = True
+    for r in range(rows):
+        for c in range(cols):
+            ok &= mem[u(start + r * rs + c * cs)] < np.inf
+    return ok
+
+
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def tile(mem, s, ao, ai, ak, bo, oo, N, K, i, j0, n):
+    """Outputs (i + r, j0 + j) for r < ROWS, j < n (n <= COLS): each the largest of its
+    terms, in the order of k, the first of equal ones, in s[r * COLS + j] while k runs (n
+    is COLS but in the last columns: the loops then have a constant length, and LLVM
+    keeps s in registers). No term is NaN here."""
+    for t in range(ROWS * COLS):
+        s[t] = -np.inf
+    for k in range(K):
+{rows_of_a}
+        b = bo + k * N + j0
+        for j in range(n):
+            y = mem[u(b + j)]
+{max_terms}
+    for r in range(ROWS):
+        for j in range(n):
+            mem[u(oo + (i + r) * N + j0 + j)] = s[r * COLS + j]
+
+
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def row(mem, s, ao, ai, ak, bo, oo, N, K, i):
+    """Output row i, BUFFER columns at a time: each element the largest of its terms in
+    the order of k, a NaN term sticking (the loop kernels' max)."""
+    for j0 in range(0, N, BUFFER):
+        n = min(BUFFER, N - j0)
+        for j in range(n):
+            s[j] = -np.inf
+        for k in range(K):
+            a = mem[u(ao + i * ai + k * ak)]
+            b = bo + k * N + j0
+            for j in range(n):
+                x = a + mem[u(b + j)]
+                s[j] = x if (x > s[j]) | (x != x) else s[j]
+        for j in range(n):
+            mem[u(oo + i * N + j0 + j)] = s[j]
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def max_dot(mem, ao, a_t, bo, oo, M, N, K, lo, hi):
+    """Rows lo..hi-1 of out = max_k a[i][k] + b[k][j], a C-order or transposed, b C-order:
+    in tiles of ROWS rows where no term can be NaN, else row by row. (A function of its
+    own, not inlined: inlined into the serial kernel, its tiles were left scalar, 2.5x
+    slower.)"""
+    ai, ak = (np.int64(1), M) if a_t else (K, np.int64(1))
+    s = carray(stack_buffer_{dtype}(), BUFFER)
+    clean = below_inf(mem, bo, K, N, N, np.int64(1))
+    i = lo
+    while i < hi:
+        if i + ROWS <= hi and clean and below_inf(mem, ao + i * ai, ROWS, ai, K, ak):
+            for j0 in range(0, N - COLS + 1, COLS):
+                tile(mem, s, ao, ai, ak, bo, oo, N, K, i, j0, COLS)
+            if N % COLS:
+                tile(mem, s, ao, ai, ak, bo, oo, N, K, i, N - N % COLS, N % COLS)
+            i += ROWS
+        else:
+            row(mem, s, ao, ai, ak, bo, oo, N, K, i)
+            i += 1
+'''
+
+# The entry of a GEMM step, in pieces that the two kinds share (the sum's text is as it
+# was before the max-plus kind came: its kernels' sources, and so users' caches, stay)
+_ENTRY_HEAD = '''
 
 @njit(cache=True, nogil=True, error_model="numpy"{parallel})
 def kernel(mem_address, mem_length, P_address, P_length, p):
@@ -171,9 +269,9 @@ def kernel(mem_address, mem_length, P_address, P_length, p):
     q += 2
     for _ in range(n_before):  # leaves into their matrices
         q = strided_copy(mem, P, q)
-    for t in {batches}(n_batch):
-        oo, ao, bo = P[p + GEMM_C], P[p + GEMM_A], P[p + GEMM_B]
-        rem = t * 1  # a new value: a parallel loop's index must not change
+'''
+_BATCH_OFFSETS = """        oo, ao, bo = P[p + GEMM_C], P[p + GEMM_A], P[p + GEMM_B]
+        {rem}
         for d in range(nb - 1, -1, -1):
             f = p + GEMM_HEADER + GEMM_BATCH_FIELDS * d
             i = rem % P[f]
@@ -181,28 +279,58 @@ def kernel(mem_address, mem_length, P_address, P_length, p):
             oo += i * P[f + 1]
             ao += i * P[f + 2]
             bo += i * P[f + 3]
-        {call}
-    for _ in range(n_after):  # the products into the output
+"""
+_ENTRY_TAIL = """    for _ in range(n_after):  # the products into the output
         q = strided_copy(mem, P, q)
-'''
+"""
+# MAXLOG: each product's rows in `parts` parts of whole tiles, one task each
+MAX_ENTRY_SOURCE = (
+    _ENTRY_HEAD
+    + """    # each product's rows in `parts` parts of whole tiles: {parts}
+    blocks = (M + ROWS - 1) // ROWS
+    parts = {n_parts}
+    for t in {tasks}(n_batch * parts):
+"""
+    + _BATCH_OFFSETS.format(rem="rem = t // parts")
+    + """        c = t % parts
+        lo, hi = ROWS * (blocks * c // parts), min(M, ROWS * (blocks * (c + 1) // parts))
+        max_dot(mem, ao, P[p + GEMM_A_T], bo, oo, M, N, K, lo, hi)
+"""
+    + _ENTRY_TAIL
+)
+ENTRY_SOURCE = (
+    _ENTRY_HEAD
+    + """    for t in {batches}(n_batch):
+"""
+    + _BATCH_OFFSETS.format(rem="rem = t * 1  # a new value: a parallel loop's index must not change")
+    + """        {call}
+"""
+    + _ENTRY_TAIL
+)
+
+
+def _header(pattern: KernelPattern, formula: str, pointers: set[str]) -> str:
+    return HEADER.format(
+        name=pattern.name,
+        formula=formula,
+        semiring=pattern.semiring,
+        dtype=pattern.dtype,
+        then=", then NORMALIZE" if pattern.normalize else "",
+        pointers=", ".join(sorted(pointers)),
+        prange=", prange" if pattern.parallel else "",
+        abi=abi.gemm_source_constants(),
+    )
 
 
 def kernel_source(pattern: KernelPattern) -> str:
     """The whole module source of the GEMM kernel for `pattern`."""
     sr = SEMIRINGS[pattern.semiring]
+    if sr.is_max:
+        return max_plus_source(pattern)
     # BLAS sums products: plan/gemm.py makes GEMM steps only where ⊕ adds reals
     assert sr.sums_reals, f"no GEMM kernel for {sr.name}"
     log = sr.reduction == "logsumexp"
-    lines = HEADER.format(
-        name=pattern.name,
-        formula="⊕_k a[i][k] ⊗ b[k][j]",
-        semiring=sr.name,
-        dtype=pattern.dtype,
-        then=", then NORMALIZE" if pattern.normalize else "",
-        pointers=", ".join(sorted({"pointer_int64", "pointer_" + pattern.dtype})),
-        prange=", prange" if pattern.parallel else "",
-        abi=abi.gemm_source_constants(),
-    )
+    lines = _header(pattern, "⊕_k a[i][k] ⊗ b[k][j]", {"pointer_int64", "pointer_" + pattern.dtype})
     lines += f"SAFE = {SAFE[pattern.dtype]}\n" if log else ""
     lines += f"TILE = {TILE}  # a copy's tile edge (elements): 16 float64 are two cache lines\n"
     parallel = ", parallel=True" if pattern.parallel else ""
@@ -218,6 +346,49 @@ def kernel_source(pattern: KernelPattern) -> str:
         call=call,
         parallel=parallel,
         batches="prange" if pattern.parallel else "range",
+    )
+    if pattern.normalize:
+        body = _normalize(sr, pattern.dtype, pattern.parallel)
+        body[0] = "    G = p + GEMM_HEADER + GEMM_BATCH_FIELDS * nb  # the NORMALIZE groups"
+        lines += "\n".join(["    out = P[p + OUT]", "    n_out = M * N * n_batch"] + body) + "\n"
+    return lines
+
+
+def max_plus_source(pattern: KernelPattern) -> str:
+    """The whole module source of MAXLOG's GEMM kernel (max-plus) for `pattern`."""
+    sr = SEMIRINGS[pattern.semiring]
+    parallel = ", parallel=True" if pattern.parallel else ""
+    pointers = {"pointer_int64", "pointer_" + pattern.dtype, "stack_buffer_" + pattern.dtype, "BUFFER"}
+    lines = _header(pattern, "max_k a[i][k] + b[k][j]", pointers).replace(
+        " one BLAS GEMM per batch position", " a max-plus product per batch position"
+    )
+    lines += f"TILE = {TILE}  # a copy's tile edge (elements): 16 float64 are two cache lines\n"
+    lines += f"ROWS, COLS = {ROWS}, {COLS[pattern.dtype]}  # a tile of outputs (registers)\n"
+    lines += (
+        "# Indices into mem go through u(): Numba adds a negative-index wraparound to every\n"
+        "# signed index, which stops LLVM from seeing that a loop reads consecutive elements.\n"
+        "u = np.uint64\n"
+    )
+    rows_of_a = "\n".join(
+        f"        a{r} = mem[u(ao + {f'(i + {r})' if r else 'i'} * ai + k * ak)]" for r in range(ROWS)
+    )
+    max_terms = "\n".join(
+        f"            x = a{r} + y\n            s[{at}] = x if x > s[{at}] else s[{at}]"
+        for r, at in ((r, f"{r} * COLS + j" if r else "j") for r in range(ROWS))
+    )
+    lines += MAX_DOT.format(dtype=pattern.dtype, rows_of_a=rows_of_a, max_terms=max_terms)
+    lines += COPY.format(parallel=parallel, rows="prange" if pattern.parallel else "range")
+    if pattern.parallel:
+        n_parts = f"min(blocks, max(np.int64(1), -(-{PARTS} // n_batch)))"
+        why = f"{PARTS} parts in all at least, for the threads"
+    else:
+        n_parts, why = "np.int64(1)", "one, serial"
+    lines += MAX_ENTRY_SOURCE.format(
+        dtype=pattern.dtype,
+        parallel=parallel,
+        tasks="prange" if pattern.parallel else "range",
+        n_parts=n_parts,
+        parts=why,
     )
     if pattern.normalize:
         body = _normalize(sr, pattern.dtype, pattern.parallel)

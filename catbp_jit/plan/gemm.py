@@ -23,12 +23,21 @@ logsumexp, so every result is within rounding of the reference (codegen/cpu_gemm
 SAT and COUNT have no BLAS: their segments keep the loop kernels. GEMM sums in the dtype
 (float32 included, where the loop kernels sum in float64): float32 GEMMs are bounded to
 short sums for the tolerance's sake.
+
+MAXLOG has no BLAS either, but its ⊕ is a max, exact in any order: its GEMM steps are
+max-plus products out[i][j] = max_k a[i][k] + b[k][j] in a kernel of our own
+(codegen/cpu_gemm.py: tiles of outputs kept in registers, the terms of each in the order
+of k), every element the loop kernels' bits (each term is the same one addition of the
+two leaves). Its b is read along rows (b[k][j..j+COLS], one vector per k), so a b that
+is stored [N][K] is copied into a C-order matrix first; and the threads share the rows
+of every product, large ones included (no BLAS to run them on threads of its own).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from math import prod
 
 from .. import abi
@@ -43,6 +52,23 @@ GEMM_DTYPES = ("float64", "float32")
 # float32 sums round to ~K x 6e-8; docs/ir.md's float32 tolerance is rtol 1e-5
 FLOAT32_MAX_K = 64
 MIN_WORK = 4096  # below this, a BLAS call costs more than the loop kernel
+# MAXLOG's max-plus products: the tile of outputs its kernel keeps in registers
+# (codegen/cpu_gemm.py), ROWS rows of COLS columns
+MAX_PLUS_ROWS = 4
+MAX_PLUS_COLS = {"float64": 16, "float32": 32}
+# A max-plus step replaces the loop kernel where it costs less, in ns on one core
+# (measured on x86-64 with AVX-512, float64): a term of the loop kernel (1-6 ns on the
+# UAI models' products, their leaves gathered along the vector across outputs), a term
+# in a full tile (~0.08 ns), in a narrower one (fewer columns than COLS, or rows left
+# over: ~0.5 ns), a product's own cost (b and a checked for +inf and NaN, the parts),
+# and a copy's: each element (one at a time) and, per row of its two innermost axes,
+# each other axis (placed by div/mod: the cost of copies of many short axes)
+LOOP_TERM_NS = 2.0
+TILE_TERM_NS = 0.1
+NARROW_TERM_NS = 0.5
+PRODUCT_NS = 100.0
+COPY_ELEMENT_NS = 4.0
+COPY_AXIS_NS = 10.0
 # ... and below this many products per element of a, b and out: BLAS gains from reusing
 # each element of a and b across a row or column; a skinny product (a batch of dot
 # products) has nothing to reuse, and LOGPROB's exponentials of a and b would cost as much
@@ -90,6 +116,14 @@ class GemmShape:
     copies_end: int = 0  # workspace the copies take (each matrix starts a cache line)
 
     @property
+    def batch_size(self) -> int:
+        return prod(size for size, *_ in self.batch)
+
+    @property
+    def terms(self) -> int:
+        return self.batch_size * self.m * self.n * self.k
+
+    @property
     def copied_elements(self) -> int:
         return sum(c.elements for c in (self.copy_a, self.copy_b, self.copy_out) if c is not None)
 
@@ -119,7 +153,7 @@ def gemm_shape(
     if (
         options.exact
         or not options.gemm
-        or not semiring(fused.semiring).sums_reals
+        or not (semiring(fused.semiring).sums_reals or semiring(fused.semiring).is_max)
         or dtype not in GEMM_DTYPES
         or len(seg.leaves) != 2
     ):
@@ -144,14 +178,17 @@ def gemm_shape(
     only0 = [x for x in out if x in a and x not in b]
     only1 = [x for x in out if x in b and x not in a]
     m, n, k = (prod(size[x] for x in g) for g in (only0, only1, red))
-    if dtype == "float32" and k > FLOAT32_MAX_K or m * n * k < MIN_WORK:
+    max_plus = semiring(fused.semiring).is_max  # (a max is exact: float32's sums need no bound)
+    if dtype == "float32" and k > FLOAT32_MAX_K and not max_plus or m * n * k < MIN_WORK:
         return None
     if m * n * k < MIN_REUSE * (m * k + k * n + m * n):
         return None
     so, s0, s1 = (c_strides(spec) for spec in (out_l, l0, l1))
     best: GemmShape | None = None
     # both orientations (out = a b, or out^T = b^T a^T), each group's axes in the order of
-    # one operand that has them: the candidate that copies least, the first on a tie
+    # one operand that has them: the candidate that copies least (MAXLOG: that costs
+    # least), the first on a tie
+    cost = partial(max_plus_ns, dtype=dtype) if max_plus else (lambda shape: shape.copied_elements)
     for (va, sa, ka), (vb, sb, kb) in (((0, s0, a), (1, s1, b)), ((1, s1, b), (0, s0, a))):
         rows = only0 if va == 0 else only1
         cols = only1 if va == 0 else only0
@@ -159,12 +196,31 @@ def gemm_shape(
             for ro in _orders(rows, out, ka):
                 for co in _orders(cols, out, kb):
                     for ko in _orders(list(red), ka, kb):
-                        shape = _shape(seg.leaves[va], seg.leaves[vb], sh, ro, co, ko, so, sa, sb, size)
-                        if best is None or shape.copied_elements < best.copied_elements:
+                        shape = _shape(
+                            seg.leaves[va], seg.leaves[vb], sh, ro, co, ko, so, sa, sb, size, max_plus
+                        )
+                        if shape.copied_elements and not options.gemm_copies:
+                            continue  # (no workspace for copies: plan/pipeline.py)
+                        if best is None or cost(shape) < cost(best):
                             best = shape
-    if best is not None and best.copied_elements and not options.gemm_copies:
-        return None
+    if max_plus and best is not None and cost(best) >= best.terms * LOOP_TERM_NS:
+        return None  # the loop kernel is cheaper
     return best
+
+
+def max_plus_ns(shape: GemmShape, dtype: str) -> float:
+    """What a max-plus step of this shape costs (ns on one core, the model above)."""
+    m, n, k = shape.m, shape.n, shape.k
+    full = m - m % MAX_PLUS_ROWS if n >= MAX_PLUS_COLS[dtype] else 0  # rows in full tiles
+    per_product = (full * TILE_TERM_NS + (m - full) * NARROW_TERM_NS) * n * k + PRODUCT_NS
+    ns = shape.batch_size * per_product
+    for c, leaf in ((shape.copy_a, True), (shape.copy_b, True), (shape.copy_out, False)):
+        if c is not None:
+            packed = _c_order(c.sizes)
+            walked = _walked(0, 0, c.sizes, *((c.strides, packed) if leaf else (packed, c.strides)))
+            rows = prod(walked.sizes[:-2])
+            ns += c.elements * COPY_ELEMENT_NS + rows * max(0, len(c.sizes) - 2) * COPY_AXIS_NS
+    return ns
 
 
 def _orders(group: list, *operands: dict) -> list[tuple]:
@@ -172,7 +228,9 @@ def _orders(group: list, *operands: dict) -> list[tuple]:
     return list(dict.fromkeys(tuple(x for x in op if x in group) for op in operands))
 
 
-def _shape(a: int, b: int, shared, rows, cols, ks, so, sa, sb, size) -> GemmShape:
+def _shape(a: int, b: int, shared, rows, cols, ks, so, sa, sb, size, b_rows: bool = False) -> GemmShape:
+    """b_rows: b must be a C-order [K][N] matrix (MAXLOG's kernel reads its rows), else
+    it is copied into one."""
     m, n, k = (prod(size[x] for x in g) for g in (rows, cols, ks))
     at = 0  # workspace used so far
 
@@ -189,7 +247,7 @@ def _shape(a: int, b: int, shared, rows, cols, ks, so, sa, sb, size) -> GemmShap
     copy_a = copy_b = copy_out = None
     if a_t is None:
         copy_a, a_t, sa = copy(shared + rows + ks, sa), False, packed(shared + rows + ks)
-    if b_t is None:
+    if b_t is None or b_t and b_rows:
         copy_b, b_t, sb = copy(shared + ks + cols, sb), False, packed(shared + ks + cols)
     if _group(cols, so, size) not in (1, None) or _group(rows, so, size) not in (n, None):
         copy_out, so = copy(shared + rows + cols, so), packed(shared + rows + cols)
@@ -282,6 +340,7 @@ def gemm_step(
         c = work + co.at
         copy_out = (_walked(c, out, co.sizes, _c_order(co.sizes), co.strides),)
     log = semiring(fused.semiring).is_log
+    max_plus = semiring(fused.semiring).is_max
     params = abi.GemmParams(
         out=out,
         a=a,
@@ -302,12 +361,10 @@ def gemm_step(
     flops = n_batch * shape.m * shape.n * shape.k * 2
     # several small products: the threads share the batch positions and the copies. Not
     # for large ones, which BLAS runs on its own threads, nor LOGPROB's, whose batch
-    # positions share the workspace of exponentials
-    parallel = (
-        n_batch >= PARALLEL_BATCH
-        and shape.m * shape.n * shape.k <= SMALL_PRODUCT
-        and flops >= options.parallel_min_work
-        and not log
+    # positions share the workspace of exponentials. MAXLOG's threads share the rows of
+    # every product (its kernel is ours: no BLAS threads)
+    parallel = flops >= options.parallel_min_work and (
+        max_plus or n_batch >= PARALLEL_BATCH and shape.m * shape.n * shape.k <= SMALL_PRODUCT and not log
     )
     pattern = KernelPattern(fused.semiring, dtype, True, seg.normalize, parallel, template="gemm")
     return Step(seg, pattern, params, flops)
