@@ -132,7 +132,11 @@ def test_scaled_number_and_pow2_tables():
 UAI = ["Promedus_11", "CSP_12", "Pedigree_11"]  # shipped in tests/data/uai2014
 
 
-@pytest.mark.parametrize("name", UAI)
+# each compiles two models of a real instance (11-15 s cold here): Promedus_11 (a network
+# with evidence) by default, the other two with the slow tests
+@pytest.mark.parametrize(
+    "name", [n if n == "Promedus_11" else pytest.param(n, marks=pytest.mark.slow) for n in UAI]
+)
 def test_uai2014_instances_exact_in_prob_and_logprob(name):
     d = shared_dir() / "uai2014" / "problems" / name
     graph = read_uai(d / f"{name}.uai")
