@@ -51,41 +51,30 @@ def test_mpe_text_and_json(capsys):
 
 
 def test_map_with_names_and_a_query_file(capsys, tmp_path):
-    code, out, _ = run(
-        capsys,
-        "solve",
-        ASIA,
-        "--task",
-        "MAP",
-        "--query",
-        "lung,bronc",
-        "--observe",
-        "dysp=yes",
-        "--format",
-        "uai",
-        "-q",
-        *REF,
-    )
+    def map_of(query):
+        return run(
+            capsys,
+            "solve",
+            ASIA,
+            "--task",
+            "MAP",
+            "--query",
+            query,
+            "--observe",
+            "dysp=yes",
+            "--format",
+            "uai",
+            "-q",
+            *REF,
+        )
+
+    code, out, _ = map_of("lung,bronc")
     assert code == 0
     assert out == "MMAP\n2 3 1 4 0\n"  # lung = no, bronc = yes
     query = tmp_path / "asia.uai.query"
     query.write_text("2 3 4\n")
     assert read_query(query, read_bif(ASIA)) == ("lung", "bronc")
-    code, out2, _ = run(
-        capsys,
-        "solve",
-        ASIA,
-        "--task",
-        "MAP",
-        "--query",
-        str(query),
-        "--observe",
-        "dysp=yes",
-        "--format",
-        "uai",
-        "-q",
-        *REF,
-    )
+    code, out2, _ = map_of(str(query))
     assert code == 0 and out2 == out
 
 
