@@ -282,7 +282,7 @@ def _each_element(ind: str, body: str, parallel: bool) -> list[str]:
     serial = [f"{ind}for o in range(size):", f"{ind}    {body}"]
     if not parallel:
         return serial
-    shared = body.replace("[base + o * es]", "[base + e * es]")
+    shared = body.replace("[u(base + o * es)]", "[u(base + e * es)]")
     return [
         f"{ind}if groups == 1:",
         f"{ind}    for e in prange(size):",
@@ -291,13 +291,14 @@ def _each_element(ind: str, body: str, parallel: bool) -> list[str]:
     ] + ["    " + line for line in serial]
 
 
-def _normalize(sr: Semiring, dtype: str, parallel: bool = False) -> list[str]:
+def _normalize(sr: Semiring, dtype: str, parallel: bool = False, lanes: bool = False) -> list[str]:
     """NORMALIZE the output in `groups` parts (the batch rows) of `size` elements each,
     part g at out + g * gs, its elements es apart (plan/schedule.py: normalize_groups).
-    Its sums run in the elements' order; with `parallel` the last pass (the division or
-    the subtraction) is shared among the threads."""
+    Its sums run in the elements' order, but with `lanes` a total is the module's
+    lane_total (reassociating GEMM kernels: codegen/cpu_gemm.py); with `parallel` the last
+    pass (the division or the subtraction) is shared among the threads."""
     i = "        "
-    x = "mem[base + o * es]"
+    x = "mem[u(base + o * es)]"  # (u: unsigned, so that LLVM vectorizes the passes)
     head = [
         "    G = p + SIZES + D + R + P[p + LEAVES] * (1 + D)  # after the last leaf's strides",
         "    groups, gs, es, totals = P[G], P[G + 1], P[G + 2], P[G + 3]",
@@ -308,10 +309,12 @@ def _normalize(sr: Semiring, dtype: str, parallel: bool = False) -> list[str]:
     if sr.normalization == "divide_by_total":
         return (
             head
+            + (
+                [f"{i}total = lane_total(mem, base, es, size)"]
+                if lanes
+                else [f"{i}total = 0.0", f"{i}for o in range(size):", f"{i}    total += {x}"]
+            )
             + [
-                f"{i}total = 0.0",
-                f"{i}for o in range(size):",
-                f"{i}    total += {x}",
                 f"{i}if totals >= 0:  # the total kept as a value of its own (plan/totals.py)",
                 f"{i}    mem[totals + g] = total",
                 f"{i}if total != 0.0:",

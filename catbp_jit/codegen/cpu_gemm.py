@@ -141,41 +141,51 @@ COPY = '''
 @njit(cache=True, nogil=True, error_model="numpy"{parallel})
 def strided_copy(mem, P, q):
     """The copy at P[q:] (abi.py: StridedCopy); returns where the next copy starts. The
-    last two axes are walked in TILE x TILE tiles (the planner puts the destination's
-    densest axis last and the source's before it: a transpose then reads and writes whole
-    cache lines); each position of the axes before them (a row) placed by div/mod."""
+    last two axes are walked in blocks of TILE positions of the one before last (the
+    planner puts the destination's densest axis last and the source's before it: a
+    transpose then reads and writes whole cache lines); the threads share the blocks of
+    every position of the axes before them (a row, placed by div/mod once a block)."""
     src, dst, rank = P[q + COPY_SRC], P[q + COPY_DST], P[q + COPY_RANK]
     ax = q + COPY_HEADER
     last = ax + COPY_AXIS_FIELDS * (rank - 1)
     n, ss, ds = P[last], P[last + 1], P[last + 2]
-    if rank == 1:
-        for t in range(n):
-            mem[dst + t * ds] = mem[src + t * ss]
-        return last + COPY_AXIS_FIELDS
-    m, ms, md = P[last - COPY_AXIS_FIELDS], P[last - COPY_AXIS_FIELDS + 1], P[last - COPY_AXIS_FIELDS + 2]
+    m, ms, md = np.int64(1), np.int64(0), np.int64(0)  # one row of n, if rank is 1
+    if rank > 1:
+        m, ms, md = P[last - COPY_AXIS_FIELDS], P[last - COPY_AXIS_FIELDS + 1], P[last - COPY_AXIS_FIELDS + 2]
     rows = np.int64(1)
     for d in range(rank - 2):
         rows *= P[ax + COPY_AXIS_FIELDS * d]
-    for r in {rows}(rows):
-        copy_row(mem, P, ax, rank, src, dst, r, m, ms, md, n, ss, ds)
+    blocks = (m + TILE - 1) // TILE
+    for t in {rows}(rows * blocks):
+        copy_block(mem, P, ax, rank, src, dst, t // blocks, TILE * (t % blocks), m, ms, md, n, ss, ds)
     return last + COPY_AXIS_FIELDS
 
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def copy_row(mem, P, ax, rank, src, dst, r, m, ms, md, n, ss, ds):
-    """Row r of the copy: its m x n elements of the last two axes, in tiles."""
-    rem = r * 1  # a new value: a parallel loop's index must not change
+def copy_block(mem, P, ax, rank, src, dst, r, i0, m, ms, md, n, ss, ds):
+    """Positions i0..i0+TILE-1 of the axis before last in row r: where both last axes
+    are dense, each position's n elements as one run (a loop LLVM vectorizes); else in
+    TILE x TILE tiles."""
+    rem = r
     for d in range(rank - 3, -1, -1):
         f = ax + COPY_AXIS_FIELDS * d
         i = rem % P[f]
         rem //= P[f]
         src += i * P[f + 1]
         dst += i * P[f + 2]
-    for u0 in range(0, m, TILE):
+    i1 = min(i0 + TILE, m)
+    if ss == 1 and ds == 1:
+        for i in range(i0, i1):
+            s, d = src + i * ms, dst + i * md
+            for t in range(n):
+                mem[u(d + t)] = mem[u(s + t)]
+    else:
         for t0 in range(0, n, TILE):
-            for u in range(u0, min(u0 + TILE, m)):
-                for t in range(t0, min(t0 + TILE, n)):
-                    mem[dst + u * md + t * ds] = mem[src + u * ms + t * ss]
+            t1 = min(t0 + TILE, n)
+            for i in range(i0, i1):
+                s, d = src + i * ms, dst + i * md
+                for t in range(t0, t1):
+                    mem[u(d + t * ds)] = mem[u(s + t * ss)]
 '''
 
 MAX_DOT = '''
@@ -249,6 +259,42 @@ def max_dot(mem, ao, a_t, bo, oo, M, N, K, lo, hi):
             row(mem, s, ao, ai, ak, bo, oo, N, K, i)
             i += 1
 '''
+
+# PROB's NORMALIZE total: this mode may regroup sums (docs/architecture.md §12), so it
+# runs in LANES interleaved running sums that do not wait on each other (a sum in the
+# elements' order is a chain of dependent additions: ~1.5 ms for a 1.77 M-element output,
+# ~0.3 ms in lanes), added in a fixed order after: the bits depend on sizes alone
+LANES = 8
+LANE_TOTAL = """
+
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def lane_total(mem, base, es, size):
+    \"\"\"Σ of mem[base + o * es] for o < size: element o added to lane o % {lanes}, each
+    lane in order, then the lanes pairwise and the last size % {lanes} elements.\"\"\"
+{zero}
+    o = np.int64(0)
+    while o + {lanes} <= size:
+        at = base + o * es
+{adds}
+        o += {lanes}
+    rest = 0.0
+    while o < size:
+        rest += mem[u(base + o * es)]
+        o += 1
+    return {combined} + rest
+""".format(
+    lanes=LANES,
+    zero="    " + " = ".join(f"s{i}" for i in range(LANES)) + " = 0.0",
+    adds="\n".join(f"        s{i} += mem[u(at{f' + {i} * es' if i else ''})]" for i in range(LANES)),
+    combined="((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))",
+)
+assert LANES == 8  # (the pairwise sum above is written for 8)
+
+UNSIGNED = (
+    "# Indices into mem go through u(): Numba adds a negative-index wraparound to every\n"
+    "# signed index, which stops LLVM from seeing that a loop reads consecutive elements.\n"
+    "u = np.uint64\n"
+)
 
 # The entry of a GEMM step, in pieces that the two kinds share (the sum's text is as it
 # was before the max-plus kind came: its kernels' sources, and so users' caches, stay)
@@ -333,8 +379,11 @@ def kernel_source(pattern: KernelPattern) -> str:
     lines = _header(pattern, "⊕_k a[i][k] ⊗ b[k][j]", {"pointer_int64", "pointer_" + pattern.dtype})
     lines += f"SAFE = {SAFE[pattern.dtype]}\n" if log else ""
     lines += f"TILE = {TILE}  # a copy's tile edge (elements): 16 float64 are two cache lines\n"
+    lines += UNSIGNED
     parallel = ", parallel=True" if pattern.parallel else ""
     lines += DOT + (LOG_DOT if log else "")
+    lanes = pattern.normalize and sr.normalization == "divide_by_total"  # PROB's total (LANE_TOTAL)
+    lines += LANE_TOTAL if lanes else ""
     lines += COPY.format(parallel=parallel, rows="prange" if pattern.parallel else "range")
     call = (
         "log_dot(mem, ao, P[p + GEMM_A_T], bo, P[p + GEMM_B_T], oo, M, N, K, P[p + GEMM_WORK])"
@@ -348,7 +397,7 @@ def kernel_source(pattern: KernelPattern) -> str:
         batches="prange" if pattern.parallel else "range",
     )
     if pattern.normalize:
-        body = _normalize(sr, pattern.dtype, pattern.parallel)
+        body = _normalize(sr, pattern.dtype, pattern.parallel, lanes=lanes)
         body[0] = "    G = p + GEMM_HEADER + GEMM_BATCH_FIELDS * nb  # the NORMALIZE groups"
         lines += "\n".join(["    out = P[p + OUT]", "    n_out = M * N * n_batch"] + body) + "\n"
     return lines
@@ -364,11 +413,7 @@ def max_plus_source(pattern: KernelPattern) -> str:
     )
     lines += f"TILE = {TILE}  # a copy's tile edge (elements): 16 float64 are two cache lines\n"
     lines += f"ROWS, COLS = {ROWS}, {COLS[pattern.dtype]}  # a tile of outputs (registers)\n"
-    lines += (
-        "# Indices into mem go through u(): Numba adds a negative-index wraparound to every\n"
-        "# signed index, which stops LLVM from seeing that a loop reads consecutive elements.\n"
-        "u = np.uint64\n"
-    )
+    lines += UNSIGNED
     rows_of_a = "\n".join(
         f"        a{r} = mem[u(ao + {f'(i + {r})' if r else 'i'} * ai + k * ak)]" for r in range(ROWS)
     )

@@ -1,0 +1,128 @@
+"""A GEMM step's strided copies (codegen/cpu_gemm.py's strided_copy, plan/gemm._walked)
+and PROB's NORMALIZE total in lanes: checked alone against numpy, on the generated
+module itself (no plan around it), serial and parallel."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from catbp_jit.codegen.cpu_gemm import LANES, kernel_source
+from catbp_jit.plan.gemm import _walked
+from catbp_jit.plan.steps import KernelPattern
+from jit_helpers import settings
+
+MODULES: dict[bool, object] = {}
+
+
+def gemm_module(tmp_path_factory, parallel: bool):
+    """PROB float64's normalizing GEMM module, imported from its generated source."""
+    if parallel not in MODULES:
+        pattern = KernelPattern("PROB", "float64", True, True, parallel, template="gemm")
+        path = tmp_path_factory.mktemp("gemm") / f"gemm_copies_{int(parallel)}.py"
+        path.write_text(kernel_source(pattern))
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        MODULES[parallel] = module
+    return MODULES[parallel]
+
+
+def c_strides(sizes) -> list[int]:
+    strides, step = [], 1
+    for n in reversed(sizes):
+        strides.append(step)
+        step *= n
+    return strides[::-1]
+
+
+def copy_case(sizes, src_order, dst_order):
+    """mem holding a source tensor laid out in src_order (its axes outermost first),
+    then room for the destination in dst_order; the copy's parameters; the expected
+    destination region."""
+    total = math.prod(sizes)
+    src_at, dst_at = 3, 3 + total + 5  # not aligned on purpose
+    mem = np.full(dst_at + total + 4, -7.0)
+    mem[src_at : src_at + total] = np.arange(1.0, total + 1.0)
+    src_strides, dst_strides = [0] * len(sizes), [0] * len(sizes)
+    for order, strides in ((src_order, src_strides), (dst_order, dst_strides)):
+        for d, s in zip(order, c_strides([sizes[d] for d in order])):
+            strides[d] = s
+    copy = _walked(src_at, dst_at, sizes, src_strides, dst_strides)
+    logical = np.lib.stride_tricks.as_strided(
+        mem[src_at:], shape=sizes, strides=[8 * s for s in src_strides]
+    ).copy()
+    want = mem.copy()
+    want[dst_at : dst_at + total] = logical.transpose(dst_order).ravel()
+    return mem, np.array(copy.pack(), dtype=np.int64), want
+
+
+@st.composite
+def copies(draw):
+    rank = draw(st.integers(1, 4))
+    sizes = draw(st.lists(st.integers(1, 37), min_size=rank, max_size=rank))
+    if math.prod(sizes) > 60_000:
+        sizes = [min(n, 9) for n in sizes]
+    src_order = draw(st.permutations(range(rank)))
+    dst_order = draw(st.permutations(range(rank)))
+    return tuple(sizes), tuple(src_order), tuple(dst_order)
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+@pytest.mark.parametrize(
+    "sizes, src_order, dst_order",
+    [
+        ((1771,), (0,), (0,)),  # one dense run
+        ((11, 133, 21), (0, 1, 2), (1, 0, 2)),  # dense runs, blocks of 16 and a rest
+        ((121, 11), (1, 0), (0, 1)),  # a transpose, tiles with a rest
+        ((3, 5, 17, 19), (2, 0, 3, 1), (1, 3, 0, 2)),  # rows placed by div/mod, tiles
+        ((1, 1), (0, 1), (1, 0)),
+    ],
+)
+def test_strided_copies_move_every_element_and_nothing_else(
+    tmp_path_factory, parallel, sizes, src_order, dst_order
+):
+    module = gemm_module(tmp_path_factory, parallel)
+    mem, P, want = copy_case(sizes, src_order, dst_order)
+    end = module.strided_copy(mem, P, 0)
+    assert end == len(P)
+    np.testing.assert_array_equal(mem, want)
+
+
+@settings(40)
+@given(case=copies(), parallel=st.booleans())
+def test_random_strided_copies_move_every_element_and_nothing_else(tmp_path_factory, case, parallel):
+    module = gemm_module(tmp_path_factory, parallel)
+    mem, P, want = copy_case(*case)
+    module.strided_copy(mem, P, 0)
+    np.testing.assert_array_equal(mem, want)
+
+
+@pytest.mark.parametrize("size, es", [(0, 1), (5, 1), (8, 1), (1001, 1), (77, 3)])
+def test_the_normalize_total_adds_in_lanes_in_a_fixed_order(tmp_path_factory, size, es):
+    """Element o goes to lane o % LANES, the lanes are added pairwise, then the rest: the
+    bits depend on the sizes alone (and are within rounding of any other order)."""
+    module = gemm_module(tmp_path_factory, False)
+    rng = np.random.default_rng(size)
+    mem = rng.random(4 + size * es) * 10.0 ** rng.integers(-3, 4, 4 + size * es)
+    x = mem[4 : 4 + size * es : es]
+    whole = size - size % LANES
+    lanes = [0.0] * LANES
+    for o in range(whole):
+        lanes[o % LANES] += x[o]
+    rest = 0.0
+    for o in range(whole, size):
+        rest += x[o]
+    want = (
+        ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3]))
+        + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]))
+        + rest
+    )
+    got = module.lane_total(mem, 4, es, size)
+    assert got == want
+    assert got == pytest.approx(math.fsum(x), rel=1e-14)
