@@ -591,11 +591,13 @@ def test_an_intermediate_two_segments_need_is_computed_once():
     ],
     ids=["in-place", "copied"],
 )
-def test_gemm_steps_of_many_small_products_run_on_all_threads(a_axes, b_axes, keep, copies):
+@pytest.mark.parametrize("semiring", ["PROB", "LOGPROB"])
+def test_gemm_steps_of_many_small_products_run_on_all_threads(a_axes, b_axes, keep, copies, semiring):
     """A GEMM step of 12 small products made parallel (its batch positions, its copies'
-    rows and its normalization's division shared by the threads): the serial step's bits,
-    on one thread as on two, and no allocation per run."""
-    case = gemm_case("PROB", "float64", a_axes, b_axes, keep, norm=True)
+    blocks and its normalization's division shared by the threads; LOGPROB's positions in
+    parts with a workspace each): the serial step's bits, on one thread as on two, and no
+    allocation per run."""
+    case = gemm_case(semiring, "float64", a_axes, b_axes, keep, norm=True)
     runs = {}
     for parallel_min_work in (1, catbp_jit.PlanOptions().parallel_min_work):
         options = catbp_jit.PlanOptions(exact=False, parallel_min_work=parallel_min_work)

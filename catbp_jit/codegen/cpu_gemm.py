@@ -29,8 +29,10 @@ kernels' sticky max. The threads share the rows of each product, in parts of who
 
 from __future__ import annotations
 
+import textwrap
+
 from .. import abi
-from ..plan.gemm import MAX_PLUS_COLS, MAX_PLUS_ROWS
+from ..plan.gemm import LOG_PARTS, MAX_PLUS_COLS, MAX_PLUS_ROWS
 from ..plan.steps import KernelPattern
 from ..semiring import SEMIRINGS
 from .cpu import _normalize
@@ -353,6 +355,20 @@ ENTRY_SOURCE = (
 """
     + _ENTRY_TAIL
 )
+# parallel LOGPROB: the batch positions in LOG_PARTS parts, each part's exponentials in a
+# workspace of its own (plan/gemm.py sized the step's workspace for them)
+LOG_PARALLEL_ENTRY_SOURCE = (
+    _ENTRY_HEAD
+    + """    W = M * K + K * N + M + N  # one part's workspace
+    for c in prange(LOG_PARTS):
+        for t in range(n_batch * c // LOG_PARTS, n_batch * (c + 1) // LOG_PARTS):
+"""
+    + textwrap.indent(_BATCH_OFFSETS.format(rem="rem = t * 1"), "    ")
+    + """            work = P[p + GEMM_WORK] + c * W
+            log_dot(mem, ao, P[p + GEMM_A_T], bo, P[p + GEMM_B_T], oo, M, N, K, work)
+"""
+    + _ENTRY_TAIL
+)
 
 
 def _header(pattern: KernelPattern, formula: str, pointers: set[str]) -> str:
@@ -390,12 +406,16 @@ def kernel_source(pattern: KernelPattern) -> str:
         if log
         else "dot(mem, ao, P[p + GEMM_A_T], bo, P[p + GEMM_B_T], oo, M, N, K)"
     )
-    lines += ENTRY_SOURCE.format(
-        dtype=pattern.dtype,
-        call=call,
-        parallel=parallel,
-        batches="prange" if pattern.parallel else "range",
-    )
+    if log and pattern.parallel:
+        lines += f"LOG_PARTS = {LOG_PARTS}  # parts of the batch, a workspace each\n"
+        lines += LOG_PARALLEL_ENTRY_SOURCE.format(dtype=pattern.dtype, parallel=parallel)
+    else:
+        lines += ENTRY_SOURCE.format(
+            dtype=pattern.dtype,
+            call=call,
+            parallel=parallel,
+            batches="prange" if pattern.parallel else "range",
+        )
     if pattern.normalize:
         body = _normalize(sr, pattern.dtype, pattern.parallel, lanes=lanes)
         body[0] = "    G = p + GEMM_HEADER + GEMM_BATCH_FIELDS * nb  # the NORMALIZE groups"

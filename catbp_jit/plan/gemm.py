@@ -81,6 +81,11 @@ MIN_REUSE = 4
 # 1.8 M multiply-adds joined those of 1,331 small ones (2 cores)
 PARALLEL_BATCH = 2
 SMALL_PRODUCT = 1 << 24
+# A parallel LOGPROB step cuts its batch positions into this many parts, each with a
+# workspace of exponentials of its own (a constant, not the thread count: the plan and so
+# the bits never depend on the machine), where that workspace stays small
+LOG_PARTS = 16
+LOG_PARTS_MAX_ELEMENTS = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -134,11 +139,26 @@ class GemmShape:
 
     @property
     def log_elements(self) -> int:
-        """LOGPROB's workspace: exp(a - ma), exp(b - mb), ma, mb (reused per batch position)."""
+        """LOGPROB's workspace: exp(a - ma), exp(b - mb), ma, mb (reused per batch position),
+        one per part of a parallel step (LOG_PARTS)."""
         return self.m * self.k + self.k * self.n + self.m + self.n
 
-    def work_elements(self, log: bool) -> int:
-        return self.log_work + self.log_elements if log else self.copies_end
+    def work_elements(self, log: bool, parallel: bool) -> int:
+        return self.log_work + self.log_elements * (LOG_PARTS if parallel else 1) if log else self.copies_end
+
+
+def runs_parallel(shape: GemmShape, sr_name: str, options: PlanOptions) -> bool:
+    """Whether a GEMM step of this shape runs on all threads. Several small products: the
+    threads share the batch positions and the copies (LOGPROB's in LOG_PARTS parts, where
+    their workspaces stay small). Not large ones, which BLAS runs on its own threads.
+    MAXLOG's threads share the rows of every product (its kernel is ours: no BLAS threads)."""
+    if 2 * shape.terms < options.parallel_min_work:
+        return False
+    sr = semiring(sr_name)
+    if sr.is_max:
+        return True
+    small = shape.batch_size >= PARALLEL_BATCH and shape.m * shape.n * shape.k <= SMALL_PRODUCT
+    return small and (not sr.is_log or shape.log_elements * LOG_PARTS <= LOG_PARTS_MAX_ELEMENTS)
 
 
 def _aligned(n: int) -> int:
@@ -301,8 +321,10 @@ def gemm_workspace(
     need = {}
     for i, seg in enumerate(fused.segments):
         shape = gemm_shape(seg, fused, layouts, dtype, options)
-        if shape is not None and shape.work_elements(log):
-            need[i] = shape.work_elements(log)
+        if shape is not None:
+            elements = shape.work_elements(log, runs_parallel(shape, fused.semiring, options))
+            if elements:
+                need[i] = elements
     return need
 
 
@@ -340,7 +362,6 @@ def gemm_step(
         c = work + co.at
         copy_out = (_walked(c, out, co.sizes, _c_order(co.sizes), co.strides),)
     log = semiring(fused.semiring).is_log
-    max_plus = semiring(fused.semiring).is_max
     params = abi.GemmParams(
         out=out,
         a=a,
@@ -357,17 +378,9 @@ def gemm_step(
         before=copy_a + copy_b,
         after=copy_out,
     )
-    n_batch = prod(size for size, *_ in shape.batch)
-    flops = n_batch * shape.m * shape.n * shape.k * 2
-    # several small products: the threads share the batch positions and the copies. Not
-    # for large ones, which BLAS runs on its own threads, nor LOGPROB's, whose batch
-    # positions share the workspace of exponentials. MAXLOG's threads share the rows of
-    # every product (its kernel is ours: no BLAS threads)
-    parallel = flops >= options.parallel_min_work and (
-        max_plus or n_batch >= PARALLEL_BATCH and shape.m * shape.n * shape.k <= SMALL_PRODUCT and not log
-    )
+    parallel = runs_parallel(shape, fused.semiring, options)
     pattern = KernelPattern(fused.semiring, dtype, True, seg.normalize, parallel, template="gemm")
-    return Step(seg, pattern, params, flops)
+    return Step(seg, pattern, params, 2 * shape.terms)
 
 
 Copies = tuple[abi.StridedCopy, ...]
