@@ -27,6 +27,7 @@ from catbp_jit.plan.loops import (
     canonical_loops,
     lines_per_term,
     loop_nest,
+    set_conflicts,
 )
 from catbp_jit.plan.options import PlanOptions
 from jit_helpers import session_results
@@ -309,6 +310,23 @@ def test_a_big_leaf_with_an_output_axis_inside_its_lines_is_read_whole_across_bo
     assert nest.across == ACROSS_BOTH
     want = terms_by_output([4, 4, 64], groups, small)
     assert terms_by_output(nest.sizes, nest.groups, nest.operands) == want
+
+
+def test_outputs_whose_lines_share_an_l1_set_are_summed_across_reduced_axes():
+    # out[a] = sum_b f[a, b] g[b] with f's b innermost and 512 long: across outputs, a
+    # vector of 256 outputs reads 256 lines 4 KiB apart, all in one L1 set (grid6_d2's
+    # slowest reductions: 3.9 ns a term, against 1.75 across reduced axes); with b 520
+    # long the lines spread over the sets, and the cost model's choice stays across outputs
+    def nest(n, across=None):
+        ops = [[1, 0], [n, 1], [0, 1]]
+        return loop_nest([256, n], [0, 1], ops, True, 1, 256, False, across)
+
+    outputs = nest(512, ACROSS_OUTPUTS)
+    assert outputs.vector_sizes() == [256] and set_conflicts(outputs, 1) == 1.0
+    assert set_conflicts(nest(512, ACROSS_REDUCED), 1) == 0.0
+    assert nest(512).across == ACROSS_REDUCED
+    assert set_conflicts(nest(520, ACROSS_OUTPUTS), 1) == 0.0
+    assert nest(520).across == ACROSS_OUTPUTS
 
 
 @pytest.mark.parametrize(

@@ -67,6 +67,15 @@ CACHED_ELEMENTS = 1 << 19
 LINE_COST = 3.0
 # one output's terms of that leaf (float64) stay in a core's cache for the next output
 SWEEP_CACHE_BYTES = 1 << 19
+# A core's L1 data cache: L1_SETS sets of L1_WAYS 64-byte lines (32 KiB, 8-way: AMD's
+# cores since Zen, Intel's before Ice Lake). Vector elements a multiple of 4 KiB apart put
+# their lines in one set, and many more than L1_WAYS of them evict each other at every
+# term: grid6_d2's reductions of a 1 MiB leaf whose 256 outputs lie 4 KiB apart ran 3.9 ns
+# a term across outputs, against 1.75 across reduced axes (each output's terms in a row).
+# Twice the ways cost little (two leaves of 16 lines a set: 154 us across outputs against
+# 245 us across reduced axes), so only sets of more lines than that count
+L1_SETS, L1_WAYS = 64, 8
+CONFLICT_COST = 4.0
 PARALLEL_ROWS = 8  # a parallel step keeps at least this many rows outside its vector
 # Below this many terms a reduction keeps its vector across reduced axes whatever the
 # cost: the difference is a microsecond or two, and a second kernel per pattern would
@@ -174,7 +183,21 @@ def nest_cost(nest: LoopNest, main: int) -> float:
     cost = vector_cost(nest.vector_sizes(), columns) + SUM_COST[nest.across] + store / terms
     if _elements(nest.sizes, nest.operands[main]) > CACHED_ELEMENTS:
         cost += LINE_COST * lines_per_term(nest, main)
-    return cost
+    return cost + CONFLICT_COST * sum(set_conflicts(nest, i) for i in range(1, len(nest.operands)))
+
+
+def set_conflicts(nest: LoopNest, i: int) -> float:
+    """The share of operand i's vector elements (float64) whose cache lines cannot all
+    stay in L1 while the vector is read: those in sets that more than twice L1_WAYS of
+    the vector's lines map to."""
+    offsets = [0]
+    for d in nest.vector_positions():
+        offsets = [o + k * nest.operands[i][d] for o in offsets for k in range(nest.sizes[d])]
+    lines = {o // 8 for o in offsets}
+    per_set: dict[int, int] = {}
+    for line in lines:
+        per_set[line % L1_SETS] = per_set.get(line % L1_SETS, 0) + 1
+    return sum(1 for o in offsets if per_set[(o // 8) % L1_SETS] > 2 * L1_WAYS) / len(offsets)
 
 
 def _elements(sizes: Sequence[int], strides: Sequence[int]) -> int:
