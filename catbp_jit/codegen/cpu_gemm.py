@@ -135,7 +135,7 @@ def log_dot(mem, ao, a_t, bo, b_t, oo, M, N, K, w):
             mem[oo + i * N + j] = top_x + math.log(acc)
 '''
 
-# A parallel step (many small products: plan/gemm.py) shares its copies' rows and its
+# A parallel step (many small products: plan/gemm.py) shares its copies' blocks and its
 # batch positions among the threads; every element is computed alone, as in the serial
 # kernel, so the bits do not depend on the thread count.
 COPY = '''
@@ -298,8 +298,8 @@ UNSIGNED = (
     "u = np.uint64\n"
 )
 
-# The entry of a GEMM step, in pieces that the two kinds share (the sum's text is as it
-# was before the max-plus kind came: its kernels' sources, and so users' caches, stay)
+# The entry of a GEMM step, in pieces that the kinds share (a sum of products, LOGPROB's
+# in parts with a workspace each, and a max-plus product)
 _ENTRY_HEAD = '''
 
 @njit(cache=True, nogil=True, error_model="numpy"{parallel})
