@@ -591,7 +591,8 @@ def test_an_intermediate_two_segments_need_is_computed_once():
     ],
     ids=["in-place", "copied"],
 )
-@pytest.mark.parametrize("semiring", ["PROB", "LOGPROB"])
+# (LOGPROB's parallel GEMM kernel takes ~8 s to compile: with the slow tests)
+@pytest.mark.parametrize("semiring", ["PROB", pytest.param("LOGPROB", marks=pytest.mark.slow)])
 def test_gemm_steps_of_many_small_products_run_on_all_threads(a_axes, b_axes, keep, copies, semiring):
     """A GEMM step of 12 small products made parallel (its batch positions, its copies'
     blocks and its normalization's division shared by the threads; LOGPROB's positions in
