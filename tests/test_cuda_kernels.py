@@ -665,7 +665,8 @@ LOWER_FOR_A_GPU = textwrap.dedent("""
 def test_kernels_lower_for_a_gpu(tmp_path, dtypes):
     """Every pattern types and lowers for a real GPU; a float product that feeds a sum is a
     libdevice call there (never an fmul that NVVM could fuse with the add into an fma)."""
-    pytest.importorskip("numba.cuda.compiler", reason="numba-cuda's compiler is not there")
+    # (Numba's own numba.cuda, there without the cuda extra, compiles under other names)
+    pytest.importorskip("numba_cuda", reason="lowering for a GPU needs numba-cuda: pip install -e '.[cuda]'")
     patterns = _patterns() + [KernelPattern("LOGPROB", "float32", True, True, False)]
     # MAXLOG's max and its NORMALIZE (its product is LOGPROB's), in float64
     patterns += [p for p in MAXLOG_PATTERNS if p.reduce and p.normalize and p.dtype == "float64"]
