@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from catbp_jit.codegen.cpu_gemm import LANES, kernel_source
-from catbp_jit.plan.gemm import _walked
+from catbp_jit.plan.gemm import _c_order, _walked
 from catbp_jit.plan.steps import KernelPattern
 from jit_helpers import settings
 
@@ -33,14 +33,6 @@ def gemm_module(tmp_path_factory, parallel: bool):
     return MODULES[parallel]
 
 
-def c_strides(sizes) -> list[int]:
-    strides, step = [], 1
-    for n in reversed(sizes):
-        strides.append(step)
-        step *= n
-    return strides[::-1]
-
-
 def copy_case(sizes, src_order, dst_order):
     """mem holding a source tensor laid out in src_order (its axes outermost first),
     then room for the destination in dst_order; the copy's parameters; the expected
@@ -51,7 +43,7 @@ def copy_case(sizes, src_order, dst_order):
     mem[src_at : src_at + total] = np.arange(1.0, total + 1.0)
     src_strides, dst_strides = [0] * len(sizes), [0] * len(sizes)
     for order, strides in ((src_order, src_strides), (dst_order, dst_strides)):
-        for d, s in zip(order, c_strides([sizes[d] for d in order])):
+        for d, s in zip(order, _c_order([sizes[d] for d in order])):
             strides[d] = s
     copy = _walked(src_at, dst_at, sizes, src_strides, dst_strides)
     logical = np.lib.stride_tricks.as_strided(
