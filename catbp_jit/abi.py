@@ -369,3 +369,97 @@ def gemm_source_constants() -> str:
         f"COPY_SRC, COPY_DST, COPY_RANK, COPY_HEADER, COPY_AXIS_FIELDS = {COPY_SRC}, "
         f"{COPY_DST}, {COPY_RANK}, {COPY_HEADER}, {COPY_AXIS_FIELDS}\n"
     )
+
+
+# -- a repack step (template "repack", plan/repack.py) ------------------------------------
+#
+# Copies of a loop step's small GATHERED leaves into its workspace in its vector's order,
+# run just before that step, which then reads them CONTIGUOUS. Its parameters, from p:
+#
+#     p + REPACK_V         V: elements of the vector
+#     p + REPACK_SCRATCH   offset of its loop counters in P (one per copy axis)
+#     p + REPACK_COUNT     how many copies; then each: COPY_SRC, COPY_DST, COPY_RANK (m),
+#                          COPY_TABLE (the leaf's offsets along the vector, V of them),
+#                          COPY_LEAF (which leaf of the next step reads it), and per axis d
+#                          at repack_axis(d): size, source stride, destination stride
+#                          (StridedCopy's fields)
+#
+# For every index i over a copy's m axes (C order, the last fastest) and v < V:
+#     mem[dst + Σ i_d dst_d + v] = mem[src + Σ i_d src_d + P[table + v]]
+
+REPACK_V, REPACK_SCRATCH, REPACK_COUNT = 0, 1, 2
+REPACK_HEADER = 3
+COPY_TABLE, COPY_LEAF = COPY_HEADER, COPY_HEADER + 1  # (after COPY_SRC, COPY_DST, COPY_RANK)
+GATHERED_COPY_HEADER = COPY_HEADER + 2
+
+
+def repack_axis(d: int) -> int:
+    """Offset (from a gathered copy's start) of its axis d's fields."""
+    return GATHERED_COPY_HEADER + COPY_AXIS_FIELDS * d
+
+
+@dataclass(frozen=True)
+class GatheredCopy:
+    """A StridedCopy of vectors: at each of its positions, V elements gathered from the
+    source through `offsets` (placed in P at `table`), written contiguous. leaf: which
+    leaf of the step after it reads the copy."""
+
+    positions: StridedCopy
+    offsets: tuple[int, ...]
+    leaf: int
+    table: int = -1
+
+    def pack(self) -> list[int]:
+        row = self.positions.pack()
+        return row[:COPY_HEADER] + [self.table, self.leaf] + row[COPY_HEADER:]
+
+    def size(self) -> int:
+        return repack_axis(len(self.positions.sizes))
+
+
+@dataclass(frozen=True)
+class RepackParams:
+    """A repack step's parameters by name (see above); `pack` gives the table's row."""
+
+    block_size: int
+    copies: tuple[GatheredCopy, ...]
+    scratch: int = -1
+    accesses: tuple[Access, ...] = ()  # (no vector of its own, no access tables)
+
+    def pack(self) -> list[int]:
+        row = [self.block_size, self.scratch, len(self.copies)]
+        for copy in self.copies:
+            row += copy.pack()
+        assert len(row) == self.size()
+        return [int(x) for x in row]
+
+    def size(self) -> int:
+        """len(self.pack()), without packing."""
+        return REPACK_HEADER + sum(copy.size() for copy in self.copies)
+
+    def scratch_size(self) -> int:
+        """Loop counters: one per axis of its longest copy."""
+        return max([1] + [len(copy.positions.sizes) for copy in self.copies])
+
+
+def unpack_repack(P: Table, p: int) -> RepackParams:
+    """The parameters of the repack step at offset p of table P (numpy_steps.py, tests)."""
+    V, copies, r = int(P[p + REPACK_V]), [], p + REPACK_HEADER
+    for _ in range(int(P[p + REPACK_COUNT])):
+        src, dst, m, table, leaf = (int(x) for x in P[r : r + GATHERED_COPY_HEADER])
+        fields = [int(x) for x in P[r + GATHERED_COPY_HEADER : r + repack_axis(m)]]
+        positions = StridedCopy(src, dst, tuple(fields[0::3]), tuple(fields[1::3]), tuple(fields[2::3]))
+        copies.append(GatheredCopy(positions, tuple(int(x) for x in P[table : table + V]), leaf, table))
+        r += repack_axis(m)
+    return RepackParams(V, tuple(copies), int(P[p + REPACK_SCRATCH]))
+
+
+def repack_source_constants() -> str:
+    """The repack offsets as module-level constants of a generated kernel."""
+    return (
+        "# the repack kernel ABI (catbp_jit/abi.py)\n"
+        f"REPACK_V, REPACK_SCRATCH, REPACK_COUNT, REPACK_HEADER = {REPACK_V}, {REPACK_SCRATCH}, "
+        f"{REPACK_COUNT}, {REPACK_HEADER}\n"
+        f"COPY_SRC, COPY_DST, COPY_RANK, COPY_TABLE = {COPY_SRC}, {COPY_DST}, {COPY_RANK}, {COPY_TABLE}\n"
+        f"GATHERED_COPY_HEADER, COPY_AXIS_FIELDS = {GATHERED_COPY_HEADER}, {COPY_AXIS_FIELDS}\n"
+    )

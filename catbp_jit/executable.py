@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from . import abi
 from .cache import KernelCache, default_cache  # noqa: F401 (default_cache: importable from here too)
 from .codegen.loader import (
     Kernel,
@@ -194,7 +195,8 @@ class Executable:
             "programs": len(self.programs),
             "instructions": n_ins,
             "graph_nodes": len(self.graph.nodes),
-            "segments": len(self.schedule.steps),
+            "segments": len(self.fused.segments),
+            "steps": len(self.schedule.steps),  # (a repack step before some: plan/repack.py)
             "static_segments": self.plan.n_static,
             "kernels": len(self.schedule.patterns),
             "cache": dict(self.cache_stats),
@@ -258,10 +260,14 @@ class Executable:
             lines[-1] = f"kernels ({len(self.schedule.patterns)}, compiling; steps run in numpy):"
             lines += [f"  K{i} {p.name}" for i, p in enumerate(self.schedule.patterns)]
         lines += [f"  K{i} {k.pattern.name}  key {k.key[:16]}" for i, k in enumerate(self.kernels)]
-        static = f", the first {self.plan.n_static} static" if self.plan.n_static else ""
+        static = f", the first {self.plan.n_static_steps} static" if self.plan.n_static_steps else ""
         lines.append(f"schedule ({len(self.schedule.steps)} steps{static}):")
         for i, st in enumerate(self.schedule.steps):
             seg = st.segment
+            if isinstance(st.params, abi.RepackParams):  # (plan/repack.py)
+                copied = ", ".join(f"v{seg.leaves[c.leaf]}" for c in st.params.copies)
+                lines.append(f"  [{i}] K{self.schedule.kernel_id(i)} repack {copied} for [{i + 1}]")
+                continue
             leaves = ", ".join(f"v{j}@{region(j)}" for j in seg.leaves)
             red = f" reduce {format_spec(TensorSpec(seg.red_axes))}" if seg.red_axes else ""
             norm = " normalize" if seg.normalize else ""
@@ -331,8 +337,8 @@ def plan_options(
     exact: bool | None = None,
 ) -> PlanOptions:
     """`options` (else the target's defaults, and in the reassociating mode its defaults
-    for that mode) with the byte limits and mode given as arguments. GEMM kernels exist on
-    the CPU only."""
+    for that mode) with the byte limits and mode given as arguments. GEMM kernels, and
+    kernels that repack leaves, exist on the CPU only."""
     the_target = get_target(target)
     defaults = options is None
     options = options or the_target.plan_options()
@@ -342,6 +348,8 @@ def plan_options(
         options = options.with_(**the_target.reassociating_defaults)
     if not the_target.gemm and options.gemm:
         options = options.with_(gemm=False)
+    if not the_target.repack and options.repack:
+        options = options.with_(repack=False)
     if max_bytes != DEFAULT_MAX_BYTES:
         options = options.with_(max_bytes=max_bytes)
     if max_total_bytes is not None:

@@ -74,7 +74,7 @@ def logsumexp_rows(x: np.ndarray) -> np.ndarray:
 def interpretable(plan: Plan) -> bool:
     """Whether every step of the plan is one this module computes (not the GEMM steps of
     the reassociating mode, whose sums are BLAS's)."""
-    return all(st.pattern.template == "contract_reduce" for st in plan.schedule.steps)
+    return all(st.pattern.template in ("contract_reduce", "repack") for st in plan.schedule.steps)
 
 
 def numpy_steps(plan: Plan, mem: np.ndarray, table: np.ndarray) -> list[Callable[[], None]]:
@@ -83,8 +83,30 @@ def numpy_steps(plan: Plan, mem: np.ndarray, table: np.ndarray) -> list[Callable
     steps = []
     for i, st in enumerate(plan.schedule.steps):
         p = int(table[abi.STEP_ROW * i + abi.STEP_PARAMS])
-        steps.append(_step(st.pattern, abi.unpack(table, p), mem))
+        if st.pattern.template == "repack":
+            steps.append(_repack_step(abi.unpack_repack(table, p), mem))
+        else:
+            steps.append(_step(st.pattern, abi.unpack(table, p), mem))
     return steps
+
+
+def _repack_step(params: abi.RepackParams, mem: np.ndarray) -> Callable[[], None]:
+    """The copies of a repack step (abi.py), as element indices worked out once."""
+    copies = []
+    for copy in params.copies:
+        c = copy.positions
+        src, dst = np.array([c.src]), np.array([c.dst])
+        for n, src_stride, dst_stride in zip(c.sizes, c.src_strides, c.dst_strides):  # C order
+            src = (src[:, None] + np.arange(n) * src_stride).ravel()
+            dst = (dst[:, None] + np.arange(n) * dst_stride).ravel()
+        vector = np.arange(params.block_size)
+        copies.append(((dst[:, None] + vector).ravel(), (src[:, None] + np.array(copy.offsets)).ravel()))
+
+    def run() -> None:
+        for dst, src in copies:
+            mem[dst] = mem[src]
+
+    return run
 
 
 def _step(pattern, params: abi.StepParams, mem: np.ndarray) -> Callable[[], None]:

@@ -6,7 +6,7 @@ computes the steps with numpy (numpy_steps.py: the same bits, with temporaries);
 run after they have come switches to them, between runs, over the same buffer.
 
 Static inputs (compile(static_factors=..., static_selectors=...), plan/static.py): the
-schedule's first `plan.n_static` steps read only static inputs, constants and each other.
+schedule's first `plan.n_static_steps` steps read only static inputs, constants and each other.
 They run in the first run after bind and in every run that is given a value for any
 static input (whatever the value); every other run starts at the first dynamic step and
 reads the static results the last such run left in memory. Results written by static
@@ -83,7 +83,7 @@ class Session:
         }
 
         self._n_steps = len(exe.schedule.steps)
-        self._n_static = exe.plan.n_static
+        self._n_static = exe.plan.n_static_steps
         self._static = exe.plan.static
         self._numpy_steps: list[Callable[[], None]] | None = None  # the numpy tier's, made on first need
         self._numpy_only = numpy_only

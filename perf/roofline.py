@@ -13,7 +13,9 @@ kernel launch computing one segment, this measures:
   of k leaves is k - 1 products and one sum, k operations.
 * time: the step's kernel called on its own, in schedule order (so its leaves hold the
   values a run gives them), repeated, best of several batches. A step's output never
-  shares memory with its leaves, so a repeated call computes the same thing again.
+  shares memory with its leaves, so a repeated call computes the same thing again. A
+  repack step (plan/repack.py: copies of small leaves in the step's workspace) has no
+  row: its kernel is called and timed with the step after it, whose leaves it copies.
 * bound: max(bytes / bandwidth, ops / arithmetic peak), with both peaks measured by a
   calibration at the start of the run (below); which of the two it is; and the ratio
   time / bound (1 = at the roofline).
@@ -265,12 +267,22 @@ def measure_steps(exe, bundle, budget: Budget) -> list:
         selectors={s: a for s, (a, _) in bundle.selectors.items()},
     )  # inputs, constants
     mem_at, tab_at = sess.mem.ctypes.data, sess.table.ctypes.data
-    times = []
-    for i in range(len(exe.schedule.steps)):
+    times, copies = [], None
+    for i, step in enumerate(exe.schedule.steps):
         entry = exe.kernels[exe.schedule.kernel_id(i)].entry
-        args = (mem_at, sess.mem.size, tab_at, sess.table.size, exe.schedule.param_offset(i))
-        times.append(time_step(partial(entry, *args), budget))
+        call = partial(entry, mem_at, sess.mem.size, tab_at, sess.table.size, exe.schedule.param_offset(i))
+        if step.pattern.template == "repack":  # timed with the step it copies for
+            call()
+            copies = call
+            continue
+        times.append(time_step(call if copies is None else partial(both, copies, call), budget))
+        copies = None
     return times
+
+
+def both(first, second) -> None:
+    first()
+    second()
 
 
 def origin(exe, step) -> str:
@@ -301,7 +313,9 @@ def roofline_rows(group: str, path: Path, peaks: dict, budget: Budget) -> list:
             **keywords,
         )
         mine = [
-            step_row(group, path.name, mode, exe, i, step, peaks) for i, step in enumerate(exe.schedule.steps)
+            step_row(group, path.name, mode, exe, i, step, peaks)
+            for i, step in enumerate(exe.schedule.steps)
+            if step.pattern.template != "repack"
         ]
         for row, seconds in zip(mine, measure_steps(exe, bundle, budget)):
             row["time_s"] = seconds

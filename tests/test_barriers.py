@@ -128,5 +128,5 @@ def test_a_long_run_of_independent_steps_is_cut():
     since = 0
     for i, step in enumerate(exe.schedule.steps):
         since = 0 if wait[i] else since
-        since += 1 + len(step.params.leaves)
+        since += 1 + len(getattr(step.params, "leaves", ()))
         assert since <= MAX_OPEN_SPANS

@@ -173,6 +173,11 @@ def check_against_cpu(run: Run, semiring: str, directory, options=PER_STEP, walk
 # -------------------------------------------------------------------------- the corpus
 
 
+# the CPU plans whose tables the device kernels run: without repacked leaves, as the CUDA
+# target plans (its kernels read every leaf where it is)
+CPU_PLAN = PlanOptions(repack=False)
+
+
 def run_bundle(path):
     """The bundle, and a run of it on the CPU target (loop mode) with its inputs."""
     bundle = load_bundle(path)
@@ -182,6 +187,7 @@ def run_bundle(path):
         factor_specs=bundle.factor_specs(),
         selector_specs=bundle.selector_specs(),
         mode="loop",
+        options=CPU_PLAN,
     )
     run = Run.bind(exe, exe)
     factors, selectors = inputs(bundle)
@@ -228,6 +234,7 @@ def check_random_case(case, directory):
         selector_specs=case.selector_specs,
         slot_specs=case.slot_specs or None,
         mode="loop",
+        options=CPU_PLAN,
     )
     run = Run.bind(exe, exe)
     for values in case.inputs:  # one session, two sets of inputs
@@ -243,7 +250,7 @@ def test_random_programs_match_cpu(case, module_dir):
 
 # Split reductions (plan/split.py): a split plan's steps are ordinary steps, so the device
 # gives the CPU's bits for them too (GEMM steps are the CPU's alone: off)
-SPLIT = PlanOptions(exact=False, split_reductions=True, split_min_terms=2, gemm=False)
+SPLIT = PlanOptions(exact=False, split_reductions=True, split_min_terms=2, gemm=False, repack=False)
 
 
 @_settings(30)
@@ -323,6 +330,7 @@ def test_random_batched_programs_match_cpu(data, module_dir):
             mode="loop",
             batched_factors=batched,
             buckets=(rows,),
+            options=CPU_PLAN,
         )
     except BatchedCompileError:
         event("refused by the batch rewrite")
@@ -375,6 +383,7 @@ def test_normalize_per_row_matches_cpu(semiring, module_dir):
         mode="loop",
         batched_factors={0},
         buckets=(4,),
+        options=CPU_PLAN,
     )
     run = Run.bind(compiled, compiled.profiles[4])
     assert any(step.params.groups[0] == 4 for step in run.exe.schedule.steps)
@@ -415,7 +424,7 @@ def test_reduction_past_the_vector_matches_cpu(semiring, across, module_dir):
     program, specs = many_reduced_axes_program()
     sr = catbp_jit.make_semiring(semiring)
     compiled = catbp_jit.compile(
-        program, sr, factor_specs=specs, mode="loop", options=PlanOptions(across=across)
+        program, sr, factor_specs=specs, mode="loop", options=PlanOptions(across=across, repack=False)
     )
     run = Run.bind(compiled, compiled)
     (step,) = [st_ for st_ in compiled.schedule.steps if st_.pattern.reduce]

@@ -520,7 +520,7 @@ def test_wide_products_run_as_chains_of_partial_products():
     split = compile_case(case, "loop")
 
     def widest(exe):
-        return max(len(step.params.leaves) for step in exe.schedule.steps)
+        return max(len(seg.leaves) for seg in exe.fused.segments)
 
     assert widest(split) == PlanOptions().max_leaves
     wide = plan(case.programs, case.sr(), factor_specs=case.factor_specs, options=PlanOptions(max_leaves=64))

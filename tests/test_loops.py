@@ -263,7 +263,7 @@ def test_hoisted_prefixes_give_the_same_bits(semiring, reduce):
         exe = catbp_jit.compile(
             program, sr, factor_specs=specs, mode="loop", options=PlanOptions(hoist=hoist)
         )
-        leaves = [st.segment.leaves for st in exe.schedule.steps]
+        leaves = [seg.leaves for seg in exe.fused.segments]
         assert (len(leaves) == 2) == hoist, leaves  # the prefix is a segment of its own
         results.append(session_results(exe.bind(), catbp_jit_inputs(values)))
     assert_same_bits(results[0], results[1], "hoisted vs not")

@@ -94,7 +94,7 @@ def static_cases(draw):
 
 
 def check_steps(exe, runs: list[list[int]], changes: list[int | None], static: StaticInputs):
-    n, n_static = len(exe.schedule.steps), exe.plan.n_static
+    n, n_static = len(exe.schedule.steps), exe.plan.n_static_steps
     # a static input the optimized schedule does not read changes nothing when given
     read = any(static.holds(b.kind, b.ident) for b in exe.plan.bindings)
     for r, (ran, change) in enumerate(zip(runs, changes)):
@@ -112,7 +112,7 @@ def check_static_steps_are_static(exe, static: StaticInputs):
     known = static_values(exe.fused, static)
     for i, st_ in enumerate(exe.schedule.steps):
         static_leaves = all(leaf in known for leaf in st_.segment.leaves)
-        assert static_leaves == (i < exe.plan.n_static), (i, st_.segment)
+        assert static_leaves == (i < exe.plan.n_static_steps), (i, st_.segment)
 
 
 # ------------------------------------------------------------------- random programs

@@ -39,6 +39,15 @@ class PlanOptions:
     # where a segment's inner axes allow it, else "outputs"), or None for the cheapest by
     # the cost model. Results are bit-identical whichever it is.
     across: str | None = None
+    # a step copies its small gathered leaves into its workspace in its vector's order
+    # first, and reads the copies contiguous (plan/repack.py): a CPU kernel's prologue, so
+    # the CUDA target turns it off; bit-identical either way
+    repack: bool = True
+    # ... a leaf whose copy has at most this many elements (256 KiB of float64: it stays in
+    # a core's L2 while the step reads it) and whose copied elements the step reads at
+    # least repack_min_reuse times each (so the copy costs little next to what it saves)
+    repack_max_elements: int = 1 << 15
+    repack_min_reuse: int = 4
     # multiply a product's first leaves apart when they hold few of its axes
     # (plan/hoist.py); bit-identical either way
     hoist: bool = True
@@ -86,6 +95,10 @@ class PlanOptions:
             raise ValueError(
                 f"PlanOptions: split_min_terms must be an int >= 2, not {self.split_min_terms!r}"
             )
+        for name in ("repack_max_elements", "repack_min_reuse"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not (isinstance(value, int) and value >= 1):
+                raise ValueError(f"PlanOptions: {name} must be an int >= 1, not {value!r}")
         if not (isinstance(self.block, int) and 1 <= self.block <= BUFFER_LIMIT):
             raise ValueError(f"PlanOptions: block must be an int in 1..{BUFFER_LIMIT}, not {self.block!r}")
 

@@ -3,6 +3,7 @@
     validate -> build_graph -> optimize -> fuse -> hoist_prefixes (exact, and MAXLOG) or
     reassociate, then (not exact) split_reductions, when asked, and normalize_totals ->
     choose_layouts -> static_first -> plan_memory
+    (with the workspace of GEMM steps' copies and of repacked leaves, plan/repack.py)
     -> build_schedule (GEMM steps, plan/gemm.py, else loop kernels), and the binding table
 
 A Plan is plain data: a target renders its schedule's kernel patterns (codegen/cpu.py,
@@ -30,7 +31,7 @@ from .layout import choose_layouts
 from .options import PlanOptions
 from .passes import optimize
 from .reassociate import reassociate
-from .schedule import Schedule, build_schedule
+from .schedule import Schedule, SegmentLoops, build_schedule, loop_segments, repack_workspace
 from .split import split_reductions
 from .static import StaticInputs, check_static_ids, persistent_values, static_first
 from .totals import normalize_totals
@@ -71,7 +72,8 @@ class Plan:
     schedule: Schedule
     bindings: list[Binding] = field(default_factory=list)
     static: StaticInputs = StaticInputs()  # inputs declared static (plan/static.py)
-    n_static: int = 0  # schedule.steps[:n_static] are the static steps
+    n_static: int = 0  # fused.segments[:n_static] are the static segments
+    n_static_steps: int = 0  # ... and schedule.steps[:n_static_steps] their steps
 
     def bound(self, kind: str) -> list[Binding]:
         return [b for b in self.bindings if b.kind == kind]
@@ -130,8 +132,13 @@ def plan(
     fused, n_static = static_first(fused, static)
     persistent = persistent_values(fused, n_static)
 
+    known: dict[tuple, SegmentLoops] = {}  # each shape's loops, decided once (schedule.py)
+
     def memory_with(options: PlanOptions) -> MemoryPlan:
+        # a step's workspace: its GEMM's copies, or the copies of the leaves it repacks
         work = gemm_workspace(fused, layouts, sr.dtype.name, options)
+        loops = loop_segments(fused, sr.dtype.name, layouts, batch_key, options, known)
+        work.update(repack_workspace(loops))
         return plan_memory(fused, sr.dtype.itemsize, options.align_bytes, persistent, work)
 
     memory = memory_with(options)
@@ -141,7 +148,7 @@ def plan(
         memory = memory_with(options)
     check_plan_fits(progs, memory, options.max_total_bytes)
     say(f"planning: lowering {len(fused.segments):,} segments")
-    schedule = build_schedule(fused, memory, sr.dtype.name, layouts, batch_key, options, progress)
+    schedule = build_schedule(fused, memory, sr.dtype.name, layouts, batch_key, options, progress, known)
     return Plan(
         progs,
         sr,
@@ -157,6 +164,8 @@ def plan(
         binding_table(fused, memory),
         static,
         n_static,
+        # (a segment's steps: its own, after its repack step if it has one)
+        sum(1 for st in schedule.steps if id(st.segment) in {id(seg) for seg in fused.segments[:n_static]}),
     )
 
 

@@ -25,9 +25,10 @@ from ..progress import Progress, ticker
 from ..semiring import SEMIRINGS
 from .arena import MemoryPlan
 from .fusion import Fused, Segment
-from .gemm import gemm_step
-from .loops import ACROSS_OUTPUTS, ACROSS_REDUCED, canonical_loops, loop_nest
+from .gemm import gemm_shape, gemm_step
+from .loops import ACROSS_OUTPUTS, ACROSS_REDUCED, LoopNest, canonical_loops, loop_nest
 from .options import PlanOptions
+from .repack import RepackChoice, choose_repacks, repacked, workspace_elements
 from .steps import KernelPattern, Step, c_strides, normalize_groups, total_offset  # noqa: F401 (re-exported)
 
 
@@ -44,15 +45,31 @@ class Schedule:
         return int(self.table[abi.STEP_ROW * i + abi.STEP_PARAMS])
 
 
-def lower_segment(
+@dataclass(frozen=True)
+class SegmentLoops:
+    """What lowering decides about a segment before its memory is placed: the loop nest
+    and kernel pattern, and the leaves it repacks (plan/repack.py), whose copies take
+    `workspace` elements of the step's workspace."""
+
+    nest: LoopNest
+    pattern: KernelPattern
+    chunks: int
+    work: int  # output elements x reduced elements x leaves
+    repacks: tuple[RepackChoice, ...]
+
+    @property
+    def workspace(self) -> int:
+        return workspace_elements(self.repacks)
+
+
+def segment_loops(
     seg: Segment,
     fused: Fused,
-    memory: MemoryPlan,
     dtype: str,
     layouts: dict[int, TensorSpec],
     batch_key: tuple | None = None,
     options: PlanOptions = PlanOptions(),
-) -> Step:
+) -> SegmentLoops:
     loop_axes = list(seg.out_spec.axes) + list(seg.red_axes)
     groups = [0] * seg.out_spec.ndim + [1] * len(seg.red_axes)
     sizes = [ax.size for ax in loop_axes]
@@ -96,36 +113,68 @@ def lower_segment(
         space >= options.parallel_min_work,
         options.across,
     )
-    sizes, operands, nb = nest.sizes, nest.operands, nest.nb
-    out_rank, red_rank = nest.out_rank, len(sizes) - nest.out_rank
-    block_sizes = nest.vector_sizes()
-    leaf_rows = operands[1:]
-    accesses = tuple(nest.access(i) for i in range(1, len(operands))) + (nest.access(0),)
-
-    n_out = int(np.prod(sizes[:out_rank], dtype=np.int64))
-    n_red = int(np.prod(sizes[out_rank:], dtype=np.int64))
+    n_out = int(np.prod(nest.sizes[: nest.out_rank], dtype=np.int64))
+    n_red = int(np.prod(nest.sizes[nest.out_rank :], dtype=np.int64))
     # a chunk of work: output elements, or rows (positions outside the vector)
-    n_work = n_out if nest.across == ACROSS_REDUCED else int(np.prod(sizes[: nest.end - nb], dtype=np.int64))
+    rows = int(np.prod(nest.sizes[: nest.end - nest.nb], dtype=np.int64))
+    n_work = n_out if nest.across == ACROSS_REDUCED else rows
     work = n_out * n_red * max(1, len(seg.leaves))
     parallel = n_work >= 8 and work >= options.parallel_min_work
     pattern = KernelPattern(
         fused.semiring, dtype, reduce, seg.normalize, parallel, nest.across if reduce else ACROSS_OUTPUTS
     )
-    chunks = min(n_work, options.chunks) if parallel else 1
+    accesses = tuple(nest.access(i) for i in range(1, len(nest.operands))) + (nest.access(0),)
+    repacks: tuple[RepackChoice, ...] = ()
+    if options.repack:
+        repacks = choose_repacks(nest, accesses, options.repack_max_elements, options.repack_min_reuse)
+    return SegmentLoops(nest, pattern, min(n_work, options.chunks) if parallel else 1, work, repacks)
+
+
+def lower_segment(
+    seg: Segment,
+    fused: Fused,
+    memory: MemoryPlan,
+    dtype: str,
+    layouts: dict[int, TensorSpec],
+    batch_key: tuple | None = None,
+    options: PlanOptions = PlanOptions(),
+    loops: SegmentLoops | None = None,
+    work: int = -1,
+) -> list[Step]:
+    """The Step of a loop segment, after the repack step that copies the leaves it
+    repacks (plan/repack.py) if any. loops: its segment_loops, if known; work: the arena
+    offset of its workspace (memory.scratch), where those copies go."""
+    if loops is None:
+        loops = segment_loops(seg, fused, dtype, layouts, batch_key, options)
+    nest = loops.nest
+    sizes, operands, nb = nest.sizes, nest.operands, nest.nb
+    accesses = tuple(nest.access(i) for i in range(1, len(operands))) + (nest.access(0),)
+    leaves = tuple((memory.regions[leaf].offset, tuple(row)) for leaf, row in zip(seg.leaves, operands[1:]))
+    if loops.repacks and work < 0:
+        raise AssertionError(f"segment v{seg.out} repacks leaves but has no workspace")
+    leaves, accesses, repack = repacked(nest, loops.repacks, leaves, accesses, work)
     params = abi.StepParams(
         out=memory.regions[seg.out].offset,
-        out_rank=out_rank,
-        red_rank=red_rank,
-        chunks=chunks,
+        out_rank=nest.out_rank,
+        red_rank=len(sizes) - nest.out_rank,
+        chunks=loops.chunks,
         block_axes=nb,
-        block_size=int(np.prod(block_sizes, dtype=np.int64)),
+        block_size=int(np.prod(nest.vector_sizes(), dtype=np.int64)),
         sizes=tuple(sizes),
-        out_strides=tuple(operands[0][:out_rank]),
-        leaves=tuple((memory.regions[leaf].offset, tuple(row)) for leaf, row in zip(seg.leaves, leaf_rows)),
+        out_strides=tuple(operands[0][: nest.out_rank]),
+        leaves=leaves,
         groups=normalize_groups(seg, layouts[seg.out], batch_key, total_offset(seg, memory.regions)),
         accesses=accesses,
     )
-    return Step(seg, pattern, params, work)
+    step = Step(seg, loops.pattern, params, loops.work)
+    if repack is None:
+        return [step]
+    return [Step(seg, repack_pattern(fused.semiring, dtype), repack, loops.workspace), step]
+
+
+def repack_pattern(semiring: str, dtype: str) -> KernelPattern:
+    """The kernel of repack steps (codegen/cpu_repack.py): copies, whatever the semiring."""
+    return KernelPattern(semiring, dtype, False, False, False, template="repack")
 
 
 def row_count(spec: TensorSpec, batch_key: tuple | None) -> int:
@@ -154,6 +203,35 @@ def shape_key(seg: Segment, fused: Fused, layouts: dict[int, TensorSpec], batch_
     )
 
 
+def loop_segments(
+    fused: Fused,
+    dtype: str,
+    layouts: dict[int, TensorSpec],
+    batch_key: tuple | None,
+    options: PlanOptions,
+    known: dict[tuple, SegmentLoops] | None = None,
+) -> dict[int, SegmentLoops]:
+    """Segment index -> its SegmentLoops, for every segment that is not a GEMM step (plan/
+    gemm.py), before memory is planned. Segments of one shape are decided once (shape_key)
+    in `known`, which build_schedule then reuses: the cost model was most of the time a
+    long program planned."""
+    known = {} if known is None else known
+    loops = {}
+    for i, seg in enumerate(fused.segments):
+        if gemm_shape(seg, fused, layouts, dtype, options) is not None:
+            continue
+        key = shape_key(seg, fused, layouts, batch_key)
+        if key not in known:
+            known[key] = segment_loops(seg, fused, dtype, layouts, batch_key, options)
+        loops[i] = known[key]
+    return loops
+
+
+def repack_workspace(loops: dict[int, SegmentLoops]) -> dict[int, int]:
+    """Segment index -> elements of workspace its repacked leaves' copies need."""
+    return {i: lp.workspace for i, lp in loops.items() if lp.workspace}
+
+
 def lower_segments(
     fused: Fused,
     memory: MemoryPlan,
@@ -162,12 +240,15 @@ def lower_segments(
     batch_key: tuple | None,
     options: PlanOptions,
     progress: Progress | None = None,
+    known: dict[tuple, SegmentLoops] | None = None,
 ) -> list[Step]:
-    """Every segment's Step. Segments of one shape are lowered once (shape_key) and each
-    given its own offsets: the cost model was most of the time a long program planned."""
+    """Every segment's Steps (a repack step, then the segment's). Segments of one shape
+    are lowered once (shape_key) and each given its own offsets. known: SegmentLoops by
+    shape_key (loop_segments), if decided."""
     tick = ticker(progress, "planning: segments lowered", len(fused.segments))
-    lowered: dict[tuple, Step] = {}
-    steps = []
+    known = {} if known is None else known
+    lowered: dict[tuple, tuple[list[Step], int]] = {}  # the first steps of a shape, their workspace
+    steps: list[Step] = []
     regions = memory.regions
     for i, seg in enumerate(fused.segments):
         tick(i)
@@ -176,19 +257,45 @@ def lower_segments(
             steps.append(gemm)
             continue
         key = shape_key(seg, fused, layouts, batch_key)
-        first = lowered.get(key)
-        if first is None:
-            lowered[key] = step = lower_segment(seg, fused, memory, dtype, layouts, batch_key, options)
+        work = memory.scratch[i].offset if i in memory.scratch else -1
+        if key not in lowered:
+            if key not in known:
+                known[key] = segment_loops(seg, fused, dtype, layouts, batch_key, options)
+            firsts = lower_segment(seg, fused, memory, dtype, layouts, batch_key, options, known[key], work)
+            lowered[key] = (firsts, work)
+            steps += firsts
         else:
-            first_params = cast(abi.StepParams, first.params)  # (lower_segment makes no GEMM step)
-            leaves = tuple(
-                (regions[leaf].offset, row) for leaf, (_, row) in zip(seg.leaves, first_params.leaves)
-            )
-            groups = first_params.groups[:-1] + (total_offset(seg, regions),)
-            params = replace(first_params, out=regions[seg.out].offset, leaves=leaves, groups=groups)
-            step = Step(seg, first.pattern, params, first.work)
-        steps.append(step)
+            firsts, first_work = lowered[key]
+            copied = {c.leaf for st in firsts[:-1] for c in cast(abi.RepackParams, st.params).copies}
+            steps += [placed(first, first_work, seg, regions, work, copied) for first in firsts]
     return steps
+
+
+def placed(first: Step, first_work: int, seg: Segment, regions, work: int, copied: set[int]) -> Step:
+    """The Step of `seg`, a segment of first's shape: first's, with seg's offsets (its
+    copies at the same place in its own workspace, which starts at `work`; copied: the
+    leaves read from copies)."""
+    if isinstance(first.params, abi.RepackParams):
+        copies = tuple(
+            replace(
+                copy,
+                positions=replace(
+                    copy.positions,
+                    src=regions[seg.leaves[copy.leaf]].offset,
+                    dst=work + copy.positions.dst - first_work,
+                ),
+            )
+            for copy in first.params.copies
+        )
+        return Step(seg, first.pattern, replace(first.params, copies=copies), first.work)
+    params = cast(abi.StepParams, first.params)  # (lower_segment makes no GEMM step)
+    leaves = tuple(
+        (work + offset - first_work if j in copied else regions[leaf].offset, row)
+        for j, (leaf, (offset, row)) in enumerate(zip(seg.leaves, params.leaves))
+    )
+    groups = params.groups[:-1] + (total_offset(seg, regions),)
+    params = replace(params, out=regions[seg.out].offset, leaves=leaves, groups=groups)
+    return Step(seg, first.pattern, params, first.work)
 
 
 def build_schedule(
@@ -199,10 +306,12 @@ def build_schedule(
     batch_key: tuple | None = None,
     options: PlanOptions = PlanOptions(),
     progress: Progress | None = None,
+    known: dict[tuple, SegmentLoops] | None = None,
 ) -> Schedule:
-    """batch_key: the batch axis of programs rewritten by ir/batch.py, if any."""
+    """batch_key: the batch axis of programs rewritten by ir/batch.py, if any. known: the
+    SegmentLoops that planning the memory decided (loop_segments), by shape_key."""
     layouts = layouts if layouts is not None else dict(fused.specs)
-    steps = lower_segments(fused, memory, dtype, layouts, batch_key, options, progress)
+    steps = lower_segments(fused, memory, dtype, layouts, batch_key, options, progress, known)
     # kernels in a canonical order, so that schedules using the same kernels share one
     # compiled dispatcher
     patterns = sorted({st.pattern for st in steps}, key=lambda p: p.name)
@@ -210,7 +319,7 @@ def build_schedule(
     # laid out in order: step rows, parameters, offset tables, scratch
     cursor = abi.STEP_ROW * len(steps) + sum(st.params.size() for st in steps)
     # each step's params, its offset tables placed
-    with_tables: list[abi.StepParams | abi.GemmParams] = []
+    with_tables: list[abi.StepParams | abi.GemmParams | abi.RepackParams] = []
     tables: list[int] = []
     for st in steps:
         step_params = st.params
@@ -223,19 +332,26 @@ def build_schedule(
                     tables += acc.offsets
                 accesses.append(acc)
             step_params = replace(step_params, accesses=tuple(accesses))
+        if isinstance(step_params, abi.RepackParams):  # a copy reads its leaf by the table
+            copies = []
+            for copy in step_params.copies:
+                copies.append(replace(copy, table=cursor))
+                cursor += len(copy.offsets)
+                tables += copy.offsets
+            step_params = replace(step_params, copies=tuple(copies))
         with_tables.append(step_params)
-    placed = []
+    laid = []
     for st, step_params in zip(steps, with_tables):
-        if isinstance(step_params, abi.StepParams):  # (a GEMM step keeps no counters)
+        if isinstance(step_params, abi.StepParams | abi.RepackParams):  # (a GEMM step keeps none)
             step_params = replace(step_params, scratch=cursor)
             cursor += step_params.scratch_size()
-        placed.append(Step(st.segment, st.pattern, step_params, st.work))
+        laid.append(Step(st.segment, st.pattern, step_params, st.work))
     head: list[int] = []
     params: list[int] = []
-    for st in placed:
-        head += [ids[st.pattern], abi.STEP_ROW * len(placed) + len(params)]
+    for st in laid:
+        head += [ids[st.pattern], abi.STEP_ROW * len(laid) + len(params)]
         params += st.params.pack()
     table = np.zeros(cursor, dtype=np.int64)
     body = head + params + tables
     table[: len(body)] = body
-    return Schedule(placed, patterns, table)
+    return Schedule(laid, patterns, table)

@@ -48,7 +48,7 @@ class KernelPattern:
 class Step:
     segment: Segment
     pattern: KernelPattern
-    params: abi.StepParams | abi.GemmParams  # by pattern.template
+    params: abi.StepParams | abi.GemmParams | abi.RepackParams  # by pattern.template
     work: int  # output elements x reduced elements x leaves
 
 

@@ -53,6 +53,8 @@ class Target:
     reassociating_defaults: Mapping[str, Any] = field(default_factory=dict)
     # GEMM kernels (plan/gemm.py) exist here: a reassociating plan may use them
     gemm: bool = False
+    # its kernels copy the leaves a step repacks before reading them (plan/repack.py)
+    repack: bool = False
     # the front end's mode here when a model does not say (compile_model(exact=None))
     model_exact: bool = True
     # a compiled dispatcher calls the kernels (else they are launched from Python)

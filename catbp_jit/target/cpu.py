@@ -89,6 +89,7 @@ CPU = CpuTarget(
     "cpu",
     plan_defaults={"align_bytes": ALIGN_BYTES, "gemm": True},
     gemm=True,
+    repack=True,
     model_exact=False,
     dispatcher=True,
     assembly=True,

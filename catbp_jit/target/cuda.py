@@ -80,7 +80,7 @@ class CudaTarget(Target):
 # gives the same bits, under the same options.
 CUDA = CudaTarget(
     "cuda",
-    plan_defaults={"align_bytes": 256, "gemm": False, "across": "reduced"},
+    plan_defaults={"align_bytes": 256, "gemm": False, "across": "reduced", "repack": False},
     reassociating_defaults={"split_reductions": True},
     device_results=True,
 )

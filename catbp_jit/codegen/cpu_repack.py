@@ -1,0 +1,72 @@
+"""Numba source for the `repack` kernel template on the CPU: the copies of a loop step's
+small gathered leaves into its vector's order (plan/repack.py), run as a step of their own
+just before it.
+
+A copy walks the positions of its axes (C order) with an odometer whose counters live in
+P's scratch area, and at each position gathers V elements through the leaf's offset table
+into V consecutive elements of the workspace. It only moves values, so one kernel per
+dtype serves every semiring, and the step after it computes the bits it would have
+computed from the leaves themselves.
+"""
+
+from __future__ import annotations
+
+from .. import abi
+from ..plan.steps import KernelPattern
+
+ENTRY = "kernel"
+
+SOURCE = '''"""catbp_jit kernel {name}
+
+For each copy (catbp_jit/abi.py, a repack step's parameters at P[p:]), at every index i
+over its m axes (C order) and v < V:
+    mem[dst + Σ i_d dst_d + v] = mem[src + Σ i_d src_d + P[table + v]]
+"""
+import numpy as np
+from numba import carray, njit
+
+from catbp_jit.codegen.intrinsics import pointer_int64, pointer_{dtype}
+
+{abi}
+# (indices unsigned: see codegen/cpu.py)
+u = np.uint64
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def {entry}(mem_address, mem_length, P_address, P_length, p):
+    mem = carray(pointer_{dtype}(mem_address), mem_length)
+    P = carray(pointer_int64(P_address), P_length)
+    V, idx = P[p + REPACK_V], P[p + REPACK_SCRATCH]
+    r = p + REPACK_HEADER
+    for _ in range(P[p + REPACK_COUNT]):
+        m, table = P[r + COPY_RANK], P[r + COPY_TABLE]
+        axes = r + GATHERED_COPY_HEADER  # per axis: size, source stride, destination stride
+        for k in range(m):
+            P[idx + k] = 0
+        src, dst = P[r + COPY_SRC], P[r + COPY_DST]
+        while True:
+            for v in range(V):
+                mem[u(dst + v)] = mem[u(src + P[u(table + v)])]
+            k = m - 1
+            while k >= 0:  # the odometer, the last axis fastest
+                a = axes + COPY_AXIS_FIELDS * k
+                P[idx + k] += 1
+                src += P[a + 1]
+                dst += P[a + 2]
+                if P[idx + k] < P[a]:
+                    break
+                src -= P[a + 1] * P[a]
+                dst -= P[a + 2] * P[a]
+                P[idx + k] = 0
+                k -= 1
+            if k < 0:
+                break
+        r = axes + COPY_AXIS_FIELDS * m
+'''
+
+
+def kernel_source(pattern: KernelPattern) -> str:
+    """The whole module source of the repack kernel of `pattern` (its dtype alone counts)."""
+    return SOURCE.format(
+        name=pattern.name, dtype=pattern.dtype, abi=abi.repack_source_constants(), entry=ENTRY
+    )

@@ -1,0 +1,180 @@
+"""Repacked leaves (plan/repack.py): which leaves a step copies into its vector's order,
+where the copies go, and that every way of running a plan with them gives the bits the
+plan without them gives. (That a run allocates nothing, copies included, is
+test_jit_invariants.py's test on the grids, which repack.)"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, event, given, note, settings
+from hypothesis import strategies as st
+
+import catbp_jit
+from catbp_jit import Axis, AxisType, Instruction, OpCode, Program, TensorSpec, abi
+from catbp_jit.bundle import load_bundle
+from catbp_jit.plan.loops import ACROSS_OUTPUTS, LoopNest
+from catbp_jit.plan.options import PlanOptions
+from catbp_jit.plan.repack import choose_repacks, copy_strides, workspace_elements
+from conftest import DATA
+from jit_helpers import assert_same_bits, inputs
+
+# ------------------------------------------------------------------------ the choice
+
+
+def nest_of(leaves: list[list[int]]) -> LoopNest:
+    """Six binary output axes, the last three the vector (8 elements), a product of
+    leaves with these strides (the output C-contiguous)."""
+    out = [32, 16, 8, 4, 2, 1]
+    return LoopNest([2] * 6, [0] * 6, [out] + leaves, 3, ACROSS_OUTPUTS)
+
+
+def accesses_of(nest: LoopNest) -> tuple[abi.Access, ...]:
+    return tuple(nest.access(i) for i in range(1, len(nest.operands))) + (nest.access(0),)
+
+
+def test_a_small_gathered_leaf_read_again_is_repacked():
+    # leaf 0 moves along axis 0 outside the vector and is gathered along it (strides not
+    # in C order); leaf 1 is contiguous; leaf 2 gathered but moves along every axis
+    # outside the vector, so each copied vector would be read once
+    nest = nest_of([[1, 0, 0, 2, 0, 4], [0, 0, 0, 4, 2, 1], [32, 16, 8, 1, 2, 4]])
+    accesses = accesses_of(nest)
+    assert [a.kind for a in accesses] == [abi.GATHERED, abi.CONTIGUOUS, abi.GATHERED, abi.CONTIGUOUS]
+    (choice,) = choose_repacks(nest, accesses, max_elements=1 << 15, min_reuse=4)
+    assert (choice.j, choice.axes, choice.elements, choice.at) == (0, (0,), 2 * 8, 0)
+    # the copy: position i of axis 0 at 8 * i, the vector in C order inside it
+    assert copy_strides(nest, choice) == (8, 0, 0, 4, 2, 1)
+    assert workspace_elements((choice,)) == 16
+    # read 4 times each (8 vectors, 2 copied): not with a higher bar, nor a smaller copy
+    assert choose_repacks(nest, accesses, max_elements=1 << 15, min_reuse=5) == ()
+    assert choose_repacks(nest, accesses, max_elements=15, min_reuse=4) == ()
+    # leaf 2 too when a copied vector need only be read once
+    both = choose_repacks(nest, accesses, max_elements=1 << 15, min_reuse=1)
+    assert [(c.j, c.at) for c in both] == [(0, 0), (2, 16)]  # each copy on 64 bytes
+    assert workspace_elements(both) == 16 + 64
+
+
+# ---------------------------------------------------------------- the same bits, a grid
+
+
+@pytest.fixture(scope="module")
+def grid():
+    return load_bundle(DATA / "bench" / "grid4x8_d2__prob_float64")
+
+
+def compiled(bundle, mode, **options):
+    return catbp_jit.compile(
+        bundle.programs,
+        bundle.semiring_runtime(),
+        factor_specs=bundle.factor_specs(),
+        selector_specs=bundle.selector_specs(),
+        mode=mode,
+        options=PlanOptions(**options),
+    )
+
+
+def copies(slots) -> dict:
+    return {k: np.array(v, copy=True) for k, (v, _) in slots.items()}
+
+
+@pytest.mark.parametrize("mode", ["compiled", "loop"])
+def test_a_grid_repacks_leaves_and_keeps_its_bits(grid, mode):
+    factors, selectors = inputs(grid)
+    plain = copies(compiled(grid, mode, repack=False).bind().run(factors=factors, selectors=selectors))
+    exe = compiled(grid, mode)
+    schedule = exe.schedule
+    repacks = [i for i, step in enumerate(schedule.steps) if step.pattern.template == "repack"]
+    assert len(repacks) > 50  # (120 steps, 197 copies on this grid when written)
+    # the segments of the plan without copies, each once, and a repack step before some
+    assert len(schedule.steps) == len(exe.fused.segments) + len(repacks)
+    for i in repacks:
+        params, reader = schedule.steps[i].params, schedule.steps[i + 1]
+        assert abi.unpack_repack(schedule.table, schedule.param_offset(i)) == params
+        assert reader.segment is schedule.steps[i].segment and isinstance(reader.params, abi.StepParams)
+        scratch = exe.memory.scratch[exe.fused.segments.index(reader.segment)]
+        for copy in params.copies:
+            # the reader reads the copy, contiguous along its vector, from its workspace
+            offset, _ = reader.params.leaves[copy.leaf]
+            assert offset == copy.positions.dst and reader.params.accesses[copy.leaf].kind == abi.CONTIGUOUS
+            assert (
+                scratch.offset <= offset
+                and offset + workspace_of(copy, params) <= scratch.offset + scratch.size
+            )
+            # from the leaf's own region
+            leaf = reader.segment.leaves[copy.leaf]
+            assert copy.positions.src == exe.memory.regions[leaf].offset
+            assert len(copy.offsets) == params.block_size == reader.params.block_size
+    sess = exe.bind()
+    assert_same_bits(plain, copies(sess.run(factors=factors, selectors=selectors)), "repacked")
+    assert_same_bits(plain, copies(sess.run()), "repacked, run again")
+    numpy = exe.bind(numpy_only=True)
+    assert_same_bits(plain, copies(numpy.run(factors=factors, selectors=selectors)), "numpy tier")
+
+
+def workspace_of(copy: abi.GatheredCopy, params: abi.RepackParams) -> int:
+    """Elements a copy spans: its positions' extent, then a whole vector."""
+    c = copy.positions
+    return sum((n - 1) * s for n, s in zip(c.sizes, c.dst_strides)) + params.block_size
+
+
+# ------------------------------------------------------ the same bits, random products
+
+SETTINGS = dict(
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+)
+
+
+@st.composite
+def products(draw):
+    """A product of 2-4 leaves over 4-6 axes of sizes 2-3, each leaf on some of them in
+    an order of its own (so gathered along a vector of several axes), summed over some."""
+    G = AxisType.GEOMETRIC
+    axes = [Axis(i, G, draw(st.integers(2, 3))) for i in range(draw(st.integers(4, 6)))]
+    specs = {}
+    for f in range(draw(st.integers(2, 4))):
+        held = draw(st.lists(st.sampled_from(axes), min_size=1, max_size=len(axes), unique=True))
+        specs[f] = TensorSpec(tuple(held))
+    kept = draw(st.lists(st.sampled_from(axes), min_size=1, max_size=len(axes), unique=True))
+    ins = [Instruction(OpCode.LOAD_FACTOR, f, {"factor_id": f}) for f in specs]
+    whole = TensorSpec(tuple(axes))
+    ins.append(Instruction(OpCode.CONTRACT, 10, {"inputs": tuple(specs), "out_spec": whole}))
+    ins.append(Instruction(OpCode.ELIMINATE, 11, {"src": 10, "keep_keys": tuple(a.key for a in kept)}))
+    ins.append(Instruction(OpCode.STORE_SLOT, None, {"slot": ("x",), "src": 11}))
+    across = draw(st.sampled_from([None, "reduced", "outputs", "both"]))
+    return Program(tuple(ins), "upward"), specs, across, draw(st.sampled_from(["PROB", "MAXLOG"]))
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(products(), st.integers(0, 2**32 - 1))
+def test_repacked_products_give_the_bits_of_the_plan_without_copies(product, seed):
+    """Every gathered leaf that moves outside the vector repacked (the bars at their
+    lowest, short vectors so that there are many): loop kernels and the numpy tier give
+    the bits of the plan without copies, and the reference's values."""
+    from catbp_jit.reference import run_program
+
+    program, specs, across, semiring = product
+    note(f"{program}\nacross {across}")
+    sr = catbp_jit.make_semiring(semiring)
+    rng = np.random.default_rng(seed)
+    values = {f: sr.kind.potentials(rng.uniform(0.1, 2.0, spec.shape), sr.dtype) for f, spec in specs.items()}
+
+    def results(sess) -> dict:
+        return copies(sess.run(factors=values))
+
+    def exe(**options):
+        return catbp_jit.compile(
+            program, sr, factor_specs=specs, mode="loop", options=PlanOptions(across=across, **options)
+        )
+
+    repacking = exe(repack_min_reuse=1, block=8)
+    event(f"repacks a leaf: {any(st.pattern.template == 'repack' for st in repacking.schedule.steps)}")
+    want = results(exe(repack=False, block=8).bind())
+    assert_same_bits(want, results(repacking.bind()), "kernels")
+    assert_same_bits(want, results(repacking.bind(numpy_only=True)), "numpy tier")
+    ref = np.asarray(run_program(program, sr, lambda f: (values[f], specs[f]), lambda s: None)[("x",)][0])
+    if sr.kind.is_max:  # a max is exact in any order
+        assert np.array_equal(ref, want[("x",)]), (ref, want)
+    else:  # numpy sums pairwise: the reference's last bits differ
+        assert np.allclose(want[("x",)], ref, rtol=1e-12, atol=0), (want, ref)
