@@ -233,7 +233,8 @@ def test_the_cost_model_keeps_loop_kernels_where_copies_of_short_axes_cost_more(
     def steps(a_axes, b_axes, keep):
         case = gemm_case("MAXLOG", "float64", tuple(a_axes), tuple(b_axes), tuple(keep))
         p = plan(case.programs, case.sr(), factor_specs=case.factor_specs, exact=False)
-        return {st.pattern.template for st in p.schedule.steps}
+        # (a loop step may have a repack step before it: a copy, not a contraction)
+        return {st.pattern.template for st in p.schedule.steps} - {"repack"}
 
     def mix(x, y):
         return [v for pair in zip(x, y) for v in pair]

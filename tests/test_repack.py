@@ -178,3 +178,22 @@ def test_repacked_products_give_the_bits_of_the_plan_without_copies(product, see
         assert np.array_equal(ref, want[("x",)]), (ref, want)
     else:  # numpy sums pairwise: the reference's last bits differ
         assert np.allclose(want[("x",)], ref, rtol=1e-12, atol=0), (want, ref)
+
+
+def test_a_plan_over_the_memory_limit_drops_its_copies_first(grid):
+    """The copies' workspace is speed, not need: a plan that fits only without it is made
+    without repacking (and one that does not fit either way is refused, as before)."""
+    from catbp_jit.executable import plan
+    from catbp_jit.memory import PlanTooLargeError
+
+    def planned(**kw):
+        specs = dict(factor_specs=grid.factor_specs(), selector_specs=grid.selector_specs())
+        return plan(grid.programs, grid.semiring_runtime(), **specs, **kw)
+
+    full, bare = planned(), planned(options=PlanOptions(repack=False))
+    assert bare.memory.total_bytes < full.memory.total_bytes
+    tight = planned(options=PlanOptions(max_total_bytes=bare.memory.total_bytes))
+    assert not tight.options.repack and tight.memory.total_bytes == bare.memory.total_bytes
+    assert [st.pattern for st in tight.schedule.steps] == [st.pattern for st in bare.schedule.steps]
+    with pytest.raises(PlanTooLargeError):
+        planned(options=PlanOptions(max_total_bytes=bare.memory.total_bytes - 1))

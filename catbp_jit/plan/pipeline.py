@@ -132,20 +132,22 @@ def plan(
     fused, n_static = static_first(fused, static)
     persistent = persistent_values(fused, n_static)
 
-    known: dict[tuple, SegmentLoops] = {}  # each shape's loops, decided once (schedule.py)
-
-    def memory_with(options: PlanOptions) -> MemoryPlan:
-        # a step's workspace: its GEMM's copies, or the copies of the leaves it repacks
+    def memory_with(options: PlanOptions) -> tuple[MemoryPlan, dict[tuple, SegmentLoops]]:
+        """The memory plan, with each shape's loops as decided for it (schedule.py): a
+        step's workspace holds its GEMM's copies, or the copies of the leaves it repacks."""
+        known: dict[tuple, SegmentLoops] = {}
         work = gemm_workspace(fused, layouts, sr.dtype.name, options)
         loops = loop_segments(fused, sr.dtype.name, layouts, batch_key, options, known)
         work.update(repack_workspace(loops))
-        return plan_memory(fused, sr.dtype.itemsize, options.align_bytes, persistent, work)
+        return plan_memory(fused, sr.dtype.itemsize, options.align_bytes, persistent, work), known
 
-    memory = memory_with(options)
-    if memory.scratch and options.gemm_copies and not fits(memory, options.max_total_bytes):
-        # GEMM's copies need workspace the values alone do not: without them, the plan may fit
-        options = options.with_(gemm_copies=False)
-        memory = memory_with(options)
+    memory, known = memory_with(options)
+    # Copies need workspace the values alone do not: without them, the plan may fit. The
+    # repacked leaves' go first (they save the least), then GEMM's.
+    for knob in ("repack", "gemm_copies"):
+        if memory.scratch and getattr(options, knob) and not fits(memory, options.max_total_bytes):
+            options = options.with_(**{knob: False})
+            memory, known = memory_with(options)
     check_plan_fits(progs, memory, options.max_total_bytes)
     say(f"planning: lowering {len(fused.segments):,} segments")
     schedule = build_schedule(fused, memory, sr.dtype.name, layouts, batch_key, options, progress, known)
