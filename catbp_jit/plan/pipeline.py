@@ -166,9 +166,15 @@ def plan(
         binding_table(fused, memory),
         static,
         n_static,
-        # (a segment's steps: its own, after its repack step if it has one)
-        sum(1 for st in schedule.steps if id(st.segment) in {id(seg) for seg in fused.segments[:n_static]}),
+        static_steps(schedule, fused, n_static),
     )
+
+
+def static_steps(schedule: Schedule, fused: Fused, n_static: int) -> int:
+    """The steps of the first n_static segments: each segment's own, after its repack step
+    if it has one (plan/repack.py)."""
+    static = {id(seg) for seg in fused.segments[:n_static]}
+    return sum(1 for st in schedule.steps if id(st.segment) in static)
 
 
 def program_names(programs: list[Program]) -> str:
