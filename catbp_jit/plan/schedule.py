@@ -52,6 +52,7 @@ class SegmentLoops:
     `workspace` elements of the step's workspace."""
 
     nest: LoopNest
+    accesses: tuple[abi.Access, ...]  # the leaves' along the vector, then the output's
     pattern: KernelPattern
     chunks: int
     work: int  # output elements x reduced elements x leaves
@@ -127,7 +128,8 @@ def segment_loops(
     repacks: tuple[RepackChoice, ...] = ()
     if options.repack:
         repacks = choose_repacks(nest, accesses, options.repack_max_elements, options.repack_min_reuse)
-    return SegmentLoops(nest, pattern, min(n_work, options.chunks) if parallel else 1, work, repacks)
+    chunks = min(n_work, options.chunks) if parallel else 1
+    return SegmentLoops(nest, accesses, pattern, chunks, work, repacks)
 
 
 def lower_segment(
@@ -148,11 +150,10 @@ def lower_segment(
         loops = segment_loops(seg, fused, dtype, layouts, batch_key, options)
     nest = loops.nest
     sizes, operands, nb = nest.sizes, nest.operands, nest.nb
-    accesses = tuple(nest.access(i) for i in range(1, len(operands))) + (nest.access(0),)
     leaves = tuple((memory.regions[leaf].offset, tuple(row)) for leaf, row in zip(seg.leaves, operands[1:]))
     if loops.repacks and work < 0:
         raise AssertionError(f"segment v{seg.out} repacks leaves but has no workspace")
-    leaves, accesses, repack = repacked(nest, loops.repacks, leaves, accesses, work)
+    leaves, accesses, repack = repacked(nest, loops.repacks, leaves, loops.accesses, work)
     params = abi.StepParams(
         out=memory.regions[seg.out].offset,
         out_rank=nest.out_rank,
