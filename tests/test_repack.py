@@ -40,16 +40,18 @@ def test_a_small_gathered_leaf_read_again_is_repacked():
     nest = nest_of([[1, 0, 0, 2, 0, 4], [0, 0, 0, 4, 2, 1], [32, 16, 8, 1, 2, 4]])
     accesses = accesses_of(nest)
     assert [a.kind for a in accesses] == [abi.GATHERED, abi.CONTIGUOUS, abi.GATHERED, abi.CONTIGUOUS]
-    (choice,) = choose_repacks(nest, accesses, max_elements=1 << 15, min_reuse=4)
+    (choice,) = choose_repacks(nest, accesses, max_elements=1 << 15, min_reuse=4, min_terms=64)
     assert (choice.j, choice.axes, choice.elements, choice.at) == (0, (0,), 2 * 8, 0)
     # the copy: position i of axis 0 at 8 * i, the vector in C order inside it
     assert copy_strides(nest, choice) == (8, 0, 0, 4, 2, 1)
     assert workspace_elements((choice,)) == 16
-    # read 4 times each (8 vectors, 2 copied): not with a higher bar, nor a smaller copy
-    assert choose_repacks(nest, accesses, max_elements=1 << 15, min_reuse=5) == ()
-    assert choose_repacks(nest, accesses, max_elements=15, min_reuse=4) == ()
+    # read 4 times each (8 vectors, 2 copied): not with a higher bar, nor a smaller copy,
+    # nor in a step of fewer terms than asked (it has 64)
+    assert choose_repacks(nest, accesses, max_elements=1 << 15, min_reuse=5, min_terms=64) == ()
+    assert choose_repacks(nest, accesses, max_elements=15, min_reuse=4, min_terms=64) == ()
+    assert choose_repacks(nest, accesses, max_elements=1 << 15, min_reuse=4, min_terms=65) == ()
     # leaf 2 too when a copied vector need only be read once
-    both = choose_repacks(nest, accesses, max_elements=1 << 15, min_reuse=1)
+    both = choose_repacks(nest, accesses, max_elements=1 << 15, min_reuse=1, min_terms=64)
     assert [(c.j, c.at) for c in both] == [(0, 0), (2, 16)]  # each copy on 64 bytes
     assert workspace_elements(both) == 16 + 64
 
@@ -168,7 +170,7 @@ def test_repacked_products_give_the_bits_of_the_plan_without_copies(product, see
             program, sr, factor_specs=specs, mode="loop", options=PlanOptions(across=across, **options)
         )
 
-    repacking = exe(repack_min_reuse=1, block=8)
+    repacking = exe(repack_min_reuse=1, repack_min_terms=1, block=8)
     event(f"repacks a leaf: {any(st.pattern.template == 'repack' for st in repacking.schedule.steps)}")
     want = results(exe(repack=False, block=8).bind())
     assert_same_bits(want, results(repacking.bind()), "kernels")

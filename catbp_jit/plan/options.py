@@ -50,6 +50,11 @@ class PlanOptions:
     # ms, grid4x8 0.69 against 0.71, grid5_d3 322 against 329; a reuse of 8 was slower
     repack_max_elements: int = 1 << 16
     repack_min_reuse: int = 2
+    # ... in a step of this many terms at least (output elements x reduced elements): below
+    # that the repack step's own call costs about what its copies save. chain200's 394
+    # repack steps (steps under 256 terms) gained nothing compiled and cost its loop mode
+    # ~100 us a run; grid4x8 ran 4% slower with this bar at 4096 than at 256
+    repack_min_terms: int = 1 << 8
     # multiply a product's first leaves apart when they hold few of its axes
     # (plan/hoist.py); bit-identical either way
     hoist: bool = True
@@ -97,7 +102,7 @@ class PlanOptions:
             raise ValueError(
                 f"PlanOptions: split_min_terms must be an int >= 2, not {self.split_min_terms!r}"
             )
-        for name in ("repack_max_elements", "repack_min_reuse"):
+        for name in ("repack_max_elements", "repack_min_reuse", "repack_min_terms"):
             value = getattr(self, name)
             if isinstance(value, bool) or not (isinstance(value, int) and value >= 1):
                 raise ValueError(f"PlanOptions: {name} must be an int >= 1, not {value!r}")

@@ -14,8 +14,9 @@ copies the leaf into the step's workspace (sized before memory planning, plan/pi
 one vector of V elements for each position of the axes outside the vector along which
 the leaf moves, and the step's loops read the copy CONTIGUOUS. The copy holds the same
 values, so the results are the same bits. A leaf is repacked when its copy is small and
-each copied element is read again several times (PlanOptions.repack_max_elements,
-repack_min_reuse): the copy costs about what one gathered read of its elements does.
+each copied element is read again several times, in a step big enough to pay for the repack step's call
+(PlanOptions.repack_max_elements, repack_min_reuse, repack_min_terms): the copy costs
+about what one gathered read of its elements does.
 """
 
 from __future__ import annotations
@@ -43,15 +44,17 @@ class RepackChoice:
 
 
 def choose_repacks(
-    nest: LoopNest, accesses: tuple[abi.Access, ...], max_elements: int, min_reuse: int
+    nest: LoopNest, accesses: tuple[abi.Access, ...], max_elements: int, min_reuse: int, min_terms: int
 ) -> tuple[RepackChoice, ...]:
-    """The leaves of a step worth repacking (accesses: the leaves', then the output's): its
-    GATHERED leaves whose copies have at most max_elements and whose copied vectors the
-    step reads min_reuse times each at least."""
+    """The leaves of a step worth repacking (accesses: the leaves', then the output's): in
+    a step of min_terms terms at least, its GATHERED leaves whose copies have at most
+    max_elements and whose copied vectors the step reads min_reuse times each at least."""
     vector = set(nest.vector_positions())
     outside = [d for d in range(len(nest.sizes)) if d not in vector]
     vectors = prod(nest.sizes[d] for d in outside)  # the vectors the step computes
     V = prod(nest.vector_sizes())
+    if vectors * V < min_terms:
+        return ()
     chosen, at = [], 0
     for j, acc in enumerate(accesses[:-1]):
         if acc.kind != abi.GATHERED:

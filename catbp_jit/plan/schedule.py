@@ -127,7 +127,8 @@ def segment_loops(
     accesses = tuple(nest.access(i) for i in range(1, len(nest.operands))) + (nest.access(0),)
     repacks: tuple[RepackChoice, ...] = ()
     if options.repack:
-        repacks = choose_repacks(nest, accesses, options.repack_max_elements, options.repack_min_reuse)
+        bars = options.repack_max_elements, options.repack_min_reuse, options.repack_min_terms
+        repacks = choose_repacks(nest, accesses, *bars)
     chunks = min(n_work, options.chunks) if parallel else 1
     return SegmentLoops(nest, accesses, pattern, chunks, work, repacks)
 
