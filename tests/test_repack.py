@@ -145,7 +145,7 @@ def products(draw):
     ins.append(Instruction(OpCode.ELIMINATE, 11, {"src": 10, "keep_keys": tuple(a.key for a in kept)}))
     ins.append(Instruction(OpCode.STORE_SLOT, None, {"slot": ("x",), "src": 11}))
     across = draw(st.sampled_from([None, "reduced", "outputs", "both"]))
-    return Program(tuple(ins), "upward"), specs, across, draw(st.sampled_from(["PROB", "MAXLOG"]))
+    return Program(tuple(ins), "upward"), specs, across
 
 
 @settings(max_examples=40, **SETTINGS)
@@ -156,9 +156,12 @@ def test_repacked_products_give_the_bits_of_the_plan_without_copies(product, see
     the bits of the plan without copies, and the reference's values."""
     from catbp_jit.reference import run_program
 
-    program, specs, across, semiring = product
+    program, specs, across = product
     note(f"{program}\nacross {across}")
-    sr = catbp_jit.make_semiring(semiring)
+    # (PROB alone: a copy moves values whatever the semiring, and every semiring's kernels
+    # read a CONTIGUOUS leaf with the same loop; a MAXLOG kernel per vector kind would cost
+    # the suite's cold run a compile each)
+    sr = catbp_jit.make_semiring("PROB")
     rng = np.random.default_rng(seed)
     values = {f: sr.kind.potentials(rng.uniform(0.1, 2.0, spec.shape), sr.dtype) for f, spec in specs.items()}
 
@@ -176,10 +179,8 @@ def test_repacked_products_give_the_bits_of_the_plan_without_copies(product, see
     assert_same_bits(want, results(repacking.bind()), "kernels")
     assert_same_bits(want, results(repacking.bind(numpy_only=True)), "numpy tier")
     ref = np.asarray(run_program(program, sr, lambda f: (values[f], specs[f]), lambda s: None)[("x",)][0])
-    if sr.kind.is_max:  # a max is exact in any order
-        assert np.array_equal(ref, want[("x",)]), (ref, want)
-    else:  # numpy sums pairwise: the reference's last bits differ
-        assert np.allclose(want[("x",)], ref, rtol=1e-12, atol=0), (want, ref)
+    # numpy sums pairwise: the reference's last bits differ
+    assert np.allclose(want[("x",)], ref, rtol=1e-12, atol=0), (want, ref)
 
 
 def test_a_plan_over_the_memory_limit_drops_its_copies_first(grid):
