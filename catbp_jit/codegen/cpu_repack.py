@@ -4,9 +4,10 @@ just before it.
 
 A copy walks the positions of its axes (C order) with an odometer whose counters live in
 P's scratch area, and at each position gathers V elements through the leaf's offset table
-into V consecutive elements of the workspace. It only moves values, so one kernel per
-dtype serves every semiring, and the step after it computes the bits it would have
-computed from the leaves themselves.
+into V consecutive elements of the workspace. It only moves values: its source depends
+on the dtype alone (its pattern still names the plan's semiring, so each semiring has a
+kernel of its own), and the step after it computes the bits it would have computed from
+the leaves themselves.
 """
 
 from __future__ import annotations

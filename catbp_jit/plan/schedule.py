@@ -249,7 +249,8 @@ def lower_segments(
     shape_key (loop_segments), if decided."""
     tick = ticker(progress, "planning: segments lowered", len(fused.segments))
     known = {} if known is None else known
-    lowered: dict[tuple, tuple[list[Step], int]] = {}  # the first steps of a shape, their workspace
+    # the first steps of a shape, their workspace, the leaves they read from copies
+    lowered: dict[tuple, tuple[list[Step], int, set[int]]] = {}
     steps: list[Step] = []
     regions = memory.regions
     for i, seg in enumerate(fused.segments):
@@ -264,11 +265,11 @@ def lower_segments(
             if key not in known:
                 known[key] = segment_loops(seg, fused, dtype, layouts, batch_key, options)
             firsts = lower_segment(seg, fused, memory, dtype, layouts, batch_key, options, known[key], work)
-            lowered[key] = (firsts, work)
+            copied = {c.leaf for st in firsts[:-1] for c in cast(abi.RepackParams, st.params).copies}
+            lowered[key] = (firsts, work, copied)
             steps += firsts
         else:
-            firsts, first_work = lowered[key]
-            copied = {c.leaf for st in firsts[:-1] for c in cast(abi.RepackParams, st.params).copies}
+            firsts, first_work, copied = lowered[key]
             steps += [placed(first, first_work, seg, regions, work, copied) for first in firsts]
     return steps
 
