@@ -82,6 +82,11 @@ MAX_LEAVES = 64
 # inside L1.
 BUFFER = 512
 
+# output elements an exact PROB sum across reduced axes computes side by side (codegen/
+# cpu.py: _lanes_reduction), each its own chain of additions in its own order, a
+# BUFFER // LANES piece of the buffer each
+LANES = 4
+
 # an operand's access along the vector: [kind, step, table]
 ACCESS_FIELDS = 3
 CONSTANT, CONTIGUOUS, STRIDED, GATHERED = 0, 1, 2, 3

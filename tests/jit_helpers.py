@@ -367,3 +367,18 @@ def count_allocations(sess, factors, selectors, runs):
             per_run[i] = nrt.current() - before
     assert nrt.allocations == sum(per_run)
     return np_count, per_run
+
+
+def random_factors(specs, sr, seed: int, zeros: float) -> dict:
+    """A factor per spec: uniform in [0.1, 2), a share `zeros` of them 0, in sr's kind."""
+    rng = np.random.default_rng(seed)
+    values = {}
+    for f, spec in specs.items():
+        x = rng.uniform(0.1, 2.0, spec.shape)
+        x[rng.random(spec.shape) < zeros] = 0.0
+        values[f] = sr.kind.potentials(x, sr.dtype)
+    return values
+
+
+def catbp_jit_inputs(factors):
+    return Inputs(factors=factors, selectors={}, slots={})

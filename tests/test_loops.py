@@ -30,7 +30,7 @@ from catbp_jit.plan.loops import (
     set_conflicts,
 )
 from catbp_jit.plan.options import PlanOptions
-from jit_helpers import session_results
+from jit_helpers import catbp_jit_inputs, random_factors, session_results
 from random_programs import cases
 
 # ------------------------------------------------------------------------ access kinds
@@ -267,23 +267,6 @@ def test_hoisted_prefixes_give_the_same_bits(semiring, reduce):
         assert (len(leaves) == 2) == hoist, leaves  # the prefix is a segment of its own
         results.append(session_results(exe.bind(), catbp_jit_inputs(values)))
     assert_same_bits(results[0], results[1], "hoisted vs not")
-
-
-def random_factors(specs, sr, seed: int, zeros: float) -> dict:
-    """A factor per spec: uniform in [0.1, 2), a share `zeros` of them 0, in sr's kind."""
-    rng = np.random.default_rng(seed)
-    values = {}
-    for f, spec in specs.items():
-        x = rng.uniform(0.1, 2.0, spec.shape)
-        x[rng.random(spec.shape) < zeros] = 0.0
-        values[f] = sr.kind.potentials(x, sr.dtype)
-    return values
-
-
-def catbp_jit_inputs(factors):
-    from random_programs import Inputs
-
-    return Inputs(factors=factors, selectors={}, slots={})
 
 
 def test_a_big_leaf_with_an_output_axis_inside_its_lines_is_read_whole_across_both():

@@ -83,20 +83,20 @@ def _place(ind: str, last: str, start: str) -> list[str]:
     ]
 
 
-def _product(ind: str, leaves: str) -> list[str]:
+def _product(ind: str, leaves: str, buf: str = "buf") -> list[str]:
     """The leaves' ⊗-product along the current vector piece (v0, n) into buf[0:n], one
     leaf after another, left to right; two CONTIGUOUS leaves in a row in one pass (the
     same operations in the same order, one load and store of buf fewer)."""
     return [
-        f"{ind}first_leaf(buf, mem, P, A, {leaves}[0], v0, n)",
+        f"{ind}first_leaf({buf}, mem, P, A, {leaves}[0], v0, n)",
         f"{ind}l = np.int64(1)",
         f"{ind}while l < K:",
         f"{ind}    a = A + l * ACCESS_FIELDS",
         f"{ind}    if l + 1 < K and P[a] == CONTIGUOUS and P[a + ACCESS_FIELDS] == CONTIGUOUS:",
-        f"{ind}        times_two(buf, mem, {leaves}[l] + v0, {leaves}[l + 1] + v0, n)",
+        f"{ind}        times_two({buf}, mem, {leaves}[l] + v0, {leaves}[l + 1] + v0, n)",
         f"{ind}        l += 2",
         f"{ind}    else:",
-        f"{ind}        times_leaf(buf, mem, P, a, {leaves}[l], v0, n)",
+        f"{ind}        times_leaf({buf}, mem, P, a, {leaves}[l], v0, n)",
         f"{ind}        l += 1",
     ]
 
@@ -135,6 +135,64 @@ def _sweep(ind: str, k: int, body: list[str], stop: bool) -> list[str]:
 def _reduced_value(sr: Semiring, dtype: str) -> list[str]:
     """Lines leaving ⊕ over the reduced axes of the current output element in `v`."""
     return reduced_value(0, sr, ["buf[v]"], _sweep, sr.accumulator(dtype), "buf[v]")
+
+
+def uses_lanes(pattern: KernelPattern) -> bool:
+    """Whether a kernel sums across reduced axes in lanes (_lanes_reduction): exact float
+    sums only. An in-order float sum is one chain of dependent additions, ~4 cycles each;
+    a max, an any, an integer sum are not bound by theirs, and LOGPROB by its exp."""
+    sr = SEMIRINGS[pattern.semiring]
+    across_reduced = pattern.reduce and pattern.vector == ACROSS_REDUCED
+    return across_reduced and sr.reduction == "sum" and sr.accumulator(pattern.dtype) == "0.0"
+
+
+def _lanes_reduction(ind: str) -> list[str]:
+    """⊕ across reduced axes for output elements lo..hi-1, LANES of them side by side: the
+    lanes' leaf offsets are taken from the output odometer one element after another,
+    then one sweep of the reduced axes computes each lane's products into its piece of
+    buf and adds them into its own sum, s0..s(LANES-1). Each output still adds its terms
+    in the order _sweep would (the same bits); the LANES chains of additions overlap
+    instead of waiting for each other (grid6_d2: 8 outputs of 16,384 terms each)."""
+    pad = ind + "    "
+    sums = [f"s{g}" for g in range(abi.LANES)]
+    lines = [
+        f"{ind}o = lo",
+        f"{ind}while o < hi:",
+        f"{pad}m = min(LANES, hi - o)  # lanes in this group",
+        f"{pad}for g in range(m):",
+        f"{pad}    outs[g] = o_off",
+        f"{pad}    for l in range(K):",
+        f"{pad}        lane_base[g * MAX_LEAVES + l] = base[l]",
+    ]
+    lines += _advance(pad + "    ", "0", "R - 1", "base", out=True)
+    lines += [f"{pad}{s} = 0.0" for s in sums]
+    lines += [
+        f"{pad}for v in range(m * PIECE, BUFFER):  # lanes without an output add zeros",
+        f"{pad}    buf[v] = 0.0",
+    ]
+    lines += [
+        f"{pad}for d in range(R, top):",
+        f"{pad}    P[idx + d] = 0",
+        f"{pad}for l in range(K):",
+        f"{pad}    red[l] = 0  # the sweep's offset from each lane's start",
+        f"{pad}while True:",
+        f"{pad}    for v0 in range(0, V, PIECE):",
+        f"{pad}        n = min(PIECE, V - v0)",
+        f"{pad}        for g in range(m):",
+        f"{pad}            for l in range(K):",
+        f"{pad}                cur[l] = lane_base[g * MAX_LEAVES + l] + red[l]",
+        f"{pad}            lane = buf[g * PIECE : (g + 1) * PIECE]",
+    ]
+    lines += _product(pad + "            ", "cur", "lane")
+    piece = ["v"] + [f"{g} * PIECE + v" if g > 1 else "PIECE + v" for g in range(1, abi.LANES)]
+    lines += [f"{pad}        for v in range(n):"]
+    lines += [f"{pad}            {s} += buf[{at}]" for s, at in zip(sums, piece)]
+    lines += _advance(pad + "    ", "R", "top - 1", "red", out=False)
+    lines += [f"{pad}    if d < R:", f"{pad}        break"]
+    lines += [f"{pad}mem[outs[0]] = s0"]
+    for g, s in enumerate(sums[1:], 1):
+        lines += [f"{pad}if m > {g}:", f"{pad}    mem[outs[{g}]] = {s}"]
+    return lines + [f"{pad}o += m"]
 
 
 def _across_sweep(ind: str, body: list[str], end: str = "D") -> list[str]:
@@ -421,7 +479,8 @@ def kernel_source(pattern: KernelPattern) -> str:
     at = "[o, r]" if pattern.reduce else "[o]"
     terms = f"leaf_0{at} ⊗ leaf_1{at} ⊗ ... ⊗ leaf_(K-1){at}"
     part = "run_chunk" if pattern.reduce and pattern.vector == ACROSS_REDUCED else "run_rows"
-    sums = set()
+    lanes = uses_lanes(pattern)
+    sums = {"LANES", "stack_lanes_int64"} if lanes else set()
     if pattern.reduce and pattern.vector in (ACROSS_OUTPUTS, ACROSS_BOTH):
         sums = {"stack_buffer_" + _accumulator_type(sr, pattern.dtype)}
         if sr.reduction == "logsumexp":
@@ -472,6 +531,13 @@ def kernel_source(pattern: KernelPattern) -> str:
         lines += [
             "    cur = carray(stack_leaves_int64(), MAX_LEAVES)  # cur[l]: leaf l's offset in the sweep"
         ]
+    if lanes:
+        lines += [
+            "    red = carray(stack_leaves_int64(), MAX_LEAVES)",
+            "    outs = carray(stack_leaves_int64(), MAX_LEAVES)  # outs[g]: lane g's output offset",
+            "    lane_base = carray(stack_lanes_int64(), LANES * MAX_LEAVES)  # [g * MAX_LEAVES + l]",
+            "    PIECE = BUFFER // LANES  # a lane's piece of buf",
+        ]
     if across_outputs or across_both:
         acc = _accumulator_type(sr, pattern.dtype)
         lines += [
@@ -511,6 +577,9 @@ def kernel_source(pattern: KernelPattern) -> str:
         ]
         lines += _across_outputs(sr, pattern.dtype)
         lines += _advance("        ", "0", "top - 1", "base", out=True)
+    elif lanes:
+        lines += _place("    ", "R - 1", "lo")
+        lines += _lanes_reduction("    ")
     elif pattern.reduce:
         lines += _place("    ", "R - 1", "lo")
         lines += ["    for o in range(lo, hi):"]

@@ -11,7 +11,7 @@ from llvmlite import ir
 from numba import types
 from numba.core.extending import intrinsic
 
-from ..abi import BUFFER, MAX_LEAVES
+from ..abi import BUFFER, LANES, MAX_LEAVES
 
 
 def _pointer_intrinsic(nbtype):
@@ -77,3 +77,5 @@ stack_buffer_bool = _stack_buffer_intrinsic(types.boolean)
 # A CPU kernel's per-leaf offsets: one int64 per leaf, abi.MAX_LEAVES at most. (Small on
 # purpose: two more BUFFER-sized arrays cost a step of chain200 ~0.3 us more.)
 stack_leaves_int64 = _stack_buffer_intrinsic(types.int64, MAX_LEAVES)
+# A lanes kernel's (codegen/cpu.py: _lanes_reduction) leaf offsets at each lane's start.
+stack_lanes_int64 = _stack_buffer_intrinsic(types.int64, LANES * MAX_LEAVES)
