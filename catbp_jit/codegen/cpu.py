@@ -158,7 +158,7 @@ def _lanes_reduction(ind: str) -> list[str]:
     lines = [
         f"{ind}o = lo",
         f"{ind}while o < hi:",
-        f"{pad}m = min(LANES, hi - o)  # lanes in this group",
+        f"{pad}m = min(group - o % group, hi - o)  # lanes in this group",
         f"{pad}for g in range(m):",
         f"{pad}    outs[g] = o_off",
         f"{pad}    for l in range(K):",
@@ -167,8 +167,9 @@ def _lanes_reduction(ind: str) -> list[str]:
     lines += _advance(pad + "    ", "0", "R - 1", "base", out=True)
     lines += [f"{pad}{s} = 0.0" for s in sums]
     lines += [
-        f"{pad}for v in range(m * PIECE, BUFFER):  # lanes without an output add zeros",
-        f"{pad}    buf[v] = 0.0",
+        f"{pad}for g in range(m, LANES):  # lanes without an output add zeros",
+        f"{pad}    for v in range(min(V, PIECE)):",
+        f"{pad}        buf[g * PIECE + v] = 0.0",
     ]
     lines += [
         f"{pad}for d in range(R, top):",
@@ -537,6 +538,15 @@ def kernel_source(pattern: KernelPattern) -> str:
             "    outs = carray(stack_leaves_int64(), MAX_LEAVES)  # outs[g]: lane g's output offset",
             "    lane_base = carray(stack_lanes_int64(), LANES * MAX_LEAVES)  # [g * MAX_LEAVES + l]",
             "    PIECE = BUFFER // LANES  # a lane's piece of buf",
+            "    # groups of whole innermost output axes where LANES allows: lanes that share a",
+            "    # leaf's cache lines (an output axis of stride 3 inside them) sweep them together;",
+            "    # but not groups of half the lanes or fewer, whose sums would wait on each other",
+            "    group, d = np.int64(1), R - 1",
+            "    while d >= 0 and group * P[N + d] <= LANES:",
+            "        group *= P[N + d]",
+            "        d -= 1",
+            "    if 2 * group <= LANES:",
+            "        group = np.int64(LANES)",
         ]
     if across_outputs or across_both:
         acc = _accumulator_type(sr, pattern.dtype)
