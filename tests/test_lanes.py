@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import catbp_jit
 from catbp_jit import Axis, AxisType, Instruction, OpCode, Program, TensorSpec, abi
-from catbp_jit.codegen.cpu import kernel_source, uses_lanes
+from catbp_jit.codegen.cpu import kernel_source
 from catbp_jit.plan.options import PlanOptions
 from catbp_jit.plan.steps import KernelPattern
 from catbp_jit.reference import run_program
@@ -26,9 +26,9 @@ def test_only_exact_float_sums_across_reduced_axes_run_in_lanes():
     for name, sr in SEMIRINGS.items():
         for dtype in sr.dtypes:
             for vector in ("reduced", "outputs", "both"):
-                lanes = uses_lanes(KernelPattern(name, dtype, True, False, False, vector))
+                lanes = KernelPattern(name, dtype, True, False, False, vector).sums_in_lanes
                 assert lanes == (name == "PROB" and vector == "reduced"), (name, dtype, vector)
-    assert not uses_lanes(KernelPattern("PROB", "float64", False, False, False, "reduced"))
+    assert not KernelPattern("PROB", "float64", False, False, False, "reduced").sums_in_lanes
     source = kernel_source(KernelPattern("PROB", "float64", True, False, False, "reduced"))
     assert "s3 += buf[3 * PIECE + v]" in source and abi.LANES == 4  # readable: one sum per lane
 
@@ -71,7 +71,7 @@ def test_lanes_give_the_bits_of_the_sums_across_outputs(reduction, block, chunks
         exe = catbp_jit.compile(program, sr, factor_specs=specs, mode="loop", options=options)
         (step,) = [s for s in exe.schedule.steps if s.pattern.reduce]
         if across == "reduced":  # (a parallel step keeps 8 outputs at least to share)
-            assert step.pattern.vector == "reduced" and uses_lanes(step.pattern)
+            assert step.pattern.vector == "reduced" and step.pattern.sums_in_lanes
             event(f"parallel: {step.pattern.parallel}")
         got = session_results(exe.bind(), catbp_jit_inputs(values))
         results[across] = {slot: value for slot, (value, _) in got.items()}

@@ -137,15 +137,6 @@ def _reduced_value(sr: Semiring, dtype: str) -> list[str]:
     return reduced_value(0, sr, ["buf[v]"], _sweep, sr.accumulator(dtype), "buf[v]")
 
 
-def uses_lanes(pattern: KernelPattern) -> bool:
-    """Whether a kernel sums across reduced axes in lanes (_lanes_reduction): exact float
-    sums only. An in-order float sum is one chain of dependent additions, ~4 cycles each;
-    a max, an any, an integer sum are not bound by theirs, and LOGPROB by its exp."""
-    sr = SEMIRINGS[pattern.semiring]
-    across_reduced = pattern.reduce and pattern.vector == ACROSS_REDUCED
-    return across_reduced and sr.reduction == "sum" and sr.accumulator(pattern.dtype) == "0.0"
-
-
 def _lanes_reduction(ind: str) -> list[str]:
     """⊕ across reduced axes for output elements lo..hi-1, LANES of them side by side: the
     lanes' leaf offsets are taken from the output odometer one element after another,
@@ -480,7 +471,7 @@ def kernel_source(pattern: KernelPattern) -> str:
     at = "[o, r]" if pattern.reduce else "[o]"
     terms = f"leaf_0{at} ⊗ leaf_1{at} ⊗ ... ⊗ leaf_(K-1){at}"
     part = "run_chunk" if pattern.reduce and pattern.vector == ACROSS_REDUCED else "run_rows"
-    lanes = uses_lanes(pattern)
+    lanes = pattern.sums_in_lanes
     sums = {"LANES", "stack_lanes_int64"} if lanes else set()
     if pattern.reduce and pattern.vector in (ACROSS_OUTPUTS, ACROSS_BOTH):
         sums = {"stack_buffer_" + _accumulator_type(sr, pattern.dtype)}

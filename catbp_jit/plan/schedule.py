@@ -129,9 +129,9 @@ def segment_loops(
     if options.repack:
         bars = options.repack_max_elements, options.repack_min_reuse, options.repack_min_terms
         repacks = choose_repacks(nest, accesses, *bars)
-    # a chunk of outputs summed across reduced axes holds LANES of them at least: a PROB
-    # kernel sums them side by side (codegen/cpu.py), and a chunk of one output would not
-    per_chunk = abi.LANES if nest.across == ACROSS_REDUCED else 1
+    # a chunk of a kernel that sums in lanes holds LANES outputs at least (a chunk of one
+    # output would have no lanes)
+    per_chunk = abi.LANES if pattern.sums_in_lanes else 1
     chunks = min(n_work // per_chunk, options.chunks) if parallel else 1
     return SegmentLoops(nest, accesses, pattern, chunks, work, repacks)
 
