@@ -368,10 +368,12 @@ def test_solve_answers_when_a_lock_stays_held_under_fallback(dispatcher_lock_hol
     )
     assert r.returncode == 0, r.stderr
     assert "dysp    yes=0.435971  no=0.564029" in r.stdout
-    lines = r.stderr.strip().splitlines()  # (the logger's last-resort handler: one line)
-    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
-    assert f"held by pid {dispatcher_lock_holder.pid}" in lines[0]
-    assert "compiled in memory" in lines[0]
+    lines = r.stderr.strip().splitlines()  # (the logger's last-resort handler: a line each)
+    assert "Traceback" not in r.stderr and all("kernel cache bypassed" in line for line in lines), r.stderr
+    # one line for the held dispatcher; (a kernel that another test's process compiles
+    # into the session's cache at that moment is held for a while too, and said alike)
+    (held,) = [line for line in lines if f"held by pid {dispatcher_lock_holder.pid}" in line]
+    assert "compiled in memory" in held
 
 
 def test_lock_timeout_and_trust_from_environment(monkeypatch):
