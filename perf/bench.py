@@ -98,6 +98,7 @@ from catbp_jit.reference import run_programs  # noqa: E402
 from common import (  # noqa: E402
     GROUPS,
     REPO,
+    bundles_in,
     cpu_model,
     cpus_usable,
     default_shared_dir,
@@ -438,6 +439,13 @@ def main(argv=None) -> int:
         "--bundles", nargs="+", metavar="NAME", help="only bundles whose name contains one of these strings"
     )
     parser.add_argument(
+        "--dirs",
+        nargs="+",
+        metavar="DIR",
+        help="your own bundles instead of the shared ones: bundle directories, or directories "
+        "of them (--bundles filters them too)",
+    )
+    parser.add_argument(
         "--out",
         type=Path,
         default=REPO / "perf" / "out",
@@ -460,9 +468,18 @@ def main(argv=None) -> int:
     if args.quick and args.ref_runs is None:
         args.ref_runs = 1
 
-    bundles = find_bundles(args.shared, args.only, args.bundles)
-    if not bundles:
-        parser.error(f"no bundles found under {args.shared}")
+    if args.dirs:
+        bundles = [
+            (g, d)
+            for g, d in bundles_in(args.dirs)
+            if not args.bundles or any(n in d.name for n in args.bundles)
+        ]
+        if not bundles:
+            parser.error(f"no bundles found in {' '.join(args.dirs)}")
+    else:
+        bundles = find_bundles(args.shared, args.only, args.bundles)
+        if not bundles:
+            parser.error(f"no bundles found under {args.shared}")
     load_at_start = load_average()
 
     rows = []
