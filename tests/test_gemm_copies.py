@@ -56,10 +56,11 @@ def copy_case(sizes, src_order, dst_order):
 
 @st.composite
 def copies(draw):
-    rank = draw(st.integers(1, 4))
+    rank = draw(st.integers(1, 8))  # (many axes: the rows' odometer wraps often)
     sizes = draw(st.lists(st.integers(1, 37), min_size=rank, max_size=rank))
-    if math.prod(sizes) > 60_000:
-        sizes = [min(n, 9) for n in sizes]
+    for cap in (9, 4, 2):
+        if math.prod(sizes) > 60_000:
+            sizes = [min(n, cap) for n in sizes]
     src_order = draw(st.permutations(range(rank)))
     dst_order = draw(st.permutations(range(rank)))
     return tuple(sizes), tuple(src_order), tuple(dst_order)
@@ -74,6 +75,9 @@ def copies(draw):
         ((121, 11), (1, 0), (0, 1)),  # a transpose, tiles with a rest
         ((3, 5, 17, 19), (2, 0, 3, 1), (1, 3, 0, 2)),  # rows placed by div/mod, tiles
         ((1, 1), (0, 1), (1, 0)),
+        # a grid's: many binary axes, blocks of 2 x 2, rows by an odometer across parts
+        ((2,) * 13, (3, 0, 7, 1, 12, 5, 9, 2, 11, 4, 8, 6, 10), (12, 4, 0, 9, 1, 6, 3, 11, 2, 8, 5, 10, 7)),
+        ((1331, 11, 11, 11), (1, 3, 0, 2), (0, 1, 2, 3)),  # rows: the source's densest innermost
     ],
 )
 def test_strided_copies_move_every_element_and_nothing_else(

@@ -39,6 +39,9 @@ from .cpu import _normalize
 
 ENTRY = "kernel"
 TILE = 16
+# a copy's blocks are cut into this many parts, each walked by an odometer (a constant, not
+# the thread count, as PARTS below)
+COPY_PARTS = 64
 
 # MAXLOG's tile of outputs kept in registers: ROWS rows of COLS (128 bytes a row in
 # float64). Measured on a 441^3 product, one core: 4 x 16 and 8 x 8 tiles ~12 terms a ns,
@@ -145,8 +148,10 @@ def strided_copy(mem, P, q):
     """The copy at P[q:] (abi.py: StridedCopy); returns where the next copy starts. The
     last two axes are walked in blocks of TILE positions of the one before last (the
     planner puts the destination's densest axis last and the source's before it: a
-    transpose then reads and writes whole cache lines); the threads share the blocks of
-    every position of the axes before them (a row, placed by div/mod once a block)."""
+    transpose then reads and writes whole cache lines), the rows (positions of the axes
+    before them) by an odometer; the threads share COPY_PARTS parts of the blocks, each
+    part placed by div/mod once (once a block cost 14 ns an element on a grid's copies of
+    many binary axes)."""
     src, dst, rank = P[q + COPY_SRC], P[q + COPY_DST], P[q + COPY_RANK]
     ax = q + COPY_HEADER
     last = ax + COPY_AXIS_FIELDS * (rank - 1)
@@ -158,23 +163,52 @@ def strided_copy(mem, P, q):
     for d in range(rank - 2):
         rows *= P[ax + COPY_AXIS_FIELDS * d]
     blocks = (m + TILE - 1) // TILE
-    for t in {rows}(rows * blocks):
-        copy_block(mem, P, ax, rank, src, dst, t // blocks, TILE * (t % blocks), m, ms, md, n, ss, ds)
+    tasks = rows * blocks
+    parts = min(tasks, COPY_PARTS)
+    for c in {rows}(parts):
+        lo, hi = tasks * c // parts, tasks * (c + 1) // parts
+        copy_part(mem, P, ax, rank, src, dst, lo, hi, blocks, m, ms, md, n, ss, ds)
     return last + COPY_AXIS_FIELDS
 
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def copy_block(mem, P, ax, rank, src, dst, r, i0, m, ms, md, n, ss, ds):
-    """Positions i0..i0+TILE-1 of the axis before last in row r: where both last axes
-    are dense, each position's n elements as one run (a loop LLVM vectorizes); else in
-    TILE x TILE tiles."""
-    rem = r
+def copy_part(mem, P, ax, rank, src, dst, lo, hi, blocks, m, ms, md, n, ss, ds):
+    """Blocks lo..hi-1: block t is positions TILE * (t % blocks).. of the axis before
+    last, in row t // blocks; the rows' odometer counters in `at`."""
+    at = carray(stack_leaves_int64(), MAX_LEAVES)
+    rem = lo // blocks
     for d in range(rank - 3, -1, -1):
         f = ax + COPY_AXIS_FIELDS * d
         i = rem % P[f]
         rem //= P[f]
+        at[d] = i
         src += i * P[f + 1]
         dst += i * P[f + 2]
+    b = lo % blocks
+    for _ in range(lo, hi):
+        copy_block(mem, src, dst, TILE * b, m, ms, md, n, ss, ds)
+        b += 1
+        if b == blocks:  # the next row
+            b = 0
+            d = rank - 3
+            while d >= 0:
+                f = ax + COPY_AXIS_FIELDS * d
+                at[d] += 1
+                src += P[f + 1]
+                dst += P[f + 2]
+                if at[d] < P[f]:
+                    break
+                src -= P[f + 1] * P[f]
+                dst -= P[f + 2] * P[f]
+                at[d] = 0
+                d -= 1
+
+
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def copy_block(mem, src, dst, i0, m, ms, md, n, ss, ds):
+    """Positions i0..i0+TILE-1 of the axis before last in the row at src, dst: where
+    both last axes are dense, each position's n elements as one run (a loop LLVM
+    vectorizes); else in TILE x TILE tiles."""
     i1 = min(i0 + TILE, m)
     if ss == 1 and ds == 1:
         for i in range(i0, i1):
@@ -392,9 +426,11 @@ def kernel_source(pattern: KernelPattern) -> str:
     # BLAS sums products: plan/gemm.py makes GEMM steps only where ⊕ adds reals
     assert sr.sums_reals, f"no GEMM kernel for {sr.name}"
     log = sr.reduction == "logsumexp"
-    lines = _header(pattern, "⊕_k a[i][k] ⊗ b[k][j]", {"pointer_int64", "pointer_" + pattern.dtype})
+    pointers = {"pointer_int64", "pointer_" + pattern.dtype, "stack_leaves_int64", "MAX_LEAVES"}
+    lines = _header(pattern, "⊕_k a[i][k] ⊗ b[k][j]", pointers)
     lines += f"SAFE = {SAFE[pattern.dtype]}\n" if log else ""
     lines += f"TILE = {TILE}  # a copy's tile edge (elements): 16 float64 are two cache lines\n"
+    lines += f"COPY_PARTS = {COPY_PARTS}  # a copy's blocks in this many parts (the threads share them)\n"
     lines += UNSIGNED
     parallel = ", parallel=True" if pattern.parallel else ""
     lines += DOT + (LOG_DOT if log else "")
@@ -428,10 +464,12 @@ def max_plus_source(pattern: KernelPattern) -> str:
     sr = SEMIRINGS[pattern.semiring]
     parallel = ", parallel=True" if pattern.parallel else ""
     pointers = {"pointer_int64", "pointer_" + pattern.dtype, "stack_buffer_" + pattern.dtype, "BUFFER"}
+    pointers |= {"stack_leaves_int64", "MAX_LEAVES"}
     lines = _header(pattern, "max_k a[i][k] + b[k][j]", pointers).replace(
         " one BLAS GEMM per batch position", " a max-plus product per batch position"
     )
     lines += f"TILE = {TILE}  # a copy's tile edge (elements): 16 float64 are two cache lines\n"
+    lines += f"COPY_PARTS = {COPY_PARTS}  # a copy's blocks in this many parts (the threads share them)\n"
     lines += f"ROWS, COLS = {ROWS}, {COLS[pattern.dtype]}  # a tile of outputs (registers)\n"
     lines += UNSIGNED
     rows_of_a = "\n".join(

@@ -389,14 +389,23 @@ Copies = tuple[abi.StridedCopy, ...]
 def _walked(src: int, dst: int, sizes, src_strides, dst_strides) -> abi.StridedCopy:
     """The copy with its axes in the order the kernel walks them best: the destination's
     densest axis last, the source's densest of the others before it (the kernel tiles
-    those two), the rest outermost by the destination's strides."""
-    axes = list(range(len(sizes)))
+    those two), then the source's densest of the rest, so that the rows next to each other
+    read the same pages; the rest outermost by the destination's strides. (Its rows by
+    the destination's strides alone: ObjectDetection_11's copies of 11-state axes took
+    29.9 ms, one core, against 23.6 ms this way; a 1331 x 11 x 11 x 11 transpose 5.0
+    against 1.6 ms.) Axes of one element are left out: they move nothing, and the
+    kernel's row counters (abi.MAX_LEAVES of them) then always suffice."""
+    axes = [d for d in range(len(sizes)) if sizes[d] > 1] or [0]
     last = min(axes, key=lambda d: (abs(dst_strides[d]), -d))
     rest = [d for d in axes if d != last]
     order = [last]
     if rest:
         tile = min(rest, key=lambda d: (abs(src_strides[d]), -d))
-        order = sorted((d for d in rest if d != tile), key=lambda d: -abs(dst_strides[d])) + [tile, last]
+        rows = [d for d in rest if d != tile]
+        inner = [min(rows, key=lambda d: (abs(src_strides[d]), -d))] if rows else []
+        outer = sorted((d for d in rows if d not in inner), key=lambda d: -abs(dst_strides[d]))
+        order = outer + inner + [tile, last]
+    assert len(order) <= abi.MAX_LEAVES + 2, "a copy's rows have more axes than its kernel counts"
     return abi.StridedCopy(
         src,
         dst,
