@@ -34,9 +34,9 @@ class KernelPattern:
     @property
     def sums_in_lanes(self) -> bool:
         """Whether its CPU kernel sums across reduced axes abi.LANES outputs side by side
-        (codegen/cpu.py: _lanes_reduction): exact float sums only. An in-order float sum
-        is one chain of dependent additions, ~4 cycles each; a max, an any, an integer sum
-        are not bound by theirs, and LOGPROB by its exp."""
+        (codegen/cpu.py: _lanes_reduction): float sums only (PROB, in either mode). A
+        float sum in order is one chain of dependent additions, ~4 cycles each; a max, an
+        any, an integer sum are not bound by theirs, and LOGPROB by its exp."""
         sr = SEMIRINGS[self.semiring]
         across_reduced = self.template == "contract_reduce" and self.reduce and self.vector == ACROSS_REDUCED
         return across_reduced and sr.reduction == "sum" and sr.accumulator(self.dtype) == "0.0"
