@@ -469,11 +469,7 @@ def main(argv=None) -> int:
         args.ref_runs = 1
 
     if args.dirs:
-        bundles = [
-            (g, d)
-            for g, d in bundles_in(args.dirs)
-            if not args.bundles or any(n in d.name for n in args.bundles)
-        ]
+        bundles = bundles_in(args.dirs, args.bundles)
         if not bundles:
             parser.error(f"no bundles found in {' '.join(args.dirs)}")
     else:

@@ -63,17 +63,18 @@ def find_bundles(shared: Path, only, names) -> list:
     return found
 
 
-def bundles_in(dirs) -> list:
+def bundles_in(dirs, names=None) -> list:
     """(group, bundle directory) for every bundle a user names: a bundle directory itself
     (it holds bundle.json), or a directory of them (its bundles, in name order); the
-    group is the name of the directory they were found in."""
+    group is the name of the directory they were found in. names: keep only bundles whose
+    name contains one of these strings (as find_bundles)."""
     found = []
     for d in map(Path, dirs):
         if (d / "bundle.json").is_file():
             found.append((d.resolve().parent.name, d))
         elif d.is_dir():
             found += [(d.name, b) for b in sorted(d.iterdir()) if (b / "bundle.json").is_file()]
-    return found
+    return [(g, b) for g, b in found if not names or any(n in b.name for n in names)]
 
 
 def installed(module: str) -> bool:

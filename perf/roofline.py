@@ -582,11 +582,7 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="a tiny calibration and short timing budgets")
     args = parser.parse_args(argv)
     if args.bundles:
-        bundles = [
-            (g, d)
-            for g, d in bundles_in(args.bundles)
-            if not args.only or any(n in d.name for n in args.only)
-        ]
+        bundles = bundles_in(args.bundles, args.only)
         where = f"no bundles found in {' '.join(map(str, args.bundles))}"
     else:
         bundles = find_bundles(args.shared, args.group, args.only)
