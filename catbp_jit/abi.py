@@ -37,6 +37,9 @@ offset its odometer axes give it:
     CONTIGUOUS   + v (step 1)
     STRIDED      + v * step
     GATHERED     + P[table + v]: an offset table of V entries, made at plan time
+    STREAMED     an output's CONTIGUOUS access whose whole cache lines are written with
+                 non-temporal stores (codegen/intrinsics.py): outputs larger than the
+                 last-level cache (PlanOptions.streaming_store_bytes), on the CPU only
 Kernels branch on the kind once per vector, never per element, so each case is a plain
 loop a compiler can vectorize.
 
@@ -89,8 +92,8 @@ LANES = 4
 
 # an operand's access along the vector: [kind, step, table]
 ACCESS_FIELDS = 3
-CONSTANT, CONTIGUOUS, STRIDED, GATHERED = 0, 1, 2, 3
-ACCESS_KINDS = ("constant", "contiguous", "strided", "gathered")
+CONSTANT, CONTIGUOUS, STRIDED, GATHERED, STREAMED = 0, 1, 2, 3, 4
+ACCESS_KINDS = ("constant", "contiguous", "strided", "gathered", "streamed")
 
 
 def out_strides(D: int) -> int:
@@ -221,8 +224,8 @@ def source_constants() -> str:
         f"CHUNKS, BLOCK_AXES, BLOCK_SIZE, LEAVES, SIZES = {CHUNKS}, {BLOCK_AXES}, "
         f"{BLOCK_SIZE}, {LEAVES}, {SIZES}\n"
         f"GROUP_FIELDS, ACCESS_FIELDS = {GROUP_FIELDS}, {ACCESS_FIELDS}\n"
-        f"CONSTANT, CONTIGUOUS, STRIDED, GATHERED = {CONSTANT}, {CONTIGUOUS}, {STRIDED}, "
-        f"{GATHERED}  # access kinds\n"
+        f"CONSTANT, CONTIGUOUS, STRIDED, GATHERED, STREAMED = {CONSTANT}, {CONTIGUOUS}, "
+        f"{STRIDED}, {GATHERED}, {STREAMED}  # access kinds\n"
         f"STEP_ROW, STEP_KERNEL, STEP_PARAMS = {STEP_ROW}, {STEP_KERNEL}, {STEP_PARAMS}\n"
     )
 

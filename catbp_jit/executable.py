@@ -337,8 +337,8 @@ def plan_options(
     exact: bool | None = None,
 ) -> PlanOptions:
     """`options` (else the target's defaults, and in the reassociating mode its defaults
-    for that mode) with the byte limits and mode given as arguments. GEMM kernels, and
-    kernels that repack leaves, exist on the CPU only."""
+    for that mode) with the byte limits and mode given as arguments. GEMM kernels, kernels
+    that repack leaves and streaming stores exist on the CPU only."""
     the_target = get_target(target)
     defaults = options is None
     options = options or the_target.plan_options()
@@ -350,6 +350,8 @@ def plan_options(
         options = options.with_(gemm=False)
     if not the_target.repack and options.repack:
         options = options.with_(repack=False)
+    if not the_target.streaming_stores and options.streaming_store_bytes is not None:
+        options = options.with_(streaming_store_bytes=None)
     if max_bytes != DEFAULT_MAX_BYTES:
         options = options.with_(max_bytes=max_bytes)
     if max_total_bytes is not None:

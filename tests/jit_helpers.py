@@ -9,8 +9,10 @@ import itertools
 import numpy as np
 from hypothesis import HealthCheck, event
 from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 import catbp_jit
+from catbp_jit import Axis, AxisType, Instruction, OpCode, Program, TensorSpec
 from catbp_jit.plan.arena import ALIGN_BYTES, CLASSES
 from catbp_jit.reference import run_program as reference_run_program
 from catbp_jit.semiring import SEMIRINGS
@@ -24,14 +26,49 @@ def executable(bundle, mode):
     """Compiled once per process (kernels come from the memo or the session's disk cache)."""
     key = (bundle.name, mode)
     if key not in _EXECUTABLES:
-        _EXECUTABLES[key] = catbp_jit.compile(
-            bundle.programs,
-            bundle.semiring_runtime(),
-            factor_specs=bundle.factor_specs(),
-            selector_specs=bundle.selector_specs(),
-            mode=mode,
-        )
+        _EXECUTABLES[key] = compile_bundle(bundle, mode)
     return _EXECUTABLES[key]
+
+
+def compile_bundle(bundle, mode, **options):
+    """The bundle's programs compiled afresh, with PlanOptions(**options) if any given
+    (else the target's defaults)."""
+    from catbp_jit.plan.options import PlanOptions
+
+    return catbp_jit.compile(
+        bundle.programs,
+        bundle.semiring_runtime(),
+        factor_specs=bundle.factor_specs(),
+        selector_specs=bundle.selector_specs(),
+        mode=mode,
+        options=PlanOptions(**options) if options else None,
+    )
+
+
+def slot_copies(slots) -> dict:
+    """A run's slots, copied out of the session's arena (the next run overwrites them)."""
+    return {k: np.array(v, copy=True) for k, (v, _) in slots.items()}
+
+
+@st.composite
+def summed_products(draw, sizes: tuple[int, int], axes: tuple[int, int], leaves: tuple[int, int]):
+    """(program, factor specs): a product of leaves (a count in the range `leaves`) over
+    axes (a count in `axes`, each of a size in `sizes`), each leaf on some of them in an
+    order of its own, then summed over some or none, stored in slot ("x",)."""
+    G = AxisType.GEOMETRIC
+    every = [Axis(i, G, draw(st.integers(*sizes))) for i in range(draw(st.integers(*axes)))]
+    specs = {}
+    for f in range(draw(st.integers(*leaves))):
+        held = draw(st.lists(st.sampled_from(every), min_size=1, max_size=len(every), unique=True))
+        specs[f] = TensorSpec(tuple(held))
+    kept = draw(st.lists(st.sampled_from(every), min_size=1, max_size=len(every), unique=True))
+    ins = [Instruction(OpCode.LOAD_FACTOR, f, {"factor_id": f}) for f in specs]
+    ins.append(
+        Instruction(OpCode.CONTRACT, 10, {"inputs": tuple(specs), "out_spec": TensorSpec(tuple(every))})
+    )
+    ins.append(Instruction(OpCode.ELIMINATE, 11, {"src": 10, "keep_keys": tuple(a.key for a in kept)}))
+    ins.append(Instruction(OpCode.STORE_SLOT, None, {"slot": ("x",), "src": 11}))
+    return Program(tuple(ins), "upward"), specs
 
 
 def inputs(bundle):
@@ -347,9 +384,9 @@ def check_memory_plan(exe, base_address):
             )
 
     # every value a step writes or reads has a region
-    for st in exe.schedule.steps:
-        assert st.segment.out in m.regions
-        for leaf in st.segment.leaves:
+    for step in exe.schedule.steps:
+        assert step.segment.out in m.regions
+        for leaf in step.segment.leaves:
             assert leaf in m.regions
     # what the class bytes report
     assert m.class_bytes() == {c: m.class_size[c] * item for c in CLASSES}

@@ -11,13 +11,13 @@ from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
 import catbp_jit
-from catbp_jit import Axis, AxisType, Instruction, OpCode, Program, TensorSpec, abi
+from catbp_jit import abi
 from catbp_jit.bundle import load_bundle
 from catbp_jit.plan.loops import ACROSS_OUTPUTS, LoopNest
 from catbp_jit.plan.options import PlanOptions
 from catbp_jit.plan.repack import choose_repacks, copy_strides, workspace_elements
 from conftest import DATA
-from jit_helpers import assert_same_bits, inputs
+from jit_helpers import assert_same_bits, compile_bundle, inputs, slot_copies, summed_products
 
 # ------------------------------------------------------------------------ the choice
 
@@ -64,26 +64,12 @@ def grid():
     return load_bundle(DATA / "bench" / "grid4x8_d2__prob_float64")
 
 
-def compiled(bundle, mode, **options):
-    return catbp_jit.compile(
-        bundle.programs,
-        bundle.semiring_runtime(),
-        factor_specs=bundle.factor_specs(),
-        selector_specs=bundle.selector_specs(),
-        mode=mode,
-        options=PlanOptions(**options),
-    )
-
-
-def copies(slots) -> dict:
-    return {k: np.array(v, copy=True) for k, (v, _) in slots.items()}
-
-
 @pytest.mark.parametrize("mode", ["compiled", "loop"])
 def test_a_grid_repacks_leaves_and_keeps_its_bits(grid, mode):
     factors, selectors = inputs(grid)
-    plain = copies(compiled(grid, mode, repack=False).bind().run(factors=factors, selectors=selectors))
-    exe = compiled(grid, mode)
+    plain_exe = compile_bundle(grid, mode, repack=False)
+    plain = slot_copies(plain_exe.bind().run(factors=factors, selectors=selectors))
+    exe = compile_bundle(grid, mode)
     schedule = exe.schedule
     repacks = [i for i, step in enumerate(schedule.steps) if step.pattern.template == "repack"]
     assert len(repacks) > 50  # (120 steps, 197 copies on this grid when written)
@@ -107,10 +93,10 @@ def test_a_grid_repacks_leaves_and_keeps_its_bits(grid, mode):
             assert copy.positions.src == exe.memory.regions[leaf].offset
             assert len(copy.offsets) == params.block_size == reader.params.block_size
     sess = exe.bind()
-    assert_same_bits(plain, copies(sess.run(factors=factors, selectors=selectors)), "repacked")
-    assert_same_bits(plain, copies(sess.run()), "repacked, run again")
+    assert_same_bits(plain, slot_copies(sess.run(factors=factors, selectors=selectors)), "repacked")
+    assert_same_bits(plain, slot_copies(sess.run()), "repacked, run again")
     numpy = exe.bind(numpy_only=True)
-    assert_same_bits(plain, copies(numpy.run(factors=factors, selectors=selectors)), "numpy tier")
+    assert_same_bits(plain, slot_copies(numpy.run(factors=factors, selectors=selectors)), "numpy tier")
 
 
 def workspace_of(copy: abi.GatheredCopy, params: abi.RepackParams) -> int:
@@ -132,25 +118,14 @@ SETTINGS = dict(
 def products(draw):
     """A product of 2-4 leaves over 4-6 axes of sizes 2-3, each leaf on some of them in
     an order of its own (so gathered along a vector of several axes), summed over some."""
-    G = AxisType.GEOMETRIC
-    axes = [Axis(i, G, draw(st.integers(2, 3))) for i in range(draw(st.integers(4, 6)))]
-    specs = {}
-    for f in range(draw(st.integers(2, 4))):
-        held = draw(st.lists(st.sampled_from(axes), min_size=1, max_size=len(axes), unique=True))
-        specs[f] = TensorSpec(tuple(held))
-    kept = draw(st.lists(st.sampled_from(axes), min_size=1, max_size=len(axes), unique=True))
-    ins = [Instruction(OpCode.LOAD_FACTOR, f, {"factor_id": f}) for f in specs]
-    whole = TensorSpec(tuple(axes))
-    ins.append(Instruction(OpCode.CONTRACT, 10, {"inputs": tuple(specs), "out_spec": whole}))
-    ins.append(Instruction(OpCode.ELIMINATE, 11, {"src": 10, "keep_keys": tuple(a.key for a in kept)}))
-    ins.append(Instruction(OpCode.STORE_SLOT, None, {"slot": ("x",), "src": 11}))
+    program, specs = draw(summed_products(sizes=(2, 3), axes=(4, 6), leaves=(2, 4)))
     across = draw(st.sampled_from([None, "reduced", "outputs", "both"]))
-    return Program(tuple(ins), "upward"), specs, across
+    return program, specs, across
 
 
 @settings(max_examples=40, **SETTINGS)
 @given(products(), st.integers(0, 2**32 - 1))
-def test_repacked_products_give_the_bits_of_the_plan_without_copies(product, seed):
+def test_repacked_products_give_the_bits_of_the_plan_without_slot_copies(product, seed):
     """Every gathered leaf that moves outside the vector repacked (the bars at their
     lowest, short vectors so that there are many): loop kernels and the numpy tier give
     the bits of the plan without copies, and the reference's values."""
@@ -166,7 +141,7 @@ def test_repacked_products_give_the_bits_of_the_plan_without_copies(product, see
     values = {f: sr.kind.potentials(rng.uniform(0.1, 2.0, spec.shape), sr.dtype) for f, spec in specs.items()}
 
     def results(sess) -> dict:
-        return copies(sess.run(factors=values))
+        return slot_copies(sess.run(factors=values))
 
     def exe(**options):
         return catbp_jit.compile(

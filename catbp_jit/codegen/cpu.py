@@ -33,10 +33,13 @@ first true term, COUNT wraps around like numpy's int64.
 
 from __future__ import annotations
 
+import numpy as np
+
 from .. import abi
 from ..plan.loops import ACROSS_BOTH, ACROSS_OUTPUTS, ACROSS_REDUCED
 from ..plan.steps import KernelPattern
 from ..semiring import SEMIRINGS, Semiring
+from .intrinsics import LINE_BYTES
 from .reduction import reduced_value, subtract_largest
 
 ENTRY = "kernel"
@@ -322,6 +325,7 @@ def _walkers(sr: Semiring, dtype: str) -> str:
             ]
         )
     )
+    line = LINE_BYTES // np.dtype(dtype).itemsize
     store = [
         INLINED,
         "def store(buf, mem, P, a, base, v0, n):",
@@ -335,10 +339,19 @@ def _walkers(sr: Semiring, dtype: str) -> str:
         "        c = base + v0 * step",
         "        for v in range(n):",
         "            mem[u(c + v * step)] = buf[v]",
-        "    else:  # GATHERED (an output is never CONSTANT: its elements differ)",
+        "    elif kind == GATHERED:  # (an output is never CONSTANT: its elements differ)",
         "        c = table + v0",
         "        for v in range(n):",
         "            mem[u(base + P[u(c + v)])] = buf[v]",
+        "    else:  # STREAMED: CONTIGUOUS, its whole lines written without reading them first",
+        "        c = base + v0",
+        "        head = min(n, line_rest(mem, c))",
+        "        store_part(mem, c, buf, ZERO, head)  # up to the first line's start",
+        f"        v = head  # then a line ({line} elements) at a time, then the rest",
+        f"        while v + {line} <= n:",
+        "            store_line(mem, c + v, buf, v)",
+        f"            v += {line}",
+        "        store_part(mem, c + v, buf, v, n - v)",
     ]
     parts.append("\n".join(store))
     return "\n\n\n".join(parts)
@@ -412,6 +425,13 @@ def _normalize(sr: Semiring, dtype: str, parallel: bool = False, lanes: bool = F
     if sr.normalization == "subtract_max":
         return head + subtract_largest(i, sr, dtype, x, _each_element(i, f"{x} = {x} - top_x", parallel))
     return []  # SAT and COUNT do not normalize
+
+
+# the end of run_rows: streamed stores are weakly ordered (codegen/intrinsics.py)
+FENCE = [
+    "    if P[AO] == STREAMED:  # before another thread reads what this one wrote",
+    "        fence_stores()",
+]
 
 
 HEADER = '''"""catbp_jit kernel {name}
@@ -502,6 +522,7 @@ def kernel_source(pattern: KernelPattern) -> str:
                         "stack_leaves_int64",
                         "stack_buffer_" + pattern.dtype,
                     }
+                    | {"fence_stores", "line_rest", "store_line", "store_part"}
                     | set(sums)
                 )
             ),
@@ -569,6 +590,7 @@ def kernel_source(pattern: KernelPattern) -> str:
         lines += ["    for row in range(lo, hi):"]
         lines += _across_both(sr, pattern.dtype)
         lines += _advance("        ", "0", "top - 1", "base", out=True)
+        lines += FENCE
     elif across_outputs:
         lines += _place("    ", "top - 1", "lo")
         lines += [
@@ -578,6 +600,7 @@ def kernel_source(pattern: KernelPattern) -> str:
         ]
         lines += _across_outputs(sr, pattern.dtype)
         lines += _advance("        ", "0", "top - 1", "base", out=True)
+        lines += FENCE
     elif lanes:
         lines += _place("    ", "R - 1", "lo")
         lines += _lanes_reduction("    ")
@@ -593,6 +616,7 @@ def kernel_source(pattern: KernelPattern) -> str:
         lines += _vector("        ", "base")
         lines += ["            store(buf, mem, P, AO, o_off, v0, n)"]
         lines += _advance("        ", "0", "top - 1", "base", out=True)
+        lines += FENCE
 
     lines += [
         "",

@@ -58,6 +58,11 @@ class PlanOptions:
     # multiply a product's first leaves apart when they hold few of its axes
     # (plan/hoist.py); bit-identical either way
     hoist: bool = True
+    # a step whose output has at least this many bytes and is written contiguous along its
+    # vector writes it with non-temporal stores (abi.STREAMED): whole lines, not read from
+    # memory first. About the last-level cache of a server (32 MiB here): a smaller output
+    # may still be in the cache when the next step reads it. None: never (the CUDA target)
+    streaming_store_bytes: int | None = 32 << 20
     align_bytes: int = ALIGN_BYTES
     max_bytes: int = DEFAULT_MAX_BYTES  # one tensor
     max_total_bytes: int | None = None  # all arenas (None: catbp_jit.memory.memory_limit())
@@ -106,6 +111,15 @@ class PlanOptions:
             value = getattr(self, name)
             if isinstance(value, bool) or not (isinstance(value, int) and value >= 1):
                 raise ValueError(f"PlanOptions: {name} must be an int >= 1, not {value!r}")
+        if self.streaming_store_bytes is not None and (
+            isinstance(self.streaming_store_bytes, bool)
+            or not isinstance(self.streaming_store_bytes, int)
+            or self.streaming_store_bytes < 0
+        ):
+            raise ValueError(
+                "PlanOptions: streaming_store_bytes must be None or an int >= 0, not "
+                f"{self.streaming_store_bytes!r}"
+            )
         if not (isinstance(self.block, int) and 1 <= self.block <= BUFFER_LIMIT):
             raise ValueError(f"PlanOptions: block must be an int in 1..{BUFFER_LIMIT}, not {self.block!r}")
 

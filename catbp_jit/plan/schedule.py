@@ -125,6 +125,9 @@ def segment_loops(
         fused.semiring, dtype, reduce, seg.normalize, parallel, nest.across if reduce else ACROSS_OUTPUTS
     )
     accesses = tuple(nest.access(i) for i in range(1, len(nest.operands))) + (nest.access(0),)
+    one_at_a_time = reduce and nest.across == ACROSS_REDUCED
+    if streams(options, accesses[-1], n_out * np.dtype(dtype).itemsize, one_at_a_time):
+        accesses = accesses[:-1] + (abi.Access(abi.STREAMED, 1),)
     repacks: tuple[RepackChoice, ...] = ()
     if options.repack:
         bars = options.repack_max_elements, options.repack_min_reuse, options.repack_min_terms
@@ -134,6 +137,14 @@ def segment_loops(
     per_chunk = abi.LANES if pattern.sums_in_lanes else 1
     chunks = min(n_work // per_chunk, options.chunks) if parallel else 1
     return SegmentLoops(nest, accesses, pattern, chunks, work, repacks)
+
+
+def streams(options: PlanOptions, out: abi.Access, out_bytes: int, one_at_a_time: bool) -> bool:
+    """Whether a step writes its output with non-temporal stores (abi.STREAMED): a large
+    output written contiguous along the vector, by a kernel that stores a vector at a time
+    (one that sums across reduced axes stores an element at a time)."""
+    bar = options.streaming_store_bytes
+    return bar is not None and out.kind == abi.CONTIGUOUS and out_bytes >= bar and not one_at_a_time
 
 
 def lower_segment(

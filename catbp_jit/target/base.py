@@ -55,6 +55,8 @@ class Target:
     gemm: bool = False
     # its kernels copy the leaves a step repacks before reading them (plan/repack.py)
     repack: bool = False
+    # its kernels write large outputs with non-temporal stores (abi.STREAMED)
+    streaming_stores: bool = False
     # the front end's mode here when a model does not say (compile_model(exact=None))
     model_exact: bool = True
     # a compiled dispatcher calls the kernels (else they are launched from Python)

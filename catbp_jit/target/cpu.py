@@ -90,6 +90,7 @@ CPU = CpuTarget(
     plan_defaults={"align_bytes": ALIGN_BYTES, "gemm": True},
     gemm=True,
     repack=True,
+    streaming_stores=True,
     model_exact=False,
     dispatcher=True,
     assembly=True,

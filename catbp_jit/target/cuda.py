@@ -80,7 +80,13 @@ class CudaTarget(Target):
 # gives the same bits, under the same options.
 CUDA = CudaTarget(
     "cuda",
-    plan_defaults={"align_bytes": 256, "gemm": False, "across": "reduced", "repack": False},
+    plan_defaults={
+        "align_bytes": 256,
+        "gemm": False,
+        "across": "reduced",
+        "repack": False,
+        "streaming_store_bytes": None,
+    },
     reassociating_defaults={"split_reductions": True},
     device_results=True,
 )

@@ -1,0 +1,151 @@
+"""Streaming stores (abi.STREAMED): which steps write their output with non-temporal
+stores, the intrinsics that do it at every alignment, and that a plan whose every
+contiguous output streams gives the bits of the plan without."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import event, given, note
+from hypothesis import strategies as st
+from numba import njit
+
+import catbp_jit
+from catbp_jit import abi
+from catbp_jit.bundle import load_bundle
+from catbp_jit.codegen.intrinsics import LINE_BYTES, fence_stores, line_rest, store_line, store_part
+from catbp_jit.executable import plan_options
+from catbp_jit.plan.loops import ACROSS_REDUCED
+from catbp_jit.plan.options import PlanOptions
+from conftest import DATA
+from jit_helpers import assert_same_bits, compile_bundle, inputs, settings, slot_copies, summed_products
+
+
+@njit(cache=False)
+def streamed_copy(dst, at, src, n):
+    """dst[at : at + n] = src[:n] as codegen/cpu.py's store writes a STREAMED output."""
+    head = min(n, line_rest(dst, at))
+    store_part(dst, at, src, 0, head)
+    v = head
+    width = LINE_BYTES // dst.itemsize
+    while v + width <= n:
+        store_line(dst, at + v, src, v)
+        v += width
+    store_part(dst, at + v, src, v, n - v)
+    fence_stores()
+
+
+@njit(cache=False)
+def rest_of(arr, i):
+    return line_rest(arr, i)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64, np.bool_])
+def test_streamed_stores_write_exactly_their_elements_at_every_alignment(dtype):
+    rng = np.random.default_rng(7)
+    src = (rng.uniform(0, 9, 300)).astype(dtype)
+    space = np.zeros(512 + 64, dtype)
+    # a line-aligned start, so that `at` walks every position in a line
+    aligned = space[(-space.ctypes.data % LINE_BYTES) // space.itemsize :]
+    width = LINE_BYTES // space.itemsize
+    assert [rest_of(aligned, i) for i in range(width + 1)] == [0] + list(range(width - 1, -1, -1))
+    for at in range(2 * width):
+        for n in (0, 1, width - 1, width, width + 1, 3 * width + 5, 243):
+            dst = aligned.copy()
+            dst[:] = 0
+            streamed_copy(dst, at, src, n)  # `at` walks every place in a line, whatever dst's
+            want = np.zeros_like(dst)
+            want[at : at + n] = src[:n]
+            assert np.array_equal(dst, want), (at, n)
+
+
+def test_only_the_cpu_target_streams_and_the_bar_is_checked():
+    assert PlanOptions().streaming_store_bytes == 32 << 20
+    assert plan_options("cpu", None).streaming_store_bytes == 32 << 20
+    assert plan_options("cuda", None).streaming_store_bytes is None
+    assert plan_options("cuda", PlanOptions(streaming_store_bytes=0)).streaming_store_bytes is None
+    for bad in (-1, 1.5, True, "32M"):
+        with pytest.raises(ValueError, match="streaming_store_bytes"):
+            PlanOptions(streaming_store_bytes=bad)
+
+
+# ---------------------------------------------------------------- the same bits, a grid
+
+
+@pytest.fixture(scope="module")
+def grid():
+    return load_bundle(DATA / "bench" / "grid4x8_d2__prob_float64")
+
+
+def output_kinds(exe) -> list[int]:
+    return [st.params.accesses[-1].kind for st in exe.schedule.steps if isinstance(st.params, abi.StepParams)]
+
+
+@pytest.mark.parametrize("mode", ["compiled", "loop"])
+def test_a_grid_whose_outputs_all_stream_keeps_its_bits(grid, mode):
+    factors, selectors = inputs(grid)
+    plain = compile_bundle(grid, mode, streaming_store_bytes=None)
+    assert abi.STREAMED not in output_kinds(plain)
+    # the default bar (32 MiB) is far above this grid's values: nothing streams
+    assert output_kinds(compile_bundle(grid, mode)) == output_kinds(plain)
+    exe = compile_bundle(grid, mode, streaming_store_bytes=0)
+    kinds = output_kinds(exe)
+    # every output that was CONTIGUOUS now streams, but where a kernel stores one element
+    # at a time (sums across reduced axes)
+    for step, was, now in zip(
+        (s for s in exe.schedule.steps if isinstance(s.params, abi.StepParams)), output_kinds(plain), kinds
+    ):
+        one_at_a_time = step.pattern.reduce and step.pattern.vector == ACROSS_REDUCED
+        assert now == (abi.STREAMED if was == abi.CONTIGUOUS and not one_at_a_time else was)
+    assert kinds.count(abi.STREAMED) > 20  # (77 of 120 steps when written)
+    want = slot_copies(plain.bind().run(factors=factors, selectors=selectors))
+    sess = exe.bind()
+    assert_same_bits(want, slot_copies(sess.run(factors=factors, selectors=selectors)), "streamed")
+    assert_same_bits(want, slot_copies(sess.run()), "streamed, run again")
+    numpy = exe.bind(numpy_only=True)
+    assert_same_bits(want, slot_copies(numpy.run(factors=factors, selectors=selectors)), "numpy tier")
+
+
+# ------------------------------------------------------ the same bits, random products
+
+
+@st.composite
+def products(draw):
+    """A product of 1-3 leaves over 2-5 axes of sizes 1-7 (rows of any length, so lines
+    cut anywhere), each leaf on some of them in an order of its own, summed over some
+    or none."""
+    program, specs = draw(summed_products(sizes=(1, 7), axes=(2, 5), leaves=(1, 3)))
+    across = draw(st.sampled_from([None, "outputs", "both"]))
+    parallel = draw(st.booleans())
+    block = draw(st.sampled_from([8, 256]))
+    return program, specs, across, parallel, block
+
+
+@settings(40)
+@given(products(), st.integers(0, 2**32 - 1))
+def test_streamed_outputs_give_the_bits_of_plain_stores(product, seed):
+    """Every contiguous output streamed (the bar at 0), serial and parallel (3 chunks, so
+    that chunks end inside lines): the bits of the plan with plain stores, and the
+    reference's values."""
+    from catbp_jit.reference import run_program
+
+    program, specs, across, parallel, block = product
+    note(f"{program}\nacross {across}, parallel {parallel}, block {block}")
+    # (PROB alone: the store is the same loop for every semiring)
+    sr = catbp_jit.make_semiring("PROB")
+    rng = np.random.default_rng(seed)
+    values = {f: sr.kind.potentials(rng.uniform(0.1, 2.0, spec.shape), sr.dtype) for f, spec in specs.items()}
+    knobs = dict(across=across, block=block, chunks=3)
+    if parallel:
+        knobs["parallel_min_work"] = 1
+
+    def exe(**options):
+        options = PlanOptions(**knobs, **options)
+        return catbp_jit.compile(program, sr, factor_specs=specs, mode="loop", options=options)
+
+    streaming = exe(streaming_store_bytes=0)
+    event(f"streams: {abi.STREAMED in output_kinds(streaming)}")
+    want = slot_copies(exe(streaming_store_bytes=None).bind().run(factors=values))
+    assert_same_bits(want, slot_copies(streaming.bind().run(factors=values)), "kernels")
+    ref = np.asarray(run_program(program, sr, lambda f: (values[f], specs[f]), lambda s: None)[("x",)][0])
+    assert np.allclose(want[("x",)], ref, rtol=1e-12, atol=0), (want, ref)
