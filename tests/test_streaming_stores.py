@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from numba import njit
 
 import catbp_jit
-from catbp_jit import abi
+from catbp_jit import Axis, AxisType, Instruction, OpCode, Program, TensorSpec, abi
 from catbp_jit.bundle import load_bundle
 from catbp_jit.codegen.intrinsics import LINE_BYTES, fence_stores, line_rest, store_line, store_part
 from catbp_jit.executable import plan_options
@@ -40,10 +40,20 @@ def rest_of(arr, i):
     return line_rest(arr, i)
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64, np.bool_])
-def test_streamed_stores_write_exactly_their_elements_at_every_alignment(dtype):
+@pytest.mark.parametrize(
+    "dtype, sums",
+    # (float64 sums into float32 outputs: a float32 kernel's sums across outputs)
+    [
+        (np.float64, np.float64),
+        (np.float32, np.float32),
+        (np.float32, np.float64),
+        (np.int64, np.int64),
+        (np.bool_, np.bool_),
+    ],
+)
+def test_streamed_stores_write_exactly_their_elements_at_every_alignment(dtype, sums):
     rng = np.random.default_rng(7)
-    src = (rng.uniform(0, 9, 300)).astype(dtype)
+    src = (rng.uniform(0, 9, 300) * (1 + 1e-9)).astype(sums)
     space = np.zeros(512 + 64, dtype)
     # a line-aligned start, so that `at` walks every position in a line
     aligned = space[(-space.ctypes.data % LINE_BYTES) // space.itemsize :]
@@ -55,7 +65,7 @@ def test_streamed_stores_write_exactly_their_elements_at_every_alignment(dtype):
             dst[:] = 0
             streamed_copy(dst, at, src, n)  # `at` walks every place in a line, whatever dst's
             want = np.zeros_like(dst)
-            want[at : at + n] = src[:n]
+            want[at : at + n] = src[:n]  # (numpy rounds float64 to float32 as LLVM's fptrunc)
             assert np.array_equal(dst, want), (at, n)
 
 
@@ -104,6 +114,34 @@ def test_a_grid_whose_outputs_all_stream_keeps_its_bits(grid, mode):
     assert_same_bits(want, slot_copies(sess.run()), "streamed, run again")
     numpy = exe.bind(numpy_only=True)
     assert_same_bits(want, slot_copies(numpy.run(factors=factors, selectors=selectors)), "numpy tier")
+
+
+@pytest.mark.parametrize("semiring", ["PROB", "LOGPROB"])
+def test_float32_sums_across_outputs_stream_in_their_dtype(semiring):
+    """A float32 kernel sums in float64 (`sums`) and stores float32: a streamed store
+    rounds as the plain one does."""
+    sr = catbp_jit.make_semiring(semiring, "float32")
+    G = AxisType.GEOMETRIC
+    a, b, c = Axis(0, G, 37), Axis(1, G, 5), Axis(2, G, 11)
+    specs = {0: TensorSpec((a, b, c)), 1: TensorSpec((b, c))}
+    ins = [Instruction(OpCode.LOAD_FACTOR, f, {"factor_id": f}) for f in specs]
+    ins.append(Instruction(OpCode.CONTRACT, 10, {"inputs": (0, 1), "out_spec": TensorSpec((a, b, c))}))
+    ins.append(Instruction(OpCode.ELIMINATE, 11, {"src": 10, "keep_keys": (a.key, c.key)}))
+    ins.append(Instruction(OpCode.STORE_SLOT, None, {"slot": ("x",), "src": 11}))
+    program = Program(tuple(ins), "upward")
+    rng = np.random.default_rng(3)
+    values = {f: sr.kind.potentials(rng.uniform(0.1, 2.0, spec.shape), sr.dtype) for f, spec in specs.items()}
+
+    def exe(bar):
+        options = PlanOptions(across="outputs", streaming_store_bytes=bar)
+        return catbp_jit.compile(program, sr, factor_specs=specs, mode="loop", options=options)
+
+    streaming = exe(0)
+    step = next(s for s in streaming.schedule.steps if s.pattern.reduce)
+    assert step.pattern.vector != ACROSS_REDUCED and step.params.accesses[-1].kind == abi.STREAMED
+    want = slot_copies(exe(None).bind().run(factors=values))
+    assert want[("x",)].dtype == np.float32
+    assert_same_bits(want, slot_copies(streaming.bind().run(factors=values)), "float32")
 
 
 # ------------------------------------------------------ the same bits, random products

@@ -112,25 +112,49 @@ def line_rest(typingctx, arr, i):
     return sig, codegen
 
 
+def _storable(dst, src) -> bool:
+    """Whether src's elements can be stored in dst's by store_line and store_part: the same
+    dtype, or float64 sums into a float32 output (rounded as a scalar store would)."""
+    return dst.dtype == src.dtype or (dst.dtype == types.float32 and src.dtype == types.float64)
+
+
+def _lines(context, signature) -> tuple[ir.VectorType, ir.VectorType]:
+    """(a line of dst's elements, as many of src's) for store_line and store_part."""
+    elem = context.get_data_type(signature.args[0].dtype)
+    width = LINE_BYTES // context.get_abi_sizeof(elem)
+    return ir.VectorType(elem, width), ir.VectorType(context.get_data_type(signature.args[2].dtype), width)
+
+
+def _converted(builder, value, line: ir.VectorType):
+    return value if value.type == line else builder.fptrunc(value, line)  # (_storable)
+
+
 @intrinsic
 def store_line(typingctx, dst, i, src, j):
     """dst[i : i + W] = src[j : j + W], W elements to a LINE_BYTES line, with one
     non-temporal store (on x86-64; a plain one elsewhere). dst[i] must start a line."""
+    if not _storable(dst, src):
+        return None
     sig = types.void(dst, types.int64, src, types.int64)
 
     def codegen(context, builder, signature, args):
-        elem = context.get_data_type(signature.args[0].dtype)
-        line = ir.VectorType(elem, LINE_BYTES // context.get_abi_sizeof(elem))
+        line, source = _lines(context, signature)
         to = context.make_array(signature.args[0])(context, builder, args[0]).data
         of = context.make_array(signature.args[2])(context, builder, args[2]).data
-        value = builder.load(builder.bitcast(builder.gep(of, [args[3]]), line.as_pointer()), align=1)
+        value = builder.load(builder.bitcast(builder.gep(of, [args[3]]), source.as_pointer()), align=1)
         at = builder.bitcast(builder.gep(to, [args[1]]), line.as_pointer())
-        store = builder.store(value, at, align=LINE_BYTES)
+        store = builder.store(_converted(builder, value, line), at, align=LINE_BYTES)
         if _X86:
             store.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)]))
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+def _name(vector: ir.VectorType) -> str:
+    """A masked load's or store's name suffix for this vector type and a pointer to it."""
+    kind = f"v{vector.count}{vector.element.intrinsic_name}"
+    return f"{kind}.p0{kind}"
 
 
 def _declared(module, name, ret, args):
@@ -144,27 +168,27 @@ def store_part(typingctx, dst, i, src, j, count):
     """dst[i : i + count] = src[j : j + count] for count < W (a part of a line), as one
     masked load and store (plain, not non-temporal): no loop for LLVM to vectorize, and
     no element outside those count read or written."""
+    if not _storable(dst, src):
+        return None
     sig = types.void(dst, types.int64, src, types.int64, types.int64)
 
     def codegen(context, builder, signature, args):
-        elem = context.get_data_type(signature.args[0].dtype)
-        width = LINE_BYTES // context.get_abi_sizeof(elem)
-        line, i32, i64 = ir.VectorType(elem, width), ir.IntType(32), ir.IntType(64)
+        line, source = _lines(context, signature)
+        width, i32, i64 = line.count, ir.IntType(32), ir.IntType(64)
         # mask: lane k < count
         count = builder.insert_element(ir.VectorType(i64, width)(ir.Undefined), args[4], i64(0))
         count = builder.shuffle_vector(count, count, ir.VectorType(i32, width)([0] * width))
         mask = builder.icmp_signed("<", ir.VectorType(i64, width)(list(range(width))), count)
         to = context.make_array(signature.args[0])(context, builder, args[0]).data
         of = context.make_array(signature.args[2])(context, builder, args[2]).data
-        src = builder.bitcast(builder.gep(of, [args[3]]), line.as_pointer())
+        src = builder.bitcast(builder.gep(of, [args[3]]), source.as_pointer())
         dst = builder.bitcast(builder.gep(to, [args[1]]), line.as_pointer())
-        kind = f"v{width}{elem.intrinsic_name}"
-        # named for typed pointers (llvmlite's IR has them); newer LLVMs rename it
-        names, mod = f"{kind}.p0{kind}", builder.module
-        masks = ir.VectorType(ir.IntType(1), width)
-        load = _declared(mod, "llvm.masked.load." + names, line, [src.type, i32, masks, line])
-        store = _declared(mod, "llvm.masked.store." + names, ir.VoidType(), [line, dst.type, i32, masks])
-        builder.call(store, [builder.call(load, [src, i32(1), mask, line(ir.Undefined)]), dst, i32(1), mask])
+        # named for typed pointers (llvmlite's IR has them); newer LLVMs rename them
+        masks, mod, void = ir.VectorType(ir.IntType(1), width), builder.module, ir.VoidType()
+        load = _declared(mod, f"llvm.masked.load.{_name(source)}", source, [src.type, i32, masks, source])
+        store = _declared(mod, f"llvm.masked.store.{_name(line)}", void, [line, dst.type, i32, masks])
+        value = _converted(builder, builder.call(load, [src, i32(1), mask, source(ir.Undefined)]), line)
+        builder.call(store, [value, dst, i32(1), mask])
         return context.get_dummy_value()
 
     return sig, codegen
