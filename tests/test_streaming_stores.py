@@ -116,11 +116,11 @@ def test_a_grid_whose_outputs_all_stream_keeps_its_bits(grid, mode):
     assert_same_bits(want, slot_copies(numpy.run(factors=factors, selectors=selectors)), "numpy tier")
 
 
-@pytest.mark.parametrize("semiring", ["PROB", "LOGPROB"])
-def test_float32_sums_across_outputs_stream_in_their_dtype(semiring):
+def test_float32_sums_across_outputs_stream_in_their_dtype():
     """A float32 kernel sums in float64 (`sums`) and stores float32: a streamed store
-    rounds as the plain one does."""
-    sr = catbp_jit.make_semiring(semiring, "float32")
+    rounds as the plain one does. (PROB alone: LOGPROB's float64 `tops` are stored by the
+    same store, and its float32 kernels would cost the suite's cold run ~18 s.)"""
+    sr = catbp_jit.make_semiring("PROB", "float32")
     G = AxisType.GEOMETRIC
     a, b, c = Axis(0, G, 37), Axis(1, G, 5), Axis(2, G, 11)
     specs = {0: TensorSpec((a, b, c)), 1: TensorSpec((b, c))}
