@@ -3,6 +3,10 @@
 Handing a numpy array to a compiled function costs Numba one MemInfo allocation per call;
 handing it an address and a length costs nothing. `as_array_<dtype>(address, length)`
 views that memory as a 1-d array (no MemInfo, no copy); the caller keeps it alive.
+
+The other LLVM-level pieces kernels use live here too: buffers on the kernel's stack
+(no allocation per run) and the streaming stores of a STREAMED output (store_line,
+store_part, fence_stores, below).
 """
 
 from __future__ import annotations
