@@ -6,7 +6,14 @@ generator (codegen/cpu.py, codegen/cuda.py) emits kernels that read it with them
 The table holds one step row per step, then each step's parameters, then the offset
 tables of the vectors' GATHERED accesses, then scratch space for loop counters:
 
-    [kernel_0, params_0, kernel_1, params_1, ..., params..., tables..., scratch...]
+    [kernel_0, params_0, chunks_0, kernel_1, params_1, chunks_1, ..., params...,
+     tables..., scratch...]
+
+A step row: its kernel id, the offset p of its parameters, and its chunks: the fixed
+pieces its work is cut into, which the CPU dispatcher's threads take one at a time
+(codegen/dispatch.py; 1: the step runs on one thread). A CPU kernel is called as
+kernel(mem_address, mem_length, P_address, P_length, p, chunk, chunks) and does chunk
+`chunk` of `chunks` (a kernel whose steps are never cut ignores the two).
 
 A step's parameters, from its offset p (R output axes, Q reduced axes, D = R + Q; output
 axes first; the vector, plan/loops.py, is the last nb axes of the hot group):
@@ -15,7 +22,8 @@ axes first; the vector, plan/loops.py, is the last nb axes of the hot group):
     p + OUT_RANK     R
     p + RED_RANK     Q
     p + SCRATCH      offset of the step's loop counters (D per chunk) in P
-    p + CHUNKS       fixed chunks of work (parallel CPU kernels)
+    p + CHUNKS       fixed chunks of work (the step row's chunks, for the CUDA target's
+                     and the numpy tier's readers of a step alone)
     p + BLOCK_AXES   nb: the innermost axes, walked as one flat vector of V elements
                      (the hot axes: the reduced ones if the step reduces across reduced
                      axes, else the output's)
@@ -57,10 +65,11 @@ if TYPE_CHECKING:
 
     Table = Sequence[int] | np.ndarray  # a schedule's table: a session's copy is an array
 
-# a step row: (kernel id, parameter offset)
-STEP_ROW = 2
+# a step row: (kernel id, parameter offset, chunks)
+STEP_ROW = 3
 STEP_KERNEL = 0
 STEP_PARAMS = 1
+STEP_CHUNKS = 2
 
 # a step's header, offsets from p
 OUT = 0
@@ -226,7 +235,8 @@ def source_constants() -> str:
         f"GROUP_FIELDS, ACCESS_FIELDS = {GROUP_FIELDS}, {ACCESS_FIELDS}\n"
         f"CONSTANT, CONTIGUOUS, STRIDED, GATHERED, STREAMED = {CONSTANT}, {CONTIGUOUS}, "
         f"{STRIDED}, {GATHERED}, {STREAMED}  # access kinds\n"
-        f"STEP_ROW, STEP_KERNEL, STEP_PARAMS = {STEP_ROW}, {STEP_KERNEL}, {STEP_PARAMS}\n"
+        f"STEP_ROW, STEP_KERNEL, STEP_PARAMS, STEP_CHUNKS = {STEP_ROW}, {STEP_KERNEL}, "
+        f"{STEP_PARAMS}, {STEP_CHUNKS}\n"
     )
 
 
@@ -470,4 +480,42 @@ def repack_source_constants() -> str:
         f"{REPACK_COUNT}, {REPACK_HEADER}\n"
         f"COPY_SRC, COPY_DST, COPY_RANK, COPY_TABLE = {COPY_SRC}, {COPY_DST}, {COPY_RANK}, {COPY_TABLE}\n"
         f"GATHERED_COPY_HEADER, COPY_AXIS_FIELDS = {GATHERED_COPY_HEADER}, {COPY_AXIS_FIELDS}\n"
+    )
+
+
+# -- the thread pool's control block (catbp_jit/pool.py, codegen/dispatch.py) -----------
+#
+# One int64 array per process that the dispatcher and the pool's threads share. The
+# fields that threads write while others spin on them sit on lines of their own (eight
+# int64 to a 64-byte line), so a write to one does not slow the reads of another.
+#
+#   POOL_SEQ      number of the job posted last (the dispatcher writes it last, releasing)
+#   POOL_CLAIM    that job's number << 32 | the next chunk of it to take
+#   POOL_DONE     chunks of the job done
+#   POOL_OWNER    1 while a run uses the pool (runs in other threads then take no help)
+#   JOB_*         the job: a step's kernel address, arena, table, params offset, chunks
+#   POOL_HELPERS  pool threads that may take chunks in this run (0..HELPERS-1)
+#   POOL_STOP     1: pool threads return at once
+#   POOL_SLEEP    address of libc's usleep, for naps (0: none; threads then return)
+#   POOL_SPIN     pauses a pool thread spins for the next job before it naps
+#   POOL_NAP      microseconds of a nap, while a run holds the pool
+POOL_SEQ, POOL_CLAIM, POOL_DONE, POOL_OWNER = 0, 8, 16, 24
+JOB_KERNEL, JOB_MEM, JOB_MEM_LENGTH, JOB_P, JOB_P_LENGTH, JOB_PARAMS, JOB_CHUNKS = range(32, 39)
+POOL_HELPERS, POOL_STOP, POOL_SLEEP, POOL_SPIN, POOL_NAP = range(40, 45)
+POOL_SIZE = 48
+JOB_SHIFT = 32  # POOL_CLAIM: the job number above these bits, the chunk below
+
+
+def pool_constants() -> str:
+    """The control block's offsets, as source for the dispatcher."""
+    return (
+        "# the pool's control block (catbp_jit/abi.py)\n"
+        f"POOL_SEQ, POOL_CLAIM, POOL_DONE, POOL_OWNER = {POOL_SEQ}, {POOL_CLAIM}, {POOL_DONE}, "
+        f"{POOL_OWNER}\n"
+        f"JOB_KERNEL, JOB_MEM, JOB_MEM_LENGTH, JOB_P, JOB_P_LENGTH, JOB_PARAMS, JOB_CHUNKS = "
+        f"{JOB_KERNEL}, {JOB_MEM}, {JOB_MEM_LENGTH}, {JOB_P}, {JOB_P_LENGTH}, {JOB_PARAMS}, "
+        f"{JOB_CHUNKS}\n"
+        f"POOL_HELPERS, POOL_STOP, POOL_SLEEP, POOL_SPIN, POOL_NAP = {POOL_HELPERS}, "
+        f"{POOL_STOP}, {POOL_SLEEP}, {POOL_SPIN}, {POOL_NAP}\n"
+        f"POOL_SIZE, JOB_SHIFT = {POOL_SIZE}, {JOB_SHIFT}\n"
     )

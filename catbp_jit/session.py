@@ -16,11 +16,11 @@ steps are results like any other.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import abi
 from .blas_threads import OneBlasThread, wants_one_thread
 from .errors import InputMismatchError, UnknownInputError, name_list
 from .ir.adapt import adapt_slot_key
@@ -28,6 +28,7 @@ from .ir.schema import TensorSpec
 from .numpy_steps import numpy_steps
 from .plan.arena import ALIGN_BYTES
 from .plan.pipeline import CONSTANT, FACTOR_INPUT, RESULT, SELECTOR_INPUT, SLOT_INPUT, Binding
+from .pool import the_pool
 
 if TYPE_CHECKING:
     from .executable import Executable
@@ -98,34 +99,26 @@ class Session:
         self._one_blas_thread = OneBlasThread() if wants_one_thread(exe.schedule) else None
         # kernels get addresses, not arrays: no NRT record per call (the executable keeps
         # the kernel address array alive, this session its buffer and table)
-        mem_at, tab_at = self.mem.ctypes.data, self.table.ctypes.data
-        self._dispatch_args = (
-            mem_at,
+        self._addresses = (
+            self.mem.ctypes.data,
             self.mem.size,
-            tab_at,
+            self.table.ctypes.data,
             self.table.size,
             exe.kernel_addresses.ctypes.data,
             exe.kernel_addresses.size,
-            self._n_steps,
         )
-        # the dynamic steps alone: the dispatcher runs rows 0..n-1 of its table, so a copy
-        # of the table whose head lists only the dynamic steps' rows (params unchanged)
-        self.dynamic_table = (
-            dynamic_table(self.table, self._n_static, self._n_steps) if self._n_static else self.table
-        )
-        self._dynamic_args = (
-            (mem_at, self.mem.size, self.dynamic_table.ctypes.data, self.dynamic_table.size)
-            + self._dispatch_args[4:6]
-            + (self._n_steps - self._n_static,)
-        )
-        if exe.mode == "loop":
-            self._calls = [
-                (
-                    exe.kernels[exe.schedule.kernel_id(i)].entry,
-                    (mem_at, self.mem.size, tab_at, self.table.size, exe.schedule.param_offset(i)),
-                )
-                for i in range(self._n_steps)
-            ]
+        # steps cut in chunks are shared with the pool's threads (pool.py); a schedule
+        # without any never wakes them
+        self._pool = the_pool()
+        self._chunked = any(exe.schedule.chunks(i) > 1 for i in range(self._n_steps))
+        if self._chunked:
+            self._pool.start(exe.dispatcher)
+
+    def step_call(self, i: int) -> Callable[[], None]:
+        """A call that runs step i alone, as a run does (its chunks shared with the pool's
+        threads, as many as help a run started now): for timing steps one by one."""
+        helpers = self._pool.helpers() if self._chunked else 0
+        return partial(self.exe.dispatcher, *self._addresses, i, i + 1, self._pool.address, helpers, -1)
 
     def fill_constants(self) -> None:
         for c in self._constants:
@@ -270,21 +263,19 @@ class Session:
             one.exit()
 
     def _execute_kernels(self, first: int) -> None:
+        addresses, run, pool = self._addresses, self.exe.dispatcher, self._pool
+        helpers = pool.helpers() if self._chunked else 0
         if self.exe.mode == "compiled":
-            self.exe.dispatcher(*(self._dispatch_args if first == 0 else self._dynamic_args))
-        elif self.before is None and self.after is None:
-            for i in range(first, self._n_steps):
-                fn, args = self._calls[i]
-                fn(*args)
-        else:
-            steps = self.exe.schedule.steps
-            for i in range(first, self._n_steps):
-                fn, args = self._calls[i]
-                if self.before is not None:
-                    self.before(i, steps[i])
-                fn(*args)
-                if self.after is not None:
-                    self.after(i, steps[i])
+            run(*addresses, first, self._n_steps, pool.address, helpers, -1)
+            return
+        # loop mode: a Python loop over the steps, the dispatcher running each alone
+        steps = self.exe.schedule.steps
+        for i in range(first, self._n_steps):
+            if self.before is not None:
+                self.before(i, steps[i])
+            run(*addresses, i, i + 1, pool.address, helpers, -1)
+            if self.after is not None:
+                self.after(i, steps[i])
 
     def _execute_numpy(self, first: int) -> None:
         run = self._numpy_steps
@@ -307,12 +298,3 @@ def checked_index(index: np.ndarray, size: int) -> np.ndarray:
         bad = index[(index < 0) | (index >= size)]
         raise ValueError(f"gather: offsets {bad[:3].tolist()} outside the arena of {size} elements")
     return index
-
-
-def dynamic_table(table: np.ndarray, n_static: int, n_steps: int) -> np.ndarray:
-    """A copy of a schedule table whose first rows are those of steps n_static..n_steps-1
-    (abi.py: the rows are (kernel id, parameter offset); the parameters stay put)."""
-    out = table.copy()
-    rows = slice(abi.STEP_ROW * n_static, abi.STEP_ROW * n_steps)
-    out[: abi.STEP_ROW * (n_steps - n_static)] = table[rows]
-    return out

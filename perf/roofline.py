@@ -260,17 +260,15 @@ def time_step(call, budget: Budget) -> float:
 
 def measure_steps(exe, bundle, budget: Budget) -> list:
     """Seconds per step of exe's schedule, each step timed after every step before it ran
-    once (loop mode: each step is a call of its kernel's entry)."""
+    once (each step run alone by the dispatcher, its chunks shared with the pool)."""
     sess = exe.bind()
     sess.run(
         factors={f: a for f, (a, _) in bundle.factors.items()},
         selectors={s: a for s, (a, _) in bundle.selectors.items()},
     )  # inputs, constants
-    mem_at, tab_at = sess.mem.ctypes.data, sess.table.ctypes.data
     times, copies = [], None
     for i, step in enumerate(exe.schedule.steps):
-        entry = exe.kernels[exe.schedule.kernel_id(i)].entry
-        call = partial(entry, mem_at, sess.mem.size, tab_at, sess.table.size, exe.schedule.param_offset(i))
+        call = sess.step_call(i)
         if step.pattern.template == "repack":  # timed with the step it copies for
             call()
             copies = call

@@ -56,10 +56,12 @@ def run_in_order(exe, start: np.ndarray, order: list[int]) -> np.ndarray:
     table = exe.schedule.table.copy()  # (the kernels keep loop counters in its tail)
     with np.errstate(all="ignore"):
         for i in order:
-            kernel = exe.kernels[exe.schedule.kernel_id(i)]
-            kernel.entry(
-                mem.ctypes.data, mem.size, table.ctypes.data, table.size, exe.schedule.param_offset(i)
-            )
+            kernel, chunks = exe.kernels[exe.schedule.kernel_id(i)], exe.schedule.chunks(i)
+            at = (mem.ctypes.data, mem.size, table.ctypes.data, table.size, exe.schedule.param_offset(i))
+            for c in range(chunks):
+                kernel.entry(*at, c, chunks)
+            if chunks > 1:  # what follows the chunks (abi.py)
+                kernel.entry(*at, chunks, chunks)
     return mem
 
 

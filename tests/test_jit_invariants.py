@@ -279,7 +279,7 @@ THREADS_CHILD = textwrap.dedent("""
     for mode in ("compiled", "loop"):
         exe = catbp_jit.compile(b.programs, b.semiring_runtime(), factor_specs=b.factor_specs(),
                                 selector_specs=b.selector_specs(), mode=mode, options=options)
-        info["par"][mode] = sum(st.pattern.parallel for st in exe.schedule.steps)
+        info["par"][mode] = sum(exe.schedule.chunks(i) > 1 for i in range(len(exe.schedule.steps)))
         slots = exe.bind().run(factors=f, selectors=s)
         keys = sorted(slots, key=repr)
         info["keys"] = [repr(k) for k in keys]
@@ -306,11 +306,12 @@ def run_child(script, args, tmp_path, **env_extra):
 
 
 def test_bit_identical_across_thread_counts(tmp_path, monkeypatch):
-    """Parallel kernels give the same bits with 2 threads (here) and 1 (a child process).
+    """Steps cut in chunks give the same bits with 2 threads (here: the pool's) and 1 (a
+    child process).
 
     The bench bundles' segments may all be below the planner's parallel threshold
     (PlanOptions.parallel_min_work is tuned for speed); the threshold is lowered here, and in the
-    child, until the schedule has parallel kernels, so the check is never moot."""
+    child, until the schedule has chunked steps, so the check is never moot."""
     import numba
 
     from catbp_jit.plan.options import PlanOptions
@@ -339,12 +340,17 @@ def test_bit_identical_across_thread_counts(tmp_path, monkeypatch):
 
     min_work = PlanOptions().parallel_min_work
     exes = compile_all(min_work)
-    while not any(k.pattern.parallel for k in exes["loop"].kernels):
+
+    def chunked(exe):
+        return sum(exe.schedule.chunks(i) > 1 for i in range(len(exe.schedule.steps)))
+
+    while not chunked(exes["loop"]):
         assert min_work > 1 << 10, "no segment of the bundle is ever run in parallel"
         min_work >>= 2
         exes = compile_all(min_work)
-    n_par = sum(st.pattern.parallel for st in exes["compiled"].schedule.steps)
-    assert any(k.pattern.name.endswith("_par") for k in exes["compiled"].kernels)
+    n_par = chunked(exes["compiled"])
+    # (their kernels are the serial steps': no second variant to compile)
+    assert not any(k.pattern.name.endswith("_par") for k in exes["compiled"].kernels)
     print(
         f"{b.name}: parallel_min_work {min_work}, {n_par} of "
         f"{len(exes['compiled'].schedule.steps)} steps parallel"
@@ -358,9 +364,9 @@ def test_bit_identical_across_thread_counts(tmp_path, monkeypatch):
             assert_bit_identical(
                 here[mode],
                 snapshot(sess.run(factors=factors, selectors=selectors)),
-                f"{mode} repeat, parallel kernels",
+                f"{mode} repeat, chunked steps",
             )
-        # parallel kernels allocate nothing per run either
+        # chunked steps allocate nothing per run either
         np_count, per_run = count_allocations(sess, factors, selectors, 10)
         assert np_count.allocations == 0, np_count
         assert len(set(per_run)) == 1 and per_run[0] <= (0 if mode == "loop" else 8), per_run
@@ -814,9 +820,9 @@ def test_a_gatherer_reads_many_slots_at_once_and_allocates_nothing_per_call():
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_maxlog_parallel_kernels_give_the_reference_bits(dtype):
-    """MAXLOG's max is exact in any order, so parallel kernels (every segment parallel
-    here) give the reference interpreter's bits, as serial ones do, in both modes; float32
-    too (its max and NORMALIZE stay float32, as numpy's)."""
+    """MAXLOG's max is exact in any order, so parallel steps (every segment cut in chunks
+    here, GEMM steps parallel too) give the reference interpreter's bits, as serial ones
+    do, in both modes; float32 too (its max and NORMALIZE stay float32, as numpy's)."""
     from catbp_jit.plan.options import PlanOptions
 
     name = "z4_cycle__maxlog_float64_normalized"
@@ -843,8 +849,8 @@ def test_maxlog_parallel_kernels_give_the_reference_bits(dtype):
             factor_specs=b.factor_specs(),
             selector_specs=b.selector_specs(),
             mode=mode,
-            options=PlanOptions(parallel_min_work=1),
+            options=PlanOptions(parallel_min_work=1, gemm_parallel_min_work=1),
         )
-        assert any(k.pattern.parallel for k in exe.kernels)
+        assert any(exe.schedule.chunks(i) > 1 for i in range(len(exe.schedule.steps)))
         got = snapshot(exe.bind().run(factors=factors, selectors=selectors))
         assert_same_bits(got, {k: np.asarray(a) for k, (a, _) in want.items()}, f"{mode}, {dtype}")

@@ -72,7 +72,7 @@ def test_lanes_give_the_bits_of_the_sums_across_outputs(reduction, block, chunks
         (step,) = [s for s in exe.schedule.steps if s.pattern.reduce]
         if across == "reduced":  # (a parallel step keeps 8 outputs at least to share)
             assert step.pattern.vector == "reduced" and step.pattern.sums_in_lanes
-            event(f"parallel: {step.pattern.parallel}")
+            event(f"chunks > 1: {step.params.chunks > 1}")
         got = session_results(exe.bind(), catbp_jit_inputs(values))
         results[across] = {slot: value for slot, (value, _) in got.items()}
     if step.pattern.vector == "outputs":  # (a nest without output axes has no other vector)

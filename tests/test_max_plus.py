@@ -115,7 +115,7 @@ def test_many_random_max_plus_products_give_the_reference_bits(case, parallel):
 
 def check_random_product(case, parallel):
     note(case.listing())
-    exe = compiled(case, parallel_min_work=1 if parallel else 1 << 62)
+    exe = compiled(case, gemm_parallel_min_work=1 if parallel else 1 << 62)
     event("GEMM" if gemm_steps(exe) else "loop kernels")
     for step in gemm_steps(exe):
         assert not step.params.b_t  # the kernel reads b's rows
@@ -150,10 +150,10 @@ def test_max_plus_tiles_and_rows_give_the_reference_bits_on_any_threads(
         values=max_values(np.random.default_rng(7), specials),
     )
     want = run_reference(case)
-    for parallel_min_work in (1, 1 << 62):
-        exe = compiled(case, parallel_min_work=parallel_min_work)
+    for gemm_parallel_min_work in (1, 1 << 62):
+        exe = compiled(case, gemm_parallel_min_work=gemm_parallel_min_work)
         (step,) = gemm_steps(exe)
-        assert step.pattern.parallel == (parallel_min_work == 1)
+        assert step.pattern.parallel == (gemm_parallel_min_work == 1)
         sess = exe.bind()
         assert_same_slots(want, session_results(sess, case.inputs[0]), case, "max-plus gemm")
         threads = numba.get_num_threads()
@@ -207,7 +207,7 @@ def test_large_max_plus_products_are_gemm_steps_by_default():
 def test_the_max_plus_tile_is_vectorized(dtype):
     """LLVM keeps a tile in packed registers: the kernel's assembly has packed maxima."""
     case = gemm_case("MAXLOG", dtype, (AM, AL), (AL, AN), (AM, AN))
-    exe = compiled(case, parallel_min_work=1 << 62)
+    exe = compiled(case, gemm_parallel_min_work=1 << 62)
     (step,) = gemm_steps(exe)
     asm = exe.kernel_asm(step.pattern.name)
     assert ("maxpd" if dtype == "float64" else "maxps") in asm

@@ -600,8 +600,8 @@ def test_gemm_steps_of_many_small_products_run_on_all_threads(a_axes, b_axes, ke
     allocation per run."""
     case = gemm_case(semiring, "float64", a_axes, b_axes, keep, norm=True)
     runs = {}
-    for parallel_min_work in (1, catbp_jit.PlanOptions().parallel_min_work):
-        options = catbp_jit.PlanOptions(exact=False, parallel_min_work=parallel_min_work)
+    for min_work in (1, catbp_jit.PlanOptions().gemm_parallel_min_work):
+        options = catbp_jit.PlanOptions(exact=False, gemm_parallel_min_work=min_work)
         exe = catbp_jit.compile(
             case.programs, case.sr(), factor_specs=case.factor_specs, mode="loop", options=options
         )
@@ -640,7 +640,7 @@ def test_a_run_of_small_parallel_gemm_products_keeps_blas_on_one_thread():
 
     case = gemm_case("PROB", "float64", (AB, AB2, AI, AK), (AB, AB2, AK, AJ), (AB, AB2, AI, AJ))
     specs = case.factor_specs
-    parallel = catbp_jit.PlanOptions(exact=False, parallel_min_work=1)
+    parallel = catbp_jit.PlanOptions(exact=False, gemm_parallel_min_work=1)
     exe = catbp_jit.compile(case.programs, case.sr(), factor_specs=specs, mode="loop", options=parallel)
     assert wants_one_thread(exe.schedule)
     seen = []

@@ -18,10 +18,11 @@ every reduced axis by the odometer; across both (plan/loops.py), the vector hold
 positions of the innermost reduced axes times S output lanes, and the odometer walks the
 outer reduced axes.
 
-A module has one entry, `kernel(mem_address, mem_length, P_address, P_length, p)`, that
-both dispatch modes call (loop mode from Python, the compiled-mode dispatcher at its C
-address), so a kernel compiles once whatever the mode, and a cache entry filled by one
-mode serves the other.
+A module has one entry, `kernel(mem_address, mem_length, P_address, P_length, p, chunk,
+chunks)`, that the dispatcher calls at its C address in both dispatch modes, so a kernel
+compiles once whatever the mode, and a cache entry filled by one mode serves the other.
+It runs one chunk of a step (abi.py); the dispatcher shares a step's chunks among threads
+(codegen/dispatch.py), so a kernel has no parallel loop of its own.
 
 Every output element is computed by the same sequential code whatever the chunking or the
 thread count, so results are bit-identical across runs and NUMBA_NUM_THREADS. float32
@@ -449,7 +450,7 @@ in pieces of BUFFER; the hot axes before them by an odometer with counters at P[
 import math
 
 import numpy as np
-from numba import carray, njit, prange
+from numba import carray, njit
 
 from catbp_jit.codegen.intrinsics import BUFFER, MAX_LEAVES, {pointers}
 
@@ -527,8 +528,8 @@ def kernel_source(pattern: KernelPattern) -> str:
                 )
             ),
             part=part,
-            # called once, by a serial kernel: inlined, one function less to compile (~15%)
-            inline="" if pattern.parallel else ', inline="always"',
+            # called once, by the kernel: inlined, one function less to compile (~15%)
+            inline=', inline="always"',
             part_doc=(
                 "Rows lo..hi-1: a row is one position of the odometer axes outside the vector."
                 if part == "run_rows"
@@ -621,11 +622,12 @@ def kernel_source(pattern: KernelPattern) -> str:
     lines += [
         "",
         "",
-        f'@njit(cache=True, nogil=True, error_model="numpy"{", parallel=True" if pattern.parallel else ""})',
-        f"def {ENTRY}(mem_address, mem_length, P_address, P_length, p):",
-        '    """Segment p of the table. Called with addresses, not arrays: from Python (loop',
-        "    mode) no MemInfo is made per call, and the compiled-mode dispatcher calls the",
-        '    compiled code at its C address."""',
+        '@njit(cache=True, nogil=True, error_model="numpy")',
+        f"def {ENTRY}(mem_address, mem_length, P_address, P_length, p, chunk, chunks):",
+        '    """Chunk `chunk` of `chunks` of segment p of the table; with chunk == chunks, what',
+        "    follows them all (NORMALIZE: the dispatcher calls it once every chunk is done; a",
+        "    step of one chunk does it at once). Called with addresses, not arrays: no MemInfo",
+        '    is made per call, and the dispatcher calls the compiled code at its C address."""',
         f"    mem = carray(pointer_{pattern.dtype}(mem_address), mem_length)",
         "    P = carray(pointer_int64(P_address), P_length)",
         "    R = P[p + OUT_RANK]",
@@ -643,17 +645,17 @@ def kernel_source(pattern: KernelPattern) -> str:
             f"    for d in range({end} - P[p + BLOCK_AXES]):",
             "        n_work *= P[p + SIZES + d]",
         ]
-    lines += ["    scratch = P[p + SCRATCH]", "    chunks = P[p + CHUNKS]"]
-    if pattern.parallel:
-        lines += [
-            "    for c in prange(chunks):  # fixed chunks: results do not depend on threads",
-            f"        {part}(mem, P, p, n_work * c // chunks, n_work * (c + 1) // chunks, scratch + c * D)",
-        ]
-    else:
-        lines += [f"    {part}(mem, P, p, ZERO, n_work, scratch)"]
+    lines += [
+        "    lo, hi = ZERO, n_work  # fixed chunks: the results do not depend on who runs them",
+        "    if chunks > 1:",
+        "        lo, hi = n_work * chunk // chunks, n_work * (chunk + 1) // chunks",
+        "    if chunk < chunks:",
+        f"        {part}(mem, P, p, lo, hi, P[p + SCRATCH] + chunk * D)",
+    ]
     if pattern.normalize:
-        # (serial: a parallel division costs each parallel pattern ~1 s more to compile,
-        # and a loop kernel's normalized outputs are small next to its terms)
-        lines += ["    out = P[p + OUT]"] + _normalize(sr, pattern.dtype)
+        # (on one thread, after every chunk: a loop kernel's normalized outputs are small
+        # next to its terms)
+        lines += ["    if chunks == 1 or chunk == chunks:", "        out = P[p + OUT]"]
+        lines += ["    " + line if line else line for line in _normalize(sr, pattern.dtype)]
     lines += [""]
     return "\n".join(lines)

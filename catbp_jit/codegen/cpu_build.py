@@ -25,7 +25,7 @@ class CpuKernels:
     """What an Executable of the compiled tier runs with."""
 
     kernels: list[Kernel]  # one per pattern of the schedule, in its order
-    dispatcher: Any  # the compiled dispatcher (compiled mode calls it; loop mode does not)
+    dispatcher: Any  # the compiled dispatcher (compiled mode calls it once a run, loop mode once a step)
     dispatcher_source: str
     cache_stats: dict[str, float]  # hits, misses, compiled... of this build
     addresses: np.ndarray  # the kernels' entry addresses, as the dispatcher takes them
@@ -74,9 +74,7 @@ def load_cpu_kernels(
     for i, pattern in enumerate(schedule.patterns):
         say(f"kernel {i + 1}/{len(schedule.patterns)}: {pattern.name}")
         kernels.append(load_kernel(pattern, cache, rendered[pattern]))
-    # Loop mode does not call the dispatcher, but loads it too (a moment when it is cached,
-    # once per cache directory when not), so a cache filled in either mode serves both,
-    # also under the strict policy.
+    # (both modes call the dispatcher: loop mode once a step, from a Python loop)
     say("dispatcher")
     dispatcher, dsource = load_dispatcher(cache, dispatcher_u)
     used: dict[str, float] = {k: cache.stats.get(k, 0) - before.get(k, 0) for k in cache.stats}

@@ -337,8 +337,9 @@ UNSIGNED = (
 _ENTRY_HEAD = '''
 
 @njit(cache=True, nogil=True, error_model="numpy"{parallel})
-def kernel(mem_address, mem_length, P_address, P_length, p):
-    """Segment p of the table (called with addresses, as every kernel: see codegen/cpu.py)."""
+def kernel(mem_address, mem_length, P_address, P_length, p, chunk, chunks):
+    """Segment p of the table (called with addresses, as every kernel: see codegen/cpu.py).
+    A GEMM step is one chunk (chunk 0 of 1): a parallel one shares its work out itself."""
     mem = carray(pointer_{dtype}(mem_address), mem_length)
     P = carray(pointer_int64(P_address), P_length)
     M, N, K = P[p + GEMM_M], P[p + GEMM_N], P[p + GEMM_K]

@@ -34,7 +34,8 @@ u = np.uint64
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def {entry}(mem_address, mem_length, P_address, P_length, p):
+def {entry}(mem_address, mem_length, P_address, P_length, p, chunk, chunks):
+    """The copies of repack step p (one chunk: chunk 0 of 1, abi.py)."""
     mem = carray(pointer_{dtype}(mem_address), mem_length)
     P = carray(pointer_int64(P_address), P_length)
     V, idx = P[p + REPACK_V], P[p + REPACK_SCRATCH]

@@ -30,7 +30,7 @@ ENTRY = "run_steps"
 HEADER = '''"""catbp_jit CUDA schedule kernel: {n} kernel{s}, every step in one launch
 
 run_steps(mem, P, B, first, last) runs rows first..last-1 of the table P (catbp_jit/abi.py:
-step row i is P[2 * i], P[2 * i + 1] = kernel id, parameter offset), each step by every
+step row i is P[3 * i], P[3 * i + 1] = kernel id, parameter offset), each step by every
 thread of the grid at once, each thread its share (grid-stride), with a grid-wide wait
 before step i where B[i] is 1 (plan/barriers.py) and inside a step that normalizes.
 

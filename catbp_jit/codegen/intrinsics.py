@@ -40,15 +40,15 @@ pointer_bool = _pointer_intrinsic(types.boolean)
 
 
 @intrinsic
-def call_kernel(typingctx, address, mem_address, mem_length, P_address, P_length, p):
-    """Call the compiled kernel entry whose C entry point is at `address` (its args are five
-    int64). The dispatcher calls kernels through addresses rather than by name, so it is not
-    linked against them: it compiles once, whatever kernels a schedule uses."""
-    sig = types.void(types.int64, types.int64, types.int64, types.int64, types.int64, types.int64)
+def call_kernel(typingctx, address, mem_address, mem_length, P_address, P_length, p, chunk, chunks):
+    """Call the compiled kernel entry whose C entry point is at `address` (its args are seven
+    int64, abi.py). The dispatcher calls kernels through addresses rather than by name, so it
+    is not linked against them: it compiles once, whatever kernels a schedule uses."""
+    sig = types.void(*[types.int64] * 8)
 
     def codegen(context, builder, signature, args):
         # Numba's C wrapper of a function returning None returns its dummy value type.
-        fnty = ir.FunctionType(context.get_value_type(types.none), [ir.IntType(64)] * 5)
+        fnty = ir.FunctionType(context.get_value_type(types.none), [ir.IntType(64)] * 7)
         builder.call(builder.inttoptr(args[0], fnty.as_pointer()), args[1:])
         return context.get_dummy_value()
 

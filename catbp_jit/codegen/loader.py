@@ -21,8 +21,8 @@ from . import cpu, cpu_gemm, cpu_repack, dispatch
 
 # Every entry takes int64s (addresses, lengths, an offset): no array, so no MemInfo per
 # call, and one C calling convention for the dispatcher to call kernels through.
-KERNEL_SIGNATURE = "(int64, int64, int64, int64, int64)"
-DISPATCHER_SIGNATURE = "(int64, int64, int64, int64, int64, int64, int64)"
+KERNEL_SIGNATURE = "(int64, int64, int64, int64, int64, int64, int64)"
+DISPATCHER_SIGNATURE = "(int64, int64, int64, int64, int64, int64, int64, int64, int64, int64, int64)"
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class Kernel:
     pattern: KernelPattern
     key: str
     source: str
-    entry: Any  # njit dispatcher: entry(mem_addr, mem_len, P_addr, P_len, p)
+    entry: Any  # njit dispatcher: entry(mem_addr, mem_len, P_addr, P_len, p, chunk, chunks)
     address: int  # C entry point of its compiled code (the compiled-mode dispatcher calls it)
     identity: dict[str, Any]  # its unit's, independent of the machine (identity_digest)
 

@@ -152,7 +152,7 @@ def runs_parallel(shape: GemmShape, sr_name: str, options: PlanOptions) -> bool:
     threads share the batch positions and the copies (LOGPROB's in LOG_PARTS parts, where
     their workspaces stay small). Not large ones, which BLAS runs on its own threads.
     MAXLOG's threads share the rows of every product (its kernel is ours: no BLAS threads)."""
-    if 2 * shape.terms < options.parallel_min_work:
+    if 2 * shape.terms < options.gemm_parallel_min_work:
         return False
     sr = semiring(sr_name)
     if sr.is_max:

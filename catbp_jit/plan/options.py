@@ -25,13 +25,18 @@ class PlanOptions:
     # a product of more leaves is split into a chain of partial products (a kernel keeps
     # per-leaf offsets in arrays of abi.MAX_LEAVES; fewer leaves, shorter per-step loops)
     max_leaves: int = 8
-    # a segment runs on all CPU threads only when it has this much work (elements x
-    # reduced elements x leaves: ~3 ms on one core). Below that a parallel region costs
-    # more than it saves, and far more when the machine is busy: each region then waits
-    # for a scheduler time slice (seen: 10 ms for a 0.1 ms segment on a loaded 2-core
-    # machine).
-    parallel_min_work: int = 1 << 22
-    chunks: int = 64  # parallel segments split their work into this many fixed chunks
+    # a loop step is cut into chunks that the CPU threads share (codegen/dispatch.py) when
+    # it has this much work (elements x reduced elements x leaves: ~50 us on one core),
+    # each chunk half of it at least, `chunks` at most. A chunk is taken by whichever
+    # thread comes first and the dispatcher never waits for a thread that took none, so
+    # a busy machine costs such a step little (pool.py)
+    parallel_min_work: int = 1 << 16
+    chunks: int = 64
+    # a GEMM step shares its batch among the threads (OpenMP, through Numba's prange) at
+    # this much work: each of its parallel regions costs ~44 us to wake the threads (they
+    # wait passively: a spinning thread on a busy machine cost 10-40x), and far more when
+    # the machine is busy, as a region waits for every thread's time slice
+    gemm_parallel_min_work: int = 1 << 22
     # most elements of a kernel's vector when an operand is gathered along it (its offset
     # table has one entry per element), plan/loops.py
     block: int = 256
@@ -107,7 +112,14 @@ class PlanOptions:
             raise ValueError(
                 f"PlanOptions: split_min_terms must be an int >= 2, not {self.split_min_terms!r}"
             )
-        for name in ("repack_max_elements", "repack_min_reuse", "repack_min_terms"):
+        for name in (
+            "parallel_min_work",
+            "chunks",
+            "gemm_parallel_min_work",
+            "repack_max_elements",
+            "repack_min_reuse",
+            "repack_min_terms",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not (isinstance(value, int) and value >= 1):
                 raise ValueError(f"PlanOptions: {name} must be an int >= 1, not {value!r}")

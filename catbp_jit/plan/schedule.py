@@ -1,15 +1,17 @@
 """Lowering: each segment becomes a kernel pattern plus a row of integer parameters.
 
 A kernel is specialized on its pattern only (plan/steps.py: semiring, dtype, reduce,
-normalize, parallel, vector), never on sizes or its number of leaves: sizes, strides,
+normalize, vector; parallel for GEMM steps), never on sizes or its number of leaves: sizes, strides,
 leaves and arena offsets are runtime data in one int64 table, so segments of one pattern
 share one compiled kernel across programs and models. To keep patterns few, the loop space is put in a
 canonical form first: size-1 axes are dropped and neighbouring axes that are contiguous in
 every operand are merged, as numpy's iterator does.
 
 The table's layout, the kernel ABI, is defined in abi.py: one (kernel id, parameter
-offset) row per step, then the parameters, then the offset tables, then scratch space for
-the kernels' loop counters.
+offset, chunks) row per step, then the parameters, then the offset tables, then scratch
+space for the kernels' loop counters. A loop step with work enough for several threads
+(PlanOptions.parallel_min_work) is cut into fixed chunks that the CPU dispatcher's threads
+share (codegen/dispatch.py); its kernel is the one a serial step of its pattern runs.
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ class Schedule:
 
     def param_offset(self, i: int) -> int:
         return int(self.table[abi.STEP_ROW * i + abi.STEP_PARAMS])
+
+    def chunks(self, i: int) -> int:
+        return int(self.table[abi.STEP_ROW * i + abi.STEP_CHUNKS])
 
 
 @dataclass(frozen=True)
@@ -121,8 +126,10 @@ def segment_loops(
     n_work = n_out if nest.across == ACROSS_REDUCED else rows
     work = n_out * n_red * max(1, len(seg.leaves))
     parallel = n_work >= 8 and work >= options.parallel_min_work
+    # (a parallel loop step is cut in chunks that the dispatcher's threads share: its
+    # kernel is the serial one's, KernelPattern.parallel stays False)
     pattern = KernelPattern(
-        fused.semiring, dtype, reduce, seg.normalize, parallel, nest.across if reduce else ACROSS_OUTPUTS
+        fused.semiring, dtype, reduce, seg.normalize, False, nest.across if reduce else ACROSS_OUTPUTS
     )
     accesses = tuple(nest.access(i) for i in range(1, len(nest.operands))) + (nest.access(0),)
     one_at_a_time = reduce and nest.across == ACROSS_REDUCED
@@ -135,7 +142,9 @@ def segment_loops(
     # a chunk of a kernel that sums in lanes holds LANES outputs at least (a chunk of one
     # output would have no lanes)
     per_chunk = abi.LANES if pattern.sums_in_lanes else 1
-    chunks = min(n_work // per_chunk, options.chunks) if parallel else 1
+    # (a chunk costs a kernel call, ~0.1 us to place its odometer: half the bar's work each)
+    most = max(2, 2 * work // options.parallel_min_work)
+    chunks = min(n_work // per_chunk, options.chunks, most) if parallel else 1
     return SegmentLoops(nest, accesses, pattern, chunks, work, repacks)
 
 
@@ -338,23 +347,29 @@ def build_schedule(
     # each step's params, its offset tables placed
     with_tables: list[abi.StepParams | abi.GemmParams | abi.RepackParams] = []
     tables: list[int] = []
+    # equal offset tables are placed once: a grid's steps repeat a few shapes, and the
+    # dispatcher walks every step's tables each run (grid4x8: 916 tables, 157 distinct;
+    # unshared, the table outgrew a core's L2 cache)
+    placed: dict[tuple[int, ...], int] = {}
+
+    def place(offsets: tuple[int, ...]) -> int:
+        nonlocal cursor
+        if offsets not in placed:
+            placed[offsets] = cursor
+            cursor += len(offsets)
+            tables.extend(offsets)
+        return placed[offsets]
+
     for st in steps:
         step_params = st.params
         if any(acc.kind == abi.GATHERED for acc in step_params.accesses):
-            accesses = []
-            for acc in step_params.accesses:
-                if acc.kind == abi.GATHERED:
-                    acc = replace(acc, table=cursor)
-                    cursor += len(acc.offsets)
-                    tables += acc.offsets
-                accesses.append(acc)
+            accesses = [
+                replace(acc, table=place(acc.offsets)) if acc.kind == abi.GATHERED else acc
+                for acc in step_params.accesses
+            ]
             step_params = replace(step_params, accesses=tuple(accesses))
         if isinstance(step_params, abi.RepackParams):  # a copy reads its leaf by the table
-            copies = []
-            for copy in step_params.copies:
-                copies.append(replace(copy, table=cursor))
-                cursor += len(copy.offsets)
-                tables += copy.offsets
+            copies = [replace(copy, table=place(copy.offsets)) for copy in step_params.copies]
             step_params = replace(step_params, copies=tuple(copies))
         with_tables.append(step_params)
     laid = []
@@ -366,7 +381,8 @@ def build_schedule(
     head: list[int] = []
     params: list[int] = []
     for st in laid:
-        head += [ids[st.pattern], abi.STEP_ROW * len(laid) + len(params)]
+        chunks = st.params.chunks if isinstance(st.params, abi.StepParams) else 1
+        head += [ids[st.pattern], abi.STEP_ROW * len(laid) + len(params), chunks]
         params += st.params.pack()
     table = np.zeros(cursor, dtype=np.int64)
     body = head + params + tables

@@ -22,6 +22,8 @@ class KernelPattern:
     dtype: str
     reduce: bool
     normalize: bool
+    # the kernel shares its work among the threads itself (prange): GEMM kernels only. A
+    # loop step's parallelism is its chunks, which the dispatcher's threads share (abi.py)
     parallel: bool
     # the axes of its vector (plan/loops.py): ACROSS_OUTPUTS (always, if it does not
     # reduce), ACROSS_REDUCED or ACROSS_BOTH
