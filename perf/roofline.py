@@ -202,19 +202,20 @@ def calibrate(budget: Budget) -> dict:
 
 
 @njit(cache=False)
-def _nothing(a, b, c, d, e):
+def _nothing(a, b, c, d, e, f, g, h, i, j, k):
     return None
 
 
 def call_overhead() -> float:
-    """Seconds of one Python call of a Numba function taking five ints (as a kernel's
-    entry does): what the smallest steps' times are made of."""
-    _nothing(0, 0, 0, 0, 0)
+    """Seconds of one Python call of a Numba function taking eleven ints (as the
+    dispatcher does, which runs each step alone here): what the smallest steps' times are
+    made of."""
+    _nothing(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
     reps = 10000
 
     def calls():
         for _ in range(reps):
-            _nothing(0, 0, 0, 0, 0)
+            _nothing(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
 
     return best_of(calls, 3) / reps
 
@@ -536,7 +537,7 @@ def header_lines(peaks: dict, overhead_s: float, quick: bool) -> list:
         f"- machine: {cpu_model()}, numba threads {numba.get_num_threads()}, threading layer "
         f"{threading_layer()}; load average {load_average()} (other processes skew the times)",
         f"- calibration{' (--quick)' if quick else ''}: {peaks_line(peaks)}",
-        f"- one Python call of a kernel entry costs about {fmt_seconds(overhead_s)}, included "
+        f"- one Python call of the dispatcher costs about {fmt_seconds(overhead_s)}, included "
         f"in each step's time",
         "- bytes: output + distinct leaves, once; ops: output x reduced elements x leaves; "
         "bound: max(bytes / bandwidth, ops / multiply-add peak, or for LOGPROB reductions "

@@ -175,3 +175,22 @@ def test_a_plan_over_the_memory_limit_drops_its_copies_first(grid):
     assert [st.pattern for st in tight.schedule.steps] == [st.pattern for st in bare.schedule.steps]
     with pytest.raises(PlanTooLargeError):
         planned(options=PlanOptions(max_total_bytes=bare.memory.total_bytes - 1))
+
+
+def test_equal_offset_tables_are_placed_once(grid):
+    """A grid's steps repeat a few shapes: every GATHERED access and repack copy with the
+    same offsets reads one table in P (grid4x8: 916 tables, 157 distinct), which holds
+    those offsets."""
+    schedule = compile_bundle(grid, "compiled").schedule
+    placed: dict[tuple, set] = {}
+    every = 0  # entries, had each table its own place
+    for step in schedule.steps:
+        tables = [(a.offsets, a.table) for a in step.params.accesses if a.kind == abi.GATHERED]
+        if isinstance(step.params, abi.RepackParams):
+            tables += [(c.offsets, c.table) for c in step.params.copies]
+        for offsets, at in tables:
+            every += len(offsets)
+            placed.setdefault(offsets, set()).add(at)
+            assert list(schedule.table[at : at + len(offsets)]) == list(offsets)
+    assert sum(len(at) for at in placed.values()) == len(placed) < 300, len(placed)
+    assert sum(len(o) for o in placed) < every / 2
