@@ -22,8 +22,9 @@ axes first; the vector, plan/loops.py, is the last nb axes of the hot group):
     p + OUT_RANK     R
     p + RED_RANK     Q
     p + SCRATCH      offset of the step's loop counters (D per chunk) in P
-    p + CHUNKS       fixed chunks of work (the step row's chunks, for the CUDA target's
-                     and the numpy tier's readers of a step alone)
+    p + CHUNKS       fixed chunks of work (the step row's chunks, kept with the
+                     parameters so that abi.unpack gives a step back whole; scratch holds
+                     D loop counters per chunk)
     p + BLOCK_AXES   nb: the innermost axes, walked as one flat vector of V elements
                      (the hot axes: the reduced ones if the step reduces across reduced
                      axes, else the output's)

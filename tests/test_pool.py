@@ -130,7 +130,7 @@ G = AxisType.GEOMETRIC
     seed=st.integers(0, 3),
     semiring=st.sampled_from(["PROB", "LOGPROB"]),
 )
-@settings(25)
+@settings(12)
 def test_a_normalize_after_its_chunks(sizes, chunks, seed, semiring):
     """bel = NORMALIZE(f0 ⊗ f1), cut in chunks: the kernel normalizes once every chunk is
     done (chunk == chunks, abi.py): the bits of the step in one chunk, in both modes, and
