@@ -202,20 +202,20 @@ def calibrate(budget: Budget) -> dict:
 
 
 @njit(cache=False)
-def _nothing(a, b, c, d, e, f, g, h, i, j, k):
+def _nothing(a, b, c, d, e, f, g):
     return None
 
 
 def call_overhead() -> float:
-    """Seconds of one Python call of a Numba function taking eleven ints (as the
-    dispatcher does, which runs each step alone here): what the smallest steps' times are
-    made of."""
-    _nothing(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+    """Seconds of one Python call of a Numba function taking seven ints (as a kernel's
+    entry does, which runs a step of one chunk here; a step of several is a call of the
+    dispatcher): what the smallest steps' times are made of."""
+    _nothing(0, 0, 0, 0, 0, 0, 0)
     reps = 10000
 
     def calls():
         for _ in range(reps):
-            _nothing(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+            _nothing(0, 0, 0, 0, 0, 0, 0)
 
     return best_of(calls, 3) / reps
 
@@ -261,7 +261,7 @@ def time_step(call, budget: Budget) -> float:
 
 def measure_steps(exe, bundle, budget: Budget) -> list:
     """Seconds per step of exe's schedule, each step timed after every step before it ran
-    once (each step run alone by the dispatcher, its chunks shared with the pool)."""
+    once (Session.step_call: a step of several chunks shares them with the pool)."""
     sess = exe.bind()
     sess.run(
         factors={f: a for f, (a, _) in bundle.factors.items()},
@@ -537,7 +537,7 @@ def header_lines(peaks: dict, overhead_s: float, quick: bool) -> list:
         f"- machine: {cpu_model()}, numba threads {numba.get_num_threads()}, threading layer "
         f"{threading_layer()}; load average {load_average()} (other processes skew the times)",
         f"- calibration{' (--quick)' if quick else ''}: {peaks_line(peaks)}",
-        f"- one Python call of the dispatcher costs about {fmt_seconds(overhead_s)}, included "
+        f"- one Python call of a kernel entry costs about {fmt_seconds(overhead_s)}, included "
         f"in each step's time",
         "- bytes: output + distinct leaves, once; ops: output x reduced elements x leaves; "
         "bound: max(bytes / bandwidth, ops / multiply-add peak, or for LOGPROB reductions "
