@@ -10,13 +10,12 @@ store moves across them, in the compiler or the processor).
 
 from __future__ import annotations
 
-import platform
-
 from llvmlite import ir
 from numba import types
 from numba.core.extending import intrinsic
 
-_X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
+from .intrinsics import IS_X86
+
 _ALIGN = 8
 
 
@@ -93,7 +92,7 @@ def spin_pause(typingctx):
     sig = types.void()
 
     def codegen(context, builder, signature, args):
-        if _X86:
+        if IS_X86:
             fnty = ir.FunctionType(ir.VoidType(), [])
             builder.call(builder.module.declare_intrinsic("llvm.x86.sse2.pause", fnty=fnty), [])
         return context.get_dummy_value()

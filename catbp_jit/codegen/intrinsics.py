@@ -97,7 +97,7 @@ stack_lanes_int64 = _stack_buffer_intrinsic(types.int64, LANES * MAX_LEAVES)
 # other threads read (fence_stores).
 
 LINE_BYTES = 64
-_X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
+IS_X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
 
 
 @intrinsic
@@ -148,7 +148,7 @@ def store_line(typingctx, dst, i, src, j):
         value = builder.load(builder.bitcast(builder.gep(of, [args[3]]), source.as_pointer()), align=1)
         at = builder.bitcast(builder.gep(to, [args[1]]), line.as_pointer())
         store = builder.store(_converted(builder, value, line), at, align=LINE_BYTES)
-        if _X86:
+        if IS_X86:
             store.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)]))
         return context.get_dummy_value()
 
@@ -205,7 +205,7 @@ def fence_stores(typingctx):
     sig = types.void()
 
     def codegen(context, builder, signature, args):
-        if _X86:
+        if IS_X86:
             fnty = ir.FunctionType(ir.VoidType(), [])
             builder.call(builder.module.declare_intrinsic("llvm.x86.sse.sfence", fnty=fnty), [])
         return context.get_dummy_value()
