@@ -122,8 +122,14 @@ class Session:
         if schedule.chunks(i) == 1:  # (a call of 7 arguments: ~150 ns less than 11)
             entry = self.exe.kernels[schedule.kernel_id(i)].entry
             return partial(entry, *self._addresses[:4], schedule.param_offset(i), 0, 1)
-        helpers = self._pool.helpers()
-        return partial(self.exe.dispatcher, *self._addresses, i, i + 1, self._pool.address, helpers, -1)
+        pool, dispatcher, addresses = self._pool, self.exe.dispatcher, self._addresses
+
+        def chunked() -> None:
+            # the pool's threads sleep between runs: woken at every call, as a run wakes
+            # them (woken once, repeated calls would run on this thread alone)
+            dispatcher(*addresses, i, i + 1, pool.address, pool.helpers(), -1)
+
+        return chunked
 
     def fill_constants(self) -> None:
         for c in self._constants:
