@@ -144,7 +144,8 @@ def segment_loops(
     per_chunk = abi.LANES if pattern.sums_in_lanes else 1
     # (a chunk costs a kernel call, ~0.1 us to place its odometer: half the bar's work each)
     most = max(2, 2 * work // options.parallel_min_work)
-    chunks = min(n_work // per_chunk, options.chunks, most) if parallel else 1
+    # (at least one: a step of fewer outputs than LANES is parallel only in its own lanes)
+    chunks = max(1, min(n_work // per_chunk, options.chunks, most)) if parallel else 1
     return SegmentLoops(nest, accesses, pattern, chunks, work, repacks)
 
 
