@@ -97,10 +97,8 @@ BUFFER = 512
 
 # output elements an exact PROB sum across reduced axes computes side by side (codegen/
 # cpu.py: _lanes_reduction), each its own chain of additions in its own order, a
-# BUFFER // LANES piece of the buffer each. 9: two 3-state axes whole (grid5_d3's sums of
-# 14.3 M terms to 27 outputs, one thread: 25.7 ms with 4 lanes, 17.4 with 9), or three
-# binary ones (8)
-LANES = 9
+# BUFFER // LANES piece of the buffer each
+LANES = 4
 
 # an operand's access along the vector: [kind, step, table]
 ACCESS_FIELDS = 3

@@ -144,7 +144,7 @@ def segment_loops(
     per_chunk = abi.LANES if pattern.sums_in_lanes else 1
     # (a chunk costs a kernel call, ~0.1 us to place its odometer: half the bar's work each)
     most = max(2, 2 * work // options.parallel_min_work)
-    # (at least one: a step of fewer outputs than LANES is parallel only in its own lanes)
+    # (one at least: were LANES over 8, a parallel step could have fewer outputs than it)
     chunks = max(1, min(n_work // per_chunk, options.chunks, most)) if parallel else 1
     return SegmentLoops(nest, accesses, pattern, chunks, work, repacks)
 
