@@ -29,6 +29,9 @@ How things are measured:
   of `sess.run()` (inputs already bound: the steady state of many evaluations).
 * check: every slot the reference produced must match the JIT's slot after the last run
   (catbp_jit.cli.compare_slot with the bundle's dtype); otherwise the row says FAIL.
+* same bits: how many of those slots are the reference's bit for bit (both run live on
+  this machine). SAT, COUNT and MAXLOG always are; a PROB or LOGPROB sum may differ in its
+  last bits where numpy sums its terms in runs (docs/ir.md), as on grid5_d3.
 * ref peak: the reference's peak live bytes, from a walk of the programs' IR, not from a
   measurement. Registers and slots hold values by reference. At every instruction
   boundary the live bytes are the total size of the distinct values held by any register
@@ -70,6 +73,7 @@ Columns:
     ref peak     the reference's peak live bytes (see above)
     arena/peak   arena / ref peak (below 1: the JIT holds less than the reference)
     check        ok, FAIL (a slot differs from the reference's), or ERROR (an exception)
+    same bits    slots bit for bit the reference's / slots the reference produced
 
 The CSV has the same rows, times in seconds and sizes in bytes, unformatted.
 """
@@ -151,6 +155,7 @@ COLUMNS = (
     "ref peak",
     "arena/peak",
     "check",
+    "same bits",
 )
 CSV_COLUMNS = (
     "group",
@@ -179,6 +184,8 @@ CSV_COLUMNS = (
     "ref_peak_bytes",
     "arena_over_peak",
     "check",
+    "same_bits_slots",
+    "ref_slots",
     "detail",
 )
 
@@ -310,6 +317,7 @@ def bench_jit(bundle, mode: str, budget_s: float, ref_slots, exact: bool = True)
         reason = compare_slot(slots[key][0], want, bundle.dtype)
         if reason is not None:
             problems.append(f"{key!r}: {reason}")
+    same_bits = sum(key in slots and bits_equal(slots[key][0], want) for key, (want, _) in ref_slots.items())
 
     return {
         "steps": len(exe.schedule.steps),
@@ -326,8 +334,16 @@ def bench_jit(bundle, mode: str, budget_s: float, ref_slots, exact: bool = True)
         "threads_gain": one_s / bound_s,
         "arena_bytes": exe.memory.total_bytes,
         "check": "ok" if not problems else "FAIL",
+        "same_bits_slots": same_bits,
+        "ref_slots": len(ref_slots),
         "detail": "; ".join(problems[:3]) + (f"; ... {len(problems) - 3} more" if len(problems) > 3 else ""),
     }
+
+
+def bits_equal(got, want) -> bool:
+    """The same dtype, shape and bytes."""
+    got, want = np.asarray(got), np.asarray(want)
+    return got.dtype == want.dtype and got.shape == want.shape and got.tobytes() == want.tobytes()
 
 
 # ---------------------------------------------------------------------------------------
@@ -356,6 +372,7 @@ def markdown_row(row: dict) -> list:
         fmt_bytes(row["ref_peak_bytes"]),
         f"{row['arena_over_peak']:.2f}" if row.get("arena_over_peak") is not None else "-",
         row["check"],
+        f"{row['same_bits_slots']}/{row['ref_slots']}" if row.get("ref_slots") is not None else "-",
     ]
 
 
