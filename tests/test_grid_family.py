@@ -2,6 +2,7 @@
 interpreter runs to the grid's marginals (summed over every assignment here), and that
 bench.py --dirs measures with every slot checked against the reference."""
 
+import csv
 import itertools
 import sys
 from pathlib import Path
@@ -49,3 +50,8 @@ def test_bench_measures_your_own_bundles(tmp_path, capsys):
     code = bench.main(["--dirs", str(tmp_path / "grids"), "--quick", "--out", str(tmp_path / "out")])
     assert code == 0  # every slot of every mode matched the reference
     assert "grid3x2_d2__prob_float64" in (tmp_path / "out" / "bench.md").read_text()
+    # and says how many are its bits exactly: a count of the reference's slots, each mode
+    rows = list(csv.DictReader(open(tmp_path / "out" / "bench.csv", encoding="utf-8")))
+    assert {r["mode"] for r in rows} == {"compiled", "loop"} and len(rows) == 3
+    for r in rows:
+        assert int(r["ref_slots"]) > 0 and 0 <= int(r["same_bits_slots"]) <= int(r["ref_slots"]), r
