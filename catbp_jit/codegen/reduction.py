@@ -74,3 +74,61 @@ def subtract_largest(i: str, sr: Semiring, dtype: str, element: str, subtract: l
         f"{i}if totals >= 0:  # the largest kept as a value of its own (plan/totals.py)",
         f"{i}    mem[totals + g] = top_x",
     ] + subtract
+
+
+# numpy sums a contiguous run pairwise (its pairwise_sum): runs under PAIRWISE_SMALL in
+# order, runs up to PAIRWISE_BLOCK in 8 interleaved sums, longer ones as two halves cut
+# at a multiple of 8; and np.sum(x) of a whole array is 0.0 plus that sum of x in memory
+# order. The reference divides a PROB NORMALIZE by np.sum(x).
+PAIRWISE_SMALL, PAIRWISE_BLOCK = 8, 128
+
+
+def pairwise_total(i: str, element: str, stacks: tuple[str, ...], one: str = "np.float64") -> list[str]:
+    """Lines leaving numpy's np.sum of a group's `size` elements in `total`, in float64:
+    its pairwise tree walked with explicit stacks (no recursion, which the GPU lacks).
+    element: the k-th element, with "{k}" where k goes; stacks: an int64 array for the
+    pending runs' starts, one for their lengths, one for how far each has got (0: no half
+    summed yet, 1: the first pushed, 2: both), and a float64 array for the sums of
+    finished runs; 64 entries each hold any tree (each level halves the run)."""
+    lo, n, state, sums = stacks
+    x = element.format
+    r = [f"r{j}" for j in range(8)]
+    lines = [
+        f"{i}{lo}[0], {n}[0], {state}[0] = 0, size, 0",
+        f"{i}top, done = 1, 0  # pending runs on the stack; finished sums",
+        f"{i}while top > 0:",
+        f"{i}    a, m = {lo}[top - 1], {n}[top - 1]",
+        f"{i}    if m <= {PAIRWISE_BLOCK}:",
+        f"{i}        top -= 1",
+        f"{i}        if m < {PAIRWISE_SMALL}:",
+        f"{i}            res = {one}(-0.0)  # (as numpy: a sum of -0.0 stays -0.0)",
+        f"{i}            for k in range(m):",
+        f"{i}                res += {x(k='(a + k)')}",
+        f"{i}        else:",
+    ]
+    lines += [f"{i}            {rj} = {one}({x(k=f'(a + {j})')})" for j, rj in enumerate(r)]
+    lines += [f"{i}            k = 8", f"{i}            while k < m - m % 8:"]
+    lines += [f"{i}                {rj} += {x(k=f'(a + k + {j})')}" for j, rj in enumerate(r)]
+    lines += [
+        f"{i}                k += 8",
+        f"{i}            res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))",
+        f"{i}            while k < m:",
+        f"{i}                res += {x(k='(a + k)')}",
+        f"{i}                k += 1",
+        f"{i}        {sums}[done] = res",
+        f"{i}        done += 1",
+        f"{i}    elif {state}[top - 1] < 2:  # push its next half",
+        f"{i}        half = m // 2 - (m // 2) % 8",
+        f"{i}        first = {state}[top - 1] == 0",
+        f"{i}        {state}[top - 1] += 1",
+        f"{i}        {lo}[top] = a if first else a + half",
+        f"{i}        {n}[top] = half if first else m - half",
+        f"{i}        {state}[top] = 0",
+        f"{i}        top += 1",
+        f"{i}    else:  # both halves summed: their sum replaces them",
+        f"{i}        top -= 1",
+        f"{i}        {sums}[done - 2] = {sums}[done - 2] + {sums}[done - 1]",
+        f"{i}        done -= 1",
+        f"{i}total = {one}(0.0) + {sums}[0]  # (np.sum starts its output at 0.0)",
+    ]
+    return lines
