@@ -58,12 +58,6 @@ def in_order_sum(terms: np.ndarray) -> np.ndarray:
     return acc[:, 0]
 
 
-def numpy_totals(parts: np.ndarray) -> np.ndarray:
-    """np.sum of each row in float64, as the kernels total a PROB NORMALIZE (codegen/
-    reduction.pairwise_total): numpy sums a contiguous row pairwise, from 0.0."""
-    return np.add.reduce(np.ascontiguousarray(parts, dtype=np.float64), axis=1)
-
-
 def logsumexp_rows(x: np.ndarray) -> np.ndarray:
     """The kernels' two-pass logsumexp of each row of x, as float64: -inf for a row of
     -inf, NaN where a NaN is (or +inf meets +inf)."""
@@ -154,7 +148,7 @@ def _step(pattern, params: abi.StepParams, mem: np.ndarray) -> Callable[[], None
 
     def normalize() -> None:
         if sr.normalization == "divide_by_total":
-            total = numpy_totals(parts)
+            total = in_order_sum(parts)
             if totals >= 0:  # the totals kept as a value of their own (plan/totals.py)
                 mem[totals : totals + groups] = total
             rows = total != 0.0

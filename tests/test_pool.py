@@ -155,11 +155,8 @@ def test_a_normalize_after_its_chunks(sizes, chunks, seed, semiring):
     one = catbp_jit.compile(program, sr, factor_specs=specs)
     assert one.schedule.chunks(0) == 1
     whole = session_results(one.bind(), catbp_jit_inputs(values))[("bel",)][0]
-    # (PROB: the reference's bits, its total numpy's pairwise sum; LOGPROB within
-    # rounding: numpy's exp is not the C library's)
+    # (within rounding: numpy's total of a NORMALIZE goes pairwise, the kernels' in order)
     assert np.allclose(whole, np.asarray(want[("bel",)][0]), rtol=1e-12, atol=1e-300, equal_nan=True)
-    if semiring == "PROB":
-        assert_same_bits({"bel": whole}, {"bel": np.asarray(want[("bel",)][0])}, "the reference")
     options = PlanOptions(parallel_min_work=1, chunks=chunks, block=1)
     for mode in ("compiled", "loop"):
         exe = catbp_jit.compile(program, sr, factor_specs=specs, mode=mode, options=options)

@@ -41,7 +41,7 @@ from ..plan.loops import ACROSS_BOTH, ACROSS_OUTPUTS, ACROSS_REDUCED
 from ..plan.steps import KernelPattern
 from ..semiring import SEMIRINGS, Semiring
 from .intrinsics import LINE_BYTES
-from .reduction import pairwise_total, reduced_value, subtract_largest
+from .reduction import reduced_value, subtract_largest
 
 ENTRY = "kernel"
 
@@ -377,16 +377,13 @@ def _each_element(ind: str, body: str, parallel: bool) -> list[str]:
 def _normalize(sr: Semiring, dtype: str, parallel: bool = False, lanes: bool = False) -> list[str]:
     """NORMALIZE the output in `groups` parts (the batch rows) of `size` elements each,
     part g at out + g * gs, its elements es apart (plan/schedule.py: normalize_groups).
-    A PROB total is numpy's np.sum of the part (reduction.pairwise_total: the reference
-    divides by that), but with `lanes` the module's lane_total (reassociating GEMM
-    kernels: codegen/cpu_gemm.py); LOGPROB's sum of exps runs in the elements' order;
-    with `parallel` the last pass (the division or the subtraction) is shared among the
-    threads."""
+    Its sums run in the elements' order, but with `lanes` a total is the module's
+    lane_total (reassociating GEMM kernels: codegen/cpu_gemm.py); with `parallel` the last
+    pass (the division or the subtraction) is shared among the threads."""
     i = "        "
     x = "mem[u(base + o * es)]"  # (u: unsigned, so that LLVM vectorizes the passes)
     head = [
         "    G = p + SIZES + D + R + P[p + LEAVES] * (1 + D)  # after the last leaf's strides",
-        *(PAIRWISE_ARRAYS if sr.normalization == "divide_by_total" and not lanes else []),
         "    groups, gs, es, totals = P[G], P[G + 1], P[G + 2], P[G + 3]",
         "    size = n_out // groups",
         "    for g in range(groups):",
@@ -398,7 +395,7 @@ def _normalize(sr: Semiring, dtype: str, parallel: bool = False, lanes: bool = F
             + (
                 [f"{i}total = lane_total(mem, base, es, size)"]
                 if lanes
-                else pairwise_total(i, x.replace("o * es", "{k} * es"), PAIRWISE_STACKS)
+                else [f"{i}total = 0.0", f"{i}for o in range(size):", f"{i}    total += {x}"]
             )
             + [
                 f"{i}if totals >= 0:  # the total kept as a value of its own (plan/totals.py)",
@@ -429,16 +426,6 @@ def _normalize(sr: Semiring, dtype: str, parallel: bool = False, lanes: bool = F
     if sr.normalization == "subtract_max":
         return head + subtract_largest(i, sr, dtype, x, _each_element(i, f"{x} = {x} - top_x", parallel))
     return []  # SAT and COUNT do not normalize
-
-
-# the stacks of a PROB NORMALIZE's pairwise total (reduction.pairwise_total), on the stack
-PAIRWISE_STACKS = ("pw_lo", "pw_n", "pw_state", "pw_sums")
-PAIRWISE_ARRAYS = [
-    "    pw_lo = carray(stack_leaves_int64(), MAX_LEAVES)  # (64 entries: any pairwise tree)",
-    "    pw_n = carray(stack_leaves_int64(), MAX_LEAVES)",
-    "    pw_state = carray(stack_leaves_int64(), MAX_LEAVES)",
-    "    pw_sums = carray(stack_buffer_float64(), BUFFER)",
-]
 
 
 # the end of run_rows: streamed stores are weakly ordered (codegen/intrinsics.py)
@@ -506,7 +493,6 @@ def kernel_source(pattern: KernelPattern) -> str:
     terms = f"leaf_0{at} ⊗ leaf_1{at} ⊗ ... ⊗ leaf_(K-1){at}"
     part = "run_chunk" if pattern.reduce and pattern.vector == ACROSS_REDUCED else "run_rows"
     lanes = pattern.sums_in_lanes
-    pairwise = pattern.normalize and sr.normalization == "divide_by_total"  # (its stacks)
     sums = {"LANES", "stack_lanes_int64"} if lanes else set()
     if pattern.reduce and pattern.vector in (ACROSS_OUTPUTS, ACROSS_BOTH):
         sums = {"stack_buffer_" + _accumulator_type(sr, pattern.dtype)}
@@ -539,7 +525,6 @@ def kernel_source(pattern: KernelPattern) -> str:
                     }
                     | {"fence_stores", "line_rest", "store_line", "store_part"}
                     | set(sums)
-                    | ({"stack_buffer_float64"} if pairwise else set())
                 )
             ),
             part=part,

@@ -47,7 +47,7 @@ from .. import abi
 from ..plan.loops import ACROSS_REDUCED
 from ..plan.steps import KernelPattern
 from ..semiring import SEMIRINGS, Semiring
-from .reduction import pairwise_total, reduced_value, subtract_largest
+from .reduction import reduced_value, subtract_largest
 
 ENTRY = "kernel"
 NORMALIZE_ENTRY = "normalize"
@@ -155,14 +155,16 @@ def _reduced_value(sr: Semiring, dtype: str) -> list[str]:
 
 
 def _normalize_group(sr: Semiring, dtype: str) -> list[str]:
-    """NORMALIZE group g: `size` elements at base + o * es, summed in the CPU's order
-    (a PROB total: numpy's np.sum, reduction.pairwise_total)."""
+    """NORMALIZE group g: `size` elements at base + o * es, summed in the CPU's order."""
     i = "        "
     x = "mem[base + o * es]"
     if sr.normalization == "subtract_max":
         return subtract_largest(i, sr, dtype, x, [f"{i}for o in range(size):", f"{i}    {x} = {x} - top_x"])
     if sr.normalization == "divide_by_total":
-        return pairwise_total(i, "mem[base + {k} * es]", ("pw_lo", "pw_n", "pw_state", "pw_sums")) + [
+        return [
+            f"{i}total = np.float64(0.0)",
+            f"{i}for o in range(size):",
+            f"{i}    total += {x}",
             f"{i}if totals >= 0:  # the total kept as a value of its own (plan/totals.py)",
             f"{i}    mem[totals + g] = total",
             f"{i}if total != 0.0:",
@@ -439,16 +441,6 @@ def normalize_fn(name: str, pattern: KernelPattern) -> list[str]:
         "    G = p + SIZES + D + R + P[p + LEAVES] * (1 + D)  # after the last leaf's strides",
         "    groups, gs, es, totals = P[G], P[G + 1], P[G + 2], P[G + 3]",
         "    size = n_out // groups",
-        *(
-            [
-                "    pw_lo = cuda.local.array(64, np.int64)  # a pairwise total's stacks",
-                "    pw_n = cuda.local.array(64, np.int64)",
-                "    pw_state = cuda.local.array(64, np.int64)",
-                "    pw_sums = cuda.local.array(64, np.float64)",
-            ]
-            if sr.normalization == "divide_by_total"
-            else []
-        ),
         "    g = first",
         "    while g < groups:",
         "        base = out + g * gs",
