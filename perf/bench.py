@@ -308,7 +308,7 @@ def bench_jit(bundle, mode: str, budget_s: float, ref_slots, exact: bool = True)
 
     problems = []
     for key, (got, _) in one_slots.items():
-        if np.asarray(got).tobytes() != slots[key][0].tobytes():
+        if not bits_equal(got, slots[key][0]):
             problems.append(f"{key!r}: one thread gives other bits than {threads}")
     for key, (want, _) in ref_slots.items():
         if key not in slots:

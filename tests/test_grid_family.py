@@ -51,7 +51,7 @@ def test_bench_measures_your_own_bundles(tmp_path, capsys):
     assert code == 0  # every slot of every mode matched the reference
     assert "grid3x2_d2__prob_float64" in (tmp_path / "out" / "bench.md").read_text()
     # and says how many are its bits exactly: a count of the reference's slots, each mode
-    rows = list(csv.DictReader(open(tmp_path / "out" / "bench.csv", encoding="utf-8")))
+    rows = list(csv.DictReader((tmp_path / "out" / "bench.csv").read_text(encoding="utf-8").splitlines()))
     assert {r["mode"] for r in rows} == {"compiled", "loop"} and len(rows) == 3
     for r in rows:
         assert int(r["ref_slots"]) > 0 and 0 <= int(r["same_bits_slots"]) <= int(r["ref_slots"]), r
