@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import catbp_jit
-from catbp_jit import abi
+from catbp_jit import Axis, AxisType, Instruction, OpCode, Program, TensorSpec, abi
 from catbp_jit.plan.loops import (
     ACROSS_BOTH,
     ACROSS_OUTPUTS,
@@ -310,6 +310,54 @@ def test_outputs_whose_lines_share_an_l1_set_are_summed_across_reduced_axes():
     assert nest(512).across == ACROSS_REDUCED
     assert set_conflicts(nest(520, ACROSS_OUTPUTS), 1) == 0.0
     assert nest(520).across == ACROSS_OUTPUTS
+
+
+def test_a_small_reduction_is_decided_by_the_cost_only_where_it_costs_no_kernel():
+    # out[a] = sum_b f[b, a], 128 outputs of 8 terms: across outputs, f is read contiguous
+    # 128 at a time; across reduced axes, 8-element vectors, one per output. Below
+    # SMALL_REDUCTION terms the nest stays across reduced axes unless asked to decide
+    def nest(small_by_cost):
+        ops = [[1, 0], [1, 128]]
+        return loop_nest([128, 8], [0, 1], ops, True, 1, 256, False, None, small_by_cost)
+
+    assert nest(False).across == ACROSS_REDUCED
+    assert nest(True).across == ACROSS_OUTPUTS
+
+    def program(big: bool) -> Program:
+        # the same small reduction, beside a big one across outputs (or not)
+        ins = [Instruction(OpCode.LOAD_FACTOR, 0, {"factor_id": 0})]
+        ins.append(Instruction(OpCode.CONTRACT, 1, {"inputs": (0,), "out_spec": SMALL}))
+        ins.append(Instruction(OpCode.ELIMINATE, 2, {"src": 1, "keep_keys": (SMALL.axes[1].key,)}))
+        ins.append(Instruction(OpCode.STORE_SLOT, None, {"slot": ("small",), "src": 2}))
+        if big:
+            ins.append(Instruction(OpCode.LOAD_FACTOR, 3, {"factor_id": 1}))
+            ins.append(Instruction(OpCode.CONTRACT, 4, {"inputs": (3,), "out_spec": BIG}))
+            ins.append(Instruction(OpCode.ELIMINATE, 5, {"src": 4, "keep_keys": (BIG.axes[1].key,)}))
+            ins.append(Instruction(OpCode.STORE_SLOT, None, {"slot": ("big",), "src": 5}))
+        return Program(tuple(ins), "upward")
+
+    G = AxisType.GEOMETRIC
+    SMALL = TensorSpec((Axis(0, G, 8), Axis(1, G, 128)))
+    BIG = TensorSpec((Axis(2, G, 64), Axis(3, G, 256)))
+    specs = {0: SMALL, 1: BIG}
+    rng = np.random.default_rng(3)
+    factors = {f: rng.uniform(0.1, 1.0, spec.shape) for f, spec in specs.items()}
+    sr = catbp_jit.make_semiring("prob", "float64")
+
+    def small_vector(big: bool, across=None):
+        exe = catbp_jit.compile([program(big)], sr, factor_specs=specs, options=PlanOptions(across=across))
+        steps = [st for st in exe.schedule.steps if st.segment.out_spec.shape == (128,)]
+        out = exe.bind().run(factors=factors)
+        return steps[0].pattern.vector, {k: np.array(v, copy=True) for k, (v, _) in out.items()}
+
+    alone, alone_results = small_vector(False)
+    beside, beside_results = small_vector(True)
+    assert alone == ACROSS_REDUCED and beside == ACROSS_OUTPUTS
+    forced, forced_results = small_vector(True, ACROSS_REDUCED)
+    assert forced == ACROSS_REDUCED
+    assert_same_bits(beside_results, forced_results, "by cost against across reduced axes")
+    small = ("small",)
+    assert_same_bits({small: alone_results[small]}, {small: beside_results[small]}, "alone, beside")
 
 
 @pytest.mark.parametrize(

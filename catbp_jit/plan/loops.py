@@ -78,8 +78,11 @@ L1_SETS, L1_WAYS = 64, 8
 CONFLICT_COST = 4.0
 PARALLEL_ROWS = 8  # a parallel step keeps at least this many rows outside its vector
 # Below this many terms a reduction keeps its vector across reduced axes whatever the
-# cost: the difference is a microsecond or two, and a second kernel per pattern would
-# cost every cold start a compile (about a second each).
+# cost, unless the program compiles the kernel across outputs anyway (small_by_cost): the
+# difference is a microsecond or two, and a second kernel per pattern would cost every
+# cold start a compile (about a second each). When that kernel is there, the cost
+# decides: grid4x8_d2's reductions of 128 outputs of 8 terms each took 2.6 us across
+# reduced axes (32 groups of 4 lanes, 8-element vectors) and 0.8 us across outputs.
 SMALL_REDUCTION = 1 << 12
 
 
@@ -127,13 +130,16 @@ def loop_nest(
     limit: int,
     parallel: bool,
     across: str | None = None,
+    small_by_cost: bool = False,
 ) -> LoopNest:
     """The loop nest of a segment in canonical form (plan/schedule.canonical_loops). main:
     the operand whose memory order fixes the order of the reduced axes; limit: most
     elements a vector with a GATHERED access may have; parallel: the step will run on all
     threads, so keep rows outside the vector; across: force a reducing nest's vector
     (ACROSS_REDUCED, ACROSS_OUTPUTS, or ACROSS_BOTH where the nest has one, else
-    ACROSS_OUTPUTS; None: the cheapest by nest_cost)."""
+    ACROSS_OUTPUTS; None: the cheapest by nest_cost); small_by_cost: a reduction of fewer
+    than SMALL_REDUCTION terms is decided by the cost too (else it stays across reduced
+    axes)."""
     if not sizes:
         sizes, groups, operands = [1], [0], [op + [0] for op in operands]
     out_rank = groups.count(0)
@@ -150,7 +156,11 @@ def loop_nest(
     out_rank = groups.count(0)
     sizes, groups, operands = _pad(sizes, groups, operands, 1)
     across_reduced = _filled(sizes, groups, operands, out_rank, len(sizes), limit, False, ACROSS_REDUCED)
-    if out_rank == 0 or across == ACROSS_REDUCED or (across is None and prod(sizes) < SMALL_REDUCTION):
+    if (
+        out_rank == 0
+        or across == ACROSS_REDUCED
+        or (across is None and prod(sizes) < SMALL_REDUCTION and not small_by_cost)
+    ):
         return across_reduced
     if across == ACROSS_BOTH:
         across_both = _tiled(sizes, groups, operands, main, limit, parallel)

@@ -17,6 +17,7 @@ share (codegen/dispatch.py); its kernel is the one a serial step of its pattern 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from math import prod
 from typing import cast
 
 import numpy as np
@@ -28,7 +29,7 @@ from ..semiring import SEMIRINGS
 from .arena import MemoryPlan
 from .fusion import Fused, Segment
 from .gemm import gemm_shape, gemm_step
-from .loops import ACROSS_OUTPUTS, ACROSS_REDUCED, LoopNest, canonical_loops, loop_nest
+from .loops import ACROSS_OUTPUTS, ACROSS_REDUCED, SMALL_REDUCTION, LoopNest, canonical_loops, loop_nest
 from .options import PlanOptions
 from .repack import RepackChoice, choose_repacks, repacked, workspace_elements
 from .steps import KernelPattern, Step, c_strides, normalize_groups, total_offset  # noqa: F401 (re-exported)
@@ -75,7 +76,10 @@ def segment_loops(
     layouts: dict[int, TensorSpec],
     batch_key: tuple | None = None,
     options: PlanOptions = PlanOptions(),
+    small_by_cost: bool = False,
 ) -> SegmentLoops:
+    """The loop nest, pattern, chunks and repacks of a loop segment; small_by_cost: see
+    loops.loop_nest (a small reduction's vector decided by the cost too)."""
     loop_axes = list(seg.out_spec.axes) + list(seg.red_axes)
     groups = [0] * seg.out_spec.ndim + [1] * len(seg.red_axes)
     sizes = [ax.size for ax in loop_axes]
@@ -118,6 +122,7 @@ def segment_loops(
         options.block,
         space >= options.parallel_min_work,
         options.across,
+        small_by_cost,
     )
     n_out = int(np.prod(nest.sizes[: nest.out_rank], dtype=np.int64))
     n_red = int(np.prod(nest.sizes[nest.out_rank :], dtype=np.int64))
@@ -242,15 +247,27 @@ def loop_segments(
     in `known`, which build_schedule then reuses: the cost model was most of the time a
     long program planned."""
     known = {} if known is None else known
-    loops = {}
+    keys: dict[int, tuple] = {}
+    first: dict[tuple, Segment] = {}  # a segment of each shape decided here
     for i, seg in enumerate(fused.segments):
         if gemm_shape(seg, fused, layouts, dtype, options) is not None:
             continue
-        key = shape_key(seg, fused, layouts, batch_key)
+        key = keys[i] = shape_key(seg, fused, layouts, batch_key)
         if key not in known:
             known[key] = segment_loops(seg, fused, dtype, layouts, batch_key, options)
-        loops[i] = known[key]
-    return loops
+            first[key] = seg
+    # A small reduction stays across reduced axes so as not to compile the kernel across
+    # outputs for it alone (loops.SMALL_REDUCTION); where the program compiles that kernel
+    # anyway, the cost decides, and it may take it
+    compiled = {lp.pattern for lp in known.values()}
+    if options.across is None and any(p.reduce and p.vector == ACROSS_OUTPUTS for p in compiled):
+        for key, seg in first.items():
+            lp = known[key]
+            if lp.pattern.reduce and lp.nest.out_rank and prod(lp.nest.sizes) < SMALL_REDUCTION:
+                by_cost = segment_loops(seg, fused, dtype, layouts, batch_key, options, small_by_cost=True)
+                if by_cost.pattern in compiled:
+                    known[key] = by_cost
+    return {i: known[key] for i, key in keys.items()}
 
 
 def repack_workspace(loops: dict[int, SegmentLoops]) -> dict[int, int]:
