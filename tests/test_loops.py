@@ -18,6 +18,8 @@ from hypothesis import strategies as st
 
 import catbp_jit
 from catbp_jit import Axis, AxisType, Instruction, OpCode, Program, TensorSpec, abi
+from catbp_jit.plan.fusion import Fused, Segment
+from catbp_jit.plan.layout import choose_layouts
 from catbp_jit.plan.loops import (
     ACROSS_BOTH,
     ACROSS_OUTPUTS,
@@ -111,8 +113,9 @@ def segments(draw):
 
 
 def reference_order(sizes, groups, operands):
-    """The order the nest must keep: canonical form, reduced axes by the biggest leaf's
-    strides, largest first (stable), as plan/schedule.py fixes it."""
+    """The order the nest must keep: canonical form, the reduced axes in the order given
+    (the reference interpreter's, as plan/schedule.py passes them), whatever the leaves'
+    layouts; and the biggest leaf (the cost model's main)."""
     order = sorted(range(len(sizes)), key=lambda d: (groups[d], -operands[0][d]))
     sizes, groups, operands = canonical_loops(
         [sizes[d] for d in order], [groups[d] for d in order], [[op[d] for d in order] for op in operands]
@@ -127,12 +130,7 @@ def test_a_nest_keeps_every_term_and_the_order_of_each_sum(segment, across, para
     sizes, groups, operands, limit = segment
     sizes, groups, operands, main = reference_order(sizes, groups, operands)
     reduce = 1 in groups
-    ordered = sorted(range(len(sizes)), key=lambda d: (groups[d], -operands[main][d] if groups[d] else 0))
-    want = terms_by_output(
-        [sizes[d] for d in ordered],
-        [groups[d] for d in ordered],
-        [[op[d] for d in ordered] for op in operands],
-    )
+    want = terms_by_output(sizes, groups, operands)
     nest = loop_nest(
         list(sizes), list(groups), [list(op) for op in operands], reduce, main, limit, parallel, across
     )
@@ -310,6 +308,53 @@ def test_outputs_whose_lines_share_an_l1_set_are_summed_across_reduced_axes():
     assert nest(512).across == ACROSS_REDUCED
     assert set_conflicts(nest(520, ACROSS_OUTPUTS), 1) == 0.0
     assert nest(520).across == ACROSS_OUTPUTS
+
+
+@pytest.mark.parametrize("mode", ["compiled", "loop"])
+def test_a_sum_adds_its_terms_in_the_reference_order_whatever_the_leaf_layout(mode):
+    # out[a] = sum_{c, b} f[b, c, a]: the reference interpreter lays the CONTRACT's product
+    # out as its spec says, (c, b, a), and sums each output's 35 terms c-major; f itself
+    # is b-major in memory. The kernels follow the spec's order, not f's (in f's order,
+    # 18 of these 24 outputs came out in the last bits otherwise)
+    G = AxisType.GEOMETRIC
+    a, b, c = Axis(0, G, 24), Axis(1, G, 5), Axis(2, G, 7)
+    ins = (
+        Instruction(OpCode.LOAD_FACTOR, 0, {"factor_id": 0}),
+        Instruction(OpCode.CONTRACT, 1, {"inputs": (0,), "out_spec": TensorSpec((c, b, a))}),
+        Instruction(OpCode.ELIMINATE, 2, {"src": 1, "keep_keys": (a.key,)}),
+        Instruction(OpCode.STORE_SLOT, None, {"slot": ("x",), "src": 2}),
+    )
+    program, specs = Program(ins, "upward"), {0: TensorSpec((b, c, a))}
+    sr = catbp_jit.make_semiring("prob", "float64")
+    factors = {0: np.random.default_rng(5).uniform(0.0, 1.0, (5, 7, 24))}
+    want = catbp_jit.reference.run_program(program, sr, lambda f: (factors[f], specs[f]), {}.get)
+    for across in (None, ACROSS_REDUCED, ACROSS_OUTPUTS):
+        exe = catbp_jit.compile(
+            [program], sr, factor_specs=specs, mode=mode, options=PlanOptions(across=across)
+        )
+        got = exe.bind().run(factors=factors)
+        assert_same_bits({"x": want[("x",)][0]}, {"x": got[("x",)][0]}, f"across {across}")
+
+
+def test_a_value_a_reduction_reads_is_laid_out_in_the_order_of_its_sums():
+    # v = f ⊗ g over (a, b, c), read by out[a] = sum_{c, b} v: v is stored kept axes
+    # first, then the reduced ones as the sum takes them (c, b), so the sum reads it in
+    # memory order
+    G = AxisType.GEOMETRIC
+    a, b, c = Axis(0, G, 2), Axis(1, G, 3), Axis(2, G, 4)
+    v = TensorSpec((a, b, c))
+    fused = Fused(
+        segments=[
+            Segment(10, v, (), (0, 1), False, False, ()),
+            Segment(11, TensorSpec((a,)), (c, b), (10,), True, False, ()),
+        ],
+        specs={0: v, 1: v, 10: v, 11: TensorSpec((a,))},
+        kinds={0: "factor", 1: "factor", 10: "computed", 11: "computed"},
+        attrs={},
+        outputs={("x",): 11},
+        semiring="PROB",
+    )
+    assert choose_layouts(fused)[10].keys == (a.key, c.key, b.key)
 
 
 def test_a_small_reduction_is_decided_by_the_cost_only_where_it_costs_no_kernel():

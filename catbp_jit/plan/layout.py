@@ -2,8 +2,9 @@
 
 Slot results, inputs and constants are stored in their spec's order (users see them).
 A computed workspace value is ours to lay out: when a reducing segment reads it, store it
-with that segment's kept axes outermost (in the segment's output order), so that for each
-output element the reduction walks one contiguous stretch of memory. Among several such
+with that segment's kept axes outermost (in the segment's output order), then its reduced
+axes in the order the segment adds them (Segment.red_axes, plan/schedule.py), so that for
+each output element the reduction walks one contiguous stretch of memory, in order. Among several such
 readers the one with the most work wins (work per batch row, in batched programs: so the
 same reader wins as in the unbatched program, and each row's sums run in the same order).
 A batch axis (ir/batch.py) stays innermost, as in every batched spec, so each row is laid
@@ -45,7 +46,8 @@ def choose_layouts(
         layouts[v] = TensorSpec(tuple(spec.get_axis(k) for k in kept + rest + last))
 
     for v, (_, i) in best.items():
-        store(v, list(fused.segments[i].out_spec.keys))
+        seg = fused.segments[i]
+        store(v, list(seg.out_spec.keys) + [ax.key for ax in seg.red_axes])
     if gemm_readers:  # (segments in order: a leaf's layout is settled before its reader's)
         for seg in fused.segments:
             v = seg.out

@@ -132,8 +132,10 @@ def loop_nest(
     across: str | None = None,
     small_by_cost: bool = False,
 ) -> LoopNest:
-    """The loop nest of a segment in canonical form (plan/schedule.canonical_loops). main:
-    the operand whose memory order fixes the order of the reduced axes; limit: most
+    """The loop nest of a segment in canonical form (plan/schedule.canonical_loops), its
+    reduced axes in the order given (C order over them is the order of each sum's terms).
+    main: the operand whose memory order the output axes follow and whose cache lines the
+    cost counts (the biggest leaf); limit: most
     elements a vector with a GATHERED access may have; parallel: the step will run on all
     threads, so keep rows outside the vector; across: force a reducing nest's vector
     (ACROSS_REDUCED, ACROSS_OUTPUTS, or ACROSS_BOTH where the nest has one, else
@@ -148,10 +150,9 @@ def loop_nest(
         sizes, groups, operands = canonical_loops(*_permute(order, sizes, groups, operands))
         sizes, groups, operands = _pad(sizes, groups, operands, 0)
         return _filled(sizes, groups, operands, 0, len(sizes), limit, parallel, ACROSS_OUTPUTS)
-    # reduced axes in main's memory order (largest stride first), the output's likewise
-    order = sorted(range(out_rank), key=lambda d: -operands[main][d]) + sorted(
-        range(out_rank, len(sizes)), key=lambda d: -operands[main][d]
-    )
+    # the output axes in main's memory order (largest stride first); the reduced ones as
+    # given: their order is the order of each sum's terms, which the caller fixes
+    order = sorted(range(out_rank), key=lambda d: -operands[main][d]) + list(range(out_rank, len(sizes)))
     sizes, groups, operands = canonical_loops(*_permute(order, sizes, groups, operands))
     out_rank = groups.count(0)
     sizes, groups, operands = _pad(sizes, groups, operands, 1)
@@ -183,8 +184,7 @@ def loop_nest(
 
 def nest_cost(nest: LoopNest, main: int) -> float:
     """Cost per term of a reducing nest across reduced axes or across outputs (for
-    choosing between them); main: the operand whose memory order fixes the order of the
-    sums (the biggest leaf)."""
+    choosing between them); main: the biggest leaf, whose cache lines it counts."""
     positions = nest.vector_positions()
     columns = [[op[d] for d in positions] for op in nest.operands]
     columns[0] = [0] * len(positions)  # the output is written once per sum, not per term:
@@ -240,8 +240,8 @@ def lines_per_term(nest: LoopNest, main: int) -> float:
 
 
 def _tiled(sizes, groups, operands, main: int, limit: int, parallel: bool) -> LoopNest | None:
-    """The ACROSS_BOTH nest of a reducing loop space whose axes are in main's memory order
-    (outputs, then reduced ones), or None where it has none. Its vector: lanes first, the
+    """The ACROSS_BOTH nest of a reducing loop space (outputs in main's memory order, then
+    the reduced axes in the order of the sums), or None where it has none. Its vector: lanes first, the
     output axes innermost in main, as many as fit with one reduced axis beside them (and,
     for a parallel step, leave PARALLEL_ROWS rows); then the innermost reduced axes while
     the vector fits in `limit` (and the kernels' buffer), the outermost of them split if

@@ -105,10 +105,10 @@ def segment_loops(
     sizes, groups, operands = canonical_loops(sizes, groups, operands)
     # logsumexp of one element is not the identity for +inf (it gives NaN): keep it.
     reduce = 1 in groups or (seg.reduce and not SEMIRINGS[fused.semiring].single_term_reduction_is_identity)
-    # The reduced axes are walked in the biggest leaf's memory order, which fixes the order
-    # of a sum's terms for every target and mode (loops.py). Counted without the batch
-    # axis: a batched segment walks each row in the order the unbatched one does, so its
-    # sums round alike.
+    # The reduced axes keep the order of the ELIMINATE's input (seg.red_axes: the reference
+    # interpreter's, which sums a product laid out in that order), the order of a sum's
+    # terms for every target and mode (loops.py). The biggest leaf, counted without the
+    # batch axis, orders the output axes and is what the cost model reads lines of.
     main = 1 + max(
         range(len(seg.leaves)), key=lambda j: (row_count(fused.specs[seg.leaves[j]], batch_key), -j)
     )
