@@ -51,3 +51,40 @@ def test_the_reassociating_mode_keeps_its_segments():
     checked = check_programs([program(False)], factor_specs=SPECS, selector_specs={}, slot_specs={})
     graph = optimize(build_graph(checked, "PROB", {}))
     assert [s.leaves for s in fuse(graph, second_inputs=False).segments] == [(1, 2), (0, 3)]
+
+
+def readers_of_a_product(x: int, y: int) -> tuple[Program, dict[int, TensorSpec]]:
+    """p = a ⊗ b ⊗ c ⊗ d over (x, y), read by two reductions: r[x] = ⊕_y p, s[y] = ⊕_x p."""
+    X, Y = Axis(0, G, x), Axis(1, G, y)
+    specs = {0: TensorSpec((X, Y)), 1: TensorSpec((Y,)), 2: TensorSpec((X,)), 3: TensorSpec((X, Y))}
+    ins = [Instruction(OpCode.LOAD_FACTOR, f, {"factor_id": f}) for f in specs]
+    ins += [
+        Instruction(OpCode.CONTRACT, 4, {"inputs": (0, 1, 2, 3), "out_spec": TensorSpec((X, Y))}),
+        Instruction(OpCode.ELIMINATE, 5, {"src": 4, "keep_keys": (X.key,)}),
+        Instruction(OpCode.ELIMINATE, 6, {"src": 4, "keep_keys": (Y.key,)}),
+        Instruction(OpCode.STORE_SLOT, None, {"slot": ("r",), "src": 5}),
+        Instruction(OpCode.STORE_SLOT, None, {"slot": ("s",), "src": 6}),
+    ]
+    return Program(tuple(ins), "upward"), specs
+
+
+def test_a_small_product_of_four_leaves_is_recomputed_by_its_readers_a_big_one_written():
+    def segments(x, y):
+        prog, specs = readers_of_a_product(x, y)
+        checked = check_programs([prog], factor_specs=specs, selector_specs={}, slot_specs={})
+        return fuse(optimize(build_graph(checked, "PROB", {}))).segments
+
+    # 6 x 5: each reduction multiplies the four leaves itself; 512 x 1024 (over 2 MiB of
+    # float64): the product is written once and read by both
+    assert [len(s.leaves) for s in segments(6, 5)] == [4, 4]
+    assert [len(s.leaves) for s in segments(512, 1024)] == [4, 1, 1]
+    # recomputed, each sum keeps the reference's order: its bits (5 terms a run, under
+    # numpy's pairwise blocks of 8)
+    prog, specs = readers_of_a_product(6, 5)
+    sr = catbp_jit.make_semiring("PROB")
+    rng = np.random.default_rng(11)
+    values = {f: rng.uniform(0.1, 3.0, s.shape) for f, s in specs.items()}
+    want = catbp_jit.reference.run_program(prog, sr, lambda f: (values[f], specs[f]), {}.get)
+    got = catbp_jit.compile([prog], sr, factor_specs=specs).bind().run(factors=values)
+    for slot in (("r",), ("s",)):
+        assert np.array_equal(got[slot][0].view(np.uint8), want[slot][0].view(np.uint8)), slot
