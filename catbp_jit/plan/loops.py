@@ -62,9 +62,13 @@ ACROSS_REDUCED, ACROSS_OUTPUTS, ACROSS_BOTH = "reduced", "outputs", "both"
 # outputs are independent
 SUM_COST = {ACROSS_REDUCED: 1.0, ACROSS_OUTPUTS: 0.2}
 # a leaf bigger than this (float64 elements, 4 MiB) is read from memory, not the caches:
-# each of its cache lines a term touches costs this much (a 64-byte line at ~20 GB/s)
+# each of its cache lines a term touches costs this much (a 64-byte line at ~20 GB/s).
+# 4, not 3: grid5_d3's reductions of its 115 MB product whose sums take a reduced axis of
+# stride 6561 innermost ran 15.7-16.7 ms across outputs (0.58 lines a term, the choice at
+# 3) and 9.1-9.2 ms across reduced axes (0.16); a run 228-230 -> 205-213 ms. The UAI
+# models moved within their noise (same plans, alternating runs)
 CACHED_ELEMENTS = 1 << 19
-LINE_COST = 3.0
+LINE_COST = 4.0
 # one output's terms of that leaf (float64) stay in a core's cache for the next output
 SWEEP_CACHE_BYTES = 1 << 19
 # A core's L1 data cache: L1_SETS sets of L1_WAYS 64-byte lines (32 KiB, 8-way: AMD's
