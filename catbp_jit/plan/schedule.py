@@ -289,7 +289,9 @@ def lower_segments(
     are lowered once (shape_key) and each given its own offsets. known: SegmentLoops by
     shape_key (loop_segments), if decided."""
     tick = ticker(progress, "planning: segments lowered", len(fused.segments))
-    known = {} if known is None else known
+    if known is None:  # (decided where every shape is seen: a small reduction's vector)
+        known = {}
+        loop_segments(fused, dtype, layouts, batch_key, options, known)
     # the first steps of a shape, their workspace, the leaves they read from copies
     lowered: dict[tuple, tuple[list[Step], int, set[int]]] = {}
     steps: list[Step] = []
@@ -303,8 +305,6 @@ def lower_segments(
         key = shape_key(seg, fused, layouts, batch_key)
         work = memory.scratch[i].offset if i in memory.scratch else -1
         if key not in lowered:
-            if key not in known:
-                known[key] = segment_loops(seg, fused, dtype, layouts, batch_key, options)
             firsts = lower_segment(seg, fused, memory, dtype, layouts, batch_key, options, known[key], work)
             copied = {c.leaf for st in firsts[:-1] for c in cast(abi.RepackParams, st.params).copies}
             lowered[key] = (firsts, work, copied)
