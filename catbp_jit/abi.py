@@ -59,6 +59,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from math import prod
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -396,7 +397,10 @@ def gemm_source_constants() -> str:
 # run just before that step, which then reads them CONTIGUOUS. Its parameters, from p:
 #
 #     p + REPACK_V         V: elements of the vector
-#     p + REPACK_SCRATCH   offset of its loop counters in P (one per copy axis)
+#     p + REPACK_SCRATCH   offset of its loop counters in P (per chunk, one per axis of
+#                          its longest copy)
+#     p + REPACK_CHUNKS    fixed chunks (the step row's chunks): a chunk is a range of the
+#                          copies' positions taken in order, with its own loop counters
 #     p + REPACK_COUNT     how many copies; then each: COPY_SRC, COPY_DST, COPY_RANK (m),
 #                          COPY_TABLE (the leaf's offsets along the vector, V of them),
 #                          COPY_LEAF (which leaf of the next step reads it), and per axis d
@@ -406,8 +410,8 @@ def gemm_source_constants() -> str:
 # For every index i over a copy's m axes (C order, the last fastest) and v < V:
 #     mem[dst + Σ i_d dst_d + v] = mem[src + Σ i_d src_d + P[table + v]]
 
-REPACK_V, REPACK_SCRATCH, REPACK_COUNT = 0, 1, 2
-REPACK_HEADER = 3
+REPACK_V, REPACK_SCRATCH, REPACK_COUNT, REPACK_CHUNKS = 0, 1, 2, 3
+REPACK_HEADER = 4
 COPY_TABLE, COPY_LEAF = COPY_HEADER, COPY_HEADER + 1  # (after COPY_SRC, COPY_DST, COPY_RANK)
 GATHERED_COPY_HEADER = COPY_HEADER + 2
 
@@ -444,9 +448,10 @@ class RepackParams:
     copies: tuple[GatheredCopy, ...]
     scratch: int = -1
     accesses: tuple[Access, ...] = ()  # (no vector of its own, no access tables)
+    chunks: int = 1
 
     def pack(self) -> list[int]:
-        row = [self.block_size, self.scratch, len(self.copies)]
+        row = [self.block_size, self.scratch, len(self.copies), self.chunks]
         for copy in self.copies:
             row += copy.pack()
         assert len(row) == self.size()
@@ -456,9 +461,13 @@ class RepackParams:
         """len(self.pack()), without packing."""
         return REPACK_HEADER + sum(copy.size() for copy in self.copies)
 
+    def rows(self) -> int:
+        """Positions over all its copies (V elements copied at each)."""
+        return sum(prod(copy.positions.sizes) for copy in self.copies)
+
     def scratch_size(self) -> int:
-        """Loop counters: one per axis of its longest copy."""
-        return max([1] + [len(copy.positions.sizes) for copy in self.copies])
+        """Loop counters: one per axis of its longest copy, per chunk."""
+        return max([1] + [len(copy.positions.sizes) for copy in self.copies]) * self.chunks
 
 
 def unpack_repack(P: Table, p: int) -> RepackParams:
@@ -470,7 +479,7 @@ def unpack_repack(P: Table, p: int) -> RepackParams:
         positions = StridedCopy(src, dst, tuple(fields[0::3]), tuple(fields[1::3]), tuple(fields[2::3]))
         copies.append(GatheredCopy(positions, tuple(int(x) for x in P[table : table + V]), leaf, table))
         r += repack_axis(m)
-    return RepackParams(V, tuple(copies), int(P[p + REPACK_SCRATCH]))
+    return RepackParams(V, tuple(copies), int(P[p + REPACK_SCRATCH]), chunks=int(P[p + REPACK_CHUNKS]))
 
 
 def repack_source_constants() -> str:

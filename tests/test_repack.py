@@ -99,6 +99,52 @@ def test_a_grid_repacks_leaves_and_keeps_its_bits(grid, mode):
     assert_same_bits(plain, slot_copies(numpy.run(factors=factors, selectors=selectors)), "numpy tier")
 
 
+def test_a_repack_step_cut_in_chunks_copies_each_position_once(grid):
+    """A repack step with much to copy is cut into chunks (schedule.repack_chunks): right
+    after it ran (its chunks shared with the pool), each chunk alone, the last first,
+    writes what the step wrote, and the call after the chunks writes nothing; a run gives
+    the bits of the plan without copies."""
+    factors, selectors = inputs(grid)
+    bare = compile_bundle(grid, "loop", repack=False)
+    plain = slot_copies(bare.bind().run(factors=factors, selectors=selectors))
+    # (the grid's copies are small: a low bar cuts them)
+    exe = compile_bundle(grid, "loop", parallel_min_work=1 << 12)
+    schedule = exe.schedule
+    chunked = {
+        i for i, st in enumerate(schedule.steps) if st.pattern.template == "repack" and schedule.chunks(i) > 1
+    }
+    assert len(chunked) > 20, len(chunked)
+    checked = []
+
+    def after(i, step):
+        if i not in chunked:
+            return
+        params, p, chunks = step.params, schedule.param_offset(i), schedule.chunks(i)
+        assert params.chunks == chunks <= params.rows()
+        assert abi.unpack_repack(sess.table, p) == params
+        done = sess.mem.copy()
+        for copy in params.copies:  # the copies' elements made NaN, then made again
+            sess.mem[written(copy, params)] = np.nan
+        entry = exe.kernels[schedule.kernel_id(i)].entry
+        for chunk in reversed(range(chunks + 1)):  # (chunk == chunks: nothing to do)
+            entry(*sess._addresses[:4], p, chunk, chunks)
+        assert sess.mem.tobytes() == done.tobytes(), f"step {i}: {chunks} chunks"
+        checked.append(i)
+
+    sess = exe.bind(after=after)
+    assert_same_bits(plain, slot_copies(sess.run(factors=factors, selectors=selectors)), "chunked copies")
+    assert sorted(checked) == sorted(chunked)
+
+
+def written(copy: abi.GatheredCopy, params: abi.RepackParams) -> np.ndarray:
+    """The arena indices a copy writes: at each position (dst + Σ i_d dst_d), V of them."""
+    c = copy.positions
+    at = np.full((), c.dst, np.int64)
+    for n, stride in zip(c.sizes, c.dst_strides):
+        at = (at[..., None] + stride * np.arange(n)).reshape(-1)
+    return (at.reshape(-1, 1) + np.arange(params.block_size)).ravel()
+
+
 def workspace_of(copy: abi.GatheredCopy, params: abi.RepackParams) -> int:
     """Elements a copy spans: its positions' extent, then a whole vector."""
     c = copy.positions

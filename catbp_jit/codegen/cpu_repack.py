@@ -4,7 +4,9 @@ just before it.
 
 A copy walks the positions of its axes (C order) with an odometer whose counters live in
 P's scratch area, and at each position gathers V elements through the leaf's offset table
-into V consecutive elements of the workspace. It only moves values: its source depends
+into V consecutive elements of the workspace. A step with much to copy is cut into chunks
+like a loop step (codegen/dispatch.py), each a range of the positions of all its copies
+taken in order, with loop counters of its own. It only moves values: its source depends
 on the dtype alone (its pattern still names the plan's semiring, so each semiring has a
 kernel of its own), and the step after it computes the bits it would have computed from
 the leaves themselves.
@@ -29,40 +31,68 @@ from numba import carray, njit
 from catbp_jit.codegen.intrinsics import pointer_int64, pointer_{dtype}
 
 {abi}
-# (indices unsigned: see codegen/cpu.py)
+# (indices unsigned: see codegen/cpu.py; int64 constants, never literals: see its ZERO)
 u = np.uint64
+ZERO, ONE = np.int64(0), np.int64(1)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def {entry}(mem_address, mem_length, P_address, P_length, p, chunk, chunks):
-    """The copies of repack step p (one chunk: chunk 0 of 1, abi.py)."""
+    """Chunk `chunk` of `chunks` of repack step p: a range of its copies' positions, taken
+    in order (chunk == chunks: what follows them all, which is nothing)."""
+    if chunk >= chunks:
+        return
     mem = carray(pointer_{dtype}(mem_address), mem_length)
     P = carray(pointer_int64(P_address), P_length)
-    V, idx = P[p + REPACK_V], P[p + REPACK_SCRATCH]
-    r = p + REPACK_HEADER
+    V = P[p + REPACK_V]
+    # the positions of all copies, and the longest copy's axes (a chunk's counters)
+    rows, most, r = ZERO, ONE, p + REPACK_HEADER
+    for _ in range(P[p + REPACK_COUNT]):
+        m = P[r + COPY_RANK]
+        axes = r + GATHERED_COPY_HEADER  # per axis: size, source stride, destination stride
+        n = ONE
+        for k in range(m):
+            n *= P[axes + COPY_AXIS_FIELDS * k]
+        rows += n
+        most = max(most, m)
+        r = axes + COPY_AXIS_FIELDS * m
+    # fixed chunks: the same copies whoever runs them
+    lo, hi = rows * chunk // chunks, rows * (chunk + 1) // chunks
+    idx = P[p + REPACK_SCRATCH] + chunk * most
+    first, r = ZERO, p + REPACK_HEADER  # first: the current copy's first position
     for _ in range(P[p + REPACK_COUNT]):
         m, table = P[r + COPY_RANK], P[r + COPY_TABLE]
-        axes = r + GATHERED_COPY_HEADER  # per axis: size, source stride, destination stride
+        axes = r + GATHERED_COPY_HEADER
+        n = ONE
         for k in range(m):
-            P[idx + k] = 0
-        src, dst = P[r + COPY_SRC], P[r + COPY_DST]
-        while True:
-            for v in range(V):
-                mem[u(dst + v)] = mem[u(src + P[u(table + v)])]
-            k = m - 1
-            while k >= 0:  # the odometer, the last axis fastest
+            n *= P[axes + COPY_AXIS_FIELDS * k]
+        start, stop = max(lo - first, ZERO), min(hi - first, n)
+        if start < stop:
+            src, dst = P[r + COPY_SRC], P[r + COPY_DST]
+            rem = start  # the odometer placed at position `start`
+            for k in range(m - 1, -1, -1):
                 a = axes + COPY_AXIS_FIELDS * k
-                P[idx + k] += 1
-                src += P[a + 1]
-                dst += P[a + 2]
-                if P[idx + k] < P[a]:
-                    break
-                src -= P[a + 1] * P[a]
-                dst -= P[a + 2] * P[a]
-                P[idx + k] = 0
-                k -= 1
-            if k < 0:
-                break
+                i = rem % P[a]
+                rem //= P[a]
+                P[idx + k] = i
+                src += i * P[a + 1]
+                dst += i * P[a + 2]
+            for _ in range(start, stop):
+                for v in range(V):
+                    mem[u(dst + v)] = mem[u(src + P[u(table + v)])]
+                k = m - 1
+                while k >= 0:  # the odometer, the last axis fastest
+                    a = axes + COPY_AXIS_FIELDS * k
+                    P[idx + k] += 1
+                    src += P[a + 1]
+                    dst += P[a + 2]
+                    if P[idx + k] < P[a]:
+                        break
+                    src -= P[a + 1] * P[a]
+                    dst -= P[a + 2] * P[a]
+                    P[idx + k] = 0
+                    k -= 1
+        first += n
         r = axes + COPY_AXIS_FIELDS * m
 '''
 

@@ -11,7 +11,8 @@ The table's layout, the kernel ABI, is defined in abi.py: one (kernel id, parame
 offset, chunks) row per step, then the parameters, then the offset tables, then scratch
 space for the kernels' loop counters. A loop step with work enough for several threads
 (PlanOptions.parallel_min_work) is cut into fixed chunks that the CPU dispatcher's threads
-share (codegen/dispatch.py); its kernel is the one a serial step of its pattern runs.
+share (codegen/dispatch.py); its kernel is the one a serial step of its pattern runs. So
+is a repack step with much to copy (repack_chunks).
 """
 
 from __future__ import annotations
@@ -33,6 +34,11 @@ from .loops import ACROSS_OUTPUTS, ACROSS_REDUCED, SMALL_REDUCTION, LoopNest, ca
 from .options import PlanOptions
 from .repack import RepackChoice, choose_repacks, repacked, workspace_elements
 from .steps import KernelPattern, Step, c_strides, normalize_groups, total_offset  # noqa: F401 (re-exported)
+
+# An element a repack step copies weighs this much of a loop step's work (elements x
+# reduced x leaves) when its chunks are decided: the copies gather ~4 elements/ns on one
+# core, loop steps do ~6 units/ns
+REPACK_WORK = 4
 
 
 @dataclass
@@ -184,6 +190,8 @@ def lower_segment(
     if loops.repacks and work < 0:
         raise AssertionError(f"segment v{seg.out} repacks leaves but has no workspace")
     leaves, accesses, repack = repacked(nest, loops.repacks, leaves, loops.accesses, work)
+    if repack is not None:
+        repack = replace(repack, chunks=repack_chunks(repack, options))
     params = abi.StepParams(
         out=memory.regions[seg.out].offset,
         out_rank=nest.out_rank,
@@ -201,6 +209,16 @@ def lower_segment(
     if repack is None:
         return [step]
     return [Step(seg, repack_pattern(fused.semiring, dtype), repack, loops.workspace), step]
+
+
+def repack_chunks(params: abi.RepackParams, options: PlanOptions) -> int:
+    """The chunks of a repack step, as a loop step's (segment_loops) with its elements
+    copied as its work, each weighing REPACK_WORK."""
+    rows = params.rows()
+    work = REPACK_WORK * rows * params.block_size
+    if rows < 2 or work < options.parallel_min_work:
+        return 1
+    return max(1, min(rows, options.chunks, 2 * work // options.parallel_min_work))
 
 
 def repack_pattern(semiring: str, dtype: str) -> KernelPattern:
@@ -398,7 +416,7 @@ def build_schedule(
     head: list[int] = []
     params: list[int] = []
     for st in laid:
-        chunks = st.params.chunks if isinstance(st.params, abi.StepParams) else 1
+        chunks = st.params.chunks if isinstance(st.params, abi.StepParams | abi.RepackParams) else 1
         head += [ids[st.pattern], abi.STEP_ROW * len(laid) + len(params), chunks]
         params += st.params.pack()
     table = np.zeros(cursor, dtype=np.int64)
