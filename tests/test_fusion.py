@@ -47,10 +47,18 @@ def test_a_product_read_second_by_its_one_reader_is_computed_first_inside_it(sem
     assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
 
 
-def test_the_reassociating_mode_keeps_its_segments():
+def test_without_second_inputs_the_product_is_a_segment_of_its_own():
     checked = check_programs([program(False)], factor_specs=SPECS, selector_specs={}, slot_specs={})
     graph = optimize(build_graph(checked, "PROB", {}))
     assert [s.leaves for s in fuse(graph, second_inputs=False).segments] == [(1, 2), (0, 3)]
+
+
+def test_the_reassociating_mode_fuses_second_inputs_too():
+    """Its paths start from exact mode's segments (plan/pipeline.py): here the one segment,
+    which no path makes cheaper, so it stays whole."""
+    sr = catbp_jit.make_semiring("PROB")
+    exe = catbp_jit.compile(program(False), sr, factor_specs=SPECS, mode="loop", exact=False)
+    assert [s.leaves for s in exe.plan.fused.segments] == [(1, 2, 0)]
 
 
 def readers_of_a_product(x: int, y: int) -> tuple[Program, dict[int, TensorSpec]]:

@@ -81,8 +81,8 @@ def base_of(g: Graph, nid: int) -> int:
 
 def fuse(g: Graph, max_leaves: int = DEFAULT_MAX_LEAVES, second_inputs: bool = True) -> Fused:
     """second_inputs: inline a product into its one reader that takes it second (above).
-    The reassociating mode regroups products anyway (plan/reassociate.py), and keeps its
-    plans as they were without it."""
+    Both modes do (the reassociating mode then regroups the segments, plan/reassociate.py);
+    False is for comparing plans."""
     consumers = g.consumers()
     outputs = set(g.outputs.values())
     users: dict[int, list[int]] = {nid: [] for nid in g.nodes}
