@@ -24,10 +24,11 @@ from ..atomic import atomic_write
 from ..cache import default_cache_dir
 from .plan import PlanLimits
 
-FORMAT = 3  # bump when the file layout or what an order means changes (2: scored by
+FORMAT = 4  # bump when the file layout or what an order means changes (2: scored by
 # the cheaper of its junction and contraction trees), or when the search improves so much
 # that plans filed before should be searched again (3: trees ranked by flops plus kept
-# states, and a refused greedy order finished without the limits competes: search.py)
+# states, and a refused greedy order finished without the limits competes: search.py; 4:
+# seeded trials, so that a structure gets the same plan from every search)
 
 
 class PlanCacheWarning(UserWarning):

@@ -20,6 +20,7 @@ import heapq
 import importlib.util
 import itertools
 import math
+import random
 import time
 import warnings
 from collections import Counter
@@ -64,6 +65,14 @@ SCORED = 4
 # trees and the greedy plan's tree (about a second each on linkage_24) and scoring
 TRIAL_SHARE = 0.8
 RECONFIGURED = 2
+# The search draws every random number from Python's `random` seeded with this (its state
+# put back after), and runs cotengra's greedy trials with seeds drawn from it
+# (SEEDED_GREEDY): the same trials in the same order on every run, so a model gets the
+# same plan whenever its search runs as many trials. Unseeded, two searches of Grids_16
+# kept largest tables of 2^27 and 2^29 states (solves 74 and 360 ms), of Promedus_14
+# 2^27 and 2^24 (100 and 5.6 ms).
+SEARCH_SEED = 2014
+SEEDED_GREEDY = "catbp-seeded-greedy"
 # a kernel dispatch, in element operations: a contraction tree runs about three kernels
 # per table where a junction tree runs a few per clique (counts only between close plans)
 STEP_OPERATIONS = 256
@@ -74,16 +83,22 @@ class PlanSearch:
     """How to find the elimination order. time_s: the search budget, 0 = greedy only;
     min_flops: search only when the greedy plan's estimated cost reaches this; cache:
     keep searched plans on disk (plan_cache.py); searcher: the search itself, called as
-    searched_order is (None: searched_order, cotengra's trials)."""
+    searched_order is (None: searched_order, cotengra's trials); trials: at most this many
+    of cotengra's trials (None: as many as the budget allows). The trials are seeded
+    (SEARCH_SEED), so a search that runs as many trials finds the same plan on any
+    machine; a count that fits in the budget makes that certain."""
 
     time_s: float = DEFAULT_PLAN_TIME
     min_flops: float = SEARCH_ABOVE_FLOPS
     cache: bool = True
     searcher: Callable[..., Searched | None] | None = None
+    trials: int | None = None
 
     def __post_init__(self) -> None:
         if not (isinstance(self.time_s, (int, float)) and math.isfinite(self.time_s) and self.time_s >= 0):
             raise ValueError(f"plan_time must be a number of seconds >= 0, got {self.time_s!r}")
+        if self.trials is not None and not (type(self.trials) is int and self.trials >= 1):
+            raise ValueError(f"plan search trials must be an int >= 1 or None, got {self.trials!r}")
 
 
 @dataclass(frozen=True)
@@ -245,6 +260,7 @@ def choose_order(
         search.time_s,
         score=lambda order: _score(plan_cost(junction_tree(sizes, scopes, order)), limits),
         seed=seed,
+        trials=search.trials,
     )
     search_s = time.perf_counter() - t0
     best = greedy
@@ -389,6 +405,7 @@ class Searched:
 
     order: tuple[int, ...]
     path: tuple[tuple[int, int], ...]
+    scores: tuple[float, ...] = ()  # every finished trial's score, in the order they ran
 
 
 def searched_order(
@@ -397,8 +414,10 @@ def searched_order(
     time_s: float,
     score: Callable[[tuple[int, ...]], float] | None = None,
     seed: Sequence[int] | None = None,
+    trials: int | None = None,
 ) -> Searched | None:
-    """The best order and tree cotengra's trials give in `time_s` (None when the network
+    """The best order and tree cotengra's trials give in `time_s`, `trials` of them at most
+    (None: as many as fit), drawn from SEARCH_SEED (None when the network
     has fewer than two tensors: nothing to search). Trials, reconfigurations and the path
     are ranked by flops plus KEPT_STATE_FLOPS per kept element (cotengra's "combo"). The
     SCORED best trials are turned into orders and judged by `score` (lower is better;
@@ -416,10 +435,11 @@ def searched_order(
     inputs, symbol = _network(ctg, scopes)
     if len(inputs) < 2:
         return None
-    methods = ["greedy", "kahypar" if importlib.util.find_spec("kahypar") else "labels"]
+    methods = [_seeded_greedy(ctg), "kahypar" if importlib.util.find_spec("kahypar") else "labels"]
     # (-score, trial, tree): the SCORED best (cotengra's trees, which it does not type)
     trees: list[tuple[float, int, Any]] = []
     arrival = itertools.count()  # tells equal scores apart (trees do not compare)
+    scores: list[float] = []  # every finished trial's
 
     class Kept(ctg.HyperOptimizer):
         # cotengra's hook for each finished trial (private: in a version without it,
@@ -427,6 +447,7 @@ def searched_order(
         def _maybe_report_result(self, setting, trial):
             super()._maybe_report_result(setting, trial)
             score, tree = trial.get("score", math.inf), trial.get("tree")
+            scores.append(float(score))
             if tree is not None and math.isfinite(score):
                 # no scoring here: a junction tree of a large model takes a second to
                 # build, and trials scored as they came left linkage_24 two trials in 10 s
@@ -434,11 +455,52 @@ def searched_order(
                 if len(trees) > SCORED:
                     heapq.heappop(trees)
 
-    opt = Kept(
+    state = random.getstate()
+    random.seed(SEARCH_SEED)  # (before the optimizer is made: it may draw its first points)
+    try:
+        tree = _search(Kept, methods, time_s, trials, inputs, symbol, sizes, trees)
+        best = sorted(trees, key=lambda t: (-t[0], t[1]))
+        candidates = [t for _, _, t in best] or ([tree] if tree is not None else [])
+        seeded = _seed_tree(ctg, sizes, scopes, inputs, symbol, seed) if seed is not None else None
+        refined = []
+        for t in ([seeded] if seeded is not None else []) + candidates[:RECONFIGURED]:
+            try:
+                refined.append(t.subtree_reconfigure(minimize=COMBO))
+            except Exception as e:  # a failed refinement only loses that candidate
+                warnings.warn(
+                    f"plan search: subtree reconfiguration failed ({type(e).__name__}: {str(e)[:200]})",
+                    PlanSearchWarning,
+                    stacklevel=2,
+                )
+    finally:
+        random.setstate(state)
+    candidates += refined
+    if not candidates:
+        return None
+    orders = [tree_order(t, inputs, len(sizes)) for t in candidates]
+    order = orders[0] if score is None else min(orders, key=score)
+    fewest = min(candidates, key=lambda t: t.combo_cost(factor=KEPT_STATE_FLOPS))
+    return Searched(order, tuple((int(i), int(j)) for i, j in fewest.get_ssa_path()), tuple(scores))
+
+
+def _search(
+    kept: Any,
+    methods: list[str],
+    time_s: float,
+    trials: int | None,
+    inputs: Sequence[tuple[int, ...]],
+    symbol: Mapping[int, str],
+    sizes: Sequence[int],
+    trees: list,
+) -> Any:
+    """cotengra's best tree of the trials that fit in the budget, `trials` at most (each
+    finished trial also kept in `trees` by `kept`, a HyperOptimizer), or None when a trial
+    failed so that the search stopped (the trials kept before it stand)."""
+    opt = kept(
         methods=methods,
         minimize=COMBO,
         max_time=TRIAL_SHARE * time_s,
-        max_repeats=10**9,
+        max_repeats=10**9 if trials is None else trials,
         parallel=False,
         progbar=False,
         on_trial_error="ignore",
@@ -460,29 +522,38 @@ def searched_order(
             f"plan search stopped by a failing cotengra trial ({type(e).__name__}: "
             f"{str(e)[:200]}); {len(trees)} trial(s) kept before it are used",
             PlanSearchWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
         tree = None
-    best = sorted(trees, key=lambda t: (-t[0], t[1]))
-    candidates = [t for _, _, t in best] or ([tree] if tree is not None else [])
-    seeded = _seed_tree(ctg, sizes, scopes, inputs, symbol, seed) if seed is not None else None
-    refined = []
-    for t in ([seeded] if seeded is not None else []) + candidates[:RECONFIGURED]:
-        try:
-            refined.append(t.subtree_reconfigure(minimize=COMBO))
-        except Exception as e:  # a failed refinement only loses that candidate
-            warnings.warn(
-                f"plan search: subtree reconfiguration failed ({type(e).__name__}: {str(e)[:200]})",
-                PlanSearchWarning,
-                stacklevel=2,
-            )
-    candidates += refined
-    if not candidates:
-        return None
-    orders = [tree_order(t, inputs, len(sizes)) for t in candidates]
-    order = orders[0] if score is None else min(orders, key=score)
-    fewest = min(candidates, key=lambda t: t.combo_cost(factor=KEPT_STATE_FLOPS))
-    return Searched(order, tuple((int(i), int(j)) for i, j in fewest.get_ssa_path()))
+    return tree
+
+
+def _seeded_greedy(ctg: Any) -> str:
+    """The name of cotengra's greedy trial (same space, same steps) with its Gumbel noise
+    seeded from Python's `random`, registered once: cotengra's own passes no seed to its
+    path finder, whose noise then comes from the operating system."""
+    from cotengra.hyperoptimizers.hyper import get_hyper_space, register_hyper_function
+    from cotengra.pathfinders.path_basic import get_optimize_greedy
+
+    if SEEDED_GREEDY in get_hyper_space():
+        return SEEDED_GREEDY
+    greedy = get_optimize_greedy()
+
+    def trial(inputs, output, size_dict, random_strength=0.0, temperature=0.0, costmod=1.0):
+        jittered = ctg.core.jitter_dict(size_dict, random_strength) if random_strength else size_dict
+        path = greedy(
+            inputs,
+            output,
+            jittered,
+            temperature=temperature,
+            costmod=costmod,
+            seed=random.randrange(2**32),
+            use_ssa=True,
+        )
+        return ctg.ContractionTree.from_path(inputs, output, size_dict, ssa_path=path)
+
+    register_hyper_function(name=SEEDED_GREEDY, ssa_func=trial, space=dict(get_hyper_space()["greedy"]))
+    return SEEDED_GREEDY
 
 
 def _network(ctg: Any, scopes: Sequence[Sequence[int]]) -> tuple[list[tuple[int, ...]], dict[int, str]]:
