@@ -69,7 +69,7 @@ RECONFIGURED = 2
 # put back after), and runs cotengra's greedy trials with seeds drawn from it
 # (SEEDED_GREEDY): the same trials in the same order on every run, so a model gets the
 # same plan whenever its search runs as many trials. Unseeded, two searches of Grids_16
-# kept largest tables of 2^27 and 2^29 states (solves 74 and 360 ms), of Promedus_14
+# gave largest loops of 2^27 and 2^29 states (solves 74 and 360 ms), of Promedus_14
 # 2^27 and 2^24 (100 and 5.6 ms).
 SEARCH_SEED = 2014
 SEEDED_GREEDY = "catbp-seeded-greedy"
