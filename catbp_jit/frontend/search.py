@@ -531,9 +531,15 @@ def _search(
 def _seeded_greedy(ctg: Any) -> str:
     """The name of cotengra's greedy trial (same space, same steps) with its Gumbel noise
     seeded from Python's `random`, registered once: cotengra's own passes no seed to its
-    path finder, whose noise then comes from the operating system."""
-    from cotengra.hyperoptimizers.hyper import get_hyper_space, register_hyper_function
-    from cotengra.pathfinders.path_basic import get_optimize_greedy
+    path finder, whose noise then comes from the operating system. ("greedy", cotengra's
+    own, where its version lacks what the twin is made of.)"""
+    try:
+        from cotengra.hyperoptimizers.hyper import get_hyper_space, register_hyper_function
+        from cotengra.pathfinders.path_basic import get_optimize_greedy
+
+        ctg.core.jitter_dict  # noqa: B018  (the twin's, checked here)
+    except (ImportError, AttributeError):
+        return "greedy"
 
     if SEEDED_GREEDY in get_hyper_space():
         return SEEDED_GREEDY
