@@ -165,7 +165,16 @@ def run_walk(
 ) -> None:
     """Every step of `schedule` in one launch of its schedule kernel (`module`:
     load_schedule_module's), on the device arena d_mem and table d_P."""
+    from numba import config
     from numba import cuda as numba_cuda
 
+    from .cuda_build import schedule_signature
+
+    kernel = getattr(module, cuda_schedule.ENTRY)
+    if not config.ENABLE_CUDASIM and not len(kernel.overloads):  # type: ignore[attr-defined]
+        # a module imported here compiles at its first launch, and the walk's grid is sized
+        # by the driver's answer for the compiled kernel (cooperative_blocks): compiled
+        # first, for its one signature (a GPU said KeyError: () without this)
+        kernel.compile(schedule_signature(schedule.patterns[0].dtype))
     d_B = numba_cuda.to_device(barriers(schedule.steps))
-    walk_launch(getattr(module, cuda_schedule.ENTRY), options)(d_mem, d_P, d_B, 0, len(schedule.steps))
+    walk_launch(kernel, options)(d_mem, d_P, d_B, 0, len(schedule.steps))
