@@ -11,11 +11,16 @@ kernel launch computing one segment, this measures:
   a kernel with perfect cache reuse would still have to move.
 * ops: Step.work = output elements x reduced elements x leaves (plan/schedule.py): a term
   of k leaves is k - 1 products and one sum, k operations.
-* time: the step's kernel called on its own, in schedule order (so its leaves hold the
-  values a run gives them), repeated, best of several batches. A step's output never
-  shares memory with its leaves, so a repeated call computes the same thing again. A
-  repack step (plan/repack.py: copies of small leaves in the step's workspace) has no
-  row: its kernel is called and timed with the step after it, whose leaves it copies.
+* time: what the step costs inside a run: the dispatcher walking that step alone, as a
+  compiled run walks it (its chunks shared with the pool's threads), less the time of an
+  empty walk (the dispatcher's call from Python, the same for every step), in schedule
+  order (so its leaves hold the values a run gives them), repeated, best of several
+  batches. A step's output never shares memory with its leaves, so a repeated walk
+  computes the same thing again. A repack step (plan/repack.py: copies of small leaves in
+  the step's workspace) has no row: it is walked and timed with the step after it, whose
+  leaves it copies. Per mode, `run` is the whole schedule's walk: a run without binding
+  inputs, which the step times add up to (they are measured with their data in cache,
+  the run's steps find some of it evicted by the steps between).
 * bound: max(bytes / bandwidth, ops / arithmetic peak), with both peaks measured by a
   calibration at the start of the run (below); which of the two it is; and the ratio
   time / bound (1 = at the roofline).
@@ -201,25 +206,6 @@ def calibrate(budget: Budget) -> dict:
     }
 
 
-@njit(cache=False)
-def _nothing(a, b, c, d, e, f, g):
-    return None
-
-
-def call_overhead() -> float:
-    """Seconds of one Python call of a Numba function taking seven ints (as a kernel's
-    entry does, which runs a step of one chunk here; a step of several is a call of the
-    dispatcher): what the smallest steps' times are made of."""
-    _nothing(0, 0, 0, 0, 0, 0, 0)
-    reps = 10000
-
-    def calls():
-        for _ in range(reps):
-            _nothing(0, 0, 0, 0, 0, 0, 0)
-
-    return best_of(calls, 3) / reps
-
-
 def arithmetic_kind(step) -> str:
     """The calibration whose element operation bounds the step's arithmetic: a LOGPROB
     reduction's terms each cost an exp, next to which its k - 1 additions are cheap."""
@@ -259,29 +245,32 @@ def time_step(call, budget: Budget) -> float:
     return best_of(batch, budget.step_batches) / reps
 
 
-def measure_steps(exe, bundle, budget: Budget) -> list:
-    """Seconds per step of exe's schedule, each step timed after every step before it ran
-    once (Session.step_call: a step of several chunks shares them with the pool)."""
+def measure_steps(exe, bundle, budget: Budget) -> tuple[list, float, float]:
+    """Seconds per step of exe's schedule where a run spends them: each step walked alone
+    by the dispatcher (Session.steps_call: a step of several chunks shares them with the
+    pool, as in a run), less the time of an empty walk (the dispatcher's call from
+    Python), each after every step before it ran once; a repack step is walked with the
+    step after it. Also the empty walk's time, and the whole schedule's walk (a run
+    without binding inputs)."""
+    exe.wait()  # the kernels, not the numpy tier
     sess = exe.bind()
     sess.run(
         factors={f: a for f, (a, _) in bundle.factors.items()},
         selectors={s: a for s, (a, _) in bundle.selectors.items()},
     )  # inputs, constants
-    times, copies = [], None
+    empty = time_step(sess.steps_call(0, 0), budget)
+    whole = time_step(sess.steps_call(0, len(exe.schedule.steps)), budget)
+    times, first = [], None
     for i, step in enumerate(exe.schedule.steps):
-        call = sess.step_call(i)
-        if step.pattern.template == "repack":  # timed with the step it copies for
-            call()
-            copies = call
+        if step.pattern.template == "repack":  # walked with the step it copies for
+            sess.steps_call(i, i + 1)()
+            first = i
             continue
-        times.append(time_step(call if copies is None else partial(both, copies, call), budget))
-        copies = None
-    return times
-
-
-def both(first, second) -> None:
-    first()
-    second()
+        start = i if first is None else first
+        # (at least a nanosecond: the two walks' noise can exceed a tiny step's time)
+        times.append(max(time_step(sess.steps_call(start, i + 1), budget) - empty, 1e-9))
+        first = None
+    return times, empty, whole
 
 
 def origin(exe, step) -> str:
@@ -298,10 +287,11 @@ def origin(exe, step) -> str:
     return " ".join(places[:3]) + (" ..." if len(places) > 3 else "")
 
 
-def roofline_rows(group: str, path: Path, peaks: dict, budget: Budget) -> list:
-    """One row per step of the bundle's schedule in each mode, in MODES order."""
+def roofline_rows(group: str, path: Path, peaks: dict, budget: Budget) -> tuple[list, dict]:
+    """One row per step of the bundle's schedule in each mode, in MODES order; and per
+    mode the time of an empty walk and of the whole schedule's (measure_steps)."""
     bundle = load_bundle(path)
-    rows = []
+    rows, walks = [], {}
     for mode, keywords in MODES.items():
         exe = compile(
             bundle.programs,
@@ -316,13 +306,15 @@ def roofline_rows(group: str, path: Path, peaks: dict, budget: Budget) -> list:
             for i, step in enumerate(exe.schedule.steps)
             if step.pattern.template != "repack"
         ]
-        for row, seconds in zip(mine, measure_steps(exe, bundle, budget)):
+        times, empty, whole = measure_steps(exe, bundle, budget)
+        for row, seconds in zip(mine, times):
             row["time_s"] = seconds
             row["ratio"] = seconds / row["bound_s"]
         rows += mine
+        walks[mode] = {"empty_s": empty, "run_s": whole}
         del exe
         gc.collect()  # drop the session's arena before the next one
-    return rows
+    return rows, walks
 
 
 def step_row(group: str, name: str, mode: str, exe, i: int, step, peaks: dict) -> dict:
@@ -355,11 +347,13 @@ def step_row(group: str, name: str, mode: str, exe, i: int, step, peaks: dict) -
 # Summary, tables, plot
 
 
-def mode_summary(rows: list) -> dict:
-    """One mode of one bundle: total time, sum of bounds, and the slow steps' standing."""
+def mode_summary(rows: list, run_s: float | None = None) -> dict:
+    """One mode of one bundle: total time, sum of bounds, and the slow steps' standing;
+    run_s: the whole schedule's walk, if measured."""
     slow = [r for r in rows if r["time_s"] > SLOW_S]
     return {
         "steps": len(rows),
+        "run_s": run_s,
         "bound_s": sum(r["bound_s"] for r in rows),
         "time_s": sum(r["time_s"] for r in rows),
         "slow": len(slow),
@@ -368,12 +362,15 @@ def mode_summary(rows: list) -> dict:
     }
 
 
-def summary(name: str, rows: list) -> dict:
+def summary(name: str, rows: list, walks: dict | None = None) -> dict:
     """Per bundle: each mode's summary, and the issue's bar: in at least one mode, every
     step over SLOW_S within WITHIN of its bound. (A mode's steps are its own segments:
-    the modes split programs differently, so steps cannot be matched across modes.)"""
+    the modes split programs differently, so steps cannot be matched across modes.)
+    walks: per mode, roofline_rows' walk times."""
+    walks = walks or {}
     modes = {
-        m: mode_summary([r for r in rows if r["mode"] == m]) for m in dict.fromkeys(r["mode"] for r in rows)
+        m: mode_summary([r for r in rows if r["mode"] == m], walks.get(m, {}).get("run_s"))
+        for m in dict.fromkeys(r["mode"] for r in rows)
     }
     return {
         "bundle": name,
@@ -449,6 +446,8 @@ def summary_table(sums: list) -> list:
         "sum of bounds",
         "time",
         "x bound",
+        "run",
+        "run x bound",
         "steps > 1 ms",
         f"within {WITHIN:.0f}x",
         "bar",
@@ -464,6 +463,8 @@ def summary_table(sums: list) -> list:
                 fmt_seconds(ms["bound_s"]),
                 fmt_seconds(ms["time_s"]),
                 f"{ms['time_s'] / ms['bound_s']:.1f}",
+                "-" if ms["run_s"] is None else fmt_seconds(ms["run_s"]),
+                "-" if ms["run_s"] is None else f"{ms['run_s'] / ms['bound_s']:.1f}",
                 str(ms["slow"]),
                 str(ms["within"]),
                 bar if i == 0 else "",
@@ -530,15 +531,17 @@ def peaks_line(peaks: dict) -> str:
     )
 
 
-def header_lines(peaks: dict, overhead_s: float, quick: bool) -> list:
+def header_lines(peaks: dict, empty_s: float, quick: bool) -> list:
     return [
         "# catbp_jit roofline",
         "",
         f"- machine: {cpu_model()}, numba threads {numba.get_num_threads()}, threading layer "
         f"{threading_layer()}; load average {load_average()} (other processes skew the times)",
         f"- calibration{' (--quick)' if quick else ''}: {peaks_line(peaks)}",
-        f"- one Python call of a kernel entry costs about {fmt_seconds(overhead_s)}, included "
-        f"in each step's time",
+        "- time: each step walked alone by the dispatcher, as a run walks it (a repack step "
+        "with the step after it), less an empty walk's time (a call of the dispatcher from "
+        f"Python, about {fmt_seconds(empty_s)}); run: the whole schedule's walk, a run without "
+        "binding inputs",
         "- bytes: output + distinct leaves, once; ops: output x reduced elements x leaves; "
         "bound: max(bytes / bandwidth, ops / multiply-add peak, or for LOGPROB reductions "
         "terms / exp peak); x bound: time / bound",
@@ -592,26 +595,26 @@ def main(argv=None) -> int:
 
     print("... calibrating", file=sys.stderr, flush=True)
     peaks = calibrate(budget)
-    overhead_s = call_overhead()
     print(peaks_line(peaks), flush=True)
 
-    all_rows, sums, sections, problems = [], [], [], []
+    all_rows, sums, sections, problems, empties = [], [], [], [], []
     for group, path in bundles:
         print(f"... {group}/{path.name}", file=sys.stderr, flush=True)
         try:
-            rows = roofline_rows(group, path, peaks, budget)
+            rows, walks = roofline_rows(group, path, peaks, budget)
         except (CatbpError, MemoryError) as e:  # one broken bundle must not stop the table
             problems.append(f"- {path.name}: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
             continue
         all_rows += rows
-        sums.append(summary(path.name, rows))
+        sums.append(summary(path.name, rows, walks))
+        empties += [w["empty_s"] for w in walks.values()]
         for mode in MODES:
             sections += ["", f"## {path.name}, {mode} mode", ""] + step_table(
                 [r for r in rows if r["mode"] == mode]
             )
 
     lines = (
-        header_lines(peaks, overhead_s, args.quick)
+        header_lines(peaks, float(np.median(empties)) if empties else math.nan, args.quick)
         + ["", "## Summary", ""]
         + summary_table(sums)
         + (["", "Problems:", ""] + problems if problems else [])

@@ -121,6 +121,33 @@ def test_step_call_runs_one_step_as_a_run_does(example, serial_bits):
     assert sess.mem.tobytes() == keep.tobytes()
 
 
+def test_steps_call_walks_steps_as_a_run_does(example, serial_bits):
+    """Session.steps_call(first, last): the dispatcher walking steps first..last-1 (what
+    perf/roofline.py times): walked in two parts, or step by step, the run's bits; an
+    empty walk writes nothing; a range outside the schedule is refused."""
+    exe = compile_bundle(example, "loop", **CHUNKED)  # (the dispatcher walks in any mode)
+    factors, selectors = inputs(example)
+    sess = exe.bind()
+    sess.run(factors=factors, selectors=selectors)
+    keep = sess.mem.copy()
+    n = len(exe.schedule.steps)
+    assert any(exe.schedule.chunks(i) > 1 for i in range(n))  # the pool takes part
+    for walks in ([(0, n // 2), (n // 2, n)], [(i, i + 1) for i in range(n)]):
+        sess.mem[:] = 0
+        sess._bind_inputs(factors, selectors, None)
+        for c in exe.plan.bound("constant"):
+            sess.mem[c.offset : c.offset + c.size] = keep[c.offset : c.offset + c.size]
+        before = sess.mem.copy()
+        sess.steps_call(3, 3)()
+        assert sess.mem.tobytes() == before.tobytes()
+        for first, last in walks:
+            sess.steps_call(first, last)()
+        assert sess.mem.tobytes() == keep.tobytes()
+    for first, last in ((-1, 2), (2, 1), (0, n + 1)):
+        with pytest.raises(ValueError, match=f"this schedule has {n} steps"):
+            sess.steps_call(first, last)
+
+
 G = AxisType.GEOMETRIC
 
 

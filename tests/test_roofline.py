@@ -49,6 +49,17 @@ def test_one_row_per_step_in_each_mode(tmp_path, capsys):
         assert f"## {BUNDLE}, {mode} mode" in md
         assert f"| {mode} | {len(rows)} |" in md
     assert "## Summary" in md
+    # each mode's whole walk beside its steps' sum (both timed inside the dispatcher)
+    assert "| x bound | run | run x bound |" in md
+    summary_rows = [
+        line
+        for line in md.split("## Summary")[1].split("\n## ")[0].splitlines()
+        if "| exact |" in line or "| reassoc |" in line
+    ]
+    assert len(summary_rows) == 2
+    for line in summary_rows:
+        run, run_ratio = line.split("|")[7:9]
+        assert run.strip() != "-" and float(run_ratio) > 0
     out = capsys.readouterr()
     assert "GB/s" in out.out
     png = tmp_path / "roofline.png"
@@ -93,6 +104,9 @@ def test_summary_counts_slow_steps_against_the_bar():
     assert e["time_s"] == pytest.approx(7.01e-3)
     assert not e["meets_bar"] and not s["meets_bar"]
     assert roofline.summary("b", exact[:1])["meets_bar"]
+    assert e["run_s"] is None  # no walk measured
+    walked = roofline.summary("b", exact, {"exact": {"empty_s": 1e-6, "run_s": 8e-3}})
+    assert walked["modes"]["exact"]["run_s"] == 8e-3
     # one mode with every slow step within the bar is enough
     reassoc = [{"mode": "reassoc", "bound_s": 1e-3, "time_s": 2.5e-3, "ratio": 2.5}]
     s = roofline.summary("b", exact + reassoc)
