@@ -136,19 +136,29 @@ class Session:
 
     def steps_call(self, first: int, last: int) -> Callable[[], None]:
         """A call that runs steps first..last-1 as a compiled run walks them (one call of
-        the dispatcher, chunked steps shared with the pool's threads), without binding
-        inputs: for timing steps where a run times them, as the difference of two walks
-        (first == last: the dispatcher's call alone)."""
+        the dispatcher, chunked steps shared with the pool's threads, BLAS on one thread
+        where a run puts it there), without binding inputs: for timing steps where a run
+        spends their time, as the difference of two walks (first == last: the call alone)."""
         if not 0 <= first <= last <= self._n_steps:
             raise ValueError(f"steps {first}..{last - 1}: this schedule has {self._n_steps} steps")
         pool, dispatcher, addresses = self._pool, self.exe.dispatcher, self._addresses
-        chunked = self._chunked
+        chunked, one = self._chunked, self._one_blas_thread
 
         def walk() -> None:
             # (woken at every call, as a run wakes them: see step_call)
             dispatcher(*addresses, first, last, pool.address, pool.helpers() if chunked else 0, -1)
 
-        return walk
+        if one is None:
+            return walk
+
+        def on_one_blas_thread() -> None:  # as _execute runs them
+            one.enter()
+            try:
+                walk()
+            finally:
+                one.exit()
+
+        return on_one_blas_thread
 
     def fill_constants(self) -> None:
         for c in self._constants:
