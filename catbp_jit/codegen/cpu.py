@@ -87,16 +87,28 @@ def _place(ind: str, last: str, start: str) -> list[str]:
     ]
 
 
-def _product(ind: str, leaves: str, buf: str = "buf") -> list[str]:
-    """The leaves' ⊗-product along the current vector piece (v0, n) into buf[0:n], one
-    leaf after another, left to right; two CONTIGUOUS leaves in a row in one pass (the
-    same operations in the same order, one load and store of buf fewer)."""
-    return [
-        f"{ind}first_leaf({buf}, mem, P, A, {leaves}[0], v0, n)",
-        f"{ind}l = np.int64(1)",
-        f"{ind}while l < K:",
+def _product(
+    ind: str, leaves: str, buf: str = "buf", count: str = "K", pair_first: bool = False
+) -> list[str]:
+    """The ⊗-product of the first `count` leaves along the current vector piece (v0, n)
+    into buf[0:n], one leaf after another, left to right; two CONTIGUOUS leaves in a row
+    in one pass (the same operations in the same order, one load and store of buf fewer),
+    with `pair_first` the first two too (one loop more to compile: where it pays)."""
+    if pair_first:
+        first = [
+            f"{ind}if {count} > 1 and P[A] == CONTIGUOUS and P[A + ACCESS_FIELDS] == CONTIGUOUS:",
+            f"{ind}    first_two({buf}, mem, {leaves}[0] + v0, {leaves}[1] + v0, n)",
+            f"{ind}    l = np.int64(2)",
+            f"{ind}else:",
+            f"{ind}    first_leaf({buf}, mem, P, A, {leaves}[0], v0, n)",
+            f"{ind}    l = np.int64(1)",
+        ]
+    else:
+        first = [f"{ind}first_leaf({buf}, mem, P, A, {leaves}[0], v0, n)", f"{ind}l = np.int64(1)"]
+    return first + [
+        f"{ind}while l < {count}:",
         f"{ind}    a = A + l * ACCESS_FIELDS",
-        f"{ind}    if l + 1 < K and P[a] == CONTIGUOUS and P[a + ACCESS_FIELDS] == CONTIGUOUS:",
+        f"{ind}    if l + 1 < {count} and P[a] == CONTIGUOUS and P[a + ACCESS_FIELDS] == CONTIGUOUS:",
         f"{ind}        times_two({buf}, mem, {leaves}[l] + v0, {leaves}[l + 1] + v0, n)",
         f"{ind}        l += 2",
         f"{ind}    else:",
@@ -191,10 +203,12 @@ def _lanes_reduction(ind: str) -> list[str]:
     return lines + [f"{pad}o += m"]
 
 
-def _across_sweep(ind: str, body: list[str], end: str = "D") -> list[str]:
+def _across_sweep(ind: str, body: list[str], end: str = "D", fused: bool = False) -> list[str]:
     """Every position of the reduced odometer axes R..end-1 (all of them, or with
     ACROSS_BOTH those outside the vector), in the order of plan/schedule.py (C order),
-    with the vector's products in buf[0:n] and `body` run on them."""
+    with the vector's products in buf[0:n] and `body` run on them. fused (sums across
+    outputs): where the kernel's `fused` says the last leaf is CONTIGUOUS, its ⊗ and the
+    sums' ⊕ are one pass (add_times), else `body`."""
     pad = ind + "    "
     lines = [
         f"{ind}for d in range(R, {end}):",
@@ -203,8 +217,13 @@ def _across_sweep(ind: str, body: list[str], end: str = "D") -> list[str]:
         f"{ind}    cur[l] = base[l]",
         f"{ind}while True:",
     ]
-    lines += _product(pad, "cur")
-    lines += [f"{pad}{b}" for b in body]
+    if fused:
+        lines += _product(pad, "cur", count="first")
+        lines += [f"{pad}if fused:", f"{pad}    add_times(sums, buf, mem, cur[K - 1] + v0, n)", f"{pad}else:"]
+        lines += [f"{pad}    {b}" for b in body]
+    else:
+        lines += _product(pad, "cur")
+        lines += [f"{pad}{b}" for b in body]
     lines += _advance(pad, "R", f"{end} - 1", "cur", out=False)
     lines += [f"{pad}if d < R:", f"{pad}    break"]
     return lines
@@ -213,7 +232,9 @@ def _across_sweep(ind: str, body: list[str], end: str = "D") -> list[str]:
 def _across_outputs(sr: Semiring, dtype: str) -> list[str]:
     """⊕ for the n output elements of the vector piece at v0 at once, each adding its terms
     in the order _sweep would (the same rounding), into `sums` (then stored)."""
-    return _lane_sums(sr, dtype, "v", "n", ["for v in range(n):"], "buf[v]", "D", "v0, n", "            ")
+    return _lane_sums(
+        sr, dtype, "v", "n", ["for v in range(n):"], "buf[v]", "D", "v0, n", "            ", fuse_last=True
+    )
 
 
 def _across_both(sr: Semiring, dtype: str) -> list[str]:
@@ -225,11 +246,20 @@ def _across_both(sr: Semiring, dtype: str) -> list[str]:
 
 
 def _lane_sums(
-    sr: Semiring, dtype: str, x: str, n: str, each: list[str], term: str, end: str, stored: str, i: str
+    sr: Semiring,
+    dtype: str,
+    x: str,
+    n: str,
+    each: list[str],
+    term: str,
+    end: str,
+    stored: str,
+    i: str,
+    fuse_last: bool = False,
 ) -> list[str]:
     """Lines summing lanes x < n side by side (sums[x]), `each` visiting every lane's term
     at the current position of the reduced odometer axes R..end-1, then storing the n
-    sums at `stored`."""
+    sums at `stored`. fuse_last: a sum's last ⊗ and its ⊕ may be one pass (_across_sweep)."""
     t = "    " * len(each)  # the body of `each`
     lanes = f"for {x} in range({n}):"
     if sr.reduction == "logsumexp":  # as reduction.py's, one element per lane
@@ -252,7 +282,7 @@ def _lane_sums(
         top = [f"{t}x = {term}", f"{t}if x > sums[{x}] or x != x:", f"{t}    sums[{x}] = x"]
         lines += _across_sweep(i, each + top, end)
     else:
-        lines += _across_sweep(i, each + [f"{t}sums[{x}] += {term}"], end)
+        lines += _across_sweep(i, each + [f"{t}sums[{x}] += {term}"], end, fused=fuse_last)
     return lines + [f"{i}store(sums, mem, P, AO, o_off, {stored})"]
 
 
@@ -315,6 +345,39 @@ def _walkers(sr: Semiring, dtype: str) -> str:
                     f"            buf[v] = {element(f'mem[u({at[kind]})]')}",
                 ]
         parts.append("\n".join(lines))
+    parts.append(
+        "\n".join(
+            [
+                INLINED,
+                "def first_two(buf, mem, c, d, n):",
+                '    """buf[v] = mem[c + v] ⊗ mem[d + v], for v < n: the first two leaves, CONTIGUOUS."""',
+                "    for v in range(n):",
+                f"        buf[v] = {sr.product(['mem[u(c + v)]', 'mem[u(d + v)]'])}",
+            ]
+        )
+    )
+    parts.append(
+        "\n".join(
+            [
+                INLINED,
+                "def times_store(buf, mem, o, c, n):",
+                '    """mem[o + v] = buf[v] ⊗ mem[c + v], for v < n: last leaf and output CONTIGUOUS."""',
+                "    for v in range(n):",
+                f"        mem[u(o + v)] = {sr.product(['buf[v]', 'mem[u(c + v)]'])}",
+            ]
+        )
+    )
+    parts.append(
+        "\n".join(
+            [
+                INLINED,
+                "def add_times(sums, buf, mem, c, n):",
+                '    """sums[v] = sums[v] ⊕ (buf[v] ⊗ mem[c + v]), for v < n: the last leaf, CONTIGUOUS."""',
+                "    for v in range(n):",
+                f"        sums[v] += {sr.product(['buf[v]', 'mem[u(c + v)]'])}",
+            ]
+        )
+    )
     parts.append(
         "\n".join(
             [
@@ -445,7 +508,9 @@ n[0..D-1], output strides so[0..R-1], per leaf its offset and strides on all D =
 axes (in elements of `mem`), the NORMALIZE groups, then each operand's access along the
 vector. One kernel serves any number of leaves K. The last nb axes ({hot}) are
 the vector: each leaf is walked along it in a loop of its own, into `buf` (on the stack),
-in pieces of BUFFER; the hot axes before them by an odometer with counters at P[idx:].
+in pieces of BUFFER (CONTIGUOUS operands two at a time, and a CONTIGUOUS last leaf
+straight into a CONTIGUOUS output or the sums); the hot axes before them by an odometer
+with counters at P[idx:].
 """
 import math
 
@@ -567,6 +632,12 @@ def kernel_source(pattern: KernelPattern) -> str:
             "    top = R - nb  # output odometer axes 0..top-1; vector top..R-1; reduced R..D-1",
             f"    sums = carray(stack_buffer_{acc}(), BUFFER)",
         ]
+        if across_outputs and sr.reduction == "sum":
+            lines += [
+                "    # a CONTIGUOUS last leaf: its ⊗ and the sums' ⊕ in one pass (the same operations)",
+                "    fused = K > 1 and P[A + (K - 1) * ACCESS_FIELDS] == CONTIGUOUS",
+                "    first = K - 1 if fused else K  # the leaves multiplied into buf",
+            ]
         if sr.reduction == "logsumexp":
             lines += ["    tops = carray(stack_buffer_float64(), BUFFER)"]
     else:
@@ -613,9 +684,22 @@ def kernel_source(pattern: KernelPattern) -> str:
         lines += _advance("        ", "0", "R - 1", "base", out=True)
     else:
         lines += _place("    ", "top - 1", "lo")
-        lines += ["    for row in range(lo, hi):"]
-        lines += _vector("        ", "base")
-        lines += ["            store(buf, mem, P, AO, o_off, v0, n)"]
+        lines += [
+            "    # a CONTIGUOUS last leaf and output: the last ⊗ writes the output (one pass",
+            "    # over buf fewer, the same operations)",
+            "    fused = K > 1 and P[AO] == CONTIGUOUS and P[A + (K - 1) * ACCESS_FIELDS] == CONTIGUOUS",
+            "    first = K - 1 if fused else K  # the leaves multiplied into buf",
+            "    for row in range(lo, hi):",
+            "        for v0 in range(0, V, BUFFER):",
+            "            n = min(BUFFER, V - v0)",
+        ]
+        lines += _product("            ", "base", count="first", pair_first=True)
+        lines += [
+            "            if fused:",
+            "                times_store(buf, mem, o_off + v0, base[K - 1] + v0, n)",
+            "            else:",
+            "                store(buf, mem, P, AO, o_off, v0, n)",
+        ]
         lines += _advance("        ", "0", "top - 1", "base", out=True)
         lines += FENCE
 
