@@ -7,6 +7,8 @@ numpy; a fused pass that ignored the kind would write or read the wrong elements
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -17,24 +19,19 @@ from catbp_jit.plan.loops import ACROSS_OUTPUTS
 from catbp_jit.plan.steps import KernelPattern
 
 ROWS, V = 3, 8  # sizes of the step's two output axes; the inner one is the vector
-BASE = 1000  # where a gathered operand's elements start in mem
+BASE = 1000  # where the output starts in mem (the leaves lie below)
 
 
 def run_step(pattern: KernelPattern, params: abi.StepParams, mem: np.ndarray) -> None:
     """The step alone: its row, its gather tables and loop counters in a table of its own."""
-    row = params.pack()
-    tables = [a for a in params.accesses if a.kind == abi.GATHERED]
-    at = len(row)
+    at = params.size()  # the gather tables follow the row, then the loop counters
     accesses = []
     for a in params.accesses:
-        if a.kind == abi.GATHERED:
-            accesses.append(abi.Access(a.kind, a.step, a.offsets, at))
-            at += len(a.offsets)
-        else:
-            accesses.append(a)
-    params = abi.StepParams(**{**params.__dict__, "accesses": tuple(accesses), "scratch": at})
-    table = params.pack() + [x for a in tables for x in a.offsets] + [0] * params.scratch_size()
-    P = np.array(table, dtype=np.int64)
+        accesses.append(replace(a, table=at) if a.kind == abi.GATHERED else a)
+        at += len(a.offsets) if a.kind == abi.GATHERED else 0
+    params = replace(params, accesses=tuple(accesses), scratch=at)
+    tables = [x for a in accesses if a.kind == abi.GATHERED for x in a.offsets]
+    P = np.array(params.pack() + tables + [0] * params.scratch_size(), dtype=np.int64)
     kernel = load_kernel(pattern, default_cache())
     kernel.entry(mem.ctypes.data, mem.size, P.ctypes.data, P.size, 0, 0, 1)
 
