@@ -503,15 +503,18 @@ def repack_source_constants() -> str:
 #   POOL_CLAIM    that job's number << 32 | the next chunk of it to take
 #   POOL_DONE     chunks of the job done
 #   POOL_OWNER    1 while a run uses the pool (runs in other threads then take no help)
-#   JOB_*         the job: a step's kernel address, arena, table, params offset, chunks
+#   JOB_*         the job: a step's kernel address, arena, table, params offset, chunks;
+#                 JOB_TRACKS: -1, or for a run's tracks (chunk k: track k is the taker's own)
+#                 the offset of its tracks section, JOB_KERNELS and JOB_N_KERNELS then the
+#                 kernels' address array
 #   POOL_HELPERS  pool threads that may take chunks in this run (0..HELPERS-1)
 #   POOL_STOP     1: pool threads return at once
 #   POOL_SLEEP    address of libc's usleep, for naps (0: none; threads then return)
 #   POOL_SPIN     pauses a pool thread spins for the next job before it naps
 #   POOL_NAP      microseconds of a nap, while a run holds the pool
 POOL_SEQ, POOL_CLAIM, POOL_DONE, POOL_OWNER = 0, 8, 16, 24
-JOB_KERNEL, JOB_MEM, JOB_MEM_LENGTH, JOB_P, JOB_P_LENGTH, JOB_PARAMS, JOB_CHUNKS = range(32, 39)
-POOL_HELPERS, POOL_STOP, POOL_SLEEP, POOL_SPIN, POOL_NAP = range(40, 45)
+JOB_KERNEL, JOB_MEM, JOB_MEM_LENGTH, JOB_P, JOB_P_LENGTH, JOB_PARAMS, JOB_CHUNKS, JOB_TRACKS = range(32, 40)
+POOL_HELPERS, POOL_STOP, POOL_SLEEP, POOL_SPIN, POOL_NAP, JOB_KERNELS, JOB_N_KERNELS = range(40, 47)
 POOL_SIZE = 48
 JOB_SHIFT = 32  # POOL_CLAIM: the job number above these bits, the chunk below
 
@@ -522,10 +525,52 @@ def pool_constants() -> str:
         "# the pool's control block (catbp_jit/abi.py)\n"
         f"POOL_SEQ, POOL_CLAIM, POOL_DONE, POOL_OWNER = {POOL_SEQ}, {POOL_CLAIM}, {POOL_DONE}, "
         f"{POOL_OWNER}\n"
-        f"JOB_KERNEL, JOB_MEM, JOB_MEM_LENGTH, JOB_P, JOB_P_LENGTH, JOB_PARAMS, JOB_CHUNKS = "
-        f"{JOB_KERNEL}, {JOB_MEM}, {JOB_MEM_LENGTH}, {JOB_P}, {JOB_P_LENGTH}, {JOB_PARAMS}, "
-        f"{JOB_CHUNKS}\n"
-        f"POOL_HELPERS, POOL_STOP, POOL_SLEEP, POOL_SPIN, POOL_NAP = {POOL_HELPERS}, "
-        f"{POOL_STOP}, {POOL_SLEEP}, {POOL_SPIN}, {POOL_NAP}\n"
+        f"JOB_KERNEL, JOB_MEM, JOB_MEM_LENGTH, JOB_P, JOB_P_LENGTH, JOB_PARAMS, JOB_CHUNKS, "
+        f"JOB_TRACKS = {JOB_KERNEL}, {JOB_MEM}, {JOB_MEM_LENGTH}, {JOB_P}, {JOB_P_LENGTH}, "
+        f"{JOB_PARAMS}, {JOB_CHUNKS}, {JOB_TRACKS}\n"
+        f"POOL_HELPERS, POOL_STOP, POOL_SLEEP, POOL_SPIN, POOL_NAP, JOB_KERNELS, JOB_N_KERNELS = "
+        f"{POOL_HELPERS}, {POOL_STOP}, {POOL_SLEEP}, {POOL_SPIN}, {POOL_NAP}, {JOB_KERNELS}, "
+        f"{JOB_N_KERNELS}\n"
         f"POOL_SIZE, JOB_SHIFT = {POOL_SIZE}, {JOB_SHIFT}\n"
+    )
+
+
+# -- tracks (plan/tracks.py, codegen/dispatch.py) ------------------------------------------
+#
+# A schedule whose dynamic segments run in tracks has a tracks section in its table, at
+# Schedule.tracks:
+#   TRACKS_COUNT   tracks
+#   TRACKS_STATE   where the tracks' state lines start, TRACK_STRIDE apart (a line each):
+#                 track k's TRACK_WORD is 2 x (its tasks done), + 1 while a thread runs its
+#                 next task; its TRACK_OWNED is 1 once a thread made it its own in this run.
+#                 Then JOINT_LINES lines for the step whose chunks all threads share (a
+#                 joint step): JOINT_SEQ (its number, written last), JOINT_STEP (its index)
+#                 and JOINT_BUSY (1 while one is posted) on the first; JOINT_CLAIM (its
+#                 number << JOB_SHIFT | the next chunk to take) and JOINT_DONE (its chunks
+#                 done) on lines of their own
+#   then per track (TRACK_FIELDS): TRACK_TASKS, where its tasks start, and TRACK_COUNT of them
+# A task: TASK_FIRST..TASK_LAST-1, its steps (a segment's), then a wait per track
+# (TASK_WAITS + k: how many of track k's tasks must be done before it starts).
+TRACKS_COUNT, TRACKS_STATE, TRACKS_HEADER = 0, 1, 2
+TRACK_TASKS, TRACK_COUNT, TRACK_FIELDS = 0, 1, 2
+TASK_FIRST, TASK_LAST, TASK_WAITS = 0, 1, 2
+TRACK_WORD, TRACK_OWNED, TRACK_STRIDE = 0, 1, 8
+JOINT_SEQ, JOINT_STEP, JOINT_BUSY, JOINT_CLAIM, JOINT_DONE, JOINT_LINES = 0, 1, 2, 8, 16, 3
+
+
+def task_row(tracks: int) -> int:
+    """Fields of a task in a schedule of `tracks` tracks."""
+    return TASK_WAITS + tracks
+
+
+def tracks_constants() -> str:
+    """The tracks section's offsets, as source for the dispatcher."""
+    return (
+        "# a schedule's tracks section (catbp_jit/abi.py)\n"
+        f"TRACKS_COUNT, TRACKS_STATE, TRACKS_HEADER = {TRACKS_COUNT}, {TRACKS_STATE}, {TRACKS_HEADER}\n"
+        f"TRACK_TASKS, TRACK_COUNT, TRACK_FIELDS = {TRACK_TASKS}, {TRACK_COUNT}, {TRACK_FIELDS}\n"
+        f"TASK_FIRST, TASK_LAST, TASK_WAITS = {TASK_FIRST}, {TASK_LAST}, {TASK_WAITS}\n"
+        f"TRACK_WORD, TRACK_OWNED, TRACK_STRIDE = {TRACK_WORD}, {TRACK_OWNED}, {TRACK_STRIDE}\n"
+        f"JOINT_SEQ, JOINT_STEP, JOINT_BUSY, JOINT_CLAIM, JOINT_DONE = {JOINT_SEQ}, {JOINT_STEP}, "
+        f"{JOINT_BUSY}, {JOINT_CLAIM}, {JOINT_DONE}\n"
     )

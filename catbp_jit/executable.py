@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numba
 import numpy as np
 
 from . import abi
@@ -36,6 +37,7 @@ from .plan.options import PlanOptions
 from .plan.pipeline import Plan
 from .plan.pipeline import plan as plan_adapted
 from .plan.static import StaticInputs
+from .plan.tracks import read_tracks
 from .saved import (  # noqa: F401 (SAVE_FORMAT, saved_document: importable from here too)
     SAVE_FORMAT,
     SavedExecutableError,
@@ -261,12 +263,21 @@ class Executable:
             lines += [f"  K{i} {p.name}" for i, p in enumerate(self.schedule.patterns)]
         lines += [f"  K{i} {k.pattern.name}  key {k.key[:16]}" for i, k in enumerate(self.kernels)]
         static = f", the first {self.plan.n_static_steps} static" if self.plan.n_static_steps else ""
+        track_of: dict[int, str] = {}  # step -> " t<its track>" (plan/tracks.py)
+        if self.schedule.tracks >= 0:
+            walked = read_tracks(self.schedule.table, self.schedule.tracks)
+            sizes = " and ".join(str(len(t)) for t in walked)
+            static += f"; the dynamic ones in {len(walked)} tracks side by side, of {sizes} segments"
+            track_of = {
+                s: f" t{k}" for k, t in enumerate(walked) for first, last, _ in t for s in range(first, last)
+            }
         lines.append(f"schedule ({len(self.schedule.steps)} steps{static}):")
         for i, st in enumerate(self.schedule.steps):
             seg = st.segment
             if isinstance(st.params, abi.RepackParams):  # (plan/repack.py)
                 copied = ", ".join(f"v{seg.leaves[c.leaf]}" for c in st.params.copies)
-                lines.append(f"  [{i}] K{self.schedule.kernel_id(i)} repack {copied} for [{i + 1}]")
+                kernel = f"K{self.schedule.kernel_id(i)}"
+                lines.append(f"  [{i}] {kernel}{track_of.get(i, '')} repack {copied} for [{i + 1}]")
                 continue
             leaves = ", ".join(f"v{j}@{region(j)}" for j in seg.leaves)
             red = f" reduce {format_spec(TensorSpec(seg.red_axes))}" if seg.red_axes else ""
@@ -281,7 +292,7 @@ class Executable:
                 }
             )
             lines.append(
-                f"  [{i}] K{self.schedule.kernel_id(i)} v{seg.out}@{region(seg.out)} "
+                f"  [{i}] K{self.schedule.kernel_id(i)}{track_of.get(i, '')} v{seg.out}@{region(seg.out)} "
                 f"{format_spec(seg.out_spec)} = {leaves}{red}{norm}"
                 + (f"   # {' '.join(origin[:4])}{' ...' if len(origin) > 4 else ''}" if origin else "")
             )
@@ -338,7 +349,8 @@ def plan_options(
 ) -> PlanOptions:
     """`options` (else the target's defaults, and in the reassociating mode its defaults
     for that mode) with the byte limits and mode given as arguments. GEMM kernels, kernels
-    that repack leaves and streaming stores exist on the CPU only."""
+    that repack leaves, streaming stores and tracks exist on the CPU only (tracks where
+    Numba may run two threads)."""
     the_target = get_target(target)
     defaults = options is None
     options = options or the_target.plan_options()
@@ -352,6 +364,8 @@ def plan_options(
         options = options.with_(repack=False)
     if not the_target.streaming_stores and options.streaming_store_bytes is not None:
         options = options.with_(streaming_store_bytes=None)
+    if options.tracks > 1 and not (the_target.tracks and numba.config.NUMBA_NUM_THREADS > 1):  # type: ignore[attr-defined]
+        options = options.with_(tracks=1)
     if max_bytes != DEFAULT_MAX_BYTES:
         options = options.with_(max_bytes=max_bytes)
     if max_total_bytes is not None:

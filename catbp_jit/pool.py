@@ -94,7 +94,7 @@ class Pool:
             wake.clear()  # (before serving: a wake that comes while it serves is kept)
             if control[abi.POOL_STOP]:
                 return
-            dispatcher(0, 0, 0, 0, 0, 0, 0, 0, self.address, 0, i)
+            dispatcher(0, 0, 0, 0, 0, 0, 0, 0, self.address, 0, i, -1)
 
     def helpers(self) -> int:
         """Pool threads that may help a run started now in this thread, woken."""

@@ -110,11 +110,12 @@ class Session:
             exe.kernel_addresses.ctypes.data,
             exe.kernel_addresses.size,
         )
-        # steps cut in chunks are shared with the pool's threads (pool.py); a schedule
-        # without any never wakes them
+        # steps cut in chunks, and tracks (plan/tracks.py), are shared with the pool's
+        # threads (pool.py); a schedule with neither never wakes them
         self._pool = the_pool()
+        self._tracks = exe.schedule.tracks  # (plan/tracks.py; -1: none)
         self._chunked = any(exe.schedule.chunks(i) > 1 for i in range(self._n_steps))
-        if self._chunked:
+        if self._chunked or self._tracks >= 0:
             self._pool.start(exe.dispatcher)
 
     def step_call(self, i: int) -> Callable[[], None]:
@@ -130,7 +131,7 @@ class Session:
         def chunked() -> None:
             # the pool's threads sleep between runs: woken at every call, as a run wakes
             # them (woken once, repeated calls would run on this thread alone)
-            dispatcher(*addresses, i, i + 1, pool.address, pool.helpers(), -1)
+            dispatcher(*addresses, i, i + 1, pool.address, pool.helpers(), -1, -1)
 
         return chunked
 
@@ -146,7 +147,7 @@ class Session:
 
         def walk() -> None:
             # (woken at every call, as a run wakes them: see step_call)
-            dispatcher(*addresses, first, last, pool.address, pool.helpers() if chunked else 0, -1)
+            dispatcher(*addresses, first, last, pool.address, pool.helpers() if chunked else 0, -1, -1)
 
         if one is None:
             return walk
@@ -159,6 +160,11 @@ class Session:
                 one.exit()
 
         return on_one_blas_thread
+
+    def run_call(self) -> Callable[[], None]:
+        """A call that runs the whole schedule as run() does (its tracks side by side where
+        it has them, plan/tracks.py), without binding inputs: for timing whole runs."""
+        return partial(self._execute, 0)
 
     def fill_constants(self) -> None:
         for c in self._constants:
@@ -334,16 +340,22 @@ class Session:
 
     def _execute_kernels(self, first: int) -> None:
         addresses, run, pool = self._addresses, self.exe.dispatcher, self._pool
-        helpers = pool.helpers() if self._chunked else 0
+        helpers = pool.helpers() if self._chunked or self._tracks >= 0 else 0
         if self.exe.mode == "compiled":
-            run(*addresses, first, self._n_steps, pool.address, helpers, -1)
+            tracks = self._tracks
+            if tracks < 0:
+                run(*addresses, first, self._n_steps, pool.address, helpers, -1, -1)
+                return
+            if first < self._n_static:  # the static steps, in turn, then the tracks
+                run(*addresses, first, self._n_static, pool.address, helpers, -1, -1)
+            run(*addresses, 0, 0, pool.address, helpers, -1, tracks)
             return
         # loop mode: a Python loop over the steps, the dispatcher running each alone
         steps = self.exe.schedule.steps
         for i in range(first, self._n_steps):
             if self.before is not None:
                 self.before(i, steps[i])
-            run(*addresses, i, i + 1, pool.address, helpers, -1)
+            run(*addresses, i, i + 1, pool.address, helpers, -1, -1)
             if self.after is not None:
                 self.after(i, steps[i])
 

@@ -18,9 +18,10 @@ kernel launch computing one segment, this measures:
   batches. A step's output never shares memory with its leaves, so a repeated walk
   computes the same thing again. A repack step (plan/repack.py: copies of small leaves in
   the step's workspace) has no row: it is walked and timed with the step after it, whose
-  leaves it copies. Per mode, `run` is the whole schedule's walk: a run without binding
-  inputs, which the step times add up to (they are measured with their data in cache,
-  the run's steps find some of it evicted by the steps between).
+  leaves it copies. Per mode, `run` is the whole schedule run as a run runs it (its tracks
+  side by side where it has them, plan/tracks.py) without binding inputs; in turn, the
+  step times add up to it (they are measured with their data in cache, the run's steps
+  find some of it evicted by the steps between), in tracks it may take less.
 * bound: max(bytes / bandwidth, ops / arithmetic peak), with both peaks measured by a
   calibration at the start of the run (below); which of the two it is; and the ratio
   time / bound (1 = at the roofline).
@@ -250,8 +251,8 @@ def measure_steps(exe, bundle, budget: Budget) -> tuple[list, float, float]:
     by the dispatcher (Session.steps_call: a step of several chunks shares them with the
     pool, as in a run), less the time of an empty walk (the dispatcher's call from
     Python), each after every step before it ran once; a repack step is walked with the
-    step after it. Also the empty walk's time, and the whole schedule's walk (a run
-    without binding inputs)."""
+    step after it. Also the empty walk's time, and the whole schedule's run without
+    binding inputs (Session.run_call: its tracks side by side where it has them)."""
     exe.wait()  # the kernels, not the numpy tier
     sess = exe.bind()
     sess.run(
@@ -259,7 +260,7 @@ def measure_steps(exe, bundle, budget: Budget) -> tuple[list, float, float]:
         selectors={s: a for s, (a, _) in bundle.selectors.items()},
     )  # inputs, constants
     empty = time_step(sess.steps_call(0, 0), budget)
-    whole = time_step(sess.steps_call(0, len(exe.schedule.steps)), budget)
+    whole = time_step(sess.run_call(), budget)
     times, first = [], None
     for i, step in enumerate(exe.schedule.steps):
         if step.pattern.template == "repack":  # walked with the step it copies for
@@ -540,8 +541,8 @@ def header_lines(peaks: dict, empty_s: float, quick: bool) -> list:
         f"- calibration{' (--quick)' if quick else ''}: {peaks_line(peaks)}",
         "- time: each step walked alone by the dispatcher, as a run walks it (a repack step "
         "with the step after it), less an empty walk's time (a call of the dispatcher from "
-        f"Python, about {fmt_seconds(empty_s)}); run: the whole schedule's walk, a run without "
-        "binding inputs",
+        f"Python, about {fmt_seconds(empty_s)}); run: the whole schedule run as a run runs it "
+        "(tracks side by side, where it has them), without binding inputs",
         "- bytes: output + distinct leaves, once; ops: output x reduced elements x leaves; "
         "bound: max(bytes / bandwidth, ops / multiply-add peak, or for LOGPROB reductions "
         "terms / exp peak); x bound: time / bound",

@@ -14,6 +14,15 @@ thread that is asleep or descheduled costs the step nothing: the dispatcher then
 every chunk itself. The chunks are fixed by the plan, each computed alone whoever runs it,
 so the results are the same bits on any number of threads. The pool's threads run this
 same function (thread >= 0): one compiled module, one cache entry.
+
+A schedule in tracks (plan/tracks.py) is walked as one job whose chunks are its tracks: the
+thread that takes chunk k makes track k its own and runs its tasks in order, each once the
+tasks of other tracks it waits for are done. A track's next task is claimed by
+compare-and-swap on the track's state word, so a thread whose track is blocked (or done)
+also runs the next task of a track no thread owns, or whose owner has not been seen to
+move for STEAL_PAUSES: a run whose helpers never come walks every track alone. The
+earliest task not yet done waits for nothing that is not done, so some thread can always
+run it.
 """
 
 from __future__ import annotations
@@ -22,8 +31,8 @@ from .. import abi
 
 ENTRY = "run_schedule"
 
-SOURCE = '''"""catbp_jit dispatcher: runs steps first..last-1 of a schedule, each kernel at its
-address, the chunks of a step that has several shared with the pool's threads."""
+SOURCE = '''"""catbp_jit dispatcher: runs steps first..last-1 of a schedule (or its tracks), each
+kernel at its address, the chunks of a step that has several shared with the pool's threads."""
 import numpy as np
 from numba import carray, njit
 
@@ -34,18 +43,21 @@ from catbp_jit.codegen.intrinsics import call_kernel, pointer_int64
 
 {abi}
 {pool}
+{tracks}
 CHUNK_MASK = (1 << JOB_SHIFT) - 1
 JOB_MASK = (1 << 31) - 1  # job numbers wrap here (POOL_CLAIM holds them above JOB_SHIFT)
 ZERO = np.int64(0)  # (arguments typed int64, never literals: see the kernels' ZERO)
 ONE = np.int64(1)
+STEAL_PAUSES = {steal}  # a thread runs an owned track's task after waiting this long
 
 
 @njit(cache=True, nogil=True)
 def run_schedule(mem_address, mem_length, P_address, P_length, kernels_address, n_kernels,
-                 first, last, pool_address, helpers, thread):
+                 first, last, pool_address, helpers, thread, tracks):
     """Steps first..last-1, with up to `helpers` pool threads taking chunks (0: this
-    thread runs them all). Called by pool thread i with thread = i (and -1 otherwise):
-    that thread's loop (serve), which reads nothing but the pool's control block."""
+    thread runs them all); or, if tracks >= 0, the tracks of the section at P[tracks].
+    Called by pool thread i with thread = i (and -1 otherwise): that thread's loop
+    (serve), which reads nothing but the pool's control block."""
     C = carray(pointer_int64(pool_address), POOL_SIZE)
     if thread >= 0:
         serve(C, thread)
@@ -57,6 +69,10 @@ def run_schedule(mem_address, mem_length, P_address, P_length, kernels_address, 
     held = helpers > 0 and atomic_cas(C, POOL_OWNER, ZERO, ONE)
     if held:
         C[POOL_HELPERS] = helpers  # (published by the first job's release of POOL_SEQ)
+    if tracks >= 0:
+        run_tracks(C, P, K, mem_address, mem_length, P_address, P_length, kernels_address, n_kernels,
+                   tracks, held)
+        first = last  # (no step besides)
     for s in range(first, last):
         row = STEP_ROW * s
         kernel, p, chunks = K[P[row + STEP_KERNEL]], P[row + STEP_PARAMS], P[row + STEP_CHUNKS]
@@ -72,20 +88,30 @@ def run_schedule(mem_address, mem_length, P_address, P_length, kernels_address, 
 
 
 @njit(nogil=True, inline="always")
-def run_job(C, kernel, mem_address, mem_length, P_address, P_length, p, chunks):
-    """One step's chunks, shared with the pool: post the job, take chunks until none is
-    left, then wait for those the pool's threads took."""
+def post_job(C, kernel, n_kernels, mem_address, mem_length, P_address, P_length, p, chunks, tracks):
+    """Post a job in the pool's control block: a step's chunks (tracks = -1: kernel is the
+    step's kernel address), or a run's tracks (tracks: the offset of its tracks section,
+    kernel the address of the kernels' address array, n_kernels long)."""
     job = (C[POOL_SEQ] + 1) & JOB_MASK  # (only the pool's owner writes POOL_SEQ)
     C[JOB_KERNEL] = kernel
+    C[JOB_N_KERNELS] = n_kernels
     C[JOB_MEM] = mem_address
     C[JOB_MEM_LENGTH] = mem_length
     C[JOB_P] = P_address
     C[JOB_P_LENGTH] = P_length
     C[JOB_PARAMS] = p
     C[JOB_CHUNKS] = chunks
+    C[JOB_TRACKS] = tracks
     atomic_store(C, POOL_DONE, ZERO)
     atomic_store(C, POOL_CLAIM, job << JOB_SHIFT)
     atomic_store(C, POOL_SEQ, job)  # last: a thread that sees it sees all of the above
+
+
+@njit(nogil=True, inline="always")
+def run_job(C, kernel, mem_address, mem_length, P_address, P_length, p, chunks):
+    """One step's chunks, shared with the pool: post the job, take chunks until none is
+    left, then wait for those the pool's threads took."""
+    post_job(C, kernel, ZERO, mem_address, mem_length, P_address, P_length, p, chunks, -ONE)
     while True:
         c = atomic_add(C, POOL_CLAIM, ONE) & CHUNK_MASK
         if c >= chunks:
@@ -94,6 +120,143 @@ def run_job(C, kernel, mem_address, mem_length, P_address, P_length, p, chunks):
         atomic_add(C, POOL_DONE, ONE)
     while atomic_load(C, POOL_DONE) < chunks:
         spin_pause()
+
+
+@njit(nogil=True, inline="always")
+def run_task(K, mem_address, mem_length, P_address, P_length, P, first, last, joint):
+    """Steps first..last-1 (a track's task) on this thread; a step of several chunks is
+    posted as the tracks' joint step, its chunks shared with the threads of other tracks
+    that have nothing ready (if another joint step is posted, this thread runs them all)."""
+    for s in range(first, last):
+        row = STEP_ROW * s
+        kernel, p, chunks = K[P[row + STEP_KERNEL]], P[row + STEP_PARAMS], P[row + STEP_CHUNKS]
+        if chunks > 1 and atomic_cas(P, joint + JOINT_BUSY, ZERO, ONE):
+            job = (P[joint + JOINT_SEQ] + 1) & JOB_MASK  # (only the joint step's poster writes it)
+            P[joint + JOINT_STEP] = s
+            atomic_store(P, joint + JOINT_DONE, ZERO)
+            atomic_store(P, joint + JOINT_CLAIM, job << JOB_SHIFT)
+            atomic_store(P, joint + JOINT_SEQ, job)  # last: a thread that sees it sees the above
+            while True:
+                c = atomic_add(P, joint + JOINT_CLAIM, ONE) & CHUNK_MASK
+                if c >= chunks:
+                    break
+                call_kernel(kernel, mem_address, mem_length, P_address, P_length, p, c, chunks)
+                atomic_add(P, joint + JOINT_DONE, ONE)
+            while atomic_load(P, joint + JOINT_DONE) < chunks:
+                spin_pause()
+            atomic_store(P, joint + JOINT_BUSY, ZERO)
+        else:
+            for c in range(chunks):
+                call_kernel(kernel, mem_address, mem_length, P_address, P_length, p, c, chunks)
+        if chunks > 1:  # then what follows all its chunks (NORMALIZE), on this thread
+            call_kernel(kernel, mem_address, mem_length, P_address, P_length, p, chunks, chunks)
+
+
+@njit(nogil=True, inline="always")
+def help_joint(K, mem_address, mem_length, P_address, P_length, P, joint, job):
+    """Run chunks of joint step number `job` until none is left (take_chunks' protocol:
+    a chunk is taken by compare-and-swap on JOINT_CLAIM, which holds the job's number)."""
+    while True:
+        claim = atomic_load(P, joint + JOINT_CLAIM)
+        if claim >> JOB_SHIFT != job:
+            return
+        c = claim & CHUNK_MASK
+        row = STEP_ROW * P[joint + JOINT_STEP]
+        chunks = P[row + STEP_CHUNKS]
+        if c >= chunks:
+            return
+        if atomic_cas(P, joint + JOINT_CLAIM, claim, claim + 1):
+            call_kernel(K[P[row + STEP_KERNEL]], mem_address, mem_length, P_address, P_length,
+                        P[row + STEP_PARAMS], c, chunks)
+            atomic_add(P, joint + JOINT_DONE, ONE)
+
+
+@njit(nogil=True, inline="always")
+def run_tracks(C, P, K, mem_address, mem_length, P_address, P_length, kernels_address, n_kernels, at,
+               held):
+    """A run's tracks: every track's state cleared, then one job whose chunk k is track k (with
+    the pool held; else this thread walks every track), waiting for the chunks taken."""
+    n = P[at + TRACKS_COUNT]
+    state = P[at + TRACKS_STATE]
+    for k in range(n):
+        atomic_store(P, state + TRACK_STRIDE * k + TRACK_WORD, ZERO)
+        atomic_store(P, state + TRACK_STRIDE * k + TRACK_OWNED, ZERO)
+    joint = state + TRACK_STRIDE * n
+    for field in (JOINT_SEQ, JOINT_BUSY, JOINT_CLAIM, JOINT_DONE):
+        atomic_store(P, joint + field, ZERO)
+    if not held:
+        walk_tracks(K, mem_address, mem_length, P_address, P_length, P, at, ZERO)
+        return
+    # (a tracks job: the kernels' array, not one kernel)
+    post_job(C, kernels_address, n_kernels, mem_address, mem_length, P_address, P_length, at, n, at)
+    while True:
+        c = atomic_add(C, POOL_CLAIM, ONE) & CHUNK_MASK
+        if c >= n:
+            break
+        walk_tracks(K, mem_address, mem_length, P_address, P_length, P, at, c)
+        atomic_add(C, POOL_DONE, ONE)
+    while atomic_load(C, POOL_DONE) < n:
+        spin_pause()
+
+
+@njit(nogil=True, inline="always")
+def walk_tracks(K, mem_address, mem_length, P_address, P_length, P, at, own):
+    """Run tasks until every track is done: track `own`'s next task when it is ready, else
+    the next ready task of a track no thread owns, or of any track once no track has moved
+    for STEAL_PAUSES pauses (its owner descheduled); with none ready, chunks of a joint
+    step."""
+    n = P[at + TRACKS_COUNT]
+    state = P[at + TRACKS_STATE]
+    joint = state + TRACK_STRIDE * n
+    row = TASK_WAITS + n
+    atomic_store(P, state + TRACK_STRIDE * own + TRACK_OWNED, ONE)
+    idle = ZERO  # pauses since a track last moved
+    seen = -ONE  # the tracks' words summed when last looked at
+    helped = ZERO  # the joint step last helped (numbers start at 1)
+    while True:
+        left = ZERO
+        ran = False
+        moved = ZERO
+        for k in range(n):
+            track = (own + k) % n
+            word = state + TRACK_STRIDE * track + TRACK_WORD
+            w = atomic_load(P, word)
+            moved += w
+            done = w >> 1
+            if done >= P[at + TRACKS_HEADER + TRACK_FIELDS * track + TRACK_COUNT]:
+                continue
+            left += 1
+            if w & 1:
+                continue  # a thread runs its next task
+            if k > 0 and idle < STEAL_PAUSES and atomic_load(P, word - TRACK_WORD + TRACK_OWNED) != 0:
+                continue  # (its owner will)
+            task = P[at + TRACKS_HEADER + TRACK_FIELDS * track + TRACK_TASKS] + row * done
+            ready = True
+            for other in range(n):
+                done_there = atomic_load(P, state + TRACK_STRIDE * other + TRACK_WORD) >> 1
+                if done_there < P[task + TASK_WAITS + other]:
+                    ready = False
+                    break
+            if ready and atomic_cas(P, word, w, w + 1):
+                run_task(K, mem_address, mem_length, P_address, P_length, P,
+                         P[task + TASK_FIRST], P[task + TASK_LAST], joint)
+                atomic_store(P, word, (done + 1) << 1)
+                ran = True
+                break
+        if left == 0:
+            return
+        if not ran:
+            job = atomic_load(P, joint + JOINT_SEQ)
+            if job != helped:
+                helped = job
+                help_joint(K, mem_address, mem_length, P_address, P_length, P, joint, job)
+                ran = True
+        if ran or moved != seen:
+            seen = moved
+            idle = ZERO
+        else:
+            spin_pause()
+            idle += 1
 
 
 @njit(nogil=True, inline="always")
@@ -111,8 +274,13 @@ def take_chunks(C, job):
         if c >= chunks:
             return
         if atomic_cas(C, POOL_CLAIM, claim, claim + 1):
-            call_kernel(C[JOB_KERNEL], C[JOB_MEM], C[JOB_MEM_LENGTH], C[JOB_P], C[JOB_P_LENGTH],
-                        C[JOB_PARAMS], c, chunks)
+            if C[JOB_TRACKS] >= 0:
+                walk_tracks(carray(pointer_int64(C[JOB_KERNEL]), C[JOB_N_KERNELS]), C[JOB_MEM],
+                            C[JOB_MEM_LENGTH], C[JOB_P], C[JOB_P_LENGTH],
+                            carray(pointer_int64(C[JOB_P]), C[JOB_P_LENGTH]), C[JOB_TRACKS], c)
+            else:
+                call_kernel(C[JOB_KERNEL], C[JOB_MEM], C[JOB_MEM_LENGTH], C[JOB_P], C[JOB_P_LENGTH],
+                            C[JOB_PARAMS], c, chunks)
             atomic_add(C, POOL_DONE, ONE)
 
 
@@ -140,5 +308,15 @@ def serve(C, thread):
 '''
 
 
+# A thread whose own track waits takes the next task of a track whose owner has not moved
+# for this many pauses (~20-70 us): an owner descheduled on a busy machine
+STEAL_PAUSES = 2000
+
+
 def dispatcher_source() -> str:
-    return SOURCE.format(abi=abi.source_constants(), pool=abi.pool_constants())
+    return SOURCE.format(
+        abi=abi.source_constants(),
+        pool=abi.pool_constants(),
+        tracks=abi.tracks_constants(),
+        steal=STEAL_PAUSES,
+    )

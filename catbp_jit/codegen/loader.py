@@ -22,7 +22,7 @@ from . import cpu, cpu_gemm, cpu_repack, dispatch
 # Every entry takes int64s (addresses, lengths, an offset): no array, so no MemInfo per
 # call, and one C calling convention for the dispatcher to call kernels through.
 KERNEL_SIGNATURE = "(int64, int64, int64, int64, int64, int64, int64)"
-DISPATCHER_SIGNATURE = "(int64, int64, int64, int64, int64, int64, int64, int64, int64, int64, int64)"
+DISPATCHER_SIGNATURE = "(int64, int64, int64, int64, int64, int64, int64, int64, int64, int64, int64, int64)"
 
 
 @dataclass(frozen=True)

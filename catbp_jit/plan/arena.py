@@ -15,7 +15,7 @@ The buffer is split into arenas by class, each starting on such a boundary:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
@@ -76,6 +76,17 @@ def value_classes(fused: Fused, persistent: AbstractSet[int] = frozenset()) -> d
     return classes
 
 
+def lowest_gap(taken: list[tuple[int, int]], need: int, step: int) -> int:
+    """The lowest aligned offset where `need` elements fit among the (offset, size) regions
+    taken."""
+    offset = 0
+    for a_off, a_size in sorted(taken):
+        if a_off - offset >= need:
+            break
+        offset = max(offset, _round_up(a_off + a_size, step))
+    return offset
+
+
 def first_fit(intervals: list[Interval], sizes: dict[int, int], step: int) -> tuple[dict[int, int], int]:
     """Linear scan by start; each value takes the lowest aligned gap among live values."""
     placed: dict[int, int] = {}
@@ -84,13 +95,76 @@ def first_fit(intervals: list[Interval], sizes: dict[int, int], step: int) -> tu
     for iv in sorted(intervals, key=lambda iv: (iv.start, iv.value)):
         active = [a for a in active if a[2] >= iv.start]  # closed intervals
         need = _round_up(sizes[iv.value], step)
-        offset = 0
-        for a_off, a_size, _ in sorted(active):
-            if a_off - offset >= need:
-                break
-            offset = max(offset, _round_up(a_off + a_size, step))
+        offset = lowest_gap([(a_off, a_size) for a_off, a_size, _ in active], need, step)
         placed[iv.value] = offset
         active.append((offset, need, iv.end))
+        high = max(high, offset + need)
+    return placed, high
+
+
+@dataclass(frozen=True)
+class SideBySide:
+    """Segments that run in tracks side by side (plan/tracks.py): each one's track (-1: a
+    static segment, run before them all) and estimated start and finish in ns. A value may
+    take memory another had only once every segment that used it ran before, in the same
+    track, or finished (by the estimate) `slack` ns before the new value's writer starts:
+    reused memory orders its users, so tracks that share it wait for each other."""
+
+    track: Sequence[int]
+    start: Sequence[float]
+    finish: Sequence[float]
+    slack: float
+
+
+def track_fit(
+    intervals: list[Interval],
+    sizes: dict[int, int],
+    step: int,
+    users: Mapping[int, Sequence[int]],
+    side: SideBySide,
+) -> tuple[dict[int, int], int]:
+    """first_fit for segments run side by side: each value (by its writer's index) takes the
+    lowest aligned gap among the values whose memory it may not take (SideBySide).
+    users: value -> the segments that write or read it."""
+    n = len(side.start)
+    later_start = [float("inf")] * (n + 1)  # the earliest start of segments i.. (suffix minimum)
+    for i in reversed(range(n)):
+        later_start[i] = min(later_start[i + 1], side.start[i])
+    # per value: its last user, and per track the last estimated finish of its users there
+    last = {v: max(us) for v, us in users.items()}
+    finish: dict[int, dict[int, float]] = {}
+    for v, us in users.items():
+        by_track: dict[int, float] = {}
+        for u in us:
+            if side.track[u] >= 0:
+                by_track[side.track[u]] = max(by_track.get(side.track[u], 0.0), side.finish[u])
+        finish[v] = by_track
+
+    def free(v: int, writer: int) -> bool:
+        track = side.track[writer]
+        return last[v] < writer and all(
+            k == track or t + side.slack <= side.start[writer] for k, t in finish[v].items()
+        )
+
+    placed: dict[int, int] = {}
+    active: list[tuple[int, int, int]] = []  # (offset, size, value)
+    high = 0
+    for iv in sorted(intervals, key=lambda iv: (iv.start, iv.value)):
+        writer = iv.start
+        # (a value free for every later writer is dropped for good)
+        active = [
+            a
+            for a in active
+            if not (
+                last[a[2]] < writer
+                and all(t + side.slack <= later_start[writer] for t in finish[a[2]].values())
+            )
+        ]
+        need = _round_up(sizes[iv.value], step)
+        taken = [(a_off, a_size) for a_off, a_size, a_value in active if not free(a_value, writer)]
+        offset = lowest_gap(taken, need, step)
+        placed[iv.value] = offset
+        active.append((offset, need, iv.value))
         high = max(high, offset + need)
     return placed, high
 
@@ -101,9 +175,12 @@ def plan_memory(
     align_bytes: int = ALIGN_BYTES,
     persistent: AbstractSet[int] = frozenset(),
     scratch: Mapping[int, int] | None = None,
+    side: SideBySide | None = None,
 ) -> MemoryPlan:
     """persistent: values that keep their own region across runs (plan/static.py).
-    scratch: segment index -> elements it needs while it runs (live at that index only)."""
+    scratch: segment index -> elements it needs while it runs (live at that index only).
+    side: the segments' tracks and estimated times, when they run side by side
+    (plan/tracks.py): workspace is then shared only as SideBySide allows."""
     step = max(1, align_bytes // itemsize)  # elements per alignment unit
     sizes = {v: max(1, element_count(spec)) for v, spec in fused.specs.items()}
     classes = value_classes(fused, persistent)
@@ -125,7 +202,14 @@ def plan_memory(
     sizes.update({scratch_id[i]: max(1, n) for i, n in (scratch or {}).items()})
     live = [intervals[v] for v in by_class["workspace"]]
     live += [Interval(v, i, i) for i, v in scratch_id.items()]
-    work, used["workspace"] = first_fit(live, sizes, step)
+    if side is None:
+        work, used["workspace"] = first_fit(live, sizes, step)
+    else:
+        users: dict[int, list[int]] = {v: [i] for i, v in scratch_id.items()}
+        for i, seg in enumerate(fused.segments):
+            for v in seg.writes + seg.leaves:
+                users.setdefault(v, []).append(i)
+        work, used["workspace"] = track_fit(live, sizes, step, users, side)
     local.update(work)
 
     base: dict[str, int] = {}

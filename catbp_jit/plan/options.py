@@ -68,6 +68,11 @@ class PlanOptions:
     # memory first. About the last-level cache of a server (32 MiB here): a smaller output
     # may still be in the cache when the next step reads it. None: never (the CUDA target)
     streaming_store_bytes: int | None = 32 << 20
+    # the dynamic segments of a CPU schedule are split into this many tracks that threads
+    # walk side by side, where the estimate says it gains (plan/tracks.py); 1: never ...
+    tracks: int = 2
+    # ... or wherever the schedule allows it, whatever the estimate (for tests)
+    tracks_always: bool = False
     align_bytes: int = ALIGN_BYTES
     max_bytes: int = DEFAULT_MAX_BYTES  # one tensor
     max_total_bytes: int | None = None  # all arenas (None: catbp_jit.memory.memory_limit())
@@ -119,6 +124,7 @@ class PlanOptions:
             "repack_max_elements",
             "repack_min_reuse",
             "repack_min_terms",
+            "tracks",
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not (isinstance(value, int) and value >= 1):

@@ -4,7 +4,9 @@
     reassociate, then (not exact) split_reductions, when asked, and normalize_totals ->
     choose_layouts -> static_first -> plan_memory
     (with the workspace of GEMM steps' copies and of repacked leaves, plan/repack.py)
-    -> build_schedule (GEMM steps, plan/gemm.py, else loop kernels), and the binding table
+    -> build_schedule (GEMM steps, plan/gemm.py, else loop kernels) -> with_tracks (where the
+    segments run in tracks, plan/tracks.py, whose estimate plan_memory took), and the binding
+    table
 
 A Plan is plain data: a target renders its schedule's kernel patterns (codegen/cpu.py,
 codegen/cuda.py) and a session binds its memory by reading `bindings` alone.
@@ -35,6 +37,7 @@ from .schedule import Schedule, SegmentLoops, build_schedule, loop_segments, rep
 from .split import split_reductions
 from .static import StaticInputs, check_static_ids, persistent_values, static_first
 from .totals import normalize_totals
+from .tracks import TrackTimes, affordable, choose_tracks, with_tracks
 
 # Binding kinds: what a session writes before a run, and what it reads after one.
 FACTOR_INPUT, SELECTOR_INPUT, SLOT_INPUT = "factor", "selector", "slot"
@@ -135,25 +138,36 @@ def plan(
     fused, n_static = static_first(fused, static)
     persistent = persistent_values(fused, n_static)
 
-    def memory_with(options: PlanOptions) -> tuple[MemoryPlan, dict[tuple, SegmentLoops]]:
+    def memory_with(options: PlanOptions) -> tuple[MemoryPlan, dict[tuple, SegmentLoops], TrackTimes | None]:
         """The memory plan, with each shape's loops as decided for it (schedule.py): a
-        step's workspace holds its GEMM's copies, or the copies of the leaves it repacks."""
+        step's workspace holds its GEMM's copies, or the copies of the leaves it repacks;
+        and the tracks' estimate if the segments run in tracks (plan/tracks.py), whose times
+        then decide which values share memory."""
         known: dict[tuple, SegmentLoops] = {}
         work = gemm_workspace(fused, layouts, sr.dtype.name, options)
         loops = loop_segments(fused, sr.dtype.name, layouts, batch_key, options, known)
         work.update(repack_workspace(loops))
-        return plan_memory(fused, sr.dtype.itemsize, options.align_bytes, persistent, work), known
+        memory = plan_memory(fused, sr.dtype.itemsize, options.align_bytes, persistent, work)
+        times = choose_tracks(fused, loops, n_static, options, sr.dtype.itemsize)
+        if times is not None:
+            side = times.side_by_side(n_static)
+            tracked = plan_memory(fused, sr.dtype.itemsize, options.align_bytes, persistent, work, side)
+            if affordable(tracked, memory) or options.tracks_always:
+                return tracked, known, times
+        return memory, known, None
 
-    memory, known = memory_with(options)
+    memory, known, times = memory_with(options)
     # Copies need workspace the values alone do not: without them, the plan may fit. The
     # repacked leaves' go first (they save the least), then GEMM's.
     for knob in ("repack", "gemm_copies"):
         if memory.scratch and getattr(options, knob) and not fits(memory, options.max_total_bytes):
             options = options.with_(**{knob: False})
-            memory, known = memory_with(options)
+            memory, known, times = memory_with(options)
     check_plan_fits(progs, memory, options.max_total_bytes)
     say(f"planning: lowering {len(fused.segments):,} segments")
     schedule = build_schedule(fused, memory, sr.dtype.name, layouts, batch_key, options, progress, known)
+    if times is not None:
+        schedule = with_tracks(schedule, fused, memory, times, n_static)
     return Plan(
         progs,
         sr,

@@ -47,6 +47,7 @@ class Schedule:
     steps: list[Step]
     patterns: list[KernelPattern]  # distinct patterns, sorted by name
     table: np.ndarray  # int64, see the module docstring
+    tracks: int = -1  # where the table's tracks section starts (plan/tracks.py); -1: none
 
     def kernel_id(self, i: int) -> int:
         return int(self.table[abi.STEP_ROW * i + abi.STEP_KERNEL])

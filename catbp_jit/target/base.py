@@ -61,6 +61,8 @@ class Target:
     model_exact: bool = True
     # a compiled dispatcher calls the kernels (else they are launched from Python)
     dispatcher: bool = False
+    # ... and walks a schedule's tracks side by side (plan/tracks.py)
+    tracks: bool = False
     # kernels are machine code of this CPU, whose assembly kernel_asm shows
     assembly: bool = False
     # the numpy tier stands in while kernels compile (tiers.py)

@@ -93,6 +93,7 @@ CPU = CpuTarget(
     streaming_stores=True,
     model_exact=False,
     dispatcher=True,
+    tracks=True,
     assembly=True,
     tiers=True,
     compiles_in_workers=True,

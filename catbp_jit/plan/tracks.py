@@ -1,0 +1,286 @@
+"""Tracks: a CPU schedule's dynamic segments split into sequences that threads walk side by side.
+
+Belief propagation on a grid computes many messages that do not depend on each other, in
+steps mostly too small to pay for sharing one step's chunks between threads (grid4x8_d2:
+355 segments, most of them 0.1-5 us). Two threads can instead each walk a track: a
+subsequence of the schedule, in schedule order, whose segments wait only for the
+segments of other tracks they depend on.
+
+  simulate      assigns each dynamic segment a track by list scheduling on estimated costs
+                (work, and a price for reading what another track wrote: those lines move
+                between cores), data dependencies only, and says when each would start and
+                finish (plan_memory then lets values share memory only where these times
+                keep them apart, so that reused memory rarely orders the tracks)
+  track_waits    every segment's waits, from the arena as planned: for each other track, how
+                many of its segments must be done first, the last one that writes memory
+                this segment reads or writes, or reads memory it writes. These, not the
+                estimates, keep a run correct: any interleaving that honours them computes
+                every value from the same inputs, with the same kernels, so the same bits
+  tracks_section the tracks' part of the schedule's table (abi.py), walked by the
+                dispatcher (codegen/dispatch.py)
+
+Tracks are used where the estimate gains (TRACKS_GAIN) and no step is a GEMM (BLAS calls
+from two tracks at once are not taken on here). Static segments (plan/static.py) run
+first, in turn, when they run.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from .. import abi
+from .arena import MemoryPlan, SideBySide
+from .fusion import Fused
+from .options import PlanOptions
+from .schedule import Schedule, SegmentLoops
+from .steps import Step
+
+# Estimated cost of a segment, in ns: a call, and its work (output elements x reduced
+# elements x leaves; a repacked leaf's copies weigh REPACK_NS_PER_ELEMENT each). Measured
+# in the dispatcher on grid4x8_d2 and grid6_d2: 0.07-0.24 ns per work unit in L2, ~50 ns
+# for a step of a few elements.
+CALL_NS = 50.0
+NS_PER_WORK = 0.15
+REPACK_NS_PER_ELEMENT = 0.25
+# Reading what another track wrote: a wait on another core's progress, and the bytes' lines
+# from that core's cache (on the 2-core machine of the notes, a few GB/s). Lower prices
+# spread chains across the tracks: grid4x8_d2 ran 280-305 us at 0.1 ns/byte, 242-248 at
+# 0.33; without CROSS_NS chain200_d2's 1197 segments of ~0.1 us took 248 us in tracks
+# against 131 us in turn
+CROSS_NS = 400.0
+CROSS_NS_PER_BYTE = 0.33
+# Memory that segments of other tracks used is taken again only once they finished, by the
+# estimate, this share of the makespan before. grid6_d2 ran 1.88 ms at 0.25 (arena 13.3
+# MiB), 1.99 ms at 0.1 (11.6 MiB), 2.04 ms at 0.02 (10.6 MiB); 2.53-2.66 ms in turn (9.3 MiB)
+REUSE_SLACK = 0.25
+# Tracks are used when their estimated makespan is below this share of the segments' time
+# in turn ...
+TRACKS_GAIN = 0.8
+# ... and their memory plan grows the arenas by at most this share, or these bytes
+# (grid5_d3_prob: 499 -> 647 MB for 5% faster runs: not taken)
+MEMORY_GROWTH = 0.25
+MEMORY_GROWTH_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class TrackTimes:
+    """A track for every segment (static ones: 0) and its estimated start and finish, in
+    ns from the start of a run; makespan: when the last finishes; serial: the dynamic
+    segments' time walked in turn."""
+
+    tracks: int
+    track: tuple[int, ...]
+    start: tuple[float, ...]
+    finish: tuple[float, ...]
+    makespan: float
+    serial: float
+
+    def gains(self) -> bool:
+        return self.makespan < TRACKS_GAIN * self.serial
+
+    def side_by_side(self, n_static: int) -> SideBySide:
+        """What the memory plan needs to know (arena.SideBySide)."""
+        track = [-1] * n_static + list(self.track[n_static:])
+        return SideBySide(track, self.start, self.finish, REUSE_SLACK * self.makespan)
+
+
+def segment_cost(loops: SegmentLoops) -> float:
+    """A loop segment's estimated time in ns (its repack step's included)."""
+    return CALL_NS + NS_PER_WORK * loops.work + REPACK_NS_PER_ELEMENT * loops.workspace
+
+
+def choose_tracks(
+    fused: Fused, loops: dict[int, SegmentLoops], n_static: int, options: PlanOptions, itemsize: int
+) -> TrackTimes | None:
+    """The tracks' estimate if the schedule is to run in tracks, else None: one track asked,
+    a GEMM step, or no gain estimated (and tracks not asked for always)."""
+    n = len(fused.segments)
+    if options.tracks < 2 or n - n_static < 2 or len(loops) < n:
+        return None
+    times = simulate(fused, [segment_cost(loops[i]) for i in range(n)], n_static, options.tracks, itemsize)
+    return times if times.gains() or options.tracks_always else None
+
+
+def affordable(tracked: MemoryPlan, plain: MemoryPlan) -> bool:
+    """Whether the tracks' memory plan is worth its extra bytes (MEMORY_GROWTH)."""
+    grown = tracked.total_bytes - plain.total_bytes
+    return grown <= max(MEMORY_GROWTH * plain.total_bytes, MEMORY_GROWTH_BYTES)
+
+
+def with_tracks(
+    schedule: Schedule, fused: Fused, memory: MemoryPlan, times: TrackTimes, n_static: int
+) -> Schedule:
+    """The schedule with its tracks section at the end of its table."""
+    at = len(schedule.table)
+    section = tracks_section(schedule.steps, fused, memory, times.track, n_static, times.tracks, at)
+    table = np.concatenate([schedule.table, np.array(section, dtype=np.int64)])
+    return replace(schedule, table=table, tracks=at)
+
+
+def producers(fused: Fused) -> dict[int, int]:
+    """Value -> the index of the segment that writes it."""
+    return {v: i for i, seg in enumerate(fused.segments) for v in seg.writes}
+
+
+def simulate(fused: Fused, costs: list[float], n_static: int, tracks: int, itemsize: int) -> TrackTimes:
+    """Tracks by list scheduling in schedule order: each dynamic segment goes where it would
+    start first, after the segments whose values it reads (and a price for those another
+    track wrote). costs: each segment's estimate (ns). (A step cut in chunks counts whole:
+    it shares them with the other tracks only when they have nothing ready, a joint step,
+    codegen/dispatch.py.)"""
+    n = len(fused.segments)
+    writer = producers(fused)
+    track = [0] * n
+    start = [0.0] * n
+    finish = [0.0] * n
+    clock = 0.0
+    for i in range(n_static):  # (in turn, before every dynamic segment)
+        start[i], clock = clock, clock + costs[i]
+        finish[i] = clock
+    free = [clock] * tracks
+    for j in range(n_static, n):
+        seg = fused.segments[j]
+        reads = [
+            (writer[v], fused_bytes(fused, v, itemsize)) for v in seg.leaves if writer.get(v, -1) >= n_static
+        ]
+        best = (float("inf"), 0)
+        for k in range(tracks):
+            begin = free[k]
+            for i, size in reads:
+                begin = max(
+                    begin, finish[i] + (CROSS_NS + size * CROSS_NS_PER_BYTE if track[i] != k else 0.0)
+                )
+            best = min(best, (begin, k))
+        start[j], track[j] = best
+        finish[j] = start[j] + costs[j]
+        free[track[j]] = finish[j]
+    serial = sum(costs[n_static:])
+    makespan = max(free) - clock
+    return TrackTimes(tracks, tuple(track), tuple(start), tuple(finish), makespan, serial)
+
+
+def fused_bytes(fused: Fused, v: int, itemsize: int) -> int:
+    spec = fused.specs[v]
+    n = 1
+    for ax in spec.axes:
+        n *= ax.size
+    return n * itemsize
+
+
+def segment_ranges(
+    fused: Fused, memory: MemoryPlan, i: int
+) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """The arena ranges (first element, end) segment i reads and writes: its leaves; its
+    outputs and its workspace (a GEMM's or repacked leaves' copies)."""
+    seg = fused.segments[i]
+    regions = memory.regions
+    reads = [(regions[v].offset, regions[v].offset + regions[v].size) for v in seg.leaves]
+    writes = [(regions[v].offset, regions[v].offset + regions[v].size) for v in seg.writes]
+    if i in memory.scratch:
+        r = memory.scratch[i]
+        writes.append((r.offset, r.offset + r.size))
+    return reads, writes
+
+
+def track_waits(
+    fused: Fused, memory: MemoryPlan, track: tuple[int, ...], n_static: int, tracks: int
+) -> list[tuple[int, ...]]:
+    """For each dynamic segment (from n_static), how many segments of each track must be
+    done before it runs: the last one before it in schedule order that writes memory it
+    reads or writes, or reads memory it writes (0 for its own track, walked in order)."""
+    n = len(fused.segments)
+    ranges = {i: segment_ranges(fused, memory, i) for i in range(n_static, n)}
+    # distinct ranges, and which of them overlap (memory reused by values of disjoint lives)
+    distinct = sorted({r for reads, writes in ranges.values() for r in reads + writes})
+    overlaps: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
+    open_: list[tuple[int, int]] = []
+    for r in distinct:  # sorted by start: a sweep
+        open_ = [o for o in open_ if o[1] > r[0]]
+        for o in open_:
+            overlaps[r].append(o)
+            overlaps[o].append(r)
+        overlaps[r].append(r)
+        open_.append(r)
+    # per range and track: position + 1 of the last segment that wrote it, that read it
+    last_write: dict[tuple[int, int], list[int]] = defaultdict(lambda: [0] * tracks)
+    last_read: dict[tuple[int, int], list[int]] = defaultdict(lambda: [0] * tracks)
+    done = [0] * tracks  # segments of each track so far
+    waits = []
+    for i in range(n_static, n):
+        reads, writes = ranges[i]
+        wait = [0] * tracks
+        for r in reads:
+            for o in overlaps[r]:
+                wait = [max(a, b) for a, b in zip(wait, last_write[o])]
+        for r in writes:
+            for o in overlaps[r]:
+                wait = [max(a, b, c) for a, b, c in zip(wait, last_write[o], last_read[o])]
+        k = track[i]
+        wait[k] = 0
+        waits.append(tuple(wait))
+        done[k] += 1
+        for r in reads:
+            last_read[r][k] = done[k]
+        for r in writes:
+            last_write[r][k] = done[k]
+    return waits
+
+
+def tracks_section(
+    steps: list[Step],
+    fused: Fused,
+    memory: MemoryPlan,
+    track: tuple[int, ...],
+    n_static: int,
+    tracks: int,
+    at: int,
+) -> list[int]:
+    """The table's tracks section, placed at offset `at` (abi.py: header, each track's
+    tasks, then the tracks' state words): a task is a dynamic segment's steps (its repack
+    step, then its own) and its waits."""
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    index = {id(seg): i for i, seg in enumerate(fused.segments)}
+    for s, st in enumerate(steps):
+        i = index[id(st.segment)]
+        first.setdefault(i, s)
+        last[i] = s + 1
+    waits = track_waits(fused, memory, track, n_static, tracks)
+    tasks: list[list[int]] = [[] for _ in range(tracks)]
+    for i, wait in zip(range(n_static, len(fused.segments)), waits):
+        tasks[track[i]] += [first[i], last[i], *wait]
+    row = abi.task_row(tracks)
+    header = abi.TRACKS_HEADER + abi.TRACK_FIELDS * tracks
+    state = at + header + sum(len(t) for t in tasks)
+    state += -state % abi.TRACK_STRIDE  # (each track's word on a line of its own)
+    section = [tracks, state]
+    cursor = at + header
+    for t in tasks:
+        section += [cursor, len(t) // row]
+        cursor += len(t)
+    for t in tasks:
+        section += t
+    section += [0] * (state - at - len(section) + abi.TRACK_STRIDE * (tracks + abi.JOINT_LINES))
+    return section
+
+
+def read_tracks(table: np.ndarray, at: int) -> list[list[tuple[int, int, tuple[int, ...]]]]:
+    """A table's tracks section as written: per track, its tasks (first step, last step,
+    waits per track)."""
+    n = int(table[at + abi.TRACKS_COUNT])
+    row = abi.task_row(n)
+    out = []
+    for k in range(n):
+        head = at + abi.TRACKS_HEADER + abi.TRACK_FIELDS * k
+        start, count = int(table[head + abi.TRACK_TASKS]), int(table[head + abi.TRACK_COUNT])
+        rows = table[start : start + row * count].reshape(count, row)
+        out.append(
+            [
+                (int(r[abi.TASK_FIRST]), int(r[abi.TASK_LAST]), tuple(int(x) for x in r[abi.TASK_WAITS :]))
+                for r in rows
+            ]
+        )
+    return out

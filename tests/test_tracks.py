@@ -1,0 +1,257 @@
+"""Tracks (plan/tracks.py): a schedule's dynamic segments walked by threads side by side.
+
+Whatever the threads and their timing, a run in tracks gives the bits of the same schedule
+walked in turn: every segment computes its value with the same kernel from the same
+inputs, once the segments it depends on (the arena as planned says which) are done.
+Checked on grids, whose messages the estimate puts in tracks, on random programs in
+tracks whatever the estimate, with one thread, with static inputs, with steps whose
+chunks the tracks share, and with two sessions at once; and the table's waits against
+every pair of segments that touch the same memory.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from pathlib import Path
+
+import numba
+import numpy as np
+import pytest
+from hypothesis import event, given
+
+import catbp_jit
+from catbp_jit.bundle import load_bundle
+from catbp_jit.executable import plan_options
+from catbp_jit.plan import tracks
+from catbp_jit.plan.arena import SideBySide, track_fit
+from catbp_jit.plan.liveness import Interval
+from catbp_jit.plan.options import PlanOptions
+from jit_helpers import (
+    assert_same_bits,
+    assert_same_slots,
+    compile_case,
+    count_allocations,
+    run_reference,
+    session_results,
+    settings,
+)
+from random_programs import cases
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "perf"))
+
+import grid_family  # noqa: E402
+
+ALWAYS = PlanOptions(tracks_always=True)
+IN_TURN = PlanOptions(tracks=1)
+
+
+@pytest.fixture(scope="module")
+def grids(tmp_path_factory):
+    """A 4x4 grid of two states, and a 1x12 one (a chain)."""
+    out = tmp_path_factory.mktemp("grids")
+    assert grid_family.main(["--out", str(out), "4x4:2", "1x12:2"]) == 0
+    return {name: load_bundle(out / f"{name}__prob_float64") for name in ("grid4x4_d2", "grid1x12_d2")}
+
+
+def compiled(bundle, options: PlanOptions | None = None, **kw):
+    exe = catbp_jit.compile(
+        bundle.programs,
+        bundle.semiring_runtime(),
+        factor_specs=bundle.factor_specs(),
+        selector_specs=bundle.selector_specs(),
+        options=options,
+        **kw,
+    )
+    exe.wait()
+    return exe
+
+
+def factors(bundle, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    return {f: rng.uniform(0.1, 2.0, a.shape) for f, (a, _) in bundle.factors.items()}
+
+
+def results(sess, **inputs) -> dict:
+    return {k: v.copy() for k, (v, _) in sess.run(**inputs).items()}
+
+
+def tasks(exe) -> list[list[tuple[int, int, tuple[int, ...]]]]:
+    """The table's tracks section: per track, its tasks (first step, last step, waits)."""
+    return tracks.read_tracks(exe.schedule.table, exe.schedule.tracks)
+
+
+def assert_waits_cover_conflicts(exe, some: bool = True) -> None:
+    """Every pair of dynamic segments in different tracks that touch the same memory (one
+    of them writing it) is ordered: the later one waits for the earlier one (some: and
+    there is such a pair)."""
+    plan = exe.plan
+    fused, memory, n_static = plan.fused, plan.memory, plan.n_static
+    index = {id(seg): i for i, seg in enumerate(fused.segments)}
+    where = {}  # segment -> (track, its position + 1 in its track), waits
+    for k, track in enumerate(tasks(exe)):
+        for pos, (first, last, waits) in enumerate(track):
+            segs = {index[id(exe.schedule.steps[s].segment)] for s in range(first, last)}
+            assert len(segs) == 1, "a task is one segment's steps"
+            where[segs.pop()] = (k, pos + 1, waits)
+    dynamic = range(n_static, len(fused.segments))
+    assert set(where) == set(dynamic), "every dynamic segment in one track"
+    ranges = {i: tracks.segment_ranges(fused, memory, i) for i in dynamic}
+
+    def meet(a, b) -> bool:
+        return any(x0 < y1 and y0 < x1 for x0, x1 in a for y0, y1 in b)
+
+    pairs = 0
+    for j in dynamic:
+        rj, wj = ranges[j]
+        kj, _, waits = where[j]
+        for i in range(n_static, j):
+            ri, wi = ranges[i]
+            ki, pos, _ = where[i]
+            if ki != kj and (meet(wi, rj + wj) or meet(ri, wj)):
+                pairs += 1
+                assert waits[ki] >= pos, f"segment {j} (track {kj}) does not wait for {i} (track {ki})"
+    assert pairs or not some, "the tracks share memory somewhere"
+
+
+def test_a_grid_runs_in_tracks_to_the_bits_in_turn(grids):
+    grid = grids["grid4x4_d2"]
+    exe, plain = compiled(grid), compiled(grid, IN_TURN)
+    assert exe.schedule.tracks >= 0 and plain.schedule.tracks == -1  # (the estimate gains)
+    assert all(tasks(exe)), "both tracks have tasks"
+    sess, ref = exe.bind(), plain.bind()
+    for seed in (0, 1):
+        f = factors(grid, seed)
+        want = results(ref, factors=f)
+        assert_same_bits(results(sess, factors=f), want, f"seed {seed}")
+        assert_same_bits(results(sess), want, f"seed {seed}, run again")
+    assert_waits_cover_conflicts(exe)
+
+
+def test_a_chain_runs_in_turn(grids):
+    """A chain's segments each wait for the last: the estimate finds nothing to gain."""
+    exe = compiled(grids["grid1x12_d2"])
+    assert exe.schedule.tracks == -1
+
+
+def test_one_thread_walks_every_track(grids):
+    grid = grids["grid4x4_d2"]
+    f = factors(grid)
+    want = results(compiled(grid, IN_TURN).bind(), factors=f)
+    sess = compiled(grid).bind()
+    before = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        got = results(sess, factors=f)
+    finally:
+        numba.set_num_threads(before)
+    assert_same_bits(got, want)
+
+
+def test_two_sessions_at_once(grids):
+    """Sessions in two threads: one holds the pool, the other walks its tracks alone."""
+    grid = grids["grid4x4_d2"]
+    exe = compiled(grid)
+    inputs = [factors(grid, seed) for seed in (2, 3)]
+    plain = compiled(grid, IN_TURN).bind()
+    want = [results(plain, factors=f) for f in inputs]
+    got: list[list[dict]] = [[], []]
+
+    def work(i: int) -> None:
+        sess = exe.bind()
+        for _ in range(20):
+            got[i].append(results(sess, factors=inputs[i]))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i in (0, 1):
+        assert len(got[i]) == 20
+        for g in got[i]:
+            assert_same_bits(g, want[i], f"session {i}")
+
+
+def test_static_inputs_run_before_the_tracks(grids):
+    grid = grids["grid4x4_d2"]
+    static = sorted(grid.factors)[: len(grid.factors) // 2]
+    exe = compiled(grid, ALWAYS, static_factors=static)
+    plain = compiled(grid, IN_TURN, static_factors=static)
+    assert exe.plan.n_static_steps > 0 and exe.schedule.tracks >= 0
+    sess, ref = exe.bind(), plain.bind()
+    f0, f1 = factors(grid, 0), factors(grid, 1)
+    dynamic_only = {k: v for k, v in f1.items() if k not in static}
+    for given_factors in (f0, dynamic_only, f1):  # static steps run, skipped, run again
+        assert_same_bits(results(sess, factors=given_factors), results(ref, factors=given_factors))
+    assert_waits_cover_conflicts(exe)
+
+
+def test_steps_cut_in_chunks_are_shared(grids):
+    """A step the plan cuts in chunks (here every step of 64 terms or more) is posted as a
+    joint step that the other track's thread helps with."""
+    grid = grids["grid4x4_d2"]
+    options = PlanOptions(tracks_always=True, parallel_min_work=64)
+    exe = compiled(grid, options)
+    chunked = [s for s in range(len(exe.schedule.steps)) if exe.schedule.chunks(s) > 1]
+    assert chunked and exe.schedule.tracks >= 0
+    f = factors(grid)
+    want = results(compiled(grid, PlanOptions(tracks=1, parallel_min_work=64)).bind(), factors=f)
+    sess = exe.bind()
+    for _ in range(5):
+        assert_same_bits(results(sess, factors=f), want)
+
+
+def test_a_run_in_tracks_allocates_nothing(grids):
+    grid = grids["grid4x4_d2"]
+    sess = compiled(grid).bind()
+    f = factors(grid)
+    sess.run(factors=f)
+    in_turn = compiled(grid, IN_TURN).bind()
+    in_turn.run(factors=f)
+    _, plain = count_allocations(in_turn, f, {}, 5)
+    np_count, per_run = count_allocations(sess, f, {}, 5)
+    assert np_count.allocations == 0, np_count
+    assert per_run == plain, (per_run, plain)  # (the dispatcher's own, as in turn)
+
+
+@given(cases())
+@settings(25)
+def test_random_programs_in_tracks(case):
+    exe = compile_case(case, "compiled", options=ALWAYS)
+    ref = compile_case(case, "compiled", options=IN_TURN).bind()
+    sess = exe.bind()
+    for which in range(len(case.inputs)):
+        got = session_results(sess, case.inputs[which])
+        assert_same_slots(run_reference(case, which), got, case, f"tracks, inputs {which}")
+        want = session_results(ref, case.inputs[which])
+        assert_same_bits({k: v for k, (v, _) in got.items()}, {k: v for k, (v, _) in want.items()})
+    if exe.schedule.tracks >= 0:
+        event("in tracks")
+        assert_waits_cover_conflicts(exe, some=False)
+
+
+def test_options():
+    with pytest.raises(ValueError, match="tracks"):
+        PlanOptions(tracks=0)
+    assert PlanOptions().tracks == 2
+    assert plan_options("cuda", PlanOptions(tracks=2)).tracks == 1
+
+
+def test_memory_another_track_used_waits_for_the_slack():
+    """track_fit: value 2 (track 0) may take value 0's memory, which only track 0 used
+    before it; value 3 (track 1) may take value 1's (track 0) only once the estimate has
+    track 0 done with it `slack` ns before."""
+    sizes = {0: 8, 1: 8, 2: 8, 3: 8}
+    # segments 0..3 write values 0..3; segment 2 reads 0, segment 3 reads 1
+    users = {0: [0, 2], 1: [1, 3], 2: [2], 3: [3]}
+    intervals = [Interval(0, 0, 2), Interval(1, 1, 3), Interval(2, 2, 2), Interval(3, 3, 3)]
+    start, finish = [0.0, 10.0, 20.0, 100.0], [10.0, 20.0, 30.0, 110.0]
+    side = SideBySide([0, 0, 0, 1], start, finish, slack=50.0)
+    placed, _ = track_fit(intervals, sizes, 8, users, side)
+    assert placed[3] not in (placed[2],)  # value 2 is live
+    # value 1's users (track 0) finished at 20, 80 ns before segment 3 starts: free
+    far = track_fit(intervals, sizes, 8, users, side)[0]
+    near = track_fit(intervals, sizes, 8, users, SideBySide([0, 0, 0, 1], start, finish, slack=90.0))[0]
+    assert far[3] in (far[0], far[1]) and near[3] not in (near[0], near[1], near[2])
