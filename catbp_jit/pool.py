@@ -1,4 +1,5 @@
-"""The CPU target's thread pool: threads that take chunks of a run's parallel steps.
+"""The CPU target's thread pool: threads that take chunks of a run's parallel steps, and
+walk the tracks of a schedule that has them (plan/tracks.py).
 
 A step the plan cuts into several chunks (its row's chunks, abi.py) is posted by the
 compiled dispatcher in the pool's control block; the pool's threads, running the same
@@ -9,7 +10,7 @@ threads that spend their time in compiled code without the GIL:
     microseconds after the last), then naps (usleep) between looks, so a serial stretch
     of the schedule costs the machine little;
   - when no run holds it, it returns to Python and waits on its Event, which each run
-    that has parallel steps sets (Session.run: a few hundred nanoseconds).
+    that has parallel steps or tracks sets (Session.run: a few hundred nanoseconds).
 
 The dispatcher never waits for a thread to arrive, only for chunks a thread took to be
 done: on a busy machine, where a thread may wait milliseconds for a time slice, the run
@@ -37,9 +38,12 @@ import numpy as np
 
 from . import abi
 
-# A pool thread spins this many pauses for the next job before it naps (about 0.1-0.3 ms
-# on x86-64: a pause costs 40-140 cycles) ...
-SPIN_PAUSES = 4000
+# A pool thread spins this many pauses for the next job before it naps (a pause costs
+# 40-140 cycles on x86-64, ~13 ns on the 2-core machine of the notes: 0.25 ms there). A
+# run that binds its inputs first finds the thread still spinning: with 4000 pauses it had
+# returned to Python during grid4x8_d2's 57 us of binding, and waking it again cost the
+# run ~45 us (336 -> 298 us a run with inputs) ...
+SPIN_PAUSES = 20000
 # ... then naps this long between looks while a run holds the pool
 NAP_MICROSECONDS = 50
 
