@@ -239,19 +239,23 @@ def test_options():
     assert plan_options("cuda", PlanOptions(tracks=2)).tracks == 1
 
 
-def test_memory_another_track_used_waits_for_the_slack():
-    """track_fit: value 2 (track 0) may take value 0's memory, which only track 0 used
-    before it; value 3 (track 1) may take value 1's (track 0) only once the estimate has
-    track 0 done with it `slack` ns before."""
-    sizes = {0: 8, 1: 8, 2: 8, 3: 8}
-    # segments 0..3 write values 0..3; segment 2 reads 0, segment 3 reads 1
-    users = {0: [0, 2], 1: [1, 3], 2: [2], 3: [3]}
-    intervals = [Interval(0, 0, 2), Interval(1, 1, 3), Interval(2, 2, 2), Interval(3, 3, 3)]
-    start, finish = [0.0, 10.0, 20.0, 100.0], [10.0, 20.0, 30.0, 110.0]
-    side = SideBySide([0, 0, 0, 1], start, finish, slack=50.0)
-    placed, _ = track_fit(intervals, sizes, 8, users, side)
-    assert placed[3] not in (placed[2],)  # value 2 is live
-    # value 1's users (track 0) finished at 20, 80 ns before segment 3 starts: free
-    far = track_fit(intervals, sizes, 8, users, side)[0]
-    near = track_fit(intervals, sizes, 8, users, SideBySide([0, 0, 0, 1], start, finish, slack=90.0))[0]
-    assert far[3] in (far[0], far[1]) and near[3] not in (near[0], near[1], near[2])
+def test_memory_another_track_used_is_taken_after_the_slack():
+    """track_fit. Segments 0, 1, 2 and 4 in track 0, segment 3 in track 1; segment i writes
+    value i, segment 2 reads value 0, segment 3 reads value 1. Value 0's users (segments 0
+    and 2, track 0) are done by 30 ns: value 4 (track 0, after them, at 40 ns) may take its
+    memory whatever the slack, value 3 (track 1, at 100 ns) only if 30 + slack <= 100."""
+    sizes = dict.fromkeys(range(5), 8)
+    users = {0: [0, 2], 1: [1, 3], 2: [2], 3: [3], 4: [4]}
+    intervals = [Interval(0, 0, 2), Interval(1, 1, 3)] + [Interval(v, v, v) for v in (2, 3, 4)]
+    start, finish = [0.0, 10.0, 20.0, 100.0, 40.0], [10.0, 20.0, 30.0, 110.0, 50.0]
+    track = [0, 0, 0, 1, 0]
+
+    def placed(slack: float) -> dict[int, int]:
+        return track_fit(intervals, sizes, 8, users, SideBySide(track, start, finish, slack))[0]
+
+    near, far = placed(slack=90.0), placed(slack=50.0)
+    for p in (near, far):
+        assert len({p[0], p[1], p[2]}) == 3  # live at once
+    assert far[3] == far[0]  # 30 + 50 <= 100: free for track 1
+    assert near[3] not in (near[0], near[1], near[2])  # 30 + 90 > 100: not yet
+    assert near[4] in (near[0], near[2])  # the same track, after every user: free
