@@ -180,6 +180,11 @@ class CudaSession(Session):
         for key in self._results:
             self.slots[key]
 
+    def run_call(self) -> Callable[[], None]:
+        """A call that runs the whole schedule on the device as run() does, without binding
+        inputs (results stay on the device until read)."""
+        return lambda: self._execute(0)
+
     def _execute(self, first: int) -> None:
         for host, device in self._uploads:
             device.copy_to_device(host)

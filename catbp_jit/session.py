@@ -142,6 +142,7 @@ class Session:
         spends their time, as the difference of two walks (first == last: the call alone)."""
         if not 0 <= first <= last <= self._n_steps:
             raise ValueError(f"steps {first}..{last - 1}: this schedule has {self._n_steps} steps")
+        self._need_kernels()
         pool, dispatcher, addresses = self._pool, self.exe.dispatcher, self._addresses
         chunked, one = self._chunked, self._one_blas_thread
 
@@ -162,9 +163,22 @@ class Session:
         return on_one_blas_thread
 
     def run_call(self) -> Callable[[], None]:
-        """A call that runs the whole schedule as run() does (its tracks side by side where
-        it has them, plan/tracks.py), without binding inputs: for timing whole runs."""
-        return partial(self._execute, 0)
+        """A call that runs the whole schedule as a compiled run does (its tracks side by
+        side where it has them, plan/tracks.py), in either mode, without binding inputs:
+        for timing whole runs."""
+        self._need_kernels()
+        return partial(self._on_one_blas_thread, self._walk_compiled, 0)
+
+    def _need_kernels(self) -> None:
+        """Switch to the kernels if they came (as run() does); refuse if there are none."""
+        if not self.compiled and not self._numpy_only and self.exe.ready():
+            self._prepare()
+            self.compiled = True
+        if not self.compiled:
+            raise RuntimeError(
+                "this session runs its steps in numpy (kernels still compiling, or bound with "
+                "numpy_only=True): exe.wait() first to walk the compiled schedule"
+            )
 
     def fill_constants(self) -> None:
         for c in self._constants:
@@ -329,28 +343,37 @@ class Session:
         """Run steps first..n-1 (first: 0, or the first dynamic step)."""
         if not self.compiled:
             return self._execute_numpy(first)
+        if self.exe.mode == "compiled":
+            return self._on_one_blas_thread(self._walk_compiled, first)
+        return self._on_one_blas_thread(self._execute_loop, first)
+
+    def _on_one_blas_thread(self, walk: Callable[[int], None], first: int) -> None:
         one = self._one_blas_thread
         if one is None:
-            return self._execute_kernels(first)
+            return walk(first)
         one.enter()
         try:
-            self._execute_kernels(first)
+            walk(first)
         finally:
             one.exit()
 
-    def _execute_kernels(self, first: int) -> None:
+    def _walk_compiled(self, first: int) -> None:
+        """A compiled run's walk of steps first..n-1: one call of the dispatcher (two, for
+        static steps before a schedule's tracks)."""
         addresses, run, pool = self._addresses, self.exe.dispatcher, self._pool
         helpers = pool.helpers() if self._chunked or self._tracks >= 0 else 0
-        if self.exe.mode == "compiled":
-            tracks = self._tracks
-            if tracks < 0:
-                run(*addresses, first, self._n_steps, pool.address, helpers, -1, -1)
-                return
-            if first < self._n_static:  # the static steps, in turn, then the tracks
-                run(*addresses, first, self._n_static, pool.address, helpers, -1, -1)
-            run(*addresses, 0, 0, pool.address, helpers, -1, tracks)
+        tracks = self._tracks
+        if tracks < 0:
+            run(*addresses, first, self._n_steps, pool.address, helpers, -1, -1)
             return
-        # loop mode: a Python loop over the steps, the dispatcher running each alone
+        if first < self._n_static:  # the static steps, in turn, then the tracks
+            run(*addresses, first, self._n_static, pool.address, helpers, -1, -1)
+        run(*addresses, 0, 0, pool.address, helpers, -1, tracks)
+
+    def _execute_loop(self, first: int) -> None:
+        """Loop mode: a Python loop over the steps, the dispatcher running each alone."""
+        addresses, run, pool = self._addresses, self.exe.dispatcher, self._pool
+        helpers = pool.helpers() if self._chunked else 0
         steps = self.exe.schedule.steps
         for i in range(first, self._n_steps):
             if self.before is not None:

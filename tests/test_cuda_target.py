@@ -119,6 +119,9 @@ def test_results_are_copied_back_only_when_read_and_refreshed_by_each_run():
     want = snapshot(cpu.run(factors=f2, selectors=s))
     assert sess.slots[key][0] is first
     assert_same(want, snapshot(sess.slots), "after new inputs")
+    sess.run_call()()  # (a run without binding, perf/roofline.py's): copied back when read
+    assert sess._fresh == set()
+    assert_same(want, snapshot(sess.slots), "run_call")
 
 
 def test_bad_input_changes_nothing():

@@ -259,3 +259,20 @@ def test_memory_another_track_used_is_taken_after_the_slack():
     assert far[3] == far[0]  # 30 + 50 <= 100: free for track 1
     assert near[3] not in (near[0], near[1], near[2])  # 30 + 90 > 100: not yet
     assert near[4] in (near[0], near[2])  # the same track, after every user: free
+
+
+def test_run_call_runs_the_tracks_in_either_mode(grids):
+    """Session.run_call: the whole schedule as a compiled run walks it (roofline.py's
+    `run`), in loop mode too; the numpy tier has no such walk."""
+    grid = grids["grid4x4_d2"]
+    f = factors(grid)
+    want = results(compiled(grid).bind(), factors=f)
+    for mode in ("compiled", "loop"):
+        sess = compiled(grid, mode=mode).bind()
+        sess.run(factors=f)
+        for v, _ in sess.slots.values():
+            v[...] = 0
+        sess.run_call()()
+        assert_same_bits({k: v.copy() for k, (v, _) in sess.slots.items()}, want, mode)
+    with pytest.raises(RuntimeError, match="numpy"):
+        compiled(grid).bind(numpy_only=True).run_call()
