@@ -184,22 +184,25 @@ def run_tracks(C, P, K, mem_address, mem_length, P_address, P_length, kernels_ad
     joint = state + TRACK_STRIDE * n
     for field in (JOINT_SEQ, JOINT_BUSY, JOINT_CLAIM, JOINT_DONE):
         atomic_store(P, joint + field, ZERO)
-    if not held:
-        walk_tracks(K, mem_address, mem_length, P_address, P_length, P, at, ZERO)
-        return
-    # (a tracks job: the kernels' array, not one kernel)
-    post_job(C, kernels_address, n_kernels, mem_address, mem_length, P_address, P_length, at, n, at)
+    if held:  # (a tracks job: the kernels' array, not one kernel)
+        post_job(C, kernels_address, n_kernels, mem_address, mem_length, P_address, P_length, at, n, at)
+    taken = ZERO  # (without the pool: this thread takes every chunk)
     while True:
-        c = atomic_add(C, POOL_CLAIM, ONE) & CHUNK_MASK
+        if held:
+            c = atomic_add(C, POOL_CLAIM, ONE) & CHUNK_MASK
+        else:
+            c = taken
+            taken += 1
         if c >= n:
             break
         walk_tracks(K, mem_address, mem_length, P_address, P_length, P, at, c)
-        atomic_add(C, POOL_DONE, ONE)
-    while atomic_load(C, POOL_DONE) < n:
+        if held:
+            atomic_add(C, POOL_DONE, ONE)
+    while held and atomic_load(C, POOL_DONE) < n:
         spin_pause()
 
 
-@njit(nogil=True, inline="always")
+@njit(nogil=True)
 def walk_tracks(K, mem_address, mem_length, P_address, P_length, P, at, own):
     """Run tasks until every track is done: track `own`'s next task when it is ready, else
     the next ready task of a track no thread owns, or of any track once no track has moved
