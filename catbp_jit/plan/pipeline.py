@@ -37,7 +37,7 @@ from .schedule import Schedule, SegmentLoops, build_schedule, loop_segments, rep
 from .split import split_reductions
 from .static import StaticInputs, check_static_ids, persistent_values, static_first
 from .totals import normalize_totals
-from .tracks import TrackTimes, affordable, choose_tracks, with_tracks
+from .tracks import REUSE_SLACKS, TrackTimes, affordable, choose_tracks, with_tracks
 
 # Binding kinds: what a session writes before a run, and what it reads after one.
 FACTOR_INPUT, SELECTOR_INPUT, SLOT_INPUT = "factor", "selector", "slot"
@@ -149,8 +149,10 @@ def plan(
         work.update(repack_workspace(loops))
         memory = plan_memory(fused, sr.dtype.itemsize, options.align_bytes, persistent, work)
         times = choose_tracks(fused, loops, n_static, options, sr.dtype.itemsize)
-        if times is not None:
-            side = times.side_by_side(n_static)
+        if times is None:
+            return memory, known, None
+        for slack in REUSE_SLACKS:
+            side = times.side_by_side(n_static, slack)
             tracked = plan_memory(fused, sr.dtype.itemsize, options.align_bytes, persistent, work, side)
             if affordable(tracked, memory) or options.tracks_always:
                 return tracked, known, times

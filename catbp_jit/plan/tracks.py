@@ -53,14 +53,15 @@ REPACK_NS_PER_ELEMENT = 0.25
 CROSS_NS = 400.0
 CROSS_NS_PER_BYTE = 0.33
 # Memory that segments of other tracks used is taken again only once they finished, by the
-# estimate, this share of the makespan before. grid6_d2 ran 1.88 ms at 0.25 (arena 13.3
-# MiB), 1.99 ms at 0.1 (11.6 MiB), 2.04 ms at 0.02 (10.6 MiB); 2.53-2.66 ms in turn (9.3 MiB)
-REUSE_SLACK = 0.25
+# estimate, this share of the makespan before: the first of these whose memory plan is
+# affordable (below). grid6_d2 ran 1.88 ms at 0.25 (arena 13.3 MiB), 1.99 ms at 0.1 (11.6
+# MiB), 2.04 ms at 0.02 (10.6 MiB), 2.53-2.66 ms in turn (9.3 MiB); grid5_d3 197 ms at 0.25
+# (647 MB, not affordable) and at 0.1 (573 MB), 207 ms in turn (499 MB)
+REUSE_SLACKS = (0.25, 0.1)
 # Tracks are used when their estimated makespan is below this share of the segments' time
 # in turn ...
 TRACKS_GAIN = 0.8
 # ... and their memory plan grows the arenas by at most this share, or these bytes
-# (grid5_d3_prob: 499 -> 647 MB for 5% faster runs: not taken)
 MEMORY_GROWTH = 0.25
 MEMORY_GROWTH_BYTES = 64 << 20
 
@@ -81,10 +82,11 @@ class TrackTimes:
     def gains(self) -> bool:
         return self.makespan < TRACKS_GAIN * self.serial
 
-    def side_by_side(self, n_static: int) -> SideBySide:
-        """What the memory plan needs to know (arena.SideBySide)."""
+    def side_by_side(self, n_static: int, slack: float) -> SideBySide:
+        """What the memory plan needs to know (arena.SideBySide), with a slack of this share
+        of the makespan (REUSE_SLACKS)."""
         track = [-1] * n_static + list(self.track[n_static:])
-        return SideBySide(track, self.start, self.finish, REUSE_SLACK * self.makespan)
+        return SideBySide(track, self.start, self.finish, slack * self.makespan)
 
 
 def segment_cost(loops: SegmentLoops) -> float:
