@@ -11,6 +11,8 @@ every pair of segments that touch the same memory.
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -276,3 +278,38 @@ def test_run_call_runs_the_tracks_in_either_mode(grids):
         assert_same_bits({k: v.copy() for k, (v, _) in sess.slots.items()}, want, mode)
     with pytest.raises(RuntimeError, match="numpy"):
         compiled(grid).bind(numpy_only=True).run_call()
+
+
+MORE_THREADS = """
+import numba, numpy as np, catbp_jit
+from catbp_jit.bundle import load_bundle
+from catbp_jit.plan.options import PlanOptions
+assert numba.config.NUMBA_NUM_THREADS == 4
+b = load_bundle({path!r})
+f = {{k: np.random.default_rng(0).uniform(0.1, 2.0, a.shape) for k, (a, _) in b.factors.items()}}
+out = []
+in_turn = PlanOptions(tracks=1, parallel_min_work=64)
+for options in (in_turn, PlanOptions(tracks_always=True, parallel_min_work=64)):
+    exe = catbp_jit.compile(b.programs, b.semiring_runtime(), factor_specs=b.factor_specs(), options=options)
+    exe.wait()
+    sess = exe.bind()
+    runs = [{{k: v.copy() for k, (v, _) in sess.run(factors=f).items()}} for _ in range(5)]
+    out.append(runs)
+assert exe.schedule.tracks >= 0
+for runs in out[1:]:
+    for got in runs:
+        for k, want in out[0][0].items():
+            assert want.tobytes() == got[k].tobytes(), k
+print("same bits")
+"""
+
+
+def test_threads_beyond_the_tracks_take_joint_chunks(grids):
+    """With more threads than tracks (NUMBA_NUM_THREADS=4: three pool threads, two
+    tracks), the threads that own no track share the joint steps' chunks: the same bits."""
+    script = MORE_THREADS.format(path=str(grids["grid4x4_d2"].path))
+    env = dict(os.environ, NUMBA_NUM_THREADS="4")
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0 and "same bits" in done.stdout, done.stderr[-3000:]

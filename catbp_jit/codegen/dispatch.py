@@ -15,9 +15,11 @@ every chunk itself. The chunks are fixed by the plan, each computed alone whoeve
 so the results are the same bits on any number of threads. The pool's threads run this
 same function (thread >= 0): one compiled module, one cache entry.
 
-A schedule in tracks (plan/tracks.py) is walked as one job whose chunks are its tracks: the
-thread that takes chunk k makes track k its own and runs its tasks in order, each once the
-tasks of other tracks it waits for are done. A track's next task is claimed by
+A schedule in tracks (plan/tracks.py) is walked as one job of a chunk per thread: the
+thread that takes chunk k < tracks makes track k its own and runs its tasks in order, each
+once the tasks of other tracks it waits for are done; a thread of a later chunk (more
+threads than tracks) owns none and takes chunks of joint steps, the steps cut in chunks
+that a track posts for every idle thread to share. A track's next task is claimed by
 compare-and-swap on the track's state word, so a thread whose track is blocked (or done)
 also runs the next task of a track no thread owns, or whose owner has not been seen to
 move for STEAL_PAUSES: a run whose helpers never come walks every track alone. The
@@ -174,8 +176,10 @@ def help_joint(K, mem_address, mem_length, P_address, P_length, P, joint, job):
 @njit(nogil=True, inline="always")
 def run_tracks(C, P, K, mem_address, mem_length, P_address, P_length, kernels_address, n_kernels, at,
                held):
-    """A run's tracks: every track's state cleared, then one job whose chunk k is track k (with
-    the pool held; else this thread walks every track), waiting for the chunks taken."""
+    """A run's tracks: every track's state cleared, then one job of a chunk per thread (with
+    the pool held; else this thread walks every track): chunk k < tracks makes track k
+    its taker's own, a thread of a later chunk owns none (it takes joint steps' chunks,
+    and tasks no owner runs); then wait for the chunks taken."""
     n = P[at + TRACKS_COUNT]
     state = P[at + TRACKS_STATE]
     for k in range(n):
@@ -184,8 +188,10 @@ def run_tracks(C, P, K, mem_address, mem_length, P_address, P_length, kernels_ad
     joint = state + TRACK_STRIDE * n
     for field in (JOINT_SEQ, JOINT_BUSY, JOINT_CLAIM, JOINT_DONE):
         atomic_store(P, joint + field, ZERO)
+    chunks = max(n, C[POOL_HELPERS] + 1) if held else n
     if held:  # (a tracks job: the kernels' array, not one kernel)
-        post_job(C, kernels_address, n_kernels, mem_address, mem_length, P_address, P_length, at, n, at)
+        post_job(C, kernels_address, n_kernels, mem_address, mem_length, P_address, P_length, at, chunks,
+                 at)
     taken = ZERO  # (without the pool: this thread takes every chunk)
     while True:
         if held:
@@ -193,26 +199,28 @@ def run_tracks(C, P, K, mem_address, mem_length, P_address, P_length, kernels_ad
         else:
             c = taken
             taken += 1
-        if c >= n:
+        if c >= chunks:
             break
         walk_tracks(K, mem_address, mem_length, P_address, P_length, P, at, c)
         if held:
             atomic_add(C, POOL_DONE, ONE)
-    while held and atomic_load(C, POOL_DONE) < n:
+    while held and atomic_load(C, POOL_DONE) < chunks:
         spin_pause()
 
 
 @njit(nogil=True)
 def walk_tracks(K, mem_address, mem_length, P_address, P_length, P, at, own):
-    """Run tasks until every track is done: track `own`'s next task when it is ready, else
-    the next ready task of a track no thread owns, or of any track once no track has moved
-    for STEAL_PAUSES pauses (its owner descheduled); with none ready, chunks of a joint
-    step."""
+    """Run tasks until every track is done: track `own`'s next task when it is ready (own
+    >= the tracks: none), else the next ready task of a track no thread owns, or of any
+    track once no track has moved for STEAL_PAUSES pauses (its owner descheduled); with
+    none ready, chunks of a joint step."""
     n = P[at + TRACKS_COUNT]
     state = P[at + TRACKS_STATE]
     joint = state + TRACK_STRIDE * n
     row = TASK_WAITS + n
-    atomic_store(P, state + TRACK_STRIDE * own + TRACK_OWNED, ONE)
+    owner = own < n
+    if owner:
+        atomic_store(P, state + TRACK_STRIDE * own + TRACK_OWNED, ONE)
     idle = ZERO  # pauses since a track last moved
     seen = -ONE  # the tracks' words summed when last looked at
     helped = ZERO  # the joint step last helped (numbers start at 1)
@@ -231,7 +239,8 @@ def walk_tracks(K, mem_address, mem_length, P_address, P_length, P, at, own):
             left += 1
             if w & 1:
                 continue  # a thread runs its next task
-            if k > 0 and idle < STEAL_PAUSES and atomic_load(P, word - TRACK_WORD + TRACK_OWNED) != 0:
+            mine = owner and k == 0
+            if not mine and idle < STEAL_PAUSES and atomic_load(P, word - TRACK_WORD + TRACK_OWNED) != 0:
                 continue  # (its owner will)
             task = P[at + TRACKS_HEADER + TRACK_FIELDS * track + TRACK_TASKS] + row * done
             ready = True
