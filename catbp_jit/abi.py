@@ -543,10 +543,10 @@ def pool_constants() -> str:
 #   TRACKS_STATE   where the tracks' state lines start, TRACK_STRIDE apart (a line each):
 #                 track k's TRACK_WORD is 2 x (its tasks done), + 1 while a thread runs its
 #                 next task; its TRACK_OWNED is 1 once a thread made it its own in this run.
-#                 Then JOINT_LINES lines for the step whose chunks all threads share (a
-#                 joint step): JOINT_SEQ (its number, written last), JOINT_STEP (its index)
-#                 and JOINT_BUSY (1 while one is posted) on the first; JOINT_CLAIM (its
-#                 number << JOB_SHIFT | the next chunk to take) and JOINT_DONE (its chunks
+#                 Then per track JOINT_LINES lines for its joint step, a step cut in
+#                 chunks that idle threads share: JOINT_SEQ (its number, written last)
+#                 and JOINT_STEP (its index) on the first; JOINT_CLAIM (its number <<
+#                 JOB_SHIFT | the next chunk to take) and JOINT_DONE (its chunks
 #                 done) on lines of their own
 #   then per track (TRACK_FIELDS): TRACK_TASKS, where its tasks start, and TRACK_COUNT of them
 # A task: TASK_FIRST..TASK_LAST-1, its steps (a segment's), then a wait per track
@@ -555,7 +555,7 @@ TRACKS_COUNT, TRACKS_STATE, TRACKS_HEADER = 0, 1, 2
 TRACK_TASKS, TRACK_COUNT, TRACK_FIELDS = 0, 1, 2
 TASK_FIRST, TASK_LAST, TASK_WAITS = 0, 1, 2
 TRACK_WORD, TRACK_OWNED, TRACK_STRIDE = 0, 1, 8
-JOINT_SEQ, JOINT_STEP, JOINT_BUSY, JOINT_CLAIM, JOINT_DONE, JOINT_LINES = 0, 1, 2, 8, 16, 3
+JOINT_SEQ, JOINT_STEP, JOINT_CLAIM, JOINT_DONE, JOINT_LINES = 0, 1, 8, 16, 3
 
 
 def task_row(tracks: int) -> int:
@@ -571,6 +571,6 @@ def tracks_constants() -> str:
         f"TRACK_TASKS, TRACK_COUNT, TRACK_FIELDS = {TRACK_TASKS}, {TRACK_COUNT}, {TRACK_FIELDS}\n"
         f"TASK_FIRST, TASK_LAST, TASK_WAITS = {TASK_FIRST}, {TASK_LAST}, {TASK_WAITS}\n"
         f"TRACK_WORD, TRACK_OWNED, TRACK_STRIDE = {TRACK_WORD}, {TRACK_OWNED}, {TRACK_STRIDE}\n"
-        f"JOINT_SEQ, JOINT_STEP, JOINT_BUSY, JOINT_CLAIM, JOINT_DONE = {JOINT_SEQ}, {JOINT_STEP}, "
-        f"{JOINT_BUSY}, {JOINT_CLAIM}, {JOINT_DONE}\n"
+        f"JOINT_SEQ, JOINT_STEP, JOINT_CLAIM, JOINT_DONE, JOINT_LINES = {JOINT_SEQ}, {JOINT_STEP}, "
+        f"{JOINT_CLAIM}, {JOINT_DONE}, {JOINT_LINES}\n"
     )

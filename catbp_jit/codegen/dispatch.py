@@ -126,14 +126,14 @@ def run_job(C, kernel, mem_address, mem_length, P_address, P_length, p, chunks):
 
 @njit(nogil=True, inline="always")
 def run_task(K, mem_address, mem_length, P_address, P_length, P, first, last, joint):
-    """Steps first..last-1 (a track's task) on this thread; a step of several chunks is
-    posted as the tracks' joint step, its chunks shared with the threads of other tracks
-    that have nothing ready (if another joint step is posted, this thread runs them all)."""
+    """Steps first..last-1 (a task of the track whose joint step lines are at `joint`) on
+    this thread; a step of several chunks is posted there, its chunks shared with the
+    threads that have no task ready."""
     for s in range(first, last):
         row = STEP_ROW * s
         kernel, p, chunks = K[P[row + STEP_KERNEL]], P[row + STEP_PARAMS], P[row + STEP_CHUNKS]
-        if chunks > 1 and atomic_cas(P, joint + JOINT_BUSY, ZERO, ONE):
-            job = (P[joint + JOINT_SEQ] + 1) & JOB_MASK  # (only the joint step's poster writes it)
+        if chunks > 1:
+            job = (P[joint + JOINT_SEQ] + 1) & JOB_MASK  # (only the track's runner writes it)
             P[joint + JOINT_STEP] = s
             atomic_store(P, joint + JOINT_DONE, ZERO)
             atomic_store(P, joint + JOINT_CLAIM, job << JOB_SHIFT)
@@ -146,31 +146,34 @@ def run_task(K, mem_address, mem_length, P_address, P_length, P, first, last, jo
                 atomic_add(P, joint + JOINT_DONE, ONE)
             while atomic_load(P, joint + JOINT_DONE) < chunks:
                 spin_pause()
-            atomic_store(P, joint + JOINT_BUSY, ZERO)
-        else:
-            for c in range(chunks):
-                call_kernel(kernel, mem_address, mem_length, P_address, P_length, p, c, chunks)
-        if chunks > 1:  # then what follows all its chunks (NORMALIZE), on this thread
+            # then what follows all its chunks (NORMALIZE), on this thread
             call_kernel(kernel, mem_address, mem_length, P_address, P_length, p, chunks, chunks)
+        else:
+            call_kernel(kernel, mem_address, mem_length, P_address, P_length, p, ZERO, ONE)
 
 
 @njit(nogil=True, inline="always")
-def help_joint(K, mem_address, mem_length, P_address, P_length, P, joint, job):
-    """Run chunks of joint step number `job` until none is left (take_chunks' protocol:
-    a chunk is taken by compare-and-swap on JOINT_CLAIM, which holds the job's number)."""
-    while True:
+def help_joint(K, mem_address, mem_length, P_address, P_length, P, joint):
+    """Run chunks of the joint step at `joint` until none is left (take_chunks' protocol:
+    a chunk is taken by compare-and-swap on JOINT_CLAIM, which holds the job's number);
+    how many this thread ran."""
+    job = atomic_load(P, joint + JOINT_SEQ)
+    ran = ZERO
+    while job != 0:  # (0: none posted in this run, numbers start at 1)
         claim = atomic_load(P, joint + JOINT_CLAIM)
         if claim >> JOB_SHIFT != job:
-            return
+            return ran
         c = claim & CHUNK_MASK
         row = STEP_ROW * P[joint + JOINT_STEP]
         chunks = P[row + STEP_CHUNKS]
         if c >= chunks:
-            return
+            return ran
         if atomic_cas(P, joint + JOINT_CLAIM, claim, claim + 1):
             call_kernel(K[P[row + STEP_KERNEL]], mem_address, mem_length, P_address, P_length,
                         P[row + STEP_PARAMS], c, chunks)
             atomic_add(P, joint + JOINT_DONE, ONE)
+            ran += 1
+    return ran
 
 
 @njit(nogil=True, inline="always")
@@ -185,9 +188,10 @@ def run_tracks(C, P, K, mem_address, mem_length, P_address, P_length, kernels_ad
     for k in range(n):
         atomic_store(P, state + TRACK_STRIDE * k + TRACK_WORD, ZERO)
         atomic_store(P, state + TRACK_STRIDE * k + TRACK_OWNED, ZERO)
-    joint = state + TRACK_STRIDE * n
-    for field in (JOINT_SEQ, JOINT_BUSY, JOINT_CLAIM, JOINT_DONE):
-        atomic_store(P, joint + field, ZERO)
+    for k in range(n):
+        joint = state + TRACK_STRIDE * (n + JOINT_LINES * k)
+        for field in (JOINT_SEQ, JOINT_CLAIM, JOINT_DONE):
+            atomic_store(P, joint + field, ZERO)
     chunks = max(n, C[POOL_HELPERS] + 1) if held else n
     if held:  # (a tracks job: the kernels' array, not one kernel)
         post_job(C, kernels_address, n_kernels, mem_address, mem_length, P_address, P_length, at, chunks,
@@ -216,14 +220,13 @@ def walk_tracks(K, mem_address, mem_length, P_address, P_length, P, at, own):
     none ready, chunks of a joint step."""
     n = P[at + TRACKS_COUNT]
     state = P[at + TRACKS_STATE]
-    joint = state + TRACK_STRIDE * n
+    joints = state + TRACK_STRIDE * n  # (track k's joint step: TRACK_STRIDE * JOINT_LINES * k on)
     row = TASK_WAITS + n
     owner = own < n
     if owner:
         atomic_store(P, state + TRACK_STRIDE * own + TRACK_OWNED, ONE)
     idle = ZERO  # pauses since a track last moved
     seen = -ONE  # the tracks' words summed when last looked at
-    helped = ZERO  # the joint step last helped (numbers start at 1)
     while True:
         left = ZERO
         ran = False
@@ -251,17 +254,16 @@ def walk_tracks(K, mem_address, mem_length, P_address, P_length, P, at, own):
                     break
             if ready and atomic_cas(P, word, w, w + 1):
                 run_task(K, mem_address, mem_length, P_address, P_length, P,
-                         P[task + TASK_FIRST], P[task + TASK_LAST], joint)
+                         P[task + TASK_FIRST], P[task + TASK_LAST],
+                         joints + TRACK_STRIDE * JOINT_LINES * track)
                 atomic_store(P, word, (done + 1) << 1)
                 ran = True
                 break
         if left == 0:
             return
-        if not ran:
-            job = atomic_load(P, joint + JOINT_SEQ)
-            if job != helped:
-                helped = job
-                help_joint(K, mem_address, mem_length, P_address, P_length, P, joint, job)
+        for k in range(n if not ran else 0):  # nothing ready: the tracks' joint steps
+            if help_joint(K, mem_address, mem_length, P_address, P_length, P,
+                          joints + TRACK_STRIDE * JOINT_LINES * k) > 0:
                 ran = True
         if ran or moved != seen:
             seen = moved

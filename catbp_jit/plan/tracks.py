@@ -265,7 +265,7 @@ def tracks_section(
         cursor += len(t)
     for t in tasks:
         section += t
-    section += [0] * (state - at - len(section) + abi.TRACK_STRIDE * (tracks + abi.JOINT_LINES))
+    section += [0] * (state - at - len(section) + abi.TRACK_STRIDE * tracks * (1 + abi.JOINT_LINES))
     return section
 
 
