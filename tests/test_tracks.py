@@ -12,6 +12,7 @@ every pair of segments that touch the same memory.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -122,6 +123,10 @@ def test_a_grid_runs_in_tracks_to_the_bits_in_turn(grids):
     exe, plain = compiled(grid), compiled(grid, IN_TURN)
     assert exe.schedule.tracks >= 0 and plain.schedule.tracks == -1  # (the estimate gains)
     assert all(tasks(exe)), "both tracks have tasks"
+    text = exe.as_text()  # the listing says which track runs each step
+    sizes = " and ".join(str(len(t)) for t in tasks(exe))
+    assert f"in 2 tracks side by side, of {sizes} segments" in text
+    assert re.search(r"\] K\d+ t0 ", text) and re.search(r"\] K\d+ t1 ", text)
     sess, ref = exe.bind(), plain.bind()
     for seed in (0, 1):
         f = factors(grid, seed)
