@@ -17,7 +17,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import numba
 import numpy as np
 
 from . import abi
@@ -349,8 +348,7 @@ def plan_options(
 ) -> PlanOptions:
     """`options` (else the target's defaults, and in the reassociating mode its defaults
     for that mode) with the byte limits and mode given as arguments. GEMM kernels, kernels
-    that repack leaves, streaming stores and tracks exist on the CPU only (tracks where
-    Numba may run two threads)."""
+    that repack leaves, streaming stores and tracks exist on the CPU only."""
     the_target = get_target(target)
     defaults = options is None
     options = options or the_target.plan_options()
@@ -364,7 +362,7 @@ def plan_options(
         options = options.with_(repack=False)
     if not the_target.streaming_stores and options.streaming_store_bytes is not None:
         options = options.with_(streaming_store_bytes=None)
-    if options.tracks > 1 and not (the_target.tracks and numba.config.NUMBA_NUM_THREADS > 1):  # type: ignore[attr-defined]
+    if options.tracks > 1 and not the_target.tracks:
         options = options.with_(tracks=1)
     if max_bytes != DEFAULT_MAX_BYTES:
         options = options.with_(max_bytes=max_bytes)
