@@ -535,20 +535,20 @@ def pool_constants() -> str:
     )
 
 
-# -- tracks (plan/tracks.py, codegen/dispatch.py) ------------------------------------------
+# -- tracks (plan/tracks.py, codegen/dispatch.py) -----------------------------------------
 #
 # A schedule whose dynamic segments run in tracks has a tracks section in its table, at
 # Schedule.tracks:
-#   TRACKS_COUNT   tracks
-#   TRACKS_STATE   where the tracks' state lines start, TRACK_STRIDE apart (a line each):
-#                 track k's TRACK_WORD is 2 x (its tasks done), + 1 while a thread runs its
-#                 next task; its TRACK_OWNED is 1 once a thread made it its own in this run.
-#                 Then per track JOINT_LINES lines for its joint step, a step cut in
-#                 chunks that idle threads share: JOINT_SEQ (its number, written last)
-#                 and JOINT_STEP (its index) on the first; JOINT_CLAIM (its number <<
-#                 JOB_SHIFT | the next chunk to take) and JOINT_DONE (its chunks
-#                 done) on lines of their own
-#   then per track (TRACK_FIELDS): TRACK_TASKS, where its tasks start, and TRACK_COUNT of them
+#   TRACKS_COUNT  tracks
+#   TRACKS_STATE  where the tracks' state lines start, TRACK_STRIDE apart (a line each):
+#                 track k's TRACK_WORD is 2 x (its tasks done), + 1 while a thread runs
+#                 its next task; its TRACK_OWNED is 1 once a thread made it its own in
+#                 this run. Then per track JOINT_LINES lines for its joint step, a step
+#                 cut in chunks that idle threads share: JOINT_SEQ (its number, written
+#                 last) and JOINT_STEP (its index) on the first; JOINT_CLAIM (its number
+#                 << JOB_SHIFT | the next chunk to take) and JOINT_DONE (its chunks done)
+#                 on lines of their own
+#   then per track (TRACK_FIELDS): TRACK_TASKS, where its tasks start, and TRACK_COUNT
 # A task: TASK_FIRST..TASK_LAST-1, its steps (a segment's), then a wait per track
 # (TASK_WAITS + k: how many of track k's tasks must be done before it starts).
 TRACKS_COUNT, TRACKS_STATE, TRACKS_HEADER = 0, 1, 2

@@ -6,18 +6,20 @@ steps mostly too small to pay for sharing one step's chunks between threads (gri
 subsequence of the schedule, in schedule order, whose segments wait only for the
 segments of other tracks they depend on.
 
-  simulate      assigns each dynamic segment a track by list scheduling on estimated costs
-                (work, and a price for reading what another track wrote: those lines move
-                between cores), data dependencies only, and says when each would start and
-                finish (plan_memory then lets values share memory only where these times
-                keep them apart, so that reused memory rarely orders the tracks)
-  track_waits    every segment's waits, from the arena as planned: for each other track, how
-                many of its segments must be done first, the last one that writes memory
-                this segment reads or writes, or reads memory it writes. These, not the
-                estimates, keep a run correct: any interleaving that honours them computes
-                every value from the same inputs, with the same kernels, so the same bits
-  tracks_section the tracks' part of the schedule's table (abi.py), walked by the
-                dispatcher (codegen/dispatch.py)
+  simulate        assigns each dynamic segment a track by list scheduling on estimated
+                  costs (work, and a price for reading what another track wrote: those
+                  lines move between cores), data dependencies only, and says when each
+                  would start and finish (plan_memory then lets values share memory only
+                  where these times keep them apart, so that reused memory rarely orders
+                  the tracks: arena.track_fit)
+  track_waits     every segment's waits, from the arena as planned: for each other track,
+                  how many of its segments must be done first, the last one that writes
+                  memory this segment reads or writes, or reads memory it writes. These,
+                  not the estimates, keep a run correct: any interleaving that honours
+                  them computes every value from the same inputs, with the same kernels,
+                  so the same bits
+  tracks_section  the tracks' part of the schedule's table (abi.py), walked by the
+                  dispatcher (codegen/dispatch.py)
 
 Tracks are used where the estimate gains (TRACKS_GAIN) and no step is a GEMM (BLAS calls
 from two tracks at once are not taken on here). Static segments (plan/static.py) run
