@@ -169,11 +169,15 @@ class Session:
         self._need_kernels()
         return partial(self._on_one_blas_thread, self._walk_compiled, 0)
 
-    def _need_kernels(self) -> None:
-        """Switch to the kernels if they came (as run() does); refuse if there are none."""
+    def _switch_when_ready(self) -> None:
+        """A session bound while its kernels compiled runs in numpy until they come."""
         if not self.compiled and not self._numpy_only and self.exe.ready():
             self._prepare()
             self.compiled = True
+
+    def _need_kernels(self) -> None:
+        """The kernels (switching to them if they came), or a clear refusal."""
+        self._switch_when_ready()
         if not self.compiled:
             raise RuntimeError(
                 "this session runs its steps in numpy (kernels still compiling, or bound with "
@@ -307,9 +311,7 @@ class Session:
         """
         if factors or selectors or slots or self._unset:
             self._bind_inputs(factors, selectors, slots)
-        if not self.compiled and not self._numpy_only and self.exe.ready():  # they came: switch
-            self._prepare()
-            self.compiled = True
+        self._switch_when_ready()
         self._execute(0 if self.stale else self._n_static)
         self.stale = False
         return self.slots
