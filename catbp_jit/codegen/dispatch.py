@@ -90,11 +90,25 @@ def run_schedule(mem_address, mem_length, P_address, P_length, kernels_address, 
 
 
 @njit(nogil=True, inline="always")
+def close_claim(A, claim, job):
+    """Set the claim word A[claim] to job `job` with no chunk left to take, by
+    compare-and-swap (a full barrier), before a new job's fields are written: a thread that
+    read the last job's claim and that job's fields then fails its compare-and-swap, and
+    never takes a chunk of the last job's number with the new job's fields (the chunk
+    counted done twice, a run went on before one of its chunks was)."""
+    while True:
+        old = atomic_load(A, claim)
+        if atomic_cas(A, claim, old, (job << JOB_SHIFT) | CHUNK_MASK):
+            return
+
+
+@njit(nogil=True, inline="always")
 def post_job(C, kernel, n_kernels, mem_address, mem_length, P_address, P_length, p, chunks, tracks):
     """Post a job in the pool's control block: a step's chunks (tracks = -1: kernel is the
     step's kernel address), or a run's tracks (tracks: the offset of its tracks section,
     kernel the address of the kernels' address array, n_kernels long)."""
     job = (C[POOL_SEQ] + 1) & JOB_MASK  # (only the pool's owner writes POOL_SEQ)
+    close_claim(C, POOL_CLAIM, job)
     C[JOB_KERNEL] = kernel
     C[JOB_N_KERNELS] = n_kernels
     C[JOB_MEM] = mem_address
@@ -134,6 +148,7 @@ def run_task(K, mem_address, mem_length, P_address, P_length, P, first, last, jo
         kernel, p, chunks = K[P[row + STEP_KERNEL]], P[row + STEP_PARAMS], P[row + STEP_CHUNKS]
         if chunks > 1:
             job = (P[joint + JOINT_SEQ] + 1) & JOB_MASK  # (only the track's runner writes it)
+            close_claim(P, joint + JOINT_CLAIM, job)
             P[joint + JOINT_STEP] = s
             atomic_store(P, joint + JOINT_DONE, ZERO)
             atomic_store(P, joint + JOINT_CLAIM, job << JOB_SHIFT)
