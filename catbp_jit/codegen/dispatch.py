@@ -124,18 +124,26 @@ def post_job(C, kernel, n_kernels, mem_address, mem_length, P_address, P_length,
 
 
 @njit(nogil=True, inline="always")
+def take_and_wait(A, claim, done, kernel, mem_address, mem_length, P_address, P_length, p, chunks):
+    """A job's poster: take its chunks (fetch-add on the claim word A[claim]) until none is
+    left, then wait until A[done] counts them all, those other threads took included."""
+    while True:
+        c = atomic_add(A, claim, ONE) & CHUNK_MASK
+        if c >= chunks:
+            break
+        call_kernel(kernel, mem_address, mem_length, P_address, P_length, p, c, chunks)
+        atomic_add(A, done, ONE)
+    while atomic_load(A, done) < chunks:
+        spin_pause()
+
+
+@njit(nogil=True, inline="always")
 def run_job(C, kernel, mem_address, mem_length, P_address, P_length, p, chunks):
     """One step's chunks, shared with the pool: post the job, take chunks until none is
     left, then wait for those the pool's threads took."""
     post_job(C, kernel, ZERO, mem_address, mem_length, P_address, P_length, p, chunks, -ONE)
-    while True:
-        c = atomic_add(C, POOL_CLAIM, ONE) & CHUNK_MASK
-        if c >= chunks:
-            break
-        call_kernel(kernel, mem_address, mem_length, P_address, P_length, p, c, chunks)
-        atomic_add(C, POOL_DONE, ONE)
-    while atomic_load(C, POOL_DONE) < chunks:
-        spin_pause()
+    take_and_wait(C, POOL_CLAIM, POOL_DONE, kernel, mem_address, mem_length, P_address, P_length, p,
+                  chunks)
 
 
 @njit(nogil=True, inline="always")
@@ -153,14 +161,8 @@ def run_task(K, mem_address, mem_length, P_address, P_length, P, first, last, jo
             atomic_store(P, joint + JOINT_DONE, ZERO)
             atomic_store(P, joint + JOINT_CLAIM, job << JOB_SHIFT)
             atomic_store(P, joint + JOINT_SEQ, job)  # last: a thread that sees it sees the above
-            while True:
-                c = atomic_add(P, joint + JOINT_CLAIM, ONE) & CHUNK_MASK
-                if c >= chunks:
-                    break
-                call_kernel(kernel, mem_address, mem_length, P_address, P_length, p, c, chunks)
-                atomic_add(P, joint + JOINT_DONE, ONE)
-            while atomic_load(P, joint + JOINT_DONE) < chunks:
-                spin_pause()
+            take_and_wait(P, joint + JOINT_CLAIM, joint + JOINT_DONE, kernel, mem_address, mem_length,
+                          P_address, P_length, p, chunks)
             # then what follows all its chunks (NORMALIZE), on this thread
             call_kernel(kernel, mem_address, mem_length, P_address, P_length, p, chunks, chunks)
         else:

@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .. import abi
+from ..ir.schema import element_count
 from .arena import MemoryPlan, SideBySide
 from .fusion import Fused
 from .options import PlanOptions
@@ -147,9 +148,8 @@ def simulate(fused: Fused, costs: list[float], n_static: int, tracks: int, items
     free = [clock] * tracks
     for j in range(n_static, n):
         seg = fused.segments[j]
-        reads = [
-            (writer[v], fused_bytes(fused, v, itemsize)) for v in seg.leaves if writer.get(v, -1) >= n_static
-        ]
+        dynamic = [v for v in seg.leaves if writer.get(v, -1) >= n_static]
+        reads = [(writer[v], element_count(fused.specs[v]) * itemsize) for v in dynamic]
         best = (float("inf"), 0)
         for k in range(tracks):
             begin = free[k]
@@ -164,14 +164,6 @@ def simulate(fused: Fused, costs: list[float], n_static: int, tracks: int, items
     serial = sum(costs[n_static:])
     makespan = max(free) - clock
     return TrackTimes(tracks, tuple(track), tuple(start), tuple(finish), makespan, serial)
-
-
-def fused_bytes(fused: Fused, v: int, itemsize: int) -> int:
-    spec = fused.specs[v]
-    n = 1
-    for ax in spec.axes:
-        n *= ax.size
-    return n * itemsize
 
 
 def segment_ranges(
