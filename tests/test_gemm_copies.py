@@ -1,6 +1,7 @@
-"""A GEMM step's strided copies (codegen/cpu_gemm.py's strided_copy, plan/gemm._walked)
-and PROB's NORMALIZE total in lanes: checked alone against numpy, on the generated
-module itself (no plan around it), serial and parallel."""
+"""A GEMM step's strided copies (codegen/cpu_gemm.py's strided_copy, the dividing
+strided_copy_divided, plan/gemm._walked) and PROB's NORMALIZE total in ranges of lanes:
+checked alone against numpy, on the generated module itself (no plan around it), serial
+and parallel."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from catbp_jit.codegen.cpu_gemm import LANES, kernel_source
+from catbp_jit.codegen.cpu_gemm import LANES, TOTAL_PARTS, kernel_source
 from catbp_jit.plan.gemm import _c_order, _walked
 from catbp_jit.plan.steps import KernelPattern
 from jit_helpers import settings
@@ -33,10 +34,10 @@ def gemm_module(tmp_path_factory, parallel: bool):
     return MODULES[parallel]
 
 
-def copy_case(sizes, src_order, dst_order):
+def copy_case(sizes, src_order, dst_order, divisor=None):
     """mem holding a source tensor laid out in src_order (its axes outermost first),
     then room for the destination in dst_order; the copy's parameters; the expected
-    destination region."""
+    destination region (each element / divisor, if given)."""
     total = math.prod(sizes)
     src_at, dst_at = 3, 3 + total + 5  # not aligned on purpose
     mem = np.full(dst_at + total + 4, -7.0)
@@ -50,7 +51,8 @@ def copy_case(sizes, src_order, dst_order):
         mem[src_at:], shape=sizes, strides=[8 * s for s in src_strides]
     ).copy()
     want = mem.copy()
-    want[dst_at : dst_at + total] = logical.transpose(dst_order).ravel()
+    moved = logical.transpose(dst_order).ravel()
+    want[dst_at : dst_at + total] = moved if divisor is None else moved / divisor
     return mem, np.array(copy.pack(), dtype=np.int64), want
 
 
@@ -121,4 +123,56 @@ def test_the_normalize_total_adds_in_lanes_in_a_fixed_order(tmp_path_factory, si
     )
     got = module.lane_total(mem, 4, es, size)
     assert got == want
+    assert got == pytest.approx(math.fsum(x), rel=1e-14)
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+@pytest.mark.parametrize(
+    "sizes, src_order, dst_order",
+    [((1771,), (0,), (0,)), ((121, 11), (1, 0), (0, 1)), ((3, 5, 17, 19), (2, 0, 3, 1), (1, 3, 0, 2))],
+)
+def test_a_dividing_copy_divides_each_element_as_it_moves_it(
+    tmp_path_factory, parallel, sizes, src_order, dst_order
+):
+    """The NORMALIZE fused into a GEMM step's copy out: the same division as a pass over
+    the output after the copy would make, element by element (the same bits)."""
+    module = gemm_module(tmp_path_factory, parallel)
+    mem, P, want = copy_case(sizes, src_order, dst_order, divisor=3.7)
+    module.strided_copy_divided(mem, P, 0, 3.7)
+    np.testing.assert_array_equal(mem, want)
+
+
+def lanes_order_total(x) -> float:
+    """x summed in LANES lanes, as in the test above."""
+    whole = len(x) - len(x) % LANES
+    lanes = [0.0] * LANES
+    for o in range(whole):
+        lanes[o % LANES] += x[o]
+    rest = 0.0
+    for o in range(whole, len(x)):
+        rest += x[o]
+    low = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3])
+    return (low + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]))) + rest
+
+
+def parts_order_total(x) -> float:
+    """TOTAL_PARTS ranges of x, each summed in lanes, the ranges' sums added in order."""
+    n = len(x)
+    total = 0.0
+    for c in range(TOTAL_PARTS):
+        total += lanes_order_total(x[n * c // TOTAL_PARTS : n * (c + 1) // TOTAL_PARTS])
+    return total
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+@pytest.mark.parametrize("size, es", [(0, 1), (5, 1), (16, 1), (17, 1), (1001, 1), (4099, 3)])
+def test_the_normalize_total_adds_ranges_of_lanes_in_a_fixed_order(tmp_path_factory, parallel, size, es):
+    """parts_total: the same bits serial and parallel (whatever the thread count), and
+    within rounding of any other order."""
+    module = gemm_module(tmp_path_factory, parallel)
+    rng = np.random.default_rng(size)
+    mem = rng.random(4 + size * es) * 10.0 ** rng.integers(-3, 4, 4 + size * es)
+    x = mem[4 : 4 + size * es : es]
+    got = module.parts_total(mem, 4, es, size)
+    assert got == parts_order_total(list(x))
     assert got == pytest.approx(math.fsum(x), rel=1e-14)

@@ -441,7 +441,7 @@ def _normalize(sr: Semiring, dtype: str, parallel: bool = False, lanes: bool = F
     """NORMALIZE the output in `groups` parts (the batch rows) of `size` elements each,
     part g at out + g * gs, its elements es apart (plan/schedule.py: normalize_groups).
     Its sums run in the elements' order, but with `lanes` a total is the module's
-    lane_total (reassociating GEMM kernels: codegen/cpu_gemm.py); with `parallel` the last
+    parts_total (reassociating GEMM kernels: codegen/cpu_gemm.py); with `parallel` the last
     pass (the division or the subtraction) is shared among the threads."""
     i = "        "
     x = "mem[u(base + o * es)]"  # (u: unsigned, so that LLVM vectorizes the passes)
@@ -456,7 +456,7 @@ def _normalize(sr: Semiring, dtype: str, parallel: bool = False, lanes: bool = F
         return (
             head
             + (
-                [f"{i}total = lane_total(mem, base, es, size)"]
+                [f"{i}total = parts_total(mem, base, es, size)"]
                 if lanes
                 else [f"{i}total = 0.0", f"{i}for o in range(size):", f"{i}    total += {x}"]
             )

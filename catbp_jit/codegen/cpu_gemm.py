@@ -144,8 +144,8 @@ def log_dot(mem, ao, a_t, bo, b_t, oo, M, N, K, w):
 COPY = '''
 
 @njit(cache=True, nogil=True, error_model="numpy"{parallel})
-def strided_copy(mem, P, q):
-    """The copy at P[q:] (abi.py: StridedCopy); returns where the next copy starts. The
+def strided_copy{suffix}(mem, P, q{total}):
+    """The copy at P[q:] (abi.py: StridedCopy){what}; returns where the next copy starts. The
     last two axes are walked in blocks of TILE positions of the one before last (the
     planner puts the destination's densest axis last and the source's before it: a
     transpose then reads and writes whole cache lines), the rows (positions of the axes
@@ -167,12 +167,12 @@ def strided_copy(mem, P, q):
     parts = min(tasks, COPY_PARTS)
     for c in {rows}(parts):
         lo, hi = tasks * c // parts, tasks * (c + 1) // parts
-        copy_part(mem, P, ax, rank, src, dst, lo, hi, blocks, m, ms, md, n, ss, ds)
+        copy_part{suffix}(mem, P, ax, rank, src, dst, lo, hi, blocks, m, ms, md, n, ss, ds{total})
     return last + COPY_AXIS_FIELDS
 
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def copy_part(mem, P, ax, rank, src, dst, lo, hi, blocks, m, ms, md, n, ss, ds):
+def copy_part{suffix}(mem, P, ax, rank, src, dst, lo, hi, blocks, m, ms, md, n, ss, ds{total}):
     """Blocks lo..hi-1: block t is positions TILE * (t % blocks).. of the axis before
     last, in row t // blocks; the rows' odometer counters in `at`."""
     at = carray(stack_leaves_int64(), MAX_LEAVES)
@@ -186,7 +186,7 @@ def copy_part(mem, P, ax, rank, src, dst, lo, hi, blocks, m, ms, md, n, ss, ds):
         dst += i * P[f + 2]
     b = lo % blocks
     for _ in range(lo, hi):
-        copy_block(mem, src, dst, TILE * b, m, ms, md, n, ss, ds)
+        copy_block{suffix}(mem, src, dst, TILE * b, m, ms, md, n, ss, ds{total})
         b += 1
         if b == blocks:  # the next row
             b = 0
@@ -205,7 +205,7 @@ def copy_part(mem, P, ax, rank, src, dst, lo, hi, blocks, m, ms, md, n, ss, ds):
 
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def copy_block(mem, src, dst, i0, m, ms, md, n, ss, ds):
+def copy_block{suffix}(mem, src, dst, i0, m, ms, md, n, ss, ds{total}):
     """Positions i0..i0+TILE-1 of the axis before last in the row at src, dst: where
     both last axes are dense, each position's n elements as one run (a loop LLVM
     vectorizes); else in TILE x TILE tiles."""
@@ -214,15 +214,26 @@ def copy_block(mem, src, dst, i0, m, ms, md, n, ss, ds):
         for i in range(i0, i1):
             s, d = src + i * ms, dst + i * md
             for t in range(n):
-                mem[u(d + t)] = mem[u(s + t)]
+                mem[u(d + t)] = mem[u(s + t)]{divided}
     else:
         for t0 in range(0, n, TILE):
             t1 = min(t0 + TILE, n)
             for i in range(i0, i1):
                 s, d = src + i * ms, dst + i * md
                 for t in range(t0, t1):
-                    mem[u(d + t * ds)] = mem[u(s + t * ss)]
+                    mem[u(d + t * ds)] = mem[u(s + t * ss)]{divided}
 '''
+
+
+def copy_source(parallel: str, rows: str, divided: bool = False) -> str:
+    """strided_copy and its helpers; divided: strided_copy_divided, which divides each
+    element by `total` as it copies it (a PROB NORMALIZE fused into the copy out)."""
+    if divided:
+        names = dict(suffix="_divided", total=", total", divided=" / total", what=", each element / total")
+    else:
+        names = dict(suffix="", total="", divided="", what="")
+    return COPY.format(parallel=parallel, rows=rows, **names)
+
 
 MAX_DOT = '''
 
@@ -326,6 +337,27 @@ def lane_total(mem, base, es, size):
 )
 assert LANES == 8  # (the pairwise sum above is written for 8)
 
+# ... in TOTAL_PARTS ranges of the elements, each summed in lanes, the ranges' sums then
+# added in order: the bits still depend on the sizes alone, and a parallel step's threads
+# share the ranges (one thread's lanes over a 1.77 M-element output: ~0.5 ms)
+TOTAL_PARTS = 16
+assert TOTAL_PARTS <= abi.BUFFER  # (the ranges' sums sit in a stack buffer)
+PARTS_TOTAL = """
+
+@njit(cache=True, nogil=True, error_model="numpy"{parallel})
+def parts_total(mem, base, es, size):
+    \"\"\"Σ of mem[base + o * es] for o < size: TOTAL_PARTS ranges of o, each by lane_total
+    (in the stack's `sums`), their sums added in order.\"\"\"
+    sums = carray(stack_buffer_float64(), BUFFER)
+    for c in {parts}(TOTAL_PARTS):
+        lo, hi = size * c // TOTAL_PARTS, size * (c + 1) // TOTAL_PARTS
+        sums[c] = lane_total(mem, base + lo * es, es, hi - lo)
+    total = 0.0
+    for c in range(TOTAL_PARTS):
+        total += sums[c]
+    return total
+"""
+
 UNSIGNED = (
     "# Indices into mem go through u(): Numba adds a negative-index wraparound to every\n"
     "# signed index, which stops LLVM from seeing that a loop reads consecutive elements.\n"
@@ -366,6 +398,21 @@ _BATCH_OFFSETS = """        oo, ao, bo = P[p + GEMM_C], P[p + GEMM_A], P[p + GEM
 _ENTRY_TAIL = """    for _ in range(n_after):  # the products into the output
         q = strided_copy(mem, P, q)
 """
+# PROB's NORMALIZE of a whole output whose products are copied out of the workspace: the
+# total from the products there (dense, C order), then each element divided by it as the
+# copy writes it, instead of a pass for the total and a pass for the division over the
+# output after the copy (ObjectDetection_11's steps of 1.77 M elements: ~1.2 ms of 3.5)
+_DIVIDED_TAIL = """    G = p + GEMM_HEADER + GEMM_BATCH_FIELDS * nb  # the NORMALIZE groups
+    if n_after == 1 and P[G] == 1 and P[G + 2] == 1:
+        total = parts_total(mem, P[p + GEMM_C], np.int64(1), M * N * n_batch)
+        if P[G + 3] >= 0:  # the total kept as a value of its own (plan/totals.py)
+            mem[P[G + 3]] = total
+        if total != 0.0:
+            strided_copy_divided(mem, P, q, total)
+        else:
+            strided_copy(mem, P, q)
+        return
+"""
 # MAXLOG: each product's rows in `parts` parts of whole tiles, one task each
 MAX_ENTRY_SOURCE = (
     _ENTRY_HEAD
@@ -388,8 +435,7 @@ ENTRY_SOURCE = (
     + _BATCH_OFFSETS.format(rem="rem = t * 1  # a new value: a parallel loop's index must not change")
     + """        {call}
 """
-    + _ENTRY_TAIL
-)
+)  # (then _DIVIDED_TAIL where it applies, and _ENTRY_TAIL)
 # parallel LOGPROB: the batch positions in LOG_PARTS parts, each part's exponentials in a
 # workspace of its own (plan/gemm.py sized the step's workspace for them)
 LOG_PARALLEL_ENTRY_SOURCE = (
@@ -427,7 +473,9 @@ def kernel_source(pattern: KernelPattern) -> str:
     # BLAS sums products: plan/gemm.py makes GEMM steps only where ⊕ adds reals
     assert sr.sums_reals, f"no GEMM kernel for {sr.name}"
     log = sr.reduction == "logsumexp"
+    lanes = pattern.normalize and sr.normalization == "divide_by_total"  # PROB's total (LANE_TOTAL)
     pointers = {"pointer_int64", "pointer_" + pattern.dtype, "stack_leaves_int64", "MAX_LEAVES"}
+    pointers |= {"stack_buffer_float64", "BUFFER"} if lanes else set()  # (parts_total's sums)
     lines = _header(pattern, "⊕_k a[i][k] ⊗ b[k][j]", pointers)
     lines += f"SAFE = {SAFE[pattern.dtype]}\n" if log else ""
     lines += f"TILE = {TILE}  # a copy's tile edge (elements): 16 float64 are two cache lines\n"
@@ -435,9 +483,12 @@ def kernel_source(pattern: KernelPattern) -> str:
     lines += UNSIGNED
     parallel = ", parallel=True" if pattern.parallel else ""
     lines += DOT + (LOG_DOT if log else "")
-    lanes = pattern.normalize and sr.normalization == "divide_by_total"  # PROB's total (LANE_TOTAL)
-    lines += LANE_TOTAL if lanes else ""
-    lines += COPY.format(parallel=parallel, rows="prange" if pattern.parallel else "range")
+    rows = "prange" if pattern.parallel else "range"
+    if lanes:
+        lines += f"TOTAL_PARTS = {TOTAL_PARTS}  # a NORMALIZE total's ranges, summed apart\n"
+        lines += LANE_TOTAL + PARTS_TOTAL.format(parallel=parallel, parts=rows)
+    lines += copy_source(parallel, rows)
+    lines += copy_source(parallel, rows, divided=True) if lanes else ""
     call = (
         "log_dot(mem, ao, P[p + GEMM_A_T], bo, P[p + GEMM_B_T], oo, M, N, K, P[p + GEMM_WORK])"
         if log
@@ -453,6 +504,7 @@ def kernel_source(pattern: KernelPattern) -> str:
             parallel=parallel,
             batches="prange" if pattern.parallel else "range",
         )
+        lines += (_DIVIDED_TAIL if lanes else "") + _ENTRY_TAIL
     if pattern.normalize:
         body = _normalize(sr, pattern.dtype, pattern.parallel, lanes=lanes)
         body[0] = "    G = p + GEMM_HEADER + GEMM_BATCH_FIELDS * nb  # the NORMALIZE groups"
@@ -481,7 +533,7 @@ def max_plus_source(pattern: KernelPattern) -> str:
         for r, at in ((r, f"{r} * COLS + j" if r else "j") for r in range(ROWS))
     )
     lines += MAX_DOT.format(dtype=pattern.dtype, rows_of_a=rows_of_a, max_terms=max_terms)
-    lines += COPY.format(parallel=parallel, rows="prange" if pattern.parallel else "range")
+    lines += copy_source(parallel, "prange" if pattern.parallel else "range")
     if pattern.parallel:
         n_parts = f"min(blocks, max(np.int64(1), -(-{PARTS} // n_batch)))"
         why = f"{PARTS} parts in all at least, for the threads"
