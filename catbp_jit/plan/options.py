@@ -48,12 +48,15 @@ class PlanOptions:
     # first, and reads the copies contiguous (plan/repack.py): a CPU kernel's prologue, so
     # the CUDA target turns it off; bit-identical either way
     repack: bool = True
-    # ... a leaf whose copy has at most this many elements (512 KiB of float64: it stays in
-    # a core's L2 while the step reads it) and whose copied elements the step reads at
-    # least repack_min_reuse times each (so the copy costs little next to what it saves).
-    # Measured, same process: (2^16, 2) against (2^15, 4) ran grid6_d2 6.08 against 6.32
-    # ms, grid4x8 0.69 against 0.71, grid5_d3 322 against 329; a reuse of 8 was slower
-    repack_max_elements: int = 1 << 16
+    # ... a leaf whose copy has at most this many elements (2 MiB of float64, a core's L2
+    # here: the step reads it contiguous, which the hardware prefetches) and whose copied
+    # elements the step reads at least repack_min_reuse times each (so the copy costs
+    # little next to what it saves). Measured, same process: (2^16, 2) against (2^15, 4)
+    # ran grid6_d2 6.08 against 6.32 ms, grid4x8 0.69 against 0.71, grid5_d3 322 against
+    # 329; a reuse of 8 was slower. 2^18 against 2^16 (alternating processes): grid5_d3
+    # 183-186 against 187-188 ms (exact), 227 against 235 (reassociating), LOGPROB 338
+    # against 343-346; grid6_d2 and grid4x8 the same; 2^19 and 2^20 no better
+    repack_max_elements: int = 1 << 18
     repack_min_reuse: int = 2
     # ... in a step of this many terms at least (output elements x reduced elements): below
     # that the repack step's own call costs about what its copies save. chain200's 394
