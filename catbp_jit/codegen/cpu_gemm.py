@@ -403,10 +403,11 @@ _ENTRY_TAIL = """    for _ in range(n_after):  # the products into the output
 # copy writes it, instead of a pass for the total and a pass for the division over the
 # output after the copy (ObjectDetection_11's steps of 1.77 M elements: ~1.2 ms of 3.5)
 _DIVIDED_TAIL = """    G = p + GEMM_HEADER + GEMM_BATCH_FIELDS * nb  # the NORMALIZE groups
-    if n_after == 1 and P[G] == 1 and P[G + 2] == 1:
+    groups, es, totals = P[G], P[G + 2], P[G + 3]
+    if n_after == 1 and groups == 1 and es == 1:
         total = parts_total(mem, P[p + GEMM_C], np.int64(1), M * N * n_batch)
-        if P[G + 3] >= 0:  # the total kept as a value of its own (plan/totals.py)
-            mem[P[G + 3]] = total
+        if totals >= 0:  # the total kept as a value of its own (plan/totals.py)
+            mem[totals] = total
         if total != 0.0:
             strided_copy_divided(mem, P, q, total)
         else:
