@@ -509,6 +509,7 @@ def kernel_source(pattern: KernelPattern) -> str:
     if pattern.normalize:
         body = _normalize(sr, pattern.dtype, pattern.parallel, lanes=lanes)
         body[0] = "    G = p + GEMM_HEADER + GEMM_BATCH_FIELDS * nb  # the NORMALIZE groups"
+        body = body[1:] if lanes else body  # (_DIVIDED_TAIL has placed G)
         lines += "\n".join(["    out = P[p + OUT]", "    n_out = M * N * n_batch"] + body) + "\n"
     return lines
 
