@@ -167,11 +167,17 @@ def _aligned(n: int) -> int:
     return -(-n // 8) * 8  # (64 bytes of float64: each copy's matrix starts a cache line)
 
 
-def gemm_shape(
-    seg: Segment, fused: Fused, layouts: dict[int, TensorSpec], dtype: str, options: PlanOptions
-) -> GemmShape | None:
-    """The matrix product that computes `seg` copying the fewest elements, or None when
-    it is not one (or when options.gemm_copies is off and it needs copies)."""
+def _sizes(spec: TensorSpec) -> dict:
+    return {ax.key: ax.size for ax in spec.axes if ax.size > 1}
+
+
+def _pairwise(
+    seg: Segment, fused: Fused, specs: dict[int, TensorSpec], dtype: str, options: PlanOptions
+) -> tuple[list, list, list, set, dict] | None:
+    """The groups of a pairwise contraction `seg` would be as a matrix product, over the
+    axes of size > 1 (shared, only in leaf 0, only in leaf 1, summed; and their sizes), or
+    None when it cannot be one. Only the sets of axes decide, not their order: the layout
+    pass asks this before layouts exist (may_run_as_gemm)."""
     if (
         options.exact
         or not options.gemm
@@ -180,12 +186,7 @@ def gemm_shape(
         or len(seg.leaves) != 2
     ):
         return None
-    out_l, l0, l1 = (layouts[v] for v in (seg.out,) + seg.leaves)
-
-    def big(spec):
-        return {ax.key: ax.size for ax in spec.axes if ax.size > 1}
-
-    out, a, b = big(out_l), big(l0), big(l1)
+    out, a, b = (_sizes(specs[v]) for v in (seg.out,) + seg.leaves)
     red = {ax.key for ax in seg.red_axes if ax.size > 1}
     if not red or any(
         ax.size != a.get(ax.key, ax.size) or ax.size != b.get(ax.key, ax.size) for ax in seg.red_axes
@@ -205,6 +206,29 @@ def gemm_shape(
         return None
     if m * n * k < MIN_REUSE * (m * k + k * n + m * n):
         return None
+    return shared, only0, only1, red, size
+
+
+def may_run_as_gemm(seg: Segment, fused: Fused, dtype: str, options: PlanOptions) -> bool:
+    """Whether `seg` may become a GEMM step, whatever the layouts: the layout pass lets such
+    readers state no preference (they copy operands into the order they need), and lays
+    values out for every other reader. (MAXLOG's steps also weigh their copies against the
+    loop kernel, which depends on the layouts: they count as may.)"""
+    return _pairwise(seg, fused, fused.specs, dtype, options) is not None
+
+
+def gemm_shape(
+    seg: Segment, fused: Fused, layouts: dict[int, TensorSpec], dtype: str, options: PlanOptions
+) -> GemmShape | None:
+    """The matrix product that computes `seg` copying the fewest elements, or None when
+    it is not one (or when options.gemm_copies is off and it needs copies)."""
+    groups = _pairwise(seg, fused, layouts, dtype, options)
+    if groups is None:
+        return None
+    shared, only0, only1, red, size = groups
+    out_l, l0, l1 = (layouts[v] for v in (seg.out,) + seg.leaves)
+    out, a, b = _sizes(out_l), _sizes(l0), _sizes(l1)  # (in memory order)
+    max_plus = semiring(fused.semiring).is_max
     so, s0, s1 = (c_strides(spec) for spec in (out_l, l0, l1))
     best: GemmShape | None = None
     # both orientations (out = a b, or out^T = b^T a^T), each group's axes in the order of

@@ -13,26 +13,41 @@ out as the unbatched value is. The layout changes addresses only.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..ir.schema import TensorSpec, element_count
-from .fusion import Fused
+from .fusion import Fused, Segment
+
+# A pairwise reduction that cannot be a GEMM step reads its leaves where they lie. For a
+# leaf beyond the last-level cache (2^22 float64 elements, 32 MiB) it states its order:
+# grid5_d3's reassociating plan sums 115 MB products to 531441 outputs of 27 terms each,
+# which read them gathered along the vector in their producer's order (10-19 ms each; a
+# run 201 -> 185 ms). A smaller leaf stays in the order its producer walks: stated for
+# every leaf, UAI 2014's Alchemy_11 (leaves of up to 16 MB) solved in 10.6-10.7 ms
+# against 9.4-9.7
+LARGE_VALUE = 1 << 22
 
 
 def choose_layouts(
-    fused: Fused, batch_key: tuple | None = None, gemm_readers: bool = False
+    fused: Fused, batch_key: tuple | None = None, gemm_reader: Callable[[Segment], bool] | None = None
 ) -> dict[int, TensorSpec]:
-    """gemm_readers: two-leaf reductions may run as GEMM steps (plan/gemm.py), which copy an
-    operand into whatever order they need: they state no preference, and a value no
-    reduction prefers an order for is stored as its producer reads its largest leaf of the
-    same axes (a product then walks both in memory order)."""
+    """gemm_reader: which reductions may run as GEMM steps (plan/gemm.may_run_as_gemm),
+    which copy an operand into whatever order they need: they state no preference (nor do
+    the other pairwise reductions, for leaves under LARGE_VALUE), and a value no reduction
+    prefers an order for is stored as its producer reads its largest leaf of the same axes
+    (a product then walks both in memory order)."""
     outputs = set(fused.outputs.values())
     best: dict[int, tuple] = {}  # value -> (work, segment index)
     for i, seg in enumerate(fused.segments):
-        if not seg.red_axes or (gemm_readers and len(seg.leaves) == 2):
+        if not seg.red_axes or (gemm_reader is not None and gemm_reader(seg)):
             continue
+        pairwise = gemm_reader is not None and len(seg.leaves) == 2
         work = 1
         for ax in tuple(seg.out_spec.axes) + tuple(seg.red_axes):
             work *= ax.size if ax.key != batch_key else 1
         for leaf in seg.leaves:
+            if pairwise and element_count(fused.specs[leaf]) < LARGE_VALUE:
+                continue  # (below: stored as its producer reads its leaves)
             if fused.kinds[leaf] == "computed" and leaf not in outputs:
                 if leaf not in best or work > best[leaf][0]:
                     best[leaf] = (work, i)
@@ -48,7 +63,7 @@ def choose_layouts(
     for v, (_, i) in best.items():
         seg = fused.segments[i]
         store(v, list(seg.out_spec.keys) + [ax.key for ax in seg.red_axes])
-    if gemm_readers:  # (segments in order: a leaf's layout is settled before its reader's)
+    if gemm_reader is not None:  # (segments in order: a leaf's layout is settled before its reader's)
         for seg in fused.segments:
             v = seg.out
             if v in best or v in outputs or seg.red_axes or fused.kinds.get(v) != "computed":

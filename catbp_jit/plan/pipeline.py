@@ -15,6 +15,7 @@ codegen/cuda.py) and a session binds its memory by reading `bindings` alone.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from ..ir.ops import Program
@@ -26,7 +27,7 @@ from ..semiring import VMSemiringRuntime, semiring
 from .arena import MemoryPlan, plan_memory
 from .fusion import Fused, fuse
 from .gc_paused import gc_paused
-from .gemm import GEMM_DTYPES, gemm_workspace
+from .gemm import GEMM_DTYPES, gemm_workspace, may_run_as_gemm
 from .graph import FACTOR, SELECTOR, SLOT_IN, UNIT, Graph, build_graph
 from .hoist import hoist_prefixes
 from .layout import choose_layouts
@@ -134,7 +135,8 @@ def plan(
     gemm_readers = (
         not options.exact and options.gemm and sr.dtype.name in GEMM_DTYPES and semiring(sr.name).sums_reals
     )
-    layouts = choose_layouts(fused, batch_key, gemm_readers)
+    gemm_reader = partial(may_run_as_gemm, fused=fused, dtype=sr.dtype.name, options=options)
+    layouts = choose_layouts(fused, batch_key, gemm_reader if gemm_readers else None)
     fused, n_static = static_first(fused, static)
     persistent = persistent_values(fused, n_static)
 
