@@ -66,6 +66,9 @@ class PlanOptions:
     # multiply a product's first leaves apart when they hold few of its axes
     # (plan/hoist.py); bit-identical either way
     hoist: bool = True
+    # a segment that computes what an earlier one did, in another axis order, is not
+    # computed again (plan/permuted.py); bit-identical either way
+    twins: bool = True
     # a step whose output has at least this many bytes and is written contiguous along its
     # vector writes it with non-temporal stores (abi.STREAMED): whole lines, not read from
     # memory first. About the last-level cache of a server (32 MiB here): a smaller output

@@ -2,7 +2,7 @@
 
     validate -> build_graph -> optimize -> fuse -> hoist_prefixes (exact, and MAXLOG) or
     reassociate, then (not exact) split_reductions, when asked, and normalize_totals ->
-    choose_layouts -> static_first -> plan_memory
+    share_permuted -> choose_layouts -> static_first -> plan_memory
     (with the workspace of GEMM steps' copies and of repacked leaves, plan/repack.py)
     -> build_schedule (GEMM steps, plan/gemm.py, else loop kernels) -> with_tracks (where the
     segments run in tracks, plan/tracks.py, whose estimate plan_memory took), and the binding
@@ -33,6 +33,7 @@ from .hoist import hoist_prefixes
 from .layout import choose_layouts
 from .options import PlanOptions
 from .passes import optimize
+from .permuted import share_permuted
 from .reassociate import reassociate
 from .schedule import Schedule, SegmentLoops, build_schedule, loop_segments, repack_workspace
 from .split import split_reductions
@@ -128,6 +129,8 @@ def plan(
         if options.split_reductions:  # few outputs, many terms: partial sums (plan/split.py)
             fused = split_reductions(fused, batch_key, options.split_min_terms)
         fused = normalize_totals(fused, batch_key)  # a NORMALIZE writes its total (plan/totals.py)
+    if options.twins:  # what an earlier segment computed, in another axis order (plan/permuted.py)
+        fused = share_permuted(fused)
     # layouts first: they break ties by program order, and must not depend on `static`
     say(f"planning: memory and layouts of {len(fused.segments):,} segments")
     # (where two-leaf reductions may be GEMM steps, which copy operands into the order they
