@@ -22,6 +22,7 @@ from catbp_jit.bundle import load_bundle
 from catbp_jit.executable import plan
 from catbp_jit.plan.arena import plan_memory
 from catbp_jit.plan.fusion import Fused, Segment
+from catbp_jit.plan.permuted import share_permuted
 from catbp_jit.plan.reassociate import reassociate
 from conftest import CORPUS
 from jit_helpers import (
@@ -128,6 +129,35 @@ def test_own_axes_stored_outermost_are_carried_into_the_product():
         [seg], specs, {0: "factor", 1: "factor", 2: "computed"}, {0: 0, 1: 1}, {("out",): 2}, "PROB"
     )
     assert reassociate(fused).segments == [seg]  # one pairwise step: the segment itself
+
+
+def summed_alike_fused(d: TensorSpec) -> Fused:
+    """v3 = a ⊗ b over (I, J, K), a workspace value with two readers, each keeping (I, J):
+    out4 = Σ_k c[i] v3[i, j, k] and out5 = Σ_k d v3[i, j, k]."""
+    specs = {0: spec(I, J, K), 1: spec(I, J, K), 2: spec(I), 6: d, 3: spec(I, J, K)}
+    specs[4] = specs[5] = spec(I, J)
+    product = Segment(3, specs[3], (), (0, 1), False, False, (3,))
+    first = Segment(4, specs[4], (K,), (2, 3), True, False, (4,))
+    second = Segment(5, specs[5], (K,), (6, 3), True, False, (5,))
+    kinds = {v: "factor" for v in (0, 1, 2, 6)} | {3: "computed", 4: "computed", 5: "computed"}
+    return Fused([product, first, second], specs, kinds, {}, {("x",): 4, ("y",): 5}, "PROB")
+
+
+def test_a_value_its_readers_all_sum_alike_is_summed_alone():
+    """Both readers sum v3's private K out (d = (I, J) lacks it too): K alone first in
+    each reader's path, the same sum, computed once (here the paths' intermediates are
+    shared as they are; in other axis orders plan/permuted.py shares them)."""
+    out = share_permuted(reassociate(summed_alike_fused(spec(I, J))))
+    (total,) = [s for s in out.segments if s.leaves == (3,)]
+    assert [a.key for a in total.red_axes] == [K.key]
+    assert {s.out for s in out.segments if total.out in s.leaves} == {4, 5}
+
+
+def test_a_value_its_readers_sum_otherwise_is_carried_into_the_product():
+    """d = (I, K) has K: v3 has no private axis in the second reader, which the first
+    sums K from: not alike, and v3's layout is not known yet (two readers)."""
+    out = reassociate(summed_alike_fused(spec(I, K)))
+    assert not [s for s in out.segments if s.leaves == (3,)]
 
 
 def test_left_alone_when_it_does_not_pay():
