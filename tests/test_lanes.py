@@ -81,3 +81,37 @@ def test_lanes_give_the_bits_of_the_sums_across_outputs(reduction, block, chunks
     want, got = np.asarray(ref[("x",)][0]), results["reduced"][("x",)]
     # numpy sums pairwise, the kernels in order: the last bits may differ
     assert np.allclose(got, want, rtol=1e-12, atol=0), (got, want)
+
+
+@settings(max_examples=30, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(reductions(), st.booleans(), st.sampled_from([16, 256]), st.sampled_from([1, 3]), st.integers(0, 3))
+def test_one_leaf_in_a_row_is_summed_where_it_lies(reduction, shuffled, block, chunks, seed):
+    """out = Σ_r f[o, r]: where f's reduced axes are its innermost and the vector holds
+    them all, each lane adds its terms straight from f (no buffer): the same bits."""
+    out_axes, axes, _ = reduction
+    stored = list(np.random.default_rng(seed).permutation(axes)) if shuffled else axes
+    specs = {0: TensorSpec(tuple(stored))}
+    ins = (
+        Instruction(OpCode.LOAD_FACTOR, 0, {"factor_id": 0}),
+        Instruction(OpCode.ELIMINATE, 1, {"src": 0, "keep_keys": tuple(a.key for a in out_axes)}),
+        Instruction(OpCode.STORE_SLOT, None, {"slot": ("x",), "src": 1}),
+    )
+    program = Program(ins, "upward")
+    sr = catbp_jit.make_semiring("PROB", "float64")
+    values = random_factors(specs, sr, seed=seed, zeros=0.2)
+    results = {}
+    for across in ("reduced", "outputs"):
+        work = 1 if chunks > 1 else 1 << 22
+        options = PlanOptions(across=across, block=block, chunks=chunks, parallel_min_work=work)
+        exe = catbp_jit.compile(program, sr, factor_specs=specs, mode="loop", options=options)
+        (step,) = [s for s in exe.schedule.steps if s.pattern.reduce]
+        if across == "reduced":
+            p = step.params
+            whole = p.block_axes == p.red_rank and p.accesses[0].kind == abi.CONTIGUOUS
+            event(f"summed where it lies: {whole}")
+        got = session_results(exe.bind(), catbp_jit_inputs(values))
+        results[across] = {slot: value for slot, (value, _) in got.items()}
+    if step.pattern.vector == "outputs":
+        assert_same_bits(results["reduced"], results["outputs"], "lanes vs across outputs")
+    ref = run_program(program, sr, lambda f: (values[f], specs[f]), lambda s: None)
+    assert np.allclose(results["reduced"][("x",)], np.asarray(ref[("x",)][0]), rtol=1e-12, atol=0)

@@ -30,6 +30,7 @@ from catbp_jit.plan.loops import (
     lines_per_term,
     loop_nest,
     set_conflicts,
+    whole_lanes,
 )
 from catbp_jit.plan.options import PlanOptions
 from jit_helpers import catbp_jit_inputs, random_factors, session_results
@@ -455,3 +456,12 @@ def test_a_vector_across_both_gives_the_bits_of_the_others(semiring, dtype):
         assert np.allclose(got, want, rtol=1e-12 if want.dtype == np.float64 else 1e-5, atol=0), (got, want)
     else:
         assert np.array_equal(got, want)
+
+
+def test_a_kernel_in_lanes_sums_one_big_leaf_where_it_lies():
+    """Σ_r x[o, r], 27 terms in a row per output: beyond the caches, a kernel that sums in
+    lanes reads them in place (whole_lanes) rather than across outputs with a stride of 27;
+    in the caches, and without lanes, it stays across outputs."""
+    for outputs, lanes, whole in ((65536, True, True), (65536, False, False), (4096, True, False)):
+        nest = loop_nest([outputs, 27], [0, 1], [[1, 0], [27, 1]], True, 1, 256, True, None, False, lanes)
+        assert whole_lanes(nest) == whole and (nest.across == "reduced") == whole, (outputs, lanes)

@@ -179,6 +179,15 @@ def _lanes_reduction(ind: str) -> list[str]:
         f"{pad}        buf[g * PIECE + v] = 0.0",
     ]
     lines += [
+        f"{pad}if whole:  # each lane's terms in a row in memory: added where they lie",
+        f"{pad}    for g in range(m, LANES):",
+        f"{pad}        lane_base[g * MAX_LEAVES] = lane_base[0]  # (not stored)",
+    ]
+    lines += [f"{pad}    b{g} = lane_base[{f'{g} * MAX_LEAVES' if g else 0}]" for g in range(abi.LANES)]
+    lines += [f"{pad}    for v in range(V):"]
+    lines += [f"{pad}        {s} += mem[u(b{g} + v)]" for g, s in enumerate(sums)]
+    lines += [f"{pad}else:"]
+    sweep = [
         f"{pad}for d in range(R, top):",
         f"{pad}    P[idx + d] = 0",
         f"{pad}for l in range(K):",
@@ -191,12 +200,13 @@ def _lanes_reduction(ind: str) -> list[str]:
         f"{pad}                cur[l] = lane_base[g * MAX_LEAVES + l] + red[l]",
         f"{pad}            lane = buf[g * PIECE : (g + 1) * PIECE]",
     ]
-    lines += _product(pad + "            ", "cur", "lane")
+    sweep += _product(pad + "            ", "cur", "lane")
     piece = ["v"] + [f"{g} * PIECE + v" if g > 1 else "PIECE + v" for g in range(1, abi.LANES)]
-    lines += [f"{pad}        for v in range(n):"]
-    lines += [f"{pad}            {s} += buf[{at}]" for s, at in zip(sums, piece)]
-    lines += _advance(pad + "    ", "R", "top - 1", "red", out=False)
-    lines += [f"{pad}    if d < R:", f"{pad}        break"]
+    sweep += [f"{pad}        for v in range(n):"]
+    sweep += [f"{pad}            {s} += buf[{at}]" for s, at in zip(sums, piece)]
+    sweep += _advance(pad + "    ", "R", "top - 1", "red", out=False)
+    sweep += [f"{pad}    if d < R:", f"{pad}        break"]
+    lines += ["    " + line for line in sweep]
     lines += [f"{pad}mem[outs[0]] = s0"]
     for g, s in enumerate(sums[1:], 1):
         lines += [f"{pad}if m > {g}:", f"{pad}    mem[outs[{g}]] = {s}"]
@@ -625,6 +635,8 @@ def kernel_source(pattern: KernelPattern) -> str:
             "        d -= 1",
             "    if 2 * group <= LANES:",
             "        group = np.int64(LANES)",
+            "    # one CONTIGUOUS leaf and a vector of every reduced axis: no buf, no sweep",
+            "    whole = K == 1 and P[p + BLOCK_AXES] == D - R and P[A] == CONTIGUOUS",
         ]
     if across_outputs or across_both:
         acc = _accumulator_type(sr, pattern.dtype)

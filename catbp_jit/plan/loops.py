@@ -135,6 +135,7 @@ def loop_nest(
     parallel: bool,
     across: str | None = None,
     small_by_cost: bool = False,
+    lanes: bool = False,
 ) -> LoopNest:
     """The loop nest of a segment in canonical form (plan/schedule.canonical_loops), its
     reduced axes in the order given (C order over them is the order of each sum's terms).
@@ -145,7 +146,7 @@ def loop_nest(
     (ACROSS_REDUCED, ACROSS_OUTPUTS, or ACROSS_BOTH where the nest has one, else
     ACROSS_OUTPUTS; None: the cheapest by nest_cost); small_by_cost: a reduction of fewer
     than SMALL_REDUCTION terms is decided by the cost too (else it stays across reduced
-    axes)."""
+    axes); lanes: the kernel sums across reduced axes in lanes (nest_cost)."""
     if not sizes:
         sizes, groups, operands = [1], [0], [op + [0] for op in operands]
     out_rank = groups.count(0)
@@ -183,21 +184,42 @@ def loop_nest(
     # ms per run (its 27-output reductions of a 115 MB leaf, 29 -> 25 ms each) and cost
     # its cold start a kernel more (8.0 -> 10.2 s, over the 20% that compile time may
     # grow); on cached leaves it gathers more than the others and was no faster
-    return min((across_reduced, across_outputs), key=lambda nest: nest_cost(nest, main))
+    return min((across_reduced, across_outputs), key=lambda nest: nest_cost(nest, main, lanes))
 
 
-def nest_cost(nest: LoopNest, main: int) -> float:
+def nest_cost(nest: LoopNest, main: int, lanes: bool = False) -> float:
     """Cost per term of a reducing nest across reduced axes or across outputs (for
-    choosing between them); main: the biggest leaf, whose cache lines it counts."""
+    choosing between them); main: the biggest leaf, whose cache lines it counts; lanes:
+    the kernel sums across reduced axes in lanes (steps.KernelPattern.sums_in_lanes)."""
     positions = nest.vector_positions()
     columns = [[op[d] for d in positions] for op in nest.operands]
     columns[0] = [0] * len(positions)  # the output is written once per sum, not per term:
     store = STORE_COST[nest.access(0).kind] if nest.across != ACROSS_REDUCED else 0.0
     terms = prod(n for n, g in zip(nest.sizes, nest.groups) if g == 1)
-    cost = vector_cost(nest.vector_sizes(), columns) + SUM_COST[nest.across] + store / terms
+    if lanes and whole_lanes(nest) and _elements(nest.sizes, nest.operands[main]) > CACHED_ELEMENTS:
+        cost = ACCESS_COST[abi.CONTIGUOUS] + (SUM_COST[ACROSS_REDUCED] + VECTOR_COST / terms) / abi.LANES
+    else:
+        cost = vector_cost(nest.vector_sizes(), columns) + SUM_COST[nest.across] + store / terms
     if _elements(nest.sizes, nest.operands[main]) > CACHED_ELEMENTS:
         cost += LINE_COST * lines_per_term(nest, main)
     return cost + CONFLICT_COST * sum(set_conflicts(nest, i) for i in range(1, len(nest.operands)))
+
+
+def whole_lanes(nest: LoopNest) -> bool:
+    """A sum in lanes of one leaf CONTIGUOUS along a vector of every reduced axis: each
+    lane adds its terms where they lie in memory, no buffer, no sweep (codegen/cpu.py,
+    _lanes_reduction). grid5_d3's reassociating sums of a 115 MB belief to 531441
+    outputs of 27 terms: 6.0-6.5 ms, against 10.4 across outputs (a stride of 27 along
+    the vector) and 11.8 through the buffer. Counted so for a leaf beyond the caches
+    only: on cached ones (grid6_d2, grid4x8_d2: sums of 8-64 terms) the sums across
+    outputs stayed faster (reassociating runs 1.40 -> 1.57 ms and 206 -> 236 us with
+    whole lanes chosen there too)."""
+    return (
+        nest.across == ACROSS_REDUCED
+        and len(nest.operands) == 2
+        and nest.nb == len(nest.sizes) - nest.out_rank
+        and nest.access(1).kind == abi.CONTIGUOUS
+    )
 
 
 def set_conflicts(nest: LoopNest, i: int) -> float:

@@ -131,6 +131,7 @@ def segment_loops(
         space >= options.parallel_min_work,
         options.across,
         small_by_cost,
+        KernelPattern(fused.semiring, dtype, True, False, False, ACROSS_REDUCED).sums_in_lanes,
     )
     n_out = int(np.prod(nest.sizes[: nest.out_rank], dtype=np.int64))
     n_red = int(np.prod(nest.sizes[nest.out_rank :], dtype=np.int64))
