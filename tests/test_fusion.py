@@ -7,6 +7,7 @@ import pytest
 
 import catbp_jit
 from catbp_jit import Axis, AxisType, Instruction, OpCode, Program, TensorSpec
+from catbp_jit.ir.schema import element_count
 from catbp_jit.ir.validate import check_programs
 from catbp_jit.plan.fusion import fuse
 from catbp_jit.plan.graph import build_graph
@@ -95,4 +96,46 @@ def test_a_small_product_of_four_leaves_is_recomputed_by_its_readers_a_big_one_w
     want = catbp_jit.reference.run_program(prog, sr, lambda f: (values[f], specs[f]), {}.get)
     got = catbp_jit.compile([prog], sr, factor_specs=specs).bind().run(factors=values)
     for slot in (("r",), ("s",)):
+        assert np.array_equal(got[slot][0].view(np.uint8), want[slot][0].view(np.uint8)), slot
+
+
+def broadcast_readers(store_product: bool) -> tuple[Program, dict[int, TensorSpec]]:
+    """p = a[x] ⊗ b[y] broadcast over (x, y, z, w) (over 2^18 elements, 8 times its
+    inputs' at least), read first by four reductions, each multiplying a leaf of its own:
+    r_i = ⊕ p ⊗ c_i. Stored in a slot, p is written (a slot's value always is)."""
+    X, Y, Z, W = Axis(0, G, 9), Axis(1, G, 9), Axis(2, G, 81), Axis(3, G, 81)
+    big = TensorSpec((X, Y, Z, W))
+    specs = {0: TensorSpec((X,)), 1: TensorSpec((Y,))}
+    specs.update({2 + i: TensorSpec(axes) for i, axes in enumerate(((Z,), (W,), (Z, W), (X, W)))})
+    ins = [Instruction(OpCode.LOAD_FACTOR, f, {"factor_id": f}) for f in specs]
+    ins.append(Instruction(OpCode.CONTRACT, 6, {"inputs": (0, 1), "out_spec": big}))
+    for i, keep in enumerate(((X,), (Y,), (Z,), (W,))):
+        ins += [
+            Instruction(OpCode.CONTRACT, 7 + 2 * i, {"inputs": (6, 2 + i), "out_spec": big}),
+            Instruction(
+                OpCode.ELIMINATE, 8 + 2 * i, {"src": 7 + 2 * i, "keep_keys": tuple(a.key for a in keep)}
+            ),
+            Instruction(OpCode.STORE_SLOT, None, {"slot": (f"r{i}",), "src": 8 + 2 * i}),
+        ]
+    if store_product:
+        ins.append(Instruction(OpCode.STORE_SLOT, None, {"slot": ("p",), "src": 6}))
+    return Program(tuple(ins), "upward"), specs
+
+
+def test_a_big_broadcast_of_small_inputs_is_recomputed_by_all_its_readers():
+    sr = catbp_jit.make_semiring("PROB")
+    prog, specs = broadcast_readers(False)
+    exe = catbp_jit.compile([prog], sr, factor_specs=specs)
+    stored_prog, _ = broadcast_readers(True)
+    stored = catbp_jit.compile([stored_prog], sr, factor_specs=specs)
+
+    def written(e) -> list:  # the sizes of the values segments write
+        return sorted(element_count(s.out_spec) for s in e.plan.fused.segments)
+
+    assert max(written(exe)) < 9 * 9 * 81 * 81 == max(written(stored))  # (a ⊗ b hoisted: 81)
+    rng = np.random.default_rng(2)
+    values = {f: rng.uniform(0.1, 3.0, s.shape) for f, s in specs.items()}
+    got, want = exe.bind().run(factors=values), stored.bind().run(factors=values)
+    for i in range(4):  # the same products, the same sums: the same bits
+        slot = (f"r{i}",)
         assert np.array_equal(got[slot][0].view(np.uint8), want[slot][0].view(np.uint8)), slot
