@@ -1,0 +1,90 @@
+"""plan/folded.py: a product whose one reader sums it alone is computed inside that sum,
+never written; the same bits as with the product written (exact mode, kernels and numpy
+tier), and the reassociating mode within its tolerance."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import catbp_jit
+from catbp_jit import Axis, AxisType, Instruction, OpCode, Program, TensorSpec
+from catbp_jit.plan.folded import fold_sums
+from catbp_jit.plan.fusion import Fused, Segment
+from catbp_jit.plan.options import PlanOptions
+from jit_helpers import assert_same_bits, session_results
+from random_programs import Inputs
+
+G = AxisType.GEOMETRIC
+I, J, K, L = Axis(0, G, 6), Axis(1, G, 5), Axis(2, G, 7), Axis(3, G, 3)  # noqa: E741 (index letters)
+
+
+def pair(reader_leaves: tuple, red: tuple, slot: bool = False) -> Fused:
+    """v2 = v0 ⊗ v1 over (I, J, K), then v3 = Σ_red of reader_leaves."""
+    specs = {0: TensorSpec((I, K)), 1: TensorSpec((J, K)), 2: TensorSpec((I, J, K)), 4: TensorSpec((I, J))}
+    kept = tuple(ax for ax in (I, J, K) if ax not in red)
+    specs[3] = TensorSpec(kept)
+    segments = [
+        Segment(2, specs[2], (), (0, 1), False, False, (2,)),
+        Segment(3, specs[3], red, reader_leaves, True, False, (3,)),
+    ]
+    kinds = {0: "factor", 1: "factor", 4: "factor", 2: "computed", 3: "computed"}
+    outputs = {("s",): 3} | ({("p",): 2} if slot else {})
+    return Fused(segments, specs, kinds, {}, outputs, "PROB")
+
+
+def test_a_product_summed_alone_by_its_one_reader_is_folded():
+    out = fold_sums(pair((2,), (K,)), 8)
+    (seg,) = out.segments
+    assert seg.out == 3 and seg.leaves == (0, 1) and [ax.key for ax in seg.red_axes] == [K.key]
+    assert seg.nodes == (2, 3) and 2 not in out.specs and 2 not in out.kinds
+
+
+@pytest.mark.parametrize(
+    "reader, red, slot, leaves",
+    [
+        ((2, 4), (K,), False, 8),  # the sum multiplies another leaf: a product of its own
+        ((2,), (K,), True, 8),  # the product is a slot result: written anyway
+        ((2,), (K,), False, 1),  # its leaves would be more than a segment may multiply
+    ],
+)
+def test_otherwise_it_is_written(reader, red, slot, leaves):
+    fused = pair(reader, red, slot)
+    assert fold_sums(fused, leaves) is fused
+
+
+def product_read_by_twins() -> tuple[Program, dict]:
+    """p = a ⊗ b over (I, J, L, K), read by four sums over K kept in four orders (more
+    readers than fusion recomputes a product for: p is written). The sums are twins
+    (plan/permuted.py): one is computed, and p then has one reader."""
+    specs = {0: TensorSpec((I, L, K)), 1: TensorSpec((J, K))}
+    ins = [Instruction(OpCode.LOAD_FACTOR, f, {"factor_id": f}) for f in specs]
+    ins.append(Instruction(OpCode.CONTRACT, 2, {"inputs": (0, 1), "out_spec": TensorSpec((I, J, L, K))}))
+    for n, keep in enumerate(((I, J, L), (J, I, L), (L, I, J), (I, L, J))):
+        ins.append(Instruction(OpCode.ELIMINATE, 3 + n, {"src": 2, "keep_keys": tuple(a.key for a in keep)}))
+        ins.append(Instruction(OpCode.STORE_SLOT, None, {"slot": (f"s{n}",), "src": 3 + n}))
+    return Program(tuple(ins), "upward"), specs
+
+
+@pytest.mark.parametrize("semiring", ["PROB", "LOGPROB"])
+def test_a_folded_product_gives_the_bits_of_the_written_one(semiring):
+    prog, specs = product_read_by_twins()
+    sr = catbp_jit.make_semiring(semiring)
+    folded = catbp_jit.compile([prog], sr, factor_specs=specs)
+    written = catbp_jit.compile([prog], sr, factor_specs=specs, options=PlanOptions(twins=False))
+    assert len(written.plan.fused.segments) == 5  # the product, then four sums of it
+    sums = [seg for seg in folded.plan.fused.segments if seg.red_axes]
+    assert [seg.leaves for seg in sums] == [(0, 1)]  # the product folded into the one sum
+    assert len(folded.plan.fused.segments) == 4  # and three copies in the slots' orders
+    rng = np.random.default_rng(4)
+    values = {f: rng.uniform(0.1, 2.0, s.shape) for f, s in specs.items()}
+    if semiring == "LOGPROB":
+        values = {f: np.log(x) for f, x in values.items()}
+    inputs = Inputs(values, {}, {})
+
+    def bits(exe, **bind) -> dict:
+        return {k: v for k, (v, _) in session_results(exe.bind(**bind), inputs).items()}
+
+    want = bits(written)
+    assert_same_bits(want, bits(folded), "kernels")
+    assert_same_bits(want, bits(folded, numpy_only=True), "numpy tier")
