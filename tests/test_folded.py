@@ -9,7 +9,7 @@ import pytest
 
 import catbp_jit
 from catbp_jit import Axis, AxisType, Instruction, OpCode, Program, TensorSpec
-from catbp_jit.plan.folded import fold_sums
+from catbp_jit.plan.folded import fold_products
 from catbp_jit.plan.fusion import Fused, Segment
 from catbp_jit.plan.options import PlanOptions
 from jit_helpers import assert_same_bits, session_results
@@ -34,23 +34,58 @@ def pair(reader_leaves: tuple, red: tuple, slot: bool = False) -> Fused:
 
 
 def test_a_product_summed_alone_by_its_one_reader_is_folded():
-    out = fold_sums(pair((2,), (K,)), 8)
+    out = fold_products(pair((2,), (K,)), 8)
     (seg,) = out.segments
     assert seg.out == 3 and seg.leaves == (0, 1) and [ax.key for ax in seg.red_axes] == [K.key]
     assert seg.nodes == (2, 3) and 2 not in out.specs and 2 not in out.kinds
 
 
+def chain(reader_leaves: tuple, product_space: tuple = (I, J, K)) -> Fused:
+    """v2 = v0 ⊗ v1 over product_space, then v3 = the product of reader_leaves over
+    (I, J, K), nothing summed."""
+    specs = {0: TensorSpec((I, K)), 1: TensorSpec((J, K)), 4: TensorSpec((I, J, K))}
+    specs[2], specs[3] = TensorSpec(product_space), TensorSpec((I, J, K))
+    segments = [
+        Segment(2, specs[2], (), (0, 1), False, False, (2,)),
+        Segment(3, specs[3], (), reader_leaves, False, False, (3,)),
+    ]
+    kinds = {0: "factor", 1: "factor", 4: "factor", 2: "computed", 3: "computed"}
+    return Fused(segments, specs, kinds, {}, {("s",): 3}, "PROB")
+
+
+def test_a_product_read_first_by_its_one_reader_is_folded_in_either_mode():
+    """((v0 ⊗ v1) ⊗ v4) is the order written: the same bits."""
+    for regroup in (False, True):
+        (seg,) = fold_products(chain((2, 4)), 8, regroup).segments
+        assert seg.leaves == (0, 1, 4) and not seg.red_axes
+
+
+def test_a_product_read_second_is_folded_where_products_may_be_regrouped():
+    fused = chain((4, 2))
+    assert fold_products(fused, 8) is fused  # exact: v4 ⊗ (v0 ⊗ v1) is another order
+    (seg,) = fold_products(fused, 8, regroup=True).segments
+    assert seg.leaves == (0, 1, 4)
+
+
+def test_a_small_product_its_reader_broadcasts_stays():
+    """v0 ⊗ v1 over (I, K), a quarter of the reader's space or less: recomputed at every J,
+    it is the hoisted prefix plan/hoist.py made, kept."""
+    fused = chain((2, 4), product_space=(I, K))
+    fused.specs[1] = TensorSpec((K,))
+    assert fold_products(fused, 8, regroup=True) is fused
+
+
 @pytest.mark.parametrize(
     "reader, red, slot, leaves",
     [
-        ((2, 4), (K,), False, 8),  # the sum multiplies another leaf: a product of its own
+        ((2, 4), (K,), False, 8),  # a sum of it and another leaf: reassociate.py's pairwise step
         ((2,), (K,), True, 8),  # the product is a slot result: written anyway
         ((2,), (K,), False, 1),  # its leaves would be more than a segment may multiply
     ],
 )
 def test_otherwise_it_is_written(reader, red, slot, leaves):
     fused = pair(reader, red, slot)
-    assert fold_sums(fused, leaves) is fused
+    assert fold_products(fused, leaves) is fused
 
 
 def product_read_by_twins() -> tuple[Program, dict]:

@@ -1,15 +1,22 @@
-"""Folded sums: a product whose one reader sums it alone is computed inside that sum.
+"""Folded products: a product with one reader is computed inside that reader.
 
-fuse() computes a CONTRACT inside the ELIMINATE that reads it, so in the graph as written
-a product read by one sum is never written. Later passes make new such pairs: the
-reassociating mode's contraction paths end a clique's product where its readers' sums of
-its private axes begin (plan/reassociate.py), and once twin sums are computed once
-(plan/permuted.py) the product may have one reader left. Written out, it costs a pass
-over memory and a read back (grid5_d3: 38 MB products, each summed by one step).
+fuse() computes a CONTRACT inside the ELIMINATE that reads it, and a CONTRACT read first
+by its one reader inside that reader, so in the graph as written such a product is never
+written. Later passes make new such pairs: the reassociating mode's contraction paths end
+a clique's product where its readers' sums of its private axes begin, or build a product
+in pairwise steps whose intermediates are as large as the result (plan/reassociate.py),
+and once twin sums are computed once (plan/permuted.py) a product may have one reader
+left. Written out, such a product costs a pass over memory and a read back (grid5_d3:
+115 MB and 38 MB products).
 
-Folding multiplies the product's leaves, in their order, inside the sum's loop, and the
-sum adds its terms in its reduced axes' order as before: each term is the same product,
-each sum the same sum, so the bits are the same in both modes.
+Folded: the product's leaves are multiplied, in their order, first in the reader's loop,
+which then multiplies its other leaves and sums as before. Where the product was the
+reader's first leaf (or its only one, summed), each term is the same product and each
+sum the same sum: the same bits in both modes. Where products may be regrouped (the
+reassociating mode), a product read in another place is folded too (rounding only). A
+sum of the product and other leaves is left as the path optimizer chose it, and so is a
+product much smaller than its reader's loop space (RECOMPUTED), which the reader
+broadcasts: that is what hoisting (plan/hoist.py) makes on purpose.
 """
 
 from __future__ import annotations
@@ -17,10 +24,18 @@ from __future__ import annotations
 from dataclasses import replace
 from math import prod
 
+from ..ir.schema import element_count
 from .fusion import Fused, Segment
 
+# a product is folded into a reader whose loop space is at most this many times its own
+# (so each element is recomputed a few times at most)
+RECOMPUTED = 4
 
-def fold_sums(fused: Fused, max_leaves: int) -> Fused:
+
+def fold_products(fused: Fused, max_leaves: int, regroup: bool = False) -> Fused:
+    """regroup: products may be regrouped (the reassociating mode, where the semiring allows
+    it: plan/reassociate.py), so a product read by one product but not first may be folded
+    into it too."""
     outputs = set(fused.outputs.values())
     readers: dict[int, list[int]] = {}
     for i, seg in enumerate(fused.segments):
@@ -28,20 +43,37 @@ def fold_sums(fused: Fused, max_leaves: int) -> Fused:
             readers.setdefault(leaf, []).append(i)
     segments: list[Segment | None] = list(fused.segments)
     gone: set[int] = set()
-    for i, product in enumerate(fused.segments):
-        if product.red_axes or product.reduce or product.normalize or product.total is not None:
+    for i in range(len(segments)):
+        product = segments[i]  # (as folded into so far: products of products fold in turn)
+        if product is None or product.red_axes or product.reduce or product.normalize:
+            continue
+        if product.total is not None:
             continue
         if product.out in outputs or len(readers.get(product.out, [])) != 1:
             continue
         (j,) = readers[product.out]
-        total = segments[j]
-        if total is None or total.leaves != (product.out,) or prod(ax.size for ax in total.red_axes) < 2:
+        reader = segments[j]
+        if reader is None or reader.leaves.count(product.out) != 1:
             continue
-        if len(product.leaves) > max_leaves:
+        rest = tuple(leaf for leaf in reader.leaves if leaf != product.out)
+        if len(product.leaves) + len(rest) > max_leaves:
             continue
-        segments[j] = replace(total, leaves=product.leaves, reduce=True, nodes=product.nodes + total.nodes)
+        if reader.leaves == (product.out,):
+            if prod(ax.size for ax in reader.red_axes) < 2:
+                continue  # (a copy)
+        elif reader.red_axes:
+            continue  # a product summed with other leaves: plan/reassociate.py's choice
+        elif reader.leaves[0] != product.out and not regroup:
+            continue  # (exact: only (p0 ⊗ p1) ⊗ r... is the order written)
+        space = prod(ax.size for ax in tuple(reader.out_spec.axes) + tuple(reader.red_axes))
+        if space > RECOMPUTED * element_count(fused.specs[product.out]):
+            continue  # a small product the reader broadcasts: hoisted (plan/hoist.py), keep it
+        leaves = product.leaves + rest
+        segments[j] = replace(reader, leaves=leaves, reduce=reader.reduce, nodes=product.nodes + reader.nodes)
         segments[i] = None
         gone.add(product.out)
+        for leaf in set(product.leaves):  # its leaves are read by the reader now
+            readers[leaf] = sorted({j if k == i else k for k in readers[leaf]})
     if not gone:
         return fused
     specs = {v: s for v, s in fused.specs.items() if v not in gone}

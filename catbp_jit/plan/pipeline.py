@@ -2,7 +2,7 @@
 
     validate -> build_graph -> optimize -> fuse -> hoist_prefixes (exact, and MAXLOG) or
     reassociate, then (not exact) split_reductions, when asked, and normalize_totals ->
-    share_permuted -> fold_sums -> choose_layouts -> static_first -> plan_memory
+    share_permuted -> fold_products -> choose_layouts -> static_first -> plan_memory
     (with the workspace of GEMM steps' copies and of repacked leaves, plan/repack.py)
     -> build_schedule (GEMM steps, plan/gemm.py, else loop kernels) -> with_tracks (where the
     segments run in tracks, plan/tracks.py, whose estimate plan_memory took), and the binding
@@ -25,7 +25,7 @@ from ..memory import PlanTooLargeError, format_bytes, memory_limit
 from ..progress import Progress, silent
 from ..semiring import VMSemiringRuntime, semiring
 from .arena import MemoryPlan, plan_memory
-from .folded import fold_sums
+from .folded import fold_products
 from .fusion import Fused, fuse
 from .gc_paused import gc_paused
 from .gemm import GEMM_DTYPES, gemm_workspace, may_run_as_gemm
@@ -132,7 +132,7 @@ def plan(
         fused = normalize_totals(fused, batch_key)  # a NORMALIZE writes its total (plan/totals.py)
     if options.twins:  # what an earlier segment computed, in another axis order (plan/permuted.py)
         fused = share_permuted(fused)
-    fused = fold_sums(fused, options.max_leaves)  # a product summed by its one reader (plan/folded.py)
+    fused = fold_products(fused, options.max_leaves, regroup)  # a product read by one reader (plan/folded.py)
     # layouts first: they break ties by program order, and must not depend on `static`
     say(f"planning: memory and layouts of {len(fused.segments):,} segments")
     # (where two-leaf reductions may be GEMM steps, which copy operands into the order they
