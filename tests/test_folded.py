@@ -67,6 +67,15 @@ def test_a_product_read_second_is_folded_where_products_may_be_regrouped():
     assert seg.leaves == (0, 1, 4)
 
 
+def test_a_static_product_read_by_a_dynamic_reader_stays():
+    """v0 ⊗ v1 of static inputs runs when they change; folded into a reader of a dynamic
+    v4 it would run every run."""
+    fused = chain((2, 4))
+    assert fold_products(fused, 8, True, static={0, 1, 2}) is fused
+    (seg,) = fold_products(fused, 8, True, static={0, 1, 2, 4, 3}).segments  # all static
+    assert seg.leaves == (0, 1, 4)
+
+
 def test_a_small_product_its_reader_broadcasts_stays():
     """v0 ⊗ v1 over (I, K), a quarter of the reader's space or less: recomputed at every J,
     it is the hoisted prefix plan/hoist.py made, kept."""

@@ -21,6 +21,7 @@ broadcasts: that is what hoisting (plan/hoist.py) makes on purpose.
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from dataclasses import replace
 from math import prod
 
@@ -32,10 +33,13 @@ from .fusion import Fused, Segment
 RECOMPUTED = 4
 
 
-def fold_products(fused: Fused, max_leaves: int, regroup: bool = False) -> Fused:
+def fold_products(
+    fused: Fused, max_leaves: int, regroup: bool = False, static: AbstractSet[int] = frozenset()
+) -> Fused:
     """regroup: products may be regrouped (the reassociating mode, where the semiring allows
     it: plan/reassociate.py), so a product read by one product but not first may be folded
-    into it too."""
+    into it too. static: the values a run need not recompute (plan/static.py): a static
+    product read by a dynamic reader stays, computed when its inputs change, not every run."""
     outputs = set(fused.outputs.values())
     readers: dict[int, list[int]] = {}
     for i, seg in enumerate(fused.segments):
@@ -54,6 +58,8 @@ def fold_products(fused: Fused, max_leaves: int, regroup: bool = False) -> Fused
         (j,) = readers[product.out]
         reader = segments[j]
         if reader is None or reader.leaves.count(product.out) != 1:
+            continue
+        if product.out in static and reader.out not in static:
             continue
         rest = tuple(leaf for leaf in reader.leaves if leaf != product.out)
         if len(product.leaves) + len(rest) > max_leaves:

@@ -38,7 +38,7 @@ from .permuted import share_permuted
 from .reassociate import reassociate
 from .schedule import Schedule, SegmentLoops, build_schedule, loop_segments, repack_workspace
 from .split import split_reductions
-from .static import StaticInputs, check_static_ids, persistent_values, static_first
+from .static import StaticInputs, check_static_ids, persistent_values, static_first, static_values
 from .totals import normalize_totals
 from .tracks import REUSE_SLACKS, TrackTimes, affordable, choose_tracks, with_tracks
 
@@ -132,7 +132,9 @@ def plan(
         fused = normalize_totals(fused, batch_key)  # a NORMALIZE writes its total (plan/totals.py)
     if options.twins:  # what an earlier segment computed, in another axis order (plan/permuted.py)
         fused = share_permuted(fused)
-    fused = fold_products(fused, options.max_leaves, regroup)  # a product read by one reader (plan/folded.py)
+    # a product read by one reader, computed inside it (plan/folded.py)
+    unchanging = static_values(fused, static) if static else set()
+    fused = fold_products(fused, options.max_leaves, regroup, unchanging)
     # layouts first: they break ties by program order, and must not depend on `static`
     say(f"planning: memory and layouts of {len(fused.segments):,} segments")
     # (where two-leaf reductions may be GEMM steps, which copy operands into the order they
