@@ -57,10 +57,11 @@ def program_of(out_axes, axes, held):
     return Program(tuple(ins), "upward"), specs
 
 
-@settings(max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
-@given(reductions(), st.sampled_from([4, 16, 256]), st.sampled_from([1, 3, 64]), st.integers(0, 3))
-def test_lanes_give_the_bits_of_the_sums_across_outputs(reduction, block, chunks, seed):
-    program, specs = program_of(*reduction)
+def sums_both_ways(program, specs, block: int, chunks: int, seed: int, lanes_step) -> None:
+    """The program's one reduction compiled across reduced axes (in lanes) and across
+    outputs: the same bits (where the nest has both vectors), and the reference's values
+    within 1e-12 (numpy sums pairwise, the kernels in order: the last bits may differ).
+    lanes_step(step): checks on the lanes kernel's step."""
     sr = catbp_jit.make_semiring("PROB", "float64")
     values = random_factors(specs, sr, seed=seed, zeros=0.2)
     results = {}
@@ -70,17 +71,25 @@ def test_lanes_give_the_bits_of_the_sums_across_outputs(reduction, block, chunks
         options = PlanOptions(across=across, block=block, chunks=chunks, parallel_min_work=work)
         exe = catbp_jit.compile(program, sr, factor_specs=specs, mode="loop", options=options)
         (step,) = [s for s in exe.schedule.steps if s.pattern.reduce]
-        if across == "reduced":  # (a parallel step keeps 8 outputs at least to share)
-            assert step.pattern.vector == "reduced" and step.pattern.sums_in_lanes
-            event(f"chunks > 1: {step.params.chunks > 1}")
+        if across == "reduced":
+            lanes_step(step)
         got = session_results(exe.bind(), catbp_jit_inputs(values))
         results[across] = {slot: value for slot, (value, _) in got.items()}
     if step.pattern.vector == "outputs":  # (a nest without output axes has no other vector)
         assert_same_bits(results["reduced"], results["outputs"], "lanes vs across outputs")
     ref = run_program(program, sr, lambda f: (values[f], specs[f]), lambda s: None)
     want, got = np.asarray(ref[("x",)][0]), results["reduced"][("x",)]
-    # numpy sums pairwise, the kernels in order: the last bits may differ
     assert np.allclose(got, want, rtol=1e-12, atol=0), (got, want)
+
+
+@settings(max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(reductions(), st.sampled_from([4, 16, 256]), st.sampled_from([1, 3, 64]), st.integers(0, 3))
+def test_lanes_give_the_bits_of_the_sums_across_outputs(reduction, block, chunks, seed):
+    def lanes_step(step):  # (a parallel step keeps 8 outputs at least to share)
+        assert step.pattern.vector == "reduced" and step.pattern.sums_in_lanes
+        event(f"chunks > 1: {step.params.chunks > 1}")
+
+    sums_both_ways(*program_of(*reduction), block, chunks, seed, lanes_step)
 
 
 @settings(max_examples=30, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
@@ -96,22 +105,9 @@ def test_one_leaf_in_a_row_is_summed_where_it_lies(reduction, shuffled, block, c
         Instruction(OpCode.ELIMINATE, 1, {"src": 0, "keep_keys": tuple(a.key for a in out_axes)}),
         Instruction(OpCode.STORE_SLOT, None, {"slot": ("x",), "src": 1}),
     )
-    program = Program(ins, "upward")
-    sr = catbp_jit.make_semiring("PROB", "float64")
-    values = random_factors(specs, sr, seed=seed, zeros=0.2)
-    results = {}
-    for across in ("reduced", "outputs"):
-        work = 1 if chunks > 1 else 1 << 22
-        options = PlanOptions(across=across, block=block, chunks=chunks, parallel_min_work=work)
-        exe = catbp_jit.compile(program, sr, factor_specs=specs, mode="loop", options=options)
-        (step,) = [s for s in exe.schedule.steps if s.pattern.reduce]
-        if across == "reduced":
-            p = step.params
-            whole = p.block_axes == p.red_rank and p.accesses[0].kind == abi.CONTIGUOUS
-            event(f"summed where it lies: {whole}")
-        got = session_results(exe.bind(), catbp_jit_inputs(values))
-        results[across] = {slot: value for slot, (value, _) in got.items()}
-    if step.pattern.vector == "outputs":
-        assert_same_bits(results["reduced"], results["outputs"], "lanes vs across outputs")
-    ref = run_program(program, sr, lambda f: (values[f], specs[f]), lambda s: None)
-    assert np.allclose(results["reduced"][("x",)], np.asarray(ref[("x",)][0]), rtol=1e-12, atol=0)
+
+    def lanes_step(step):
+        p = step.params
+        event(f"summed where it lies: {p.block_axes == p.red_rank and p.accesses[0].kind == abi.CONTIGUOUS}")
+
+    sums_both_ways(Program(ins, "upward"), specs, block, chunks, seed, lanes_step)

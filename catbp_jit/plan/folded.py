@@ -75,7 +75,7 @@ def fold_products(
         if space > RECOMPUTED * element_count(fused.specs[product.out]):
             continue  # a small product the reader broadcasts: hoisted (plan/hoist.py), keep it
         leaves = product.leaves + rest
-        segments[j] = replace(reader, leaves=leaves, reduce=reader.reduce, nodes=product.nodes + reader.nodes)
+        segments[j] = replace(reader, leaves=leaves, nodes=product.nodes + reader.nodes)
         segments[i] = None
         gone.add(product.out)
         for leaf in set(product.leaves):  # its leaves are read by the reader now
