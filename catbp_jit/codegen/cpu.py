@@ -174,11 +174,6 @@ def _lanes_reduction(ind: str) -> list[str]:
     lines += _advance(pad + "    ", "0", "R - 1", "base", out=True)
     lines += [f"{pad}{s} = 0.0" for s in sums]
     lines += [
-        f"{pad}for g in range(m, LANES):  # lanes without an output add zeros",
-        f"{pad}    for v in range(min(V, PIECE)):",
-        f"{pad}        buf[g * PIECE + v] = 0.0",
-    ]
-    lines += [
         f"{pad}if whole:  # each lane's terms in a row in memory: added where they lie",
         f"{pad}    for g in range(m, LANES):",
         f"{pad}        lane_base[g * MAX_LEAVES] = lane_base[0]  # (not stored)",
@@ -188,6 +183,9 @@ def _lanes_reduction(ind: str) -> list[str]:
     lines += [f"{pad}        {s} += mem[u(b{g} + v)]" for g, s in enumerate(sums)]
     lines += [f"{pad}else:"]
     sweep = [
+        f"{pad}for g in range(m, LANES):  # lanes without an output add zeros",
+        f"{pad}    for v in range(min(V, PIECE)):",
+        f"{pad}        buf[g * PIECE + v] = 0.0",
         f"{pad}for d in range(R, top):",
         f"{pad}    P[idx + d] = 0",
         f"{pad}for l in range(K):",
