@@ -137,6 +137,27 @@ def session_results(sess, inputs: Inputs) -> dict:
     return {k: (np.array(v, copy=True), s) for k, (v, s) in out.items()}
 
 
+def positive_factors(specs: dict, semiring: str, seed: int) -> dict:
+    """Random factor values in [0.1, 2) (their logs for LOGPROB), by factor id."""
+    rng = np.random.default_rng(seed)
+    values = {f: rng.uniform(0.1, 2.0, s.shape) for f, s in specs.items()}
+    return {f: np.log(x) for f, x in values.items()} if semiring == "LOGPROB" else values
+
+
+def same_bits_as(want_exe, got_exe, factors: dict) -> dict:
+    """Checks that got_exe's kernels and its numpy tier give want_exe's bits on these
+    factors; returns those results (slot -> array)."""
+    inputs = Inputs(factors, {}, {})
+
+    def bits(exe, **bind) -> dict:
+        return {k: v for k, (v, _) in session_results(exe.bind(**bind), inputs).items()}
+
+    want = bits(want_exe)
+    assert_same_bits(want, bits(got_exe), "kernels")
+    assert_same_bits(want, bits(got_exe, numpy_only=True), "numpy tier")
+    return want
+
+
 def run_dropin(case: Case, which: int, mode: str) -> dict:
     sr = case.sr()
     slots = dict(case.initial_slots(which))

@@ -4,7 +4,6 @@ tier), and the reassociating mode within its tolerance."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 import catbp_jit
@@ -12,8 +11,7 @@ from catbp_jit import Axis, AxisType, Instruction, OpCode, Program, TensorSpec
 from catbp_jit.plan.folded import fold_products
 from catbp_jit.plan.fusion import Fused, Segment
 from catbp_jit.plan.options import PlanOptions
-from jit_helpers import assert_same_bits, session_results
-from random_programs import Inputs
+from jit_helpers import positive_factors, same_bits_as
 
 G = AxisType.GEOMETRIC
 I, J, K, L = Axis(0, G, 6), Axis(1, G, 5), Axis(2, G, 7), Axis(3, G, 3)  # noqa: E741 (index letters)
@@ -120,15 +118,4 @@ def test_a_folded_product_gives_the_bits_of_the_written_one(semiring):
     sums = [seg for seg in folded.plan.fused.segments if seg.red_axes]
     assert [seg.leaves for seg in sums] == [(0, 1)]  # the product folded into the one sum
     assert len(folded.plan.fused.segments) == 4  # and three copies in the slots' orders
-    rng = np.random.default_rng(4)
-    values = {f: rng.uniform(0.1, 2.0, s.shape) for f, s in specs.items()}
-    if semiring == "LOGPROB":
-        values = {f: np.log(x) for f, x in values.items()}
-    inputs = Inputs(values, {}, {})
-
-    def bits(exe, **bind) -> dict:
-        return {k: v for k, (v, _) in session_results(exe.bind(**bind), inputs).items()}
-
-    want = bits(written)
-    assert_same_bits(want, bits(folded), "kernels")
-    assert_same_bits(want, bits(folded, numpy_only=True), "numpy tier")
+    same_bits_as(written, folded, positive_factors(specs, semiring, seed=4))

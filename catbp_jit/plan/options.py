@@ -69,6 +69,9 @@ class PlanOptions:
     # a segment that computes what an earlier one did, in another axis order, is not
     # computed again (plan/permuted.py); bit-identical either way
     twins: bool = True
+    # a computed value is stored without the axes none of its leaves has, read with a
+    # stride of 0 there (plan/narrowed.py); bit-identical either way
+    narrow: bool = True
     # a step whose output has at least this many bytes and is written contiguous along its
     # vector writes it with non-temporal stores (abi.STREAMED): whole lines, not read from
     # memory first. About the last-level cache of a server (32 MiB here): a smaller output

@@ -32,6 +32,7 @@ from .gemm import GEMM_DTYPES, gemm_workspace, may_run_as_gemm
 from .graph import FACTOR, SELECTOR, SLOT_IN, UNIT, Graph, build_graph
 from .hoist import hoist_prefixes
 from .layout import choose_layouts
+from .narrowed import narrow_values
 from .options import PlanOptions
 from .passes import optimize
 from .permuted import share_permuted
@@ -122,6 +123,8 @@ def plan(
     # then start from fewer, bigger segments. grid5_d3 reassociating 267-270 -> 240-243 ms,
     # its arena 638 -> 527 MB; UAI 2014 within noise)
     fused = fuse(graph, options.max_leaves)
+    if options.narrow:  # a product over a clique's space of a few small leaves (plan/narrowed.py)
+        fused = narrow_values(fused, batch_key)
     if regroup:
         fused = reassociate(fused, batch_key)
     elif options.hoist:  # (a path of pairwise products needs no hoisting)
