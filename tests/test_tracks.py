@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import numba
 import numpy as np
@@ -351,3 +352,21 @@ def test_two_sessions_posting_jobs_at_once_never_count_a_chunk_twice(grids):
     for t in threads:
         t.join()
     assert bad == [0, 0]
+
+
+def test_a_logprob_sum_costs_an_exp_per_term():
+    """The estimate weighs LOGPROB's sums by their terms too (each an exp); products, and
+    the other semirings' sums, by their work alone."""
+
+    def loops(reduce: bool):  # what segment_cost reads of a SegmentLoops
+        return SimpleNamespace(
+            work=3 * 64,
+            workspace=0,
+            pattern=SimpleNamespace(reduce=reduce),
+            nest=SimpleNamespace(sizes=[4, 16]),
+        )
+
+    plain = tracks.CALL_NS + tracks.NS_PER_WORK * 3 * 64
+    assert tracks.segment_cost(loops(True)) == pytest.approx(plain)
+    assert tracks.segment_cost(loops(True), exp_sums=True) == pytest.approx(plain + tracks.EXP_NS * 64)
+    assert tracks.segment_cost(loops(False), exp_sums=True) == pytest.approx(plain)

@@ -30,11 +30,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, replace
+from math import prod
 
 import numpy as np
 
 from .. import abi
 from ..ir.schema import element_count
+from ..semiring import semiring
 from .arena import MemoryPlan, SideBySide
 from .fusion import Fused
 from .options import PlanOptions
@@ -48,6 +50,10 @@ from .steps import Step
 CALL_NS = 50.0
 NS_PER_WORK = 0.15
 REPACK_NS_PER_ELEMENT = 0.25
+# A LOGPROB sum also takes an exp per term, the C library's, one at a time: 4.2 ns
+# measured, 28 work units. Counted, the tracks balance LOGPROB's messages better: grid4x8
+# exact 630 -> 567 us, reassociating 268 -> 257; grid6_d2 5.28 -> 5.17 ms, 1.77 -> 1.69
+EXP_NS = 4.0
 # Reading what another track wrote: a wait on another core's progress, and the bytes' lines
 # from that core's cache (on the 2-core machine of the notes, a few GB/s). Lower prices
 # spread chains across the tracks: grid4x8_d2 ran 280-305 us at 0.1 ns/byte, 242-248 at
@@ -92,9 +98,13 @@ class TrackTimes:
         return SideBySide(track, self.start, self.finish, slack * self.makespan)
 
 
-def segment_cost(loops: SegmentLoops) -> float:
-    """A loop segment's estimated time in ns (its repack step's included)."""
-    return CALL_NS + NS_PER_WORK * loops.work + REPACK_NS_PER_ELEMENT * loops.workspace
+def segment_cost(loops: SegmentLoops, exp_sums: bool = False) -> float:
+    """A loop segment's estimated time in ns (its repack step's included). exp_sums: the
+    semiring's sums take an exp per term (LOGPROB)."""
+    cost = CALL_NS + NS_PER_WORK * loops.work + REPACK_NS_PER_ELEMENT * loops.workspace
+    if exp_sums and loops.pattern.reduce:
+        cost += EXP_NS * prod(loops.nest.sizes)
+    return cost
 
 
 def choose_tracks(
@@ -105,7 +115,9 @@ def choose_tracks(
     n = len(fused.segments)
     if options.tracks < 2 or n - n_static < 2 or len(loops) < n:
         return None
-    times = simulate(fused, [segment_cost(loops[i]) for i in range(n)], n_static, options.tracks, itemsize)
+    exp_sums = semiring(fused.semiring).reduction == "logsumexp"
+    costs = [segment_cost(loops[i], exp_sums) for i in range(n)]
+    times = simulate(fused, costs, n_static, options.tracks, itemsize)
     return times if times.gains() or options.tracks_always else None
 
 
