@@ -121,8 +121,8 @@ def assert_waits_cover_conflicts(exe, some: bool = True) -> None:
 
 def test_a_grid_runs_in_tracks_to_the_bits_in_turn(grids):
     grid = grids["grid4x4_d2"]
-    exe, plain = compiled(grid), compiled(grid, IN_TURN)
-    assert exe.schedule.tracks >= 0 and plain.schedule.tracks == -1  # (the estimate gains)
+    exe, plain = compiled(grid, ALWAYS), compiled(grid, IN_TURN)
+    assert exe.schedule.tracks >= 0 and plain.schedule.tracks == -1
     assert all(tasks(exe)), "both tracks have tasks"
     text = exe.as_text()  # the listing says which track runs each step
     sizes = " and ".join(str(len(t)) for t in tasks(exe))
@@ -370,3 +370,19 @@ def test_a_logprob_sum_costs_an_exp_per_term():
     assert tracks.segment_cost(loops(True)) == pytest.approx(plain)
     assert tracks.segment_cost(loops(True), exp_sums=True) == pytest.approx(plain + tracks.EXP_NS * 64)
     assert tracks.segment_cost(loops(False), exp_sums=True) == pytest.approx(plain)
+
+
+def test_tracks_are_used_where_they_gain_more_than_starting_them_costs():
+    """The 4x4 grid's estimate (its default plan runs in turn: a run in tracks was slower)
+    and a 6x6 grid's (faster in tracks), in ns."""
+
+    def times(makespan: float, serial: float) -> tracks.TrackTimes:
+        return tracks.TrackTimes(2, (), (), (), makespan, serial)
+
+    assert not times(3020.0, 4220.0).gains()
+    assert times(7020.0, 11710.0).gains()
+    assert not times(90.0, 100.0).gains()  # (the share alone: TRACKS_GAIN)
+
+
+def test_a_small_grid_runs_in_turn_by_default(grids):
+    assert compiled(grids["grid4x4_d2"]).schedule.tracks == -1

@@ -67,9 +67,14 @@ CROSS_NS_PER_BYTE = 0.33
 # MiB), 2.04 ms at 0.02 (10.6 MiB), 2.53-2.66 ms in turn (9.3 MiB); grid5_d3 197 ms at 0.25
 # (647 MB, not affordable) and at 0.1 (573 MB), 207 ms in turn (499 MB)
 REUSE_SLACKS = (0.25, 0.1)
-# Tracks are used when their estimated makespan is below this share of the segments' time
-# in turn ...
+# Tracks are used when their estimated makespan, plus what starting the second thread
+# costs a run, is below this share of the segments' time in turn ...
 TRACKS_GAIN = 0.8
+# (in the estimate's ns, which run below a run's on small programs. A 4x4 grid of two
+# states: 3.0 against 4.2 us estimated, 11.8 us a run in turn and 14.8 in tracks; a 6x6
+# grid: 7.0 against 11.7, 46.1 and 40.7 us; a 6-variable chain in LOGPROB: 0.7 against
+# 1.0, 2.8 and 5.7 us)
+TRACKS_START_NS = 1000.0
 # ... and their memory plan grows the arenas by at most this share, or these bytes
 MEMORY_GROWTH = 0.25
 MEMORY_GROWTH_BYTES = 64 << 20
@@ -89,7 +94,7 @@ class TrackTimes:
     serial: float
 
     def gains(self) -> bool:
-        return self.makespan < TRACKS_GAIN * self.serial
+        return self.makespan + TRACKS_START_NS < TRACKS_GAIN * self.serial
 
     def side_by_side(self, n_static: int, slack: float) -> SideBySide:
         """What the memory plan needs to know (arena.SideBySide), with a slack of this share
