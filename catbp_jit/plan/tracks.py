@@ -120,7 +120,7 @@ def choose_tracks(
     n = len(fused.segments)
     if options.tracks < 2 or n - n_static < 2 or len(loops) < n:
         return None
-    exp_sums = semiring(fused.semiring).reduction == "logsumexp"
+    exp_sums = semiring(fused.semiring).is_log  # (⊕ takes an exp per term)
     costs = [segment_cost(loops[i], exp_sums) for i in range(n)]
     times = simulate(fused, costs, n_static, options.tracks, itemsize)
     return times if times.gains() or options.tracks_always else None
