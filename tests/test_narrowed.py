@@ -61,9 +61,9 @@ def test_a_reader_left_with_axes_its_leaves_lack_is_narrowed_in_turn():
 
 
 def clique_program() -> tuple[Program, dict]:
-    """A clique's product of two small factors over its whole space (axes L and J in
-    neither), read by a sum over K, by a sum over L (which counts the copies) and by a
-    NORMALIZE; the two sums multiply it by a third factor first."""
+    """A clique's product of two small factors over its whole space (axes J and L in
+    neither), read by a sum over K and by a sum over J and L, each multiplying it by a
+    third factor first, and normalized into a slot (which keeps every copy)."""
     specs = {0: TensorSpec((I, K)), 1: TensorSpec((K,)), 2: TensorSpec((J, K, L))}
     ins = [Instruction(OpCode.LOAD_FACTOR, f, {"factor_id": f}) for f in specs]
     space = TensorSpec((I, J, K, L))

@@ -30,8 +30,9 @@ def narrow_values(fused: Fused, batch_key: tuple | None = None) -> Fused:
     specs = dict(fused.specs)
     segments: list[Segment] = []
     for seg in fused.segments:
-        spec = _narrowed(seg, specs, batch_key)
-        if spec is None or seg.out in outputs or seg.normalize or seg.total is not None:
+        kept = seg.out in outputs or seg.normalize or seg.total is not None
+        spec = None if kept else _narrowed(seg, specs, batch_key)
+        if spec is None:
             segments.append(seg)
             continue
         specs[seg.out] = spec
