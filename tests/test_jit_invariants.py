@@ -434,7 +434,14 @@ def test_reassociating_run_with_gemm_steps_allocates_nothing(semiring, mode, axe
     """exact=False: BLAS GEMM steps (np.dot into the arena), their operands' copies and
     LOGPROB's exponentials (in the step's workspace) allocate nothing per run either."""
     case = gemm_case(semiring, "float64", *axes, norm=True)
-    exe = catbp_jit.compile(case.programs, case.sr(), factor_specs=case.factor_specs, mode=mode, exact=False)
+    exe = catbp_jit.compile(
+        case.programs,
+        case.sr(),
+        factor_specs=case.factor_specs,
+        mode=mode,
+        exact=False,
+        options=catbp_jit.PlanOptions(gemm_program_min_terms=1),
+    )
     assert any(st.pattern.template == "gemm" for st in exe.schedule.steps)
     sess = exe.bind()
     factors = case.inputs[0].factors

@@ -54,7 +54,7 @@ def compiled(case, **options):
             case.sr(),
             factor_specs=case.factor_specs,
             mode="loop",
-            options=catbp_jit.PlanOptions(exact=False, **options),
+            options=catbp_jit.PlanOptions(exact=False, gemm_program_min_terms=1, **options),
         )
 
 

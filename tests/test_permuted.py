@@ -91,7 +91,9 @@ def test_sums_in_another_order_are_not_twins():
 def test_a_twin_is_computed_once_reassociating(semiring, gemm):
     """(Σ a ⊗ b is a matrix product: a GEMM step, or the loop kernels.)"""
     case = twins_case(TWIN, store_it=True, semiring=semiring)
-    exe = compile_case(case, "compiled", options=PlanOptions(exact=False, gemm=gemm))
+    exe = compile_case(
+        case, "compiled", options=PlanOptions(exact=False, gemm=gemm, gemm_program_min_terms=1)
+    )
     assert len(sums_of_ab(exe)) == 1
     assert ("gemm" in {st.pattern.template for st in exe.schedule.steps}) == gemm
     got = session_results(exe.bind(), case.inputs[0])

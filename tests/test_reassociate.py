@@ -279,9 +279,15 @@ def test_axes_no_leaf_has_stay_on_the_last_segment():
 
 # --------------------------------------------------------------------------------- GEMM
 
+# these cases' products are test-sized: any of them may be a GEMM step (by default a program
+# whose contractions are all small does not compile the GEMM kernel for them)
+ANY_GEMM = catbp_jit.PlanOptions(gemm_program_min_terms=1)
+
 
 def run_gemm_case(case, gemm_steps=1):
-    exe = catbp_jit.compile(case.programs, case.sr(), factor_specs=case.factor_specs, exact=False)
+    exe = catbp_jit.compile(
+        case.programs, case.sr(), factor_specs=case.factor_specs, exact=False, options=ANY_GEMM
+    )
     chosen = [st for st in exe.schedule.steps if st.pattern.template == "gemm"]
     assert len(chosen) == gemm_steps, exe.as_text()
     got = session_results(exe.bind(), case.inputs[0])
@@ -363,14 +369,42 @@ def test_gemm_without_copies_when_they_would_not_fit():
     """The copies' workspace is what a plan near the memory limit cannot afford: the
     planner then keeps the loop kernel for such products (and says so in its options)."""
     case = gemm_case("PROB", "float64", (AI, AK, AB), (AK, AJ), (AI, AB, AJ))
-    roomy = catbp_jit.compile(case.programs, case.sr(), factor_specs=case.factor_specs, exact=False)
+    roomy = catbp_jit.compile(
+        case.programs, case.sr(), factor_specs=case.factor_specs, exact=False, options=ANY_GEMM
+    )
     values = roomy.memory.total_bytes - roomy.memory.scratch[0].size * 8
     tight = catbp_jit.compile(
-        case.programs, case.sr(), factor_specs=case.factor_specs, exact=False, max_total_bytes=values
+        case.programs,
+        case.sr(),
+        factor_specs=case.factor_specs,
+        exact=False,
+        max_total_bytes=values,
+        options=ANY_GEMM,
     )
     assert not tight.plan.options.gemm_copies
     assert all(st.pattern.template != "gemm" for st in tight.schedule.steps)
     assert_same_slots(run_reference(case), session_results(tight.bind(), case.inputs[0]), case, "tight")
+
+
+def test_a_program_of_small_contractions_compiles_no_gemm_kernel():
+    """A program runs GEMM steps only where one of its contractions has
+    gemm_program_min_terms terms: the GEMM kernel costs about a second to compile, which
+    small ones do not pay back. Below the bar the product runs in the loop kernels (the
+    planner says so in its options), with the reference's values within rounding."""
+    case = gemm_case("PROB", "float64", (AI, AK), (AK, AJ), (AI, AJ))
+    terms = AI.size * AK.size * AJ.size
+    kw = dict(factor_specs=case.factor_specs, exact=False)
+
+    def gemm_steps(options):
+        p = plan(case.programs, case.sr(), options=options, **kw)
+        return sum(st.pattern.template == "gemm" for st in p.schedule.steps), p.options.gemm
+
+    assert terms < catbp_jit.PlanOptions().gemm_program_min_terms
+    assert gemm_steps(None) == (0, False)
+    assert gemm_steps(catbp_jit.PlanOptions(gemm_program_min_terms=terms)) == (1, True)
+    assert gemm_steps(catbp_jit.PlanOptions(gemm_program_min_terms=terms + 1)) == (0, False)
+    exe = catbp_jit.compile(case.programs, case.sr(), **kw)
+    assert_same_slots(run_reference(case), session_results(exe.bind(), case.inputs[0]), case, "loop")
 
 
 def test_sat_and_count_keep_loop_kernels():
@@ -515,11 +549,11 @@ def test_cuda_plans_reassociate_without_gemm():
     def templates(p):
         return {st.pattern.template for st in p.schedule.steps}
 
-    assert "gemm" in templates(plan(case.programs, case.sr(), **kw))
+    assert "gemm" in templates(plan(case.programs, case.sr(), options=ANY_GEMM, **kw))
     assert templates(plan(case.programs, case.sr(), target="cuda", **kw)) == {"contract_reduce"}
-    assert templates(
-        plan(case.programs, case.sr(), target="cuda", options=catbp_jit.PlanOptions(), **kw)
-    ) == {"contract_reduce"}
+    assert templates(plan(case.programs, case.sr(), target="cuda", options=ANY_GEMM, **kw)) == {
+        "contract_reduce"
+    }
 
 
 @st.composite
@@ -581,7 +615,12 @@ def test_random_matrix_products_with_gemm_at_every_size(case):
         mp.setattr(gemm, "MIN_WORK", 1)
         mp.setattr(gemm, "MIN_REUSE", 0)
         exe = catbp_jit.compile(
-            case.programs, case.sr(), factor_specs=case.factor_specs, mode="loop", exact=False
+            case.programs,
+            case.sr(),
+            factor_specs=case.factor_specs,
+            mode="loop",
+            exact=False,
+            options=ANY_GEMM,
         )
     event("GEMM" if any(st.pattern.template == "gemm" for st in exe.schedule.steps) else "loop kernels")
     got = session_results(exe.bind(), case.inputs[0])

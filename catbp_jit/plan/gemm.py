@@ -209,6 +209,17 @@ def _pairwise(
     return shared, only0, only1, red, size
 
 
+def program_takes_gemm(fused: Fused, dtype: str, options: PlanOptions) -> bool:
+    """Whether some segment of the program may be a GEMM step of at least
+    options.gemm_program_min_terms terms: otherwise none is, and the program does not
+    compile the GEMM kernel for steps that gain nothing by it."""
+    for seg in fused.segments:
+        groups = _pairwise(seg, fused, fused.specs, dtype, options)
+        if groups is not None and prod(groups[4].values()) >= options.gemm_program_min_terms:
+            return True
+    return False
+
+
 def may_run_as_gemm(seg: Segment, fused: Fused, dtype: str, options: PlanOptions) -> bool:
     """Whether `seg` may become a GEMM step, whatever the layouts: the layout pass lets such
     readers state no preference (they copy operands into the order they need), and lays

@@ -98,6 +98,13 @@ class PlanOptions:
     # operands are matrices already (the planner turns it off when the copies' workspace
     # would not fit the memory limit)
     gemm_copies: bool = True
+    # ... in a program one of whose GEMM candidates has this many terms at least: the GEMM
+    # kernel costs about a second to compile (once per cache directory), and contractions
+    # smaller than this run about as fast in the loop kernels (grid5_d3's of 6,561 and
+    # 19,683 terms: 43.4-45.3 ms a run as GEMM steps, 42.5-43.5 without; kernels ready
+    # from fresh caches in 7.6-7.9 s with them, 6.1-6.3 s without). 1: any contraction
+    # of gemm.MIN_WORK terms may be a GEMM step
+    gemm_program_min_terms: int = 1 << 15
     # reassociating mode: a reduction with few outputs and many terms each is split into
     # partial sums and their sum (plan/split.py), so a GPU has threads for it; the CPU and
     # CUDA targets give the same bits for the split plan. Needs exact=False
@@ -130,6 +137,7 @@ class PlanOptions:
             "parallel_min_work",
             "chunks",
             "gemm_parallel_min_work",
+            "gemm_program_min_terms",
             "repack_max_elements",
             "repack_min_reuse",
             "repack_min_terms",

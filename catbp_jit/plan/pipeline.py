@@ -28,7 +28,7 @@ from .arena import MemoryPlan, plan_memory
 from .folded import fold_products
 from .fusion import Fused, fuse
 from .gc_paused import gc_paused
-from .gemm import GEMM_DTYPES, gemm_workspace, may_run_as_gemm
+from .gemm import GEMM_DTYPES, gemm_workspace, may_run_as_gemm, program_takes_gemm
 from .graph import FACTOR, SELECTOR, SLOT_IN, UNIT, Graph, build_graph
 from .hoist import hoist_prefixes
 from .layout import choose_layouts
@@ -145,6 +145,9 @@ def plan(
     gemm_readers = (
         not options.exact and options.gemm and sr.dtype.name in GEMM_DTYPES and semiring(sr.name).sums_reals
     )
+    if options.gemm and not options.exact and not program_takes_gemm(fused, sr.dtype.name, options):
+        options = options.with_(gemm=False)  # (small contractions only: not worth the kernel)
+        gemm_readers = False
     gemm_reader = partial(may_run_as_gemm, fused=fused, dtype=sr.dtype.name, options=options)
     layouts = choose_layouts(fused, batch_key, gemm_reader if gemm_readers else None)
     fused, n_static = static_first(fused, static)
