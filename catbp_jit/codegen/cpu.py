@@ -150,7 +150,7 @@ def _sweep(ind: str, k: int, body: list[str], stop: bool) -> list[str]:
 
 def _reduced_value(sr: Semiring, dtype: str) -> list[str]:
     """Lines leaving ⊕ over the reduced axes of the current output element in `v`."""
-    return reduced_value(0, sr, ["buf[v]"], _sweep, sr.accumulator(dtype), "buf[v]")
+    return reduced_value(0, sr, ["buf[v]"], _sweep, sr.accumulator(dtype), "buf[v]", math="libm")
 
 
 def _lanes_reduction(ind: str) -> list[str]:
@@ -275,12 +275,12 @@ def _lane_sums(
         top = [f"{t}x = {term}", f"{t}if x > tops[{x}] or x != x:", f"{t}    tops[{x}] = x"]
         lines += _across_sweep(i, each + top, end)
         lines += [f"{i}{lanes}", f"{i}    sums[{x}] = 0.0  # pass 2: the sum of exp(x - top)"]
-        exps = [f"{t}if tops[{x}] != -np.inf:", f"{t}    sums[{x}] += math.exp({term} - tops[{x}])"]
+        exps = [f"{t}if tops[{x}] != -np.inf:", f"{t}    sums[{x}] += libm.exp({term} - tops[{x}])"]
         lines += _across_sweep(i, each + exps, end)
         return lines + [
             f"{i}{lanes}",
             f"{i}    if tops[{x}] != -np.inf:",
-            f"{i}        tops[{x}] = tops[{x}] + math.log(sums[{x}])",
+            f"{i}        tops[{x}] = tops[{x}] + libm.log(sums[{x}])",
             f"{i}store(tops, mem, P, AO, o_off, {stored})",
         ]
     lines = [f"{i}{lanes}", f"{i}    sums[{x}] = {sr.accumulator(dtype)}"]
@@ -487,8 +487,8 @@ def _normalize(sr: Semiring, dtype: str, parallel: bool = False, lanes: bool = F
                 f"{i}if top_x != -np.inf:",
                 f"{i}    acc = 0.0",
                 f"{i}    for o in range(size):",
-                f"{i}        acc += math.exp({x} - top_x)",
-                f"{i}    z = top_x + math.log(acc)",
+                f"{i}        acc += libm.exp({x} - top_x)",
+                f"{i}    z = top_x + libm.log(acc)",
                 f"{i}if totals >= 0:  # the total kept as a value of its own (plan/totals.py)",
                 f"{i}    mem[totals + g] = z",
             ]
@@ -525,7 +525,7 @@ import math
 import numpy as np
 from numba import carray, njit
 
-from catbp_jit.codegen.intrinsics import BUFFER, MAX_LEAVES, {pointers}
+from catbp_jit.codegen.intrinsics import BUFFER, MAX_LEAVES, {pointers}{libm}
 
 {abi}
 # Arguments are typed int64, never as literals: Numba compiles a callee once per argument
@@ -557,6 +557,18 @@ def {part}(mem, P, p, lo, hi, idx):
     buf = carray(stack_buffer_{dtype}(), BUFFER)
     base = carray(stack_leaves_int64(), MAX_LEAVES)  # base[l]: leaf l's offset at the row's start
 '''
+
+
+# the C library's exp and log by their default symbols (codegen/libm.py), for LOGPROB
+LIBM_IMPORT = "\nfrom catbp_jit.codegen import libm"
+
+
+def uses_libm(sr: Semiring, pattern: KernelPattern) -> bool:
+    """Whether the kernel of `pattern` calls exp or log: a logsumexp, as a reduction or
+    as a NORMALIZE's total."""
+    return (pattern.reduce and sr.reduction == "logsumexp") or (
+        pattern.normalize and sr.normalization == "subtract_logsumexp"
+    )
 
 
 def kernel_source(pattern: KernelPattern) -> str:
@@ -601,6 +613,7 @@ def kernel_source(pattern: KernelPattern) -> str:
                 )
             ),
             part=part,
+            libm=LIBM_IMPORT if uses_libm(sr, pattern) else "",
             # called once, by the kernel: inlined, one function less to compile (~15%)
             inline=', inline="always"',
             part_doc=(

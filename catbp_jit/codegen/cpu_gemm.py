@@ -69,7 +69,7 @@ import math
 import numpy as np
 from numba import carray, njit{prange}
 
-from catbp_jit.codegen.intrinsics import {pointers}
+from catbp_jit.codegen.intrinsics import {pointers}{libm}
 
 {abi}
 '''
@@ -112,17 +112,17 @@ def log_dot(mem, ao, a_t, bo, b_t, oo, M, N, K, w):
     for i in range(M):  # exp(a - ma) and exp(b - mb), stored as a and b are
         for k in range(K):
             at = i * ai + k * ak
-            mem[ea + at] = math.exp(mem[ao + at] - mem[ma + i])
+            mem[ea + at] = libm.exp(mem[ao + at] - mem[ma + i])
     for j in range(N):
         for k in range(K):
             at = k * bk + j * bj
-            mem[eb + at] = math.exp(mem[bo + at] - mem[mb + j])
+            mem[eb + at] = libm.exp(mem[bo + at] - mem[mb + j])
     dot(mem, ea, a_t, eb, b_t, oo, M, N, K)
     for i in range(M):
         for j in range(N):
             s = mem[oo + i * N + j]
             if s >= SAFE and s < np.inf:
-                mem[oo + i * N + j] = math.log(s) + mem[ma + i] + mem[mb + j]
+                mem[oo + i * N + j] = libm.log(s) + mem[ma + i] + mem[mb + j]
                 continue
             top_x = -np.inf  # pass 1: the largest term (a NaN sticks)
             for k in range(K):
@@ -134,8 +134,8 @@ def log_dot(mem, ao, a_t, bo, b_t, oo, M, N, K, w):
                 continue
             acc = 0.0  # pass 2: the sum of exp(x - top_x)
             for k in range(K):
-                acc += math.exp(mem[ao + i * ai + k * ak] + mem[bo + k * bk + j * bj] - top_x)
-            mem[oo + i * N + j] = top_x + math.log(acc)
+                acc += libm.exp(mem[ao + i * ai + k * ak] + mem[bo + k * bk + j * bj] - top_x)
+            mem[oo + i * N + j] = top_x + libm.log(acc)
 '''
 
 # A parallel step (many small products: plan/gemm.py) shares its copies' blocks and its
@@ -461,6 +461,7 @@ def _header(pattern: KernelPattern, formula: str, pointers: set[str]) -> str:
         dtype=pattern.dtype,
         then=", then NORMALIZE" if pattern.normalize else "",
         pointers=", ".join(sorted(pointers)),
+        libm="\nfrom catbp_jit.codegen import libm" if pattern.semiring == "LOGPROB" else "",
         prange=", prange" if pattern.parallel else "",
         abi=abi.gemm_source_constants(),
     )

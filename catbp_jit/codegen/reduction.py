@@ -23,10 +23,12 @@ def reduced_value(
     acc: str,
     summed: str,
     literal: Callable[[str], str] = lambda x: x,
+    math: str = "math",
 ) -> list[str]:
     """Lines leaving ⊕ over the reduced axes of the current output element in `v`.
     terms: the k leaves' current elements; acc: ⊕'s starting value; summed: the product
-    of the terms as a term of a sum."""
+    of the terms as a term of a sum; math: the module whose exp and log the kernel calls
+    (the CPU's: codegen/libm.py)."""
     i = "        "
     if sr.reduction == "logsumexp":  # max-shifted, two passes; -inf for an all -inf sum
         x = sr.product(terms)
@@ -43,8 +45,8 @@ def reduced_value(
             f"{i}else:",
             f"{i}    acc = {literal('0.0')}  # pass 2: the sum of exp(x - top_x)",
         ]
-        lines += sweep(i + "    ", k, [f"acc += math.exp({x} - top_x)"], False)
-        return lines + [f"{i}    v = top_x + math.log(acc)"]
+        lines += sweep(i + "    ", k, [f"acc += {math}.exp({x} - top_x)"], False)
+        return lines + [f"{i}    v = top_x + {math}.log(acc)"]
     if sr.is_max:  # in the dtype, from -inf (an empty max); a NaN term sticks, as numpy's
         x = sr.product(terms)
         lines = [f"{i}acc = {acc}"]
