@@ -275,7 +275,8 @@ def _lane_sums(
         top = [f"{t}x = {term}", f"{t}if x > tops[{x}] or x != x:", f"{t}    tops[{x}] = x"]
         lines += _across_sweep(i, each + top, end)
         lines += [f"{i}{lanes}", f"{i}    sums[{x}] = 0.0  # pass 2: the sum of exp(x - top)"]
-        exps = [f"{t}if tops[{x}] != -np.inf:", f"{t}    sums[{x}] += libm.exp({term} - tops[{x}])"]
+        exps = [f"{t}x = {term}", f"{t}if x != -np.inf and tops[{x}] != -np.inf:"]
+        exps += [f"{t}    sums[{x}] += libm.exp(x - tops[{x}])"]  # (a -inf term adds nothing)
         lines += _across_sweep(i, each + exps, end)
         return lines + [
             f"{i}{lanes}",
@@ -487,7 +488,8 @@ def _normalize(sr: Semiring, dtype: str, parallel: bool = False, lanes: bool = F
                 f"{i}if top_x != -np.inf:",
                 f"{i}    acc = 0.0",
                 f"{i}    for o in range(size):",
-                f"{i}        acc += libm.exp({x} - top_x)",
+                f"{i}        if {x} != -np.inf:  # (exp(-inf) adds nothing)",
+                f"{i}            acc += libm.exp({x} - top_x)",
                 f"{i}    z = top_x + libm.log(acc)",
                 f"{i}if totals >= 0:  # the total kept as a value of its own (plan/totals.py)",
                 f"{i}    mem[totals + g] = z",

@@ -134,7 +134,9 @@ def log_dot(mem, ao, a_t, bo, b_t, oo, M, N, K, w):
                 continue
             acc = 0.0  # pass 2: the sum of exp(x - top_x)
             for k in range(K):
-                acc += libm.exp(mem[ao + i * ai + k * ak] + mem[bo + k * bk + j * bj] - top_x)
+                x = mem[ao + i * ai + k * ak] + mem[bo + k * bk + j * bj]
+                if x != -np.inf:  # (exp(-inf) adds nothing)
+                    acc += libm.exp(x - top_x)
             mem[oo + i * N + j] = top_x + libm.log(acc)
 '''
 

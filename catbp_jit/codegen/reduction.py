@@ -45,7 +45,10 @@ def reduced_value(
             f"{i}else:",
             f"{i}    acc = {literal('0.0')}  # pass 2: the sum of exp(x - top_x)",
         ]
-        lines += sweep(i + "    ", k, [f"acc += {math}.exp({x} - top_x)"], False)
+        # (a -inf term, a selector's zero, would add exp(-inf) = +0.0 to a sum of
+        # non-negative terms: nothing, so it is not taken)
+        term = ([f"x = {x}"] if x != "x" else []) + ["if x != -np.inf:", f"    acc += {math}.exp(x - top_x)"]
+        lines += sweep(i + "    ", k, term, False)
         return lines + [f"{i}    v = top_x + {math}.log(acc)"]
     if sr.is_max:  # in the dtype, from -inf (an empty max); a NaN term sticks, as numpy's
         x = sr.product(terms)
