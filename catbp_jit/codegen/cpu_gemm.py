@@ -35,7 +35,7 @@ from .. import abi
 from ..plan.gemm import LOG_PARTS, MAX_PLUS_COLS, MAX_PLUS_ROWS
 from ..plan.steps import KernelPattern
 from ..semiring import SEMIRINGS
-from .cpu import _normalize
+from .cpu import LIBM_IMPORT, _normalize, uses_libm
 
 ENTRY = "kernel"
 TILE = 16
@@ -463,7 +463,7 @@ def _header(pattern: KernelPattern, formula: str, pointers: set[str]) -> str:
         dtype=pattern.dtype,
         then=", then NORMALIZE" if pattern.normalize else "",
         pointers=", ".join(sorted(pointers)),
-        libm="\nfrom catbp_jit.codegen import libm" if pattern.semiring == "LOGPROB" else "",
+        libm=LIBM_IMPORT if uses_libm(SEMIRINGS[pattern.semiring], pattern) else "",
         prange=", prange" if pattern.parallel else "",
         abi=abi.gemm_source_constants(),
     )

@@ -142,12 +142,11 @@ def plan(
     say(f"planning: memory and layouts of {len(fused.segments):,} segments")
     # (where two-leaf reductions may be GEMM steps, which copy operands into the order they
     # need, products are stored as they read their leaves instead: plan/layout.py)
+    if options.gemm and not options.exact and not program_takes_gemm(fused, sr.dtype.name, options):
+        options = options.with_(gemm=False)  # (small contractions only: not worth the kernel)
     gemm_readers = (
         not options.exact and options.gemm and sr.dtype.name in GEMM_DTYPES and semiring(sr.name).sums_reals
     )
-    if options.gemm and not options.exact and not program_takes_gemm(fused, sr.dtype.name, options):
-        options = options.with_(gemm=False)  # (small contractions only: not worth the kernel)
-        gemm_readers = False
     gemm_reader = partial(may_run_as_gemm, fused=fused, dtype=sr.dtype.name, options=options)
     layouts = choose_layouts(fused, batch_key, gemm_reader if gemm_readers else None)
     fused, n_static = static_first(fused, static)
