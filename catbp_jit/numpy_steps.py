@@ -74,7 +74,9 @@ def logsumexp_rows(x: np.ndarray) -> np.ndarray:
 def interpretable(plan: Plan) -> bool:
     """Whether every step of the plan is one this module computes (not the GEMM steps of
     the reassociating mode, whose sums are BLAS's)."""
-    return all(st.pattern.template in ("contract_reduce", "repack") for st in plan.schedule.steps)
+    return all(
+        st.pattern.template in ("contract_reduce", "contract_stream", "repack") for st in plan.schedule.steps
+    )
 
 
 def numpy_steps(plan: Plan, mem: np.ndarray, table: np.ndarray) -> list[Callable[[], None]]:

@@ -133,6 +133,11 @@ class Semiring:
         """⊗ of the terms, left to right as written, as source."""
         return self.product_op.join(terms)
 
+    def line_product(self, terms: Iterable[str]) -> str:
+        """⊗ of lines of terms (codegen/lines.py), element by element, left to right, as
+        source: SAT's `and` is Python's operator on truths, on lines it is `&`."""
+        return (" & " if self.product_op == " and " else self.product_op).join(terms)
+
     def accumulator(self, dtype: str) -> str:
         """The source of ⊕'s starting value; float sums accumulate in float64, a max in
         the dtype (it is exact: a float32 max is the largest float32, as numpy's)."""

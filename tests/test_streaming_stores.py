@@ -107,6 +107,9 @@ def test_a_grid_whose_outputs_all_stream_keeps_its_bits(grid, mode):
     ):
         one_at_a_time = step.pattern.reduce and step.pattern.vector == ACROSS_REDUCED
         assert now == (abi.STREAMED if was == abi.CONTIGUOUS and not one_at_a_time else was)
+        # a streamed product computes its lines in registers (codegen/cpu_stream.py)
+        product = now == abi.STREAMED and not step.pattern.reduce and not step.pattern.normalize
+        assert (step.pattern.template == "contract_stream") == product
     assert kinds.count(abi.STREAMED) > 20  # (77 of 120 steps when written)
     want = slot_copies(plain.bind().run(factors=factors, selectors=selectors))
     sess = exe.bind()
@@ -187,3 +190,65 @@ def test_streamed_outputs_give_the_bits_of_plain_stores(product, seed):
     assert_same_bits(want, slot_copies(streaming.bind().run(factors=values)), "kernels")
     ref = np.asarray(run_program(program, sr, lambda f: (values[f], specs[f]), lambda s: None)[("x",)][0])
     assert np.allclose(want[("x",)], ref, rtol=1e-12, atol=0), (want, ref)
+
+
+# A streamed product's ⊗ in each of its forms: float `*` (PROB), float `+` (LOGPROB; MAXLOG's
+# is the same), int64 `*` that wraps (COUNT), `&` of bools (SAT, 64 lanes to a line). Other
+# dtypes' lines: test_lines.py (each kind here is two kernels more to compile cold)
+KINDS = [("PROB", "float64"), ("LOGPROB", "float64"), ("SAT", "bool"), ("COUNT", "int64")]
+
+
+@st.composite
+def plain_products(draw):
+    """A product of 1-4 leaves over 2-4 axes of sizes 1-9, nothing summed (each leaf on
+    some axes, in an order of its own: every access kind), and how it is planned."""
+    program, specs = draw(summed_products(sizes=(1, 9), axes=(2, 4), leaves=(1, 4)))
+    every = program.instructions[-2].args["src"]
+    ins = list(program.instructions)
+    axes = ins[-3].args["out_spec"].axes
+    ins[-2] = Instruction(OpCode.ELIMINATE, 11, {"src": every, "keep_keys": tuple(a.key for a in axes)})
+    kind = draw(st.sampled_from(KINDS))
+    parallel, block, repack = draw(st.booleans()), draw(st.sampled_from([8, 256])), draw(st.booleans())
+    return Program(tuple(ins), "upward"), specs, kind, parallel, block, repack
+
+
+def potentials(kind, spec, rng) -> np.ndarray:
+    """Values of a leaf: zeros among them (-inf in logs), int64 counts that overflow."""
+    name, dtype = kind
+    if name == "COUNT":
+        return rng.integers(-(2**40), 2**40, spec.shape)
+    if name == "SAT":
+        return rng.random(spec.shape) < 0.7
+    sr = catbp_jit.make_semiring(name, dtype)
+    raw = rng.uniform(0.1, 2.0, spec.shape) * (rng.random(spec.shape) < 0.9)
+    return sr.kind.potentials(raw, sr.dtype)
+
+
+@settings(30)
+@given(plain_products(), st.integers(0, 2**32 - 1))
+def test_streamed_products_keep_the_bits_of_plain_stores_in_every_semiring(product, seed):
+    """contract_stream's lines in registers, whole and in parts, in every semiring: the
+    bits of the product stored through buf, serial and in chunks that end inside lines."""
+    program, specs, (name, dtype), parallel, block, repack = product
+    note(f"{program}\n{name} {dtype}, parallel {parallel}, block {block}, repack {repack}")
+    sr = catbp_jit.make_semiring(name, dtype)
+    rng = np.random.default_rng(seed)
+    values = {
+        f: np.asarray(potentials((name, dtype), spec, rng), dtype=sr.dtype) for f, spec in specs.items()
+    }
+    knobs = dict(
+        block=block,
+        chunks=3,
+        repack=repack,
+        parallel_min_work=1 if parallel else PlanOptions().parallel_min_work,
+    )
+
+    def exe(**options):
+        options = PlanOptions(**knobs, **options)
+        return catbp_jit.compile(program, sr, factor_specs=specs, mode="loop", options=options)
+
+    streaming = exe(streaming_store_bytes=0)
+    templates = {s.pattern.template for s in streaming.schedule.steps}
+    event(f"contract_stream: {'contract_stream' in templates}")
+    want = slot_copies(exe(streaming_store_bytes=None).bind().run(factors=values))
+    assert_same_bits(want, slot_copies(streaming.bind().run(factors=values)), "kernels")

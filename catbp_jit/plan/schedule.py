@@ -149,6 +149,8 @@ def segment_loops(
     one_at_a_time = reduce and nest.across == ACROSS_REDUCED
     if streams(options, accesses[-1], n_out * np.dtype(dtype).itemsize, one_at_a_time):
         accesses = accesses[:-1] + (abi.Access(abi.STREAMED, 1),)
+        if not reduce and not seg.normalize:  # its lines computed in registers (codegen/cpu_stream.py)
+            pattern = replace(pattern, template="contract_stream")
     repacks: tuple[RepackChoice, ...] = ()
     if options.repack:
         bars = options.repack_max_elements, options.repack_min_reuse, options.repack_min_terms

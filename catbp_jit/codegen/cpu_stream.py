@@ -1,0 +1,233 @@
+"""Numba source for the `contract_stream` kernel template on the CPU: a product whose
+output is STREAMED (abi.py: larger than the last-level cache, written with non-temporal
+stores), computed in registers.
+
+    out[o] = leaf_0[o] ⊗ leaf_1[o] ⊗ ... ⊗ leaf_(K-1)[o]
+
+Its steps are contract_reduce's products with the same parameters (abi.StepParams):
+plan/schedule.py gives a product this template when its output streams. It walks them
+the same way, rows of the odometer axes outside the vector (the innermost output axes),
+but where contract_reduce multiplies the leaves into a buffer and stores the buffer, this
+kernel computes each whole line of the output in registers (codegen/lines.py), leaf after
+leaf, and writes it with one streaming store; the parts of lines at a row's two ends with
+one masked store each. Stores to a buffer, even one in L1, wait behind streaming stores in
+the core's store queue: grid5_d3's largest product (115 MB) took 9.0 ms through the
+buffer, 3.6 ms in registers. The same ⊗ in the same order, so the same bits.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import abi
+from ..plan.steps import KernelPattern
+from ..semiring import SEMIRINGS, Semiring
+from .cpu import INLINED, LEAF, _advance, _place
+from .intrinsics import LINE_BYTES
+
+ENTRY = "kernel"
+
+# Lines a row computes side by side: each leaf's access kind is read once for all of them
+# (grid5_d3's 115 MB product: 4.3 ms a step one line at a time, 3.6 ms four)
+GROUP = 4
+
+SOURCE = '''"""catbp_jit kernel {name}
+
+out[o] = leaf_0[o] ⊗ leaf_1[o] ⊗ ... ⊗ leaf_(K-1)[o]   ({semiring}, {dtype}), out STREAMED
+
+P[p:] holds this step's parameters (catbp_jit/abi.py), as a contract_reduce product's. A
+row (one position of the odometer axes outside the vector, the innermost output axes) is
+written a cache line of W elements at a time: each line computed in registers, leaf after
+leaf ({group} lines side by side), and stored with one streaming store; the parts of lines
+at the row's two ends with one masked store each.
+"""
+import numpy as np
+from numba import carray, njit
+
+from catbp_jit.codegen.intrinsics import (
+    MAX_LEAVES,
+    fence_stores,
+    line_rest,
+    pointer_int64,
+    pointer_{dtype},
+    stack_leaves_int64,
+)
+from catbp_jit.codegen.lines import (
+    line_gather,
+    line_gather_part,
+    line_load,
+    line_load_part,
+    line_splat,
+    line_splat_part,
+    line_strided,
+    line_strided_part,
+    store_line_part,
+    stream_line,
+)
+
+{abi}
+ZERO = np.int64(0)  # (an int64, never a literal: see codegen/cpu.py's ZERO)
+W = {width}  # elements to a cache line: a line's (codegen/lines.py)
+
+
+{walkers}
+
+
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def run_rows(mem, P, p, lo, hi, idx):
+    """Rows lo..hi-1: a row is one position of the odometer axes outside the vector."""
+    out = P[p + OUT]
+    R = P[p + OUT_RANK]
+    D = R + P[p + RED_RANK]
+    K = P[p + LEAVES]
+    nb = P[p + BLOCK_AXES]
+    V = P[p + BLOCK_SIZE]
+    N = p + SIZES  # P[N + d]: size of axis d
+    SO = p + {out_strides}  # P[SO + d]: output stride of axis d < R
+    LS = 1 + D  # a leaf's row: its offset, then its D strides
+    L = SO + R  # leaf l's row at P[L + l * LS]
+    A = L + K * LS + GROUP_FIELDS  # leaf l's access at A + l * ACCESS_FIELDS
+    base = carray(stack_leaves_int64(), MAX_LEAVES)  # base[l]: leaf l's offset at the row's start
+    top = D - nb  # odometer axes end here; vector axes top..D-1
+    o_off = out
+    for l in range(K):
+        base[l] = P[{leaf}]
+{rows}
+    fence_stores()  # before another thread reads what this one streamed
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def {entry}(mem_address, mem_length, P_address, P_length, p, chunk, chunks):
+    """Chunk `chunk` of `chunks` of step p: a range of its rows (chunk == chunks: what
+    follows them all, which is nothing). Called with addresses, as every CPU kernel."""
+    if chunk >= chunks:
+        return
+    mem = carray(pointer_{dtype}(mem_address), mem_length)
+    P = carray(pointer_int64(P_address), P_length)
+    D = P[p + OUT_RANK] + P[p + RED_RANK]
+    n_work = np.int64(1)  # a chunk is a range of rows (not the literal 1: see ZERO)
+    for d in range(D - P[p + BLOCK_AXES]):
+        n_work *= P[p + SIZES + d]
+    lo, hi = ZERO, n_work  # fixed chunks: the results do not depend on who runs them
+    if chunks > 1:
+        lo, hi = n_work * chunk // chunks, n_work * (chunk + 1) // chunks
+    run_rows(mem, P, p, lo, hi, P[p + SCRATCH] + chunk * D)
+'''
+
+
+def _walkers(sr: Semiring) -> str:
+    """The line functions: a leaf's line (or part of one) by its access kind, the product
+    of the K leaves' lines, and of GROUP lines side by side."""
+    parts = []
+    for name, part, doc in (
+        ("line", "", "elements v..v+W-1 as one line"),
+        ("part", ", lo, hi", "elements v+lo..v+hi-1, as lanes lo..hi-1 of a line (0 in the others)"),
+    ):
+        load = "_part" if part else ""  # lines.py's loader of a part of a line
+        leaf = [
+            INLINED,
+            f"def leaf_{name}(mem, P, a, base, v{part}):",
+            f'    """The leaf\'s {doc}; a: the leaf\'s access (abi.py) in P."""',
+            "    kind, step, table = P[a], P[a + 1], P[a + 2]",
+            "    if kind == CONSTANT:",
+            f"        return line_splat{load}(mem, base{part})",
+            "    if kind == CONTIGUOUS:",
+            f"        return line_load{load}(mem, base + v{part})",
+            "    if kind == STRIDED:",
+            f"        return line_strided{load}(mem, base + v * step, step{part})",
+            f"    return line_gather{load}(mem, base, P, table + v{part})  # GATHERED",
+        ]
+        next_leaf = f"leaf_{name}(mem, P, A + l * ACCESS_FIELDS, base[l], v{part})"
+        product = [
+            INLINED,
+            f"def {name}_product(mem, P, A, base, v, K{part}):",
+            f'    """The ⊗-product of the K leaves\' {doc}, left to right."""',
+            f"    x = leaf_{name}(mem, P, A, base[0], v{part})",
+            "    for l in range(1, K):",
+            f"        x = {sr.line_product(['x', next_leaf])}",
+            "    return x",
+        ]
+        parts += ["\n".join(leaf), "\n".join(product)]
+    return "\n\n\n".join(parts + [_group_product(sr)])
+
+
+def _group_at() -> list[str]:
+    """The starts of a group's lines, from v."""
+    return ["v"] + [f"v + {g} * W" if g > 1 else "v + W" for g in range(1, GROUP)]
+
+
+def _group_product(sr: Semiring) -> str:
+    """lines_product: line_product of GROUP lines side by side, each leaf's kind read once."""
+    xs, at = [f"x{g}" for g in range(GROUP)], _group_at()
+    loads = {
+        "CONTIGUOUS": lambda v: f"line_load(mem, b + {v})",
+        "GATHERED": lambda v: f"line_gather(mem, b, P, table + {v})",
+        "STRIDED": lambda v: f"line_strided(mem, b + {v if v == 'v' else f'({v})'} * step, step)",
+    }
+    lines = [
+        INLINED,
+        "def lines_product(mem, P, A, base, v, K):",
+        f'    """line_product of the {GROUP} lines from v, side by side: each leaf\'s access kind',
+        '    read once for them all."""',
+    ]
+    lines += [f"    {x} = leaf_line(mem, P, A, base[0], {v})" for x, v in zip(xs, at)]
+    lines += [
+        "    for l in range(1, K):",
+        "        a = A + l * ACCESS_FIELDS",
+        "        kind, step, table, b = P[a], P[a + 1], P[a + 2], base[l]",
+        "        if kind == CONSTANT:",
+        "            c = line_splat(mem, b)",
+    ]
+    lines += [f"            {x} = {sr.line_product([x, 'c'])}" for x in xs]
+    for i, (kind, load) in enumerate(loads.items()):
+        lines += [f"        elif kind == {kind}:" if i < 2 else "        else:  # STRIDED"]
+        lines += [f"            {x} = {sr.line_product([x, load(v)])}" for x, v in zip(xs, at)]
+    return "\n".join(lines + [f"    return {', '.join(xs)}"])
+
+
+def _rows() -> list[str]:
+    """The loop over rows: each row's whole lines GROUP at a time, then one at a time,
+    then the parts of lines at its two ends; then the odometer's step to the next row."""
+    xs = ", ".join(f"x{g}" for g in range(GROUP))
+    lines = [
+        "    for row in range(lo, hi):",
+        "        rest = line_rest(mem, o_off)  # the row starts at lane W - rest of a line",
+        "        head = min(V, rest)  # elements before its first whole line",
+        "        body = head + (V - head) // W * W  # where its last whole line ends",
+        "        v = head",
+        f"        while v + {GROUP} * W <= body:",
+        f"            {xs} = lines_product(mem, P, A, base, v, K)",
+    ]
+    lines += [f"            stream_line(mem, o_off + {v}, x{g})" for g, v in enumerate(_group_at())]
+    lines += [
+        f"            v += {GROUP} * W",
+        "        while v < body:",
+        "            stream_line(mem, o_off + v, line_product(mem, P, A, base, v, K))",
+        "            v += W",
+        "        for end in range(2):  # the parts of lines at the row's ends (one call: inlined once)",
+        "            at = rest - W if end == 0 else body  # where the part's line starts, from o_off",
+        "            first = -at if end == 0 else ZERO  # its lanes first..last-1",
+        "            last = first + (head if end == 0 else V - body)",
+        "            if last > first:",
+        "                x = part_product(mem, P, A, base, at, K, first, last)",
+        "                store_line_part(mem, o_off + at, x, first, last)",
+    ]
+    return lines + _advance("        ", "0", "top - 1", "base", out=True)
+
+
+def kernel_source(pattern: KernelPattern) -> str:
+    """The whole module source of the contract_stream kernel for `pattern`."""
+    sr = SEMIRINGS[pattern.semiring]
+    return SOURCE.format(
+        name=pattern.name,
+        semiring=sr.name,
+        dtype=pattern.dtype,
+        group=GROUP,
+        abi=abi.source_constants(),
+        width=LINE_BYTES // np.dtype(pattern.dtype).itemsize,
+        walkers=_walkers(sr),
+        out_strides=abi.OUT_STRIDES_SOURCE,
+        leaf=LEAF,
+        rows="\n".join(_place("    ", "top - 1", "lo") + _rows()),
+        entry=ENTRY,
+    )

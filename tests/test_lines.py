@@ -1,0 +1,184 @@
+"""codegen/lines.py: a cache line of elements as one value. Every loader gives the
+elements of its access kind, whole or in part (the other lanes 0, and nothing outside the
+part read); stores write exactly their lanes; the ⊗ operators are the scalar ones, lane by
+lane, to the bit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numba import njit
+
+from catbp_jit.codegen.intrinsics import LINE_BYTES
+from catbp_jit.codegen.lines import (
+    line_gather,
+    line_gather_part,
+    line_load,
+    line_load_part,
+    line_splat,
+    line_splat_part,
+    line_strided,
+    line_strided_part,
+    store_line_part,
+    stream_line,
+)
+
+DTYPES = [np.float64, np.float32, np.int64, np.bool_]
+
+
+def width(dtype) -> int:
+    return LINE_BYTES // np.dtype(dtype).itemsize
+
+
+@njit(cache=False)
+def loads(out, arr, i, step, table, t):
+    """The four loaders' whole lines, one after another in out (4 lines)."""
+    w = out.size // 4
+    store_line_part(out, 0, line_splat(arr, i), 0, w)
+    store_line_part(out, w, line_load(arr, i), 0, w)
+    store_line_part(out, 2 * w, line_strided(arr, i, step), 0, w)
+    store_line_part(out, 3 * w, line_gather(arr, i, table, t), 0, w)
+
+
+@njit(cache=False)
+def part_loads(out, arr, i, step, table, t, lo, hi):
+    """The four loaders' lanes lo..hi-1 (the others 0), whole lines in out (4 lines)."""
+    w = out.size // 4
+    store_line_part(out, 0, line_splat_part(arr, i, lo, hi), 0, w)
+    store_line_part(out, w, line_load_part(arr, i, lo, hi), 0, w)
+    store_line_part(out, 2 * w, line_strided_part(arr, i, step, lo, hi), 0, w)
+    store_line_part(out, 3 * w, line_gather_part(arr, i, table, t, lo, hi), 0, w)
+
+
+def values(dtype, n: int, rng) -> np.ndarray:
+    if dtype is np.bool_:
+        return rng.random(n) < 0.5
+    return (rng.uniform(1, 9, n) * 1000).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_each_loader_gives_its_access_kinds_elements(dtype):
+    rng = np.random.default_rng(1)
+    w = width(dtype)
+    arr = values(dtype, 40 * w, rng)
+    table = rng.integers(0, 20 * w, 3 * w)
+    for i, step, t in ((0, 1, 0), (5, 3, 2), (w + 1, 2, w)):
+        out = np.zeros(4 * w, dtype)
+        loads(out, arr, i, step, table, t)
+        want = np.concatenate(
+            [np.full(w, arr[i]), arr[i : i + w], arr[i + step * np.arange(w)], arr[i + table[t : t + w]]]
+        )
+        assert np.array_equal(out, want), (i, step, t)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_part_of_a_line_reads_its_lanes_only(dtype):
+    """Lanes outside lo..hi are 0, and a gather never reads them: their table entries
+    point far outside memory (a read would fault)."""
+    rng = np.random.default_rng(2)
+    w = width(dtype)
+    arr = values(dtype, 8 * w, rng)
+    far = 1 << 40
+    for lo in range(w):
+        for hi in range(lo, w + 1):
+            inside = np.arange(w)[lo:hi]
+            table = np.full(2 * w, far, np.int64)
+            table[w + inside] = rng.integers(0, 2 * w, inside.size)
+            out = np.ones(4 * w, dtype)
+            i = 2 * w
+            part_loads(out, arr, i - lo, 1, table, w, lo, hi)
+            want = np.zeros(4 * w, dtype)
+            want[inside] = arr[i - lo]
+            want[w + inside] = arr[i - lo + inside]
+            want[2 * w + inside] = arr[i - lo + inside]
+            want[3 * w + inside] = arr[i - lo + table[w + inside]]
+            assert np.array_equal(out, want), (lo, hi)
+
+
+@njit(cache=False)
+def stream(out, at, arr, i):
+    stream_line(out, at, line_load(arr, i))
+
+
+@njit(cache=False)
+def store_part(out, at, arr, i, lo, hi):
+    store_line_part(out, at, line_load(arr, i), lo, hi)
+
+
+def aligned_zeros(n: int, dtype) -> np.ndarray:
+    """n zeros starting a cache line."""
+    space = np.zeros(n + width(dtype), dtype)
+    return space[(-space.ctypes.data % LINE_BYTES) // space.itemsize :][:n]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_stores_write_exactly_their_lanes(dtype):
+    rng = np.random.default_rng(3)
+    w = width(dtype)
+    arr = values(dtype, 4 * w, rng)
+    for at in (0, w, 2 * w):
+        dst = aligned_zeros(4 * w, dtype)  # (a streaming store's line must be aligned)
+        stream(dst, at, arr, 3)
+        want = np.zeros_like(dst)
+        want[at : at + w] = arr[3 : 3 + w]
+        assert np.array_equal(dst, want), at
+    for lo in range(w):
+        for hi in range(lo, w + 1):
+            dst = aligned_zeros(4 * w, dtype)
+            store_part(dst, w, arr, 1, lo, hi)
+            want = np.zeros_like(dst)
+            want[w + lo : w + hi] = arr[1 + lo : 1 + hi]
+            assert np.array_equal(dst, want), (lo, hi)
+
+
+@njit(cache=False)
+def combine(out, a, b):
+    w = out.size // 3
+    store_line_part(out, 0, line_load(a, 0) * line_load(b, 0), 0, w)
+    store_line_part(out, w, line_load(a, 0) + line_load(b, 0), 0, w)
+    store_line_part(out, 2 * w, line_load(a, 0) & line_load(b, 0), 0, w)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64])
+def test_operators_are_the_scalar_ones_lane_by_lane(dtype):
+    """`*` and `+` round as numpy's (IEEE, the same bits), int64 wraps around; `&` on
+    bools is `and`."""
+    rng = np.random.default_rng(4)
+    w = width(dtype)
+    if dtype is np.int64:
+        a, b = rng.integers(-(2**62), 2**62, w), rng.integers(-(2**62), 2**62, w)
+    else:
+        a, b = (rng.standard_normal(w) * 1e3).astype(dtype), (rng.standard_normal(w) * 1e-3).astype(dtype)
+        a[:3] = [np.inf, -np.inf, 0.0]
+    out = np.zeros(3 * w, dtype)
+    if dtype is np.int64:
+        combine(out, a, b)
+        with np.errstate(over="ignore"):
+            assert np.array_equal(out[:w], a * b) and np.array_equal(out[w : 2 * w], a + b)
+        assert np.array_equal(out[2 * w :], a & b)
+        return
+    combine_floats(out[: 2 * w], a, b)
+    with np.errstate(invalid="ignore"):
+        want = np.concatenate([a * b, a + b])
+    assert np.array_equal(out[: 2 * w].view(f"u{out.itemsize}"), want.view(f"u{out.itemsize}"))
+
+
+@njit(cache=False)
+def combine_floats(out, a, b):
+    w = out.size // 2
+    store_line_part(out, 0, line_load(a, 0) * line_load(b, 0), 0, w)
+    store_line_part(out, w, line_load(a, 0) + line_load(b, 0), 0, w)
+
+
+@njit(cache=False)
+def both(out, a, b):
+    store_line_part(out, 0, line_load(a, 0) & line_load(b, 0), 0, out.size)
+
+
+def test_and_of_bool_lines_is_and():
+    rng = np.random.default_rng(5)
+    w = width(np.bool_)
+    a, b = rng.random(w) < 0.5, rng.random(w) < 0.5
+    out = np.zeros(w, np.bool_)
+    both(out, a, b)
+    assert np.array_equal(out, a & b)
