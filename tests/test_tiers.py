@@ -290,3 +290,81 @@ def test_detached_workers_compile_each_unit_once(tmp_path):
     assert cache.check(dispatcher_unit().identity, dispatcher_unit().source)[0] == "ok"
     left = {n for n in set(os.listdir(tempfile.gettempdir())) - before if n.startswith("catbp_jit_units_")}
     assert not left
+
+
+def test_detached_workers_share_the_list_and_answer_for_every_unit(tmp_path):
+    """Three units, two workers, each starting with a unit of its own and putting off the
+    ones the other is compiling: every unit is compiled, and reported, once."""
+    from catbp_jit.plan.steps import KernelPattern
+
+    cache = KernelCache(str(tmp_path / "cache"), policy="fallback")
+    units = [
+        kernel_unit(KernelPattern(sr, dtype, False, False, False, template="repack"))
+        for sr, dtype in (("PROB", "float64"), ("LOGPROB", "float64"), ("COUNT", "int64"))
+    ]
+    seen = []
+    compile_detached(units, cache, 2, lambda unit, s: seen.append(unit.name))
+    assert sorted(seen) == sorted(u.name for u in units)
+    assert all(cache.check(u.identity, u.source)[0] == "ok" for u in units)
+
+
+class Busy:
+    """A cache whose `busy` says which units another worker compiles now."""
+
+    def __init__(self, names):
+        self.names = names
+
+    def busy(self, identity, source):
+        return identity["name"] in self.names
+
+
+def test_a_worker_puts_off_the_units_another_one_compiles():
+    from catbp_jit.codegen.loader import CompileUnit
+    from catbp_jit.codegen.workers import _in_turn
+
+    units = [CompileUnit(n, {"name": n}, "", "kernel", "") for n in "abcd"]
+    order = [(at, u.name) for at, u in _in_turn(units, Busy({"b", "c"}))]
+    assert order == [(0, "a"), (3, "d"), (1, "b"), (2, "c")]
+
+
+def test_busy_says_whether_another_holds_the_kernels_lock(tmp_path):
+    """`busy` asks without waiting: false when nobody holds the lock (taking it and giving
+    it back), true while another thread or another process holds it."""
+    cache = KernelCache(str(tmp_path / "cache"), policy="fallback")
+    unit = dispatcher_unit()
+    assert not cache.busy(unit.identity, unit.source)
+    from catbp_jit.cache.entry import _Entry
+
+    lock = _Entry(cache.directory, cache.key_for(unit.identity), cache._prepare_dir()).lock.file_lock
+    holding, done = threading.Event(), threading.Event()
+
+    def hold():
+        lock.acquire(5.0)
+        holding.set()
+        done.wait(10)
+        lock.release()
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    try:
+        assert holding.wait(10)
+        assert cache.busy(unit.identity, unit.source)
+    finally:
+        done.set()
+        thread.join()
+    assert not cache.busy(unit.identity, unit.source)
+    import subprocess
+    import sys
+
+    hold = (
+        "import fcntl, sys, time; f = open(sys.argv[1], 'a'); fcntl.flock(f, fcntl.LOCK_EX); "
+        "print('held', flush=True); time.sleep(60)"
+    )
+    other = subprocess.Popen([sys.executable, "-c", hold, lock.path], stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout.readline().strip() == "held"
+        assert cache.busy(unit.identity, unit.source)
+    finally:
+        other.kill()
+        other.wait()
+    assert not cache.busy(unit.identity, unit.source)

@@ -159,6 +159,21 @@ class KernelCache:
             return "busy", str(e)
         return status, reason
 
+    def busy(self, pattern: dict, source: str, target: str = "cpu") -> bool:
+        """Whether another process holds the kernel's lock now (compiling it, most likely),
+        asked without waiting: a compile worker takes up its other units first
+        (codegen/workers.py) rather than wait for this one."""
+        access = self._prepare_dir()
+        lock = None if access is None else _Entry(self.directory, self.key_for(pattern, target), access).lock
+        if lock is None or lock.file_lock is None:  # no disk, or read-only: nobody writes
+            return False
+        try:
+            lock.file_lock.acquire(0.0)
+        except CacheLockTimeout:
+            return True
+        lock.file_lock.release()
+        return False
+
     def clear(self) -> None:
         """Forget every kernel in memory and delete every entry on disk (each under its
         lock; the lock files stay, removing them would break mutual exclusion)."""
