@@ -75,7 +75,7 @@ def interpretable(plan: Plan) -> bool:
     """Whether every step of the plan is one this module computes (not the GEMM steps of
     the reassociating mode, whose sums are BLAS's)."""
     return all(
-        st.pattern.template in ("contract_reduce", "contract_stream", "repack") for st in plan.schedule.steps
+        st.pattern.template in ("contract_reduce", "contract_lines", "repack") for st in plan.schedule.steps
     )
 
 

@@ -74,6 +74,9 @@ def test_only_the_cpu_target_streams_and_the_bar_is_checked():
     assert plan_options("cpu", None).streaming_store_bytes == 32 << 20
     assert plan_options("cuda", None).streaming_store_bytes is None
     assert plan_options("cuda", PlanOptions(streaming_store_bytes=0)).streaming_store_bytes is None
+    # products a line at a time in registers: the CPU's kernels alone
+    assert plan_options("cpu", None).line_products
+    assert not plan_options("cuda", PlanOptions(line_products=True)).line_products
     for bad in (-1, 1.5, True, "32M"):
         with pytest.raises(ValueError, match="streaming_store_bytes"):
             PlanOptions(streaming_store_bytes=bad)
@@ -107,9 +110,9 @@ def test_a_grid_whose_outputs_all_stream_keeps_its_bits(grid, mode):
     ):
         one_at_a_time = step.pattern.reduce and step.pattern.vector == ACROSS_REDUCED
         assert now == (abi.STREAMED if was == abi.CONTIGUOUS and not one_at_a_time else was)
-        # a streamed product computes its lines in registers (codegen/cpu_stream.py)
-        product = now == abi.STREAMED and not step.pattern.reduce and not step.pattern.normalize
-        assert (step.pattern.template == "contract_stream") == product
+        # a streamed product computes its lines in registers (codegen/cpu_lines.py)
+        if now == abi.STREAMED and not step.pattern.reduce and not step.pattern.normalize:
+            assert step.pattern.template == "contract_lines"
     assert kinds.count(abi.STREAMED) > 20  # (77 of 120 steps when written)
     want = slot_copies(plain.bind().run(factors=factors, selectors=selectors))
     sess = exe.bind()
@@ -226,9 +229,10 @@ def potentials(kind, spec, rng) -> np.ndarray:
 
 @settings(30)
 @given(plain_products(), st.integers(0, 2**32 - 1))
-def test_streamed_products_keep_the_bits_of_plain_stores_in_every_semiring(product, seed):
-    """contract_stream's lines in registers, whole and in parts, in every semiring: the
-    bits of the product stored through buf, serial and in chunks that end inside lines."""
+def test_line_products_keep_the_bits_of_buffered_ones_in_every_semiring(product, seed):
+    """contract_lines's lines in registers, whole and in parts, streamed or not, in every
+    semiring: the bits of contract_reduce's products through buf, serial and in chunks
+    that end inside lines."""
     program, specs, (name, dtype), parallel, block, repack = product
     note(f"{program}\n{name} {dtype}, parallel {parallel}, block {block}, repack {repack}")
     sr = catbp_jit.make_semiring(name, dtype)
@@ -247,8 +251,52 @@ def test_streamed_products_keep_the_bits_of_plain_stores_in_every_semiring(produ
         options = PlanOptions(**knobs, **options)
         return catbp_jit.compile(program, sr, factor_specs=specs, mode="loop", options=options)
 
-    streaming = exe(streaming_store_bytes=0)
-    templates = {s.pattern.template for s in streaming.schedule.steps}
-    event(f"contract_stream: {'contract_stream' in templates}")
-    want = slot_copies(exe(streaming_store_bytes=None).bind().run(factors=values))
-    assert_same_bits(want, slot_copies(streaming.bind().run(factors=values)), "kernels")
+    buffered = exe(streaming_store_bytes=None, line_products=False)
+    assert "contract_lines" not in {s.pattern.template for s in buffered.schedule.steps}
+    want = slot_copies(buffered.bind().run(factors=values))
+    for bar in (0, None):
+        lines = exe(streaming_store_bytes=bar)
+        used = "contract_lines" in {s.pattern.template for s in lines.schedule.steps}
+        event(f"streamed {bar == 0}: contract_lines {used}")
+        assert_same_bits(want, slot_copies(lines.bind().run(factors=values)), f"lines, bar {bar}")
+
+
+def test_line_kernels_stream_with_non_temporal_stores():
+    """The machine code of a line kernel has streaming stores (x86-64), for its STREAMED
+    outputs: LLVM once merged them with the plain stores of the other branch, dropping
+    their mark (codegen/lines.py: put_line)."""
+    import platform
+
+    from catbp_jit.codegen.loader import cpu_source, scratch_compile
+    from catbp_jit.plan.steps import KernelPattern
+
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        pytest.skip("streaming stores are x86-64's")
+    asm = scratch_compile(
+        cpu_source(KernelPattern("PROB", "float64", False, False, False, template="contract_lines"))
+    )
+    assert "vmovntpd" in asm or "movntpd" in asm
+
+
+def test_line_products_where_every_product_can_be_or_its_output_streams():
+    """schedule.in_lines: all of a schedule's products are line products where every one
+    has a contiguous output and no NORMALIZE; else only the streamed ones (no program
+    compiles both product kernels for products that stay in the cache)."""
+    from types import SimpleNamespace
+
+    from catbp_jit.plan.schedule import in_lines
+    from catbp_jit.plan.steps import KernelPattern, Step
+
+    def step(kind, reduce=False, normalize=False):
+        params = SimpleNamespace(accesses=(abi.Access(abi.CONTIGUOUS, 1), abi.Access(kind, 1)))
+        return Step(None, KernelPattern("PROB", "float64", reduce, normalize, False), params, 1)
+
+    def templates(steps, **options):
+        return [st.pattern.template for st in in_lines(steps, PlanOptions(**options))]
+
+    lines, buf = "contract_lines", "contract_reduce"
+    fit = [step(abi.CONTIGUOUS), step(abi.STREAMED), step(abi.CONTIGUOUS, reduce=True)]
+    assert templates(fit) == [lines, lines, buf]
+    for odd in (step(abi.GATHERED), step(abi.STRIDED), step(abi.CONTIGUOUS, normalize=True)):
+        assert templates(fit + [odd]) == [buf, lines, buf, buf]
+    assert templates(fit, line_products=False) == [buf, buf, buf]

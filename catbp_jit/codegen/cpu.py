@@ -544,21 +544,26 @@ u = np.uint64
 @njit(cache=True, nogil=True, error_model="numpy"{inline})
 def {part}(mem, P, p, lo, hi, idx):
     """{part_doc}"""
-    out = P[p + OUT]
+{fields}
+    buf = carray(stack_buffer_{dtype}(), BUFFER)
+    base = carray(stack_leaves_int64(), MAX_LEAVES)  # base[l]: leaf l's offset at the row's start
+'''
+
+
+# A loop step's parameters as a kernel reads them from P (abi.py), by name (every CPU
+# loop template's: contract_reduce's here, contract_lines's in cpu_lines.py)
+STEP_FIELDS = f"""    out = P[p + OUT]
     R = P[p + OUT_RANK]
     D = R + P[p + RED_RANK]
     K = P[p + LEAVES]
     nb = P[p + BLOCK_AXES]
     V = P[p + BLOCK_SIZE]
     N = p + SIZES  # P[N + d]: size of axis d
-    SO = p + {out_strides}  # P[SO + d]: output stride of axis d < R
+    SO = p + {abi.OUT_STRIDES_SOURCE}  # P[SO + d]: output stride of axis d < R
     LS = 1 + D  # a leaf's row: its offset, then its D strides
     L = SO + R  # leaf l's row at P[L + l * LS]
     A = L + K * LS + GROUP_FIELDS  # leaf l's access at A + l * ACCESS_FIELDS
-    AO = A + K * ACCESS_FIELDS  # the output's access
-    buf = carray(stack_buffer_{dtype}(), BUFFER)
-    base = carray(stack_leaves_int64(), MAX_LEAVES)  # base[l]: leaf l's offset at the row's start
-'''
+    AO = A + K * ACCESS_FIELDS  # the output's access"""
 
 
 # the C library's exp and log by their default symbols (codegen/libm.py), for LOGPROB
@@ -591,7 +596,7 @@ def kernel_source(pattern: KernelPattern) -> str:
             formula=("⊕_r " if pattern.reduce else "") + terms,
             semiring=sr.name,
             abi=abi.source_constants(),
-            out_strides=abi.OUT_STRIDES_SOURCE,
+            fields=STEP_FIELDS,
             dtype=pattern.dtype,
             then=", then NORMALIZE" if pattern.normalize else "",
             hot=(

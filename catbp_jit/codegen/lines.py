@@ -1,18 +1,18 @@
 """Lines: one cache line of an array's elements as one value that lives in registers.
 
-A product whose output is STREAMED (abi.py, codegen/intrinsics.py) computes each whole
-line of its output here, leaf after leaf, and writes it with one non-temporal store,
-never through a buffer in memory: stores to a buffer, even one in L1, wait behind the
-streaming stores in the core's store queue (measured on one x86-64 machine, two threads:
-115 MB of products written from a stack buffer 7.1 ms, from registers 2.5 ms; the
-streaming stores alone 2.4 ms).
+A product kernel (codegen/cpu_lines.py) computes each whole line of its output here, leaf
+after leaf, and writes it with one store (a non-temporal one where the output is
+STREAMED: abi.py, codegen/intrinsics.py), never through a buffer in memory: stores to a
+buffer, even one in L1, wait behind streaming stores in the core's store queue (measured
+on one x86-64 machine, two threads: 115 MB of products written from a stack buffer
+7.1 ms, from registers 2.5 ms; the streaming stores alone 2.4 ms).
 
 `Line(dtype)` is a Numba type whose value is an LLVM vector of LINE_BYTES of elements
 (8 float64 or int64, 16 float32, 64 bool). Kernels make lines from memory with
 line_splat, line_load, line_strided and line_gather (the four access kinds of abi.py),
 combine them with the operators of their semiring's ⊗ (`*`, `+` or `&`, elementwise:
 the same IEEE operations, so the same bits, as the scalar code), and store them with
-stream_line.
+stream_line, put_line or (a part of a line) store_line_part.
 """
 
 from __future__ import annotations
@@ -206,33 +206,51 @@ def line_gather_part(typingctx, arr, i, table, t, lo, hi):
     return Line(arr.dtype)(arr, types.int64, table, *[types.int64] * 3), _codegen(_gather, True)
 
 
-def _store(builder, context, signature, args, mask):
+def _store(builder, context, signature, args, mask, streamed: bool = False):
+    """Store the line args[2] at args[0][args[1]]: whole (a streaming store, or a plain one
+    aligned to half a line only: LLVM merges two stores that differ in their metadata
+    alone, dropping it, and a streaming store in one branch of an `if` and a plain one of
+    the same line in the other became one plain store), or the lanes of mask (a masked
+    store, plain: a part of a line cannot be streamed)."""
     vector = context.get_value_type(signature.args[2])
     at = _typed_pointer(
         builder, builder.gep(_data(context, builder, signature.args[0], args[0]), [args[1]]), vector
     )
-    if mask is None:
+    if mask is not None:
+        kind = _kind(vector)
+        _masked(builder, f"llvm.masked.store.{kind}.p0{kind}", ir.VoidType(), [args[2], at, I32(1), mask])
+    elif streamed:
         store = builder.store(args[2], at, align=LINE_BYTES)
         if IS_X86:
             store.set_metadata("nontemporal", builder.module.add_metadata([I32(1)]))
     else:
-        kind = _kind(vector)
-        _masked(builder, f"llvm.masked.store.{kind}.p0{kind}", ir.VoidType(), [args[2], at, I32(1), mask])
+        builder.store(args[2], at, align=LINE_BYTES // 2)
     return context.get_dummy_value()
 
 
-@intrinsic
-def stream_line(typingctx, arr, i, line):
-    """arr[i : i + W] = line, with one non-temporal store (x86-64; a plain one elsewhere).
-    arr[i] must start a line."""
-    if not isinstance(line, Line) or line.dtype != arr.dtype:
-        return None
-    sig = types.void(arr, types.int64, line)
+def _line_store(streamed: bool, doc: str):
+    @intrinsic
+    def store(typingctx, arr, i, line):
+        if not isinstance(line, Line) or line.dtype != arr.dtype:
+            return None
+        sig = types.void(arr, types.int64, line)
 
-    def codegen(context, builder, signature, args):
-        return _store(builder, context, signature, args, None)
+        def codegen(context, builder, signature, args):
+            return _store(builder, context, signature, args, None, streamed)
 
-    return sig, codegen
+        return sig, codegen
+
+    store.__doc__ = doc
+    return store
+
+
+stream_line = _line_store(
+    True,
+    "arr[i : i + W] = line, one non-temporal store (x86-64; a plain one elsewhere); arr[i] starts a line.",
+)
+put_line = _line_store(
+    False, "arr[i : i + W] = line, one plain store (an output the cache keeps); arr[i] starts a line."
+)
 
 
 @intrinsic

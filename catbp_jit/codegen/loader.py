@@ -17,7 +17,7 @@ from numba.core import sigutils
 
 from ..cache import KernelCache
 from ..plan.steps import KernelPattern
-from . import cpu, cpu_gemm, cpu_repack, cpu_stream, dispatch
+from . import cpu, cpu_gemm, cpu_lines, cpu_repack, dispatch
 
 # Every entry takes int64s (addresses, lengths, an offset): no array, so no MemInfo per
 # call, and one C calling convention for the dispatcher to call kernels through.
@@ -102,8 +102,8 @@ def cpu_source(pattern: KernelPattern) -> str:
         return cpu_gemm.kernel_source(pattern)
     if pattern.template == "repack":
         return cpu_repack.kernel_source(pattern)
-    if pattern.template == "contract_stream":
-        return cpu_stream.kernel_source(pattern)
+    if pattern.template == "contract_lines":
+        return cpu_lines.kernel_source(pattern)
     return cpu.kernel_source(pattern)
 
 

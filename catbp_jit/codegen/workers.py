@@ -336,8 +336,7 @@ def _read(lines) -> Iterator[CompileUnit]:
 def _in_turn(units: list[CompileUnit], cache) -> Iterator[tuple[int, CompileUnit]]:
     """A detached worker's units with their places in its list: each in order, but one
     whose lock another worker holds (compiling it) put off until the others are done, so
-    that two workers do not wait on each other's unit while units remain (grid5_d3 cold:
-    6.2 -> 5.x s on two workers)."""
+    that a worker does not wait on another's unit while units remain."""
     later = []
     for at, unit in enumerate(units):
         if cache.busy(unit.identity, unit.source):

@@ -91,6 +91,7 @@ CPU = CpuTarget(
     gemm=True,
     repack=True,
     streaming_stores=True,
+    line_products=True,
     model_exact=False,
     dispatcher=True,
     tracks=True,

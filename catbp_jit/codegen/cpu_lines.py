@@ -1,18 +1,18 @@
-"""Numba source for the `contract_stream` kernel template on the CPU: a product whose
-output is STREAMED (abi.py: larger than the last-level cache, written with non-temporal
-stores), computed in registers.
+"""Numba source for the `contract_lines` kernel template on the CPU: a product computed a
+cache line at a time in registers.
 
     out[o] = leaf_0[o] ⊗ leaf_1[o] ⊗ ... ⊗ leaf_(K-1)[o]
 
-Its steps are contract_reduce's products with the same parameters (abi.StepParams):
-plan/schedule.py gives a product this template when its output streams. It walks them
-the same way, rows of the odometer axes outside the vector (the innermost output axes),
-but where contract_reduce multiplies the leaves into a buffer and stores the buffer, this
-kernel computes each whole line of the output in registers (codegen/lines.py), leaf after
-leaf, and writes it with one streaming store; the parts of lines at a row's two ends with
+Its steps are contract_reduce's products with the same parameters (abi.StepParams), whose
+output lies contiguous along the vector (CONTIGUOUS or STREAMED): plan/schedule.py
+(in_lines) gives them this template. It walks them the same way, rows of the odometer axes
+outside the vector (the innermost output axes), but where contract_reduce multiplies the
+leaves into a buffer and stores the buffer, this kernel computes each whole line of the
+output in registers (codegen/lines.py), leaf after leaf, and writes it with one store (a
+streaming one where the output is STREAMED); the parts of lines at a row's two ends with
 one masked store each. Stores to a buffer, even one in L1, wait behind streaming stores in
-the core's store queue: grid5_d3's largest product (115 MB) took 9.0 ms through the
-buffer, 3.6 ms in registers. The same ⊗ in the same order, so the same bits.
+the core's store queue: grid5_d3's largest product (115 MB, streamed) took 9.0 ms through
+the buffer, 3.6 ms in registers. The same ⊗ in the same order, so the same bits.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import numpy as np
 from .. import abi
 from ..plan.steps import KernelPattern
 from ..semiring import SEMIRINGS, Semiring
-from .cpu import INLINED, LEAF, _advance, _place
+from .cpu import INLINED, LEAF, STEP_FIELDS, _advance, _place
 from .intrinsics import LINE_BYTES
 
 ENTRY = "kernel"
@@ -33,13 +33,13 @@ GROUP = 4
 
 SOURCE = '''"""catbp_jit kernel {name}
 
-out[o] = leaf_0[o] ⊗ leaf_1[o] ⊗ ... ⊗ leaf_(K-1)[o]   ({semiring}, {dtype}), out STREAMED
+out[o] = leaf_0[o] ⊗ leaf_1[o] ⊗ ... ⊗ leaf_(K-1)[o]   ({semiring}, {dtype})
 
 P[p:] holds this step's parameters (catbp_jit/abi.py), as a contract_reduce product's. A
 row (one position of the odometer axes outside the vector, the innermost output axes) is
 written a cache line of W elements at a time: each line computed in registers, leaf after
-leaf ({group} lines side by side), and stored with one streaming store; the parts of lines
-at the row's two ends with one masked store each.
+leaf ({group} lines side by side), and stored with one store (a streaming one where the
+output is STREAMED); the parts of lines at the row's two ends with one masked store each.
 """
 import numpy as np
 from numba import carray, njit
@@ -61,6 +61,7 @@ from catbp_jit.codegen.lines import (
     line_splat_part,
     line_strided,
     line_strided_part,
+    put_line,
     store_line_part,
     stream_line,
 )
@@ -76,24 +77,16 @@ W = {width}  # elements to a cache line: a line's (codegen/lines.py)
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
 def run_rows(mem, P, p, lo, hi, idx):
     """Rows lo..hi-1: a row is one position of the odometer axes outside the vector."""
-    out = P[p + OUT]
-    R = P[p + OUT_RANK]
-    D = R + P[p + RED_RANK]
-    K = P[p + LEAVES]
-    nb = P[p + BLOCK_AXES]
-    V = P[p + BLOCK_SIZE]
-    N = p + SIZES  # P[N + d]: size of axis d
-    SO = p + {out_strides}  # P[SO + d]: output stride of axis d < R
-    LS = 1 + D  # a leaf's row: its offset, then its D strides
-    L = SO + R  # leaf l's row at P[L + l * LS]
-    A = L + K * LS + GROUP_FIELDS  # leaf l's access at A + l * ACCESS_FIELDS
+{fields}
     base = carray(stack_leaves_int64(), MAX_LEAVES)  # base[l]: leaf l's offset at the row's start
     top = D - nb  # odometer axes end here; vector axes top..D-1
+    streamed = P[AO] == STREAMED  # else CONTIGUOUS
     o_off = out
     for l in range(K):
         base[l] = P[{leaf}]
 {rows}
-    fence_stores()  # before another thread reads what this one streamed
+    if streamed:
+        fence_stores()  # before another thread reads what this one streamed
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -197,7 +190,10 @@ def _rows() -> list[str]:
         f"        while v + {GROUP} * W <= body:",
         f"            {xs} = lines_product(mem, P, A, base, v, K)",
     ]
-    lines += [f"            stream_line(mem, o_off + {v}, x{g})" for g, v in enumerate(_group_at())]
+    lines += ["            if streamed:"]
+    lines += [f"                stream_line(mem, o_off + {v}, x{g})" for g, v in enumerate(_group_at())]
+    lines += ["            else:"]
+    lines += [f"                put_line(mem, o_off + {v}, x{g})" for g, v in enumerate(_group_at())]
     lines += [
         f"            v += {GROUP} * W",
         "        # the rest a line at a time, in one loop (part_product inlined once): the whole",
@@ -213,7 +209,10 @@ def _rows() -> list[str]:
         "            if last > first:",
         "                x = part_product(mem, P, A, base, at, K, first, last)",
         "                if last - first == W:",
-        "                    stream_line(mem, o_off + at, x)",
+        "                    if streamed:",
+        "                        stream_line(mem, o_off + at, x)",
+        "                    else:",
+        "                        put_line(mem, o_off + at, x)",
         "                else:",
         "                    store_line_part(mem, o_off + at, x, first, last)",
     ]
@@ -221,7 +220,7 @@ def _rows() -> list[str]:
 
 
 def kernel_source(pattern: KernelPattern) -> str:
-    """The whole module source of the contract_stream kernel for `pattern`."""
+    """The whole module source of the contract_lines kernel for `pattern`."""
     sr = SEMIRINGS[pattern.semiring]
     return SOURCE.format(
         name=pattern.name,
@@ -231,7 +230,7 @@ def kernel_source(pattern: KernelPattern) -> str:
         abi=abi.source_constants(),
         width=LINE_BYTES // np.dtype(pattern.dtype).itemsize,
         walkers=_walkers(sr),
-        out_strides=abi.OUT_STRIDES_SOURCE,
+        fields=STEP_FIELDS,
         leaf=LEAF,
         rows="\n".join(_place("    ", "top - 1", "lo") + _rows()),
         entry=ENTRY,
