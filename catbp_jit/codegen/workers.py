@@ -329,6 +329,7 @@ def _listen(worker: _Worker, order: list[int], done: queue.Queue) -> None:
 
 
 def _read(lines) -> Iterator[CompileUnit]:
+    """The units of JSON lines, as they come."""
     for line in lines:
         yield CompileUnit(**json.loads(line))
 
@@ -359,14 +360,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     replies = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)
     cache = KernelCache(argv[0], policy="fallback")
-    lines = sys.stdin
+    todo: Iterator[tuple[int, CompileUnit]] = enumerate(_read(sys.stdin))  # one at a time
     if len(argv) > 1:  # compile_detached: the whole list in a file, ours to delete
         with open(argv[1], encoding="utf-8") as f:
-            lines = f.readlines()
+            todo = _in_turn(list(_read(f.readlines())), cache)
         os.unlink(argv[1])
     parent = True  # still reading the replies (a detached parent may have exited)
-    units = [CompileUnit(**json.loads(line)) for line in lines] if len(argv) > 1 else None
-    for at, unit in _in_turn(units, cache) if units is not None else enumerate(_read(lines)):
+    for at, unit in todo:
         started = time.perf_counter()
         try:
             # another worker may have compiled it already (compile_detached): then there is
