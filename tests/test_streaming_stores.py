@@ -256,8 +256,10 @@ def test_line_products_keep_the_bits_of_buffered_ones_in_every_semiring(product,
     want = slot_copies(buffered.bind().run(factors=values))
     for bar in (0, None):
         lines = exe(streaming_store_bytes=bar)
-        used = "contract_lines" in {s.pattern.template for s in lines.schedule.steps}
-        event(f"streamed {bar == 0}: contract_lines {used}")
+        kinds = {
+            s.params.accesses[-1].kind for s in lines.schedule.steps if s.pattern.template == "contract_lines"
+        }
+        event(f"streamed {bar == 0}: line products' outputs {sorted(kinds)}")
         assert_same_bits(want, slot_copies(lines.bind().run(factors=values)), f"lines, bar {bar}")
 
 
@@ -279,8 +281,8 @@ def test_line_kernels_stream_with_non_temporal_stores():
 
 
 def test_line_products_where_every_product_can_be_or_its_output_streams():
-    """schedule.in_lines: all of a schedule's products are line products where every one
-    has a contiguous output and no NORMALIZE; else only the streamed ones (no program
+    """schedule.in_lines: all of a schedule's products are line products where none has a
+    NORMALIZE (whatever their outputs' access); else only the streamed ones (no program
     compiles both product kernels for products that stay in the cache)."""
     from types import SimpleNamespace
 
@@ -295,8 +297,28 @@ def test_line_products_where_every_product_can_be_or_its_output_streams():
         return [st.pattern.template for st in in_lines(steps, PlanOptions(**options))]
 
     lines, buf = "contract_lines", "contract_reduce"
-    fit = [step(abi.CONTIGUOUS), step(abi.STREAMED), step(abi.CONTIGUOUS, reduce=True)]
-    assert templates(fit) == [lines, lines, buf]
-    for odd in (step(abi.GATHERED), step(abi.STRIDED), step(abi.CONTIGUOUS, normalize=True)):
-        assert templates(fit + [odd]) == [buf, lines, buf, buf]
-    assert templates(fit, line_products=False) == [buf, buf, buf]
+    fit = [step(abi.CONTIGUOUS), step(abi.STREAMED), step(abi.GATHERED), step(abi.STRIDED)]
+    fit.append(step(abi.CONTIGUOUS, reduce=True))
+    assert templates(fit) == [lines, lines, lines, lines, buf]
+    assert templates(fit + [step(abi.CONTIGUOUS, normalize=True)]) == [buf, lines, buf, buf, buf, buf]
+    assert templates(fit, line_products=False) == [buf] * 5
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_line_products_scatter_an_output_gathered_along_the_vector(exact):
+    """grid6_d2's plans have products whose output is GATHERED along the vector (its
+    layout is not the loop's order): a line kernel writes those a lane at a time
+    (codegen/cpu_lines.py: scatter), the bits of the buffered kernel's."""
+    bundle = load_bundle(DATA / "bench" / "grid6_d2__prob_float64")
+    factors, selectors = inputs(bundle)
+    lines = compile_bundle(bundle, "loop", exact=exact)
+    scattered = [
+        s
+        for s in lines.schedule.steps
+        if s.pattern.template == "contract_lines"
+        and s.params.accesses[-1].kind in (abi.GATHERED, abi.STRIDED)
+    ]
+    assert scattered  # (4 exact, 8 reassociating when written)
+    buffered = compile_bundle(bundle, "loop", exact=exact, line_products=False)
+    want = slot_copies(buffered.bind().run(factors=factors, selectors=selectors))
+    assert_same_bits(want, slot_copies(lines.bind().run(factors=factors, selectors=selectors)), "grid6_d2")

@@ -3,16 +3,18 @@ cache line at a time in registers.
 
     out[o] = leaf_0[o] ⊗ leaf_1[o] ⊗ ... ⊗ leaf_(K-1)[o]
 
-Its steps are contract_reduce's products with the same parameters (abi.StepParams), whose
-output lies contiguous along the vector (CONTIGUOUS or STREAMED): plan/schedule.py
-(in_lines) gives them this template. It walks them the same way, rows of the odometer axes
-outside the vector (the innermost output axes), but where contract_reduce multiplies the
-leaves into a buffer and stores the buffer, this kernel computes each whole line of the
-output in registers (codegen/lines.py), leaf after leaf, and writes it with one store (a
-streaming one where the output is STREAMED); the parts of lines at a row's two ends with
-one masked store each. Stores to a buffer, even one in L1, wait behind streaming stores in
-the core's store queue: grid5_d3's largest product (115 MB, streamed) took 9.0 ms through
-the buffer, 3.6 ms in registers. The same ⊗ in the same order, so the same bits.
+Its steps are contract_reduce's products with the same parameters (abi.StepParams):
+plan/schedule.py (in_lines) gives them this template. It walks them the same way, rows of
+the odometer axes outside the vector (the innermost output axes), but where contract_reduce
+multiplies the leaves into a buffer and stores the buffer, this kernel computes each whole
+line of the output in registers (codegen/lines.py), leaf after leaf, and writes it with
+one store (a streaming one where the output is STREAMED); the parts of lines at a row's
+two ends with one masked store each. An output that is not contiguous along the vector
+(STRIDED or GATHERED: its layout is not the loop's order; rare) gets its lines from the
+row's start, stored a lane at a time (scatter). Stores to a buffer, even one in L1, wait
+behind streaming stores in the core's store queue: grid5_d3's largest product (115 MB,
+streamed) took 9.0 ms through the buffer, 3.6 ms in registers. The same ⊗ in the same
+order, so the same bits.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ from catbp_jit.codegen.lines import (
     line_gather,
     line_gather_part,
     line_load,
+    line_lane,
     line_load_part,
     line_splat,
     line_splat_part,
@@ -68,6 +71,7 @@ from catbp_jit.codegen.lines import (
 
 {abi}
 ZERO = np.int64(0)  # (an int64, never a literal: see codegen/cpu.py's ZERO)
+u = np.uint64  # (indices unsigned: see codegen/cpu.py's u)
 W = {width}  # elements to a cache line: a line's (codegen/lines.py)
 
 
@@ -80,7 +84,8 @@ def run_rows(mem, P, p, lo, hi, idx):
 {fields}
     base = carray(stack_leaves_int64(), MAX_LEAVES)  # base[l]: leaf l's offset at the row's start
     top = D - nb  # odometer axes end here; vector axes top..D-1
-    streamed = P[AO] == STREAMED  # else CONTIGUOUS
+    streamed = P[AO] == STREAMED
+    in_lines = streamed or P[AO] == CONTIGUOUS  # the output's lines, else its elements scattered
     o_off = out
     for l in range(K):
         base[l] = P[{leaf}]
@@ -113,7 +118,17 @@ def _walkers(sr: Semiring) -> str:
     lines side by side. Each leaf's lines are loaded by its access kind, then multiplied
     in: one ⊗ in the source per line (each call of an inlined function is typed and
     inlined again: the kernel compiles in 1.4 s, not 2.3 s)."""
-    return "\n\n\n".join([_part_product(sr), _group_product(sr)])
+    scatter = [
+        INLINED,
+        "def scatter(mem, P, a, base, v, x, lo, hi):",
+        '    """The output\'s elements v+lo..v+hi-1 = lanes lo..hi-1 of x, one at a time: a',
+        '    STRIDED or GATHERED output (a: its access in P), whose elements are not one line."""',
+        "    kind, step, table = P[a], P[a + 1], P[a + 2]",
+        "    for w in range(lo, hi):",
+        "        at = base + (v + w) * step if kind == STRIDED else base + P[u(table + v + w)]",
+        "        mem[u(at)] = line_lane(x, w)",
+    ]
+    return "\n\n\n".join([_part_product(sr), _group_product(sr), "\n".join(scatter)])
 
 
 def _part_product(sr: Semiring) -> str:
@@ -183,11 +198,12 @@ def _rows() -> list[str]:
     xs = ", ".join(f"x{g}" for g in range(GROUP))
     lines = [
         "    for row in range(lo, hi):",
-        "        rest = line_rest(mem, o_off)  # the row starts at lane W - rest of a line",
+        "        # the row starts at lane W - rest of a line (a scattered output: at lane 0)",
+        "        rest = line_rest(mem, o_off) if in_lines else ZERO",
         "        head = min(V, rest)  # elements before its first whole line",
         "        body = head + (V - head) // W * W  # where its last whole line ends",
         "        v = head",
-        f"        while v + {GROUP} * W <= body:",
+        f"        while in_lines and v + {GROUP} * W <= body:",
         f"            {xs} = lines_product(mem, P, A, base, v, K)",
     ]
     lines += ["            if streamed:"]
@@ -208,7 +224,9 @@ def _rows() -> list[str]:
         "                at, first, last = rest - W, W - rest, W - rest + head",
         "            if last > first:",
         "                x = part_product(mem, P, A, base, at, K, first, last)",
-        "                if last - first == W:",
+        "                if not in_lines:",
+        "                    scatter(mem, P, AO, o_off, at, x, first, last)",
+        "                elif last - first == W:",
         "                    if streamed:",
         "                        stream_line(mem, o_off + at, x)",
         "                    else:",

@@ -273,6 +273,20 @@ def store_line_part(typingctx, arr, i, line, lo, hi):
     return sig, codegen
 
 
+@intrinsic
+def line_lane(typingctx, line, w):
+    """Element w of a line."""
+    if not isinstance(line, Line):
+        return None
+    sig = line.dtype(line, types.int64)
+
+    def codegen(context, builder, signature, args):
+        x = builder.extract_element(args[0], args[1])  # as stored (a bool is an i8)
+        return context.data_model_manager[signature.return_type].from_data(builder, x)
+
+    return sig, codegen
+
+
 def _elementwise(floats: str | None, ints: str):
     """An intrinsic applying one LLVM instruction to two lines of one type, element by
     element (`floats` None: integer and bool lines only)."""

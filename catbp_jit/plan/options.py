@@ -77,10 +77,10 @@ class PlanOptions:
     # memory first. About the last-level cache of a server (32 MiB here): a smaller output
     # may still be in the cache when the next step reads it. None: never (the CUDA target)
     streaming_store_bytes: int | None = 32 << 20
-    # products whose output lies contiguous along the vector are computed a cache line at a
-    # time in registers (codegen/cpu_lines.py, schedule.in_lines): every streamed one, and
-    # all of a schedule's products where all of them can be. False: through a buffer, as
-    # contract_reduce's (the CUDA target; tests compare the two)
+    # products are computed a cache line at a time in registers (codegen/cpu_lines.py,
+    # schedule.in_lines): every streamed one, and all of a schedule's products where none
+    # has a NORMALIZE. False: through a buffer, as contract_reduce's (the CUDA target;
+    # tests compare the two)
     line_products: bool = True
     # the dynamic segments of a CPU schedule are split into this many tracks that threads
     # walk side by side, where the estimate says it gains (plan/tracks.py); 1: never ...
