@@ -240,3 +240,32 @@ def test_equal_offset_tables_are_placed_once(grid):
             assert list(schedule.table[at : at + len(offsets)]) == list(offsets)
     assert sum(len(at) for at in placed.values()) == len(placed) < 300, len(placed)
     assert sum(len(o) for o in placed) < every / 2
+
+
+# A copy moves a line at a time (codegen/cpu_repack.py: a gather and a store per line) in
+# float64, int64 and float32 (16 elements to a line), an element at a time in bools
+KINDS = [("PROB", "float64"), ("COUNT", "int64"), ("PROB", "float32"), ("SAT", "bool")]
+
+
+@settings(max_examples=16, **SETTINGS)
+@given(products(), st.sampled_from(KINDS), st.sampled_from([8, 24, 256]), st.integers(0, 2**32 - 1))
+def test_copies_a_line_at_a_time_in_every_dtype(product, kind, block, seed):
+    """Vectors of whole lines and parts of lines (block 8, 24, 256: a part of a float32
+    line, one float64 line, lines and a part): the bits of the plan without copies."""
+    program, specs, across = product
+    note(f"{program}\nacross {across}, {kind}, block {block}")
+    sr = catbp_jit.make_semiring(*kind)
+    rng = np.random.default_rng(seed)
+    values = {
+        f: sr.kind.potentials(rng.uniform(0.1, 2.0, spec.shape) * (rng.random(spec.shape) < 0.8), sr.dtype)
+        for f, spec in specs.items()
+    }
+
+    def exe(**options):
+        options = PlanOptions(across=across, block=block, **options)
+        return catbp_jit.compile(program, sr, factor_specs=specs, mode="loop", options=options)
+
+    repacking = exe(repack_min_reuse=1, repack_min_terms=1)
+    event(f"repacks a leaf: {any(st.pattern.template == 'repack' for st in repacking.schedule.steps)}")
+    want = slot_copies(exe(repack=False).bind().run(factors=values))
+    assert_same_bits(want, slot_copies(repacking.bind().run(factors=values)), f"{kind} block {block}")
