@@ -96,6 +96,12 @@ MAX_LEAVES = 64
 # inside L1.
 BUFFER = 512
 
+# most elements of the vector of a reduction that a contract_lines kernel computes
+# (codegen/cpu_lines.py): it keeps a row's sums in its BUFFER, a line for every 64-byte
+# line of the output the row touches (of 8-byte elements: KernelPattern.sums_in_lines),
+# the first and last maybe parts of lines
+LINE_SUMS_MAX = BUFFER - 2 * 8
+
 # output elements an exact PROB sum across reduced axes computes side by side (codegen/
 # cpu.py: _lanes_reduction), each its own chain of additions in its own order, a
 # BUFFER // LANES piece of the buffer each

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import event, given, note
+from hypothesis import assume, event, given, note
 from hypothesis import strategies as st
 from numba import njit
 
@@ -263,6 +263,71 @@ def test_line_products_keep_the_bits_of_buffered_ones_in_every_semiring(product,
         assert_same_bits(want, slot_copies(lines.bind().run(factors=values)), f"lines, bar {bar}")
 
 
+def line_sums(exe) -> list:
+    return [s for s in exe.schedule.steps if s.pattern.template == "contract_lines" and s.pattern.reduce]
+
+
+@st.composite
+def reductions(draw):
+    """A product of 1-4 leaves over 2-5 axes of sizes 1-9 summed over some of them, across
+    outputs (rows of any length, chunks that end inside lines), in PROB or COUNT."""
+    program, specs = draw(summed_products(sizes=(1, 9), axes=(2, 5), leaves=(1, 4)))
+    kept, every = program.instructions[-2].args["keep_keys"], program.instructions[-3].args["out_spec"].axes
+    assume(len(kept) < len(every))  # (something summed)
+    kind = draw(st.sampled_from([("PROB", "float64"), ("COUNT", "int64")]))
+    parallel, block, repack = draw(st.booleans()), draw(st.sampled_from([8, 256])), draw(st.booleans())
+    return program, specs, kind, parallel, block, repack
+
+
+@settings(30)
+@given(reductions(), st.integers(0, 2**32 - 1))
+def test_line_sums_keep_the_bits_of_buffered_ones(reduction, seed):
+    """contract_lines's reductions across outputs (sums of lines of products, whole and in
+    parts, to outputs contiguous or scattered): the bits of contract_reduce's kernel across
+    outputs, serial and in chunks, and every output summed once however its row is cut."""
+    program, specs, (name, dtype), parallel, block, repack = reduction
+    note(f"{program}\n{name} {dtype}, parallel {parallel}, block {block}, repack {repack}")
+    sr = catbp_jit.make_semiring(name, dtype)
+    rng = np.random.default_rng(seed)
+    values = {
+        f: np.asarray(potentials((name, dtype), spec, rng), dtype=sr.dtype) for f, spec in specs.items()
+    }
+    knobs = dict(
+        across="outputs",
+        block=block,
+        chunks=3,
+        repack=repack,
+        parallel_min_work=1 if parallel else PlanOptions().parallel_min_work,
+    )
+
+    def exe(**options):
+        options = PlanOptions(**knobs, **options)
+        return catbp_jit.compile(program, sr, factor_specs=specs, mode="loop", options=options)
+
+    buffered = exe(line_products=False, streaming_store_bytes=None)
+    want = slot_copies(buffered.bind().run(factors=values))
+    for bar in (0, None):  # every contiguous output streamed, and none
+        lines = exe(streaming_store_bytes=bar)
+        sums = line_sums(lines)
+        kinds = sorted({s.params.accesses[-1].kind for s in sums})
+        event(f"bar {bar}: line sums {len(sums)}, outputs {kinds}")
+        assert_same_bits(want, slot_copies(lines.bind().run(factors=values)), f"line sums, bar {bar}")
+
+
+def test_a_grid_sums_across_outputs_in_lines():
+    """grid4x8_d2's exact plan: its reductions across outputs are contract_lines kernels,
+    with the bits of contract_reduce's (contiguous outputs: rows of whole lines and parts)."""
+    bundle = load_bundle(DATA / "bench" / "grid4x8_d2__prob_float64")
+    factors, selectors = inputs(bundle)
+    lines = compile_bundle(bundle, "loop")
+    sums = line_sums(lines)
+    assert len(sums) > 20  # (58 of 468 steps when written)
+    assert not [s for s in lines.schedule.steps if s.pattern.name.endswith("_across_outputs")]
+    buffered = compile_bundle(bundle, "loop", line_products=False)
+    want = slot_copies(buffered.bind().run(factors=factors, selectors=selectors))
+    assert_same_bits(want, slot_copies(lines.bind().run(factors=factors, selectors=selectors)), "grid4x8_d2")
+
+
 def test_line_kernels_stream_with_non_temporal_stores():
     """The machine code of a line kernel has streaming stores (x86-64), for its STREAMED
     outputs: LLVM once merged them with the plain stores of the other branch, dropping
@@ -283,25 +348,41 @@ def test_line_kernels_stream_with_non_temporal_stores():
 def test_line_products_where_every_product_can_be_or_its_output_streams():
     """schedule.in_lines: all of a schedule's products are line products where none has a
     NORMALIZE (whatever their outputs' access); else only the streamed ones (no program
-    compiles both product kernels for products that stay in the cache)."""
+    compiles both product kernels for products that stay in the cache). Reductions across
+    outputs too, where every one of them can be (KernelPattern.sums_in_lines, rows of at
+    most abi.LINE_SUMS_MAX elements); never those across reduced axes."""
     from types import SimpleNamespace
 
+    from catbp_jit.plan.loops import ACROSS_OUTPUTS
     from catbp_jit.plan.schedule import in_lines
     from catbp_jit.plan.steps import KernelPattern, Step
 
-    def step(kind, reduce=False, normalize=False):
-        params = SimpleNamespace(accesses=(abi.Access(abi.CONTIGUOUS, 1), abi.Access(kind, 1)))
-        return Step(None, KernelPattern("PROB", "float64", reduce, normalize, False), params, 1)
+    def step(kind, reduce=False, normalize=False, vector=ACROSS_OUTPUTS, V=64, kind_of=("PROB", "float64")):
+        accesses = (abi.Access(abi.CONTIGUOUS, 1), abi.Access(kind, 1))
+        params = SimpleNamespace(accesses=accesses, block_size=V)
+        return Step(None, KernelPattern(*kind_of, reduce, normalize, False, vector), params, 1)
 
     def templates(steps, **options):
         return [st.pattern.template for st in in_lines(steps, PlanOptions(**options))]
 
     lines, buf = "contract_lines", "contract_reduce"
     fit = [step(abi.CONTIGUOUS), step(abi.STREAMED), step(abi.GATHERED), step(abi.STRIDED)]
-    fit.append(step(abi.CONTIGUOUS, reduce=True))
+    fit.append(step(abi.CONTIGUOUS, reduce=True, vector=ACROSS_REDUCED))
     assert templates(fit) == [lines, lines, lines, lines, buf]
     assert templates(fit + [step(abi.CONTIGUOUS, normalize=True)]) == [buf, lines, buf, buf, buf, buf]
     assert templates(fit, line_products=False) == [buf] * 5
+    sums = [step(abi.CONTIGUOUS, reduce=True), step(abi.GATHERED, reduce=True, V=abi.LINE_SUMS_MAX)]
+    assert templates(sums) == [lines, lines]
+    assert templates(sums, line_products=False) == [buf, buf]
+    assert templates([step(abi.CONTIGUOUS, reduce=True, kind_of=("COUNT", "int64"))]) == [lines]
+    for other in (
+        step(abi.CONTIGUOUS, reduce=True, normalize=True),
+        step(abi.CONTIGUOUS, reduce=True, V=abi.LINE_SUMS_MAX + 1),
+    ):
+        assert templates(sums + [other]) == [buf, buf, buf]
+    others = (("PROB", "float32"), ("LOGPROB", "float64"), ("SAT", "bool"), ("MAXLOG", "float64"))
+    for other in others:
+        assert templates([step(abi.CONTIGUOUS, reduce=True, kind_of=other)]) == [buf]
 
 
 @pytest.mark.parametrize("exact", [True, False])
@@ -319,6 +400,8 @@ def test_line_products_scatter_an_output_gathered_along_the_vector(exact):
         and s.params.accesses[-1].kind in (abi.GATHERED, abi.STRIDED)
     ]
     assert scattered  # (4 exact, 8 reassociating when written)
+    if exact:  # and sums across outputs, scattered too (6 when written)
+        assert [s for s in scattered if s.pattern.reduce]
     buffered = compile_bundle(bundle, "loop", exact=exact, line_products=False)
     want = slot_copies(buffered.bind().run(factors=factors, selectors=selectors))
     assert_same_bits(want, slot_copies(lines.bind().run(factors=factors, selectors=selectors)), "grid6_d2")

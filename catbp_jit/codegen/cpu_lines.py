@@ -15,6 +15,19 @@ row's start, stored a lane at a time (scatter). Stores to a buffer, even one in 
 behind streaming stores in the core's store queue: grid5_d3's largest product (115 MB,
 streamed) took 9.0 ms through the buffer, 3.6 ms in registers. The same ⊗ in the same
 order, so the same bits.
+
+It also computes reductions across outputs (a pattern that reduces: KernelPattern.
+sums_in_lines, schedule.in_lines), contract_reduce's with the same parameters:
+
+    out[o] = ⊕_r leaf_0[o, r] ⊗ ... ⊗ leaf_(K-1)[o, r]
+
+A row's sums are lines of a buffer, one for each line of the output the row touches; at
+each position of the reduced axes (the odometer over them, C order: the order of every
+target) each line's product is computed in registers as above and added to its sums; then
+the row is stored as a product's row is. Lane by lane 0 ⊕ t0 ⊕ t1 ..., the scalar code's
+operations: the same bits. contract_reduce's kernel passes each leaf through its buffer
+at each position: grid4x8_d2's exact reductions of 64 outputs and 128 terms took 4.0-4.3
+us, 3.1 us here.
 """
 
 from __future__ import annotations
@@ -42,16 +55,18 @@ row (one position of the odometer axes outside the vector, the innermost output 
 written a cache line of W elements at a time: each line computed in registers, leaf after
 leaf ({group} lines side by side), and stored with one store (a streaming one where the
 output is STREAMED); the parts of lines at the row's two ends with one masked store each.
-"""
+{reduces}"""
 import numpy as np
 from numba import carray, njit
 
 from catbp_jit.codegen.intrinsics import (
+    BUFFER,
     MAX_LEAVES,
     fence_stores,
     line_rest,
     pointer_int64,
     pointer_{dtype},
+    stack_buffer_{dtype},
     stack_leaves_int64,
 )
 from catbp_jit.codegen.lines import (
@@ -64,13 +79,14 @@ from catbp_jit.codegen.lines import (
     line_splat_part,
     line_strided,
     line_strided_part,
+    line_zero,
     put_line,
     store_line_part,
     stream_line,
 )
 
 {abi}
-ZERO = np.int64(0)  # (an int64, never a literal: see codegen/cpu.py's ZERO)
+ZERO, ONE = np.int64(0), np.int64(1)  # (int64s, never literals: see codegen/cpu.py's ZERO)
 u = np.uint64  # (indices unsigned: see codegen/cpu.py's u)
 W = {width}  # elements to a cache line: a line's (codegen/lines.py)
 
@@ -83,7 +99,7 @@ def run_rows(mem, P, p, lo, hi, idx):
     """Rows lo..hi-1: a row is one position of the odometer axes outside the vector."""
 {fields}
     base = carray(stack_leaves_int64(), MAX_LEAVES)  # base[l]: leaf l's offset at the row's start
-    top = D - nb  # odometer axes end here; vector axes top..D-1
+{sweep_offsets}    top = R - nb  # row odometer axes end here; vector axes top..R-1 (reduced: R..D-1)
     streamed = P[AO] == STREAMED
     in_lines = streamed or P[AO] == CONTIGUOUS  # the output's lines, else its elements scattered
     o_off = out
@@ -102,14 +118,14 @@ def {entry}(mem_address, mem_length, P_address, P_length, p, chunk, chunks):
         return
     mem = carray(pointer_{dtype}(mem_address), mem_length)
     P = carray(pointer_int64(P_address), P_length)
-    D = P[p + OUT_RANK] + P[p + RED_RANK]
+    R = P[p + OUT_RANK]
     n_work = np.int64(1)  # a chunk is a range of rows (not the literal 1: see ZERO)
-    for d in range(D - P[p + BLOCK_AXES]):
+    for d in range(R - P[p + BLOCK_AXES]):
         n_work *= P[p + SIZES + d]
     lo, hi = ZERO, n_work  # fixed chunks: the results do not depend on who runs them
     if chunks > 1:
         lo, hi = n_work * chunk // chunks, n_work * (chunk + 1) // chunks
-    run_rows(mem, P, p, lo, hi, P[p + SCRATCH] + chunk * D)
+    run_rows(mem, P, p, lo, hi, P[p + SCRATCH] + chunk * (R + P[p + RED_RANK]))
 '''
 
 
@@ -118,17 +134,23 @@ def _walkers(sr: Semiring) -> str:
     lines side by side. Each leaf's lines are loaded by its access kind, then multiplied
     in: one ⊗ in the source per line (each call of an inlined function is typed and
     inlined again: the kernel compiles in 1.4 s, not 2.3 s)."""
-    scatter = [
-        INLINED,
-        "def scatter(mem, P, a, base, v, x, lo, hi):",
-        '    """The output\'s elements v+lo..v+hi-1 = lanes lo..hi-1 of x, one at a time: a',
-        '    STRIDED or GATHERED output (a: its access in P), whose elements are not one line."""',
-        "    kind, step, table = P[a], P[a + 1], P[a + 2]",
-        "    for w in range(lo, hi):",
-        "        at = base + (v + w) * step if kind == STRIDED else base + P[u(table + v + w)]",
-        "        mem[u(at)] = line_lane(x, w)",
-    ]
-    return "\n\n\n".join([_part_product(sr), _group_product(sr), "\n".join(scatter)])
+    return "\n\n\n".join([_part_product(sr), _group_product(sr), _scatter()])
+
+
+def _scatter() -> str:
+    """scatter: lanes of a line to an output that is not contiguous along the vector."""
+    return "\n".join(
+        [
+            INLINED,
+            "def scatter(mem, P, a, base, v, x, lo, hi):",
+            '    """The output\'s elements v+lo..v+hi-1 = lanes lo..hi-1 of x, one at a time: a',
+            '    STRIDED or GATHERED output (a: its access in P), whose elements are not one line."""',
+            "    kind, step, table = P[a], P[a + 1], P[a + 2]",
+            "    for w in range(lo, hi):",
+            "        at = base + (v + w) * step if kind == STRIDED else base + P[u(table + v + w)]",
+            "        mem[u(at)] = line_lane(x, w)",
+        ]
+    )
 
 
 def _part_product(sr: Semiring) -> str:
@@ -237,6 +259,74 @@ def _rows() -> list[str]:
     return lines + _advance("        ", "0", "top - 1", "base", out=True)
 
 
+def _sum_rows() -> list[str]:
+    """The loop over rows of a reduction: a row's sums in the buffer `sums`, a line of it
+    for each line of the output that the row touches (the first and last may be parts),
+    zero first; at each position of the reduced axes (C order, the order of every
+    target), each line's products added to its sums (each leaf's access read once for
+    GROUP whole lines, the others a line at a time); then the row stored, each line as a
+    product's is. Sums in registers instead, GROUP or 8 lines of them walking the reduced
+    axes once each, ran grid6_d2 exact 10% slower (a long row walks them many times)."""
+    xs = [f"x{g}" for g in range(GROUP)]
+    lines = [
+        "    for row in range(lo, hi):",
+        "        # the row starts at lane `skew` of the buffer's first line, as in the output",
+        "        # (a scattered output: at lane 0)",
+        "        skew = (W - line_rest(mem, o_off)) % W if in_lines else ZERO",
+        "        n_lines = (skew + V + W - 1) // W",
+        "        whole = ONE if skew else ZERO  # the first whole line; its whole lines end at `end`",
+        "        end = (skew + V) // W",
+        "        for j in range(n_lines):",
+        "            store_line_part(sums, j * W, line_zero(sums), ZERO, W)",
+        "        for d in range(R, D):",
+        "            P[idx + d] = 0",
+        "        for l in range(K):",
+        "            cur[l] = base[l]",
+        "        while True:",
+        "            j = whole",
+        f"            while j + {GROUP} <= end:",
+        f"                {', '.join(xs)} = lines_product(mem, P, A, cur, j * W - skew, K)",
+    ]
+    for g, x in enumerate(xs):
+        at = f"(j + {g}) * W" if g else "j * W"
+        lines += [f"                store_line_part(sums, {at}, line_load(sums, {at}) + {x}, ZERO, W)"]
+    lines += [
+        f"                j += {GROUP}",
+        "            # the rest a line at a time (part_product inlined once): the whole lines",
+        "            # left, then the last line if a part, then the first",
+        "            pieces = end - j + 2",
+        "            for piece in range(pieces):",
+        "                if piece < pieces - 2:",
+        "                    at = j + piece",
+        "                elif piece == pieces - 2:",
+        "                    at = end if end < n_lines and end >= whole else -ONE",
+        "                else:",
+        "                    at = ZERO if whole else -ONE",
+        "                if at >= 0:",
+        "                    first, last = max(skew - at * W, ZERO), min(W, skew + V - at * W)",
+        "                    x = part_product(mem, P, A, cur, at * W - skew, K, first, last)",
+        "                    store_line_part(sums, at * W, line_load(sums, at * W) + x, ZERO, W)",
+    ]
+    lines += _advance("            ", "R", "D - 1", "cur", out=False)
+    lines += [
+        "            if d < R:",
+        "                break",
+        "        for j in range(n_lines):  # the row's sums to the output",
+        "            x = line_load(sums, j * W)",
+        "            at, first, last = j * W - skew, max(skew - j * W, ZERO), min(W, skew + V - j * W)",
+        "            if not in_lines:",
+        "                scatter(mem, P, AO, o_off, at, x, first, last)",
+        "            elif last - first == W:",
+        "                if streamed:",
+        "                    stream_line(mem, o_off + at, x)",
+        "                else:",
+        "                    put_line(mem, o_off + at, x)",
+        "            else:",
+        "                store_line_part(mem, o_off + at, x, first, last)",
+    ]
+    return lines + _advance("        ", "0", "top - 1", "base", out=True)
+
+
 def kernel_source(pattern: KernelPattern) -> str:
     """The whole module source of the contract_lines kernel for `pattern`."""
     sr = SEMIRINGS[pattern.semiring]
@@ -250,6 +340,18 @@ def kernel_source(pattern: KernelPattern) -> str:
         walkers=_walkers(sr),
         fields=STEP_FIELDS,
         leaf=LEAF,
-        rows="\n".join(_place("    ", "top - 1", "lo") + _rows()),
+        rows="\n".join(_place("    ", "top - 1", "lo") + (_sum_rows() if pattern.reduce else _rows())),
+        sweep_offsets=(
+            "    cur = carray(stack_leaves_int64(), MAX_LEAVES)  # cur[l]: leaf l's offset in a sum\n"
+            f"    sums = carray(stack_buffer_{pattern.dtype}(), BUFFER)  # a row's sums, line by line\n"
+            if pattern.reduce
+            else ""
+        ),
         entry=ENTRY,
+        reduces=(
+            "It reduces: out[o] = ⊕_r over the reduced axes of those products, a row's sums in\n"
+            "the buffer `sums` (added to at each position of the reduced axes), then stored.\n"
+            if pattern.reduce
+            else ""
+        ),
     )

@@ -157,6 +157,16 @@ def _gather(context, builder, signature, args, vector, data, mask):
     return _gathered(builder, data, vector, builder.add(_splat(builder, wide, args[1]), table), mask)
 
 
+@intrinsic
+def line_zero(typingctx, arr):
+    """A line of zeros of arr's dtype: a sum's start (0 + x is x, as the scalar code's)."""
+
+    def codegen(context, builder, signature, args):
+        return context.get_value_type(signature.return_type)(None)
+
+    return Line(arr.dtype)(arr), codegen
+
+
 # One loader per access kind of abi.py, for a whole line and for lanes lo <= w < hi of it
 # (a row's ends: the other lanes are 0 and nothing outside the part is read).
 

@@ -44,6 +44,22 @@ class KernelPattern:
         return across_reduced and sr.reduction == "sum" and sr.accumulator(self.dtype) == "0.0"
 
     @property
+    def sums_in_lines(self) -> bool:
+        """Whether it is a reduction that the contract_lines template can compute (codegen/
+        cpu_lines.py: lines of outputs side by side, each a sum in registers): across
+        outputs, no NORMALIZE, and ⊕ a line's + in the dtype itself (PROB float64, COUNT).
+        Not float32 (its sums accumulate in float64), LOGPROB (an exp per term), SAT (it
+        stops at the first true term) or MAXLOG (a max that propagates NaN)."""
+        sr = SEMIRINGS[self.semiring]
+        return (
+            self.reduce
+            and self.vector == ACROSS_OUTPUTS
+            and not self.normalize
+            and sr.reduction == "sum"
+            and self.dtype in ("float64", "int64")
+        )
+
+    @property
     def name(self) -> str:
         across = ""
         if self.reduce and self.template == "contract_reduce" and self.vector != ACROSS_REDUCED:
