@@ -310,8 +310,43 @@ def test_kernel_key():
 
 def test_environment_identity_fields():
     env = environment_identity()
-    for field in ("numba", "llvmlite", "numpy", "python", "cpu_name", "cpu_features", "codegen_version"):
+    fields = ("numba", "llvmlite", "numpy", "python", "cpu_name", "cpu_features", "codegen_version")
+    for field in fields + ("codegen_helpers",):
         assert env[field], field
+
+
+def test_every_module_a_kernel_imports_is_in_the_key():
+    """The modules generated sources import (compiled into the kernels, not in their
+    source's digest) are key.HELPERS, whose digest is in every key: a change to an
+    intrinsic alone recompiles. Read from the sources of every CPU template, the
+    dispatcher and a CUDA kernel."""
+    import re
+    from pathlib import Path
+
+    from catbp_jit.cache.key import HELPERS, helpers_digest
+    from catbp_jit.codegen import cuda, dispatch
+    from catbp_jit.codegen.loader import cpu_source
+    from catbp_jit.plan.schedule import repack_pattern
+    from catbp_jit.plan.steps import KernelPattern
+
+    sources = [dispatch.dispatcher_source(), cpu_source(repack_pattern("PROB", "float64"))]
+    for template in ("contract_reduce", "contract_lines"):
+        for sr, dtype in (("PROB", "float64"), ("LOGPROB", "float64"), ("SAT", "bool")):
+            for reduce in (False, True):
+                pattern = KernelPattern(sr, dtype, reduce, False, False, template=template)
+                sources.append(cpu_source(pattern))
+    sources.append(cuda.kernel_source(KernelPattern("PROB", "float64", True, False, False)))
+    imported = set()
+    for text in sources:
+        imported |= set(re.findall(r"from catbp_jit\.(\w+\.\w+) import", text))  # from catbp_jit.a.b import
+        imported |= {f"codegen.{m}" for m in re.findall(r"from catbp_jit\.codegen import (\w+)", text)}
+    package = Path(cache_mod.__file__).resolve().parents[1]
+    listed = {name.removesuffix(".py").replace("/", ".") for name in HELPERS}
+    assert imported and imported <= listed, imported - listed
+    # the ABI constants that intrinsics.py re-exports (BUFFER, LANES, MAX_LEAVES)
+    assert "abi" in listed and "codegen.intrinsics" in imported
+    assert all((package / name).is_file() for name in HELPERS)
+    assert environment_identity()["codegen_helpers"] == helpers_digest() and len(helpers_digest()) == 64
 
 
 def test_directory_and_policy_from_environment(tmp_path, monkeypatch):

@@ -10,6 +10,7 @@ import os
 import platform
 import sys
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import llvmlite
@@ -22,6 +23,31 @@ from .. import environment
 
 # Bump to invalidate every cache entry (e.g. when the generated code's conventions change).
 CODEGEN_VERSION = "1"
+
+# The modules a kernel's source imports (intrinsics, lines, math, atomics) and the ABI
+# constants they re-export: compiled into the kernel, yet not in its source's digest. A
+# change to one of them changes every key (their digest is part of the environment), so a
+# cache never serves machine code built from an older version of them.
+HELPERS = ("abi.py", "codegen/intrinsics.py", "codegen/lines.py", "codegen/libm.py", "codegen/atomics.py")
+
+
+@cache
+def helpers_digest() -> str:
+    """sha256 of the HELPERS' sources, in order (an install without them: of the
+    package's version instead)."""
+    package = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    try:
+        for name in HELPERS:
+            digest.update(name.encode() + b"\0" + (package / name).read_bytes() + b"\0")
+    except OSError:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return "version " + version("catbp_jit")
+        except PackageNotFoundError:
+            return "unknown"
+    return digest.hexdigest()
 
 
 @cache
@@ -44,6 +70,7 @@ def _static_environment() -> tuple[tuple[str, Any], ...]:
         ("numpy", numpy.__version__),
         ("cpu_name", cpu_name),
         ("cpu_features", features),
+        ("codegen_helpers", helpers_digest()),
     )
 
 
