@@ -246,17 +246,8 @@ def _rows() -> list[str]:
         "                at, first, last = rest - W, W - rest, W - rest + head",
         "            if last > first:",
         "                x = part_product(mem, P, A, base, at, K, first, last)",
-        "                if not in_lines:",
-        "                    scatter(mem, P, AO, o_off, at, x, first, last)",
-        "                elif last - first == W:",
-        "                    if streamed:",
-        "                        stream_line(mem, o_off + at, x)",
-        "                    else:",
-        "                        put_line(mem, o_off + at, x)",
-        "                else:",
-        "                    store_line_part(mem, o_off + at, x, first, last)",
     ]
-    return lines + _advance("        ", "0", "top - 1", "base", out=True)
+    return lines + _stored("                ") + _advance("        ", "0", "top - 1", "base", out=True)
 
 
 def _sum_rows() -> list[str]:
@@ -314,17 +305,25 @@ def _sum_rows() -> list[str]:
         "        for j in range(n_lines):  # the row's sums to the output",
         "            x = line_load(sums, j * W)",
         "            at, first, last = j * W - skew, max(skew - j * W, ZERO), min(W, skew + V - j * W)",
-        "            if not in_lines:",
-        "                scatter(mem, P, AO, o_off, at, x, first, last)",
-        "            elif last - first == W:",
-        "                if streamed:",
-        "                    stream_line(mem, o_off + at, x)",
-        "                else:",
-        "                    put_line(mem, o_off + at, x)",
-        "            else:",
-        "                store_line_part(mem, o_off + at, x, first, last)",
     ]
-    return lines + _advance("        ", "0", "top - 1", "base", out=True)
+    return lines + _stored("            ") + _advance("        ", "0", "top - 1", "base", out=True)
+
+
+def _stored(ind: str) -> list[str]:
+    """Lanes first..last-1 of the line x to the output's elements at..., from o_off: one
+    store (streaming where the output is STREAMED), a masked one for a part of a line, a
+    lane at a time where the output is scattered."""
+    return [
+        f"{ind}if not in_lines:",
+        f"{ind}    scatter(mem, P, AO, o_off, at, x, first, last)",
+        f"{ind}elif last - first == W:",
+        f"{ind}    if streamed:",
+        f"{ind}        stream_line(mem, o_off + at, x)",
+        f"{ind}    else:",
+        f"{ind}        put_line(mem, o_off + at, x)",
+        f"{ind}else:",
+        f"{ind}    store_line_part(mem, o_off + at, x, first, last)",
+    ]
 
 
 def kernel_source(pattern: KernelPattern) -> str:
