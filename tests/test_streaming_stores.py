@@ -227,20 +227,16 @@ def potentials(kind, spec, rng) -> np.ndarray:
     return sr.kind.potentials(raw, sr.dtype)
 
 
-@settings(30)
-@given(plain_products(), st.integers(0, 2**32 - 1))
-def test_line_products_keep_the_bits_of_buffered_ones_in_every_semiring(product, seed):
-    """contract_lines's lines in registers, whole and in parts, streamed or not, in every
-    semiring: the bits of contract_reduce's products through buf, serial and in chunks
-    that end inside lines."""
-    program, specs, (name, dtype), parallel, block, repack = product
-    note(f"{program}\n{name} {dtype}, parallel {parallel}, block {block}, repack {repack}")
+def planned(program, specs, kind, parallel, block, repack, seed, **knobs):
+    """The factors' values (potentials, from seed) and a compile of the program in loop
+    mode with these knobs, in 3 chunks (chunks end inside lines) if parallel, and the
+    options each call adds."""
+    name, dtype = kind
+    note(f"{program}\n{name} {dtype}, parallel {parallel}, block {block}, repack {repack}, {knobs}")
     sr = catbp_jit.make_semiring(name, dtype)
     rng = np.random.default_rng(seed)
-    values = {
-        f: np.asarray(potentials((name, dtype), spec, rng), dtype=sr.dtype) for f, spec in specs.items()
-    }
-    knobs = dict(
+    values = {f: np.asarray(potentials(kind, spec, rng), dtype=sr.dtype) for f, spec in specs.items()}
+    knobs.update(
         block=block,
         chunks=3,
         repack=repack,
@@ -251,6 +247,16 @@ def test_line_products_keep_the_bits_of_buffered_ones_in_every_semiring(product,
         options = PlanOptions(**knobs, **options)
         return catbp_jit.compile(program, sr, factor_specs=specs, mode="loop", options=options)
 
+    return values, exe
+
+
+@settings(30)
+@given(plain_products(), st.integers(0, 2**32 - 1))
+def test_line_products_keep_the_bits_of_buffered_ones_in_every_semiring(product, seed):
+    """contract_lines's lines in registers, whole and in parts, streamed or not, in every
+    semiring: the bits of contract_reduce's products through buf, serial and in chunks
+    that end inside lines."""
+    values, exe = planned(*product, seed)
     buffered = exe(streaming_store_bytes=None, line_products=False)
     assert "contract_lines" not in {s.pattern.template for s in buffered.schedule.steps}
     want = slot_copies(buffered.bind().run(factors=values))
@@ -285,25 +291,7 @@ def test_line_sums_keep_the_bits_of_buffered_ones(reduction, seed):
     """contract_lines's reductions across outputs (sums of lines of products, whole and in
     parts, to outputs contiguous or scattered): the bits of contract_reduce's kernel across
     outputs, serial and in chunks, and every output summed once however its row is cut."""
-    program, specs, (name, dtype), parallel, block, repack = reduction
-    note(f"{program}\n{name} {dtype}, parallel {parallel}, block {block}, repack {repack}")
-    sr = catbp_jit.make_semiring(name, dtype)
-    rng = np.random.default_rng(seed)
-    values = {
-        f: np.asarray(potentials((name, dtype), spec, rng), dtype=sr.dtype) for f, spec in specs.items()
-    }
-    knobs = dict(
-        across="outputs",
-        block=block,
-        chunks=3,
-        repack=repack,
-        parallel_min_work=1 if parallel else PlanOptions().parallel_min_work,
-    )
-
-    def exe(**options):
-        options = PlanOptions(**knobs, **options)
-        return catbp_jit.compile(program, sr, factor_specs=specs, mode="loop", options=options)
-
+    values, exe = planned(*reduction, seed, across="outputs")
     buffered = exe(line_products=False, streaming_store_bytes=None)
     want = slot_copies(buffered.bind().run(factors=values))
     for bar in (0, None):  # every contiguous output streamed, and none

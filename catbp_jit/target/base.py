@@ -57,7 +57,8 @@ class Target:
     repack: bool = False
     # its kernels write large outputs with non-temporal stores (abi.STREAMED)
     streaming_stores: bool = False
-    # it has the contract_lines kernels: products a cache line at a time in registers
+    # it has the contract_lines kernels: products (and sums across outputs) a cache line
+    # at a time in registers
     line_products: bool = False
     # the front end's mode here when a model does not say (compile_model(exact=None))
     model_exact: bool = True
