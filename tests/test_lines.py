@@ -5,11 +5,17 @@ lane, to the bit."""
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 from numba import njit
 
-from catbp_jit.codegen.intrinsics import LINE_BYTES
+from catbp_jit.codegen.intrinsics import HARDWARE_GATHERS, LINE_BYTES
 from catbp_jit.codegen.lines import (
     line_gather,
     line_gather_part,
@@ -182,3 +188,32 @@ def test_and_of_bool_lines_is_and():
     out = np.zeros(w, np.bool_)
     both(out, a, b)
     assert np.array_equal(out, a & b)
+
+
+def test_gathers_are_one_instruction_only_where_the_machine_has_them():
+    """HARDWARE_GATHERS: a STRIDED or GATHERED line is one gather instruction, else a
+    scalar load a lane (no gather instruction at all in the code)."""
+    gather = njit(cache=False)(lambda out, arr, table: stream_line(out, 0, line_gather(arr, 0, table, 0)))
+    out = np.zeros(8)
+    gather(out, np.ones(8), np.zeros(8, np.int64))
+    code = "\n".join(gather.inspect_asm().values())
+    assert bool(re.search(r"^\s+v\w*gather", code, re.M)) == HARDWARE_GATHERS  # vgatherqpd, ...
+
+
+@pytest.mark.skipif(not HARDWARE_GATHERS, reason="this machine's own run above loads lane by lane")
+def test_loaders_lane_by_lane_on_a_machine_without_gathers():
+    """This file's tests again, compiled for an AVX2 core (Haswell): the loads a lane at a
+    time that machines without gather instructions run."""
+    env = {**os.environ, "NUMBA_CPU_NAME": "haswell", "NUMBA_CPU_FEATURES": ""}
+    check = "from catbp_jit.codegen.intrinsics import HARDWARE_GATHERS as H; assert not H"
+    tests = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", __file__]
+    for args in (["-c", check], [*tests, "-k", "not machine_without_gathers"]):
+        done = subprocess.run(
+            [sys.executable, *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            cwd=Path(__file__).parent.parent,
+        )
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]

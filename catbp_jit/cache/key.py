@@ -20,6 +20,7 @@ import numpy
 from numba.core import config as numba_config
 
 from .. import environment
+from ..codegen.intrinsics import target_features
 
 # Bump to invalidate every cache entry (e.g. when the generated code's conventions change).
 CODEGEN_VERSION = "1"
@@ -55,13 +56,6 @@ def _static_environment() -> tuple[tuple[str, Any], ...]:
     # Host CPU queries cost a few ms; the answer cannot change within a process.
     # (the ignores: numba.core.config makes its settings at import time, from the environment)
     cpu_name = numba_config.CPU_NAME or llvm.get_host_cpu_name()  # type: ignore[attr-defined]
-    if numba_config.CPU_FEATURES is not None:  # type: ignore[attr-defined]
-        features = numba_config.CPU_FEATURES  # type: ignore[attr-defined]
-    else:
-        try:
-            features = llvm.get_host_cpu_features().flatten()
-        except RuntimeError:  # some hosts cannot report features
-            features = ""
     return (
         ("python", platform.python_implementation() + " " + platform.python_version()),
         ("platform", sys.platform + "-" + platform.machine()),
@@ -69,7 +63,7 @@ def _static_environment() -> tuple[tuple[str, Any], ...]:
         ("llvmlite", llvmlite.__version__),
         ("numpy", numpy.__version__),
         ("cpu_name", cpu_name),
-        ("cpu_features", features),
+        ("cpu_features", target_features()),
         ("codegen_helpers", helpers_digest()),
     )
 

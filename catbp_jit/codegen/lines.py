@@ -9,10 +9,12 @@ on one x86-64 machine, two threads: 115 MB of products written from a stack buff
 
 `Line(dtype)` is a Numba type whose value is an LLVM vector of LINE_BYTES of elements
 (8 float64 or int64, 16 float32, 64 bool). Kernels make lines from memory with
-line_splat, line_load, line_strided and line_gather (the four access kinds of abi.py),
-combine them with the operators of their semiring's ⊗ (`*`, `+` or `&`, elementwise:
-the same IEEE operations, so the same bits, as the scalar code), and store them with
-stream_line, put_line or (a part of a line) store_line_part.
+line_splat, line_load, line_strided and line_gather (the four access kinds of abi.py;
+the last two one gather instruction where the machine has them, intrinsics.
+HARDWARE_GATHERS, else a scalar load a lane), combine them with the operators of their
+semiring's ⊗ (`*`, `+` or `&`, elementwise: the same IEEE operations, so the same bits,
+as the scalar code), and store them with stream_line, put_line or (a part of a line)
+store_line_part.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from numba import types
 from numba.core.datamodel import models, register_default
 from numba.core.extending import intrinsic, overload
 
-from .intrinsics import IS_X86, LINE_BYTES
+from .intrinsics import HARDWARE_GATHERS, IS_X86, LINE_BYTES
 
 
 class Line(types.Type):
@@ -108,7 +110,7 @@ def _load(builder, at, vector: ir.VectorType, mask):
 
 def _gathered(builder, data, vector: ir.VectorType, offsets, mask):
     """The vector of data[offsets[w]] (offsets: W int64) in the lanes of mask (every lane
-    for None; 0 in the others): one gather instruction where the machine has one."""
+    for None; 0 in the others): one gather instruction (HARDWARE_GATHERS machines)."""
     count, element = vector.count, vector.element
     size = _bits(element) // 8
     wide = ir.VectorType(I64, count)
@@ -145,16 +147,62 @@ def _constant(context, builder, signature, args, vector, data, mask):
 
 
 def _strided(context, builder, signature, args, vector, data, mask):
+    if not HARDWARE_GATHERS:
+        return _one_by_one(builder, data, vector, mask, args, lambda w: builder.mul(w, args[2]))
     wide = ir.VectorType(I64, vector.count)
     steps = builder.mul(_splat(builder, wide, args[2]), wide(list(range(vector.count))))
     return _gathered(builder, data, vector, builder.add(_splat(builder, wide, args[1]), steps), mask)
 
 
 def _gather(context, builder, signature, args, vector, data, mask):
-    wide = ir.VectorType(I64, vector.count)
     entries = builder.gep(_data(context, builder, signature.args[2], args[2]), [args[3]])
+    if not HARDWARE_GATHERS:
+
+        def entry(w):  # the table's entry for lane w
+            return builder.load(builder.gep(entries, [w]))
+
+        return _one_by_one(builder, data, vector, mask, args, entry)
+    wide = ir.VectorType(I64, vector.count)
     table = _load(builder, entries, wide, mask)
     return _gathered(builder, data, vector, builder.add(_splat(builder, wide, args[1]), table), mask)
+
+
+def _one_by_one(builder, data, vector: ir.VectorType, mask, args, offset):
+    """The line of data[args[1] + offset(w)], a scalar load a lane (HARDWARE_GATHERS false:
+    LLVM would load lane by lane too, but with each address computed in vector registers
+    and moved out to a scalar one). offset(w): an int64 value from lane w's. A part of a line (lanes lo..hi-1,
+    args[-2] and args[-1]) loads lane lo's element in the lanes before it and lane hi-1's
+    in those after it (never an element outside the part), then zeroes them; an empty part
+    loads nothing."""
+    if mask is None:
+        return _lanes_loaded(builder, data, vector, args[1], offset, lambda w: I64(w))
+    lo, hi = args[-2], args[-1]
+    last = builder.sub(hi, I64(1))
+
+    def lane(w):  # min(max(w, lo), hi - 1)
+        inside = builder.select(builder.icmp_signed("<", I64(w), lo), lo, I64(w))
+        return builder.select(builder.icmp_signed(">", inside, last), last, inside)
+
+    with builder.if_else(builder.icmp_signed("<", lo, hi), likely=True) as (some, none):
+        with some:
+            loaded = _lanes_loaded(builder, data, vector, args[1], offset, lane)
+            line = builder.select(mask, loaded, vector(None))
+            some_block = builder.block
+        with none:
+            none_block = builder.block
+    result = builder.phi(vector)
+    result.add_incoming(line, some_block)
+    result.add_incoming(vector(None), none_block)
+    return result
+
+
+def _lanes_loaded(builder, data, vector: ir.VectorType, i, offset, lane):
+    """The line whose lane w is data[i + offset(lane(w))]."""
+    line = vector(ir.Undefined)
+    for w in range(vector.count):
+        x = builder.load(builder.gep(data, [builder.add(i, offset(lane(w)))]))
+        line = builder.insert_element(line, x, I32(w))
+    return line
 
 
 @intrinsic
