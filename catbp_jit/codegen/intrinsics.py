@@ -12,6 +12,7 @@ store_part, fence_stores, below).
 from __future__ import annotations
 
 import platform
+from functools import cache
 
 import llvmlite.binding as llvm
 from llvmlite import ir
@@ -102,6 +103,7 @@ LINE_BYTES = 64
 IS_X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
 
 
+@cache  # (a host query costs a few ms; Numba reads its settings once, at import)
 def target_features() -> str:
     """The CPU features kernels are compiled for, as Numba chooses them: its setting
     NUMBA_CPU_FEATURES, else the host's ('' where the host cannot report them)."""

@@ -170,10 +170,10 @@ def _gather(context, builder, signature, args, vector, data, mask):
 def _one_by_one(builder, data, vector: ir.VectorType, mask, args, offset):
     """The line of data[args[1] + offset(w)], a scalar load a lane (HARDWARE_GATHERS false:
     LLVM would load lane by lane too, but with each address computed in vector registers
-    and moved out to a scalar one). offset(w): an int64 value from lane w's. A part of a line (lanes lo..hi-1,
-    args[-2] and args[-1]) loads lane lo's element in the lanes before it and lane hi-1's
-    in those after it (never an element outside the part), then zeroes them; an empty part
-    loads nothing."""
+    and moved out to a scalar one). offset: lane w's element offset from w (both LLVM
+    int64 values). A part of a line (lanes lo..hi-1, args[-2] and args[-1]) loads lane
+    lo's element in the lanes before it and lane hi-1's in those after it (never an
+    element outside the part), then zeroes them; an empty part loads nothing."""
     if mask is None:
         return _lanes_loaded(builder, data, vector, args[1], offset, lambda w: I64(w))
     lo, hi = args[-2], args[-1]
