@@ -126,19 +126,21 @@ def test_the_normalize_total_adds_in_lanes_in_a_fixed_order(tmp_path_factory, si
     assert got == pytest.approx(math.fsum(x), rel=1e-14)
 
 
+@pytest.mark.parametrize("divisor", [3.7, 0.0])
 @pytest.mark.parametrize("parallel", [False, True])
 @pytest.mark.parametrize(
     "sizes, src_order, dst_order",
     [((1771,), (0,), (0,)), ((121, 11), (1, 0), (0, 1)), ((3, 5, 17, 19), (2, 0, 3, 1), (1, 3, 0, 2))],
 )
 def test_a_dividing_copy_divides_each_element_as_it_moves_it(
-    tmp_path_factory, parallel, sizes, src_order, dst_order
+    tmp_path_factory, parallel, sizes, src_order, dst_order, divisor
 ):
     """The NORMALIZE fused into a GEMM step's copy out: the same division as a pass over
-    the output after the copy would make, element by element (the same bits)."""
+    the output after the copy would make, element by element (the same bits). A total of
+    0 divides nothing: the kernel's plain copies are this one with a total of 0."""
     module = gemm_module(tmp_path_factory, parallel)
-    mem, P, want = copy_case(sizes, src_order, dst_order, divisor=3.7)
-    module.strided_copy_divided(mem, P, 0, 3.7)
+    mem, P, want = copy_case(sizes, src_order, dst_order, divisor=divisor or None)
+    module.strided_copy_divided(mem, P, 0, divisor)
     np.testing.assert_array_equal(mem, want)
 
 

@@ -210,31 +210,61 @@ def copy_part{suffix}(mem, P, ax, rank, src, dst, lo, hi, blocks, m, ms, md, n, 
 def copy_block{suffix}(mem, src, dst, i0, m, ms, md, n, ss, ds{total}):
     """Positions i0..i0+TILE-1 of the axis before last in the row at src, dst: where
     both last axes are dense, each position's n elements as one run (a loop LLVM
-    vectorizes); else in TILE x TILE tiles."""
+    vectorizes); else in TILE x TILE tiles.{block_what}"""
     i1 = min(i0 + TILE, m)
     if ss == 1 and ds == 1:
         for i in range(i0, i1):
             s, d = src + i * ms, dst + i * md
-            for t in range(n):
-                mem[u(d + t)] = mem[u(s + t)]{divided}
+{dense_run}
     else:
         for t0 in range(0, n, TILE):
             t1 = min(t0 + TILE, n)
             for i in range(i0, i1):
                 s, d = src + i * ms, dst + i * md
-                for t in range(t0, t1):
-                    mem[u(d + t * ds)] = mem[u(s + t * ss)]{divided}
+{tiled_run}
 '''
+
+
+def _run(indent: str, loop: str, dst: str, src: str, divided: bool) -> str:
+    """A copy's innermost loop; divided: by total, unless total is 0 (then a plain copy)."""
+    plain = f"{indent}{loop}\n{indent}    mem[u({dst})] = mem[u({src})]"
+    if not divided:
+        return plain
+    divide = f"{indent}    {loop}\n{indent}        mem[u({dst})] = mem[u({src})] / total"
+    return f"{indent}if total != 0.0:\n{divide}\n{indent}else:\n" + textwrap.indent(plain, "    ")
+
+
+# A kernel with a dividing copy has no plain one besides: a plain copy is the dividing one
+# with a total of 0, which divides nothing (as a NORMALIZE leaves an all-zero output).
+# (Numba compiles each parallel loop as a function of its own: a second copy, and its
+# parallel loop, was 3-4 s more of a 17 s compile on an AMD EPYC.)
+PLAIN_COPY = """
+
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def strided_copy(mem, P, q):
+    \"\"\"A plain copy: strided_copy_divided by a total of 0.\"\"\"
+    return strided_copy_divided(mem, P, q, 0.0)
+"""
 
 
 def copy_source(parallel: str, rows: str, divided: bool = False) -> str:
     """strided_copy and its helpers; divided: strided_copy_divided, which divides each
-    element by `total` as it copies it (a PROB NORMALIZE fused into the copy out)."""
+    element by `total` as it copies it where total is not 0 (a PROB NORMALIZE fused into
+    the copy out), and strided_copy, the same with a total of 0."""
     if divided:
-        names = dict(suffix="_divided", total=", total", divided=" / total", what=", each element / total")
+        names = dict(
+            suffix="_divided",
+            total=", total",
+            what=", each element / total (0: none)",
+            block_what="\n    Each element is divided by total as it moves, unless total is 0.",
+        )
     else:
-        names = dict(suffix="", total="", divided="", what="")
-    return COPY.format(parallel=parallel, rows=rows, **names)
+        names = dict(suffix="", total="", what="", block_what="")
+    runs = dict(
+        dense_run=_run(" " * 12, "for t in range(n):", "d + t", "s + t", divided),
+        tiled_run=_run(" " * 16, "for t in range(t0, t1):", "d + t * ds", "s + t * ss", divided),
+    )
+    return COPY.format(parallel=parallel, rows=rows, **names, **runs) + (PLAIN_COPY if divided else "")
 
 
 MAX_DOT = '''
@@ -410,10 +440,7 @@ _DIVIDED_TAIL = """    G = p + GEMM_HEADER + GEMM_BATCH_FIELDS * nb  # the NORMA
         total = parts_total(mem, P[p + GEMM_C], np.int64(1), M * N * n_batch)
         if totals >= 0:  # the total kept as a value of its own (plan/totals.py)
             mem[totals] = total
-        if total != 0.0:
-            strided_copy_divided(mem, P, q, total)
-        else:
-            strided_copy(mem, P, q)
+        strided_copy_divided(mem, P, q, total)  # (a total of 0 divides nothing)
         return
 """
 # MAXLOG: each product's rows in `parts` parts of whole tiles, one task each
@@ -491,8 +518,7 @@ def kernel_source(pattern: KernelPattern) -> str:
     if lanes:
         lines += f"TOTAL_PARTS = {TOTAL_PARTS}  # a NORMALIZE total's ranges, summed apart\n"
         lines += LANE_TOTAL + PARTS_TOTAL.format(parallel=parallel, parts=rows)
-    lines += copy_source(parallel, rows)
-    lines += copy_source(parallel, rows, divided=True) if lanes else ""
+    lines += copy_source(parallel, rows, divided=lanes)
     call = (
         "log_dot(mem, ao, P[p + GEMM_A_T], bo, P[p + GEMM_B_T], oo, M, N, K, P[p + GEMM_WORK])"
         if log
