@@ -307,6 +307,12 @@ def _accumulator_type(sr: Semiring, dtype: str) -> str:
 # Inlined where they are called (Numba's IR inlining): a call costs more than a short
 # vector's loop (measured: 3.6x slower on vectors of 27 elements)
 INLINED = '@njit(cache=True, nogil=True, error_model="numpy", inline="always")'
+# ... but the part a kernel runs once a chunk (a chunk's output elements or rows), which
+# holds the inlined walkers, is written in the kernel itself: Numba's IR inliner copies a
+# callee's whole scope once for each of its blocks, and inlining that part cost a fifth
+# to a quarter of the kernel's compile (an AMD EPYC, contract_reduce: 6.0-7.5 s inlined,
+# 4.9-5.3 s called), while a call that is not inlined cost ~60 ns a step (chain200_d2:
+# 200 -> 310 us a run).
 
 
 def _walkers(sr: Semiring, dtype: str) -> str:
@@ -501,7 +507,7 @@ def _normalize(sr: Semiring, dtype: str, parallel: bool = False, lanes: bool = F
     return []  # SAT and COUNT do not normalize
 
 
-# the end of run_rows: streamed stores are weakly ordered (codegen/intrinsics.py)
+# the end of a chunk's rows: streamed stores are weakly ordered (codegen/intrinsics.py)
 FENCE = [
     "    if P[AO] == STREAMED:  # before another thread reads what this one wrote",
     "        fence_stores()",
@@ -539,11 +545,22 @@ u = np.uint64
 
 
 {walkers}
+{finish}
 
-
-@njit(cache=True, nogil=True, error_model="numpy"{inline})
-def {part}(mem, P, p, lo, hi, idx):
-    """{part_doc}"""
+@njit(cache=True, nogil=True, error_model="numpy")
+def kernel(mem_address, mem_length, P_address, P_length, p, chunk, chunks):
+    """Chunk `chunk` of `chunks` of segment p of the table; with chunk == chunks, what
+    follows them all (NORMALIZE: the dispatcher calls it once every chunk is done; a
+    step of one chunk does it at once). Called with addresses, not arrays: no MemInfo
+    is made per call, and the dispatcher calls the compiled code at its C address."""
+    mem = carray(pointer_{dtype}(mem_address), mem_length)
+    P = carray(pointer_int64(P_address), P_length)
+{work}
+    if chunk >= chunks:
+{after}
+    # {part_doc}
+    # (written here, not in a function Numba inlines: see codegen/cpu.py's INLINED)
+    idx = P[p + SCRATCH] + chunk * D  # this chunk's odometer counters
 {fields}
     buf = carray(stack_buffer_{dtype}(), BUFFER)
     base = carray(stack_leaves_int64(), MAX_LEAVES)  # base[l]: leaf l's offset at the row's start
@@ -578,12 +595,54 @@ def uses_libm(sr: Semiring, pattern: KernelPattern) -> bool:
     )
 
 
+def _chunk_range(chunk_of: str, reduce: bool) -> list[str]:
+    """The kernel's first lines: the outputs (n_out), and this chunk's range lo..hi-1 of
+    output elements (chunk_of "elements") or rows (chunk_of "rows")."""
+    lines = [
+        "    R = P[p + OUT_RANK]",
+        "    D = R + P[p + RED_RANK]",
+        "    n_out = np.int64(1)  # not the literal 1: see ZERO",
+        "    for d in range(R):",
+        "        n_out *= P[p + SIZES + d]",
+    ]
+    if chunk_of == "elements":
+        lines += ["    n_work = n_out  # a chunk is a range of output elements"]
+    else:
+        end = "R" if reduce else "D"  # the vector's last axis + 1
+        lines += [
+            "    n_work = np.int64(1)  # a chunk is a range of rows",
+            f"    for d in range({end} - P[p + BLOCK_AXES]):",
+            "        n_work *= P[p + SIZES + d]",
+        ]
+    return lines + [
+        "    lo, hi = ZERO, n_work  # fixed chunks: the results do not depend on who runs them",
+        "    if chunks > 1:",
+        "        lo, hi = n_work * chunk // chunks, n_work * (chunk + 1) // chunks",
+    ]
+
+
+def _finish(sr: Semiring, dtype: str) -> str:
+    """The function for what follows every chunk: the NORMALIZE of the output. Inlined:
+    it is small, and a step of one chunk calls it at once."""
+    lines = [
+        "",
+        INLINED,
+        "def finish(mem, P, p, n_out):",
+        '    """NORMALIZE the output, once every chunk is done."""',
+        "    R = P[p + OUT_RANK]",
+        "    D = R + P[p + RED_RANK]",
+        "    out = P[p + OUT]",
+    ]
+    return "\n".join(lines + _normalize(sr, dtype)) + "\n"
+
+
 def kernel_source(pattern: KernelPattern) -> str:
     """The whole module source of the kernel for `pattern`: readable and deterministic."""
     sr = SEMIRINGS[pattern.semiring]
     at = "[o, r]" if pattern.reduce else "[o]"
     terms = f"leaf_0{at} ⊗ leaf_1{at} ⊗ ... ⊗ leaf_(K-1){at}"
-    part = "run_chunk" if pattern.reduce and pattern.vector == ACROSS_REDUCED else "run_rows"
+    # a chunk is a range of output elements (a reduction with a vector of reduced axes) or of rows
+    chunk_of = "elements" if pattern.reduce and pattern.vector == ACROSS_REDUCED else "rows"
     lanes = pattern.sums_in_lanes
     sums = {"LANES", "stack_lanes_int64"} if lanes else set()
     if pattern.reduce and pattern.vector in (ACROSS_OUTPUTS, ACROSS_BOTH):
@@ -601,7 +660,7 @@ def kernel_source(pattern: KernelPattern) -> str:
             then=", then NORMALIZE" if pattern.normalize else "",
             hot=(
                 "innermost reduced axes"
-                if part == "run_chunk"
+                if chunk_of == "elements"
                 else "innermost reduced and output axes"
                 if pattern.reduce and pattern.vector == ACROSS_BOTH
                 else "innermost output axes"
@@ -619,14 +678,14 @@ def kernel_source(pattern: KernelPattern) -> str:
                     | set(sums)
                 )
             ),
-            part=part,
             libm=LIBM_IMPORT if uses_libm(sr, pattern) else "",
-            # called once, by the kernel: inlined, one function less to compile (~15%)
-            inline=', inline="always"',
+            work="\n".join(_chunk_range(chunk_of, pattern.reduce)),
+            after=("        finish(mem, P, p, n_out)\n" if pattern.normalize else "") + "        return",
+            finish=_finish(sr, pattern.dtype) if pattern.normalize else "",
             part_doc=(
-                "Rows lo..hi-1: a row is one position of the odometer axes outside the vector."
-                if part == "run_rows"
-                else "Output elements lo..hi-1 (flat, C order)."
+                "rows lo..hi-1: a row is one position of the odometer axes outside the vector"
+                if chunk_of == "rows"
+                else "output elements lo..hi-1 (flat, C order)"
             ),
         )
         .rstrip("\n")
@@ -733,43 +792,7 @@ def kernel_source(pattern: KernelPattern) -> str:
         lines += _advance("        ", "0", "top - 1", "base", out=True)
         lines += FENCE
 
-    lines += [
-        "",
-        "",
-        '@njit(cache=True, nogil=True, error_model="numpy")',
-        f"def {ENTRY}(mem_address, mem_length, P_address, P_length, p, chunk, chunks):",
-        '    """Chunk `chunk` of `chunks` of segment p of the table; with chunk == chunks, what',
-        "    follows them all (NORMALIZE: the dispatcher calls it once every chunk is done; a",
-        "    step of one chunk does it at once). Called with addresses, not arrays: no MemInfo",
-        '    is made per call, and the dispatcher calls the compiled code at its C address."""',
-        f"    mem = carray(pointer_{pattern.dtype}(mem_address), mem_length)",
-        "    P = carray(pointer_int64(P_address), P_length)",
-        "    R = P[p + OUT_RANK]",
-        "    D = R + P[p + RED_RANK]",
-        "    n_out = np.int64(1)  # not the literal 1: see ZERO",
-        "    for d in range(R):",
-        "        n_out *= P[p + SIZES + d]",
-    ]
-    if part == "run_chunk":
-        lines += ["    n_work = n_out  # a chunk is a range of output elements"]
-    else:
-        end = "R" if pattern.reduce else "D"  # the vector's last axis + 1
-        lines += [
-            "    n_work = np.int64(1)  # a chunk is a range of rows",
-            f"    for d in range({end} - P[p + BLOCK_AXES]):",
-            "        n_work *= P[p + SIZES + d]",
-        ]
-    lines += [
-        "    lo, hi = ZERO, n_work  # fixed chunks: the results do not depend on who runs them",
-        "    if chunks > 1:",
-        "        lo, hi = n_work * chunk // chunks, n_work * (chunk + 1) // chunks",
-        "    if chunk < chunks:",
-        f"        {part}(mem, P, p, lo, hi, P[p + SCRATCH] + chunk * D)",
-    ]
-    if pattern.normalize:
-        # (on one thread, after every chunk: a loop kernel's normalized outputs are small
-        # next to its terms)
-        lines += ["    if chunks == 1 or chunk == chunks:", "        out = P[p + OUT]"]
-        lines += ["    " + line if line else line for line in _normalize(sr, pattern.dtype)]
+    if pattern.normalize:  # a step of one chunk: what follows it, at once
+        lines += ["    if chunks == 1:", "        finish(mem, P, p, n_out)"]
     lines += [""]
     return "\n".join(lines)

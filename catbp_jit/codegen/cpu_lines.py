@@ -94,22 +94,6 @@ W = {width}  # elements to a cache line: a line's (codegen/lines.py)
 {walkers}
 
 
-@njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def run_rows(mem, P, p, lo, hi, idx):
-    """Rows lo..hi-1: a row is one position of the odometer axes outside the vector."""
-{fields}
-    base = carray(stack_leaves_int64(), MAX_LEAVES)  # base[l]: leaf l's offset at the row's start
-{sweep_offsets}    top = R - nb  # row odometer axes end here; vector axes top..R-1 (reduced: R..D-1)
-    streamed = P[AO] == STREAMED
-    in_lines = streamed or P[AO] == CONTIGUOUS  # the output's lines, else its elements scattered
-    o_off = out
-    for l in range(K):
-        base[l] = P[{leaf}]
-{rows}
-    if streamed:
-        fence_stores()  # before another thread reads what this one streamed
-
-
 @njit(cache=True, nogil=True, error_model="numpy")
 def {entry}(mem_address, mem_length, P_address, P_length, p, chunk, chunks):
     """Chunk `chunk` of `chunks` of step p: a range of its rows (chunk == chunks: what
@@ -125,7 +109,20 @@ def {entry}(mem_address, mem_length, P_address, P_length, p, chunk, chunks):
     lo, hi = ZERO, n_work  # fixed chunks: the results do not depend on who runs them
     if chunks > 1:
         lo, hi = n_work * chunk // chunks, n_work * (chunk + 1) // chunks
-    run_rows(mem, P, p, lo, hi, P[p + SCRATCH] + chunk * (R + P[p + RED_RANK]))
+    # rows lo..hi-1: a row is one position of the odometer axes outside the vector
+    # (written here, not in a function Numba inlines: see codegen/cpu.py's INLINED)
+    idx = P[p + SCRATCH] + chunk * (R + P[p + RED_RANK])  # this chunk's odometer counters
+{fields}
+    base = carray(stack_leaves_int64(), MAX_LEAVES)  # base[l]: leaf l's offset at the row's start
+{sweep_offsets}    top = R - nb  # row odometer axes end here; vector axes top..R-1 (reduced: R..D-1)
+    streamed = P[AO] == STREAMED
+    in_lines = streamed or P[AO] == CONTIGUOUS  # the output's lines, else its elements scattered
+    o_off = out
+    for l in range(K):
+        base[l] = P[{leaf}]
+{rows}
+    if streamed:
+        fence_stores()  # before another thread reads what this one streamed
 '''
 
 
