@@ -309,9 +309,9 @@ def _accumulator_type(sr: Semiring, dtype: str) -> str:
 INLINED = '@njit(cache=True, nogil=True, error_model="numpy", inline="always")'
 # ... but the part a kernel runs once a chunk (a chunk's output elements or rows), which
 # holds the inlined walkers, is written in the kernel itself: Numba's IR inliner copies a
-# callee's whole scope once for each of its blocks, and inlining that part cost a fifth
-# to a quarter of the kernel's compile (an AMD EPYC, contract_reduce: 6.0-7.5 s inlined,
-# 4.9-5.3 s called), while a call that is not inlined cost ~60 ns a step (chain200_d2:
+# callee's whole scope once for each of its blocks, and inlining that part cost up to half
+# of the kernel's compile (an AMD EPYC, a PROB reduction: 5.9-6.7 s inlined, 3.2-3.7 s
+# written in place), while a call that is not inlined cost ~60 ns a step (chain200_d2:
 # 200 -> 310 us a run).
 
 
@@ -548,7 +548,7 @@ u = np.uint64
 {finish}
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def kernel(mem_address, mem_length, P_address, P_length, p, chunk, chunks):
+def {entry}(mem_address, mem_length, P_address, P_length, p, chunk, chunks):
     """Chunk `chunk` of `chunks` of segment p of the table; with chunk == chunks, what
     follows them all (NORMALIZE: the dispatcher calls it once every chunk is done; a
     step of one chunk does it at once). Called with addresses, not arrays: no MemInfo
@@ -679,6 +679,7 @@ def kernel_source(pattern: KernelPattern) -> str:
                 )
             ),
             libm=LIBM_IMPORT if uses_libm(sr, pattern) else "",
+            entry=ENTRY,
             work="\n".join(_chunk_range(chunk_of, pattern.reduce)),
             after=("        finish(mem, P, p, n_out)\n" if pattern.normalize else "") + "        return",
             finish=_finish(sr, pattern.dtype) if pattern.normalize else "",
