@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +16,7 @@ from catbp_jit import cache as cache_mod
 from catbp_jit.cache import CacheDirError, CacheMissError, KernelCache, environment_identity, kernel_key
 
 # A fresh interpreter: what a second run of the program sees.
+REPO = Path(__file__).resolve().parents[1]
 CHILD = r"""
 import json, sys
 from catbp_jit.cache import CacheMissError, KernelCache, kernel_key
@@ -253,6 +255,36 @@ def test_memo_returns_same_dispatcher_without_disk(tmp_path):
     assert kc.get(pattern(20), source(20), "kernel", SIG) is f
     assert kc.stats["memo_hits"] == 1 and kc.stats["misses"] == 1
     assert not (tmp_path / "c").exists()
+    assert kc.in_memory(pattern(20), source(20)) and not kc.in_memory(pattern(20), source(21))
+    assert not KernelCache(tmp_path / "c").in_memory(pattern(20), source(20))  # another cache's memo
+
+
+def test_a_second_compile_in_one_process_reads_no_entry(monkeypatch):
+    """compile() asks the disk only about kernels this process has not loaded: verifying an
+    entry hashes Numba's files, milliseconds a kernel, on every compile of a warm process."""
+    import catbp_jit
+    from catbp_jit.bundle import load_bundle
+    from catbp_jit.cache import entry as entry_mod
+
+    b = load_bundle(str(REPO / "examples" / "grid3_d2__prob_float64"))
+
+    def compile_example(tier=None):
+        return catbp_jit.compile(
+            b.programs,
+            b.semiring_runtime(),
+            factor_specs=b.factor_specs(),
+            selector_specs=b.selector_specs(),
+            tier=tier,
+        )
+
+    first = compile_example("compiled")
+
+    def no_disk(*args):
+        raise AssertionError("a kernel this process has loaded was looked up on disk")
+
+    monkeypatch.setattr(entry_mod._Entry, "check", no_disk)
+    second = compile_example()
+    assert second.tier == "compiled" and [k.entry for k in second.kernels] == [k.entry for k in first.kernels]
 
 
 def test_clear(tmp_path):

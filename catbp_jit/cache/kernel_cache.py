@@ -138,6 +138,13 @@ class KernelCache:
             return self._get_in_memory(key, pattern, source, entry, signatures, target)
         return self._get_from_disk(key, pattern, source, entry, signatures, target)
 
+    def in_memory(self, pattern: dict, source: str, target: str = "cpu") -> bool:
+        """Whether this process has loaded the kernel already: get() then reads no disk, so
+        a caller deciding what to compile need not check() the entry (whose verification
+        hashes Numba's files: ~1.7 ms a kernel here, on every compile of a warm process)."""
+        loaded = self._memo.get(self.key_for(pattern, target))
+        return loaded is not None and loaded.source == source
+
     def check(self, pattern: dict, source: str, target: str = "cpu") -> tuple[str, str]:
         """("ok" | "missing" | "invalid" | "busy", reason) for the entry on disk; changes
         nothing. "busy": another process held the kernel's lock past the lock timeout;
