@@ -9,10 +9,10 @@ tests/jit_helpers.py) with NaN and ±inf in the same places. A bound session is 
 twice, on two different sets of inputs.
 
 Cost: kernels are compiled once per pattern (semiring, dtype, reduce, normalize, vector)
-and cached on disk, a few dozen in all whatever the programs. The 2,000-program test runs
-in loop mode; compiled mode and the
-drop-in API, which also walk the schedule through the dispatcher and (the drop-in) copy
-results, run fewer examples.
+and cached on disk, a few dozen in all whatever the programs. Loop mode draws the most
+programs: 500 by default and 1,500 more under -m slow (new ones each run: there is no
+example database); compiled mode and the drop-in API, which also walk the schedule
+through the dispatcher and (the drop-in) copy results, draw fewer.
 
 Bugs these tests found keep a plain regression test each.
 """
@@ -83,9 +83,18 @@ def check_dropin(case: Case, mode: str) -> None:
 # --------------------------------------------------------------------- random programs
 
 
-@settings(2000)
+@settings(500)  # (1,500 more under -m slow: below)
 @given(cases())
 def test_random_programs_loop_mode(case):
+    note(case.listing())
+    record(case)
+    check_executable(case, "loop")
+
+
+@pytest.mark.slow
+@settings(1500)
+@given(cases())
+def test_many_random_programs_loop_mode(case):
     note(case.listing())
     record(case)
     check_executable(case, "loop")
