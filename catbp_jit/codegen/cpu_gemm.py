@@ -1,10 +1,10 @@
 """Numba source for the `gemm` kernel template on the CPU (reassociating mode only).
 
 One step computes, per position of its batch axes, out[i][j] = ⊕_k a[i][k] ⊗ b[k][j]
-with Numba's np.dot(a, b, out) into the preallocated output (BLAS through SciPy; plan/
-gemm.py says which segments qualify and abi.py where the parameters sit). Each leaf is a
-C-order matrix or the transpose of one; the four combinations are four np.dot calls, so
-that each is typed with its operands' layouts (no copy is made).
+with one BLAS call into the preallocated output, the one Numba's np.dot(a, b, out) would
+make (intrinsics.blas_dot; BLAS through SciPy; plan/gemm.py says which segments qualify
+and abi.py where the parameters sit). Each leaf is a C-order matrix or the transpose of
+one, which the call's transposition flags say when it runs (no copy is made).
 
 LOGPROB: exp(a - ma) · exp(b - mb) into the output, ma the row maxima of a and mb the
 column maxima of b (0 where a maximum is not finite), then out = log(out) + ma + mb. An
@@ -78,16 +78,8 @@ DOT = '''
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
 def dot(mem, ao, a_t, bo, b_t, oo, M, N, K):
-    """out = a · b at these offsets, each leaf C-order or transposed."""
-    O = mem[oo:oo + M * N].reshape((M, N))
-    if a_t == 0 and b_t == 0:
-        np.dot(mem[ao:ao + M * K].reshape((M, K)), mem[bo:bo + K * N].reshape((K, N)), O)
-    elif a_t == 0:
-        np.dot(mem[ao:ao + M * K].reshape((M, K)), mem[bo:bo + K * N].reshape((N, K)).T, O)
-    elif b_t == 0:
-        np.dot(mem[ao:ao + M * K].reshape((K, M)).T, mem[bo:bo + K * N].reshape((K, N)), O)
-    else:
-        np.dot(mem[ao:ao + M * K].reshape((K, M)).T, mem[bo:bo + K * N].reshape((N, K)).T, O)
+    """out = a · b at these offsets, each leaf C-order or transposed (np.dot's BLAS calls)."""
+    blas_dot(mem, ao, a_t, bo, b_t, oo, M, N, K)
 '''
 
 # a's element (i, k) sits at ao + i * ai + k * ak; b's (k, j) at bo + k * bk + j * bj
@@ -505,7 +497,7 @@ def kernel_source(pattern: KernelPattern) -> str:
     assert sr.sums_reals, f"no GEMM kernel for {sr.name}"
     log = sr.reduction == "logsumexp"
     lanes = pattern.normalize and sr.normalization == "divide_by_total"  # PROB's total (LANE_TOTAL)
-    pointers = {"pointer_int64", "pointer_" + pattern.dtype, "stack_leaves_int64", "MAX_LEAVES"}
+    pointers = {"pointer_int64", "pointer_" + pattern.dtype, "stack_leaves_int64", "MAX_LEAVES", "blas_dot"}
     pointers |= {"stack_buffer_float64", "BUFFER"} if lanes else set()  # (parts_total's sums)
     lines = _header(pattern, "⊕_k a[i][k] ⊗ b[k][j]", pointers)
     lines += f"SAFE = {SAFE[pattern.dtype]}\n" if log else ""

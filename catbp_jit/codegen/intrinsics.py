@@ -235,3 +235,124 @@ def fence_stores(typingctx):
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+@intrinsic
+def blas_dot(typingctx, mem, ao, a_t, bo, b_t, oo, M, N, K):
+    """mem[oo:] = a · b, an M x N C-order matrix, through BLAS: a at mem[ao:] is M x K in C
+    order, or its transpose (K x M) stored when a_t; b at mem[bo:] is K x N, or N x K when b_t.
+
+    What Numba's np.dot(a, b, out) does for those layouts, with the layouts known only when
+    it runs: the same BLAS functions (Numba's numba_xxgemm, numba_xxgemv and numba_xxdot,
+    SciPy's BLAS behind them) with the same arguments, so the same bits. np.dot is typed
+    with its operands' layouts: a kernel needed four calls of it, one per pair of layouts,
+    ~1 s of its compile (codegen/cpu_gemm.py). Empty products give zeros, a vector on either
+    side is a gemv (a dot when both are), as np.dot's are."""
+    if not (isinstance(mem, types.Array) and mem.ndim == 1 and mem.dtype in (types.float64, types.float32)):
+        return None
+    if not all(isinstance(t, types.Integer) for t in (ao, a_t, bo, b_t, oo, M, N, K)):
+        return None
+    sig = types.void(mem, ao, a_t, bo, b_t, oo, M, N, K)
+
+    def codegen(context, builder, signature, args):
+        from numba.core import cgutils
+        from numba.np.linalg import check_blas_return, ensure_blas
+
+        ensure_blas()  # SciPy's BLAS, which Numba's wrappers call (ImportError without SciPy)
+        dtype = signature.args[0].dtype
+        array = context.make_array(signature.args[0])(context, builder, args[0])
+        ao, a_t, bo, b_t, oo, m, n, k = (
+            context.cast(builder, v, t, types.int64) for v, t in zip(args[1:], signature.args[1:])
+        )
+        i64, char, void_p = ir.IntType(64), ir.IntType(8), ir.IntType(8).as_pointer()
+
+        def at(offset):
+            return builder.bitcast(builder.gep(array.data, [offset]), void_p)
+
+        def pick(flag, if_set, otherwise):
+            return builder.select(flag, if_set, otherwise)
+
+        def const(value):
+            return ir.Constant(i64, value)
+
+        def blas(name, fnargs):
+            fnty = ir.FunctionType(ir.IntType(32), [a.type for a in fnargs])
+            fn = cgutils.get_or_insert_function(builder.module, fnty, name)
+            check_blas_return(context, builder, builder.call(fn, fnargs))
+
+        kind = ir.Constant(char, ord("d" if dtype == types.float64 else "s"))
+        trans, no_trans = ir.Constant(char, ord("t")), ir.Constant(char, ord("n"))
+        alpha = builder.bitcast(cgutils.alloca_once_value(builder, context.get_constant(dtype, 1.0)), void_p)
+        beta = builder.bitcast(cgutils.alloca_once_value(builder, context.get_constant(dtype, 0.0)), void_p)
+        a_transposed = builder.icmp_signed("!=", a_t, const(0))
+        b_transposed = builder.icmp_signed("!=", b_t, const(0))
+        empty = builder.or_(
+            builder.icmp_signed("==", k, const(0)),
+            builder.or_(builder.icmp_signed("==", m, const(0)), builder.icmp_signed("==", n, const(0))),
+        )
+        with builder.if_else(empty, likely=False) as (no_terms, terms):
+            with no_terms:
+                size = builder.mul(
+                    builder.mul(m, n), const(context.get_abi_sizeof(context.get_value_type(dtype)))
+                )
+                cgutils.memset(builder, at(oo), size, 0)
+            with terms, builder.if_else(builder.icmp_signed("==", n, const(1))) as (column, matrix):
+                with column, builder.if_else(builder.icmp_signed("==", m, const(1))) as (vector, rows):
+                    with vector:  # (1 x K) · (K x 1)
+                        blas("numba_xxdot", [kind, ir.Constant(char, 0), k, at(ao), at(bo), at(oo)])
+                    with rows:  # (M x K) · (K x 1): a as BLAS's column-major matrix
+                        blas(
+                            "numba_xxgemv",
+                            [
+                                kind,
+                                pick(a_transposed, no_trans, trans),
+                                pick(a_transposed, m, k),
+                                pick(a_transposed, k, m),
+                                alpha,
+                                at(ao),
+                                pick(a_transposed, m, k),
+                                at(bo),
+                                beta,
+                                at(oo),
+                            ],
+                        )
+                with matrix, builder.if_else(builder.icmp_signed("==", m, const(1))) as (row, product):
+                    with row:  # (1 x K) · (K x N)
+                        blas(
+                            "numba_xxgemv",
+                            [
+                                kind,
+                                pick(b_transposed, trans, no_trans),
+                                pick(b_transposed, k, n),
+                                pick(b_transposed, n, k),
+                                alpha,
+                                at(bo),
+                                pick(b_transposed, k, n),
+                                at(ao),
+                                beta,
+                                at(oo),
+                            ],
+                        )
+                    with product:  # out^T = b^T · a^T in BLAS's column-major terms
+                        blas(
+                            "numba_xxgemm",
+                            [
+                                kind,
+                                pick(b_transposed, trans, no_trans),
+                                pick(a_transposed, trans, no_trans),
+                                n,
+                                m,
+                                k,
+                                alpha,
+                                at(bo),
+                                pick(b_transposed, k, n),
+                                at(ao),
+                                pick(a_transposed, m, k),
+                                beta,
+                                at(oo),
+                                n,
+                            ],
+                        )
+        return context.get_dummy_value()
+
+    return sig, codegen
