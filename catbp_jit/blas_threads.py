@@ -1,6 +1,6 @@
 """BLAS on one thread while a run's GEMM steps are small products, some run in parallel.
 
-A GEMM step (plan/gemm.py, reassociating mode) calls BLAS through Numba's np.dot, and
+A GEMM step (plan/gemm.py, reassociating mode) calls BLAS through Numba's wrappers, and
 OpenBLAS splits even a small product among threads of its own. Between the parallel
 kernels' OpenMP regions those threads find the cores busy or their wake-ups slow: an
 ObjectDetection_11 step of one 121 x 121 x 121 product took 0.75 ms against 0.17 ms on one
@@ -53,7 +53,7 @@ class OneBlasThread:
     """Sets every loaded BLAS library to one thread (`enter`) and back (`exit`)."""
 
     def __init__(self) -> None:
-        import scipy.linalg.cython_blas  # noqa: F401  (Numba's np.dot calls its BLAS: loaded first)
+        import scipy.linalg.cython_blas  # noqa: F401  (Numba's BLAS wrappers call it: loaded first)
         from threadpoolctl import ThreadpoolController
 
         self._libraries = ThreadpoolController().select(user_api="blas").lib_controllers

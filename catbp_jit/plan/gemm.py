@@ -7,8 +7,8 @@ axes all three operands share (batch), a matrix product
 
 with, per batch position, each operand a 2-d matrix np.dot accepts: the output C-order
 over ([i axes], [j axes]), each leaf C- or F-order over its ([i], [k]) or ([k], [j])
-axes, the axes of each group in one order in every operand. Numba's np.dot(a, b, out)
-then writes the output through BLAS (Numba's linear algebra needs SciPy). An operand
+axes, the axes of each group in one order in every operand. BLAS then writes the output
+as Numba's np.dot(a, b, out) would (codegen/intrinsics.blas_dot; SciPy's BLAS). An operand
 that does not lie in memory so is copied into the step's workspace first (a leaf) or
 after (the output), permuted into that form: transpose, GEMM, transpose, as einsum
 libraries do. The group orders are chosen to copy the fewest elements (none where the
