@@ -8,7 +8,7 @@ from functools import partial
 
 from catbp_jit.ir.schema import Axis, AxisType, TensorSpec
 from catbp_jit.plan.fusion import Fused, Segment
-from catbp_jit.plan.gemm import may_run_as_gemm
+from catbp_jit.plan.gemm import BLAS_MAX_SIDE, may_run_as_gemm
 from catbp_jit.plan.layout import LARGE_VALUE, choose_layouts
 from catbp_jit.plan.options import PlanOptions
 
@@ -58,3 +58,10 @@ def test_a_gemm_reader_states_no_order():
     assert may_run_as_gemm(fused.segments[1], fused, "float64", PlanOptions(exact=False))
     assert not may_run_as_gemm(fused.segments[1], fused, "float64", PlanOptions(exact=True))
     assert layout_of_product(x, shared_r=True) == big.keys
+
+
+def test_no_gemm_with_a_side_longer_than_blas_counts():
+    """BLAS's sizes are 32-bit ints: a matrix side of 2^31 elements stays a loop kernel's."""
+    for x, gemm in ((BLAS_MAX_SIDE, True), (BLAS_MAX_SIDE + 1, False)):
+        fused, _ = pairwise_plan(x, shared_r=True)
+        assert may_run_as_gemm(fused.segments[1], fused, "float64", PlanOptions(exact=False)) == gemm, x

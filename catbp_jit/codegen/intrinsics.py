@@ -284,6 +284,26 @@ def blas_dot(typingctx, mem, ao, a_t, bo, b_t, oo, M, N, K):
         trans, no_trans = ir.Constant(char, ord("t")), ir.Constant(char, ord("n"))
         alpha = builder.bitcast(cgutils.alloca_once_value(builder, context.get_constant(dtype, 1.0)), void_p)
         beta = builder.bitcast(cgutils.alloca_once_value(builder, context.get_constant(dtype, 0.0)), void_p)
+
+        def gemv(matrix, c_order, rows, cols, vector):
+            """out = matrix · vector, a rows x cols matrix in C order (else in F order), as
+            Numba's call_xxgemv passes it: BLAS sees a C-order matrix as its transpose."""
+            blas(
+                "numba_xxgemv",
+                [
+                    kind,
+                    pick(c_order, trans, no_trans),
+                    pick(c_order, cols, rows),
+                    pick(c_order, rows, cols),
+                    alpha,
+                    matrix,
+                    pick(c_order, cols, rows),
+                    vector,
+                    beta,
+                    at(oo),
+                ],
+            )
+
         a_transposed = builder.icmp_signed("!=", a_t, const(0))
         b_transposed = builder.icmp_signed("!=", b_t, const(0))
         empty = builder.or_(
@@ -300,39 +320,11 @@ def blas_dot(typingctx, mem, ao, a_t, bo, b_t, oo, M, N, K):
                 with column, builder.if_else(builder.icmp_signed("==", m, const(1))) as (vector, rows):
                     with vector:  # (1 x K) · (K x 1)
                         blas("numba_xxdot", [kind, ir.Constant(char, 0), k, at(ao), at(bo), at(oo)])
-                    with rows:  # (M x K) · (K x 1): a as BLAS's column-major matrix
-                        blas(
-                            "numba_xxgemv",
-                            [
-                                kind,
-                                pick(a_transposed, no_trans, trans),
-                                pick(a_transposed, m, k),
-                                pick(a_transposed, k, m),
-                                alpha,
-                                at(ao),
-                                pick(a_transposed, m, k),
-                                at(bo),
-                                beta,
-                                at(oo),
-                            ],
-                        )
+                    with rows:  # (M x K) · (K x 1)
+                        gemv(at(ao), builder.not_(a_transposed), m, k, at(bo))
                 with matrix, builder.if_else(builder.icmp_signed("==", m, const(1))) as (row, product):
-                    with row:  # (1 x K) · (K x N)
-                        blas(
-                            "numba_xxgemv",
-                            [
-                                kind,
-                                pick(b_transposed, trans, no_trans),
-                                pick(b_transposed, k, n),
-                                pick(b_transposed, n, k),
-                                alpha,
-                                at(bo),
-                                pick(b_transposed, k, n),
-                                at(ao),
-                                beta,
-                                at(oo),
-                            ],
-                        )
+                    with row:  # (1 x K) · (K x N) = b^T · a: b^T is N x K, in C order when b_t
+                        gemv(at(bo), b_transposed, n, k, at(ao))
                     with product:  # out^T = b^T · a^T in BLAS's column-major terms
                         blas(
                             "numba_xxgemm",

@@ -75,6 +75,9 @@ COPY_AXIS_NS = 10.0
 # as the sum itself. It also bounds the copies: each copied element enables at least
 # MIN_REUSE products, which BLAS runs far faster than the loop kernel would
 MIN_REUSE = 4
+# BLAS takes a matrix's sides (and leading dimensions) as 32-bit ints (SciPy's BLAS, through
+# Numba's wrappers: codegen/intrinsics.blas_dot): a longer side stays with the loop kernels
+BLAS_MAX_SIDE = 2**31 - 1
 # a step of at least this many batch positions, each a product of at most this many
 # multiply-adds (256^3), runs on all threads, and BLAS then on one (blas_threads.py):
 # ObjectDetection_11's solve went from 105 to 91 ms when its steps of 11 products of
@@ -205,6 +208,8 @@ def _pairwise(
     if dtype == "float32" and k > FLOAT32_MAX_K and not max_plus or m * n * k < MIN_WORK:
         return None
     if m * n * k < MIN_REUSE * (m * k + k * n + m * n):
+        return None
+    if max(m, n, k) > BLAS_MAX_SIDE:
         return None
     return shared, only0, only1, red, size
 
