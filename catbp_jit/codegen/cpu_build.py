@@ -31,6 +31,12 @@ class CpuKernels:
     addresses: np.ndarray  # the kernels' entry addresses, as the dispatcher takes them
 
 
+def _status(cache: KernelCache, unit: CompileUnit) -> str:
+    """The unit's cache status (KernelCache.check), "ok" without a look at the disk when
+    this process has it loaded already."""
+    return "ok" if cache.in_memory(unit.identity, unit.source) else cache.check(unit.identity, unit.source)[0]
+
+
 def background_build(
     plans: list[Plan], cache: KernelCache, workers: int | None, tier: str | None, say: Callable[[str], None]
 ) -> tuple[KernelBuild, dict[str, int]] | None:
@@ -48,11 +54,7 @@ def background_build(
     patterns = sorted({p for plan in plans for p in plan.schedule.patterns}, key=lambda p: p.name)
     rendered = {p: kernel_unit(p) for p in patterns}  # (rendered once, loaded from these)
     units = [*rendered.values(), dispatcher_unit()]
-    cold = [
-        u
-        for u in units
-        if not cache.in_memory(u.identity, u.source) and cache.check(u.identity, u.source)[0] != "ok"
-    ]
+    cold = [u for u in units if _status(cache, u) != "ok"]
     # the slow ones first, so that no worker is left with one at the end: a kernel's
     # compile time grows with its source (PROB: 7.8k characters 1.2 s, 12.2k 2.5 s), the
     # dispatcher's (15k, ~1.2 s) and the repack kernels' (3k, ~0.4 s) come last
@@ -104,12 +106,7 @@ def _compile_cold_in_workers(
     if cache.policy != "fallback":  # strict compiles nothing; off has no disk to share
         return 0
     # (a "busy" kernel, its lock held by a stalled process, is compiled here in memory)
-    cold = [
-        u
-        for u in units
-        if not cache.in_memory(u.identity, u.source)
-        and cache.check(u.identity, u.source)[0] not in ("ok", "busy")
-    ]
+    cold = [u for u in units if _status(cache, u) not in ("ok", "busy")]
     n_workers = options.pool_size(len(cold))
     if not n_workers or cache.bypassed:  # workers share kernels through the disk only
         return 0
