@@ -439,7 +439,7 @@ def test_a_run_of_a_1000_step_program_is_one_launch(monkeypatch):
     steps = len(exe.schedule.steps)
     assert steps >= 1000 and exe.mode == "compiled"
     launches = Launches(monkeypatch)
-    sess = exe.bind(launch=LaunchOptions(4))  # (4 Python threads: the simulator's block)
+    sess = exe.bind(launch=LaunchOptions(1))  # (the simulator runs a thread as a Python thread)
     got = snapshot(sess.run(factors=values))
     assert launches.names() == ["run_steps"], launches.names()[:5]
     assert sess.launches_per_run == 1
@@ -448,7 +448,7 @@ def test_a_run_of_a_1000_step_program_is_one_launch(monkeypatch):
     assert launches.names() == ["run_steps"] * 2
     # the per-step path (a hook asks for it): a launch per step, the same bits
     launches.calls.clear()
-    per_step = exe.bind(launch=LaunchOptions(4), after=lambda i, step: None)
+    per_step = exe.bind(launch=LaunchOptions(1), after=lambda i, step: None)
     want = snapshot(per_step.run(factors=values))
     assert len(launches.calls) == per_step.launches_per_run and "run_steps" not in launches.names()
     assert steps <= per_step.launches_per_run <= 2 * steps

@@ -16,7 +16,7 @@ import hashlib
 import importlib.util
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, cast
 
@@ -30,13 +30,22 @@ from . import cuda, cuda_schedule
 # the multiprocessors are enough to keep them busy).
 MAX_BLOCKS = 1024
 MAX_THREADS_PER_BLOCK = 1024  # every CUDA GPU's limit
+# The simulator (NUMBA_ENABLE_CUDASIM=1) runs each thread of a block as a Python thread and
+# polls them all until the block ends: its launches take blocks this small by default.
+SIMULATOR_THREADS_PER_BLOCK = 8
+
+
+def default_threads_per_block() -> int:
+    from numba import config
+
+    return SIMULATOR_THREADS_PER_BLOCK if config.ENABLE_CUDASIM else cuda.THREADS_PER_BLOCK  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)
 class LaunchOptions:
     """How a launch is cut: any choice gives the same results (grid-stride kernels)."""
 
-    threads_per_block: int = cuda.THREADS_PER_BLOCK
+    threads_per_block: int = field(default_factory=default_threads_per_block)
     max_blocks: int = MAX_BLOCKS
 
     def __post_init__(self):
