@@ -19,6 +19,7 @@ import pytest
 import catbp_jit
 from catbp_jit.bundle import load_bundle
 from catbp_jit.cache import KernelCache
+from catbp_jit.codegen import cpu_build
 from catbp_jit.codegen import workers as workers_mod
 from catbp_jit.codegen.loader import CompileUnit
 from catbp_jit.codegen.workers import KernelCompileError, WorkerOptions, compile_in_workers
@@ -146,20 +147,24 @@ STRICT_CHILD = textwrap.dedent("""
 """)
 
 
-def test_no_workers_for_a_cache_directory_that_cannot_be_written(serial, bundle, tmp_path):
+def test_no_workers_for_a_cache_directory_that_cannot_be_written(tmp_path, monkeypatch):
     # Workers hand their kernels over through the disk: with no disk to share, a worker
     # would compile in vain (and this process again), so this process compiles alone.
+    # (That such a compile still answers: test_hostile_input's unusable cache directories.)
     if workers_mod.available_cpus() < 2:
         pytest.skip("one CPU: kernels compile in this process only")
+    pools = []
+    monkeypatch.setattr(cpu_build, "compile_in_workers", lambda units, cache, n, done: pools.append(n) or 0)
+    units = [tiny_unit(c) for c in range(3)]
+    writable = KernelCache(str(tmp_path / "cache"))
+    said: list[str] = []
+    assert cpu_build._compile_cold_in_workers(units, writable, WorkerOptions(2), said.append) == 0
+    assert pools == [2], said  # three cold kernels, two CPUs: a pool (the case below differs in one thing)
     blocker = tmp_path / "file"
     blocker.write_text("")
-    exe = compile_into(bundle, blocker, "compiled", workers=2)
-    assert "compiled_in_workers" not in exe.cache_stats, exe.cache_stats
-    assert exe.cache_stats["misses"] == exe.cache_stats["compiled"] >= 1  # in memory
-    got, want = results(exe, bundle), results(serial.exe, bundle)
-    assert got.keys() == want.keys()
-    for key in want:
-        np.testing.assert_array_equal(got[key], want[key])
+    blocked = KernelCache(str(blocker))
+    assert cpu_build._compile_cold_in_workers(units, blocked, WorkerOptions(2), said.append) == 0
+    assert pools == [2] and len(said) == 1 and blocked.bypassed, (said, blocked.bypassed)
 
 
 @pytest.mark.parametrize("filled_by, mode", [("serial", "loop"), ("parallel", "compiled")])
