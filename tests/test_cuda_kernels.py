@@ -132,12 +132,13 @@ def on_device(exe, start: np.ndarray, directory, options=cuda_run.LaunchOptions(
 
 
 # The schedule kernel's launch in the simulator: one block (a grid that waits for itself
-# must be resident at once; the simulator runs one), fewer threads than a GPU's block,
-# since each is a Python thread
-WALK = cuda_run.LaunchOptions(16)
-# ... and the per-step launches': blocks of 32 (a GPU's default 128 gives a small step 128
-# Python threads, most of them idle; test_launch_shapes_give_identical_bits runs 128 too)
-PER_STEP = cuda_run.LaunchOptions(32)
+# must be resident at once; the simulator runs one), of few threads, since each is a
+# Python thread that the simulator polls
+WALK = cuda_run.LaunchOptions(4)
+# ... and the per-step launches': blocks of 8, another shape than the walk's (a GPU's
+# default 128 gives a small step 128 Python threads, most of them idle;
+# test_launch_shapes_give_identical_bits runs 128 too)
+PER_STEP = cuda_run.LaunchOptions(8)
 
 
 def check_against_cpu(run: Run, semiring: str, directory, options=PER_STEP, walk=WALK, per_step: bool = True):
