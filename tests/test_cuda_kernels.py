@@ -614,6 +614,16 @@ def test_launch_shape_counts_outputs_and_groups():
     assert cuda_run.LaunchOptions(5, 2).blocks(12) == 2
 
 
+def test_launches_take_small_blocks_under_the_simulator_only(monkeypatch):
+    from numba import config
+
+    for simulated, threads in ((1, cuda_run.SIMULATOR_THREADS_PER_BLOCK), (0, cuda.THREADS_PER_BLOCK)):
+        monkeypatch.setattr(config, "ENABLE_CUDASIM", simulated)  # (read when options are made)
+        assert cuda_run.LaunchOptions().threads_per_block == threads
+        assert cuda_run.LaunchOptions(32).threads_per_block == 32
+    assert cuda_run.SIMULATOR_THREADS_PER_BLOCK < cuda.THREADS_PER_BLOCK == 128
+
+
 # Lowers every pattern for a GPU (NUMBA_ENABLE_CUDASIM=0): Numba types and lowers the
 # kernels to NVVM IR, which needs numba-cuda but neither a GPU nor NVRTC. The simulator
 # runs kernels as plain Python and types nothing, so this is where a kernel that a GPU
