@@ -295,10 +295,12 @@ def solve_parquet(
     semiring: str | None = None,
     plan_time: float | None = None,
     progress: bool = True,
+    connect_timeout: float = 10.0,
 ) -> int:
     """`catbp-jit solve MODEL --evidence-table T.parquet --dask ADDRESS | --workers N -o DIR`:
     a Parquet file or directory in, a directory of Parquet parts out, one per input
-    partition, under Dask's progress bar (on stderr). The number of rows solved."""
+    partition, under Dask's progress bar (on stderr). The number of rows solved.
+    connect_timeout: seconds to keep trying the scheduler at `scheduler`."""
     dd = _need("dask.dataframe")
     distributed = _need("distributed")
     from .atomic import replacing_dir
@@ -310,7 +312,7 @@ def solve_parquet(
     # the parts go to a directory beside `output`, put in its place once all are written:
     # a failed partition leaves the old output as it was
     with (
-        _client(distributed, scheduler, workers) as client,
+        _client(distributed, scheduler, workers, connect_timeout) as client,
         replacing_dir(output) as tmp,
         parquet_errors(table),
     ):
@@ -349,12 +351,12 @@ def _until_quiet(directory: Path, quiet_s: float = 0.5, most_s: float = 30.0) ->
 
 
 @contextlib.contextmanager
-def _client(distributed: Any, scheduler: str | None, workers: int | None):
-    """A client of the scheduler at `scheduler`, or of a local cluster of `workers`
-    processes (one thread each: the kernels are single-threaded)."""
+def _client(distributed: Any, scheduler: str | None, workers: int | None, connect_timeout: float = 10.0):
+    """A client of the scheduler at `scheduler` (tried for connect_timeout seconds), or of
+    a local cluster of `workers` processes (one thread each: the kernels are single-threaded)."""
     if scheduler is not None:
         try:
-            client = distributed.Client(scheduler, timeout="10s")
+            client = distributed.Client(scheduler, timeout=f"{connect_timeout}s")
         except (OSError, TimeoutError) as e:
             raise FactorGraphError(f"cannot reach the Dask scheduler at {scheduler}: {e}") from None
         with client:

@@ -420,6 +420,8 @@ def test_cli_dask_errors_are_one_line(models, tmp_path, capsys):
             "fake.parquet: not a readable Parquet file (Error creating dataset.",
         ),
         (["--dask", "tcp://x:1", "--workers", "2"], "exclude each other"),
+        (["--workers", "1", "--dask-timeout", "5"], "--dask-timeout goes with --dask ADDRESS"),
+        (["--dask", "tcp://x:1", "--dask-timeout", "0"], "--dask-timeout must be more than 0 seconds, got 0"),
         (
             ["--evidence-table", str(fake), "--workers", "1", "--target", "cuda", "-o", str(tmp_path / "o")],
             "(the workers run the CPU kernels)",
@@ -439,13 +441,16 @@ def test_cli_dask_errors_are_one_line(models, tmp_path, capsys):
             str(src),
             "--dask",
             "tcp://127.0.0.1:1",
+            "--dask-timeout",
+            "1",
             "-o",
             str(tmp_path / "out"),
             "-q",
         ]
-    )  # nobody listens: 10 s to give up
+    )  # nobody listens: 1 s to give up (10 by default)
     err = capsys.readouterr().err
     assert code == 2 and "cannot reach the Dask scheduler at tcp://127.0.0.1:1" in err
+    assert "Timed out trying to connect to tcp://127.0.0.1:1 after 1" in err, err
     assert len(err.strip().splitlines()) == 1
     assert main(["solve", ASIA, "--workers", "0"]) == 2  # argparse: usage, then the reason
     assert "number of workers >= 1" in capsys.readouterr().err

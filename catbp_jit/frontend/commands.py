@@ -148,6 +148,10 @@ def _state_labels(graph: FactorGraph, v: str) -> tuple[str, ...]:
 
 
 def cmd_solve(args: argparse.Namespace) -> int:
+    if args.dask_timeout is not None and not args.dask:  # it would be ignored
+        raise CommandError("--dask-timeout goes with --dask ADDRESS")
+    if args.dask_timeout is not None and not args.dask_timeout > 0:
+        raise CommandError(f"--dask-timeout must be more than 0 seconds, got {args.dask_timeout:g}")
     if args.dask or args.workers:
         return solve_table_on_dask(args)
     if args.output and not args.evidence_table:  # it would be ignored: the answer is printed
@@ -501,6 +505,7 @@ def solve_table_on_dask(args: argparse.Namespace) -> int:
             semiring=args.semiring,
             plan_time=args.plan_time,
             progress=not args.quiet,
+            connect_timeout=10.0 if args.dask_timeout is None else args.dask_timeout,
         )
     except DaskMissingError as e:  # the dask extra is not installed
         raise CommandError(str(e)) from None
@@ -733,6 +738,12 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         help="with a Parquet --evidence-table: solve its partitions on the Dask "
         "scheduler at ADDRESS (MODEL may be a profile from `catbp-jit aot`); "
         "-o DIR gets one Parquet part per partition (docs/scaling.md)",
+    )
+    p.add_argument(
+        "--dask-timeout",
+        metavar="SECONDS",
+        type=_seconds,
+        help="how long --dask keeps trying to reach its scheduler (default 10)",
     )
     p.add_argument(
         "--workers", metavar="N", type=_positive, help="as --dask, on a local cluster of N worker processes"
