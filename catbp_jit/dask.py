@@ -284,6 +284,9 @@ def _solve_one(job: tuple[ModelSource, dict[str, Any]]) -> dict[str, Any]:
 
 # -- the command line ----------------------------------------------------------------------
 
+# how long --dask keeps trying its scheduler: one that is starting up answers within seconds
+CONNECT_TIMEOUT_S = 10.0
+
 
 def solve_parquet(
     model: Any,
@@ -295,7 +298,7 @@ def solve_parquet(
     semiring: str | None = None,
     plan_time: float | None = None,
     progress: bool = True,
-    connect_timeout: float = 10.0,
+    connect_timeout: float = CONNECT_TIMEOUT_S,
 ) -> int:
     """`catbp-jit solve MODEL --evidence-table T.parquet --dask ADDRESS | --workers N -o DIR`:
     a Parquet file or directory in, a directory of Parquet parts out, one per input
@@ -351,7 +354,9 @@ def _until_quiet(directory: Path, quiet_s: float = 0.5, most_s: float = 30.0) ->
 
 
 @contextlib.contextmanager
-def _client(distributed: Any, scheduler: str | None, workers: int | None, connect_timeout: float = 10.0):
+def _client(
+    distributed: Any, scheduler: str | None, workers: int | None, connect_timeout: float = CONNECT_TIMEOUT_S
+):
     """A client of the scheduler at `scheduler` (tried for connect_timeout seconds), or of
     a local cluster of `workers` processes (one thread each: the kernels are single-threaded)."""
     if scheduler is not None:

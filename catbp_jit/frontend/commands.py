@@ -491,7 +491,7 @@ def solve_table_on_dask(args: argparse.Namespace) -> int:
             "-o DIRECTORY (not an existing file)"
         )
     check_kernel_cache()
-    from ..dask import DaskMissingError
+    from ..dask import CONNECT_TIMEOUT_S, DaskMissingError
 
     try:
         from ..dask import solve_parquet
@@ -505,7 +505,7 @@ def solve_table_on_dask(args: argparse.Namespace) -> int:
             semiring=args.semiring,
             plan_time=args.plan_time,
             progress=not args.quiet,
-            connect_timeout=10.0 if args.dask_timeout is None else args.dask_timeout,
+            connect_timeout=CONNECT_TIMEOUT_S if args.dask_timeout is None else args.dask_timeout,
         )
     except DaskMissingError as e:  # the dask extra is not installed
         raise CommandError(str(e)) from None
