@@ -84,9 +84,9 @@ def check_rows(rows, exe):
             "bandwidth" if float(r["memory_bound_s"]) >= float(r["arith_bound_s"]) else "arithmetic"
         )
         # time / bound; a small step's data sits in cache, faster than the DRAM bandwidth
-        # the bound assumes, but not by orders of magnitude: a unit slipped (ms for s: a
-        # factor of 1000) falls below this. (Both are timed: 0.007 was seen on a loaded
-        # machine, whose exp rate was measured low, so no tighter bound.)
+        # the bound assumes, but not by orders of magnitude: a unit slipped by 10^6 (µs
+        # for s) falls below this; one of 10^3 (ms for s) may not. (Both are timed: 0.007
+        # was seen on a loaded machine, whose exp rate was measured low, so no tighter bound.)
         assert float(r["ratio"]) == pytest.approx(float(r["time_s"]) / bound)
         assert float(r["ratio"]) > 1e-4
         want = "exp" if step.pattern.semiring == "LOGPROB" and step.pattern.reduce else "multiply-add"
