@@ -98,6 +98,9 @@ class CudaSession(Session):
         ]
         self._results: dict[tuple, tuple[np.ndarray, Any, TensorSpec]] = {}
         for b in plan.bound(RESULT):
+            # (results lie in their spec's order here: only GEMM readers, CPU only, ask
+            # for another, plan/layout.py)
+            assert b.layout is None, f"result {b.ident!r} stored as {b.layout}, not as its spec"
             host = self.mem[b.offset : b.offset + b.size]
             self._results[b.ident] = (
                 host.reshape(b.shape),

@@ -33,7 +33,7 @@ from .ir.schema import TensorSpec, format_spec
 from .ir.validate import DEFAULT_MAX_BYTES
 from .plan.gc_paused import gc_paused
 from .plan.options import PlanOptions
-from .plan.pipeline import Plan
+from .plan.pipeline import RESULT, Plan
 from .plan.pipeline import plan as plan_adapted
 from .plan.static import StaticInputs
 from .plan.tracks import read_tracks
@@ -296,9 +296,12 @@ class Executable:
                 + (f"   # {' '.join(origin[:4])}{' ...' if len(origin) > 4 else ''}" if origin else "")
             )
         lines.append("slots:")
+        stored = {b.ident: b.layout for b in self.plan.bound(RESULT)}
         for key, v in self.fused.outputs.items():
             spec = self.fused.output_specs.get(key, self.fused.specs[v])
-            lines.append(f"  {key!r} = v{v}@{region(v)} {format_spec(spec)}")
+            layout = stored.get(key)  # (plan/layout.py: as a GEMM step takes it)
+            as_stored = f" stored as {format_spec(layout)}" if layout is not None else ""
+            lines.append(f"  {key!r} = v{v}@{region(v)} {format_spec(spec)}{as_stored}")
         return "\n".join(lines)
 
     # -- saving ----------------------------------------------------------------------------

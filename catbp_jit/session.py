@@ -65,7 +65,7 @@ class Session:
         plan = exe.plan
 
         def view(b: Binding) -> np.ndarray:
-            return self.mem[b.offset : b.offset + b.size].reshape(b.shape)
+            return b.view(self.mem)
 
         self._factors = {b.ident: view(b) for b in plan.bound(FACTOR_INPUT)}
         self._selectors = {b.ident: view(b) for b in plan.bound(SELECTOR_INPUT)}

@@ -6,13 +6,17 @@ from __future__ import annotations
 
 from functools import partial
 
+import numpy as np
+
 from catbp_jit.ir.schema import Axis, AxisType, TensorSpec
 from catbp_jit.plan.fusion import Fused, Segment
-from catbp_jit.plan.gemm import BLAS_MAX_SIDE, may_run_as_gemm
+from catbp_jit.plan.gemm import BLAS_MAX_SIDE, gemm_groups, gemm_shape, may_run_as_gemm
 from catbp_jit.plan.layout import LARGE_VALUE, choose_layouts
 from catbp_jit.plan.options import PlanOptions
+from catbp_jit.plan.pipeline import Binding, stored_order
 
 G = AxisType.GEOMETRIC
+OPTIONS = PlanOptions(exact=False)
 
 
 def pairwise_plan(x: int, shared_r: bool) -> tuple[Fused, TensorSpec]:
@@ -20,7 +24,7 @@ def pairwise_plan(x: int, shared_r: bool) -> tuple[Fused, TensorSpec]:
     (Y, X): a matrix product when v3 has R too, else not one (R summed by v2 alone)."""
     X, Y, R, S = Axis(1, G, x), Axis(2, G, 128), Axis(3, G, 128), Axis(4, G, 64)
     big = TensorSpec((X, Y, R))
-    v3 = TensorSpec((R, Y, S)) if shared_r else TensorSpec((Y, S))
+    v3 = TensorSpec((Y, R, S)) if shared_r else TensorSpec((Y, S))
     out = TensorSpec((Y, S, X))
     specs = {0: big, 1: big, 2: big, 3: v3, 4: out}
     segments = [
@@ -34,8 +38,8 @@ def pairwise_plan(x: int, shared_r: bool) -> tuple[Fused, TensorSpec]:
 
 def layout_of_product(x: int, shared_r: bool) -> tuple:
     fused, _ = pairwise_plan(x, shared_r)
-    reader = partial(may_run_as_gemm, fused=fused, dtype="float64", options=PlanOptions(exact=False))
-    return choose_layouts(fused, None, reader)[2].keys
+    groups = partial(gemm_groups, fused=fused, dtype="float64", options=PlanOptions(exact=False))
+    return choose_layouts(fused, None, groups)[2].keys
 
 
 def test_a_large_leaf_of_a_pairwise_reduction_that_is_no_gemm_is_stored_for_it():
@@ -52,12 +56,70 @@ def test_a_smaller_leaf_stays_in_its_producers_order():
     assert layout_of_product(x, shared_r=False) == big.keys
 
 
-def test_a_gemm_reader_states_no_order():
+def test_a_gemm_reader_has_its_operands_stored_as_matrices():
+    """Σ_R v2 ⊗ v3 kept as (Y, S, X) is a batch over Y of [X][R] x [R][S]: the product v2 is
+    written as its matrix (batch axis outermost, the summed axis innermost as in v2's own
+    leaves) and the result in its own order, which is one the GEMM writes: no copies."""
     x = LARGE_VALUE // (128 * 128)
     fused, big = pairwise_plan(x, shared_r=True)
     assert may_run_as_gemm(fused.segments[1], fused, "float64", PlanOptions(exact=False))
     assert not may_run_as_gemm(fused.segments[1], fused, "float64", PlanOptions(exact=True))
-    assert layout_of_product(x, shared_r=True) == big.keys
+    X, Y, R = big.keys
+    layouts = choose_layouts(fused, None, partial(gemm_groups, fused=fused, dtype="float64", options=OPTIONS))
+    assert layouts[2].keys == (Y, X, R)
+    assert layouts[4].keys == fused.specs[4].keys
+    shape = gemm_shape(fused.segments[1], fused, layouts, "float64", OPTIONS)
+    assert shape is not None and shape.copied_elements == 0
+
+
+def chain_plan() -> Fused:
+    """v2 = Σ_K v0 ⊗ v1 (batch B, rows X, columns Y), a result, then v4 = Σ_Y v2 ⊗ v3
+    (batch B, rows X, columns Z): both GEMM steps; v2's spec (X, B, Y) suits neither."""
+    B, X, Y, K, Z = (Axis(i, G, n) for i, n in ((1, 8), (2, 64), (3, 32), (4, 16), (5, 24)))
+    specs = {
+        0: TensorSpec((B, X, K)),
+        1: TensorSpec((B, K, Y)),
+        2: TensorSpec((X, B, Y)),
+        3: TensorSpec((B, Y, Z)),
+        4: TensorSpec((B, X, Z)),
+    }
+    segments = [
+        Segment(2, specs[2], (K,), (0, 1), True, False, (2,)),
+        Segment(4, specs[4], (Y,), (2, 3), True, False, (4,)),
+    ]
+    kinds = {0: "factor", 1: "factor", 2: "computed", 3: "factor", 4: "computed"}
+    return Fused(segments, specs, kinds, {}, {("v2",): 2, ("out",): 4}, "PROB")
+
+
+def test_a_result_between_gemm_steps_is_stored_as_both_take_it():
+    """A result written by one GEMM step and read by another lies as the first writes its
+    products and the second reads its matrix (its binding says so: plan/pipeline.py); a
+    batched program keeps its results in their own order."""
+    fused = chain_plan()
+    groups = partial(gemm_groups, fused=fused, dtype="float64", options=OPTIONS)
+    layouts = choose_layouts(fused, None, groups)
+    B, X, _ = fused.specs[0].keys
+    Y = fused.specs[2].keys[2]
+    assert layouts[2].keys == (B, X, Y)
+    for seg in fused.segments:
+        shape = gemm_shape(seg, fused, layouts, "float64", OPTIONS)
+        assert shape is not None and shape.copied_elements == 0
+    assert choose_layouts(fused, ("batch",), groups)[2].keys == fused.specs[2].keys
+
+
+def test_a_result_stored_in_another_order_is_seen_in_its_own():
+    X, Y, Z = Axis(1, G, 2), Axis(2, G, 3), Axis(3, G, 4)
+    one = Axis(9, G, 1)
+    spec, layout = TensorSpec((X, one, Y, Z)), TensorSpec((Z, X, Y))
+    order = stored_order(spec, layout)
+    assert order is not None and order.keys == (one.key, Z.key, X.key, Y.key)
+    assert stored_order(spec, TensorSpec((X, Y, Z))) is None
+    mem = np.arange(40.0)
+    b = Binding("result", ("v",), 5, 24, spec, order)
+    want = np.arange(5.0, 29.0).reshape(4, 2, 3).transpose(1, 2, 0).reshape(2, 1, 3, 4)
+    np.testing.assert_array_equal(b.view(mem), want)
+    np.testing.assert_array_equal(mem[b.positions()], want.ravel())
+    assert np.shares_memory(b.view(mem), mem)
 
 
 def test_no_gemm_with_a_side_longer_than_blas_counts():

@@ -8,6 +8,7 @@ and saved and loaded as what they are.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numba
@@ -23,6 +24,7 @@ from catbp_jit.executable import plan
 from catbp_jit.plan.arena import plan_memory
 from catbp_jit.plan.fusion import Fused, Segment
 from catbp_jit.plan.permuted import share_permuted
+from catbp_jit.plan.pipeline import RESULT
 from catbp_jit.plan.reassociate import reassociate
 from conftest import CORPUS
 from jit_helpers import (
@@ -284,9 +286,9 @@ def test_axes_no_leaf_has_stay_on_the_last_segment():
 ANY_GEMM = catbp_jit.PlanOptions(gemm_program_min_terms=1)
 
 
-def run_gemm_case(case, gemm_steps=1):
+def run_gemm_case(case, gemm_steps=1, options=ANY_GEMM):
     exe = catbp_jit.compile(
-        case.programs, case.sr(), factor_specs=case.factor_specs, exact=False, options=ANY_GEMM
+        case.programs, case.sr(), factor_specs=case.factor_specs, exact=False, options=options
     )
     chosen = [st for st in exe.schedule.steps if st.pattern.template == "gemm"]
     assert len(chosen) == gemm_steps, exe.as_text()
@@ -340,25 +342,36 @@ def test_gemm_logprob_with_minus_inf(norm):
 
 
 # operands that are no matrices in memory: copied into the workspace (or out of it) around
-# the GEMM; (a axes, b axes, kept axes, copies expected)
+# the GEMM; (a axes, b axes, kept axes, copies expected: the result in its spec's order, and
+# as the GEMM writes it: plan/layout.py)
 COPIED = [
-    ((AI, AK, AB), (AK, AJ), (AI, AB, AJ), 1),  # a's rows split by k
-    ((AI, AB, AK), (AK, AJ), (AI, AJ, AB), 1),  # the output's rows split by a column
-    ((AK, AI, AB), (AJ, AB, AK), (AJ, AI, AB), 3),  # a batch axis innermost: all three
-    ((AI, AK, AB), (AB, AK, AJ), (AJ, AB, AI), 2),  # a and the output
+    ((AI, AK, AB), (AK, AJ), (AI, AB, AJ), 1, 1),  # a's rows split by k
+    ((AI, AB, AK), (AK, AJ), (AI, AJ, AB), 1, 0),  # the output's rows split by a column
+    ((AK, AI, AB), (AJ, AB, AK), (AJ, AI, AB), 3, 2),  # a batch axis innermost: all three
+    ((AI, AK, AB), (AB, AK, AJ), (AJ, AB, AI), 2, 1),  # a and the output
 ]
 
 
-@pytest.mark.parametrize("a_axes, b_axes, keep, copies", COPIED, ids=["a", "out", "batch", "a-and-out"])
+@pytest.mark.parametrize(
+    "a_axes, b_axes, keep, copies, laid_out", COPIED, ids=["a", "out", "batch", "a-and-out"]
+)
 @pytest.mark.parametrize("semiring", ["PROB", "LOGPROB"])
-def test_gemm_copies_operands_into_matrices(a_axes, b_axes, keep, copies, semiring):
+def test_gemm_copies_operands_into_matrices(a_axes, b_axes, keep, copies, laid_out, semiring):
+    """...and the result lies as the GEMM writes its products unless gemm_result_layouts
+    is off: its slot is then a view in its spec's order, not C-contiguous."""
     rng = np.random.default_rng(3)
     values = logprob_values(rng) if semiring == "LOGPROB" else None
     case = gemm_case(semiring, "float64", a_axes, b_axes, keep, norm=True, values=values)
-    exe = run_gemm_case(case)
-    (step,) = [st for st in exe.schedule.steps if st.pattern.template == "gemm"]
-    assert len(step.params.before) + len(step.params.after) == copies, exe.as_text()
-    assert exe.memory.scratch  # the copies' matrices
+    for options, want in ((replace(ANY_GEMM, gemm_result_layouts=False), copies), (ANY_GEMM, laid_out)):
+        exe = run_gemm_case(case, options=options)
+        (step,) = [st for st in exe.schedule.steps if st.pattern.template == "gemm"]
+        assert len(step.params.before) + len(step.params.after) == want, exe.as_text()
+        assert bool(exe.memory.scratch) == (want > 0 or semiring == "LOGPROB")  # the copies' matrices
+        (result,) = exe.plan.bound(RESULT)
+        assert (result.layout is not None) == (want < copies)
+        assert ("stored as" in exe.as_text()) == (want < copies)
+        view = exe.bind().run(factors=case.inputs[0].factors)[("out",)][0]
+        assert view.flags.c_contiguous == (want == copies)
 
 
 def test_gemm_copies_float32():
@@ -670,7 +683,9 @@ def test_gemm_steps_of_many_small_products_run_on_all_threads(a_axes, b_axes, ke
     case = gemm_case(semiring, "float64", a_axes, b_axes, keep, norm=True)
     runs = {}
     for min_work in (1, catbp_jit.PlanOptions().gemm_parallel_min_work):
-        options = catbp_jit.PlanOptions(exact=False, gemm_parallel_min_work=min_work)
+        options = catbp_jit.PlanOptions(
+            exact=False, gemm_parallel_min_work=min_work, gemm_result_layouts=False
+        )
         exe = catbp_jit.compile(
             case.programs, case.sr(), factor_specs=case.factor_specs, mode="loop", options=options
         )

@@ -66,10 +66,11 @@ class AnswerLayout:
     def total(self) -> int:
         return self.groups[-1][1] if self.groups else 0
 
-    def gather_index(self, offsets: Mapping[tuple, int], sizes: Mapping[tuple, int]) -> np.ndarray:
+    def gather_index(self, positions: Mapping[tuple, np.ndarray]) -> np.ndarray:
         """The buffer positions of every value of self.keys, in order: results[index] reads
-        Z, the scales and the planned marginals in one go."""
-        parts = [np.arange(offsets[k], offsets[k] + sizes[k]) for k in self.keys]
+        Z, the scales and the planned marginals in one go. positions: each result's
+        (Binding.positions)."""
+        parts = [positions[k] for k in self.keys]
         return np.concatenate(parts).astype(np.intp) if parts else np.zeros(0, np.intp)
 
     def raw(self, values: np.ndarray, states: Sequence[int], zero: Any, dtype: Any) -> np.ndarray:

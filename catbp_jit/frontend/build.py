@@ -412,9 +412,7 @@ def _compiled(built: BuiltModel, rebound: set[int], partial_evaluation: bool) ->
     )
     assert isinstance(executable, Executable)  # nothing batched: one executable
     results = {b.ident: b for b in executable.plan.bound(RESULT)}
-    gather = built.answer.gather_index(
-        {k: b.offset for k, b in results.items()}, {k: b.size for k, b in results.items()}
-    )
+    gather = built.answer.gather_index({k: results[k].positions() for k in built.answer.keys})
     return replace(built, executable=executable, gather=gather)
 
 

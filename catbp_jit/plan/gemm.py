@@ -225,12 +225,30 @@ def program_takes_gemm(fused: Fused, dtype: str, options: PlanOptions) -> bool:
     return False
 
 
+@dataclass(frozen=True)
+class GemmGroups:
+    """The axes (keys, of size > 1) of a pairwise contraction that may be a GEMM step, by
+    role: any layout of them may be, the layout pass (plan/layout.py) picks one per value."""
+
+    shared: tuple  # in the output and both leaves: the batch
+    only0: tuple  # in the output and leaf 0: a's rows (or b's columns, transposed)
+    only1: tuple  # in the output and leaf 1
+    red: frozenset  # summed, in both leaves
+
+
+def gemm_groups(seg: Segment, fused: Fused, dtype: str, options: PlanOptions) -> GemmGroups | None:
+    """`seg`'s groups when it may become a GEMM step whatever the layouts, else None.
+    (MAXLOG's steps also weigh their copies against the loop kernel, which depends on the
+    layouts: they count as may.)"""
+    groups = _pairwise(seg, fused, fused.specs, dtype, options)
+    if groups is None:
+        return None
+    shared, only0, only1, red, _ = groups
+    return GemmGroups(tuple(shared), tuple(only0), tuple(only1), frozenset(red))
+
+
 def may_run_as_gemm(seg: Segment, fused: Fused, dtype: str, options: PlanOptions) -> bool:
-    """Whether `seg` may become a GEMM step, whatever the layouts: the layout pass lets such
-    readers state no preference (they copy operands into the order they need), and lays
-    values out for every other reader. (MAXLOG's steps also weigh their copies against the
-    loop kernel, which depends on the layouts: they count as may.)"""
-    return _pairwise(seg, fused, fused.specs, dtype, options) is not None
+    return gemm_groups(seg, fused, dtype, options) is not None
 
 
 def gemm_shape(

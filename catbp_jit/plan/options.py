@@ -111,6 +111,12 @@ class PlanOptions:
     # from fresh caches in 7.6-7.9 s with them, 6.1-6.3 s without). 1: any contraction
     # of gemm.MIN_WORK terms may be a GEMM step
     gemm_program_min_terms: int = 1 << 15
+    # ... a result that a GEMM step writes or reads lies in memory as that step takes it
+    # (plan/layout.py), and its slot is a view in its spec's order that is not C-contiguous
+    # (Binding.view): a belief propagation's messages are results, and a copy of each of
+    # ObjectDetection_11's largest (1.77 M elements) out of and into GEMM form took a
+    # quarter of its solve. Off: every result lies in its spec's C order
+    gemm_result_layouts: bool = True
     # reassociating mode: a reduction with few outputs and many terms each is split into
     # partial sums and their sum (plan/split.py), so a GPU has threads for it; the CPU and
     # CUDA targets give the same bits for the split plan. Needs exact=False

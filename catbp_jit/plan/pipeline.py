@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+import numpy as np
+
 from ..ir.ops import Program
 from ..ir.schema import TensorSpec
 from ..ir.validate import check_programs
@@ -28,7 +30,7 @@ from .arena import MemoryPlan, plan_memory
 from .folded import fold_products
 from .fusion import Fused, fuse
 from .gc_paused import gc_paused
-from .gemm import GEMM_DTYPES, gemm_workspace, may_run_as_gemm, program_takes_gemm
+from .gemm import GEMM_DTYPES, gemm_groups, gemm_workspace, program_takes_gemm
 from .graph import FACTOR, SELECTOR, SLOT_IN, UNIT, Graph, build_graph
 from .hoist import hoist_prefixes
 from .layout import choose_layouts
@@ -58,10 +60,27 @@ class Binding:
     offset: int  # in elements from the start of the buffer
     size: int  # elements of its region
     spec: TensorSpec  # as stored (a result: as the program declared it)
+    # a result the layout pass stored in another order (plan/layout.py): its axes in the
+    # order they lie in memory (C order over them); None: as `spec`
+    layout: TensorSpec | None = None
 
     @property
     def shape(self) -> tuple[int, ...]:
         return self.spec.shape
+
+    def view(self, mem: np.ndarray) -> np.ndarray:
+        """Its elements in the buffer `mem`, indexed as `spec` (a view, never a copy)."""
+        return self._arranged(mem[self.offset : self.offset + self.size])
+
+    def positions(self) -> np.ndarray:
+        """Where each of its elements lies in the buffer, in `spec`'s C order."""
+        return self._arranged(np.arange(self.offset, self.offset + self.size, dtype=np.intp)).ravel()
+
+    def _arranged(self, region: np.ndarray) -> np.ndarray:
+        if self.layout is None:
+            return region.reshape(self.shape)
+        keys = self.layout.keys
+        return region.reshape(self.layout.shape).transpose([keys.index(k) for k in self.spec.keys])
 
 
 @dataclass
@@ -147,8 +166,8 @@ def plan(
     gemm_readers = (
         not options.exact and options.gemm and sr.dtype.name in GEMM_DTYPES and semiring(sr.name).sums_reals
     )
-    gemm_reader = partial(may_run_as_gemm, fused=fused, dtype=sr.dtype.name, options=options)
-    layouts = choose_layouts(fused, batch_key, gemm_reader if gemm_readers else None)
+    groups = partial(gemm_groups, fused=fused, dtype=sr.dtype.name, options=options)
+    layouts = choose_layouts(fused, batch_key, groups if gemm_readers else None, options.gemm_result_layouts)
     fused, n_static = static_first(fused, static)
     persistent = persistent_values(fused, n_static)
 
@@ -196,7 +215,7 @@ def plan(
         fused,
         memory,
         schedule,
-        binding_table(fused, memory),
+        binding_table(fused, memory, layouts),
         static,
         n_static,
         static_steps(schedule, fused, n_static),
@@ -214,7 +233,7 @@ def program_names(programs: list[Program]) -> str:
     return ", ".join(p.name or f"p{i}" for i, p in enumerate(programs))
 
 
-def binding_table(fused: Fused, memory: MemoryPlan) -> list[Binding]:
+def binding_table(fused: Fused, memory: MemoryPlan, layouts: dict[int, TensorSpec]) -> list[Binding]:
     """Inputs and constants in value order, then results in slot order."""
     table = []
     for v, kind in sorted(fused.kinds.items()):
@@ -224,8 +243,20 @@ def binding_table(fused: Fused, memory: MemoryPlan) -> list[Binding]:
             table.append(Binding(INPUT_KINDS[kind], ident, r.offset, r.size, fused.specs[v]))
     for key, v in fused.outputs.items():
         r = memory.regions[v]
-        table.append(Binding(RESULT, key, r.offset, r.size, fused.output_specs.get(key, fused.specs[v])))
+        spec = fused.output_specs.get(key, fused.specs[v])
+        table.append(Binding(RESULT, key, r.offset, r.size, spec, stored_order(spec, layouts.get(v, spec))))
     return table
+
+
+def stored_order(spec: TensorSpec, layout: TensorSpec) -> TensorSpec | None:
+    """A result's axes (`spec`'s: a slot may name its axes of size 1 otherwise than the value
+    it shows) in the order its value lies in memory (`layout`), or None when that is
+    `spec`'s own order."""
+    big = [k for k in layout.keys if layout.get_axis(k).size > 1]
+    if big == [ax.key for ax in spec.axes if ax.size > 1]:
+        return None
+    ones = [ax for ax in spec.axes if ax.size == 1]
+    return TensorSpec(tuple(ones) + tuple(spec.get_axis(k) for k in big))
 
 
 def fits(memory: MemoryPlan, max_total_bytes: int | None = None) -> bool:
