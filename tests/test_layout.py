@@ -1,6 +1,8 @@
 """plan/layout.py in the reassociating mode: a pairwise reduction that may be a GEMM step
-states no order for its leaves; one that cannot be states it for a leaf beyond the
-last-level cache (LARGE_VALUE), and a smaller leaf stays in its producer's order."""
+has its operands stored as matrices and its output as its products come out, results
+included (their bindings then say how they lie); one that cannot be states its order for
+a leaf beyond the last-level cache (LARGE_VALUE), and a smaller leaf stays in its
+producer's order."""
 
 from __future__ import annotations
 

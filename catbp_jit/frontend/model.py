@@ -340,7 +340,9 @@ class CompiledModel:
         assert built.executable is not None  # (compiled targets only)
         kind = "t" if built.contraction is not None else "bel"
         bound = {b.ident[1]: b for b in built.executable.plan.bound(RESULT) if b.ident[0] == kind}
-        layouts = {n: tuple(axis.id for axis in (b.layout or b.spec).axes) for n, b in bound.items()}
+        # (each slot as it lies in memory: plan/pipeline.Binding.layout)
+        stored = {n: b.spec if b.layout is None else b.layout for n, b in bound.items()}
+        layouts = {n: tuple(axis.id for axis in spec.axes) for n, spec in stored.items()}
         offsets = {n: b.offset for n, b in bound.items()}
         self._read_beliefs = self._session.reader([(kind, n) for n in bound])
         tree = built.contraction
