@@ -8,7 +8,6 @@ and saved and loaded as what they are.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from types import SimpleNamespace
 
 import numba
@@ -362,7 +361,7 @@ def test_gemm_copies_operands_into_matrices(a_axes, b_axes, keep, copies, laid_o
     rng = np.random.default_rng(3)
     values = logprob_values(rng) if semiring == "LOGPROB" else None
     case = gemm_case(semiring, "float64", a_axes, b_axes, keep, norm=True, values=values)
-    for options, want in ((replace(ANY_GEMM, gemm_result_layouts=False), copies), (ANY_GEMM, laid_out)):
+    for options, want in ((ANY_GEMM.with_(gemm_result_layouts=False), copies), (ANY_GEMM, laid_out)):
         exe = run_gemm_case(case, options=options)
         (step,) = [st for st in exe.schedule.steps if st.pattern.template == "gemm"]
         assert len(step.params.before) + len(step.params.after) == want, exe.as_text()

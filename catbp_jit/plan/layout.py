@@ -69,11 +69,11 @@ def choose_layouts(
         if not seg.red_axes or i in groups:
             continue
         pairwise = gemm_groups is not None and len(seg.leaves) == 2
+        work = _work(seg, batch_key)
         for leaf in seg.leaves:
             if pairwise and element_count(fused.specs[leaf]) < LARGE_VALUE:
                 continue  # (below: stored as its producer reads its leaves)
             if fused.kinds[leaf] == "computed" and leaf not in outputs:
-                work = _work(seg, batch_key)
                 if leaf not in best or work > best[leaf][0]:
                     best[leaf] = (work, i)
     layouts = {v: spec for v, spec in fused.specs.items()}
