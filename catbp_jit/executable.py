@@ -351,7 +351,8 @@ def plan_options(
 ) -> PlanOptions:
     """`options` (else the target's defaults, and in the reassociating mode its defaults
     for that mode) with the byte limits and mode given as arguments. GEMM kernels, kernels
-    that repack leaves, streaming stores, line products and tracks exist on the CPU only."""
+    that repack leaves, streaming stores, line products, lane totals and tracks exist on the
+    CPU only."""
     the_target = get_target(target)
     defaults = options is None
     options = options or the_target.plan_options()
@@ -367,6 +368,8 @@ def plan_options(
         options = options.with_(streaming_store_bytes=None)
     if not the_target.line_products and options.line_products:
         options = options.with_(line_products=False)
+    if not the_target.lane_totals and options.lane_totals:
+        options = options.with_(lane_totals=False)
     if options.tracks > 1 and not the_target.tracks:
         options = options.with_(tracks=1)
     if max_bytes != DEFAULT_MAX_BYTES:

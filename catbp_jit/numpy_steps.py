@@ -29,6 +29,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from . import abi
+from .codegen.totals import LANES, TOTAL_PARTS
 from .plan.pipeline import Plan
 from .semiring import SEMIRINGS
 
@@ -77,6 +78,23 @@ def interpretable(plan: Plan) -> bool:
     return all(
         st.pattern.template in ("contract_reduce", "contract_lines", "repack") for st in plan.schedule.steps
     )
+
+
+def lane_totals(terms: np.ndarray) -> np.ndarray:
+    """Row sums of a 2-D array as a reassociating kernel's parts_total adds them
+    (codegen/totals.py): in TOTAL_PARTS ranges, each in LANES interleaved running sums
+    (element o into lane o % LANES) added pairwise, plus its last elements in order; then
+    the ranges' sums in order. The same float64 additions in the same order: its bits."""
+    rows, n = terms.shape
+    total = np.zeros(rows, np.float64)
+    for c in range(TOTAL_PARTS):
+        lo, hi = n * c // TOTAL_PARTS, n * (c + 1) // TOTAL_PARTS
+        full = lo + (hi - lo) // LANES * LANES
+        block = terms[:, lo:full].reshape(rows, -1, LANES).transpose(0, 2, 1).reshape(rows * LANES, -1)
+        s = in_order_sum(block).reshape(rows, LANES)
+        lanes = ((s[:, 0] + s[:, 1]) + (s[:, 2] + s[:, 3])) + ((s[:, 4] + s[:, 5]) + (s[:, 6] + s[:, 7]))
+        total += lanes + in_order_sum(terms[:, full:hi])
+    return total
 
 
 def numpy_steps(plan: Plan, mem: np.ndarray, table: np.ndarray) -> list[Callable[[], None]]:
@@ -150,7 +168,7 @@ def _step(pattern, params: abi.StepParams, mem: np.ndarray) -> Callable[[], None
 
     def normalize() -> None:
         if sr.normalization == "divide_by_total":
-            total = in_order_sum(parts)
+            total = lane_totals(parts) if pattern.total_in_lanes else in_order_sum(parts)
             if totals >= 0:  # the totals kept as a value of their own (plan/totals.py)
                 mem[totals : totals + groups] = total
             rows = total != 0.0

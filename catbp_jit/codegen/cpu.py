@@ -42,6 +42,7 @@ from ..plan.steps import KernelPattern
 from ..semiring import SEMIRINGS, Semiring
 from .intrinsics import LINE_BYTES
 from .reduction import reduced_value, subtract_largest
+from .totals import parts_total_source
 
 ENTRY = "kernel"
 
@@ -456,7 +457,7 @@ def _normalize(sr: Semiring, dtype: str, parallel: bool = False, lanes: bool = F
     """NORMALIZE the output in `groups` parts (the batch rows) of `size` elements each,
     part g at out + g * gs, its elements es apart (plan/schedule.py: normalize_groups).
     Its sums run in the elements' order, but with `lanes` a total is the module's
-    parts_total (reassociating GEMM kernels: codegen/cpu_gemm.py); with `parallel` the last
+    parts_total (reassociating mode: codegen/totals.py); with `parallel` the last
     pass (the division or the subtraction) is shared among the threads."""
     i = "        "
     x = "mem[u(base + o * es)]"  # (u: unsigned, so that LLVM vectorizes the passes)
@@ -621,10 +622,12 @@ def _chunk_range(chunk_of: str, reduce: bool) -> list[str]:
     ]
 
 
-def _finish(sr: Semiring, dtype: str) -> str:
+def _finish(sr: Semiring, dtype: str, lanes: bool = False) -> str:
     """The function for what follows every chunk: the NORMALIZE of the output. Inlined:
-    it is small, and a step of one chunk calls it at once."""
-    lines = [
+    it is small, and a step of one chunk calls it at once. lanes: its total by
+    parts_total (KernelPattern.total_in_lanes: codegen/totals.py)."""
+    lines = ["", parts_total_source(False)] if lanes else []
+    lines += [
         "",
         INLINED,
         "def finish(mem, P, p, n_out):",
@@ -633,7 +636,7 @@ def _finish(sr: Semiring, dtype: str) -> str:
         "    D = R + P[p + RED_RANK]",
         "    out = P[p + OUT]",
     ]
-    return "\n".join(lines + _normalize(sr, dtype)) + "\n"
+    return "\n".join(lines + _normalize(sr, dtype, lanes=lanes)) + "\n"
 
 
 def kernel_source(pattern: KernelPattern) -> str:
@@ -676,13 +679,14 @@ def kernel_source(pattern: KernelPattern) -> str:
                     }
                     | {"fence_stores", "line_rest", "store_line", "store_part"}
                     | set(sums)
+                    | ({"stack_buffer_float64"} if pattern.total_in_lanes else set())
                 )
             ),
             libm=LIBM_IMPORT if uses_libm(sr, pattern) else "",
             entry=ENTRY,
             work="\n".join(_chunk_range(chunk_of, pattern.reduce)),
             after=("        finish(mem, P, p, n_out)\n" if pattern.normalize else "") + "        return",
-            finish=_finish(sr, pattern.dtype) if pattern.normalize else "",
+            finish=_finish(sr, pattern.dtype, pattern.total_in_lanes) if pattern.normalize else "",
             part_doc=(
                 "rows lo..hi-1: a row is one position of the odometer axes outside the vector"
                 if chunk_of == "rows"

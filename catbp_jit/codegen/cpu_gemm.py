@@ -36,6 +36,7 @@ from ..plan.gemm import LOG_PARTS, MAX_PLUS_COLS, MAX_PLUS_ROWS
 from ..plan.steps import KernelPattern
 from ..semiring import SEMIRINGS
 from .cpu import LIBM_IMPORT, _normalize, uses_libm
+from .totals import parts_total_source
 
 ENTRY = "kernel"
 TILE = 16
@@ -331,57 +332,6 @@ def max_dot(mem, ao, a_t, bo, oo, M, N, K, lo, hi):
             i += 1
 '''
 
-# PROB's NORMALIZE total: this mode may regroup sums (docs/architecture.md §12), so it
-# runs in LANES interleaved running sums that do not wait on each other (a sum in the
-# elements' order is a chain of dependent additions: ~1.5 ms for a 1.77 M-element output,
-# ~0.3 ms in lanes), added in a fixed order after: the bits depend on sizes alone
-LANES = 8
-LANE_TOTAL = """
-
-@njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def lane_total(mem, base, es, size):
-    \"\"\"Σ of mem[base + o * es] for o < size: element o added to lane o % {lanes}, each
-    lane in order, then the lanes pairwise and the last size % {lanes} elements.\"\"\"
-{zero}
-    o = np.int64(0)
-    while o + {lanes} <= size:
-        at = base + o * es
-{adds}
-        o += {lanes}
-    rest = 0.0
-    while o < size:
-        rest += mem[u(base + o * es)]
-        o += 1
-    return {combined} + rest
-""".format(
-    lanes=LANES,
-    zero="    " + " = ".join(f"s{i}" for i in range(LANES)) + " = 0.0",
-    adds="\n".join(f"        s{i} += mem[u(at{f' + {i} * es' if i else ''})]" for i in range(LANES)),
-    combined="((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))",
-)
-assert LANES == 8  # (the pairwise sum above is written for 8)
-
-# ... in TOTAL_PARTS ranges of the elements, each summed in lanes, the ranges' sums then
-# added in order: the bits still depend on the sizes alone, and a parallel step's threads
-# share the ranges (one thread's lanes over a 1.77 M-element output: ~0.5 ms)
-TOTAL_PARTS = 16
-assert TOTAL_PARTS <= abi.BUFFER  # (the ranges' sums sit in a stack buffer)
-PARTS_TOTAL = """
-
-@njit(cache=True, nogil=True, error_model="numpy"{parallel})
-def parts_total(mem, base, es, size):
-    \"\"\"Σ of mem[base + o * es] for o < size: TOTAL_PARTS ranges of o, each by lane_total
-    (in the stack's `sums`), their sums added in order.\"\"\"
-    sums = carray(stack_buffer_float64(), BUFFER)
-    for c in {parts}(TOTAL_PARTS):
-        lo, hi = size * c // TOTAL_PARTS, size * (c + 1) // TOTAL_PARTS
-        sums[c] = lane_total(mem, base + lo * es, es, hi - lo)
-    total = 0.0
-    for c in range(TOTAL_PARTS):
-        total += sums[c]
-    return total
-"""
-
 UNSIGNED = (
     "# Indices into mem go through u(): Numba adds a negative-index wraparound to every\n"
     "# signed index, which stops LLVM from seeing that a loop reads consecutive elements.\n"
@@ -496,7 +446,7 @@ def kernel_source(pattern: KernelPattern) -> str:
     # BLAS sums products: plan/gemm.py makes GEMM steps only where ⊕ adds reals
     assert sr.sums_reals, f"no GEMM kernel for {sr.name}"
     log = sr.reduction == "logsumexp"
-    lanes = pattern.normalize and sr.normalization == "divide_by_total"  # PROB's total (LANE_TOTAL)
+    lanes = pattern.normalize and sr.normalization == "divide_by_total"  # PROB's total (totals.py)
     pointers = {"pointer_int64", "pointer_" + pattern.dtype, "stack_leaves_int64", "MAX_LEAVES", "blas_dot"}
     pointers |= {"stack_buffer_float64", "BUFFER"} if lanes else set()  # (parts_total's sums)
     lines = _header(pattern, "⊕_k a[i][k] ⊗ b[k][j]", pointers)
@@ -508,8 +458,7 @@ def kernel_source(pattern: KernelPattern) -> str:
     lines += DOT + (LOG_DOT if log else "")
     rows = "prange" if pattern.parallel else "range"
     if lanes:
-        lines += f"TOTAL_PARTS = {TOTAL_PARTS}  # a NORMALIZE total's ranges, summed apart\n"
-        lines += LANE_TOTAL + PARTS_TOTAL.format(parallel=parallel, parts=rows)
+        lines += parts_total_source(pattern.parallel)
     lines += copy_source(parallel, rows, divided=lanes)
     call = (
         "log_dot(mem, ao, P[p + GEMM_A_T], bo, P[p + GEMM_B_T], oo, M, N, K, P[p + GEMM_WORK])"

@@ -117,6 +117,11 @@ class PlanOptions:
     # ObjectDetection_11's largest (1.77 M elements) out of and into GEMM form took a
     # quarter of its solve. Off: every result lies in its spec's C order
     gemm_result_layouts: bool = True
+    # reassociating mode: a loop step's PROB NORMALIZE sums its total in lanes and ranges
+    # (codegen/cpu.py: parts_total, as the GEMM steps' do), not in the elements' order: a
+    # sum in order is one chain of dependent additions, ~0.85 ns an element here (Grids_16
+    # normalizes 41 M elements a solve). Off: in order, as exact mode (the CUDA target)
+    lane_totals: bool = True
     # reassociating mode: a reduction with few outputs and many terms each is split into
     # partial sums and their sum (plan/split.py), so a GPU has threads for it; the CPU and
     # CUDA targets give the same bits for the split plan. Needs exact=False

@@ -142,8 +142,16 @@ def segment_loops(
     parallel = n_work >= 8 and work >= options.parallel_min_work
     # (a parallel loop step is cut in chunks that the dispatcher's threads share: its
     # kernel is the serial one's, KernelPattern.parallel stays False)
+    sr = SEMIRINGS[fused.semiring]
+    lane_total = not options.exact and options.lane_totals and sr.normalization == "divide_by_total"
     pattern = KernelPattern(
-        fused.semiring, dtype, reduce, seg.normalize, False, nest.across if reduce else ACROSS_OUTPUTS
+        fused.semiring,
+        dtype,
+        reduce,
+        seg.normalize,
+        False,
+        nest.across if reduce else ACROSS_OUTPUTS,
+        total_in_lanes=seg.normalize and lane_total,
     )
     accesses = tuple(nest.access(i) for i in range(1, len(nest.operands))) + (nest.access(0),)
     one_at_a_time = reduce and nest.across == ACROSS_REDUCED

@@ -29,6 +29,9 @@ class KernelPattern:
     # reduce), ACROSS_REDUCED or ACROSS_BOTH
     vector: str = ACROSS_OUTPUTS
     template: str = "contract_reduce"
+    # a PROB NORMALIZE's total summed in lanes and ranges, not in the elements' order
+    # (reassociating mode: codegen/cpu.py's parts_total; PlanOptions.lane_totals)
+    total_in_lanes: bool = False
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -69,6 +72,7 @@ class KernelPattern:
             ("_reduce" if self.reduce else "")
             + across
             + ("_norm" if self.normalize else "")
+            + ("_lanetotal" if self.total_in_lanes else "")
             + ("_par" if self.parallel else "")
         )
         return f"{self.template}_{self.semiring.lower()}_{self.dtype}{flags}"

@@ -60,6 +60,8 @@ class Target:
     # it has the contract_lines kernels: products (and sums across outputs) a cache line
     # at a time in registers
     line_products: bool = False
+    # its loop kernels sum a reassociating NORMALIZE's total in lanes (PlanOptions.lane_totals)
+    lane_totals: bool = False
     # the front end's mode here when a model does not say (compile_model(exact=None))
     model_exact: bool = True
     # a compiled dispatcher calls the kernels (else they are launched from Python)

@@ -92,6 +92,7 @@ CPU = CpuTarget(
     repack=True,
     streaming_stores=True,
     line_products=True,
+    lane_totals=True,
     model_exact=False,
     dispatcher=True,
     tracks=True,

@@ -1,0 +1,77 @@
+"""codegen/totals.py in the loop kernels: in the reassociating mode a PROB NORMALIZE sums
+its total in lanes and ranges (KernelPattern.total_in_lanes), and the numpy tier adds the
+same numbers in the same order (numpy_steps.lane_totals): the same bits in both tiers,
+the reference's values within rounding. Exact mode, and the CUDA target, keep the
+elements' order."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from catbp_jit.codegen.totals import LANES, TOTAL_PARTS
+from catbp_jit.executable import plan_options
+from catbp_jit.numpy_steps import in_order_sum, lane_totals
+from catbp_jit.plan.options import PlanOptions
+from jit_helpers import assert_same_bits, assert_same_slots, compile_case, run_reference, session_results
+from random_programs import scale_case
+
+
+def lane_total_as_written(xs: list[float]) -> float:
+    """parts_total's order, element by element, as codegen/totals.py's source says it."""
+    n = len(xs)
+    sums = []
+    for c in range(TOTAL_PARTS):
+        lo, hi = n * c // TOTAL_PARTS, n * (c + 1) // TOTAL_PARTS
+        s = [0.0] * LANES
+        o = lo
+        while o + LANES <= hi:
+            for lane in range(LANES):
+                s[lane] += xs[o + lane]
+            o += LANES
+        rest = 0.0
+        while o < hi:
+            rest += xs[o]
+            o += 1
+        sums.append(((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7])) + rest)
+    total = 0.0
+    for x in sums:
+        total += x
+    return total
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 127, 128, 129, 1000, 4099])
+def test_the_numpy_tier_adds_in_the_kernels_order(n):
+    terms = np.random.default_rng(n).uniform(-1.0, 1.0, (3, n))  # (signs mixed: the order shows)
+    got = lane_totals(terms)
+    want = np.array([lane_total_as_written([float(x) for x in row]) for row in terms])
+    assert np.array_equal(got.view(np.int64), want.view(np.int64))
+    if n >= 1000:  # another order than the elements' (else this test would not tell them apart)
+        assert not np.array_equal(got, in_order_sum(terms))
+
+
+def bits(results: dict) -> dict:
+    return {k: v for k, (v, _) in results.items()}
+
+
+@pytest.mark.parametrize("dtype", ["float64", pytest.param("float32", marks=pytest.mark.slow)])
+def test_loop_kernels_and_the_numpy_tier_give_the_same_bits(dtype):
+    case = scale_case("PROB", dtype)  # a 12 x 20 tensor normalized: 16 ranges of 15 elements
+    fast = compile_case(case, "compiled", options=PlanOptions(exact=False, gemm=False))
+    lanes = [st for st in fast.schedule.steps if st.pattern.total_in_lanes]
+    assert lanes and all(st.pattern.normalize and st.pattern.template == "contract_reduce" for st in lanes)
+    assert "_lanetotal" in lanes[0].pattern.name
+    kernels = session_results(fast.bind(), case.inputs[0])
+    numpy_tier = session_results(fast.bind(numpy_only=True), case.inputs[0])
+    assert_same_bits(bits(kernels), bits(numpy_tier), "lane totals")
+    assert_same_slots(run_reference(case), kernels, case, "lane totals")
+
+
+def test_exact_mode_the_option_and_cuda_keep_the_elements_order():
+    case = scale_case("PROB")
+    exact = compile_case(case, "compiled")
+    off = compile_case(case, "compiled", options=PlanOptions(exact=False, gemm=False, lane_totals=False))
+    for exe in (exact, off):
+        assert not any(st.pattern.total_in_lanes for st in exe.schedule.steps)
+    assert plan_options("cpu", None, exact=False).lane_totals
+    assert not plan_options("cuda", None, exact=False).lane_totals
