@@ -1,7 +1,7 @@
 """A GEMM step's strided copies (codegen/cpu_gemm.py's strided_copy, the dividing
 strided_copy_divided, plan/gemm._walked) and PROB's NORMALIZE total in ranges of lanes:
 checked alone against numpy, on the generated module itself (no plan around it), serial
-and parallel."""
+and parallel; and the numpy tier's totals in that order."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from catbp_jit.codegen.cpu_gemm import LANES, TOTAL_PARTS, kernel_source
+from catbp_jit.codegen.cpu_gemm import kernel_source
+from catbp_jit.codegen.totals import LANES, TOTAL_PARTS
+from catbp_jit.numpy_steps import in_order_sum, lane_totals
 from catbp_jit.plan.gemm import _c_order, _walked
 from catbp_jit.plan.steps import KernelPattern
 from jit_helpers import settings
@@ -178,3 +180,15 @@ def test_the_normalize_total_adds_ranges_of_lanes_in_a_fixed_order(tmp_path_fact
     got = module.parts_total(mem, 4, es, size)
     assert got == parts_order_total(list(x))
     assert got == pytest.approx(math.fsum(x), rel=1e-14)
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 127, 128, 129, 1000, 4099])
+def test_the_numpy_tier_adds_its_totals_in_parts_totals_order(n):
+    """numpy_steps.lane_totals, row by row, against the order stated above (a loop
+    kernel's reassociating NORMALIZE and its numpy tier: tests/test_lane_totals.py)."""
+    terms = np.random.default_rng(n).uniform(-1.0, 1.0, (3, n))  # (signs mixed: the order shows)
+    got = lane_totals(terms)
+    want = np.array([parts_order_total([float(x) for x in row]) for row in terms])
+    assert np.array_equal(got.view(np.int64), want.view(np.int64))
+    if n >= 1000:  # another order than the elements' (else this test would not tell them apart)
+        assert not np.array_equal(got, in_order_sum(terms))

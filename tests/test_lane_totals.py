@@ -6,48 +6,12 @@ elements' order."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
-from catbp_jit.codegen.totals import LANES, TOTAL_PARTS
 from catbp_jit.executable import plan_options
-from catbp_jit.numpy_steps import in_order_sum, lane_totals
 from catbp_jit.plan.options import PlanOptions
 from jit_helpers import assert_same_bits, assert_same_slots, compile_case, run_reference, session_results
 from random_programs import scale_case
-
-
-def lane_total_as_written(xs: list[float]) -> float:
-    """parts_total's order, element by element, as codegen/totals.py's source says it."""
-    n = len(xs)
-    sums = []
-    for c in range(TOTAL_PARTS):
-        lo, hi = n * c // TOTAL_PARTS, n * (c + 1) // TOTAL_PARTS
-        s = [0.0] * LANES
-        o = lo
-        while o + LANES <= hi:
-            for lane in range(LANES):
-                s[lane] += xs[o + lane]
-            o += LANES
-        rest = 0.0
-        while o < hi:
-            rest += xs[o]
-            o += 1
-        sums.append(((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7])) + rest)
-    total = 0.0
-    for x in sums:
-        total += x
-    return total
-
-
-@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 127, 128, 129, 1000, 4099])
-def test_the_numpy_tier_adds_in_the_kernels_order(n):
-    terms = np.random.default_rng(n).uniform(-1.0, 1.0, (3, n))  # (signs mixed: the order shows)
-    got = lane_totals(terms)
-    want = np.array([lane_total_as_written([float(x) for x in row]) for row in terms])
-    assert np.array_equal(got.view(np.int64), want.view(np.int64))
-    if n >= 1000:  # another order than the elements' (else this test would not tell them apart)
-        assert not np.array_equal(got, in_order_sum(terms))
 
 
 def bits(results: dict) -> dict:
