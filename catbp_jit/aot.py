@@ -62,12 +62,14 @@ def ahead_plans(
     max_total_bytes: int | None = None,
     target: str = "cpu",
     mode: str = "compiled",
+    exact: bool | None = None,
 ) -> AheadPlans:
-    """Every plan of a profile, as compile() would make them, none compiled."""
+    """Every plan of a profile, as compile() would make them (exact: its mode; None, the
+    target's default), none compiled."""
     from .batched import plan_batched
 
     adapted = adapt_inputs(programs, sr, factor_specs, selector_specs, slot_specs, target, mode)
-    options = plan_options(target, None, max_total_bytes=max_total_bytes)
+    options = plan_options(target, None, max_total_bytes=max_total_bytes, exact=exact)
     unbatched = plan(*adapted, options)
     if not (batched_factors or batched_selectors or buckets is not None):
         return AheadPlans(unbatched, None, [unbatched])
@@ -117,8 +119,11 @@ def compile_ahead(
     max_total_bytes: int | None = None,
     target: str = "cpu",
     bar: Callable[[int], Any] | None = None,
+    exact: bool | None = None,
 ) -> tuple[Executable | BatchedExecutable, AheadReport]:
     """Compile every kernel of every bucket into the cache, then the executable (all hits).
+    exact: the mode (None: compile()'s default; a model's profile passes the mode
+    compile_model runs it in on its target).
 
     bar(total) -> an object with update(n) and set_postfix_str(text) (a tqdm bar), made
     once the number of cold kernels is known; None shows nothing.
@@ -137,6 +142,7 @@ def compile_ahead(
         max_total_bytes=max_total_bytes,
         target=target,
         mode=mode,
+        exact=exact,
     )
     units = units_of(plans.needed, target, mode)
     if not get_target(target).compiles_in_workers:  # (CUDA: compiling needs the GPU)

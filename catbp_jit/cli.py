@@ -452,11 +452,13 @@ def cmd_aot(args: argparse.Namespace) -> int:
 
     from .aot import compile_ahead
     from .frontend.commands import read_model
+    from .target import get as get_target
 
     buckets = _id_list(args.buckets, "--buckets") or None
     path = Path(args.input)
     model_entry = None
     fspecs: Mapping[int, TensorSpec]
+    exact: bool | None = None  # a bundle: compile()'s mode
     is_bundle = (path / "bundle.json").exists() or path.name == "bundle.json"
     _refuse_other_kinds_options(args, is_bundle)
     if is_bundle:
@@ -481,6 +483,9 @@ def cmd_aot(args: argparse.Namespace) -> int:
         buckets = (buckets or DEFAULT_BUCKETS) if bf else None
         name = graph.name
         model_entry = profile_entry(args.input, args.semiring, ev, buckets, args.target)
+        # the mode compile_model runs the model in there (the CPU's reassociating mode):
+        # its kernels, not exact mode's
+        exact = get_target(args.target).model_exact
     out = Path(args.output) if args.output else Path(f"{name}.profile.json")
     if out.is_dir():  # before compiling, not after
         raise CliError(f"-o {out}: is a directory; the profile is a file")
@@ -506,6 +511,7 @@ def cmd_aot(args: argparse.Namespace) -> int:
         mode=args.mode,
         target=args.target,
         bar=bar,
+        exact=exact,
     )
     from .atomic import replacing
 
