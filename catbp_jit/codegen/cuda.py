@@ -48,6 +48,7 @@ from ..plan.loops import ACROSS_REDUCED
 from ..plan.steps import KernelPattern
 from ..semiring import SEMIRINGS, Semiring
 from .reduction import reduced_value, subtract_largest
+from .totals import LANES, TOTAL_PARTS
 
 ENTRY = "kernel"
 NORMALIZE_ENTRY = "normalize"
@@ -154,17 +155,38 @@ def _reduced_value(sr: Semiring, dtype: str) -> list[str]:
     return reduced_value(0, sr, ["x"], sweep, _accumulator(sr, dtype), "x", lambda x: f"np.float64({x})")
 
 
-def _normalize_group(sr: Semiring, dtype: str) -> list[str]:
-    """NORMALIZE group g: `size` elements at base + o * es, summed in the CPU's order."""
+def _lane_total(i: str, x: str) -> list[str]:
+    """The total in the CPU's parts_total order (codegen/totals.py: TOTAL_PARTS ranges, each
+    in LANES lanes added pairwise plus its last elements, the ranges' sums in order): a
+    plan made for the CPU's reassociating mode (KernelPattern.total_in_lanes)."""
+    lanes = [f"s{k}" for k in range(LANES)]
+    return [
+        f"{i}total = np.float64(0.0)",
+        f"{i}for c in range({TOTAL_PARTS}):",
+        f"{i}    lo, hi = size * c // {TOTAL_PARTS}, size * (c + 1) // {TOTAL_PARTS}",
+        f"{i}    {' = '.join(lanes)} = np.float64(0.0)",
+        f"{i}    o = lo",
+        f"{i}    while o + {LANES} <= hi:",
+        *[f"{i}        s{k} += {x.replace('o * es', f'(o + {k}) * es') if k else x}" for k in range(LANES)],
+        f"{i}        o += {LANES}",
+        f"{i}    rest = np.float64(0.0)",
+        f"{i}    while o < hi:",
+        f"{i}        rest += {x}",
+        f"{i}        o += 1",
+        f"{i}    total += ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)) + rest",
+    ]
+
+
+def _normalize_group(sr: Semiring, dtype: str, lanes: bool = False) -> list[str]:
+    """NORMALIZE group g: `size` elements at base + o * es, summed in the CPU's order
+    (lanes: its reassociating mode's, _lane_total)."""
     i = "        "
     x = "mem[base + o * es]"
     if sr.normalization == "subtract_max":
         return subtract_largest(i, sr, dtype, x, [f"{i}for o in range(size):", f"{i}    {x} = {x} - top_x"])
     if sr.normalization == "divide_by_total":
-        return [
-            f"{i}total = np.float64(0.0)",
-            f"{i}for o in range(size):",
-            f"{i}    total += {x}",
+        in_order = [f"{i}total = np.float64(0.0)", f"{i}for o in range(size):", f"{i}    total += {x}"]
+        return (_lane_total(i, x) if lanes else in_order) + [
             f"{i}if totals >= 0:  # the total kept as a value of its own (plan/totals.py)",
             f"{i}    mem[totals + g] = total",
             f"{i}if total != 0.0:",
@@ -445,7 +467,7 @@ def normalize_fn(name: str, pattern: KernelPattern) -> list[str]:
         "    while g < groups:",
         "        base = out + g * gs",
     ]
-    lines += _normalize_group(sr, pattern.dtype)
+    lines += _normalize_group(sr, pattern.dtype, pattern.total_in_lanes)
     return lines + ["        g += stride"]
 
 
