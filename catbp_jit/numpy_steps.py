@@ -9,6 +9,8 @@ of by a compiled kernel. Every operation is the kernel's (codegen/cpu.py):
 - a sum adds its terms one after another, in C order over the step's reduced axes
   (the order every kernel uses), starting from 0, in float64 for floats (numpy's own sum
   is pairwise: other bits), so it is `np.add.accumulate`, never `np.sum`;
+- PROB's NORMALIZE total in the reassociating mode is summed in the kernels' ranges of
+  lanes (`lane_totals`, codegen/totals.py), each lane, range and the ranges' sums in order;
 - LOGPROB's logsumexp is the kernels' two passes, the largest term then the sum of
   exp(x - top), in float64 with the C library's exp and log (what a compiled kernel
   calls; numpy's own take other code paths on some CPUs), so the same bits there too;

@@ -118,9 +118,10 @@ class PlanOptions:
     # quarter of its solve. Off: every result lies in its spec's C order
     gemm_result_layouts: bool = True
     # reassociating mode: a loop step's PROB NORMALIZE sums its total in lanes and ranges
-    # (codegen/cpu.py: parts_total, as the GEMM steps' do), not in the elements' order: a
-    # sum in order is one chain of dependent additions, ~0.85 ns an element here (Grids_16
-    # normalizes 41 M elements a solve). Off: in order, as exact mode (the CUDA target)
+    # (codegen/totals.py: parts_total, as the GEMM steps' do), not in the elements' order:
+    # a sum in order is one chain of dependent additions (4.2 M elements out of the caches:
+    # 4.4 ms, 2.9 ms in lanes; Grids_16 normalizes 41 M elements a solve). Off: in order,
+    # as exact mode (the CUDA target)
     lane_totals: bool = True
     # reassociating mode: a reduction with few outputs and many terms each is split into
     # partial sums and their sum (plan/split.py), so a GPU has threads for it; the CPU and

@@ -30,7 +30,7 @@ class KernelPattern:
     vector: str = ACROSS_OUTPUTS
     template: str = "contract_reduce"
     # a PROB NORMALIZE's total summed in lanes and ranges, not in the elements' order
-    # (reassociating mode: codegen/cpu.py's parts_total; PlanOptions.lane_totals)
+    # (reassociating mode: codegen/totals.py's parts_total; PlanOptions.lane_totals)
     total_in_lanes: bool = False
 
     def as_dict(self) -> dict:
