@@ -48,7 +48,7 @@ from ..plan.loops import ACROSS_REDUCED
 from ..plan.steps import KernelPattern
 from ..semiring import SEMIRINGS, Semiring
 from .reduction import reduced_value, subtract_largest
-from .totals import LANES, TOTAL_PARTS
+from .totals import LANES, LANES_ADDED, TOTAL_PARTS
 
 ENTRY = "kernel"
 NORMALIZE_ENTRY = "normalize"
@@ -173,7 +173,7 @@ def _lane_total(i: str, x: str) -> list[str]:
         f"{i}    while o < hi:",
         f"{i}        rest += {x}",
         f"{i}        o += 1",
-        f"{i}    total += ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)) + rest",
+        f"{i}    total += {LANES_ADDED} + rest",
     ]
 
 

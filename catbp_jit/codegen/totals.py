@@ -15,6 +15,9 @@ from __future__ import annotations
 from .. import abi
 
 LANES = 8
+# how the lanes' sums s0..s7 are added (a fixed order: the bits depend on the sizes alone);
+# the CUDA normalize writes the same expression (codegen/cuda.py)
+LANES_ADDED = "((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))"
 TOTAL_PARTS = 16
 assert TOTAL_PARTS <= abi.BUFFER  # (the ranges' sums sit in a stack buffer)
 
@@ -39,7 +42,7 @@ def lane_total(mem, base, es, size):
     lanes=LANES,
     zero="    " + " = ".join(f"s{i}" for i in range(LANES)) + " = 0.0",
     adds="\n".join(f"        s{i} += mem[u(at{f' + {i} * es' if i else ''})]" for i in range(LANES)),
-    combined="((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))",
+    combined=LANES_ADDED,
 )
 assert LANES == 8  # (the pairwise sum above is written for 8)
 
