@@ -14,6 +14,12 @@ import os as _os
 # scheduler time slice; passive waiting keeps those regions cheap. A user's own setting
 # wins; it must be made before the first parallel kernel runs.
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# OpenBLAS's threads spin after each call for 2^28 cycles by default: ~110 ms of a core
+# after every GEMM step (measured on 2 cores), taken from the loop kernels that follow it
+# (Grids_16's solve 547-644 ms against 474-515 ms with 2^12). 2^12 cycles (~1.4 us) still
+# spans the gap between the BLAS calls of one step. Read when SciPy's BLAS is loaded (Numba
+# calls it): a user's own setting, or a BLAS loaded before catbp_jit, wins.
+_os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "12")
 
 from . import errors, reference  # noqa: E402
 from .batched import BatchedExecutable, BatchedSession
