@@ -3,6 +3,9 @@
 shape class: empty products, vectors on either side or both, matrices."""
 
 import itertools
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -53,3 +56,45 @@ def test_a_leaf_that_is_no_float_array_is_a_typing_error():
 
     with pytest.raises(TypingError):
         by_blas_dot(np.zeros(4, dtype=np.int64), 0, 0, 0, 0, 0, 1, 1, 1)
+
+
+SPIN_CHILD = """
+import resource, time
+import catbp_jit  # noqa: F401  (sets OpenBLAS's spin before SciPy's BLAS loads)
+import numpy as np
+from scipy.linalg import blas
+from threadpoolctl import threadpool_info
+
+libs = [i for i in threadpool_info() if i["user_api"] == "blas" and "scipy.libs" in i["filepath"]]
+if not libs or libs[0]["internal_api"] != "openblas" or libs[0]["num_threads"] < 2:
+    print("skip")
+    raise SystemExit
+a = np.asfortranarray(np.random.default_rng(0).random((600, 600)))
+blas.dgemm(1.0, a, a)  # (on BLAS's threads: its workers now wait for the next call)
+
+
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+t0 = cpu()
+time.sleep(0.3)
+print(cpu() - t0)
+"""
+
+
+def test_openblas_threads_do_not_spin_between_calls():
+    """After a BLAS call, OpenBLAS's threads (SciPy's, the library Numba calls) stop
+    spinning at once: with OpenBLAS's default they kept a core busy for ~110 ms after
+    every call, taken from the loop kernels that follow (catbp_jit/__init__.py).
+    Measured as the process's CPU time while its main thread sleeps, in a fresh
+    interpreter without OPENBLAS_THREAD_TIMEOUT set."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_THREAD_TIMEOUT"}
+    child = [sys.executable, "-c", SPIN_CHILD]
+    done = subprocess.run(child, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    if done.stdout.strip() == "skip":
+        pytest.skip("SciPy's BLAS is not a multithreaded OpenBLAS here")
+    spent = float(done.stdout)
+    assert spent < 0.05, f"BLAS threads spent {spent:.3f} s of CPU during a 0.3 s sleep"
