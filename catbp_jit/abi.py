@@ -286,7 +286,12 @@ def access_source(k: int, i: int) -> str:
 #                      then each copy: COPY_SRC, COPY_DST, COPY_RANK, and per axis d at
 #                      copy_axis(d): size, source stride, destination stride (plan/gemm.py:
 #                      a leaf copied into the workspace as the matrix a or b, the products
-#                      copied out into the output region)
+#                      copied out into the output region); or, where COPY_RANK holds
+#                      COPY_GROUPED, a GroupedCopy: GROUPED_RANK outer axes, GROUPED_ROWS
+#                      and GROUPED_COLS (a block's shape), GROUPED_DENSE (1: the columns
+#                      are written one after another), the outer axes' fields from
+#                      GROUPED_HEADER as above, then four tables: the rows' source and
+#                      destination offsets, the columns' source and destination offsets
 
 GEMM_A = 1
 GEMM_A_T = 2
@@ -303,6 +308,9 @@ GEMM_BATCH_FIELDS = 4  # size, c stride, a stride, b stride
 COPY_SRC, COPY_DST, COPY_RANK = 0, 1, 2
 COPY_HEADER = 3
 COPY_AXIS_FIELDS = 3  # size, source stride, destination stride
+COPY_GROUPED = -1  # in COPY_RANK: the copy is a GroupedCopy (no rank is negative)
+GROUPED_RANK, GROUPED_ROWS, GROUPED_COLS, GROUPED_DENSE = 3, 4, 5, 6
+GROUPED_HEADER = 7
 
 
 def gemm_batch(d: int) -> int:
@@ -340,6 +348,47 @@ class StridedCopy:
             row += list(fields)
         return row
 
+    def size(self) -> int:
+        return copy_axis(len(self.sizes))
+
+
+@dataclass(frozen=True)
+class GroupedCopy:
+    """A copy moved a block at a time: at each position of the outer axes (walked as
+    StridedCopy's, the last fastest), element (r, c) of a rows x cols block goes from
+    src + Σ i_d src_d + row_src[r] + col_src[c] to dst + Σ i_d dst_d + row_dst[r] +
+    col_dst[c]. A block's rows and columns each stand for several short axes (a grid's
+    binary ones), which a StridedCopy can only tile two at a time (plan/gemm.py)."""
+
+    src: int
+    dst: int
+    sizes: tuple[int, ...]  # the outer axes
+    src_strides: tuple[int, ...]
+    dst_strides: tuple[int, ...]
+    row_src: tuple[int, ...]
+    row_dst: tuple[int, ...]
+    col_src: tuple[int, ...]
+    col_dst: tuple[int, ...]
+
+    @property
+    def dense(self) -> bool:
+        """Whether a row's columns are written one after another."""
+        return self.col_dst == tuple(range(len(self.col_dst)))
+
+    def pack(self) -> list[int]:
+        rows, cols = len(self.row_src), len(self.col_src)
+        row = [self.src, self.dst, COPY_GROUPED, len(self.sizes), rows, cols, int(self.dense)]
+        for fields in zip(self.sizes, self.src_strides, self.dst_strides):
+            row += list(fields)
+        return row + list(self.row_src + self.row_dst + self.col_src + self.col_dst)
+
+    def size(self) -> int:
+        tables = 2 * (len(self.row_src) + len(self.col_src))
+        return GROUPED_HEADER + COPY_AXIS_FIELDS * len(self.sizes) + tables
+
+
+GemmCopy = StridedCopy | GroupedCopy  # (a GEMM step copies either way)
+
 
 @dataclass(frozen=True)
 class GemmParams:
@@ -357,8 +406,8 @@ class GemmParams:
     groups: tuple[int, int, int, int]
     work: int = -1  # LOGPROB workspace offset (plan/gemm.py: gemm_workspace), else -1
     c: int = -1  # where the products go (-1: out)
-    before: tuple[StridedCopy, ...] = ()  # leaves copied into the workspace
-    after: tuple[StridedCopy, ...] = ()  # the products copied into the output
+    before: tuple[GemmCopy, ...] = ()  # leaves copied into the workspace
+    after: tuple[GemmCopy, ...] = ()  # the products copied into the output
     accesses: tuple[Access, ...] = ()  # (no vector, no offset tables)
 
     def pack(self) -> list[int]:
@@ -378,7 +427,7 @@ class GemmParams:
 
     def size(self) -> int:
         """len(self.pack()), without packing."""
-        copies = sum(copy_axis(len(c.sizes)) for c in self.before + self.after)
+        copies = sum(c.size() for c in self.before + self.after)
         return gemm_copies(len(self.batch)) + 2 + copies
 
 
@@ -394,6 +443,9 @@ def gemm_source_constants() -> str:
         f"{GROUP_FIELDS}\n"
         f"COPY_SRC, COPY_DST, COPY_RANK, COPY_HEADER, COPY_AXIS_FIELDS = {COPY_SRC}, "
         f"{COPY_DST}, {COPY_RANK}, {COPY_HEADER}, {COPY_AXIS_FIELDS}\n"
+        f"COPY_GROUPED, GROUPED_RANK, GROUPED_ROWS, GROUPED_COLS, GROUPED_DENSE = {COPY_GROUPED}, "
+        f"{GROUPED_RANK}, {GROUPED_ROWS}, {GROUPED_COLS}, {GROUPED_DENSE}\n"
+        f"GROUPED_HEADER = {GROUPED_HEADER}\n"
     )
 
 

@@ -17,7 +17,7 @@ from hypothesis import event, given, note
 from hypothesis import strategies as st
 
 import catbp_jit
-from catbp_jit import Axis, AxisType, Program, TensorSpec
+from catbp_jit import Axis, AxisType, Program, TensorSpec, abi
 from catbp_jit.bundle import load_bundle
 from catbp_jit.executable import plan
 from catbp_jit.plan.arena import plan_memory
@@ -371,6 +371,33 @@ def test_gemm_copies_operands_into_matrices(a_axes, b_axes, keep, copies, laid_o
         assert ("stored as" in exe.as_text()) == (want < copies)
         view = exe.bind().run(factors=case.inputs[0].factors)[("out",)][0]
         assert view.flags.c_contiguous == (want == copies)
+
+
+@pytest.mark.parametrize("semiring", ["PROB", "LOGPROB"])
+def test_gemm_copies_of_binary_axes_are_grouped(semiring):
+    """A grid's contraction: binary axes interleaved so that a, b and the output are no
+    matrices, their densest axes 2 elements each: copies of GroupedCopy blocks of several
+    axes (plan/copies.py; one whose last axis is dense on both sides stays strided), and
+    the results are the reference's."""
+    i, k, j = ([ax(10 * g + x, 2) for x in range(4)] for g in range(1, 4))
+    b = [ax(40, 2), ax(41, 2)]
+    a_axes = (i[0], k[0], b[0], i[1], k[1], i[2], k[3], b[1], k[2], i[3])
+    b_axes = (k[2], j[0], b[1], k[0], j[3], j[1], b[0], k[1], j[2], k[3])
+    keep = (j[0], i[0], j[1], b[0], i[3], i[1], j[2], b[1], i[2], j[3])
+    rng = np.random.default_rng(5)
+
+    def log_values(shape):  # (-inf entries; logprob_values indexes past binary axes)
+        x = rng.normal(0.0, 3.0, shape)
+        x[rng.random(shape) < 0.2] = -np.inf
+        return x
+
+    values = log_values if semiring == "LOGPROB" else None
+    case = gemm_case(semiring, "float64", a_axes, b_axes, keep, norm=True, values=values)
+    options = ANY_GEMM.with_(gemm_result_layouts=False)  # (the output copied out too)
+    exe = run_gemm_case(case, options=options)
+    (step,) = [st for st in exe.schedule.steps if st.pattern.template == "gemm"]
+    copies = step.params.before + step.params.after
+    assert len(copies) == 3 and sum(isinstance(c, abi.GroupedCopy) for c in copies) >= 2, copies
 
 
 def test_gemm_copies_float32():

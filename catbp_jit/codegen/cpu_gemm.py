@@ -140,36 +140,51 @@ COPY = '''
 
 @njit(cache=True, nogil=True, error_model="numpy"{parallel})
 def strided_copy{suffix}(mem, P, q{total}):
-    """The copy at P[q:] (abi.py: StridedCopy){what}; returns where the next copy starts. The
-    last two axes are walked in blocks of TILE positions of the one before last (the
-    planner puts the destination's densest axis last and the source's before it: a
-    transpose then reads and writes whole cache lines), the rows (positions of the axes
-    before them) by an odometer; the threads share COPY_PARTS parts of the blocks, each
-    part placed by div/mod once (once a block cost 14 ns an element on a grid's copies of
-    many binary axes)."""
+    """The copy at P[q:] (abi.py: StridedCopy, or GroupedCopy){what}; returns where the
+    next copy starts. A StridedCopy's last two axes are walked in blocks of TILE positions
+    of the one before last (plan/copies.py puts the destination's densest axis last and the
+    source's before it: a transpose then reads and writes whole cache lines), the rows
+    (positions of the axes before them) by an odometer; a GroupedCopy's blocks are its
+    tables' rows x columns, one at each position of its outer axes, walked by the same
+    odometer. The threads share COPY_PARTS parts of the blocks, each part placed by div/mod
+    once (once a block cost 14 ns an element on a grid's copies of many binary axes)."""
     src, dst, rank = P[q + COPY_SRC], P[q + COPY_DST], P[q + COPY_RANK]
-    ax = q + COPY_HEADER
-    last = ax + COPY_AXIS_FIELDS * (rank - 1)
-    n, ss, ds = P[last], P[last + 1], P[last + 2]
-    m, ms, md = np.int64(1), np.int64(0), np.int64(0)  # one row of n, if rank is 1
-    if rank > 1:
-        m, ms, md = P[last - COPY_AXIS_FIELDS], P[last - COPY_AXIS_FIELDS + 1], P[last - COPY_AXIS_FIELDS + 2]
+    if rank == COPY_GROUPED:
+        ax = q + GROUPED_HEADER
+        rank = P[q + GROUPED_RANK] + 2  # (the odometer walks the axes before the last two)
+        tables = ax + COPY_AXIS_FIELDS * P[q + GROUPED_RANK]
+        m, n = P[q + GROUPED_ROWS], P[q + GROUPED_COLS]
+        # (ss carries GROUPED_DENSE, which grouped_block reads as `dense`)
+        ms, md, ss, ds = np.int64(0), np.int64(0), P[q + GROUPED_DENSE], np.int64(0)
+        blocks = np.int64(1)
+        end = tables + 2 * (m + n)
+    else:
+        ax = q + COPY_HEADER
+        last = ax + COPY_AXIS_FIELDS * (rank - 1)
+        n, ss, ds = P[last], P[last + 1], P[last + 2]
+        m, ms, md = np.int64(1), np.int64(0), np.int64(0)  # one row of n, if rank is 1
+        if rank > 1:
+            tile = last - COPY_AXIS_FIELDS
+            m, ms, md = P[tile], P[tile + 1], P[tile + 2]
+        tables = np.int64(-1)
+        blocks = (m + TILE - 1) // TILE
+        end = last + COPY_AXIS_FIELDS
     rows = np.int64(1)
     for d in range(rank - 2):
         rows *= P[ax + COPY_AXIS_FIELDS * d]
-    blocks = (m + TILE - 1) // TILE
     tasks = rows * blocks
     parts = min(tasks, COPY_PARTS)
     for c in {rows}(parts):
         lo, hi = tasks * c // parts, tasks * (c + 1) // parts
-        copy_part{suffix}(mem, P, ax, rank, src, dst, lo, hi, blocks, m, ms, md, n, ss, ds{total})
-    return last + COPY_AXIS_FIELDS
+        copy_part{suffix}(mem, P, ax, rank, src, dst, lo, hi, blocks, m, ms, md, n, ss, ds, tables{total})
+    return end
 
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def copy_part{suffix}(mem, P, ax, rank, src, dst, lo, hi, blocks, m, ms, md, n, ss, ds{total}):
+def copy_part{suffix}(mem, P, ax, rank, src, dst, lo, hi, blocks, m, ms, md, n, ss, ds, tables{total}):
     """Blocks lo..hi-1: block t is positions TILE * (t % blocks).. of the axis before
-    last, in row t // blocks; the rows' odometer counters in `at`."""
+    last, in row t // blocks (a GroupedCopy's: its block at outer position t); the rows'
+    odometer counters in `at`."""
     at = carray(stack_leaves_int64(), MAX_LEAVES)
     rem = lo // blocks
     for d in range(rank - 3, -1, -1):
@@ -181,7 +196,10 @@ def copy_part{suffix}(mem, P, ax, rank, src, dst, lo, hi, blocks, m, ms, md, n, 
         dst += i * P[f + 2]
     b = lo % blocks
     for _ in range(lo, hi):
-        copy_block{suffix}(mem, src, dst, TILE * b, m, ms, md, n, ss, ds{total})
+        if tables >= 0:
+            grouped_block{suffix}(mem, P, src, dst, tables, m, n, ss{total})
+        else:
+            copy_block{suffix}(mem, src, dst, TILE * b, m, ms, md, n, ss, ds{total})
         b += 1
         if b == blocks:  # the next row
             b = 0
@@ -215,6 +233,20 @@ def copy_block{suffix}(mem, src, dst, i0, m, ms, md, n, ss, ds{total}):
             for i in range(i0, i1):
                 s, d = src + i * ms, dst + i * md
 {tiled_run}
+
+
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def grouped_block{suffix}(mem, P, src, dst, tables, m, n, dense{total}):
+    """A GroupedCopy's block at src, dst: m rows of n columns, their offsets in the
+    tables at P[tables:] (rows' source, rows' destination, columns' source, columns'
+    destination); `dense`: the columns are written one after another.{block_what}"""
+    rs, rd, cs, cd = tables, tables + m, tables + 2 * m, tables + 2 * m + n
+    for r in range(m):
+        s, d = src + P[rs + r], dst + P[rd + r]
+        if dense:
+{dense_columns}
+        else:
+{scattered_columns}
 '''
 
 
@@ -256,6 +288,8 @@ def copy_source(parallel: str, rows: str, divided: bool = False) -> str:
     runs = dict(
         dense_run=_run(" " * 12, "for t in range(n):", "d + t", "s + t", divided),
         tiled_run=_run(" " * 16, "for t in range(t0, t1):", "d + t * ds", "s + t * ss", divided),
+        dense_columns=_run(" " * 12, "for t in range(n):", "d + t", "s + P[cs + t]", divided),
+        scattered_columns=_run(" " * 12, "for t in range(n):", "d + P[cd + t]", "s + P[cs + t]", divided),
     )
     return COPY.format(parallel=parallel, rows=rows, **names, **runs) + (PLAIN_COPY if divided else "")
 

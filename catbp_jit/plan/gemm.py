@@ -44,6 +44,7 @@ from .. import abi
 from ..ir.schema import TensorSpec
 from ..semiring import semiring
 from .arena import MemoryPlan
+from .copies import copy_params, walked
 from .fusion import Fused, Segment
 from .options import PlanOptions
 from .steps import KernelPattern, Step, c_strides, normalize_groups, total_offset
@@ -297,8 +298,8 @@ def max_plus_ns(shape: GemmShape, dtype: str) -> float:
     for c, leaf in ((shape.copy_a, True), (shape.copy_b, True), (shape.copy_out, False)):
         if c is not None:
             packed = _c_order(c.sizes)
-            walked = _walked(0, 0, c.sizes, *((c.strides, packed) if leaf else (packed, c.strides)))
-            rows = prod(walked.sizes[:-2])
+            tiled = walked(0, 0, c.sizes, *((c.strides, packed) if leaf else (packed, c.strides)))
+            rows = prod(tiled.sizes[:-2])
             ns += c.elements * COPY_ELEMENT_NS + rows * max(0, len(c.sizes) - 2) * COPY_AXIS_NS
     return ns
 
@@ -410,7 +411,7 @@ def gemm_step(
         """(a's or b's matrix offset, its copy): the leaf's region, or the workspace."""
         if c is None:
             return offset, ()
-        return work + c.at, (_walked(offset, work + c.at, c.sizes, c.strides, _c_order(c.sizes)),)
+        return work + c.at, (copy_params(offset, work + c.at, c.sizes, c.strides, _c_order(c.sizes)),)
 
     a, copy_a = into(shape.copy_a, region[shape.a].offset)
     b, copy_b = into(shape.copy_b, region[shape.b].offset)
@@ -420,7 +421,7 @@ def gemm_step(
     if shape.copy_out is not None:
         co = shape.copy_out
         c = work + co.at
-        copy_out = (_walked(c, out, co.sizes, _c_order(co.sizes), co.strides),)
+        copy_out = (copy_params(c, out, co.sizes, _c_order(co.sizes), co.strides),)
     log = semiring(fused.semiring).is_log
     params = abi.GemmParams(
         out=out,
@@ -443,36 +444,7 @@ def gemm_step(
     return Step(seg, pattern, params, 2 * shape.terms)
 
 
-Copies = tuple[abi.StridedCopy, ...]
-
-
-def _walked(src: int, dst: int, sizes, src_strides, dst_strides) -> abi.StridedCopy:
-    """The copy with its axes in the order the kernel walks them best: the destination's
-    densest axis last, the source's densest of the others before it (the kernel tiles
-    those two), then the source's densest of the rest, so that the rows next to each other
-    read the same pages; the rest outermost by the destination's strides. (Its rows by
-    the destination's strides alone: ObjectDetection_11's copies of 11-state axes took
-    29.9 ms, one core, against 23.6 ms this way; a 1331 x 11 x 11 x 11 transpose 5.0
-    against 1.6 ms.) Axes of one element are left out: they move nothing, and the
-    kernel's row counters (abi.MAX_LEAVES of them) then always suffice."""
-    axes = [d for d in range(len(sizes)) if sizes[d] > 1] or [0]
-    last = min(axes, key=lambda d: (abs(dst_strides[d]), -d))
-    rest = [d for d in axes if d != last]
-    order = [last]
-    if rest:
-        tile = min(rest, key=lambda d: (abs(src_strides[d]), -d))
-        rows = [d for d in rest if d != tile]
-        inner = [min(rows, key=lambda d: (abs(src_strides[d]), -d))] if rows else []
-        outer = sorted((d for d in rows if d not in inner), key=lambda d: -abs(dst_strides[d]))
-        order = outer + inner + [tile, last]
-    assert len(order) <= abi.MAX_LEAVES + 2, "a copy's rows have more axes than its kernel counts"
-    return abi.StridedCopy(
-        src,
-        dst,
-        tuple(sizes[d] for d in order),
-        tuple(src_strides[d] for d in order),
-        tuple(dst_strides[d] for d in order),
-    )
+Copies = tuple[abi.GemmCopy, ...]
 
 
 def _c_order(sizes: Sequence[int]) -> tuple[int, ...]:
