@@ -458,7 +458,7 @@ LOG_PARALLEL_ENTRY_SOURCE = (
 )
 
 
-def _header(pattern: KernelPattern, formula: str, pointers: set[str]) -> str:
+def _header(pattern: KernelPattern, formula: str, pointers: set[str], threads: bool) -> str:
     return HEADER.format(
         name=pattern.name,
         formula=formula,
@@ -467,7 +467,7 @@ def _header(pattern: KernelPattern, formula: str, pointers: set[str]) -> str:
         then=", then NORMALIZE" if pattern.normalize else "",
         pointers=", ".join(sorted(pointers)),
         libm=LIBM_IMPORT if uses_libm(SEMIRINGS[pattern.semiring], pattern) else "",
-        prange=", prange" if pattern.parallel else "",
+        prange=", prange" if threads else "",
         abi=abi.gemm_source_constants(),
     )
 
@@ -483,16 +483,21 @@ def kernel_source(pattern: KernelPattern) -> str:
     lanes = pattern.normalize and sr.normalization == "divide_by_total"  # PROB's total (totals.py)
     pointers = {"pointer_int64", "pointer_" + pattern.dtype, "stack_leaves_int64", "MAX_LEAVES", "blas_dot"}
     pointers |= {"stack_buffer_float64", "BUFFER"} if lanes else set()  # (parts_total's sums)
-    lines = _header(pattern, "⊕_k a[i][k] ⊗ b[k][j]", pointers)
+    lines = _header(pattern, "⊕_k a[i][k] ⊗ b[k][j]", pointers, threads=True)
     lines += f"SAFE = {SAFE[pattern.dtype]}\n" if log else ""
     lines += f"TILE = {TILE}  # a copy's tile edge (elements): 16 float64 are two cache lines\n"
     lines += f"COPY_PARTS = {COPY_PARTS}  # a copy's blocks in this many parts (the threads share them)\n"
     lines += UNSIGNED
-    parallel = ", parallel=True" if pattern.parallel else ""
+    # Every step's copies and NORMALIZE passes are shared among the threads (each element
+    # computed alone, and the total's ranges fixed: the same bits on any thread count); a
+    # parallel step's batch positions too, where a serial one leaves each product to BLAS's
+    # own threads (Grids_16's 12 serial GEMM steps: 218-225 ms with their copies and
+    # NORMALIZE on one thread, 190-197 ms so)
+    parallel = ", parallel=True"
     lines += DOT + (LOG_DOT if log else "")
-    rows = "prange" if pattern.parallel else "range"
+    rows = "prange"
     if lanes:
-        lines += parts_total_source(pattern.parallel)
+        lines += parts_total_source(True)
     lines += copy_source(parallel, rows, divided=lanes)
     call = (
         "log_dot(mem, ao, P[p + GEMM_A_T], bo, P[p + GEMM_B_T], oo, M, N, K, P[p + GEMM_WORK])"
@@ -511,7 +516,7 @@ def kernel_source(pattern: KernelPattern) -> str:
         )
         lines += (_DIVIDED_TAIL if lanes else "") + _ENTRY_TAIL
     if pattern.normalize:
-        body = _normalize(sr, pattern.dtype, pattern.parallel, lanes=lanes)
+        body = _normalize(sr, pattern.dtype, True, lanes=lanes)
         body[0] = "    G = p + GEMM_HEADER + GEMM_BATCH_FIELDS * nb  # the NORMALIZE groups"
         body = body[1:] if lanes else body  # (_DIVIDED_TAIL has placed G)
         lines += "\n".join(["    out = P[p + OUT]", "    n_out = M * N * n_batch"] + body) + "\n"
@@ -524,7 +529,7 @@ def max_plus_source(pattern: KernelPattern) -> str:
     parallel = ", parallel=True" if pattern.parallel else ""
     pointers = {"pointer_int64", "pointer_" + pattern.dtype, "stack_buffer_" + pattern.dtype, "BUFFER"}
     pointers |= {"stack_leaves_int64", "MAX_LEAVES"}
-    lines = _header(pattern, "max_k a[i][k] + b[k][j]", pointers).replace(
+    lines = _header(pattern, "max_k a[i][k] + b[k][j]", pointers, pattern.parallel).replace(
         " one BLAS GEMM per batch position", " a max-plus product per batch position"
     )
     lines += f"TILE = {TILE}  # a copy's tile edge (elements): 16 float64 are two cache lines\n"
