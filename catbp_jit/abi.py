@@ -280,6 +280,10 @@ def access_source(k: int, i: int) -> str:
 #     p + GEMM_BATCH_RANK   nb
 #     p + GEMM_C       where the products go: OUT, or the workspace when the output is
 #                      copied out after them (the copies below)
+#     p + GEMM_PARALLEL_BATCH   1: the threads share the batch positions (products small
+#                      enough for one thread each); 0: one at a time, each product on
+#                      BLAS's own threads. (A kernel whose pattern is parallel shares its
+#                      copies and NORMALIZE passes among the threads either way.)
 #     gemm_batch(d) + 0/1/2/3   batch axis d: size, then its stride in c, a and b
 #     gemm_groups(nb) + 0/1/2/3 NORMALIZE groups, as for contract_reduce (over OUT)
 #     gemm_copies(nb) + 0/1     how many copies run before the products, how many after;
@@ -303,7 +307,8 @@ GEMM_K = 7
 GEMM_WORK = 8
 GEMM_BATCH_RANK = 9
 GEMM_C = 10
-GEMM_HEADER = 11
+GEMM_PARALLEL_BATCH = 11
+GEMM_HEADER = 12
 GEMM_BATCH_FIELDS = 4  # size, c stride, a stride, b stride
 COPY_SRC, COPY_DST, COPY_RANK = 0, 1, 2
 COPY_HEADER = 3
@@ -409,9 +414,11 @@ class GemmParams:
     before: tuple[GemmCopy, ...] = ()  # leaves copied into the workspace
     after: tuple[GemmCopy, ...] = ()  # the products copied into the output
     accesses: tuple[Access, ...] = ()  # (no vector, no offset tables)
+    parallel_batch: bool = False  # the threads share the batch positions
 
     def pack(self) -> list[int]:
         row = [0] * GEMM_HEADER
+        row[GEMM_PARALLEL_BATCH] = self.parallel_batch
         row[OUT], row[GEMM_A], row[GEMM_A_T], row[GEMM_B] = self.out, self.a, self.a_t, self.b
         row[GEMM_B_T], row[GEMM_M], row[GEMM_N], row[GEMM_K] = self.b_t, self.m, self.n, self.k
         row[GEMM_WORK], row[GEMM_BATCH_RANK] = self.work, len(self.batch)
@@ -438,7 +445,8 @@ def gemm_source_constants() -> str:
         f"OUT, GEMM_A, GEMM_A_T, GEMM_B, GEMM_B_T = {OUT}, {GEMM_A}, {GEMM_A_T}, {GEMM_B}, "
         f"{GEMM_B_T}\n"
         f"GEMM_M, GEMM_N, GEMM_K, GEMM_WORK = {GEMM_M}, {GEMM_N}, {GEMM_K}, {GEMM_WORK}\n"
-        f"GEMM_BATCH_RANK, GEMM_C = {GEMM_BATCH_RANK}, {GEMM_C}\n"
+        f"GEMM_BATCH_RANK, GEMM_C, GEMM_PARALLEL_BATCH = {GEMM_BATCH_RANK}, {GEMM_C}, "
+        f"{GEMM_PARALLEL_BATCH}\n"
         f"GEMM_HEADER, GEMM_BATCH_FIELDS, GROUP_FIELDS = {GEMM_HEADER}, {GEMM_BATCH_FIELDS}, "
         f"{GROUP_FIELDS}\n"
         f"COPY_SRC, COPY_DST, COPY_RANK, COPY_HEADER, COPY_AXIS_FIELDS = {COPY_SRC}, "

@@ -36,9 +36,7 @@ def wants_one_thread(schedule: Schedule) -> bool:
         # (MAXLOG's max-plus products are loops of our own: no BLAS call to keep on one thread)
         if isinstance(st.params, abi.GemmParams) and SEMIRINGS[st.pattern.semiring].sums_reals
     ]
-    return any(pattern.parallel for pattern, _ in gemms) and all(
-        p.m * p.n * p.k <= SMALL_PRODUCT for _, p in gemms
-    )
+    return any(p.parallel_batch for _, p in gemms) and all(p.m * p.n * p.k <= SMALL_PRODUCT for _, p in gemms)
 
 
 # BLAS's thread counts are process-wide: sessions running at once in several threads (a

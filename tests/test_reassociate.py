@@ -691,6 +691,19 @@ def test_an_intermediate_two_segments_need_is_computed_once():
     assert mem.intervals[pre[0].out].end == len(out) - 1  # live until its last reader
 
 
+def no_allocation_and_one_thread(sess, case):
+    """Checks that a run of a parallel kernel's session allocates nothing; its results on
+    one thread."""
+    np_count, per_run = count_allocations(sess, case.inputs[0].factors, {}, 3)
+    assert np_count.allocations == 0 and set(per_run) == {0}, (np_count, per_run)
+    threads = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        return session_results(sess, case.inputs[0])
+    finally:
+        numba.set_num_threads(threads)
+
+
 @pytest.mark.parametrize(
     "a_axes, b_axes, keep, copies",
     [
@@ -720,15 +733,38 @@ def test_gemm_steps_of_many_small_products_run_on_all_threads(a_axes, b_axes, ke
         sess = exe.bind()
         runs[step.pattern.parallel] = session_results(sess, case.inputs[0])
         if step.pattern.parallel:
-            np_count, per_run = count_allocations(sess, case.inputs[0].factors, {}, 3)
-            assert np_count.allocations == 0 and set(per_run) == {0}, (np_count, per_run)
-            threads = numba.get_num_threads()
-            numba.set_num_threads(1)
-            try:
-                alone = session_results(sess, case.inputs[0])
-            finally:
-                numba.set_num_threads(threads)
+            alone = no_allocation_and_one_thread(sess, case)
     assert set(runs) == {True, False}
+    (key,) = runs[True]
+    got, want = runs[True][key][0], runs[False][key][0]
+    assert np.array_equal(got.view(np.uint8), alone[key][0].view(np.uint8))
+    assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+@pytest.mark.parametrize("semiring", ["PROB", pytest.param("LOGPROB", marks=pytest.mark.slow)])
+def test_a_gemm_step_of_large_products_shares_only_its_copies_and_normalize(semiring):
+    """A step whose products BLAS runs on its own threads (its batch positions one at a
+    time: GemmParams.parallel_batch off) but which moves enough elements to share its
+    copies and NORMALIZE passes among the threads (a parallel kernel): the serial
+    kernel's bits, on one thread as on two, and no allocation per run."""
+    case = gemm_case(semiring, "float64", (AK, AI, AB, AB2), (AJ, AB, AB2, AK), (AJ, AI, AB, AB2), norm=True)
+    runs = {}
+    for threads_min in (1 << 40, 1):
+        options = catbp_jit.PlanOptions(
+            exact=False,
+            gemm_parallel_min_work=1 << 40,
+            gemm_threads_min_elements=threads_min,
+            gemm_result_layouts=False,
+        )
+        exe = catbp_jit.compile(
+            case.programs, case.sr(), factor_specs=case.factor_specs, mode="loop", options=options
+        )
+        (step,) = [st for st in exe.schedule.steps if st.pattern.template == "gemm"]
+        assert not step.params.parallel_batch and len(step.params.before) + len(step.params.after) == 3
+        assert step.pattern.parallel == (threads_min == 1)
+        sess = exe.bind()
+        runs[step.pattern.parallel] = session_results(sess, case.inputs[0])
+    alone = no_allocation_and_one_thread(sess, case)
     (key,) = runs[True]
     got, want = runs[True][key][0], runs[False][key][0]
     assert np.array_equal(got.view(np.uint8), alone[key][0].view(np.uint8))

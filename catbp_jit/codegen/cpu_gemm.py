@@ -434,19 +434,19 @@ MAX_ENTRY_SOURCE = (
 """
     + _ENTRY_TAIL
 )
-ENTRY_SOURCE = (
-    _ENTRY_HEAD
-    + """    for t in {batches}(n_batch):
+# the batch positions one at a time (each product on BLAS's own threads), or shared among
+# the threads
+BATCHES = (
+    """    for t in {loop}(n_batch):
 """
     + _BATCH_OFFSETS.format(rem="rem = t * 1  # a new value: a parallel loop's index must not change")
     + """        {call}
 """
-)  # (then _DIVIDED_TAIL where it applies, and _ENTRY_TAIL)
+)
 # parallel LOGPROB: the batch positions in LOG_PARTS parts, each part's exponentials in a
 # workspace of its own (plan/gemm.py sized the step's workspace for them)
-LOG_PARALLEL_ENTRY_SOURCE = (
-    _ENTRY_HEAD
-    + """    W = M * K + K * N + M + N  # one part's workspace
+LOG_PARALLEL_BATCHES = (
+    """    W = M * K + K * N + M + N  # one part's workspace
     for c in prange(LOG_PARTS):
         for t in range(n_batch * c // LOG_PARTS, n_batch * (c + 1) // LOG_PARTS):
 """
@@ -454,11 +454,25 @@ LOG_PARALLEL_ENTRY_SOURCE = (
     + """            work = P[p + GEMM_WORK] + c * W
             log_dot(mem, ao, P[p + GEMM_A_T], bo, P[p + GEMM_B_T], oo, M, N, K, work)
 """
-    + _ENTRY_TAIL
 )
+# a parallel kernel's choice (the step's row: plan/gemm.py)
+CHOSEN_BATCHES = """    if P[p + GEMM_PARALLEL_BATCH]:  # small products: the threads share them
+{shared}    else:  # each product on BLAS's own threads
+{serial}"""
 
 
-def _header(pattern: KernelPattern, formula: str, pointers: set[str], threads: bool) -> str:
+def _batches(parallel: bool, log: bool, call: str) -> str:
+    """The kernel's loop over the batch positions."""
+    serial = BATCHES.format(loop="range", call=call)
+    if not parallel:
+        return serial
+    shared = LOG_PARALLEL_BATCHES if log else BATCHES.format(loop="prange", call=call)
+    return CHOSEN_BATCHES.format(
+        shared=textwrap.indent(shared, "    "), serial=textwrap.indent(serial, "    ")
+    )
+
+
+def _header(pattern: KernelPattern, formula: str, pointers: set[str]) -> str:
     return HEADER.format(
         name=pattern.name,
         formula=formula,
@@ -467,7 +481,7 @@ def _header(pattern: KernelPattern, formula: str, pointers: set[str], threads: b
         then=", then NORMALIZE" if pattern.normalize else "",
         pointers=", ".join(sorted(pointers)),
         libm=LIBM_IMPORT if uses_libm(SEMIRINGS[pattern.semiring], pattern) else "",
-        prange=", prange" if threads else "",
+        prange=", prange" if pattern.parallel else "",
         abi=abi.gemm_source_constants(),
     )
 
@@ -483,21 +497,20 @@ def kernel_source(pattern: KernelPattern) -> str:
     lanes = pattern.normalize and sr.normalization == "divide_by_total"  # PROB's total (totals.py)
     pointers = {"pointer_int64", "pointer_" + pattern.dtype, "stack_leaves_int64", "MAX_LEAVES", "blas_dot"}
     pointers |= {"stack_buffer_float64", "BUFFER"} if lanes else set()  # (parts_total's sums)
-    lines = _header(pattern, "⊕_k a[i][k] ⊗ b[k][j]", pointers, threads=True)
+    lines = _header(pattern, "⊕_k a[i][k] ⊗ b[k][j]", pointers)
     lines += f"SAFE = {SAFE[pattern.dtype]}\n" if log else ""
     lines += f"TILE = {TILE}  # a copy's tile edge (elements): 16 float64 are two cache lines\n"
     lines += f"COPY_PARTS = {COPY_PARTS}  # a copy's blocks in this many parts (the threads share them)\n"
     lines += UNSIGNED
-    # Every step's copies and NORMALIZE passes are shared among the threads (each element
-    # computed alone, and the total's ranges fixed: the same bits on any thread count); a
-    # parallel step's batch positions too, where a serial one leaves each product to BLAS's
-    # own threads (Grids_16's 12 serial GEMM steps: 218-225 ms with their copies and
-    # NORMALIZE on one thread, 190-197 ms so)
-    parallel = ", parallel=True"
+    # A parallel kernel shares its copies and NORMALIZE passes among the threads (each
+    # element computed alone, the total's ranges fixed: the same bits on any thread count),
+    # and its batch positions where the step's row says so (GEMM_PARALLEL_BATCH: small
+    # products), else each product goes to BLAS's own threads (plan/gemm.py)
+    parallel = ", parallel=True" if pattern.parallel else ""
     lines += DOT + (LOG_DOT if log else "")
-    rows = "prange"
+    rows = "prange" if pattern.parallel else "range"
     if lanes:
-        lines += parts_total_source(True)
+        lines += parts_total_source(pattern.parallel)
     lines += copy_source(parallel, rows, divided=lanes)
     call = (
         "log_dot(mem, ao, P[p + GEMM_A_T], bo, P[p + GEMM_B_T], oo, M, N, K, P[p + GEMM_WORK])"
@@ -506,17 +519,11 @@ def kernel_source(pattern: KernelPattern) -> str:
     )
     if log and pattern.parallel:
         lines += f"LOG_PARTS = {LOG_PARTS}  # parts of the batch, a workspace each\n"
-        lines += LOG_PARALLEL_ENTRY_SOURCE.format(dtype=pattern.dtype, parallel=parallel)
-    else:
-        lines += ENTRY_SOURCE.format(
-            dtype=pattern.dtype,
-            call=call,
-            parallel=parallel,
-            batches="prange" if pattern.parallel else "range",
-        )
-        lines += (_DIVIDED_TAIL if lanes else "") + _ENTRY_TAIL
+    lines += _ENTRY_HEAD.format(dtype=pattern.dtype, parallel=parallel)
+    lines += _batches(pattern.parallel, log, call)
+    lines += (_DIVIDED_TAIL if lanes else "") + _ENTRY_TAIL
     if pattern.normalize:
-        body = _normalize(sr, pattern.dtype, True, lanes=lanes)
+        body = _normalize(sr, pattern.dtype, pattern.parallel, lanes=lanes)
         body[0] = "    G = p + GEMM_HEADER + GEMM_BATCH_FIELDS * nb  # the NORMALIZE groups"
         body = body[1:] if lanes else body  # (_DIVIDED_TAIL has placed G)
         lines += "\n".join(["    out = P[p + OUT]", "    n_out = M * N * n_batch"] + body) + "\n"
@@ -529,7 +536,7 @@ def max_plus_source(pattern: KernelPattern) -> str:
     parallel = ", parallel=True" if pattern.parallel else ""
     pointers = {"pointer_int64", "pointer_" + pattern.dtype, "stack_buffer_" + pattern.dtype, "BUFFER"}
     pointers |= {"stack_leaves_int64", "MAX_LEAVES"}
-    lines = _header(pattern, "max_k a[i][k] + b[k][j]", pointers, pattern.parallel).replace(
+    lines = _header(pattern, "max_k a[i][k] + b[k][j]", pointers).replace(
         " one BLAS GEMM per batch position", " a max-plus product per batch position"
     )
     lines += f"TILE = {TILE}  # a copy's tile edge (elements): 16 float64 are two cache lines\n"

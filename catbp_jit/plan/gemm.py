@@ -416,6 +416,7 @@ def gemm_step(
     a, copy_a = into(shape.copy_a, region[shape.a].offset)
     b, copy_b = into(shape.copy_b, region[shape.b].offset)
     out = region[seg.out].offset
+    out_elements = shape.batch_size * shape.m * shape.n
     c = out
     copy_out: Copies = ()
     if shape.copy_out is not None:
@@ -438,8 +439,13 @@ def gemm_step(
         c=c,
         before=copy_a + copy_b,
         after=copy_out,
+        parallel_batch=runs_parallel(shape, fused.semiring, options),
     )
-    parallel = runs_parallel(shape, fused.semiring, options)
+    parallel = params.parallel_batch or (
+        # (large products: the copies and NORMALIZE passes alone, PlanOptions says why)
+        not semiring(fused.semiring).is_max
+        and shape.copied_elements + out_elements >= options.gemm_threads_min_elements
+    )
     pattern = KernelPattern(fused.semiring, dtype, True, seg.normalize, parallel, template="gemm")
     return Step(seg, pattern, params, 2 * shape.terms)
 

@@ -37,6 +37,12 @@ class PlanOptions:
     # wait passively: a spinning thread on a busy machine cost 10-40x), and far more when
     # the machine is busy, as a region waits for every thread's time slice
     gemm_parallel_min_work: int = 1 << 22
+    # a GEMM step of large products (each on BLAS's threads) shares its copies and NORMALIZE
+    # passes among the threads where it moves this many elements (copied and written):
+    # Grids_16's 12 such steps took 218-225 ms with those on one thread, 190-197 ms
+    # shared, while ObjectDetection_11's 78 small ones (copies of 0.16 M elements) went
+    # from 19 to 22-32 ms when every step shared them (plan/gemm.py)
+    gemm_threads_min_elements: int = 1 << 20
     # most elements of a kernel's vector when an operand is gathered along it (its offset
     # table has one entry per element), plan/loops.py
     block: int = 256
@@ -155,6 +161,7 @@ class PlanOptions:
             "parallel_min_work",
             "chunks",
             "gemm_parallel_min_work",
+            "gemm_threads_min_elements",
             "gemm_program_min_terms",
             "repack_max_elements",
             "repack_min_reuse",
