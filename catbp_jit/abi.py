@@ -363,7 +363,7 @@ class GroupedCopy:
     StridedCopy's, the last fastest), element (r, c) of a rows x cols block goes from
     src + Σ i_d src_d + row_src[r] + col_src[c] to dst + Σ i_d dst_d + row_dst[r] +
     col_dst[c]. A block's rows and columns each stand for several short axes (a grid's
-    binary ones), which a StridedCopy can only tile two at a time (plan/gemm.py)."""
+    binary ones), which a StridedCopy can only tile two at a time (plan/copies.py)."""
 
     src: int
     dst: int

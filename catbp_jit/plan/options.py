@@ -39,9 +39,10 @@ class PlanOptions:
     gemm_parallel_min_work: int = 1 << 22
     # a GEMM step of large products (each on BLAS's threads) shares its copies and NORMALIZE
     # passes among the threads where it moves this many elements (copied and written):
-    # Grids_16's 12 such steps took 218-225 ms with those on one thread, 190-197 ms
-    # shared, while ObjectDetection_11's 78 small ones (copies of 0.16 M elements) went
-    # from 19 to 22-32 ms when every step shared them (plan/gemm.py)
+    # Grids_16's 12 such steps took 192-217 ms with those on one thread, 181-195 ms
+    # shared (one plan, two processes each), while ObjectDetection_11's 78 small ones
+    # (copies of 0.16 M elements) went from 19 to 22-32 ms when every step shared them
+    # (plan/gemm.py)
     gemm_threads_min_elements: int = 1 << 20
     # most elements of a kernel's vector when an operand is gathered along it (its offset
     # table has one entry per element), plan/loops.py
