@@ -154,8 +154,8 @@ def strided_copy{suffix}(mem, P, q{total}):
         rank = P[q + GROUPED_RANK] + 2  # (the odometer walks the axes before the last two)
         tables = ax + COPY_AXIS_FIELDS * P[q + GROUPED_RANK]
         m, n = P[q + GROUPED_ROWS], P[q + GROUPED_COLS]
-        # (ss carries GROUPED_DENSE, which grouped_block reads as `dense`)
-        ms, md, ss, ds = np.int64(0), np.int64(0), P[q + GROUPED_DENSE], np.int64(0)
+        ms, md, ss, ds = np.int64(0), np.int64(0), np.int64(0), np.int64(0)
+        dense = P[q + GROUPED_DENSE]
         blocks = np.int64(1)
         end = tables + 2 * (m + n)
     else:
@@ -166,7 +166,7 @@ def strided_copy{suffix}(mem, P, q{total}):
         if rank > 1:
             tile = last - COPY_AXIS_FIELDS
             m, ms, md = P[tile], P[tile + 1], P[tile + 2]
-        tables = np.int64(-1)
+        tables, dense = np.int64(-1), np.int64(0)
         blocks = (m + TILE - 1) // TILE
         end = last + COPY_AXIS_FIELDS
     rows = np.int64(1)
@@ -176,12 +176,14 @@ def strided_copy{suffix}(mem, P, q{total}):
     parts = min(tasks, COPY_PARTS)
     for c in {rows}(parts):
         lo, hi = tasks * c // parts, tasks * (c + 1) // parts
-        copy_part{suffix}(mem, P, ax, rank, src, dst, lo, hi, blocks, m, ms, md, n, ss, ds, tables{total})
+        copy_part{suffix}(
+            mem, P, ax, rank, src, dst, lo, hi, blocks, m, ms, md, n, ss, ds, tables, dense{total}
+        )
     return end
 
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def copy_part{suffix}(mem, P, ax, rank, src, dst, lo, hi, blocks, m, ms, md, n, ss, ds, tables{total}):
+def copy_part{suffix}(mem, P, ax, rank, src, dst, lo, hi, blocks, m, ms, md, n, ss, ds, tables, dense{total}):
     """Blocks lo..hi-1: block t is positions TILE * (t % blocks).. of the axis before
     last, in row t // blocks (a GroupedCopy's: its block at outer position t); the rows'
     odometer counters in `at`."""
@@ -197,7 +199,7 @@ def copy_part{suffix}(mem, P, ax, rank, src, dst, lo, hi, blocks, m, ms, md, n, 
     b = lo % blocks
     for _ in range(lo, hi):
         if tables >= 0:
-            grouped_block{suffix}(mem, P, src, dst, tables, m, n, ss{total})
+            grouped_block{suffix}(mem, P, src, dst, tables, m, n, dense{total})
         else:
             copy_block{suffix}(mem, src, dst, TILE * b, m, ms, md, n, ss, ds{total})
         b += 1

@@ -39,15 +39,15 @@ def copy_params(
     (and the tables stay short), else the StridedCopy. `grouped` forces one or the other
     (tests)."""
     strided = walked(src, dst, sizes, src_strides, dst_strides)
-    if grouped is False:
-        return strided
-    blocks = grouped_copy(src, dst, sizes, src_strides, dst_strides)
-    if grouped:
-        return blocks
-    narrow = len(strided.sizes) > 1 and min(strided.sizes[-2:]) < NARROW
-    runs = strided.src_strides[-1] == 1 and strided.dst_strides[-1] == 1  # (moved as whole runs)
-    short = max(len(blocks.row_src), len(blocks.col_src)) <= MAX_TABLE
-    return blocks if narrow and not runs and short else strided
+    if grouped is None:
+        narrow = len(strided.sizes) > 1 and min(strided.sizes[-2:]) < NARROW
+        runs = strided.src_strides[-1] == 1 and strided.dst_strides[-1] == 1  # (moved as whole runs)
+        # (the tables' lengths from the groups' sizes: a long axis's table is never built)
+        short = all(
+            prod(sizes[d] for d in g) <= MAX_TABLE for g in _groups(sizes, src_strides, dst_strides)[:2]
+        )
+        grouped = narrow and not runs and short
+    return grouped_copy(src, dst, sizes, src_strides, dst_strides) if grouped else strided
 
 
 def walked(src: int, dst: int, sizes, src_strides, dst_strides) -> abi.StridedCopy:
@@ -78,11 +78,7 @@ def grouped_copy(src: int, dst: int, sizes, src_strides, dst_strides) -> abi.Gro
     elements, rows the source's densest of the others until ROWS, both tables in their
     own side's memory order; the other axes outermost by the source's strides, so that
     blocks one after another read neighbouring lines."""
-    axes = [d for d in range(len(sizes)) if sizes[d] > 1]
-    cols = _densest(axes, sizes, dst_strides, COLUMNS)
-    rest = [d for d in axes if d not in cols]
-    rows = _densest(rest, sizes, src_strides, ROWS)
-    outer = sorted((d for d in rest if d not in rows), key=lambda d: (-abs(src_strides[d]), d))
+    cols, rows, outer = _groups(sizes, src_strides, dst_strides)
     assert len(outer) <= abi.MAX_LEAVES, "a copy's outer axes are more than its kernel counts"
     row_src, row_dst = _offsets([(sizes[d], src_strides[d], dst_strides[d]) for d in rows])
     col_src, col_dst = _offsets([(sizes[d], src_strides[d], dst_strides[d]) for d in cols])
@@ -93,6 +89,16 @@ def grouped_copy(src: int, dst: int, sizes, src_strides, dst_strides) -> abi.Gro
 def _picked(order: Sequence[int], *per_axis: Sequence[int]) -> tuple[tuple[int, ...], ...]:
     """Each of per_axis's values at the axes of `order`, in that order."""
     return tuple(tuple(values[d] for d in order) for values in per_axis)
+
+
+def _groups(sizes, src_strides, dst_strides) -> tuple[list[int], list[int], list[int]]:
+    """A GroupedCopy's column axes, row axes and outer axes (grouped_copy says which)."""
+    axes = [d for d in range(len(sizes)) if sizes[d] > 1]
+    cols = _densest(axes, sizes, dst_strides, COLUMNS)
+    rest = [d for d in axes if d not in cols]
+    rows = _densest(rest, sizes, src_strides, ROWS)
+    outer = sorted((d for d in rest if d not in rows), key=lambda d: (-abs(src_strides[d]), d))
+    return cols, rows, outer
 
 
 def _densest(axes: Sequence[int], sizes, strides, at_least: int) -> list[int]:
