@@ -13,7 +13,14 @@ from numba import njit
 import catbp_jit
 from catbp_jit import Axis, AxisType, Instruction, OpCode, Program, TensorSpec, abi
 from catbp_jit.bundle import load_bundle
-from catbp_jit.codegen.intrinsics import LINE_BYTES, fence_stores, line_rest, store_line, store_part
+from catbp_jit.codegen.intrinsics import (
+    LINE_BYTES,
+    fence_stores,
+    line_rest,
+    prefetch_for_write,
+    store_line,
+    store_part,
+)
 from catbp_jit.executable import plan_options
 from catbp_jit.plan.loops import ACROSS_REDUCED
 from catbp_jit.plan.options import PlanOptions
@@ -331,6 +338,42 @@ def test_line_kernels_stream_with_non_temporal_stores():
         cpu_source(KernelPattern("PROB", "float64", False, False, False, template="contract_lines"))
     )
     assert "vmovntpd" in asm or "movntpd" in asm
+
+
+def test_line_kernels_ask_for_the_lines_where_rows_meet():
+    """A line kernel prefetches, for writing, the output's line where two rows meet a few
+    rows ahead (codegen/cpu_lines.py: AHEAD): those lines take masked stores, which waited
+    for them from memory. x86-64 has an instruction for it (prefetchw, or prefetcht0 on a
+    core without it)."""
+    import platform
+
+    from catbp_jit.codegen.loader import cpu_source, scratch_compile
+    from catbp_jit.plan.steps import KernelPattern
+
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        pytest.skip("the instruction checked is x86-64's")
+    for reduce in (False, True):
+        source = cpu_source(KernelPattern("PROB", "float64", reduce, False, False, template="contract_lines"))
+        assert "prefetch_for_write(mem, o_off + AHEAD * V)" in source
+        asm = scratch_compile(source)
+        assert "prefetchw" in asm or "prefetcht0" in asm, reduce
+
+
+@njit(cache=False)
+def prefetched_sum(arr, at):
+    for i in at:
+        prefetch_for_write(arr, i)
+    return arr.sum()
+
+
+def test_a_prefetch_moves_nothing_and_never_faults():
+    """prefetch_for_write is a hint: it writes nothing, and an index outside the array
+    (a row AHEAD rows past an output's end, in the arena or beyond it) does not fault."""
+    arr = np.arange(64.0)
+    want = arr.copy()
+    at = np.array([0, 63, 64, 1000, 1 << 20, -1, -(1 << 20)], dtype=np.int64)
+    assert prefetched_sum(arr, at) == want.sum()
+    assert arr.tobytes() == want.tobytes()
 
 
 def test_line_products_where_every_product_can_be_or_its_output_streams():

@@ -238,6 +238,26 @@ def fence_stores(typingctx):
 
 
 @intrinsic
+def prefetch_for_write(typingctx, arr, i):
+    """Ask for the cache line of arr[i] in a state to be written (x86-64's prefetchw): a
+    hint that never faults, whatever i is, and changes no value."""
+    sig = types.void(arr, types.int64)
+
+    def codegen(context, builder, signature, args):
+        from numba.core import cgutils
+
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        at = builder.bitcast(builder.gep(ary.data, [args[1]]), ir.IntType(8).as_pointer())
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [at.type, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
+        builder.call(fn, [at, i32(1), i32(3), i32(1)])  # write, keep in all levels, data
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
 def blas_dot(typingctx, mem, ao, a_t, bo, b_t, oo, M, N, K):
     """mem[oo:] = a · b, an M x N C-order matrix, through BLAS: a at mem[ao:] is M x K in C
     order, or its transpose (K x M) stored when a_t; b at mem[bo:] is K x N, or N x K when b_t.
