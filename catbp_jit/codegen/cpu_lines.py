@@ -127,8 +127,9 @@ def {entry}(mem_address, mem_length, P_address, P_length, p, chunk, chunks):
 {sweep_offsets}    top = R - nb  # row odometer axes end here; vector axes top..R-1 (reduced: R..D-1)
     streamed = P[AO] == STREAMED
     in_lines = streamed or P[AO] == CONTIGUOUS  # the output's lines, else its elements scattered
-    # rows that follow each other in the output: a row's last line is the next one's first
-    adjacent = in_lines and top > 0 and P[SO + top - 1] == V
+    # a streamed output (beyond the caches) whose rows follow each other: a row's last line
+    # is the next one's first, and is asked for ahead (_ask_ahead)
+    ask_ahead = streamed and top > 0 and P[SO + top - 1] == V
     o_off = out
     for l in range(K):
         base[l] = P[{leaf}]
@@ -223,11 +224,12 @@ def _group_product(sr: Semiring) -> str:
 
 
 def _ask_ahead(ind: str) -> list[str]:
-    """Where rows follow each other in the output, the line that starts the row AHEAD rows
-    on, asked for now: it holds the end of one row and the start of the next, two masked
-    stores (a part of a line cannot be streamed) that would otherwise each wait for the line
-    to come from memory."""
-    return [f"{ind}if adjacent:", f"{ind}    prefetch_for_write(mem, o_off + AHEAD * V)"]
+    """Where a streamed output's rows follow each other, the line that starts the row AHEAD
+    rows on, asked for now: it holds the end of one row and the start of the next, two
+    masked stores (a part of a line cannot be streamed) that would otherwise each wait for
+    the line to come from memory. (An output the caches hold has its lines near: there the
+    prefetch was no gain.)"""
+    return [f"{ind}if ask_ahead:", f"{ind}    prefetch_for_write(mem, o_off + AHEAD * V)"]
 
 
 def _rows() -> list[str]:
