@@ -9,12 +9,13 @@ the odometer axes outside the vector (the innermost output axes), but where cont
 multiplies the leaves into a buffer and stores the buffer, this kernel computes each whole
 line of the output in registers (codegen/lines.py), leaf after leaf, and writes it with
 one store (a streaming one where the output is STREAMED); the parts of lines at a row's
-two ends with one masked store each. An output that is not contiguous along the vector
-(STRIDED or GATHERED: its layout is not the loop's order; rare) gets its lines from the
-row's start, stored a lane at a time (scatter). Stores to a buffer, even one in L1, wait
-behind streaming stores in the core's store queue: grid5_d3's largest product (115 MB,
-streamed) took 9.0 ms through the buffer, 3.6 ms in registers. The same ⊗ in the same
-order, so the same bits.
+two ends with one masked store each (where a streamed output's rows follow each other,
+the line where two rows meet is asked for a few rows ahead: AHEAD). An output that is not
+contiguous along the vector (STRIDED or GATHERED: its layout is not the loop's order;
+rare) gets its lines from the row's start, stored a lane at a time (scatter). Stores to a
+buffer, even one in L1, wait behind streaming stores in the core's store queue: grid5_d3's
+largest product (115 MB, streamed) took 9.0 ms through the buffer, 3.6 ms in registers.
+The same ⊗ in the same order, so the same bits.
 
 It also computes reductions across outputs (a pattern that reduces: KernelPattern.
 sums_in_lines, schedule.in_lines), contract_reduce's with the same parameters:
