@@ -129,7 +129,8 @@ def {entry}(mem_address, mem_length, P_address, P_length, p, chunk, chunks):
     streamed = P[AO] == STREAMED
     in_lines = streamed or P[AO] == CONTIGUOUS  # the output's lines, else its elements scattered
     # a streamed output (beyond the caches) whose rows follow each other: a row's last line
-    # is the next one's first, and is asked for ahead (_ask_ahead)
+    # is the next one's first, two masked stores that would each wait for it from memory,
+    # so a row asks for the line AHEAD rows on
     ask_ahead = streamed and top > 0 and P[SO + top - 1] == V
     o_off = out
     for l in range(K):
