@@ -156,6 +156,22 @@ def test_a_long_reduced_axis_is_split_so_the_vector_fills_up():
     assert nest.access(1).kind == abi.CONTIGUOUS and nest.access(2).kind == abi.GATHERED
 
 
+@pytest.mark.parametrize("reduce", [False, True])
+def test_an_output_axis_too_long_for_the_vector_is_split_not_scattered_around(reduce):
+    # grid6_d2's Z[a, b, c, d] = f[a, b, d] g[b, c] (sizes 2, 2, 512, 4; Z's c has stride
+    # 4): the contiguous 4 of d, then c too long to join whole. Filled with a and b, the
+    # vector scattered Z over 16 x 2 x 2 x 4 elements; c split, 64 of it join d and Z is
+    # written contiguous. With a reduced axis beside them, so for the sums across outputs.
+    sizes, groups = [2, 2, 512, 4], [0, 0, 0, 0]
+    operands = [[4096, 2048, 4, 1], [4, 8, 0, 1], [0, 512, 1, 0]]
+    if reduce:
+        sizes, groups = sizes + [2], groups + [1]
+        operands = [operands[0] + [0], operands[1] + [8192], operands[2] + [1024]]
+    nest = loop_nest(sizes, groups, operands, reduce, 1, 256, False, ACROSS_OUTPUTS if reduce else None)
+    assert nest.vector_sizes() == [64, 4] and nest.access(0).kind == abi.CONTIGUOUS
+    assert nest.sizes[: nest.out_rank] == [2, 2, 8, 64, 4]
+
+
 # ------------------------------------------------------------------- kernels, bit for bit
 
 
