@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import numba
 import numpy as np
+import opt_einsum
 import pytest
 from hypothesis import event, given, note
 from hypothesis import strategies as st
@@ -24,7 +25,13 @@ from catbp_jit.plan.arena import plan_memory
 from catbp_jit.plan.fusion import Fused, Segment
 from catbp_jit.plan.permuted import share_permuted
 from catbp_jit.plan.pipeline import RESULT
-from catbp_jit.plan.reassociate import reassociate
+from catbp_jit.plan.reassociate import (
+    DP_MAX_SHARING,
+    OPTIMAL_MAX_LEAVES,
+    pairwise_plan,
+    path_finder,
+    reassociate,
+)
 from conftest import CORPUS
 from jit_helpers import (
     assert_rows_equal,
@@ -98,6 +105,22 @@ def test_chain_becomes_pairwise_segments_summing_early():
     assert last.out == 3 and last.out_spec == fused.segments[0].out_spec and last.normalize
     assert set(last.leaves) == {first.out, 2} and {a.key for a in last.red_axes} == {K.key}
     assert out.outputs == fused.outputs
+
+
+def test_operands_joined_by_one_axis_past_the_bar_are_paired_greedily():
+    """opt_einsum's dynamic programming takes 3-5x longer per operand that shares an
+    axis with all the others (16 leaves f[c, a, b] summed over c: 9 minutes); past
+    DP_MAX_SHARING such operands the path is greedy, and the pass still pairs them all.
+    A long chain shares each axis two ways only: dynamic programming, however long."""
+    chain = [frozenset({i, i + 1}) for i in range(30)]
+    assert path_finder(chain) is opt_einsum.paths.dynamic_programming
+    hub = [frozenset({"c", "a", "b"})] * (DP_MAX_SHARING + 1)
+    assert path_finder(hub[:-1]) is opt_einsum.paths.dynamic_programming
+    assert path_finder(hub) is opt_einsum.paths.greedy
+    assert path_finder(hub[:OPTIMAL_MAX_LEAVES]) is opt_einsum.paths.optimal
+    # the pass's path for 16 such leaves (the segment is then left whole: no split pays)
+    steps = pairwise_plan(hub[:1] * 16, frozenset({"a", "b"}), {"a": 4, "b": 64, "c": 3})
+    assert len(steps) == 15 and all(len(st.picked) == 2 for st in steps)
 
 
 def test_intermediates_are_workspace_freed_after_their_reader():

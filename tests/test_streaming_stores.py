@@ -416,23 +416,44 @@ def test_line_products_where_every_product_can_be_or_its_output_streams():
         assert templates([step(abi.CONTIGUOUS, reduce=True, kind_of=other)]) == [buf]
 
 
+def scattered_product(reduce: bool) -> tuple[Program, dict]:
+    """Z[b, a] = the product of 16 leaves f[a, b] (or, reduce: Z[b, a] = sum over c of the
+    product of f[c, a, b]): each leaf contiguous where Z is not. 16 contiguous leaves cost
+    less than 16 gathered ones, so the vector is the leaves' order and Z is scattered."""
+    G = AxisType.GEOMETRIC
+    a, b, c = Axis(0, G, 4), Axis(1, G, 64), Axis(2, G, 3)
+    held = (c, a, b) if reduce else (a, b)
+    specs = {f: TensorSpec(held) for f in range(16)}
+    ins = [Instruction(OpCode.LOAD_FACTOR, f, {"factor_id": f}) for f in specs]
+    every = TensorSpec((b, a, c) if reduce else (b, a))
+    ins.append(Instruction(OpCode.CONTRACT, 100, {"inputs": tuple(specs), "out_spec": every}))
+    if reduce:
+        ins.append(Instruction(OpCode.ELIMINATE, 101, {"src": 100, "keep_keys": (b.key, a.key)}))
+    ins.append(Instruction(OpCode.STORE_SLOT, None, {"slot": ("x",), "src": ins[-1].dst}))
+    return Program(tuple(ins), "upward"), specs
+
+
+@pytest.mark.parametrize("reduce", [False, True])
 @pytest.mark.parametrize("exact", [True, False])
-def test_line_products_scatter_an_output_gathered_along_the_vector(exact):
-    """grid6_d2's plans have products whose output is GATHERED along the vector (its
-    layout is not the loop's order): a line kernel writes those a lane at a time
+def test_line_kernels_scatter_an_output_gathered_along_the_vector(exact, reduce):
+    """A product (and a sum across outputs) whose output is GATHERED along the vector (its
+    layout is not the loop's order): a line kernel writes it a lane at a time
     (codegen/cpu_lines.py: scatter), the bits of the buffered kernel's."""
-    bundle = load_bundle(DATA / "bench" / "grid6_d2__prob_float64")
-    factors, selectors = inputs(bundle)
-    lines = compile_bundle(bundle, "loop", exact=exact)
+    program, specs = scattered_product(reduce)
+    sr = catbp_jit.make_semiring("PROB")
+    rng = np.random.default_rng(7)
+    values = {f: rng.uniform(0.5, 1.5, spec.shape) for f, spec in specs.items()}
+
+    def exe(**options):
+        options = PlanOptions(max_leaves=16, across="outputs" if reduce else None, **options)
+        return catbp_jit.compile(program, sr, factor_specs=specs, mode="loop", exact=exact, options=options)
+
+    lines = exe()
     scattered = [
         s
         for s in lines.schedule.steps
-        if s.pattern.template == "contract_lines"
-        and s.params.accesses[-1].kind in (abi.GATHERED, abi.STRIDED)
+        if s.pattern.template == "contract_lines" and s.params.accesses[-1].kind == abi.GATHERED
     ]
-    assert scattered  # (4 exact, 8 reassociating when written)
-    if exact:  # and sums across outputs, scattered too (6 when written)
-        assert [s for s in scattered if s.pattern.reduce]
-    buffered = compile_bundle(bundle, "loop", exact=exact, line_products=False)
-    want = slot_copies(buffered.bind().run(factors=factors, selectors=selectors))
-    assert_same_bits(want, slot_copies(lines.bind().run(factors=factors, selectors=selectors)), "grid6_d2")
+    assert [s.pattern.reduce for s in scattered] == [reduce]
+    want = slot_copies(exe(line_products=False).bind().run(factors=values))
+    assert_same_bits(want, slot_copies(lines.bind().run(factors=values)), "scattered")

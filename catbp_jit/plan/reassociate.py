@@ -24,7 +24,7 @@ step writes).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 
@@ -35,6 +35,10 @@ from ..semiring import semiring
 from .fusion import Fused, Segment
 
 OPTIMAL_MAX_LEAVES = 4  # opt_einsum's exhaustive search is cheap up to here; dp beyond
+# ... unless an axis is shared by more operands than this: dp's subsets of operands joined
+# by one axis all connect, 3-5x its time per operand more (operands sharing a summed axis:
+# 0.6 s for 11, 9 minutes for 16, a compile stalled); opt_einsum's greedy then
+DP_MAX_SHARING = 10
 # LOGPROB's ⊕ takes an exp per term (the loop kernels' logsumexp): about as much time as
 # this many leaf reads and ⊗s, so splitting must save exps too, not only products
 EXP_COST = 8
@@ -229,18 +233,22 @@ def pairwise_plan(
     inputs = [frozenset(symbol[k] for k in keys) for keys in pending]
     output = frozenset(symbol[k] for k in out_keys)
     sizes = {symbol[k]: n for k, n in size.items()}
-    finder = (
-        opt_einsum.paths.optimal
-        if len(inputs) <= OPTIMAL_MAX_LEAVES
-        else opt_einsum.paths.dynamic_programming
-    )
-    for picked in finder(inputs, output, sizes):
+    for picked in path_finder(inputs)(inputs, output, sizes):
         picked = tuple(sorted(picked))
         rest = [keys for i, keys in enumerate(pending) if i not in picked]
         used = frozenset().union(*(pending[i] for i in picked))
         steps.append(PairStep(picked, used, used & out_keys.union(*rest)))
         pending = rest + [steps[-1].kept]
     return steps
+
+
+def path_finder(inputs: Sequence[frozenset]) -> Callable:
+    """The opt_einsum path function for these operands (their axes): the exhaustive search
+    for a few, dynamic programming for more, greedy where one axis joins too many."""
+    if len(inputs) <= OPTIMAL_MAX_LEAVES:
+        return opt_einsum.paths.optimal
+    sharing = max((sum(1 for keys in inputs if k in keys) for k in frozenset().union(*inputs)), default=0)
+    return opt_einsum.paths.dynamic_programming if sharing <= DP_MAX_SHARING else opt_einsum.paths.greedy
 
 
 def plan_work(steps: Sequence[PairStep], size: dict[tuple, int], exp_cost: int = 0) -> int:
