@@ -247,7 +247,7 @@ def path_finder(inputs: Sequence[frozenset]) -> Callable:
     for a few, dynamic programming for more, greedy where one axis joins too many."""
     if len(inputs) <= OPTIMAL_MAX_LEAVES:
         return opt_einsum.paths.optimal
-    sharing = max((sum(1 for keys in inputs if k in keys) for k in frozenset().union(*inputs)), default=0)
+    sharing = max(Counter(k for keys in inputs for k in keys).values(), default=0)
     return opt_einsum.paths.dynamic_programming if sharing <= DP_MAX_SHARING else opt_einsum.paths.greedy
 
 
