@@ -41,7 +41,9 @@ def load(
     saved = read_saved(path, TARGETS, MODES)
     target, mode, where = saved.target, saved.mode, saved.where
     options = plan_options(target, None, exact=saved.exact).with_(  # as saved, whatever the defaults
-        split_reductions=saved.split_reductions, split_min_terms=saved.split_min_terms
+        split_reductions=saved.split_reductions,
+        split_min_terms=saved.split_min_terms,
+        split_outputs_below=saved.split_outputs_below,
     )
     try:  # programs that do not check (a register read before it is written...): edited
         adapted = adapt_inputs(

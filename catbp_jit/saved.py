@@ -48,6 +48,7 @@ class Saved:
     exact: bool
     split_reductions: bool
     split_min_terms: int
+    split_outputs_below: int
     static: StaticInputs
     batched: dict[str, Any]  # a batched executable's ids and buckets, else empty
     kernel_identities: list[str] | None  # None in files saved before they were recorded
@@ -84,6 +85,7 @@ def saved_document(
         "exact": options.exact,
         "split_reductions": options.split_reductions,
         "split_min_terms": options.split_min_terms,
+        "split_outputs_below": options.split_outputs_below,
     }
 
 
@@ -166,6 +168,12 @@ def read_saved(path: str | os.PathLike, targets: Sequence[str], modes: Sequence[
         min_terms = field(
             "split_min_terms", lambda x: PlanOptions(split_min_terms=strict_int(x)).split_min_terms
         )
+    outputs_below = PlanOptions.split_outputs_below  # (older files: the only bar there was)
+    if "split_outputs_below" in doc:
+        outputs_below = field(
+            "split_outputs_below",
+            lambda x: PlanOptions(split_outputs_below=strict_int(x)).split_outputs_below,
+        )
     static = StaticInputs(
         frozenset(field("static_factors", ids) if "static_factors" in doc else ()),
         frozenset(field("static_selectors", ids) if "static_selectors" in doc else ()),
@@ -182,6 +190,7 @@ def read_saved(path: str | os.PathLike, targets: Sequence[str], modes: Sequence[
         exact,
         split,
         min_terms,
+        outputs_below,
         static,
         batched,
         saved,

@@ -10,6 +10,8 @@ and CUDA targets agreeing on a split plan is checked in test_cuda_kernels.py.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+from math import prod
 
 import numpy as np
 import pytest
@@ -178,16 +180,29 @@ def test_batched_equals_unbatched(case, seed):
 
 def test_save_and_load_keep_the_split(tmp_path):
     b = load_bundle(next(p for p in CORPUS if p.name == "grid3_d2__prob_float64"))
-    exe = compile_split(b)
+    kw = dict(factor_specs=b.factor_specs(), selector_specs=b.selector_specs())
+    exe = catbp_jit.compile(
+        b.programs, b.semiring_runtime(), options=SPLIT.with_(split_outputs_below=4), **kw
+    )
     exe.save(tmp_path / "exe.json")
     loaded = catbp_jit.load(tmp_path / "exe.json")
-    assert loaded.plan.options.split_reductions and loaded.plan.options.split_min_terms == 4
+    options = loaded.plan.options
+    assert options.split_reductions and (options.split_min_terms, options.split_outputs_below) == (4, 4)
     assert [st.pattern for st in loaded.schedule.steps] == [st.pattern for st in exe.schedule.steps]
     doc = json.loads((tmp_path / "exe.json").read_text())
-    for key, bad in (("split_reductions", "yes"), ("split_min_terms", 1)):
+    for key, bad in (("split_reductions", "yes"), ("split_min_terms", 1), ("split_outputs_below", 0)):
         (tmp_path / "bad.json").write_text(json.dumps(dict(doc, **{key: bad})))
         with pytest.raises(SavedExecutableError, match=f"'{key}'"):
             catbp_jit.load(tmp_path / "bad.json")
+    # a file saved before split_outputs_below existed: the one bar there was, TARGET_ITEMS
+    exe = compile_split(b)
+    exe.save(tmp_path / "exe.json")
+    doc = json.loads((tmp_path / "exe.json").read_text())
+    del doc["split_outputs_below"]
+    (tmp_path / "older.json").write_text(json.dumps(doc))
+    loaded = catbp_jit.load(tmp_path / "older.json")
+    assert loaded.plan.options.split_outputs_below == TARGET_ITEMS
+    assert [st.pattern for st in loaded.schedule.steps] == [st.pattern for st in exe.schedule.steps]
 
 
 def test_splits_happen_on_the_corpus():
@@ -206,16 +221,32 @@ def test_splits_happen_on_the_corpus():
     assert split >= len(CORPUS) // 2, (split, len(CORPUS))
 
 
-def test_cuda_splits_when_reassociating_and_the_cpu_when_told():
-    """The CUDA target's default in the reassociating mode (it needs threads); the CPU's
-    only when asked; options given explicitly are taken as they are; exact mode never."""
+def test_both_targets_split_when_reassociating_each_with_its_bars():
+    """The default of both targets in the reassociating mode: the CUDA target's for any
+    few outputs (it needs threads), the CPU's for sums into fewer than 8 outputs (its
+    kernels add 8 side by side) of 2^20 terms each at least; options given explicitly are
+    taken as they are; exact mode never."""
     from catbp_jit.executable import plan_options
 
-    assert plan_options("cuda", None, exact=False).split_reductions
-    assert not plan_options("cpu", None, exact=False).split_reductions
+    cuda, cpu = plan_options("cuda", None, exact=False), plan_options("cpu", None, exact=False)
+    assert cuda.split_reductions and cpu.split_reductions
+    assert (cuda.split_outputs_below, cuda.split_min_terms) == (TARGET_ITEMS, 1 << 12)
+    assert (cpu.split_outputs_below, cpu.split_min_terms) == (8, 1 << 20)
     assert not plan_options("cuda", None).split_reductions  # exact
+    assert not plan_options("cpu", None).split_reductions
     assert not plan_options("cuda", PlanOptions(exact=False), exact=False).split_reductions
+    assert not plan_options("cpu", PlanOptions(exact=False), exact=False).split_reductions
     assert plan_options("cpu", SPLIT).split_reductions
+
+
+def test_a_sum_into_many_outputs_or_one_that_writes_a_total_is_not_split():
+    """outputs_below: 3 outputs split below 4, not below 3; a segment whose normalize pass
+    writes its total (plan/totals.py) stays whole whatever the bars."""
+    assert len(split_reductions(big_sum(), min_terms=256, outputs_below=4).segments) == 2
+    assert split_reductions(big_sum(), min_terms=256, outputs_below=3).segments == big_sum().segments
+    fused = big_sum(normalize=True)
+    fused.segments[0] = replace(fused.segments[0], total=9)
+    assert split_reductions(fused, min_terms=256).segments == fused.segments
 
 
 def test_a_split_cuda_executable_loads_as_saved(tmp_path):
@@ -229,3 +260,33 @@ def test_a_split_cuda_executable_loads_as_saved(tmp_path):
         loaded = catbp_jit.load(tmp_path / "exe.json")
         assert loaded.plan.options.split_reductions is options.split_reductions
         assert loaded.plan.options.split_min_terms == options.split_min_terms
+
+
+def test_the_cpu_splits_a_long_sum_into_one_output_by_default():
+    """compile(exact=False) on the CPU, no options: a sum of 2^20 terms into one output (a
+    tensor's total, log Z) is split (one chain of 2^20 dependent additions otherwise), a
+    sum into 8 outputs is not; results within docs/ir.md's tolerances of the reference."""
+    from random_programs import Case, Inputs, elim, load, store
+
+    big = TensorSpec(tuple(ax(20 + i, n) for i, n in enumerate((8, 64, 64, 32))))
+    prog = [load(0, 0), elim(1, 0, []), store(("Z",), 1), elim(2, 0, [big.axes[3].key]), store(("rows",), 2)]
+    rng = np.random.default_rng(5)
+    case = Case(
+        "PROB",
+        np.dtype("float64"),
+        [catbp_jit.Program(tuple(prog), "upward")],
+        {0: big},
+        {},
+        {},
+        [Inputs({0: rng.uniform(0.5, 1.5, big.shape)}, {}, {})],
+    )
+    exe = compile_case(case, "compiled", exact=False)
+    fused = exe.plan.fused
+    assert exe.plan.options.split_reductions
+    (factor,) = [v for v, kind in fused.kinds.items() if kind == "factor"]
+    writes = {seg.out: seg for seg in fused.segments}
+    (partial,) = writes[fused.outputs[("Z",)]].leaves  # Z sums the partials ...
+    assert fused.kinds[partial] == "computed" and writes[partial].leaves == (factor,)  # ... of the factor
+    assert 8 <= prod(fused.specs[partial].shape) <= TARGET_ITEMS  # (each of 2^20 / 64 terms at least)
+    assert writes[fused.outputs[("rows",)]].leaves == (factor,)  # 32 outputs: not split
+    assert_same_slots(run_reference(case), session_results(exe.bind(), case.inputs[0]), case, "split")

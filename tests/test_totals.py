@@ -51,6 +51,23 @@ def test_the_normalize_writes_the_total(semiring, dtype, gemm):
         assert_same_slots(want, numpy_tier, case, "totals, numpy tier")
 
 
+def test_a_split_does_not_keep_the_total_apart():
+    """Split reductions run after this pass: the scale, a sum to one output that they
+    would split, is still written by the normalize pass (a split of it first cost Grids_11
+    a pass of its own over 2^20 elements); the sum to Z, no total, is split."""
+    case = scale_case("PROB")
+    split = PlanOptions(
+        exact=False, gemm=False, split_reductions=True, split_min_terms=2, split_outputs_below=8
+    )
+    fast = compile_case(case, "compiled", options=split)
+    (seg,) = totals_of(fast)
+    assert seg.total == fast.fused.outputs[("scale",)]
+    unsplit = compile_case(case, "compiled", options=split.with_(split_reductions=False))
+    assert len(fast.fused.segments) == len(unsplit.fused.segments) + 1  # Z's partials
+    want = run_reference(case)
+    assert_same_slots(want, session_results(fast.bind(), case.inputs[0]), case, "totals, split")
+
+
 def test_a_total_read_by_another_step_is_not_fused():
     """The unnormalized tensor read by a third step must stay: nothing is fused."""
     case = scale_case("PROB")

@@ -131,12 +131,18 @@ class PlanOptions:
     # as exact mode (the CUDA target)
     lane_totals: bool = True
     # reassociating mode: a reduction with few outputs and many terms each is split into
-    # partial sums and their sum (plan/split.py), so a GPU has threads for it; the CPU and
-    # CUDA targets give the same bits for the split plan. Needs exact=False
+    # partial sums and their sum (plan/split.py), so a GPU has threads for it and a CPU
+    # core more than one chain of additions; the CPU and CUDA targets give the same bits
+    # for the split plan. Needs exact=False. On by default in that mode on both targets
+    # (their reassociating_defaults), with the CPU's bars below
     split_reductions: bool = False
     # ... when an output sums at least this many terms (each partial then at least
     # 1/64 of them, and 2)
     split_min_terms: int = 1 << 12
+    # ... in a segment of fewer outputs than this (at most 2^14: the partials a split aims
+    # at). The CPU's kernels sum 8 outputs side by side (abi.LANES), so there only a sum
+    # into fewer is one chain; its default is 8 with split_min_terms 2^20 (target/cpu.py)
+    split_outputs_below: int = 1 << 14
 
     def __post_init__(self):
         if self.split_reductions and self.exact:
@@ -151,6 +157,12 @@ class PlanOptions:
         if not (isinstance(self.max_leaves, int) and 2 <= self.max_leaves <= MAX_LEAVES):
             raise ValueError(
                 f"PlanOptions: max_leaves must be an int in 2..{MAX_LEAVES}, not {self.max_leaves!r}"
+            )
+        if isinstance(self.split_outputs_below, bool) or not (
+            isinstance(self.split_outputs_below, int) and self.split_outputs_below >= 1
+        ):
+            raise ValueError(
+                f"PlanOptions: split_outputs_below must be an int >= 1, not {self.split_outputs_below!r}"
             )
         if isinstance(self.split_min_terms, bool) or not (
             isinstance(self.split_min_terms, int) and self.split_min_terms >= 2

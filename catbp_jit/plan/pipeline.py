@@ -1,7 +1,7 @@
 """plan(): adapted programs -> Plan, everything that does not need a compiler.
 
     validate -> build_graph -> optimize -> fuse -> hoist_prefixes (exact, and MAXLOG) or
-    reassociate, then (not exact) split_reductions, when asked, and normalize_totals ->
+    reassociate, then (not exact) normalize_totals and split_reductions, when asked ->
     share_permuted -> fold_products -> choose_layouts -> static_first -> plan_memory
     (with the workspace of GEMM steps' copies and of repacked leaves, plan/repack.py)
     -> build_schedule (GEMM steps, plan/gemm.py, else loop kernels) -> with_tracks (where the
@@ -149,9 +149,11 @@ def plan(
     elif options.hoist:  # (a path of pairwise products needs no hoisting)
         fused = hoist_prefixes(fused)
     if not options.exact:
-        if options.split_reductions:  # few outputs, many terms: partial sums (plan/split.py)
-            fused = split_reductions(fused, batch_key, options.split_min_terms)
         fused = normalize_totals(fused, batch_key)  # a NORMALIZE writes its total (plan/totals.py)
+        # few outputs, many terms: partial sums (plan/split.py); after the totals, which a
+        # split would keep apart (a tensor's scale is a sum to one output)
+        if options.split_reductions:
+            fused = split_reductions(fused, batch_key, options.split_min_terms, options.split_outputs_below)
     if options.twins:  # what an earlier segment computed, in another axis order (plan/permuted.py)
         fused = share_permuted(fused)
     # a product read by one reader, computed inside it (plan/folded.py)

@@ -88,6 +88,7 @@ class CpuTarget(Target):
 CPU = CpuTarget(
     "cpu",
     plan_defaults={"align_bytes": ALIGN_BYTES, "gemm": True},
+    reassociating_defaults={"split_reductions": True, "split_outputs_below": 8, "split_min_terms": 1 << 20},
     gemm=True,
     repack=True,
     streaming_stores=True,
