@@ -22,6 +22,7 @@ from .cache import KernelCache, default_cache
 from .codegen.loader import CompileUnit, load_unit
 from .codegen.workers import WorkerOptions, compile_in_workers
 from .executable import Executable, adapt_inputs, build, plan_options
+from .plan.options import PlanOptions
 from .plan.pipeline import Plan, plan
 from .target import get as get_target
 
@@ -63,13 +64,15 @@ def ahead_plans(
     target: str = "cpu",
     mode: str = "compiled",
     exact: bool | None = None,
+    options: PlanOptions | None = None,
 ) -> AheadPlans:
     """Every plan of a profile, as compile() would make them (exact: its mode; None, the
-    target's default), none compiled."""
+    target's default; options: compile()'s, a model's those of executable.model_options),
+    none compiled."""
     from .batched import plan_batched
 
     adapted = adapt_inputs(programs, sr, factor_specs, selector_specs, slot_specs, target, mode)
-    options = plan_options(target, None, max_total_bytes=max_total_bytes, exact=exact)
+    options = plan_options(target, options, max_total_bytes=max_total_bytes, exact=exact)
     unbatched = plan(*adapted, options)
     if not (batched_factors or batched_selectors or buckets is not None):
         return AheadPlans(unbatched, None, [unbatched])
@@ -120,10 +123,11 @@ def compile_ahead(
     target: str = "cpu",
     bar: Callable[[int], Any] | None = None,
     exact: bool | None = None,
+    options: PlanOptions | None = None,
 ) -> tuple[Executable | BatchedExecutable, AheadReport]:
     """Compile every kernel of every bucket into the cache, then the executable (all hits).
     exact: the mode (None: compile()'s default; a model's profile passes the mode
-    compile_model runs it in on its target).
+    compile_model runs it in on its target, and its options).
 
     bar(total) -> an object with update(n) and set_postfix_str(text) (a tqdm bar), made
     once the number of cold kernels is known; None shows nothing.
@@ -143,6 +147,7 @@ def compile_ahead(
         target=target,
         mode=mode,
         exact=exact,
+        options=options,
     )
     units = units_of(plans.needed, target, mode)
     if not get_target(target).compiles_in_workers:  # (CUDA: compiling needs the GPU)

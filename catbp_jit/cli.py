@@ -451,6 +451,7 @@ def cmd_aot(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from .aot import compile_ahead
+    from .executable import model_options
     from .frontend.commands import read_model
     from .target import get as get_target
 
@@ -458,7 +459,8 @@ def cmd_aot(args: argparse.Namespace) -> int:
     path = Path(args.input)
     model_entry = None
     fspecs: Mapping[int, TensorSpec]
-    exact: bool | None = None  # a bundle: compile()'s mode
+    exact: bool | None = None  # a bundle: compile()'s mode and options
+    options = None
     is_bundle = (path / "bundle.json").exists() or path.name == "bundle.json"
     _refuse_other_kinds_options(args, is_bundle)
     if is_bundle:
@@ -483,9 +485,10 @@ def cmd_aot(args: argparse.Namespace) -> int:
         buckets = (buckets or DEFAULT_BUCKETS) if bf else None
         name = graph.name
         model_entry = profile_entry(args.input, args.semiring, ev, buckets, args.target)
-        # the mode compile_model runs the model in there (the CPU's reassociating mode):
-        # its kernels, not exact mode's
+        # the mode compile_model runs the model in there (the CPU's reassociating mode),
+        # and its options: its kernels, not exact mode's
         exact = get_target(args.target).model_exact
+        options = model_options(args.target, exact)
     out = Path(args.output) if args.output else Path(f"{name}.profile.json")
     if out.is_dir():  # before compiling, not after
         raise CliError(f"-o {out}: is a directory; the profile is a file")
@@ -512,6 +515,7 @@ def cmd_aot(args: argparse.Namespace) -> int:
         target=args.target,
         bar=bar,
         exact=exact,
+        options=options,
     )
     from .atomic import replacing
 

@@ -186,6 +186,7 @@ class BuiltModel:
         what solve_batch runs. Compiled anew on each call."""
         from ..batched import BatchedExecutable
         from ..compiler import compile as jit_compile
+        from ..executable import model_options
 
         executable = jit_compile(
             list(self.programs),
@@ -195,6 +196,7 @@ class BuiltModel:
             buckets=self.batch_buckets(),
             target=self.target,
             progress=self.progress,
+            options=model_options(self.target, self.exact),
             exact=self.exact,
         )
         assert isinstance(executable, BatchedExecutable)  # buckets given: batched
@@ -393,7 +395,7 @@ def build_model(
 def _compiled(built: BuiltModel, rebound: set[int], partial_evaluation: bool) -> BuiltModel:
     """built with its executable, and where the answer's values lie in its buffer."""
     from ..compiler import compile as jit_compile
-    from ..executable import Executable
+    from ..executable import Executable, model_options
 
     # every factor but the cut factors or indicators keeps its value for good
     static = (
@@ -408,6 +410,7 @@ def _compiled(built: BuiltModel, rebound: set[int], partial_evaluation: bool) ->
         target=built.target,
         progress=built.progress,
         static_factors=static,
+        options=model_options(built.target, built.exact),
         exact=built.exact,
     )
     assert isinstance(executable, Executable)  # nothing batched: one executable

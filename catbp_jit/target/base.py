@@ -64,6 +64,9 @@ class Target:
     lane_totals: bool = False
     # the front end's mode here when a model does not say (compile_model(exact=None))
     model_exact: bool = True
+    # a model's plan (frontend/build.py) takes reassociating_defaults' split_reductions
+    # (executable.model_options)
+    model_splits: bool = True
     # a compiled dispatcher calls the kernels (else they are launched from Python)
     dispatcher: bool = False
     # ... and walks a schedule's tracks side by side (plan/tracks.py)
