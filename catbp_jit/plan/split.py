@@ -1,6 +1,6 @@
 """Split reductions (PlanOptions.split_reductions, reassociating mode only; on by default
-there on the CPU and CUDA targets): a segment that sums many terms into few outputs
-becomes two.
+there on the CPU and CUDA targets, but not for the front end's models on the CPU:
+executable.model_options): a segment that sums many terms into few outputs becomes two.
 
 A segment computes out[o] = ⊕_r term(o, r). When it has few outputs and many terms per
 output, a GPU gives it one thread per output and most of the device idles, and a CPU
