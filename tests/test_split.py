@@ -265,7 +265,7 @@ def test_a_split_cuda_executable_loads_as_saved(tmp_path):
 def test_the_cpu_splits_a_long_sum_into_one_output_by_default():
     """compile(exact=False) on the CPU, no options: a sum of 2^20 terms into one output (a
     tensor's total, log Z) is split (one chain of 2^20 dependent additions otherwise), a
-    sum into 8 outputs is not; results within docs/ir.md's tolerances of the reference."""
+    sum into 32 outputs is not; results within docs/ir.md's tolerances of the reference."""
     from random_programs import Case, Inputs, elim, load, store
 
     big = TensorSpec(tuple(ax(20 + i, n) for i, n in enumerate((8, 64, 64, 32))))
