@@ -134,9 +134,9 @@ def _sweep(ind: str, k: int, body: list[str], stop: bool) -> list[str]:
     pad = ind + "    "
     lines = [
         f"{ind}for d in range(R, top):",
-        f"{ind}    P[idx + d] = 0",
+        f"{ind}    P[idx + d] = nought",
         f"{ind}for l in range(K):",
-        f"{ind}    cur[l] = base[l]",
+        f"{ind}    cur[l] = opaque(base[l])",
         f"{ind}while True:",
     ]
     lines += _vector(pad, "cur")
@@ -170,7 +170,7 @@ def _lanes_reduction(ind: str) -> list[str]:
         f"{pad}for g in range(m):",
         f"{pad}    outs[g] = o_off",
         f"{pad}    for l in range(K):",
-        f"{pad}        lane_base[g * MAX_LEAVES + l] = base[l]",
+        f"{pad}        lane_base[g * MAX_LEAVES + l] = opaque(base[l])",
     ]
     lines += _advance(pad + "    ", "0", "R - 1", "base", out=True)
     lines += [f"{pad}{s} = 0.0" for s in sums]
@@ -188,9 +188,9 @@ def _lanes_reduction(ind: str) -> list[str]:
         f"{pad}    for v in range(min(V, PIECE)):",
         f"{pad}        buf[g * PIECE + v] = 0.0",
         f"{pad}for d in range(R, top):",
-        f"{pad}    P[idx + d] = 0",
+        f"{pad}    P[idx + d] = nought",
         f"{pad}for l in range(K):",
-        f"{pad}    red[l] = 0  # the sweep's offset from each lane's start",
+        f"{pad}    red[l] = nought  # the sweep's offset from each lane's start",
         f"{pad}while True:",
         f"{pad}    for v0 in range(0, V, PIECE):",
         f"{pad}        n = min(PIECE, V - v0)",
@@ -221,9 +221,9 @@ def _across_sweep(ind: str, body: list[str], end: str = "D", fused: bool = False
     pad = ind + "    "
     lines = [
         f"{ind}for d in range(R, {end}):",
-        f"{ind}    P[idx + d] = 0",
+        f"{ind}    P[idx + d] = nought",
         f"{ind}for l in range(K):",
-        f"{ind}    cur[l] = base[l]",
+        f"{ind}    cur[l] = opaque(base[l])",
         f"{ind}while True:",
     ]
     if fused:
@@ -534,7 +534,7 @@ import math
 import numpy as np
 from numba import carray, njit
 
-from catbp_jit.codegen.intrinsics import BUFFER, MAX_LEAVES, {pointers}{libm}
+from catbp_jit.codegen.intrinsics import BUFFER, MAX_LEAVES, opaque, {pointers}{libm}
 
 {abi}
 # Arguments are typed int64, never as literals: Numba compiles a callee once per argument
@@ -581,7 +581,8 @@ STEP_FIELDS = f"""    out = P[p + OUT]
     LS = 1 + D  # a leaf's row: its offset, then its D strides
     L = SO + R  # leaf l's row at P[L + l * LS]
     A = L + K * LS + GROUP_FIELDS  # leaf l's access at A + l * ACCESS_FIELDS
-    AO = A + K * ACCESS_FIELDS  # the output's access"""
+    AO = A + K * ACCESS_FIELDS  # the output's access
+    nought = opaque(ZERO)  # 0, but not to LLVM: loops storing it stay stores (intrinsics.opaque)"""
 
 
 # the C library's exp and log by their default symbols (codegen/libm.py), for LOGPROB

@@ -63,14 +63,15 @@ def _stack_buffer_intrinsic(nbtype, size=BUFFER):
     def stack_buffer(typingctx):
         """A pointer to BUFFER elements on the calling function's stack: a buffer that costs
         no allocation, and that LLVM knows no other pointer reaches, so the loops that
-        write it can be vectorized without runtime overlap checks."""
+        write it can be vectorized without runtime overlap checks. Not cleared: the
+        kernels write what they read (Numba's cgutils.alloca_once zeroes its space where
+        the function starts, a memset of 4 KB per float64 buffer on every call)."""
         sig = types.CPointer(nbtype)()
 
         def codegen(context, builder, signature, args):
-            from numba.core import cgutils
-
             elem = context.get_data_type(nbtype)
-            space = cgutils.alloca_once(builder, ir.ArrayType(elem, size))  # entry block
+            with builder.goto_entry_block():  # (allocated once, wherever it is used)
+                space = builder.alloca(ir.ArrayType(elem, size))
             return builder.bitcast(space, elem.as_pointer())
 
         return sig, codegen
@@ -368,3 +369,26 @@ def blas_dot(typingctx, mem, ao, a_t, bo, b_t, oo, M, N, K):
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+# -- values LLVM cannot see through ------------------------------------------------------
+#
+# LLVM turns a loop that stores zeros, or copies an array, into a call of the C library's
+# memset or memcpy: for the few bytes a kernel clears or copies per row (a leaf offset per
+# leaf, an odometer's counters) the call, its register spills and its vzeroupper cost more
+# than the stores (a grid4x8_d2 step of 8 outputs made 2-4 such calls). A value passed
+# through `opaque` is not known to LLVM (an empty inline asm: no instruction), so such a
+# loop stays a loop of stores. (codegen/lines.py's line_zero hides its zero so too.)
+
+
+@intrinsic
+def opaque(typingctx, x):
+    """x (an int64), which LLVM can no longer see is a constant or a load."""
+    if x != types.int64:
+        return None
+
+    def codegen(context, builder, signature, args):
+        i64 = ir.IntType(64)
+        return builder.asm(ir.FunctionType(i64, [i64]), "", "=r,0", [args[0]], side_effect=False)
+
+    return types.int64(types.int64), codegen

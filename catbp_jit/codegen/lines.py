@@ -207,10 +207,19 @@ def _lanes_loaded(builder, data, vector: ir.VectorType, i, offset, lane):
 
 @intrinsic
 def line_zero(typingctx, arr):
-    """A line of zeros of arr's dtype: a sum's start (0 + x is x, as the scalar code's)."""
+    """A line of zeros of arr's dtype: a sum's start (0 + x is x, as the scalar code's).
+    Its zero comes through an empty inline asm (intrinsics.opaque): a loop storing a
+    constant zero line would become a call of memset."""
 
     def codegen(context, builder, signature, args):
-        return context.get_value_type(signature.return_type)(None)
+        vector = context.get_value_type(signature.return_type)
+        element, bits = vector.element, _bits(vector.element)
+        zero = builder.asm(ir.FunctionType(I64, [I64]), "", "=r,0", [I64(0)], side_effect=False)
+        if bits < 64:
+            zero = builder.trunc(zero, ir.IntType(bits))
+        if not isinstance(element, ir.IntType):
+            zero = builder.bitcast(zero, element)
+        return _splat(builder, vector, zero)
 
     return Line(arr.dtype)(arr), codegen
 
