@@ -41,7 +41,7 @@ from numba import carray, njit
 from catbp_jit.codegen.atomics import (
     atomic_add, atomic_cas, atomic_load, atomic_store, call_sleep, spin_pause
 )
-from catbp_jit.codegen.intrinsics import call_kernel, pointer_int64
+from catbp_jit.codegen.intrinsics import BUFFER, call_kernel, pointer_int64, stack_buffer_int64
 
 {abi}
 {pool}
@@ -244,6 +244,13 @@ def walk_tracks(K, mem_address, mem_length, P_address, P_length, P, at, own):
         atomic_store(P, state + TRACK_STRIDE * own + TRACK_OWNED, ONE)
     idle = ZERO  # pauses since a track last moved
     seen = -ONE  # the tracks' words summed when last looked at
+    # known[k]: track k's tasks done when this thread last read its word. A track's word
+    # is written by the thread running it, on another core: read it again only when a
+    # task waits for more than was known (most waits were met long before), so that a
+    # task's start does not wait for a cache line from the other core
+    known = carray(stack_buffer_int64(), BUFFER)
+    for k in range(min(n, BUFFER)):
+        known[k] = ZERO
     while True:
         left = ZERO
         ran = False
@@ -265,8 +272,13 @@ def walk_tracks(K, mem_address, mem_length, P_address, P_length, P, at, own):
             task = P[at + TRACKS_HEADER + TRACK_FIELDS * track + TRACK_TASKS] + row * done
             ready = True
             for other in range(n):
+                need = P[task + TASK_WAITS + other]
+                if other < BUFFER and known[other] >= need:
+                    continue
                 done_there = atomic_load(P, state + TRACK_STRIDE * other + TRACK_WORD) >> 1
-                if done_there < P[task + TASK_WAITS + other]:
+                if other < BUFFER:
+                    known[other] = done_there
+                if done_there < need:
                     ready = False
                     break
             if ready and atomic_cas(P, word, w, w + 1):
