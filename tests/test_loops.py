@@ -24,6 +24,7 @@ from catbp_jit.plan.loops import (
     ACROSS_BOTH,
     ACROSS_OUTPUTS,
     ACROSS_REDUCED,
+    MANY_SMALL_REDUCTIONS,
     access_kind,
     access_of,
     canonical_loops,
@@ -496,3 +497,27 @@ def test_sums_of_a_leaf_beyond_the_caches_in_lanes_are_taken_across_reduced_axes
     assert nest((19683, 6561), lanes=True).across == ACROSS_REDUCED
     assert nest((19683, 6561), lanes=False).across == ACROSS_OUTPUTS
     assert nest((64, 81), lanes=True).across == ACROSS_OUTPUTS
+
+
+def test_many_small_reductions_take_the_kernel_across_outputs_of_their_own():
+    """The small reduction of the test above, MANY_SMALL_REDUCTIONS times (one per factor):
+    together they decide by the cost and take the kernel across outputs; one fewer keep
+    their vector across reduced axes (grid4x8_d2: 171 such reductions, a run 2x faster)."""
+    G = AxisType.GEOMETRIC
+    small = TensorSpec((Axis(0, G, 8), Axis(1, G, 128)))
+
+    def vectors(copies: int) -> set:
+        ins = []
+        for n in range(copies):
+            ins.append(Instruction(OpCode.LOAD_FACTOR, 3 * n, {"factor_id": n}))
+            ins.append(Instruction(OpCode.CONTRACT, 3 * n + 1, {"inputs": (3 * n,), "out_spec": small}))
+            keep = {"src": 3 * n + 1, "keep_keys": (small.axes[1].key,)}
+            ins.append(Instruction(OpCode.ELIMINATE, 3 * n + 2, keep))
+            ins.append(Instruction(OpCode.STORE_SLOT, None, {"slot": (f"s{n}",), "src": 3 * n + 2}))
+        sr = catbp_jit.make_semiring("prob", "float64")
+        specs = {n: small for n in range(copies)}
+        plan = catbp_jit.executable.plan([Program(tuple(ins), "upward")], sr, factor_specs=specs)
+        return {st.pattern.vector for st in plan.schedule.steps}
+
+    assert vectors(MANY_SMALL_REDUCTIONS) == {ACROSS_OUTPUTS}
+    assert vectors(MANY_SMALL_REDUCTIONS - 1) == {ACROSS_REDUCED}

@@ -88,6 +88,9 @@ PARALLEL_ROWS = 8  # a parallel step keeps at least this many rows outside its v
 # decides: grid4x8_d2's reductions of 128 outputs of 8 terms each took 2.6 us across
 # reduced axes (32 groups of 4 lanes, 8-element vectors) and 0.8 us across outputs.
 SMALL_REDUCTION = 1 << 12
+# ... and where at least this many of a program's small reductions would take the kernel
+# across outputs, the program compiles it for them: their microseconds add up
+MANY_SMALL_REDUCTIONS = 32
 
 
 @dataclass
