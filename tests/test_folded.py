@@ -4,11 +4,12 @@ tier), and the reassociating mode within its tolerance."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import catbp_jit
 from catbp_jit import Axis, AxisType, Instruction, OpCode, Program, TensorSpec
-from catbp_jit.plan.folded import fold_products
+from catbp_jit.plan.folded import fold_products, sum_inside
 from catbp_jit.plan.fusion import Fused, Segment
 from catbp_jit.plan.options import PlanOptions
 from jit_helpers import positive_factors, same_bits_as
@@ -119,3 +120,66 @@ def test_a_folded_product_gives_the_bits_of_the_written_one(semiring):
     assert [seg.leaves for seg in sums] == [(0, 1)]  # the product folded into the one sum
     assert len(folded.plan.fused.segments) == 4  # and three copies in the slots' orders
     same_bits_as(written, folded, positive_factors(specs, semiring, seed=4))
+
+
+def constant_across_the_sum(n: int) -> Fused:
+    """v2 = v0 ⊗ v1 over (I, J, M), M of n states, then v3 = Σ_M v2: v0 over (I, J) has
+    no M, so each of its elements multiplies n terms alike."""
+    M = Axis(4, G, n)
+    specs = {0: TensorSpec((I, J)), 1: TensorSpec((J, M)), 2: TensorSpec((I, J, M)), 3: TensorSpec((I, J))}
+    segments = [
+        Segment(2, specs[2], (), (0, 1), False, False, (2,)),
+        Segment(3, specs[3], (M,), (2,), True, False, (3,)),
+    ]
+    kinds = {0: "factor", 1: "factor", 2: "computed", 3: "computed"}
+    return Fused(segments, specs, kinds, {}, {("s",): 3}, "PROB")
+
+
+def test_a_sum_folded_where_products_may_be_regrouped_sums_first_what_the_sum_needs():
+    """Σ_M v0 ⊗ v1 = v0 ⊗ Σ_M v1 (rounding only): the sum of v1 alone, a new value over
+    (J), then the product over (I, J), nothing summed; exact mode folds it as written."""
+    fused = constant_across_the_sum(64)
+    inner, outer = fold_products(fused, 8, regroup=True).segments
+    assert inner.leaves == (1,) and [ax.key for ax in inner.red_axes] == [(G, 4)] and inner.reduce
+    assert inner.out_spec == TensorSpec((J,)) and inner.out not in fused.specs
+    assert outer.out == 3 and outer.leaves == (0, inner.out) and not outer.red_axes and not outer.reduce
+    (seg,) = fold_products(fused, 8).segments
+    assert seg.leaves == (0, 1) and seg.red_axes
+
+
+def test_the_product_left_folds_on_into_its_own_reader():
+    """v5 = v3 ⊗ v4 reads v3 first: once v3 is v0 ⊗ Σ_M v1, a product with one reader, it
+    is folded into v5 in turn, the sum read there."""
+    fused = constant_across_the_sum(64)
+    fused.specs[4], fused.specs[5] = TensorSpec((I, J)), TensorSpec((I, J))
+    fused.kinds[4], fused.kinds[5] = "factor", "computed"
+    fused.segments.append(Segment(5, fused.specs[5], (), (3, 4), False, False, (5,)))
+    fused.outputs = {("s",): 5}
+    inner, seg = fold_products(fused, 8, regroup=True).segments
+    assert inner.leaves == (1,) and seg.out == 5 and seg.leaves == (0, inner.out, 4)
+
+
+def test_a_short_sum_stays_folded_whole():
+    """M of 2 states: the sum and the product would cost more work, and a step more, than
+    the folded sum (sum_inside's estimate)."""
+    fused = constant_across_the_sum(2)
+    (seg,) = fold_products(fused, 8, regroup=True).segments
+    assert seg.leaves == (0, 1)
+    assert sum_inside(seg, fused.specs, 9) is None
+
+
+def test_a_sum_split_so_gives_the_reference_within_its_tolerance():
+    """product_read_by_twins with a over (I, L), no K: the one sum left, Σ_K a ⊗ b, runs
+    as a ⊗ Σ_K b in the reassociating mode."""
+    prog, specs = product_read_by_twins()
+    specs[0] = TensorSpec((I, L))
+    sr = catbp_jit.make_semiring("PROB")
+    exe = catbp_jit.compile([prog], sr, factor_specs=specs, exact=False)
+    sums = [seg for seg in exe.plan.fused.segments if seg.red_axes]
+    assert [seg.leaves for seg in sums] == [(1,)]
+    assert any(seg.leaves == (0, sums[0].out) for seg in exe.plan.fused.segments)
+    factors = positive_factors(specs, "PROB", seed=5)
+    got = exe.bind().run(factors=factors)
+    want = np.einsum("il,jk->ijl", factors[0], factors[1])
+    for n, order in enumerate(("ijl", "jil", "lij", "ilj")):
+        np.testing.assert_allclose(got[(f"s{n}",)][0], np.einsum(f"ijl->{order}", want), rtol=1e-12)
