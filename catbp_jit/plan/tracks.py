@@ -51,8 +51,8 @@ from .steps import Step
 # error) to the 2,100 steps of grid4x8_d2 and grid6_d2, both modes, each timed alone in
 # the dispatcher on an x86-64 with AVX-512: within 14-25% on average, where one estimate
 # for every kernel (50 ns + 0.15 ns a unit of work) was off by 30-57%, and the tracks
-# waited for each other (each thread of a grid4x8_d2 run paused ~400 times, ~135 with
-# the steps' measured times)
+# waited for each other more (each thread of a grid4x8_d2 run paused ~400 times; with
+# this estimate ~250 and ~80, as with the steps' measured times as the estimate)
 CALL_NS = {"product": 28.0, "across outputs": 60.0, "across reduced": 61.0}
 NS_PER_WORK = {"product": 0.13, "across outputs": 0.107, "across reduced": 0.177}
 NS_PER_OUTPUT = {"product": 0.0, "across outputs": 0.97, "across reduced": 15.0}
