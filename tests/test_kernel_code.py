@@ -32,8 +32,9 @@ def machine_code(pattern) -> str:
 
 
 def patterns() -> dict:
-    """The example's kernels in the reassociating mode: products and sums in lines, a sum
-    across reduced axes, a repack."""
+    """The example's kernels in the reassociating mode (products and sums in lines, a sum
+    across reduced axes, a repack). The two sums are checked (each compile costs ~5 s):
+    they made the calls."""
     b = load_bundle(EXAMPLE)
     specs = {"factor_specs": b.factor_specs(), "selector_specs": b.selector_specs()}
     plan = catbp_jit.executable.plan(b.programs, b.semiring_runtime(), **specs, exact=False)
@@ -43,7 +44,6 @@ def patterns() -> dict:
 @pytest.mark.parametrize(
     "name, calls",
     [
-        ("contract_lines_prob_float64", ("memset", "memcpy", "memmove")),
         ("contract_lines_prob_float64_reduce", ("memset", "memcpy", "memmove")),
         # (its first leaf's piece copied into the buffer, up to BUFFER elements, is a memcpy
         # where that leaf is contiguous: a real copy, left to the C library)
