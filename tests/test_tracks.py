@@ -30,7 +30,6 @@ from catbp_jit.executable import plan_options
 from catbp_jit.plan import tracks
 from catbp_jit.plan.arena import SideBySide, track_fit
 from catbp_jit.plan.liveness import Interval
-from catbp_jit.plan.loops import ACROSS_OUTPUTS, ACROSS_REDUCED
 from catbp_jit.plan.options import PlanOptions
 from jit_helpers import (
     assert_same_bits,
@@ -355,38 +354,22 @@ def test_two_sessions_posting_jobs_at_once_never_count_a_chunk_twice(grids):
     assert bad == [0, 0]
 
 
-def loops_of(reduce: bool, vector: str = ACROSS_REDUCED, workspace: int = 0):
-    """What segment_cost reads of a SegmentLoops: 4 outputs of 16 terms, 3 leaves."""
-    return SimpleNamespace(
-        work=3 * 64,
-        workspace=workspace,
-        pattern=SimpleNamespace(reduce=reduce, vector=vector),
-        nest=SimpleNamespace(sizes=[4, 16], groups=[0, 1] if reduce else [0, 0]),
-    )
-
-
 def test_a_logprob_sum_costs_an_exp_per_term():
     """The estimate weighs LOGPROB's sums by their terms too (each an exp); products, and
     the other semirings' sums, by their work alone."""
-    plain = tracks.CALL_NS["across reduced"] + tracks.NS_PER_WORK["across reduced"] * 3 * 64
-    plain += tracks.NS_PER_OUTPUT["across reduced"] * 4
-    assert tracks.segment_cost(loops_of(True)) == pytest.approx(plain)
-    assert tracks.segment_cost(loops_of(True), exp_sums=True) == pytest.approx(plain + tracks.EXP_NS * 64)
-    product = tracks.segment_cost(loops_of(False))
-    assert tracks.segment_cost(loops_of(False), exp_sums=True) == pytest.approx(product)
 
+    def loops(reduce: bool):  # what segment_cost reads of a SegmentLoops
+        return SimpleNamespace(
+            work=3 * 64,
+            workspace=0,
+            pattern=SimpleNamespace(reduce=reduce),
+            nest=SimpleNamespace(sizes=[4, 16]),
+        )
 
-def test_the_estimate_counts_what_each_kernel_does():
-    """Of equal work, a product costs least, a sum across outputs more, a sum across reduced
-    axes (a few outputs side by side, per output) most; a repack step adds its call and
-    its copies."""
-    product = tracks.segment_cost(loops_of(False))
-    outputs = tracks.segment_cost(loops_of(True, ACROSS_OUTPUTS))
-    reduced = tracks.segment_cost(loops_of(True))
-    assert product < outputs < reduced
-    assert tracks.segment_cost(loops_of(False, workspace=100)) == pytest.approx(
-        product + tracks.REPACK_CALL_NS + tracks.REPACK_NS_PER_ELEMENT * 100
-    )
+    plain = tracks.CALL_NS + tracks.NS_PER_WORK * 3 * 64
+    assert tracks.segment_cost(loops(True)) == pytest.approx(plain)
+    assert tracks.segment_cost(loops(True), exp_sums=True) == pytest.approx(plain + tracks.EXP_NS * 64)
+    assert tracks.segment_cost(loops(False), exp_sums=True) == pytest.approx(plain)
 
 
 def test_tracks_are_used_where_they_gain_more_than_starting_them_costs():

@@ -39,24 +39,16 @@ from ..ir.schema import element_count
 from ..semiring import semiring
 from .arena import MemoryPlan, SideBySide
 from .fusion import Fused
-from .loops import ACROSS_REDUCED
 from .options import PlanOptions
 from .schedule import Schedule, SegmentLoops
 from .steps import Step
 
-# Estimated cost of a segment, in ns: a call, its work (output elements x reduced
-# elements x leaves) and its outputs, by what its kernel does (a product; a sum across
-# outputs, each line of products added to its line of sums; a sum across reduced axes,
-# a few outputs side by side), and its repack step's copies. Fitted (least relative
-# error) to the 2,100 steps of grid4x8_d2 and grid6_d2, both modes, each timed alone in
-# the dispatcher on an x86-64 with AVX-512: within 14-25% on average, where one estimate
-# for every kernel (50 ns + 0.15 ns a unit of work) was off by 30-57%, and the tracks
-# waited for each other more (each thread of a grid4x8_d2 run paused ~400 times; with
-# this estimate ~250 and ~80, as with the steps' measured times as the estimate)
-CALL_NS = {"product": 28.0, "across outputs": 60.0, "across reduced": 61.0}
-NS_PER_WORK = {"product": 0.13, "across outputs": 0.107, "across reduced": 0.177}
-NS_PER_OUTPUT = {"product": 0.0, "across outputs": 0.97, "across reduced": 15.0}
-REPACK_CALL_NS = 20.0
+# Estimated cost of a segment, in ns: a call, and its work (output elements x reduced
+# elements x leaves; a repacked leaf's copies weigh REPACK_NS_PER_ELEMENT each). Measured
+# in the dispatcher on grid4x8_d2 and grid6_d2: 0.07-0.24 ns per work unit in L2, ~50 ns
+# for a step of a few elements.
+CALL_NS = 50.0
+NS_PER_WORK = 0.15
 REPACK_NS_PER_ELEMENT = 0.25
 # A LOGPROB sum also takes an exp per term, the C library's, one at a time: 4.2 ns
 # measured, 28 work units. Counted, the tracks balance LOGPROB's messages better: grid4x8
@@ -114,21 +106,10 @@ class TrackTimes:
 def segment_cost(loops: SegmentLoops, exp_sums: bool = False) -> float:
     """A loop segment's estimated time in ns (its repack step's included). exp_sums: the
     semiring's sums take an exp per term (LOGPROB)."""
-    kind, nest = kernel_kind(loops), loops.nest
-    outputs = prod(n for n, g in zip(nest.sizes, nest.groups) if g == 0)
-    cost = CALL_NS[kind] + NS_PER_WORK[kind] * loops.work + NS_PER_OUTPUT[kind] * outputs
-    if loops.workspace:
-        cost += REPACK_CALL_NS + REPACK_NS_PER_ELEMENT * loops.workspace
+    cost = CALL_NS + NS_PER_WORK * loops.work + REPACK_NS_PER_ELEMENT * loops.workspace
     if exp_sums and loops.pattern.reduce:
         cost += EXP_NS * prod(loops.nest.sizes)
     return cost
-
-
-def kernel_kind(loops: SegmentLoops) -> str:
-    """What a segment's kernel does, as the estimate counts it (CALL_NS)."""
-    if not loops.pattern.reduce:
-        return "product"
-    return "across reduced" if loops.pattern.vector == ACROSS_REDUCED else "across outputs"
 
 
 def choose_tracks(
