@@ -41,6 +41,7 @@ def patterns() -> dict:
     return {p.name: p for p in plan.schedule.patterns}
 
 
+@pytest.mark.slow  # (~5 s each, compiling a kernel without the cache: the default suite's budget)
 @pytest.mark.parametrize(
     "name, calls",
     [
