@@ -100,6 +100,7 @@ def max_plus_products(draw, dtypes=("float64",)):
     )
 
 
+@pytest.mark.slow  # (23 s of compiles: the default suite's budget; the slow set also draws 300 below)
 @settings(30)  # (float64 only; the slow set draws 300 of both dtypes)
 @given(max_plus_products(), st.booleans())
 def test_random_max_plus_products_give_the_reference_bits(case, parallel):
