@@ -219,7 +219,15 @@ def plain_products(draw):
     ins[-2] = Instruction(OpCode.ELIMINATE, 11, {"src": every, "keep_keys": tuple(a.key for a in axes)})
     kind = draw(st.sampled_from(KINDS))
     parallel, block, repack = draw(st.booleans()), draw(st.sampled_from([8, 256])), draw(st.booleans())
-    return Program(tuple(ins), "upward"), specs, kind, parallel, block, repack
+    return normalized(draw, ins, kind), specs, kind, parallel, block, repack
+
+
+def normalized(draw, ins: list[Instruction], kind: tuple[str, str]) -> Program:
+    """The program of `ins`, its result (value 11) NORMALIZEd before it is stored, or not
+    (PROB and LOGPROB: SAT and COUNT do not normalize)."""
+    if kind[0] in ("PROB", "LOGPROB") and draw(st.booleans()):
+        ins = ins[:-1] + [Instruction(OpCode.NORMALIZE, None, {"src": 11}), ins[-1]]
+    return Program(tuple(ins), "upward")
 
 
 def potentials(kind, spec, rng) -> np.ndarray:
@@ -261,8 +269,8 @@ def planned(program, specs, kind, parallel, block, repack, seed, **knobs):
 @given(plain_products(), st.integers(0, 2**32 - 1))
 def test_line_products_keep_the_bits_of_buffered_ones_in_every_semiring(product, seed):
     """contract_lines's lines in registers, whole and in parts, streamed or not, in every
-    semiring: the bits of contract_reduce's products through buf, serial and in chunks
-    that end inside lines."""
+    semiring, NORMALIZEd or not: the bits of contract_reduce's products through buf,
+    serial and in chunks that end inside lines."""
     values, exe = planned(*product, seed)
     buffered = exe(streaming_store_bytes=None, line_products=False)
     assert "contract_lines" not in {s.pattern.template for s in buffered.schedule.steps}
@@ -273,6 +281,7 @@ def test_line_products_keep_the_bits_of_buffered_ones_in_every_semiring(product,
             s.params.accesses[-1].kind for s in lines.schedule.steps if s.pattern.template == "contract_lines"
         }
         event(f"streamed {bar == 0}: line products' outputs {sorted(kinds)}")
+        event(f"NORMALIZEd in lines: {any(s.pattern.normalize for s in lines.schedule.steps)}")
         assert_same_bits(want, slot_copies(lines.bind().run(factors=values)), f"lines, bar {bar}")
 
 
@@ -289,15 +298,16 @@ def reductions(draw):
     assume(len(kept) < len(every))  # (something summed)
     kind = draw(st.sampled_from([("PROB", "float64"), ("COUNT", "int64")]))
     parallel, block, repack = draw(st.booleans()), draw(st.sampled_from([8, 256])), draw(st.booleans())
-    return program, specs, kind, parallel, block, repack
+    return normalized(draw, list(program.instructions), kind), specs, kind, parallel, block, repack
 
 
 @settings(30)
 @given(reductions(), st.integers(0, 2**32 - 1))
 def test_line_sums_keep_the_bits_of_buffered_ones(reduction, seed):
     """contract_lines's reductions across outputs (sums of lines of products, whole and in
-    parts, to outputs contiguous or scattered): the bits of contract_reduce's kernel across
-    outputs, serial and in chunks, and every output summed once however its row is cut."""
+    parts, to outputs contiguous or scattered, NORMALIZEd or not): the bits of
+    contract_reduce's kernel across outputs, serial and in chunks, and every output summed
+    once however its row is cut."""
     values, exe = planned(*reduction, seed, across="outputs")
     buffered = exe(line_products=False, streaming_store_bytes=None)
     want = slot_copies(buffered.bind().run(factors=values))
@@ -306,6 +316,7 @@ def test_line_sums_keep_the_bits_of_buffered_ones(reduction, seed):
         sums = line_sums(lines)
         kinds = sorted({s.params.accesses[-1].kind for s in sums})
         event(f"bar {bar}: line sums {len(sums)}, outputs {kinds}")
+        event(f"NORMALIZEd line sums: {sum(s.pattern.normalize for s in sums)}")
         assert_same_bits(want, slot_copies(lines.bind().run(factors=values)), f"line sums, bar {bar}")
 
 
@@ -377,11 +388,10 @@ def test_a_prefetch_moves_nothing_and_never_faults():
 
 
 def test_line_products_where_every_product_can_be_or_its_output_streams():
-    """schedule.in_lines: all of a schedule's products are line products where none has a
-    NORMALIZE (whatever their outputs' access); else only the streamed ones (no program
-    compiles both product kernels for products that stay in the cache). Reductions across
-    outputs too, where every one of them can be (KernelPattern.sums_in_lines, rows of at
-    most abi.LINE_SUMS_MAX elements); never those across reduced axes."""
+    """schedule.in_lines: every product is a line product, with a NORMALIZE or not,
+    whatever its output's access. Reductions across outputs too, where every one of them
+    can be (KernelPattern.sums_in_lines, rows of at most abi.LINE_SUMS_MAX elements, with
+    a NORMALIZE or not); never those across reduced axes."""
     from types import SimpleNamespace
 
     from catbp_jit.plan.loops import ACROSS_OUTPUTS
@@ -400,17 +410,14 @@ def test_line_products_where_every_product_can_be_or_its_output_streams():
     fit = [step(abi.CONTIGUOUS), step(abi.STREAMED), step(abi.GATHERED), step(abi.STRIDED)]
     fit.append(step(abi.CONTIGUOUS, reduce=True, vector=ACROSS_REDUCED))
     assert templates(fit) == [lines, lines, lines, lines, buf]
-    assert templates(fit + [step(abi.CONTIGUOUS, normalize=True)]) == [buf, lines, buf, buf, buf, buf]
+    assert templates(fit + [step(abi.CONTIGUOUS, normalize=True)]) == [lines] * 4 + [buf, lines]
     assert templates(fit, line_products=False) == [buf] * 5
     sums = [step(abi.CONTIGUOUS, reduce=True), step(abi.GATHERED, reduce=True, V=abi.LINE_SUMS_MAX)]
     assert templates(sums) == [lines, lines]
+    assert templates(sums + [step(abi.STREAMED, reduce=True, normalize=True)]) == [lines] * 3
     assert templates(sums, line_products=False) == [buf, buf]
     assert templates([step(abi.CONTIGUOUS, reduce=True, kind_of=("COUNT", "int64"))]) == [lines]
-    for other in (
-        step(abi.CONTIGUOUS, reduce=True, normalize=True),
-        step(abi.CONTIGUOUS, reduce=True, V=abi.LINE_SUMS_MAX + 1),
-    ):
-        assert templates(sums + [other]) == [buf, buf, buf]
+    assert templates(sums + [step(abi.CONTIGUOUS, reduce=True, V=abi.LINE_SUMS_MAX + 1)]) == [buf] * 3
     others = (("PROB", "float32"), ("LOGPROB", "float64"), ("SAT", "bool"), ("MAXLOG", "float64"))
     for other in others:
         assert templates([step(abi.CONTIGUOUS, reduce=True, kind_of=other)]) == [buf]

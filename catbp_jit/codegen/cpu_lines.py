@@ -15,7 +15,8 @@ contiguous along the vector (STRIDED or GATHERED: its layout is not the loop's o
 rare) gets its lines from the row's start, stored a lane at a time (scatter). Stores to a
 buffer, even one in L1, wait behind streaming stores in the core's store queue: grid5_d3's
 largest product (115 MB, streamed) took 9.0 ms through the buffer, 3.6 ms in registers.
-The same ⊗ in the same order, so the same bits.
+The same ⊗ in the same order, so the same bits. A NORMALIZE follows as in contract_reduce's
+kernel, by the same `finish` once every chunk is done (_normalized).
 
 It also computes reductions across outputs (a pattern that reduces: KernelPattern.
 sums_in_lines, schedule.in_lines), contract_reduce's with the same parameters:
@@ -38,7 +39,7 @@ import numpy as np
 from .. import abi
 from ..plan.steps import KernelPattern
 from ..semiring import SEMIRINGS, Semiring
-from .cpu import INLINED, LEAF, STEP_FIELDS, _advance, _place
+from .cpu import INLINED, LEAF, LIBM_IMPORT, STEP_FIELDS, _advance, _finish, _place
 from .intrinsics import LINE_BYTES
 
 ENTRY = "kernel"
@@ -64,7 +65,7 @@ row (one position of the odometer axes outside the vector, the innermost output 
 written a cache line of W elements at a time: each line computed in registers, leaf after
 leaf ({group} lines side by side), and stored with one store (a streaming one where the
 output is STREAMED); the parts of lines at the row's two ends with one masked store each.
-{reduces}"""
+{reduces}{normalizes}"""
 import numpy as np
 from numba import carray, njit
 
@@ -77,9 +78,9 @@ from catbp_jit.codegen.intrinsics import (
     pointer_int64,
     pointer_{dtype},
     prefetch_for_write,
-    stack_buffer_{dtype},
+    stack_buffer_{dtype},{float64_buffer}
     stack_leaves_int64,
-)
+){libm}
 from catbp_jit.codegen.lines import (
     line_gather,
     line_gather_part,
@@ -106,15 +107,11 @@ AHEAD = {ahead}  # rows: how far on a row asks for the output's line (prefetch_f
 {walkers}
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+{finish}@njit(cache=True, nogil=True, error_model="numpy")
 def {entry}(mem_address, mem_length, P_address, P_length, p, chunk, chunks):
     """Chunk `chunk` of `chunks` of step p: a range of its rows (chunk == chunks: what
-    follows them all, which is nothing). Called with addresses, as every CPU kernel."""
-    if chunk >= chunks:
-        return
-    mem = carray(pointer_{dtype}(mem_address), mem_length)
-    P = carray(pointer_int64(P_address), P_length)
-    R = P[p + OUT_RANK]
+    follows them all{then}). Called with addresses, as every CPU kernel."""
+{early}    R = P[p + OUT_RANK]
     n_work = np.int64(1)  # a chunk is a range of rows (not the literal 1: see ZERO)
     for d in range(R - P[p + BLOCK_AXES]):
         n_work *= P[p + SIZES + d]
@@ -139,7 +136,7 @@ def {entry}(mem_address, mem_length, P_address, P_length, p, chunk, chunks):
 {rows}
     if streamed:
         fence_stores()  # before another thread reads what this one streamed
-'''
+{last}'''
 
 
 def _walkers(sr: Semiring) -> str:
@@ -378,4 +375,54 @@ def kernel_source(pattern: KernelPattern) -> str:
             if pattern.reduce
             else ""
         ),
+        **_normalized(sr, pattern),
+        **_imports(sr, pattern),
     )
+
+
+def _imports(sr: Semiring, pattern: KernelPattern) -> dict[str, str]:
+    """What a NORMALIZE's `finish` imports beyond the products: a float64 buffer for a
+    total in lanes (parts_total), and exp and log for LOGPROB's."""
+    lanes_total = pattern.total_in_lanes and pattern.dtype != "float64"
+    return dict(
+        float64_buffer="\n    stack_buffer_float64," if lanes_total else "",
+        libm=LIBM_IMPORT if pattern.normalize and sr.normalization == "subtract_logsumexp" else "",
+    )
+
+
+def _normalized(sr: Semiring, pattern: KernelPattern) -> dict[str, str]:
+    """The parts of the source that a NORMALIZE adds: contract_reduce's `finish` (the same
+    function: the same bits), called when every chunk is done (chunk == chunks), or at once
+    after a step of one chunk. Its sums read the output back: a streamed one too, after this
+    thread's fence (the dispatcher calls it once every chunk's thread has fenced its own)."""
+    arrays = [
+        f"    mem = carray(pointer_{pattern.dtype}(mem_address), mem_length)",
+        "    P = carray(pointer_int64(P_address), P_length)",
+    ]
+    if not pattern.normalize:
+        early = ["    if chunk >= chunks:", "        return", *arrays]
+        return dict(finish="", then=", which is nothing", early=lines(early), last="", normalizes="")
+    early = [
+        *arrays,
+        "    n_out = np.int64(1)",
+        "    for d in range(P[p + OUT_RANK]):",
+        "        n_out *= P[p + SIZES + d]",
+        "    if chunk >= chunks:",
+        "        finish(mem, P, p, n_out)",
+        "        return",
+    ]
+    last = [
+        "    if chunks == 1:  # a step of one chunk: its NORMALIZE at once",
+        "        finish(mem, P, p, n_out)",
+    ]
+    return dict(
+        finish=_finish(sr, pattern.dtype, pattern.total_in_lanes).lstrip("\n") + "\n\n",
+        then=": the NORMALIZE",
+        early=lines(early),
+        last=lines(last),
+        normalizes="Then the output is NORMALIZEd (`finish`, contract_reduce's), once every chunk is done.\n",
+    )
+
+
+def lines(source: list[str]) -> str:
+    return "".join(line + "\n" for line in source)

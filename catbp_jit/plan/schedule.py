@@ -391,30 +391,23 @@ def placed(first: Step, first_work: int, seg: Segment, regions, work: int, copie
 
 def in_lines(steps: list[Step], options: PlanOptions) -> list[Step]:
     """The steps, with the products computed a cache line at a time in registers given the
-    template contract_lines (codegen/cpu_lines.py): every product whose output streams
-    (through a buffer, its stores would wait behind the streaming ones: grid5_d3's 115 MB
-    product 9.0 -> 3.6 ms); and where no product of the schedule has a NORMALIZE, all of
-    them (chain200's exact run -20%, grid6_d2's reassociating -12%, and the buffered
-    product kernel is not compiled), not some: a program would compile both product
-    kernels. So too the reductions across outputs, their lines of products in registers,
-    where every one of them can be (KernelPattern.sums_in_lines, a row of at most
-    abi.LINE_SUMS_MAX elements), not some: grid4x8_d2's exact ones of 64 outputs and 128
-    terms 4.0-4.3 -> 3.1 us, grid6_d2's exact run -12%."""
+    template contract_lines (codegen/cpu_lines.py): every product (through a buffer, a
+    streamed output's stores would wait behind the streaming ones: grid5_d3's 115 MB
+    product 9.0 -> 3.6 ms; chain200's exact run -20%, grid6_d2's reassociating -12%). So
+    too the reductions across outputs, their lines of products in registers, where every
+    one of them can be (KernelPattern.sums_in_lines, a row of at most abi.LINE_SUMS_MAX
+    elements), not some: a program would compile both kernels across outputs. grid4x8_d2's
+    exact ones of 64 outputs and 128 terms 4.0-4.3 -> 3.1 us, grid6_d2's exact run -12%.
+    A NORMALIZE is no bar (the same `finish` after the lines): a 12 x 12 3-state grid's
+    exact run 509 -> 459 ms, its sums of 86-258 M terms with or beside one 9.7-34.6 ->
+    6.8-31.7 ms."""
     if not options.line_products:
         return steps
-
-    def out_kind(st: Step) -> int:
-        return cast(abi.StepParams, st.params).accesses[-1].kind
-
-    def fits(st: Step) -> bool:
-        return not st.pattern.normalize
-
     loops = [st.pattern.template == "contract_reduce" for st in steps]
     products = [loop and not st.pattern.reduce for st, loop in zip(steps, loops)]
     sums = [
         loop and st.pattern.reduce and st.pattern.vector == ACROSS_OUTPUTS for st, loop in zip(steps, loops)
     ]
-    every = all(fits(st) for st, product in zip(steps, products) if product)
     every_sum = all(
         st.pattern.sums_in_lines and cast(abi.StepParams, st.params).block_size <= abi.LINE_SUMS_MAX
         for st, s in zip(steps, sums)
@@ -422,7 +415,7 @@ def in_lines(steps: list[Step], options: PlanOptions) -> list[Step]:
     )
     return [
         replace(st, pattern=replace(st.pattern, template="contract_lines"))
-        if (product and fits(st) and (every or out_kind(st) == abi.STREAMED)) or (s and every_sum)
+        if product or (s and every_sum)
         else st
         for st, product, s in zip(steps, products, sums)
     ]

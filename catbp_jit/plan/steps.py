@@ -50,15 +50,13 @@ class KernelPattern:
     def sums_in_lines(self) -> bool:
         """Whether it is a reduction that the contract_lines template can compute (codegen/
         cpu_lines.py: each line of outputs' products in registers, added to its line of
-        sums): across outputs, no NORMALIZE, and ⊕ a line's + in the dtype itself (PROB
-        float64, COUNT).
+        sums): across outputs, and ⊕ a line's + in the dtype itself (PROB float64, COUNT).
         Not float32 (its sums accumulate in float64), LOGPROB (an exp per term), SAT (it
         stops at the first true term) or MAXLOG (a max that propagates NaN)."""
         sr = SEMIRINGS[self.semiring]
         return (
             self.reduce
             and self.vector == ACROSS_OUTPUTS
-            and not self.normalize
             and sr.reduction == "sum"
             and self.dtype in ("float64", "int64")
         )
