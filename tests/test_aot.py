@@ -46,6 +46,7 @@ def strict_env():
     return dict(os.environ, CATBP_JIT_CACHE="strict")
 
 
+@pytest.mark.slow  # (~15 s: every bucket's kernels, then a process that loads them)
 def test_aot_then_a_strict_run_of_every_bucket_compiles_nothing(tmp_path, capsys):
     profile = tmp_path / "grid.profile.json"
     assert (
@@ -78,6 +79,7 @@ def test_aot_then_a_strict_run_of_every_bucket_compiles_nothing(tmp_path, capsys
     assert done.stdout.split() == ["ok", "(1,", "8)", "0"]
 
 
+@pytest.mark.slow  # (~13 s: a model's three buckets, then a process that loads them)
 def test_aot_of_a_model_covers_solve_and_solve_batch_under_strict(tmp_path, capsys):
     profile = tmp_path / "asia.profile.json"
     assert main(["aot", str(ASIA), "--evidence-vars", "dysp,smoke", "-o", str(profile), "-q"]) == 0

@@ -243,7 +243,7 @@ def check_random_case(case, directory):
         check_against_cpu(run, case.semiring, directory)
 
 
-@_settings(50)  # 1,000 under -m slow (below)
+@_settings(20)  # 1,000 under -m slow (below)
 @given(case=cases())
 def test_random_programs_match_cpu(case, module_dir):
     check_random_case(case, module_dir)

@@ -429,6 +429,7 @@ def chain_model(n: int, target: str):
     return compile_model(read_uai(chain_uai(n)), "prob", target=target)
 
 
+@pytest.mark.slow  # (~8 s: a thousand steps in the simulator, twice)
 def test_a_run_of_a_1000_step_program_is_one_launch(monkeypatch):
     """Mode "compiled": sess.run() is one launch of the schedule kernel, whatever the steps;
     its results are the per-step path's (and the CPU's), bit for bit."""

@@ -275,7 +275,10 @@ def plan_and_emit(sizes, scopes):
     return plan, programs, time.perf_counter() - t0
 
 
-@pytest.mark.parametrize("shape", ["star", "isolated", "fan"])
+# (isolated and fan, ~5 s each, with the slow tests)
+@pytest.mark.parametrize(
+    "shape", ["star", *(pytest.param(s, marks=pytest.mark.slow) for s in ("isolated", "fan"))]
+)
 def test_hubs_and_many_components_plan_and_emit_in_seconds(shape):
     if shape == "star":  # a hub and 10,000 leaves
         n = 10_000

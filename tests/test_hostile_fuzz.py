@@ -7,9 +7,12 @@ the saved profile)."""
 import importlib
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow  # (~10 s; tests/test_hostile_input.py keeps the readers' cases in the default run)
 def test_two_hundred_hostile_cases_fail_nowhere(tmp_path, monkeypatch):
     # imported by name: its worker processes (spawned) import it again from sys.path
     monkeypatch.syspath_prepend(str(REPO / "perf"))
