@@ -21,14 +21,19 @@ def bits(results: dict) -> dict:
 @pytest.mark.parametrize("dtype", ["float64", pytest.param("float32", marks=pytest.mark.slow)])
 def test_loop_kernels_and_the_numpy_tier_give_the_same_bits(dtype):
     case = scale_case("PROB", dtype)  # a 12 x 20 tensor normalized: 16 ranges of 15 elements
-    fast = compile_case(case, "compiled", options=PlanOptions(exact=False, gemm=False))
-    lanes = [st for st in fast.schedule.steps if st.pattern.total_in_lanes]
-    assert lanes and all(st.pattern.normalize and st.pattern.template == "contract_reduce" for st in lanes)
-    assert "_lanetotal" in lanes[0].pattern.name
-    kernels = session_results(fast.bind(), case.inputs[0])
-    numpy_tier = session_results(fast.bind(numpy_only=True), case.inputs[0])
-    assert_same_bits(bits(kernels), bits(numpy_tier), "lane totals")
-    assert_same_slots(run_reference(case), kernels, case, "lane totals")
+    # both loop templates' NORMALIZE (their `finish`): in lines, and through the buffer
+    # (float32's sums, which accumulate in float64, are never in lines: sums_in_lines)
+    lines = "contract_lines" if dtype == "float64" else "contract_reduce"
+    for line_products, template in ((True, lines), (False, "contract_reduce")):
+        options = PlanOptions(exact=False, gemm=False, line_products=line_products)
+        fast = compile_case(case, "compiled", options=options)
+        lanes = [st for st in fast.schedule.steps if st.pattern.total_in_lanes]
+        assert lanes and all(st.pattern.normalize and st.pattern.template == template for st in lanes)
+        assert "_lanetotal" in lanes[0].pattern.name
+        kernels = session_results(fast.bind(), case.inputs[0])
+        numpy_tier = session_results(fast.bind(numpy_only=True), case.inputs[0])
+        assert_same_bits(bits(kernels), bits(numpy_tier), f"lane totals, {template}")
+        assert_same_slots(run_reference(case), kernels, case, f"lane totals, {template}")
 
 
 def test_exact_mode_the_option_and_cuda_keep_the_elements_order():
