@@ -199,6 +199,7 @@ def test_gathers_are_one_instruction_only_where_the_machine_has_them():
     assert bool(re.search(r"^\s+v\w*gather", code, re.M)) == HARDWARE_GATHERS  # vgatherqpd, ...
 
 
+@pytest.mark.slow  # (~6 s: this file's kernels compiled again for another core)
 @pytest.mark.skipif(not HARDWARE_GATHERS, reason="this machine's own run above loads lane by lane")
 def test_loaders_lane_by_lane_on_a_machine_without_gathers():
     """This file's tests again, compiled for an AVX2 core (Haswell): the loads a lane at a

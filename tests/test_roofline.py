@@ -32,6 +32,7 @@ def schedule_of(name: str, **keywords):
     return exe
 
 
+@pytest.mark.slow  # (~6 s; test_your_own_bundles_by_directory runs the script in the default suite)
 def test_one_row_per_step_in_each_mode(tmp_path, capsys):
     code = roofline.main(
         ["--shared", str(DATA), "--group", "corpus", "--only", BUNDLE, "--quick", "--out", str(tmp_path)]
