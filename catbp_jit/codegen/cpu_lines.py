@@ -401,7 +401,7 @@ def _normalized(sr: Semiring, pattern: KernelPattern) -> dict[str, str]:
     ]
     if not pattern.normalize:
         early = ["    if chunk >= chunks:", "        return", *arrays]
-        return dict(finish="", then=", which is nothing", early=lines(early), last="", normalizes="")
+        return dict(finish="", then=", which is nothing", early=_joined(early), last="", normalizes="")
     early = [
         *arrays,
         "    n_out = np.int64(1)",
@@ -418,11 +418,12 @@ def _normalized(sr: Semiring, pattern: KernelPattern) -> dict[str, str]:
     return dict(
         finish=_finish(sr, pattern.dtype, pattern.total_in_lanes).lstrip("\n") + "\n\n",
         then=": the NORMALIZE",
-        early=lines(early),
-        last=lines(last),
+        early=_joined(early),
+        last=_joined(last),
         normalizes="Then the output is NORMALIZEd (`finish`, contract_reduce's), once every chunk is done.\n",
     )
 
 
-def lines(source: list[str]) -> str:
+def _joined(source: list[str]) -> str:
+    """Lines of source as text, each ending in a newline."""
     return "".join(line + "\n" for line in source)

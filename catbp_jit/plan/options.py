@@ -85,10 +85,9 @@ class PlanOptions:
     # may still be in the cache when the next step reads it. None: never (the CUDA target)
     streaming_store_bytes: int | None = 32 << 20
     # products are computed a cache line at a time in registers (codegen/cpu_lines.py,
-    # schedule.in_lines): every streamed one, and all of a schedule's products where none
-    # has a NORMALIZE; so are the sums across outputs that can be (KernelPattern.
-    # sums_in_lines). False: through a buffer, as contract_reduce's (the CUDA target;
-    # tests compare the two)
+    # schedule.in_lines), every one, with its NORMALIZE if it has one; so are the sums
+    # across outputs where all of a schedule's can be (KernelPattern.sums_in_lines).
+    # False: through a buffer, as contract_reduce's (the CUDA target; tests compare the two)
     line_products: bool = True
     # the dynamic segments of a CPU schedule are split into this many tracks that threads
     # walk side by side, where the estimate says it gains (plan/tracks.py); 1: never ...
