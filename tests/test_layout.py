@@ -2,7 +2,8 @@
 has its operands stored as matrices and its output as its products come out, results
 included (their bindings then say how they lie); one that cannot be states its order for
 a leaf beyond the last-level cache (LARGE_VALUE), and a smaller leaf stays in its
-producer's order."""
+producer's order. Where a GEMM step may write its products in several orders, its
+other readers' loops choose."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from catbp_jit.plan.gemm import BLAS_MAX_SIDE, gemm_groups, gemm_shape, may_run_
 from catbp_jit.plan.layout import LARGE_VALUE, choose_layouts
 from catbp_jit.plan.options import PlanOptions
 from catbp_jit.plan.pipeline import Binding, stored_order
+from catbp_jit.plan.schedule import read_cost
 
 G = AxisType.GEOMETRIC
 OPTIONS = PlanOptions(exact=False)
@@ -107,6 +109,44 @@ def test_a_result_between_gemm_steps_is_stored_as_both_take_it():
         shape = gemm_shape(seg, fused, layouts, "float64", OPTIONS)
         assert shape is not None and shape.copied_elements == 0
     assert choose_layouts(fused, ("batch",), groups)[2].keys == fused.specs[2].keys
+
+
+def gemm_then_product() -> Fused:
+    """v2 = Σ_K v0 ⊗ v1 (batch B, rows X, columns Y), a GEMM step; then v4 = v2 ⊗ v3, a
+    result in the order (B, Y, X): a product, which reads v2 where it lies."""
+    B, X, Y, K = (Axis(i, G, n) for i, n in ((1, 8), (2, 64), (3, 32), (4, 16)))
+    specs = {
+        0: TensorSpec((B, X, K)),
+        1: TensorSpec((B, K, Y)),
+        2: TensorSpec((B, X, Y)),
+        3: TensorSpec((Y,)),
+        4: TensorSpec((B, Y, X)),
+    }
+    segments = [
+        Segment(2, specs[2], (K,), (0, 1), True, False, (2,)),
+        Segment(4, specs[4], (), (2, 3), False, False, (4,)),
+    ]
+    kinds = {0: "factor", 1: "factor", 2: "computed", 3: "factor", 4: "computed"}
+    return Fused(segments, specs, kinds, {}, {("out",): 4}, "PROB")
+
+
+def test_a_gemm_steps_products_lie_as_its_loop_readers_read_them():
+    """Of the orders a GEMM step writes without a copy, rows then columns or columns then
+    rows, the one its readers' loops cost least in (plan/schedule.read_cost): here the
+    product's, which then reads v2 in its own output's order. Without the costs, the
+    GEMM step's first order (its spec's)."""
+    fused = gemm_then_product()
+    groups = partial(gemm_groups, fused=fused, dtype="float64", options=OPTIONS)
+    costs = partial(read_cost, fused=fused, dtype="float64", batch_key=None, options=OPTIONS)
+    B, X, Y = fused.specs[2].keys
+    assert choose_layouts(fused, None, groups)[2].keys == (B, X, Y)
+    layouts = choose_layouts(fused, None, groups, read_cost=costs)
+    assert layouts[2].keys == (B, Y, X)
+    assert layouts[4].keys == fused.specs[4].keys
+    shape = gemm_shape(fused.segments[0], fused, layouts, "float64", OPTIONS)
+    assert shape is not None and shape.copied_elements == 0
+    before = read_cost(fused.segments[1], {**layouts, 2: fused.specs[2]}, fused, "float64", None, OPTIONS)
+    assert read_cost(fused.segments[1], layouts, fused, "float64", None, OPTIONS) < before
 
 
 def test_a_result_stored_in_another_order_is_seen_in_its_own():

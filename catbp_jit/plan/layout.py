@@ -36,6 +36,7 @@ def choose_layouts(
     batch_key: tuple | None = None,
     gemm_groups: Callable[[Segment], GemmGroups | None] | None = None,
     result_layouts: bool = True,
+    read_cost: Callable[[Segment, dict[int, TensorSpec]], float] | None = None,
 ) -> dict[int, TensorSpec]:
     """gemm_groups: the reductions that may run as GEMM steps and their groups of axes
     (plan/gemm.gemm_groups). Those state no order for the other readers' sake (nor do the
@@ -44,8 +45,9 @@ def choose_layouts(
     before it):
     - written by a GEMM step: as its products come out (batch axes outermost, then its
       rows and columns as its leaves hold them), so that it copies no output, in the
-      order that most of the GEMM steps reading it can read without a copy either (its
-      spec's order first, where that is one);
+      order that most of the GEMM steps reading it can read without a copy either; of
+      those, the one its other readers' loops cost least in (read_cost: the loop-order
+      cost model, plan/schedule.read_cost), else its spec's order first, where that is one;
     - read by a GEMM step: as the reader's matrix (the reader with the most work), its
       summed axes in the order of the reader's other leaf if that one is settled;
     - else as its producer reads its largest leaf of the same axes (a product then walks
@@ -106,6 +108,21 @@ def choose_layouts(
         other = leaves[1 - leaves.index(v)]
         return leaves.index(v), layouts[other].keys if other in settled else None
 
+    # the readers that are not GEMM steps, whose loops read a GEMM step's products where
+    # they lie: among the orders the GEMM step writes without a copy, theirs decides. The
+    # 12 x 12 3-state grid's reassociating sums of two 531441-element GEMM products into
+    # 531441 and 81 outputs read them gathered in the first such order: 1.51-1.58 and
+    # 1.62-1.69 ms; 1.25-1.26 and 1.25-1.34 ms in the order their costs choose
+    loop_readers: dict[int, list[int]] = {}
+    for i, seg in enumerate(fused.segments):
+        if i not in groups:
+            for leaf in dict.fromkeys(seg.leaves):
+                loop_readers.setdefault(leaf, []).append(i)
+
+    def cost_of(v: int, keys: list, others: list[Segment], cost: Callable) -> float:
+        store(v, keys)
+        return sum((cost(seg, layouts) for seg in others), 0.0)
+
     for i, seg in enumerate(fused.segments):
         v = seg.out
         if v in settled or fused.kinds.get(v) != "computed":
@@ -120,7 +137,12 @@ def choose_layouts(
             g, leaves = groups[i], (layouts[leaf].keys for leaf in seg.leaves)
             candidates = _written_orders(keys, g, *leaves)
             fits = [sum(_fits(c, groups[r], *reads(r, v)) for r in readers.get(v, ())) for c in candidates]
-            keys = candidates[fits.index(max(fits))]
+            tied = [c for c, n in zip(candidates, fits) if n == max(fits)]
+            others = [fused.segments[r] for r in loop_readers.get(v, ())]
+            if len(tied) > 1 and others and read_cost is not None:
+                keys = min(tied, key=lambda c: cost_of(v, c, others, read_cost))
+            else:
+                keys = tied[0]
         elif batch_key is None and v in readers:
             r = max(readers[v], key=lambda r: (_work(fused.segments[r], None), -r))
             keys = _read_order(keys, groups[r], *reads(r, v))

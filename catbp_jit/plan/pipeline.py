@@ -39,7 +39,7 @@ from .options import PlanOptions
 from .passes import optimize
 from .permuted import share_permuted
 from .reassociate import reassociate
-from .schedule import Schedule, SegmentLoops, build_schedule, loop_segments, repack_workspace
+from .schedule import Schedule, SegmentLoops, build_schedule, loop_segments, read_cost, repack_workspace
 from .split import split_reductions
 from .static import StaticInputs, check_static_ids, persistent_values, static_first, static_values
 from .totals import normalize_totals
@@ -169,7 +169,10 @@ def plan(
         not options.exact and options.gemm and sr.dtype.name in GEMM_DTYPES and semiring(sr.name).sums_reals
     )
     groups = partial(gemm_groups, fused=fused, dtype=sr.dtype.name, options=options)
-    layouts = choose_layouts(fused, batch_key, groups if gemm_readers else None, options.gemm_result_layouts)
+    costs = partial(read_cost, fused=fused, dtype=sr.dtype.name, batch_key=batch_key, options=options)
+    layouts = choose_layouts(
+        fused, batch_key, groups if gemm_readers else None, options.gemm_result_layouts, costs
+    )
     fused, n_static = static_first(fused, static)
     persistent = persistent_values(fused, n_static)
 

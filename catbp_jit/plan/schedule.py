@@ -38,7 +38,9 @@ from .loops import (
     SMALL_REDUCTION,
     LoopNest,
     canonical_loops,
+    filled_cost,
     loop_nest,
+    nest_cost,
 )
 from .options import PlanOptions
 from .repack import RepackChoice, choose_repacks, repacked, workspace_elements
@@ -80,6 +82,7 @@ class SegmentLoops:
     chunks: int
     work: int  # output elements x reduced elements x leaves
     repacks: tuple[RepackChoice, ...]
+    main: int = 1  # the operand the cost model reads cache lines of (its biggest leaf)
 
     @property
     def workspace(self) -> int:
@@ -177,7 +180,26 @@ def segment_loops(
     most = max(2, 2 * work // options.parallel_min_work)
     # (one at least: were LANES over 8, a parallel step could have fewer outputs than it)
     chunks = max(1, min(n_work // per_chunk, options.chunks, most)) if parallel else 1
-    return SegmentLoops(nest, accesses, pattern, chunks, work, repacks)
+    return SegmentLoops(nest, accesses, pattern, chunks, work, repacks, main)
+
+
+def read_cost(
+    seg: Segment,
+    layouts: dict[int, TensorSpec],
+    fused: Fused,
+    dtype: str,
+    batch_key: tuple | None,
+    options: PlanOptions,
+) -> float:
+    """What the cost model (loops.py) says a loop segment costs in all, its values stored
+    as `layouts` says: per term (per element, for a product) x its terms. For the layout
+    pass to choose between the orders it may store a value in (the loop nest is the one
+    lowering would choose for those layouts; repacks are not counted)."""
+    loops = segment_loops(seg, fused, dtype, layouts, batch_key, options)
+    nest, terms = loops.nest, prod(loops.nest.sizes)
+    if loops.pattern.reduce:
+        return nest_cost(nest, loops.main, loops.pattern.sums_in_lanes) * terms
+    return filled_cost(nest) * terms
 
 
 def streams(options: PlanOptions, out: abi.Access, out_bytes: int, one_at_a_time: bool) -> bool:
