@@ -6,14 +6,20 @@ generator (codegen/cpu.py, codegen/cuda.py) emits kernels that read it with them
 The table holds one step row per step, then each step's parameters, then the offset
 tables of the vectors' GATHERED accesses, then scratch space for loop counters:
 
-    [kernel_0, params_0, chunks_0, kernel_1, params_1, chunks_1, ..., params...,
-     tables..., scratch...]
+    [kernel_0, params_0, chunks_0, finish_0, kernel_1, params_1, chunks_1, finish_1, ...,
+     params..., tables..., scratch...]
 
-A step row: its kernel id, the offset p of its parameters, and its chunks: the fixed
+A step row: its kernel id, the offset p of its parameters, its chunks: the fixed
 pieces its work is cut into, which the CPU dispatcher's threads take one at a time
-(codegen/dispatch.py; 1: the step runs on one thread). A CPU kernel is called as
+(codegen/dispatch.py; 1: the step runs on one thread), and its finish: ONE_FINISH, or
+SPLIT_FINISH for a NORMALIZE cut in chunks too (below). A CPU kernel is called as
 kernel(mem_address, mem_length, P_address, P_length, p, chunk, chunks) and does chunk
-`chunk` of `chunks` (a kernel whose steps are never cut ignores the two).
+`chunk` of `chunks` (a kernel whose steps are never cut ignores the two); then, for a
+step of several chunks, what follows them all: chunk == chunks (ONE_FINISH: a NORMALIZE
+on one thread, or nothing), or (SPLIT_FINISH) the NORMALIZE in two passes of `chunks`
+parts each, every part of the first done before any of the second: chunks + 1 + c, part
+c of its total (into the float64 slots after the step's loop counters, SPLIT_TOTALS of
+them), then 2 * chunks + 1 + c, part c of its division.
 
 A step's parameters, from its offset p (R output axes, Q reduced axes, D = R + Q; output
 axes first; the vector, plan/loops.py, is the last nb axes of the hot group):
@@ -67,11 +73,14 @@ if TYPE_CHECKING:
 
     Table = Sequence[int] | np.ndarray  # a schedule's table: a session's copy is an array
 
-# a step row: (kernel id, parameter offset, chunks)
-STEP_ROW = 3
+# a step row: (kernel id, parameter offset, chunks, finish)
+STEP_ROW = 4
 STEP_KERNEL = 0
 STEP_PARAMS = 1
 STEP_CHUNKS = 2
+STEP_FINISH = 3
+ONE_FINISH, SPLIT_FINISH = 0, 1  # a step's finish (above)
+SPLIT_TOTALS = 16  # float64 slots of a split NORMALIZE's partial totals (codegen/totals.py)
 
 # a step's header, offsets from p
 OUT = 0
@@ -170,6 +179,8 @@ class StepParams:
     groups: tuple[int, int, int, int]
     accesses: tuple[Access, ...] = ()  # leaves, then the output
     scratch: int = -1
+    # its NORMALIZE cut in chunks (SPLIT_FINISH): kept in the step row, not with these
+    split_finish: bool = False
 
     def pack(self) -> list[int]:
         row = [0] * HEADER
@@ -196,8 +207,8 @@ class StepParams:
         return len(self.sizes)
 
     def scratch_size(self) -> int:
-        """Loop counters: one per axis, per chunk."""
-        return max(1, self.rank) * self.chunks
+        """Loop counters: one per axis, per chunk; then a split NORMALIZE's partial totals."""
+        return max(1, self.rank) * self.chunks + (SPLIT_TOTALS if self.split_finish else 0)
 
 
 def unpack(P: Table, p: int) -> StepParams:
@@ -243,8 +254,9 @@ def source_constants() -> str:
         f"GROUP_FIELDS, ACCESS_FIELDS = {GROUP_FIELDS}, {ACCESS_FIELDS}\n"
         f"CONSTANT, CONTIGUOUS, STRIDED, GATHERED, STREAMED = {CONSTANT}, {CONTIGUOUS}, "
         f"{STRIDED}, {GATHERED}, {STREAMED}  # access kinds\n"
-        f"STEP_ROW, STEP_KERNEL, STEP_PARAMS, STEP_CHUNKS = {STEP_ROW}, {STEP_KERNEL}, "
-        f"{STEP_PARAMS}, {STEP_CHUNKS}\n"
+        f"STEP_ROW, STEP_KERNEL, STEP_PARAMS, STEP_CHUNKS, STEP_FINISH = {STEP_ROW}, {STEP_KERNEL}, "
+        f"{STEP_PARAMS}, {STEP_CHUNKS}, {STEP_FINISH}\n"
+        f"ONE_FINISH, SPLIT_FINISH = {ONE_FINISH}, {SPLIT_FINISH}  # a step's finish\n"
     )
 
 
@@ -569,7 +581,8 @@ def repack_source_constants() -> str:
 #   POOL_CLAIM    that job's number << 32 | the next chunk of it to take
 #   POOL_DONE     chunks of the job done
 #   POOL_OWNER    1 while a run uses the pool (runs in other threads then take no help)
-#   JOB_*         the job: a step's kernel address, arena, table, params offset, chunks;
+#   JOB_*         the job: a step's kernel address, arena, table, params offset, chunks,
+#                 JOB_FIRST (its chunk c is the kernel's chunk JOB_FIRST + c);
 #                 JOB_TRACKS: -1, or for a run's tracks (chunk k: track k is the taker's own)
 #                 the offset of its tracks section, JOB_KERNELS and JOB_N_KERNELS then the
 #                 kernels' address array
@@ -581,6 +594,7 @@ def repack_source_constants() -> str:
 POOL_SEQ, POOL_CLAIM, POOL_DONE, POOL_OWNER = 0, 8, 16, 24
 JOB_KERNEL, JOB_MEM, JOB_MEM_LENGTH, JOB_P, JOB_P_LENGTH, JOB_PARAMS, JOB_CHUNKS, JOB_TRACKS = range(32, 40)
 POOL_HELPERS, POOL_STOP, POOL_SLEEP, POOL_SPIN, POOL_NAP, JOB_KERNELS, JOB_N_KERNELS = range(40, 47)
+JOB_FIRST = 47
 POOL_SIZE = 48
 JOB_SHIFT = 32  # POOL_CLAIM: the job number above these bits, the chunk below
 
@@ -594,9 +608,9 @@ def pool_constants() -> str:
         f"JOB_KERNEL, JOB_MEM, JOB_MEM_LENGTH, JOB_P, JOB_P_LENGTH, JOB_PARAMS, JOB_CHUNKS, "
         f"JOB_TRACKS = {JOB_KERNEL}, {JOB_MEM}, {JOB_MEM_LENGTH}, {JOB_P}, {JOB_P_LENGTH}, "
         f"{JOB_PARAMS}, {JOB_CHUNKS}, {JOB_TRACKS}\n"
-        f"POOL_HELPERS, POOL_STOP, POOL_SLEEP, POOL_SPIN, POOL_NAP, JOB_KERNELS, JOB_N_KERNELS = "
-        f"{POOL_HELPERS}, {POOL_STOP}, {POOL_SLEEP}, {POOL_SPIN}, {POOL_NAP}, {JOB_KERNELS}, "
-        f"{JOB_N_KERNELS}\n"
+        f"POOL_HELPERS, POOL_STOP, POOL_SLEEP, POOL_SPIN, POOL_NAP, JOB_KERNELS, JOB_N_KERNELS, "
+        f"JOB_FIRST = {POOL_HELPERS}, {POOL_STOP}, {POOL_SLEEP}, {POOL_SPIN}, {POOL_NAP}, "
+        f"{JOB_KERNELS}, {JOB_N_KERNELS}, {JOB_FIRST}\n"
         f"POOL_SIZE, JOB_SHIFT = {POOL_SIZE}, {JOB_SHIFT}\n"
     )
 
@@ -611,7 +625,8 @@ def pool_constants() -> str:
 #                 its next task; its TRACK_OWNED is 1 once a thread made it its own in
 #                 this run. Then per track JOINT_LINES lines for its joint step, a step
 #                 cut in chunks that idle threads share: JOINT_SEQ (its number, written
-#                 last) and JOINT_STEP (its index) on the first; JOINT_CLAIM (its number
+#                 last), JOINT_STEP (its index) and JOINT_FIRST (its chunk c is the
+#                 kernel's JOINT_FIRST + c, as JOB_FIRST) on the first; JOINT_CLAIM (its number
 #                 << JOB_SHIFT | the next chunk to take) and JOINT_DONE (its chunks done)
 #                 on lines of their own
 #   then per track (TRACK_FIELDS): TRACK_TASKS, where its tasks start, and TRACK_COUNT
@@ -622,6 +637,7 @@ TRACK_TASKS, TRACK_COUNT, TRACK_FIELDS = 0, 1, 2
 TASK_FIRST, TASK_LAST, TASK_WAITS = 0, 1, 2
 TRACK_WORD, TRACK_OWNED, TRACK_STRIDE = 0, 1, 8
 JOINT_SEQ, JOINT_STEP, JOINT_CLAIM, JOINT_DONE, JOINT_LINES = 0, 1, 8, 16, 3
+JOINT_FIRST = 2
 
 
 def task_row(tracks: int) -> int:
@@ -639,4 +655,5 @@ def tracks_constants() -> str:
         f"TRACK_WORD, TRACK_OWNED, TRACK_STRIDE = {TRACK_WORD}, {TRACK_OWNED}, {TRACK_STRIDE}\n"
         f"JOINT_SEQ, JOINT_STEP, JOINT_CLAIM, JOINT_DONE, JOINT_LINES = {JOINT_SEQ}, {JOINT_STEP}, "
         f"{JOINT_CLAIM}, {JOINT_DONE}, {JOINT_LINES}\n"
+        f"JOINT_FIRST = {JOINT_FIRST}\n"
     )

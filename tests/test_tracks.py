@@ -25,6 +25,7 @@ import pytest
 from hypothesis import event, given
 
 import catbp_jit
+from catbp_jit import abi
 from catbp_jit.bundle import load_bundle
 from catbp_jit.executable import plan_options
 from catbp_jit.plan import tracks
@@ -206,6 +207,24 @@ def test_steps_cut_in_chunks_are_shared(grids):
     assert chunked and exe.schedule.tracks >= 0
     f = factors(grid)
     want = results(compiled(grid, PlanOptions(tracks=1, parallel_min_work=64)).bind(), factors=f)
+    sess = exe.bind()
+    for _ in range(5):
+        assert_same_bits(results(sess, factors=f), want)
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_a_normalize_cut_in_chunks_is_shared_in_tracks(grids, exact):
+    """A step whose NORMALIZE is cut in chunks too (abi.SPLIT_FINISH: here every chunked
+    one) posts its two passes as joint steps after its chunks: the bits of the NORMALIZE
+    on one thread, in turn."""
+    grid = grids["grid4x4_d2"]
+    knobs = dict(exact=exact, parallel_min_work=64)
+    exe = compiled(grid, PlanOptions(tracks_always=True, split_finish_min_elements=1, **knobs))
+    split = [i for i, _ in enumerate(exe.schedule.steps) if exe.schedule.finish(i) == abi.SPLIT_FINISH]
+    assert split and exe.schedule.tracks >= 0
+    f = factors(grid)
+    one = PlanOptions(tracks=1, split_finish_min_elements=None, **knobs)
+    want = results(compiled(grid, one).bind(), factors=f)
     sess = exe.bind()
     for _ in range(5):
         assert_same_bits(results(sess, factors=f), want)

@@ -557,7 +557,6 @@ def {entry}(mem_address, mem_length, P_address, P_length, p, chunk, chunks):
     mem = carray(pointer_{dtype}(mem_address), mem_length)
     P = carray(pointer_int64(P_address), P_length)
 {work}
-    if chunk >= chunks:
 {after}
     # {part_doc}
     # (written here, not in a function Numba inlines: see codegen/cpu.py's INLINED)
@@ -623,6 +622,90 @@ def _chunk_range(chunk_of: str, reduce: bool) -> list[str]:
     ]
 
 
+def splits_finish(sr: Semiring, pattern: KernelPattern) -> bool:
+    """Whether the kernel may do its NORMALIZE in parts (abi.SPLIT_FINISH): a division by
+    the total (PROB), whose total's parts (in lanes) and division pass the threads share."""
+    return pattern.normalize and sr.normalization == "divide_by_total"
+
+
+def after_chunks(sr: Semiring, pattern: KernelPattern) -> list[str]:
+    """The kernel's lines for chunk >= chunks (mem, P, n_out known): what follows every
+    chunk, at once (chunk == chunks) or, where it splits, the part the chunk names."""
+    if not pattern.normalize:
+        return ["    if chunk >= chunks:", "        return"]
+    lines = ["    if chunk >= chunks:"]
+    if splits_finish(sr, pattern):
+        lines += [
+            "        if chunk > chunks:  # a part of it (abi.SPLIT_FINISH); F: P's slots as float64",
+            "            F = carray(pointer_float64(P_address), P_length)",
+            "            finish_part(mem, P, F, p, n_out, chunk - chunks - 1, chunks)",
+            "            return",
+        ]
+    return lines + ["        finish(mem, P, p, n_out)", "        return"]
+
+
+def _finish_part(sr: Semiring, lanes: bool) -> str:
+    """`finish_part`: `finish` in two passes of `chunks` parts each (abi.SPLIT_FINISH), for
+    an output of one group. Part c of the first sums ranges of the output into the step's
+    float64 slots (in lanes: parts_total's ranges, TOTAL_PARTS of them; else the whole
+    total in the output's order, part 0 alone); part c of the second adds those up as
+    `finish` does (the same bits), and divides range c of the elements by it."""
+    total_parts = (
+        [
+            "        for k in range(TOTAL_PARTS * part // chunks, TOTAL_PARTS * (part + 1) // chunks):",
+            "            lo, hi = size * k // TOTAL_PARTS, size * (k + 1) // TOTAL_PARTS",
+            "            F[slots + k] = lane_total(mem, out + lo * es, es, hi - lo)",
+        ]
+        if lanes
+        else [
+            "        if part == 0:",
+            "            total = 0.0",
+            "            for o in range(size):",
+            "                total += mem[u(out + o * es)]",
+            "            F[slots] = total",
+        ]
+    )
+    added = (
+        ["    total = 0.0", "    for k in range(TOTAL_PARTS):", "        total += F[slots + k]"]
+        if lanes
+        else ["    total = F[slots]"]
+    )
+    lines = [
+        "",
+        # (called, not inlined: Numba's inliner would copy it into the kernel's every
+        # block, and its passes are long)
+        '@njit(cache=True, nogil=True, error_model="numpy")',
+        "def finish_part(mem, P, F, p, n_out, part, chunks):",
+        '    """Part `part` of the NORMALIZE\'s two passes (part < chunks: the first)."""',
+        "    R = P[p + OUT_RANK]",
+        "    D = R + P[p + RED_RANK]",
+        "    out = P[p + OUT]",
+        "    G = p + SIZES + D + R + P[p + LEAVES] * (1 + D)  # after the last leaf's strides",
+        "    es, totals = P[G + 2], P[G + 3]  # (one group: plan/schedule.py splits no other)",
+        "    size = n_out",
+        "    slots = P[p + SCRATCH] + chunks * max(D, 1)  # after the chunks' loop counters",
+        "    if part < chunks:",
+        *total_parts,
+        "        return",
+        "    part -= chunks",
+        *added,
+        "    if part == 0 and totals >= 0:  # the total kept as a value of its own (plan/totals.py)",
+        "        mem[totals] = total",
+        "    if total != 0.0:",
+        "        for o in range(size * part // chunks, size * (part + 1) // chunks):",
+        "            mem[u(out + o * es)] = mem[u(out + o * es)] / total",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _finishes(sr: Semiring, pattern: KernelPattern) -> str:
+    """The NORMALIZE's functions of a kernel: `finish`, and `finish_part` where it splits."""
+    if not pattern.normalize:
+        return ""
+    split = _finish_part(sr, pattern.total_in_lanes) if splits_finish(sr, pattern) else ""
+    return _finish(sr, pattern.dtype, pattern.total_in_lanes) + split
+
+
 def _finish(sr: Semiring, dtype: str, lanes: bool = False) -> str:
     """The function for what follows every chunk: the NORMALIZE of the output. Inlined:
     it is small, and a step of one chunk calls it at once. lanes: its total by
@@ -681,13 +764,14 @@ def kernel_source(pattern: KernelPattern) -> str:
                     | {"fence_stores", "line_rest", "store_line", "store_part"}
                     | set(sums)
                     | ({"stack_buffer_float64"} if pattern.total_in_lanes else set())
+                    | ({"pointer_float64"} if splits_finish(sr, pattern) else set())
                 )
             ),
             libm=LIBM_IMPORT if uses_libm(sr, pattern) else "",
             entry=ENTRY,
             work="\n".join(_chunk_range(chunk_of, pattern.reduce)),
-            after=("        finish(mem, P, p, n_out)\n" if pattern.normalize else "") + "        return",
-            finish=_finish(sr, pattern.dtype, pattern.total_in_lanes) if pattern.normalize else "",
+            after="\n".join(after_chunks(sr, pattern)),
+            finish=_finishes(sr, pattern),
             part_doc=(
                 "rows lo..hi-1: a row is one position of the odometer axes outside the vector"
                 if chunk_of == "rows"

@@ -39,7 +39,17 @@ import numpy as np
 from .. import abi
 from ..plan.steps import KernelPattern
 from ..semiring import SEMIRINGS, Semiring
-from .cpu import INLINED, LEAF, LIBM_IMPORT, STEP_FIELDS, _advance, _finish, _place
+from .cpu import (
+    INLINED,
+    LEAF,
+    LIBM_IMPORT,
+    STEP_FIELDS,
+    _advance,
+    _finishes,
+    _place,
+    after_chunks,
+    splits_finish,
+)
 from .intrinsics import LINE_BYTES
 
 ENTRY = "kernel"
@@ -384,8 +394,10 @@ def _imports(sr: Semiring, pattern: KernelPattern) -> dict[str, str]:
     """What a NORMALIZE's `finish` imports beyond the products: a float64 buffer for a
     total in lanes (parts_total), and exp and log for LOGPROB's."""
     lanes_total = pattern.total_in_lanes and pattern.dtype != "float64"
+    split = splits_finish(sr, pattern) and pattern.dtype != "float64"
     return dict(
-        float64_buffer="\n    stack_buffer_float64," if lanes_total else "",
+        float64_buffer=("\n    stack_buffer_float64," if lanes_total else "")
+        + ("\n    pointer_float64," if split else ""),
         libm=LIBM_IMPORT if pattern.normalize and sr.normalization == "subtract_logsumexp" else "",
     )
 
@@ -407,16 +419,14 @@ def _normalized(sr: Semiring, pattern: KernelPattern) -> dict[str, str]:
         "    n_out = np.int64(1)",
         "    for d in range(P[p + OUT_RANK]):",
         "        n_out *= P[p + SIZES + d]",
-        "    if chunk >= chunks:",
-        "        finish(mem, P, p, n_out)",
-        "        return",
+        *after_chunks(sr, pattern),
     ]
     last = [
         "    if chunks == 1:  # a step of one chunk: its NORMALIZE at once",
         "        finish(mem, P, p, n_out)",
     ]
     return dict(
-        finish=_finish(sr, pattern.dtype, pattern.total_in_lanes).lstrip("\n") + "\n\n",
+        finish=_finishes(sr, pattern).lstrip("\n") + "\n\n",
         then=": the NORMALIZE",
         early=_joined(early),
         last=_joined(last),

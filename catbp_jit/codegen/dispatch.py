@@ -12,8 +12,11 @@ posts it in the pool's control block (abi.py), takes chunks itself, and waits on
 chunks other threads took to be done. Chunks are taken with an atomic counter, so a pool
 thread that is asleep or descheduled costs the step nothing: the dispatcher then does
 every chunk itself. The chunks are fixed by the plan, each computed alone whoever runs it,
-so the results are the same bits on any number of threads. The pool's threads run this
-same function (thread >= 0): one compiled module, one cache entry.
+so the results are the same bits on any number of threads. What follows a step's chunks
+(its NORMALIZE) runs on the dispatcher's thread once they are done, or, where the step's
+row says SPLIT_FINISH, as two more jobs of as many chunks (abi.py), one after the other.
+The pool's threads run this same function (thread >= 0): one compiled module, one cache
+entry.
 
 A schedule in tracks (plan/tracks.py) is walked as one job of a chunk per thread: the
 thread that takes chunk k < tracks makes track k its own and runs its tasks in order, each
@@ -78,12 +81,16 @@ def run_schedule(mem_address, mem_length, P_address, P_length, kernels_address, 
     for s in range(first, last):
         row = STEP_ROW * s
         kernel, p, chunks = K[P[row + STEP_KERNEL]], P[row + STEP_PARAMS], P[row + STEP_CHUNKS]
-        if chunks > 1 and held:
-            run_job(C, kernel, mem_address, mem_length, P_address, P_length, p, chunks)
-        else:
-            for c in range(chunks):
-                call_kernel(kernel, mem_address, mem_length, P_address, P_length, p, c, chunks)
-        if chunks > 1:  # then what follows all its chunks (NORMALIZE), on this thread
+        if chunks == 1:
+            call_kernel(kernel, mem_address, mem_length, P_address, P_length, p, ZERO, ONE)
+            continue
+        # its chunks, then what follows them all: a NORMALIZE, on this thread or in two
+        # passes of as many chunks (one call site: each copy of run_chunks costs compile time)
+        split = P[row + STEP_FINISH] == SPLIT_FINISH
+        for phase in range(3 if split else 1):
+            run_chunks(C, held, kernel, mem_address, mem_length, P_address, P_length, p,
+                       phase * chunks + min(phase, ONE), chunks)
+        if not split:
             call_kernel(kernel, mem_address, mem_length, P_address, P_length, p, chunks, chunks)
     if held:
         atomic_store(C, POOL_OWNER, ZERO)
@@ -103,10 +110,12 @@ def close_claim(A, claim, job):
 
 
 @njit(nogil=True, inline="always")
-def post_job(C, kernel, n_kernels, mem_address, mem_length, P_address, P_length, p, chunks, tracks):
-    """Post a job in the pool's control block: a step's chunks (tracks = -1: kernel is the
-    step's kernel address), or a run's tracks (tracks: the offset of its tracks section,
-    kernel the address of the kernels' address array, n_kernels long)."""
+def post_job(C, kernel, n_kernels, mem_address, mem_length, P_address, P_length, p, first, chunks,
+             tracks):
+    """Post a job in the pool's control block: a step's chunks, the kernel's chunks first..
+    first+chunks-1 (tracks = -1: kernel is the step's kernel address), or a run's tracks
+    (tracks: the offset of its tracks section, kernel the address of the kernels' address
+    array, n_kernels long)."""
     job = (C[POOL_SEQ] + 1) & JOB_MASK  # (only the pool's owner writes POOL_SEQ)
     close_claim(C, POOL_CLAIM, job)
     C[JOB_KERNEL] = kernel
@@ -116,6 +125,7 @@ def post_job(C, kernel, n_kernels, mem_address, mem_length, P_address, P_length,
     C[JOB_P] = P_address
     C[JOB_P_LENGTH] = P_length
     C[JOB_PARAMS] = p
+    C[JOB_FIRST] = first
     C[JOB_CHUNKS] = chunks
     C[JOB_TRACKS] = tracks
     atomic_store(C, POOL_DONE, ZERO)
@@ -124,26 +134,33 @@ def post_job(C, kernel, n_kernels, mem_address, mem_length, P_address, P_length,
 
 
 @njit(nogil=True, inline="always")
-def take_and_wait(A, claim, done, kernel, mem_address, mem_length, P_address, P_length, p, chunks):
-    """A job's poster: take its chunks (fetch-add on the claim word A[claim]) until none is
-    left, then wait until A[done] counts them all, those other threads took included."""
+def take_and_wait(A, claim, done, kernel, mem_address, mem_length, P_address, P_length, p, first,
+                  chunks):
+    """A job's poster: take its chunks (fetch-add on the claim word A[claim]; chunk c is the
+    kernel's first + c) until none is left, then wait until A[done] counts them all, those
+    other threads took included."""
     while True:
         c = atomic_add(A, claim, ONE) & CHUNK_MASK
         if c >= chunks:
             break
-        call_kernel(kernel, mem_address, mem_length, P_address, P_length, p, c, chunks)
+        call_kernel(kernel, mem_address, mem_length, P_address, P_length, p, first + c, chunks)
         atomic_add(A, done, ONE)
     while atomic_load(A, done) < chunks:
         spin_pause()
 
 
 @njit(nogil=True, inline="always")
-def run_job(C, kernel, mem_address, mem_length, P_address, P_length, p, chunks):
-    """One step's chunks, shared with the pool: post the job, take chunks until none is
-    left, then wait for those the pool's threads took."""
-    post_job(C, kernel, ZERO, mem_address, mem_length, P_address, P_length, p, chunks, -ONE)
-    take_and_wait(C, POOL_CLAIM, POOL_DONE, kernel, mem_address, mem_length, P_address, P_length, p,
-                  chunks)
+def run_chunks(C, held, kernel, mem_address, mem_length, P_address, P_length, p, first, chunks):
+    """The kernel's chunks first..first+chunks-1 of a step of `chunks`: shared with the
+    pool (held: post the job, take chunks until none is left, then wait for those the
+    pool's threads took), else all on this thread."""
+    if held:
+        post_job(C, kernel, ZERO, mem_address, mem_length, P_address, P_length, p, first, chunks, -ONE)
+        take_and_wait(C, POOL_CLAIM, POOL_DONE, kernel, mem_address, mem_length, P_address, P_length,
+                      p, first, chunks)
+    else:
+        for c in range(chunks):
+            call_kernel(kernel, mem_address, mem_length, P_address, P_length, p, first + c, chunks)
 
 
 @njit(nogil=True, inline="always")
@@ -155,18 +172,31 @@ def run_task(K, mem_address, mem_length, P_address, P_length, P, first, last, jo
         row = STEP_ROW * s
         kernel, p, chunks = K[P[row + STEP_KERNEL]], P[row + STEP_PARAMS], P[row + STEP_CHUNKS]
         if chunks > 1:
-            job = (P[joint + JOINT_SEQ] + 1) & JOB_MASK  # (only the track's runner writes it)
-            close_claim(P, joint + JOINT_CLAIM, job)
-            P[joint + JOINT_STEP] = s
-            atomic_store(P, joint + JOINT_DONE, ZERO)
-            atomic_store(P, joint + JOINT_CLAIM, job << JOB_SHIFT)
-            atomic_store(P, joint + JOINT_SEQ, job)  # last: a thread that sees it sees the above
-            take_and_wait(P, joint + JOINT_CLAIM, joint + JOINT_DONE, kernel, mem_address, mem_length,
-                          P_address, P_length, p, chunks)
-            # then what follows all its chunks (NORMALIZE), on this thread
-            call_kernel(kernel, mem_address, mem_length, P_address, P_length, p, chunks, chunks)
+            # its chunks, then what follows them all (as run_schedule)
+            split = P[row + STEP_FINISH] == SPLIT_FINISH
+            for phase in range(3 if split else 1):
+                share_joint(P, joint, s, kernel, mem_address, mem_length, P_address, P_length, p,
+                            phase * chunks + min(phase, ONE), chunks)
+            if not split:
+                call_kernel(kernel, mem_address, mem_length, P_address, P_length, p, chunks, chunks)
         else:
             call_kernel(kernel, mem_address, mem_length, P_address, P_length, p, ZERO, ONE)
+
+
+@njit(nogil=True, inline="always")
+def share_joint(P, joint, s, kernel, mem_address, mem_length, P_address, P_length, p, first, chunks):
+    """Post the kernel's chunks first..first+chunks-1 of step s as the track's joint step
+    (its lines at `joint`), take them with the threads that have no task ready, and wait
+    for them all."""
+    job = (P[joint + JOINT_SEQ] + 1) & JOB_MASK  # (only the track's runner writes it)
+    close_claim(P, joint + JOINT_CLAIM, job)
+    P[joint + JOINT_STEP] = s
+    P[joint + JOINT_FIRST] = first
+    atomic_store(P, joint + JOINT_DONE, ZERO)
+    atomic_store(P, joint + JOINT_CLAIM, job << JOB_SHIFT)
+    atomic_store(P, joint + JOINT_SEQ, job)  # last: a thread that sees it sees the above
+    take_and_wait(P, joint + JOINT_CLAIM, joint + JOINT_DONE, kernel, mem_address, mem_length,
+                  P_address, P_length, p, first, chunks)
 
 
 @njit(nogil=True, inline="always")
@@ -187,7 +217,7 @@ def help_joint(K, mem_address, mem_length, P_address, P_length, P, joint):
             return ran
         if atomic_cas(P, joint + JOINT_CLAIM, claim, claim + 1):
             call_kernel(K[P[row + STEP_KERNEL]], mem_address, mem_length, P_address, P_length,
-                        P[row + STEP_PARAMS], c, chunks)
+                        P[row + STEP_PARAMS], P[joint + JOINT_FIRST] + c, chunks)
             atomic_add(P, joint + JOINT_DONE, ONE)
             ran += 1
     return ran
@@ -211,8 +241,8 @@ def run_tracks(C, P, K, mem_address, mem_length, P_address, P_length, kernels_ad
             atomic_store(P, joint + field, ZERO)
     chunks = max(n, C[POOL_HELPERS] + 1) if held else n
     if held:  # (a tracks job: the kernels' array, not one kernel)
-        post_job(C, kernels_address, n_kernels, mem_address, mem_length, P_address, P_length, at, chunks,
-                 at)
+        post_job(C, kernels_address, n_kernels, mem_address, mem_length, P_address, P_length, at, ZERO,
+                 chunks, at)
     taken = ZERO  # (without the pool: this thread takes every chunk)
     while True:
         if held:
@@ -323,7 +353,7 @@ def take_chunks(C, job):
                             carray(pointer_int64(C[JOB_P]), C[JOB_P_LENGTH]), C[JOB_TRACKS], c)
             else:
                 call_kernel(C[JOB_KERNEL], C[JOB_MEM], C[JOB_MEM_LENGTH], C[JOB_P], C[JOB_P_LENGTH],
-                            C[JOB_PARAMS], c, chunks)
+                            C[JOB_PARAMS], C[JOB_FIRST] + c, chunks)
             atomic_add(C, POOL_DONE, ONE)
 
 

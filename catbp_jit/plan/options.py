@@ -129,6 +129,15 @@ class PlanOptions:
     # 4.4 ms, 2.9 ms in lanes; Grids_16 normalizes 41 M elements a solve). Off: in order,
     # as exact mode (the CUDA target)
     lane_totals: bool = True
+    # a step cut in chunks whose PROB NORMALIZE divides at least this many elements (one
+    # group: not a batch's rows) does it in chunks too (abi.SPLIT_FINISH): its total's
+    # ranges (in lanes) and its division shared by the threads, where one thread did
+    # both after every chunk. A sum of 4 terms to n outputs, normalized, two threads:
+    # n = 8192 34 -> 27 us reassociating (35 -> 33 exact, whose total stays in order on
+    # one thread), 16384 59 -> 38 us, 524288 1.36 -> 1.15 ms (1.48 -> 1.36 exact); the 12
+    # x 12 3-state grid's reassociating sums of 531441 outputs 0.96-1.24 -> 0.78-1.05 ms.
+    # None: on one thread always
+    split_finish_min_elements: int | None = 1 << 13
     # reassociating mode: a reduction with few outputs and many terms each is split into
     # partial sums and their sum (plan/split.py), so a GPU has threads for it and a CPU
     # core more than one chain of additions; the CPU and CUDA targets give the same bits

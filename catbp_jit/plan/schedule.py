@@ -69,6 +69,10 @@ class Schedule:
     def chunks(self, i: int) -> int:
         return int(self.table[abi.STEP_ROW * i + abi.STEP_CHUNKS])
 
+    def finish(self, i: int) -> int:
+        """abi.ONE_FINISH or abi.SPLIT_FINISH (a NORMALIZE cut in chunks too)."""
+        return int(self.table[abi.STEP_ROW * i + abi.STEP_FINISH])
+
 
 @dataclass(frozen=True)
 class SegmentLoops:
@@ -443,6 +447,17 @@ def in_lines(steps: list[Step], options: PlanOptions) -> list[Step]:
     ]
 
 
+def splits_finish(st: Step, semiring_name: str, options: PlanOptions) -> bool:
+    """Whether loop step st does its NORMALIZE in chunks too (abi.SPLIT_FINISH): a division
+    (PROB) of at least options.split_finish_min_elements elements in one group, by a step
+    cut in chunks."""
+    bar, p = options.split_finish_min_elements, st.params
+    if bar is None or not isinstance(p, abi.StepParams) or p.chunks < 2 or not st.segment.normalize:
+        return False
+    n_out = prod(p.sizes[: p.out_rank])
+    return SEMIRINGS[semiring_name].normalization == "divide_by_total" and p.groups[0] == 1 and n_out >= bar
+
+
 def build_schedule(
     fused: Fused,
     memory: MemoryPlan,
@@ -494,6 +509,8 @@ def build_schedule(
         with_tables.append(step_params)
     laid = []
     for st, step_params in zip(steps, with_tables):
+        if isinstance(step_params, abi.StepParams) and splits_finish(st, fused.semiring, options):
+            step_params = replace(step_params, split_finish=True)
         if isinstance(step_params, abi.StepParams | abi.RepackParams):  # (a GEMM step keeps none)
             step_params = replace(step_params, scratch=cursor)
             cursor += step_params.scratch_size()
@@ -502,7 +519,9 @@ def build_schedule(
     params: list[int] = []
     for st in laid:
         chunks = st.params.chunks if isinstance(st.params, abi.StepParams | abi.RepackParams) else 1
-        head += [ids[st.pattern], abi.STEP_ROW * len(laid) + len(params), chunks]
+        split = isinstance(st.params, abi.StepParams) and st.params.split_finish
+        finish = abi.SPLIT_FINISH if split else abi.ONE_FINISH
+        head += [ids[st.pattern], abi.STEP_ROW * len(laid) + len(params), chunks, finish]
         params += st.params.pack()
     table = np.zeros(cursor, dtype=np.int64)
     body = head + params + tables
