@@ -10,6 +10,7 @@ from __future__ import annotations
 from functools import partial
 
 import numpy as np
+import pytest
 
 from catbp_jit.ir.schema import Axis, AxisType, TensorSpec
 from catbp_jit.plan.fusion import Fused, Segment
@@ -147,6 +148,16 @@ def test_a_gemm_steps_products_lie_as_its_loop_readers_read_them():
     assert shape is not None and shape.copied_elements == 0
     before = read_cost(fused.segments[1], {**layouts, 2: fused.specs[2]}, fused, "float64", None, OPTIONS)
     assert read_cost(fused.segments[1], layouts, fused, "float64", None, OPTIONS) < before
+
+
+@pytest.mark.parametrize("across", [None, "reduced", "outputs", "both"])
+def test_the_loop_readers_cost_prices_every_kind_of_vector(across):
+    """read_cost of a reduction (a GEMM step's other reader, say) under every choice of
+    PlanOptions.across: a cost, whatever nest the choice gives (across both included)."""
+    fused, _ = pairwise_plan(LARGE_VALUE // (128 * 128), shared_r=False)
+    options = PlanOptions(exact=False, across=across)
+    cost = read_cost(fused.segments[1], dict(fused.specs), fused, "float64", None, options)
+    assert 0.0 < cost < float("inf")
 
 
 def test_a_result_stored_in_another_order_is_seen_in_its_own():

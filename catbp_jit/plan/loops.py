@@ -59,8 +59,9 @@ STORE_COST = {abi.CONSTANT: 0.2, abi.CONTIGUOUS: 0.2, abi.STRIDED: 6.0, abi.GATH
 VECTOR_COST = 20.0
 ACROSS_REDUCED, ACROSS_OUTPUTS, ACROSS_BOTH = "reduced", "outputs", "both"
 # a sum in order is a chain of dependent additions (one per ~4 cycles); sums of different
-# outputs are independent
-SUM_COST = {ACROSS_REDUCED: 1.0, ACROSS_OUTPUTS: 0.2}
+# outputs are independent (across both: lanes of outputs too, as plan/schedule.read_cost
+# prices such nests for the layout pass)
+SUM_COST = {ACROSS_REDUCED: 1.0, ACROSS_OUTPUTS: 0.2, ACROSS_BOTH: 0.2}
 # a leaf bigger than this (float64 elements, 4 MiB) is read from memory, not the caches:
 # each of its cache lines a term touches costs this much (a 64-byte line at ~20 GB/s).
 # 4, not 3: grid5_d3's reductions of its 115 MB product whose sums take a reduced axis of
