@@ -1,7 +1,7 @@
 """Source of the compiled-mode dispatcher: the whole schedule walked inside Numba.
 
-The schedule is data (the int64 table: one (kernel id, parameter offset, chunks) row per
-step), and so are the kernels: the dispatcher calls each through the C address of its
+The schedule is data (the int64 table: one (kernel id, parameter offset, chunks, finish)
+row per step), and so are the kernels: the dispatcher calls each through the C address of its
 compiled entry (an int64 array indexed by kernel id). It is therefore not linked against
 any kernel, and one dispatcher, compiled once per machine, serves every schedule. (Linking
 would make its compile re-optimize and re-emit every kernel it calls: seconds per
