@@ -28,9 +28,12 @@ import catbp_jit
 from catbp_jit import abi
 from catbp_jit.bundle import load_bundle
 from catbp_jit.executable import plan_options
-from catbp_jit.plan import tracks
+from catbp_jit.ir.schema import Axis, AxisType, TensorSpec
+from catbp_jit.plan import early, tracks
 from catbp_jit.plan.arena import SideBySide, track_fit
+from catbp_jit.plan.fusion import Fused, Segment
 from catbp_jit.plan.liveness import Interval
+from catbp_jit.plan.loops import ACROSS_REDUCED
 from catbp_jit.plan.options import PlanOptions
 from jit_helpers import (
     assert_same_bits,
@@ -389,6 +392,85 @@ def test_a_logprob_sum_costs_an_exp_per_term():
     assert tracks.segment_cost(loops(True)) == pytest.approx(plain)
     assert tracks.segment_cost(loops(True), exp_sums=True) == pytest.approx(plain + tracks.EXP_NS * 64)
     assert tracks.segment_cost(loops(False), exp_sums=True) == pytest.approx(plain)
+
+
+def test_a_long_sum_into_few_outputs_costs_its_chain():
+    """A sum into fewer outputs than LANES, on one thread, from chain_min_terms terms on:
+    CHAIN_NS a term (its outputs side by side where it sums in lanes); cut in chunks, or
+    under the bar, its work's estimate."""
+
+    def loops(chunks: int = 1, outputs: int = 1, lanes: bool = False):
+        return SimpleNamespace(
+            work=1 << 22,
+            workspace=0,
+            chunks=chunks,
+            pattern=SimpleNamespace(reduce=True, sums_in_lanes=lanes),
+            nest=SimpleNamespace(sizes=[outputs, (1 << 22) // outputs], out_rank=1, across=ACROSS_REDUCED),
+        )
+
+    terms = 1 << 22
+    plain = tracks.CALL_NS + tracks.NS_PER_WORK * terms
+    assert tracks.segment_cost(loops(), chain_min_terms=terms) == pytest.approx(tracks.CHAIN_NS * terms)
+    assert tracks.segment_cost(loops(outputs=2, lanes=True), chain_min_terms=1) == pytest.approx(
+        tracks.CHAIN_NS * terms / 2
+    )
+    assert tracks.segment_cost(loops(), chain_min_terms=terms + 1) == pytest.approx(plain)
+    assert tracks.segment_cost(loops(), chain_min_terms=None) == pytest.approx(plain)
+    assert tracks.segment_cost(loops(chunks=2), chain_min_terms=1) == pytest.approx(plain)
+    assert tracks.segment_cost(loops(outputs=abi.LANES), chain_min_terms=1) == pytest.approx(plain)
+
+
+def test_a_long_sum_starts_right_after_its_inputs():
+    """plan/early.py: [P, Q, R, S], S summing P's value to a scalar, becomes [P, S, Q, R];
+    a sum under the bar, or into LANES outputs or more, stays where it is."""
+    G = AxisType.GEOMETRIC
+    a, b = Axis(1, G, 64), Axis(2, G, 8)
+    big, row, one = TensorSpec((a, b)), TensorSpec((b,)), TensorSpec(())
+    P = Segment(2, big, (), (0, 1), False, False, (2,))
+    Q = Segment(3, row, (a,), (0,), True, False, (3,))
+    R = Segment(4, row, (), (3, 3), False, False, (4,))
+    S = Segment(5, one, (a, b), (2,), True, False, (5,))
+    wide = Segment(6, row, (a,), (2,), True, False, (6,))  # (8 outputs: LANES or more)
+    specs = {0: big, 1: big, 2: big, 3: row, 4: row, 5: one, 6: row}
+    kinds = {0: "factor", 1: "factor"} | {v: "computed" for v in range(2, 7)}
+    fused = Fused([P, Q, R, S, wide], specs, kinds, {}, {("s",): 5, ("r",): 4, ("w",): 6}, "PROB")
+    assert early.chain_terms(S) == 512 and early.chain_terms(wide) == 0 and early.chain_terms(P) == 0
+    assert early.start_early(fused, 512).segments == [P, S, Q, R, wide]
+    assert early.start_early(fused, 513).segments == [P, Q, R, S, wide]
+    assert early.start_early(fused, None) is fused
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_a_grid_with_its_sums_early_keeps_its_bits(grids, exact):
+    """The 4x4 grid with every sum into few outputs moved early (its totals and marginals:
+    chain_min_terms=1), in tracks: another order of segments, the bits in turn."""
+    grid = grids["grid4x4_d2"]
+    moved = compiled(grid, PlanOptions(exact=exact, tracks_always=True, chain_min_terms=1))
+    kept = compiled(grid, PlanOptions(exact=exact, tracks_always=True, chain_min_terms=None))
+    assert [s.out for s in moved.plan.fused.segments] != [s.out for s in kept.plan.fused.segments]
+    assert moved.schedule.tracks >= 0
+    f = factors(grid)
+    want = results(compiled(grid, PlanOptions(exact=exact, tracks=1)).bind(), factors=f)
+    sess = moved.bind()
+    for _ in range(3):
+        assert_same_bits(results(sess, factors=f), want)
+
+
+@given(cases())
+@settings(6)
+def test_random_programs_with_their_sums_early(case):
+    """Every sum into few outputs moved early (chain_min_terms=1), in tracks: the bits of
+    the schedule in program order, in turn, and the reference's."""
+    exe = compile_case(case, "compiled", options=PlanOptions(tracks_always=True, chain_min_terms=1))
+    ref = compile_case(case, "compiled", options=IN_TURN).bind()
+    sess = exe.bind()
+    order = [seg.out for seg in exe.plan.fused.segments]
+    event(f"moved: {order != [seg.out for seg in ref.exe.plan.fused.segments]}")
+    for which in range(len(case.inputs)):
+        got = session_results(sess, case.inputs[which])
+        assert_same_slots(run_reference(case, which), got, case, f"early, inputs {which}")
+        want = session_results(ref, case.inputs[which])
+        assert_same_bits({k: v for k, (v, _) in got.items()}, {k: v for k, (v, _) in want.items()})
 
 
 def test_tracks_are_used_where_they_gain_more_than_starting_them_costs():

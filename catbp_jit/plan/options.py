@@ -94,6 +94,12 @@ class PlanOptions:
     tracks: int = 2
     # ... or wherever the schedule allows it, whatever the estimate (for tests)
     tracks_always: bool = False
+    # a sum into fewer outputs than abi.LANES of at least this many terms, one thread's
+    # chain of additions, is moved to right after its inputs and priced as that chain, so
+    # that the tracks run it beside the rest of the schedule (plan/early.py): the 12 x 12
+    # 3-state grid's exact run, whose last marginal sums 129 M terms (230 ms), 508-552 ->
+    # 395-418 ms. None: left in program order (and the tracks' estimate as before)
+    chain_min_terms: int | None = 1 << 22
     align_bytes: int = ALIGN_BYTES
     max_bytes: int = DEFAULT_MAX_BYTES  # one tensor
     max_total_bytes: int | None = None  # all arenas (None: catbp_jit.memory.memory_limit())

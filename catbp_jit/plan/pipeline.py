@@ -2,7 +2,8 @@
 
     validate -> build_graph -> optimize -> fuse -> hoist_prefixes (exact, and MAXLOG) or
     reassociate, then (not exact) normalize_totals and split_reductions, when asked ->
-    share_permuted -> fold_products -> choose_layouts -> static_first -> plan_memory
+    share_permuted -> fold_products -> choose_layouts -> start_early (two tracks or more)
+    -> static_first -> plan_memory
     (with the workspace of GEMM steps' copies and of repacked leaves, plan/repack.py)
     -> build_schedule (GEMM steps, plan/gemm.py, else loop kernels) -> with_tracks (where the
     segments run in tracks, plan/tracks.py, whose estimate plan_memory took), and the binding
@@ -27,6 +28,7 @@ from ..memory import PlanTooLargeError, format_bytes, memory_limit
 from ..progress import Progress, silent
 from ..semiring import VMSemiringRuntime, semiring
 from .arena import MemoryPlan, plan_memory
+from .early import start_early
 from .folded import fold_products
 from .fusion import Fused, fuse
 from .gc_paused import gc_paused
@@ -173,6 +175,8 @@ def plan(
     layouts = choose_layouts(
         fused, batch_key, groups if gemm_readers else None, options.gemm_result_layouts, costs
     )
+    if options.tracks > 1:  # (a long sum beside the rest: after the layouts, which ties order)
+        fused = start_early(fused, options.chain_min_terms)
     fused, n_static = static_first(fused, static)
     persistent = persistent_values(fused, n_static)
 

@@ -39,6 +39,7 @@ from ..ir.schema import element_count
 from ..semiring import semiring
 from .arena import MemoryPlan, SideBySide
 from .fusion import Fused
+from .loops import ACROSS_REDUCED
 from .options import PlanOptions
 from .schedule import Schedule, SegmentLoops
 from .steps import Step
@@ -50,6 +51,11 @@ from .steps import Step
 CALL_NS = 50.0
 NS_PER_WORK = 0.15
 REPACK_NS_PER_ELEMENT = 0.25
+# A sum into fewer outputs than abi.LANES, on one thread (plan/early.py), is a chain of
+# dependent additions: the 12 x 12 3-state grid's total of 129 M terms took 230 ms (an
+# addition's latency, with the terms streamed from memory). Priced so from
+# PlanOptions.chain_min_terms terms (below, the work's estimate stands)
+CHAIN_NS = 1.8
 # A LOGPROB sum also takes an exp per term, the C library's, one at a time: 4.2 ns
 # measured, 28 work units. Counted, the tracks balance LOGPROB's messages better: grid4x8
 # exact 630 -> 567 us, reassociating 268 -> 257; grid6_d2 5.28 -> 5.17 ms, 1.77 -> 1.69
@@ -103,12 +109,21 @@ class TrackTimes:
         return SideBySide(track, self.start, self.finish, slack * self.makespan)
 
 
-def segment_cost(loops: SegmentLoops, exp_sums: bool = False) -> float:
+def segment_cost(loops: SegmentLoops, exp_sums: bool = False, chain_min_terms: int | None = None) -> float:
     """A loop segment's estimated time in ns (its repack step's included). exp_sums: the
-    semiring's sums take an exp per term (LOGPROB)."""
+    semiring's sums take an exp per term (LOGPROB); chain_min_terms: a sum into fewer
+    outputs than abi.LANES of at least this many terms, on one thread, takes CHAIN_NS a
+    term (its outputs' chains side by side where it sums in lanes)."""
     cost = CALL_NS + NS_PER_WORK * loops.work + REPACK_NS_PER_ELEMENT * loops.workspace
+    terms = prod(loops.nest.sizes)
     if exp_sums and loops.pattern.reduce:
-        cost += EXP_NS * prod(loops.nest.sizes)
+        cost += EXP_NS * terms
+    if chain_min_terms is not None and terms >= chain_min_terms and loops.pattern.reduce:
+        outputs = prod(loops.nest.sizes[: loops.nest.out_rank])
+        one_thread = loops.chunks == 1 and loops.nest.across == ACROSS_REDUCED
+        if one_thread and outputs < abi.LANES:
+            side = outputs if loops.pattern.sums_in_lanes else 1
+            cost = max(cost, CHAIN_NS * terms / max(1, side))
     return cost
 
 
@@ -121,7 +136,7 @@ def choose_tracks(
     if options.tracks < 2 or n - n_static < 2 or len(loops) < n:
         return None
     exp_sums = semiring(fused.semiring).is_log  # (⊕ takes an exp per term)
-    costs = [segment_cost(loops[i], exp_sums) for i in range(n)]
+    costs = [segment_cost(loops[i], exp_sums, options.chain_min_terms) for i in range(n)]
     times = simulate(fused, costs, n_static, options.tracks, itemsize)
     return times if times.gains() or options.tracks_always else None
 
