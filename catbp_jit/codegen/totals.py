@@ -20,6 +20,8 @@ LANES = 8
 LANES_ADDED = "((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))"
 TOTAL_PARTS = 16
 assert TOTAL_PARTS <= abi.BUFFER  # (the ranges' sums sit in a stack buffer)
+# (and, for a NORMALIZE cut in chunks, in the step's float64 slots: abi.SPLIT_FINISH)
+assert TOTAL_PARTS <= abi.SPLIT_TOTALS
 
 LANE_TOTAL = """
 
