@@ -5,6 +5,8 @@ lane, to the bit."""
 
 from __future__ import annotations
 
+import ctypes
+import mmap
 import os
 import re
 import subprocess
@@ -188,6 +190,59 @@ def test_and_of_bool_lines_is_and():
     out = np.zeros(w, np.bool_)
     both(out, a, b)
     assert np.array_equal(out, a & b)
+
+
+def before_a_guard_page(arr: np.ndarray) -> np.ndarray:
+    """A copy of arr ending where a page no process may read begins: a read past its end
+    faults. (The mapping is kept alive by the array.)"""
+    page = mmap.PAGESIZE
+    space = mmap.mmap(-1, 2 * page)
+    at = ctypes.addressof(ctypes.c_char.from_buffer(space))
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    assert libc.mprotect(at + page, page, 0) == 0, os.strerror(ctypes.get_errno())  # (PROT_NONE)
+    guarded = np.frombuffer(space, arr.dtype, count=arr.size, offset=page - arr.nbytes)
+    guarded[...] = arr
+    return guarded
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_gathered_line_within_a_window_reads_the_same_elements(dtype):
+    """A GATHERED line whose entries all lie within W elements from its lane 0's is one
+    load and a permute where the machine has AVX-512; every other line (lane 0's entry
+    not the least, entries W or more apart, a window past the array's end) is gathered.
+    Either way the line holds arr[i + table[t + w]], and nothing past the array is read:
+    the array ends where a window from the last lanes' entries would read past it."""
+    rng = np.random.default_rng(3)
+    w = width(dtype)
+    arr = before_a_guard_page(values(dtype, 6 * w, rng))
+    window = rng.integers(0, w, w)
+    window[0] = 0
+    lines = {
+        "window": 2 * w + window,
+        "lane 0 not the least": 2 * w + np.concatenate([[1, 0], window[2:]]),
+        "too wide": 2 * w + window * 2,
+        "broadcast": np.full(w, 3 * w),
+        "at the end": arr.size - w + window,
+        "past the end": np.concatenate([[arr.size - w + 1], np.full(w - 1, arr.size - 1)]),
+    }
+    for name, line in lines.items():
+        table = np.concatenate([rng.integers(0, w, w), line]).astype(np.int64)
+        out = np.zeros(4 * w, dtype)
+        loads(out, arr, 0, 1, table, w)
+        assert np.array_equal(out[3 * w :], arr[line]), name
+        out = np.zeros(4 * w, dtype)
+        loads(out, arr[w:], -w, 1, table, w)  # (the same elements from another base)
+        assert np.array_equal(out[3 * w :], arr[line]), name
+
+
+def test_a_window_is_a_permute_where_the_machine_has_gathers():
+    """HARDWARE_GATHERS (AVX-512): a float64 GATHERED line is a vpermpd (or vpermq) of one
+    load, beside the gather it falls back to."""
+    w = width(np.float64)
+    loads(np.zeros(4 * w), np.ones(4 * w), 0, 1, np.zeros(w, np.int64), 0)
+    code = "\n".join(loads.inspect_asm().values())
+    assert bool(re.search(r"^\s+vperm(pd|q)\s", code, re.M)) == HARDWARE_GATHERS
 
 
 def test_gathers_are_one_instruction_only_where_the_machine_has_them():

@@ -164,7 +164,45 @@ def _gather(context, builder, signature, args, vector, data, mask):
         return _one_by_one(builder, data, vector, mask, args, entry)
     wide = ir.VectorType(I64, vector.count)
     table = _load(builder, entries, wide, mask)
-    return _gathered(builder, data, vector, builder.add(_splat(builder, wide, args[1]), table), mask)
+    permute = _PERMUTES.get((vector.count, str(vector.element)))
+    if mask is not None or permute is None:
+        return _gathered(builder, data, vector, builder.add(_splat(builder, wide, args[1]), table), mask)
+    # a window: every lane's element within the W from lane 0's, one load and a permute
+    # (a gather loads element by element: a product of several gathered leaves waited
+    # on the load ports)
+    first = builder.load(entries)
+    within = builder.sub(table, _splat(builder, wide, first))
+    inside = builder.icmp_unsigned("<", within, _splat(builder, wide, I64(vector.count)))
+    bits = builder.bitcast(inside, ir.IntType(vector.count))
+    start = builder.add(args[1], first)
+    length = builder.extract_value(context.make_array(signature.args[0])(context, builder, args[0]).shape, 0)
+    fits = builder.icmp_signed("<=", builder.add(start, I64(vector.count)), length)
+    ok = builder.and_(builder.icmp_unsigned("==", bits, ir.IntType(vector.count)(-1)), fits)
+    with builder.if_else(ok, likely=True) as (window, gather):
+        with window:
+            loaded = _load(builder, builder.gep(data, [start]), vector, None)
+            name, index = permute
+            index_type = ir.VectorType(index, vector.count)
+            fn = builder.module.declare_intrinsic(name, fnty=ir.FunctionType(vector, [vector, index_type]))
+            lanes = within if index == I64 else builder.trunc(within, index_type)
+            by_window = builder.call(fn, [loaded, lanes])
+            window_block = builder.block
+        with gather:
+            by_gather = _gathered(builder, data, vector, builder.add(_splat(builder, wide, args[1]), table), None)
+            gather_block = builder.block
+    line = builder.phi(vector)
+    line.add_incoming(by_window, window_block)
+    line.add_incoming(by_gather, gather_block)
+    return line
+
+
+# (lanes, element) -> the AVX-512 permute of a line by lane indices, and the indices' type
+_PERMUTES = {
+    (8, "double"): ("llvm.x86.avx512.permvar.df.512", I64),
+    (8, "i64"): ("llvm.x86.avx512.permvar.di.512", I64),
+    (16, "float"): ("llvm.x86.avx512.permvar.sf.512", I32),
+    (16, "i32"): ("llvm.x86.avx512.permvar.si.512", I32),
+}
 
 
 def _one_by_one(builder, data, vector: ir.VectorType, mask, args, offset):
