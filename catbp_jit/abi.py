@@ -621,8 +621,8 @@ def pool_constants() -> str:
 # Schedule.tracks:
 #   TRACKS_COUNT  tracks
 #   TRACKS_STATE  where the tracks' state lines start, TRACK_STRIDE apart (a line each):
-#                 track k's TRACK_WORD is 2 x (its tasks done), + 1 while a thread runs
-#                 its next task; its TRACK_OWNED is 1 once a thread made it its own in
+#                 track k's TRACK_WORD is 2 x (its tasks done), + 1 while a thread holds
+#                 it (runs its next tasks); its TRACK_OWNED is 1 once a thread made it its own in
 #                 this run. Then per track JOINT_LINES lines for its joint step, a step
 #                 cut in chunks that idle threads share: JOINT_SEQ (its number, written
 #                 last), JOINT_STEP (its index) and JOINT_FIRST (its chunk c is the
@@ -635,7 +635,10 @@ def pool_constants() -> str:
 TRACKS_COUNT, TRACKS_STATE, TRACKS_HEADER = 0, 1, 2
 TRACK_TASKS, TRACK_COUNT, TRACK_FIELDS = 0, 1, 2
 TASK_FIRST, TASK_LAST, TASK_WAITS = 0, 1, 2
-TRACK_WORD, TRACK_OWNED, TRACK_STRIDE = 0, 1, 8
+# int64s to a 64-byte cache line: the table is 64-byte aligned in a session, so fields that
+# threads write apart are LINE_INT64S apart (the tracks' words, each step's scratch)
+LINE_INT64S = 8
+TRACK_WORD, TRACK_OWNED, TRACK_STRIDE = 0, 1, LINE_INT64S
 JOINT_SEQ, JOINT_STEP, JOINT_CLAIM, JOINT_DONE, JOINT_LINES = 0, 1, 8, 16, 3
 JOINT_FIRST = 2
 

@@ -60,7 +60,10 @@ class Session:
         the numpy tier for good (a check of the kernels against it, tiers.py)."""
         self.exe = exe
         self.mem = aligned_empty(exe.memory.total, exe.dtype) if mem is None else mem
-        self.table = exe.schedule.table.copy()  # kernels keep loop counters in its tail
+        # kernels keep loop counters in its tail, a line per step (tracks: steps run side
+        # by side write their own lines); the tracks' state words a line each
+        self.table = aligned_empty(exe.schedule.table.size, np.int64)
+        self.table[:] = exe.schedule.table
         self.before, self.after = before, after
         plan = exe.plan
 

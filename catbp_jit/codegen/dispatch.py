@@ -259,12 +259,28 @@ def run_tracks(C, P, K, mem_address, mem_length, P_address, P_length, kernels_ad
         spin_pause()
 
 
+@njit(nogil=True, inline="always")
+def waits_met(P, state, known, task, n):
+    """Whether the task at `task` may start: every track has done the tasks it waits for
+    (known: the progress this thread last read of each, walk_tracks)."""
+    for other in range(n):
+        need = P[task + TASK_WAITS + other]
+        if other < BUFFER and known[other] >= need:
+            continue
+        done_there = atomic_load(P, state + TRACK_STRIDE * other + TRACK_WORD) >> 1
+        if other < BUFFER:
+            known[other] = done_there
+        if done_there < need:
+            return False
+    return True
+
+
 @njit(nogil=True)
 def walk_tracks(K, mem_address, mem_length, P_address, P_length, P, at, own):
-    """Run tasks until every track is done: track `own`'s next task when it is ready (own
-    >= the tracks: none), else the next ready task of a track no thread owns, or of any
-    track once no track has moved for STEAL_PAUSES pauses (its owner descheduled); with
-    none ready, chunks of a joint step."""
+    """Run tasks until every track is done: track `own`'s next tasks while they are ready
+    (own >= the tracks: none), else the next ready tasks of a track no thread owns, or of
+    any track once no track has moved for STEAL_PAUSES pauses (its owner descheduled);
+    with none ready, chunks of a joint step."""
     n = P[at + TRACKS_COUNT]
     state = P[at + TRACKS_STATE]
     joints = state + TRACK_STRIDE * n  # (track k's joint step: TRACK_STRIDE * JOINT_LINES * k on)
@@ -286,7 +302,7 @@ def walk_tracks(K, mem_address, mem_length, P_address, P_length, P, at, own):
         ran = False
         moved = ZERO
         for k in range(n):
-            track = (own + k) % n
+            track = own + k if own + k < n else own + k - n  # (no division per task)
             word = state + TRACK_STRIDE * track + TRACK_WORD
             w = atomic_load(P, word)
             moved += w
@@ -300,22 +316,23 @@ def walk_tracks(K, mem_address, mem_length, P_address, P_length, P, at, own):
             if not mine and idle < STEAL_PAUSES and atomic_load(P, word - TRACK_WORD + TRACK_OWNED) != 0:
                 continue  # (its owner will)
             task = P[at + TRACKS_HEADER + TRACK_FIELDS * track + TRACK_TASKS] + row * done
-            ready = True
-            for other in range(n):
-                need = P[task + TASK_WAITS + other]
-                if other < BUFFER and known[other] >= need:
-                    continue
-                done_there = atomic_load(P, state + TRACK_STRIDE * other + TRACK_WORD) >> 1
-                if other < BUFFER:
-                    known[other] = done_there
-                if done_there < need:
-                    ready = False
-                    break
-            if ready and atomic_cas(P, word, w, w + 1):
-                run_task(K, mem_address, mem_length, P_address, P_length, P,
-                         P[task + TASK_FIRST], P[task + TASK_LAST],
-                         joints + TRACK_STRIDE * JOINT_LINES * track)
-                atomic_store(P, word, (done + 1) << 1)
+            if waits_met(P, state, known, task, n) and atomic_cas(P, word, w, w + 1):
+                # this thread holds the track (the bit in its word) while its next tasks
+                # are ready, publishing each one done with a release store: no other
+                # thread takes them, and a task costs no compare-and-swap (a locked
+                # instruction, which also waits for the last task's stores to leave the
+                # core)
+                count = P[at + TRACKS_HEADER + TRACK_FIELDS * track + TRACK_COUNT]
+                joint = joints + TRACK_STRIDE * JOINT_LINES * track
+                while True:
+                    run_task(K, mem_address, mem_length, P_address, P_length, P,
+                             P[task + TASK_FIRST], P[task + TASK_LAST], joint)
+                    done += 1
+                    task += row
+                    if done >= count or not waits_met(P, state, known, task, n):
+                        break
+                    atomic_store(P, word, (done << 1) | 1)
+                atomic_store(P, word, done << 1)
                 ran = True
                 break
         if left == 0:

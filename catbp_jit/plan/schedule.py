@@ -512,8 +512,10 @@ def build_schedule(
         if isinstance(step_params, abi.StepParams) and splits_finish(st, fused.semiring, options):
             step_params = replace(step_params, split_finish=True)
         if isinstance(step_params, abi.StepParams | abi.RepackParams):  # (a GEMM step keeps none)
+            cursor += -cursor % abi.LINE_INT64S  # (a line of its own: steps on two threads)
             step_params = replace(step_params, scratch=cursor)
             cursor += step_params.scratch_size()
+            cursor += -cursor % abi.LINE_INT64S
         laid.append(Step(st.segment, st.pattern, step_params, st.work))
     head: list[int] = []
     params: list[int] = []
