@@ -57,10 +57,11 @@ IN_TURN = PlanOptions(tracks=1)
 
 @pytest.fixture(scope="module")
 def grids(tmp_path_factory):
-    """A 4x4 grid of two states, and a 1x12 one (a chain)."""
+    """A 4x4 grid of two states, a 4x8 one, and a 1x12 one (a chain)."""
     out = tmp_path_factory.mktemp("grids")
-    assert grid_family.main(["--out", str(out), "4x4:2", "1x12:2"]) == 0
-    return {name: load_bundle(out / f"{name}__prob_float64") for name in ("grid4x4_d2", "grid1x12_d2")}
+    assert grid_family.main(["--out", str(out), "4x4:2", "4x8:2", "1x12:2"]) == 0
+    names = ("grid4x4_d2", "grid4x8_d2", "grid1x12_d2")
+    return {name: load_bundle(out / f"{name}__prob_float64") for name in names}
 
 
 def compiled(bundle, options: PlanOptions | None = None, **kw):
@@ -289,6 +290,53 @@ def test_memory_another_track_used_is_taken_after_the_slack():
     assert far[3] == far[0]  # 30 + 50 <= 100: free for track 1
     assert near[3] not in (near[0], near[1], near[2])  # 30 + 90 > 100: not yet
     assert near[4] in (near[0], near[2])  # the same track, after every user: free
+
+
+def test_a_pool_of_memory_per_track():
+    """track_fit with a pool per track (the setting of the test above): each track's values
+    take memory of their own, side by side, whatever the slack; a track's values still
+    share theirs (value 4 after every user of value 0 or 2)."""
+    sizes = dict.fromkeys(range(5), 8)
+    users = {0: [0, 2], 1: [1, 3], 2: [2], 3: [3], 4: [4]}
+    intervals = [Interval(0, 0, 2), Interval(1, 1, 3)] + [Interval(v, v, v) for v in (2, 3, 4)]
+    start, finish = [0.0, 10.0, 20.0, 100.0, 40.0], [10.0, 20.0, 30.0, 110.0, 50.0]
+    track = [0, 0, 0, 1, 0]
+    for slack in (50.0, 90.0):
+        side = SideBySide(track, start, finish, slack, pools=True)
+        p, high = track_fit(intervals, sizes, 8, users, side)
+        first = [p[v] for v in (0, 1, 2, 4)]
+        assert len({p[0], p[1], p[2]}) == 3  # live at once
+        assert p[4] in (p[0], p[2])  # the same track, after every user: free
+        assert p[3] >= max(first) + 8 and high == p[3] + 8  # track 1's pool after track 0's
+
+
+def test_each_workspace_line_is_written_by_one_track(grids):
+    """A 4x8 grid in tracks: a pool of memory per track (PlanOptions.track_pools; its plan
+    is affordable), so no two segments of different tracks write the same memory, which
+    they do without the pools; the table, as a session holds it, starts a cache line, and
+    so does each step's scratch (loop counters that threads write side by side)."""
+
+    def crossings(exe) -> int:
+        plan = exe.plan
+        written: dict[int, list[tuple[int, int]]] = {0: [], 1: []}
+        index = {id(seg): i for i, seg in enumerate(plan.fused.segments)}
+        for k, track in enumerate(tasks(exe)):
+            for first, _, _ in track:
+                i = index[id(exe.schedule.steps[first].segment)]
+                written[k] += tracks.segment_ranges(plan.fused, plan.memory, i)[1]
+        assert written[0] and written[1]
+        return sum(a0 < b1 and b0 < a1 for a0, a1 in written[0] for b0, b1 in written[1])
+
+    grid = grids["grid4x8_d2"]
+    exe = compiled(grid, ALWAYS)
+    assert crossings(exe) == 0
+    assert crossings(compiled(grid, ALWAYS.with_(track_pools=False))) > 0
+    sess = exe.bind()
+    assert sess.table.ctypes.data % 64 == 0
+    scratch = [st.params.scratch for st in exe.schedule.steps if hasattr(st.params, "scratch")]
+    assert scratch and all(at % abi.LINE_INT64S == 0 for at in scratch)
+    f = factors(grid)
+    assert_same_bits(results(sess, factors=f), results(compiled(grid, IN_TURN).bind(), factors=f))
 
 
 def test_run_call_runs_the_tracks_in_either_mode(grids):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..ir.schema import element_count
 from .fusion import Fused
@@ -114,6 +114,11 @@ class SideBySide:
     start: Sequence[float]
     finish: Sequence[float]
     slack: float
+    # each track's values in memory of its own (a pool per track, side by side): a line is
+    # then written by one core only; memory another core wrote last comes to the writer's
+    # core line by line, which made the tracks' kernels slower than the same kernels in
+    # turn (grid4x8_d2: measured below, plan/tracks.py's POOLS)
+    pools: bool = False
 
 
 def track_fit(
@@ -126,6 +131,18 @@ def track_fit(
     """first_fit for segments run side by side: each value (by its writer's index) takes the
     lowest aligned gap among the values whose memory it may not take (SideBySide).
     users: value -> the segments that write or read it."""
+    if side.pools:  # (static segments' values with the first track's: they run before all)
+        pools: dict[int, list[Interval]] = {}
+        for iv in intervals:
+            pools.setdefault(max(0, side.track[iv.start]), []).append(iv)
+        shared = replace(side, pools=False)
+        placed: dict[int, int] = {}
+        base = 0
+        for k in sorted(pools):
+            here, high = track_fit(pools[k], sizes, step, users, shared)
+            placed.update({v: base + offset for v, offset in here.items()})
+            base += _round_up(high, step)
+        return placed, base
     n = len(side.start)
     later_start = [float("inf")] * (n + 1)  # the earliest start of segments i.. (suffix minimum)
     for i in reversed(range(n)):

@@ -94,6 +94,9 @@ class PlanOptions:
     tracks: int = 2
     # ... or wherever the schedule allows it, whatever the estimate (for tests)
     tracks_always: bool = False
+    # tracks' values in a pool of memory per track, where that plan is affordable
+    # (plan/arena.track_fit): a workspace line is then written by one core only
+    track_pools: bool = True
     # a sum into fewer outputs than abi.LANES of at least this many terms, one thread's
     # chain of additions, is moved to right after its inputs and priced as that chain, so
     # that the tracks run it beside the rest of the schedule (plan/early.py): the 12 x 12

@@ -45,7 +45,7 @@ from .schedule import Schedule, SegmentLoops, build_schedule, loop_segments, rea
 from .split import split_reductions
 from .static import StaticInputs, check_static_ids, persistent_values, static_first, static_values
 from .totals import normalize_totals
-from .tracks import REUSE_SLACKS, TrackTimes, affordable, choose_tracks, with_tracks
+from .tracks import TrackTimes, affordable, choose_tracks, memory_plans, with_tracks
 
 # Binding kinds: what a session writes before a run, and what it reads after one.
 FACTOR_INPUT, SELECTOR_INPUT, SLOT_INPUT = "factor", "selector", "slot"
@@ -193,8 +193,8 @@ def plan(
         times = choose_tracks(fused, loops, n_static, options, sr.dtype.itemsize)
         if times is None:
             return memory, known, None
-        for slack in REUSE_SLACKS:
-            side = times.side_by_side(n_static, slack)
+        for pools, slack in memory_plans(options):
+            side = times.side_by_side(n_static, slack, pools)
             tracked = plan_memory(fused, sr.dtype.itemsize, options.align_bytes, persistent, work, side)
             if affordable(tracked, memory) or options.tracks_always:
                 return tracked, known, times

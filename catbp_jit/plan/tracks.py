@@ -102,11 +102,11 @@ class TrackTimes:
     def gains(self) -> bool:
         return self.makespan + TRACKS_START_NS < TRACKS_GAIN * self.serial
 
-    def side_by_side(self, n_static: int, slack: float) -> SideBySide:
+    def side_by_side(self, n_static: int, slack: float, pools: bool) -> SideBySide:
         """What the memory plan needs to know (arena.SideBySide), with a slack of this share
-        of the makespan (REUSE_SLACKS)."""
+        of the makespan (REUSE_SLACKS), and a pool of memory per track or not (POOLS)."""
         track = [-1] * n_static + list(self.track[n_static:])
-        return SideBySide(track, self.start, self.finish, slack * self.makespan)
+        return SideBySide(track, self.start, self.finish, slack * self.makespan, pools)
 
 
 def segment_cost(loops: SegmentLoops, exp_sums: bool = False, chain_min_terms: int | None = None) -> float:
@@ -139,6 +139,16 @@ def choose_tracks(
     costs = [segment_cost(loops[i], exp_sums, options.chain_min_terms) for i in range(n)]
     times = simulate(fused, costs, n_static, options.tracks, itemsize)
     return times if times.gains() or options.tracks_always else None
+
+
+def memory_plans(options: PlanOptions) -> list[tuple[bool, float]]:
+    """The tracks' memory plans to try, in turn, until one is affordable: (a pool of memory
+    per track, the slack). A pool per track first (PlanOptions.track_pools): memory that
+    another core wrote last comes to the writer's core line by line, and the kernels of
+    grid4x8_d2's tracks ran slower than the same kernels in turn (measured: the notes of
+    arena.SideBySide)."""
+    pooled = [(True, REUSE_SLACKS[0])] if options.track_pools else []
+    return pooled + [(False, slack) for slack in REUSE_SLACKS]
 
 
 def affordable(tracked: MemoryPlan, plain: MemoryPlan) -> bool:
