@@ -62,7 +62,7 @@ class Session:
         self.mem = aligned_empty(exe.memory.total, exe.dtype) if mem is None else mem
         # kernels keep loop counters in its tail, a line per step (tracks: steps run side
         # by side write their own lines); the tracks' state words a line each
-        self.table = aligned_empty(exe.schedule.table.size, np.int64)
+        self.table = aligned_empty(exe.schedule.table.size, np.dtype(np.int64))
         self.table[:] = exe.schedule.table
         self.before, self.after = before, after
         plan = exe.plan

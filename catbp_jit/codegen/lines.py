@@ -164,9 +164,10 @@ def _gather(context, builder, signature, args, vector, data, mask):
         return _one_by_one(builder, data, vector, mask, args, entry)
     wide = ir.VectorType(I64, vector.count)
     table = _load(builder, entries, wide, mask)
+    offsets = builder.add(_splat(builder, wide, args[1]), table)
     permute = _PERMUTES.get((vector.count, str(vector.element)))
     if mask is not None or permute is None:
-        return _gathered(builder, data, vector, builder.add(_splat(builder, wide, args[1]), table), mask)
+        return _gathered(builder, data, vector, offsets, mask)
     # a window: every lane's element within the W from lane 0's, one load and a permute
     # (a gather loads element by element: a product of several gathered leaves waited
     # on the load ports)
@@ -188,7 +189,7 @@ def _gather(context, builder, signature, args, vector, data, mask):
             by_window = builder.call(fn, [loaded, lanes])
             window_block = builder.block
         with gather:
-            by_gather = _gathered(builder, data, vector, builder.add(_splat(builder, wide, args[1]), table), None)
+            by_gather = _gathered(builder, data, vector, offsets, None)
             gather_block = builder.block
     line = builder.phi(vector)
     line.add_incoming(by_window, window_block)

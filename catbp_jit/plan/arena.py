@@ -136,13 +136,13 @@ def track_fit(
         for iv in intervals:
             pools.setdefault(max(0, side.track[iv.start]), []).append(iv)
         shared = replace(side, pools=False)
-        placed: dict[int, int] = {}
+        pooled: dict[int, int] = {}
         base = 0
         for k in sorted(pools):
             here, high = track_fit(pools[k], sizes, step, users, shared)
-            placed.update({v: base + offset for v, offset in here.items()})
+            pooled.update({v: base + offset for v, offset in here.items()})
             base += _round_up(high, step)
-        return placed, base
+        return pooled, base
     n = len(side.start)
     later_start = [float("inf")] * (n + 1)  # the earliest start of segments i.. (suffix minimum)
     for i in reversed(range(n)):
