@@ -19,7 +19,8 @@ kernel launch computing one segment, this measures:
   computes the same thing again. A repack step (plan/repack.py: copies of small leaves in
   the step's workspace) has no row: it is walked and timed with the step after it, whose
   leaves it copies. Per mode, `run` is the whole schedule run as a run runs it (its tracks
-  side by side where it has them, plan/tracks.py) without binding inputs; in turn, the
+  side by side where it has them, plan/tracks.py) without binding inputs, the median of
+  single runs; in turn, the
   step times add up to it (they are measured with their data in cache, the run's steps
   find some of it evicted by the steps between), in tracks it may take less.
 * bound: max(bytes / bandwidth, ops / arithmetic peak), with both peaks measured by a
@@ -247,6 +248,22 @@ def time_step(call, budget: Budget) -> float:
     return best_of(batch, budget.step_batches) / reps
 
 
+def time_run(call, budget: Budget, at_least: int = 20) -> float:
+    """Seconds per call, the median of single calls (at least `at_least` of them, and as
+    many as the step batches' time allows): a run is long enough to time alone, and a
+    median leaves out the runs a pool thread's wake-up or another process slowed (the
+    best of --quick's batches of ~10 runs still counted such a run: grid4x8_d2 LOGPROB
+    exact once 7.98 ms against 0.46)."""
+    call()
+    times: list[float] = []
+    end = time.perf_counter() + budget.step_seconds * budget.step_batches
+    while len(times) < at_least or time.perf_counter() < end:
+        t0 = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
 def measure_steps(exe, bundle, budget: Budget) -> tuple[list, float, float]:
     """Seconds per step of exe's schedule where a run spends them: each step walked alone
     by the dispatcher (Session.steps_call: a step of several chunks shares them with the
@@ -261,7 +278,7 @@ def measure_steps(exe, bundle, budget: Budget) -> tuple[list, float, float]:
         selectors={s: a for s, (a, _) in bundle.selectors.items()},
     )  # inputs, constants
     empty = time_step(sess.steps_call(0, 0), budget)
-    whole = time_step(sess.run_call(), budget)
+    whole = time_run(sess.run_call(), budget)
     times, first = [], None
     for i, step in enumerate(exe.schedule.steps):
         if step.pattern.template == "repack":  # walked with the step it copies for
@@ -543,7 +560,8 @@ def header_lines(peaks: dict, empty_s: float, quick: bool) -> list:
         "- time: each step walked alone by the dispatcher, as a run walks it (a repack step "
         "with the step after it), less an empty walk's time (a call of the dispatcher from "
         f"Python, about {fmt_seconds(empty_s)}); run: the whole schedule run as a run runs it "
-        "(tracks side by side, where it has them), without binding inputs",
+        "(tracks side by side, where it has them), without binding inputs: the median of "
+        "single runs",
         "- bytes: output + distinct leaves, once; ops: output x reduced elements x leaves; "
         "bound: max(bytes / bandwidth, ops / multiply-add peak, or for LOGPROB reductions "
         "terms / exp peak); x bound: time / bound",
