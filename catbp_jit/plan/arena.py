@@ -117,7 +117,7 @@ class SideBySide:
     # each track's values in memory of its own (a pool per track, side by side): a line is
     # then written by one core only; memory another core wrote last comes to the writer's
     # core line by line, which made the tracks' kernels slower than the same kernels in
-    # turn (grid4x8_d2: measured below, plan/tracks.py's POOLS)
+    # turn (grid4x8_d2, docs/architecture.md §8)
     pools: bool = False
 
 

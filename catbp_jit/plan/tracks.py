@@ -104,7 +104,7 @@ class TrackTimes:
 
     def side_by_side(self, n_static: int, slack: float, pools: bool) -> SideBySide:
         """What the memory plan needs to know (arena.SideBySide), with a slack of this share
-        of the makespan (REUSE_SLACKS), and a pool of memory per track or not (POOLS)."""
+        of the makespan (REUSE_SLACKS), and a pool of memory per track or not (memory_plans)."""
         track = [-1] * n_static + list(self.track[n_static:])
         return SideBySide(track, self.start, self.finish, slack * self.makespan, pools)
 
@@ -145,8 +145,8 @@ def memory_plans(options: PlanOptions) -> list[tuple[bool, float]]:
     """The tracks' memory plans to try, in turn, until one is affordable: (a pool of memory
     per track, the slack). A pool per track first (PlanOptions.track_pools): memory that
     another core wrote last comes to the writer's core line by line, and the kernels of
-    grid4x8_d2's tracks ran slower than the same kernels in turn (measured: the notes of
-    arena.SideBySide)."""
+    grid4x8_d2's tracks ran slower than the same kernels in turn (docs/architecture.md
+    §8)."""
     pooled = [(True, REUSE_SLACKS[0])] if options.track_pools else []
     return pooled + [(False, slack) for slack in REUSE_SLACKS]
 
