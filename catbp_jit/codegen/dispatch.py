@@ -286,6 +286,7 @@ def walk_tracks(K, mem_address, mem_length, P_address, P_length, P, at, own):
     joints = state + TRACK_STRIDE * n  # (track k's joint step: TRACK_STRIDE * JOINT_LINES * k on)
     row = TASK_WAITS + n
     owner = own < n
+    first = own % n  # the track this thread looks at first (its own, if it owns one)
     if owner:
         atomic_store(P, state + TRACK_STRIDE * own + TRACK_OWNED, ONE)
     idle = ZERO  # pauses since a track last moved
@@ -302,7 +303,7 @@ def walk_tracks(K, mem_address, mem_length, P_address, P_length, P, at, own):
         ran = False
         moved = ZERO
         for k in range(n):
-            track = own + k if own + k < n else own + k - n  # (no division per task)
+            track = first + k if first + k < n else first + k - n  # (no division per task)
             word = state + TRACK_STRIDE * track + TRACK_WORD
             w = atomic_load(P, word)
             moved += w
