@@ -380,7 +380,7 @@ print("same bits")
 """
 
 
-@pytest.mark.parametrize("threads", [4, 6])
+@pytest.mark.parametrize("threads", [4, pytest.param(6, marks=pytest.mark.slow)])  # (6: ~10 s more)
 def test_threads_beyond_the_tracks_take_joint_chunks(grids, threads):
     """With more threads than tracks (NUMBA_NUM_THREADS=4 or 6: three or five pool threads,
     two tracks), the threads that own no track share the joint steps' chunks: the same
