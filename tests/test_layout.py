@@ -180,3 +180,49 @@ def test_no_gemm_with_a_side_longer_than_blas_counts():
     for x, gemm in ((BLAS_MAX_SIDE, True), (BLAS_MAX_SIDE + 1, False)):
         fused, _ = pairwise_plan(x, shared_r=True)
         assert may_run_as_gemm(fused.segments[1], fused, "float64", PlanOptions(exact=False)) == gemm, x
+
+
+def copied_operand_plan() -> Fused:
+    """v2 = v0 ⊗ v1 (B, X, R1, R2), then v4 = Σ_{R1,R2} v2 ⊗ v3 (batch B, rows X, columns
+    Z) and v6 = Σ_Z v4 ⊗ v5 (batch B, rows X, columns Y1 Y2): GEMM steps whose factors v3
+    (B, R2, Z, R1) and v5 (B, Y2, Z, Y1) are no matrices as they lie (an axis of another
+    group between two of one), so each step copies its factor into a matrix, in any order."""
+    B, X, R1, R2, Z, Y1, Y2 = (
+        Axis(i, G, n) for i, n in ((1, 8), (2, 64), (3, 16), (4, 16), (5, 32), (7, 8), (8, 8))
+    )
+    specs = {
+        0: TensorSpec((B, X, R1, R2)),
+        1: TensorSpec((B, X, R1, R2)),
+        2: TensorSpec((B, X, R1, R2)),
+        3: TensorSpec((B, R2, Z, R1)),
+        4: TensorSpec((B, X, Z)),
+        5: TensorSpec((B, Y2, Z, Y1)),
+        6: TensorSpec((B, X, Y1, Y2)),
+    }
+    segments = [
+        Segment(2, specs[2], (), (0, 1), False, False, (2,)),
+        Segment(4, specs[4], (R1, R2), (2, 3), True, False, (4,)),
+        Segment(6, specs[6], (Z,), (4, 5), True, False, (6,)),
+    ]
+    kinds = {0: "factor", 1: "factor", 2: "computed", 3: "factor", 4: "computed", 5: "factor", 6: "computed"}
+    return Fused(segments, specs, kinds, {}, {("out",): 6}, "PROB")
+
+
+def test_an_operand_copied_into_a_matrix_sets_no_order():
+    """A GEMM operand that is no matrix as it lies is copied into one in whatever order the
+    step takes, so its order of a group decides nothing: the other operand keeps its summed
+    axes in its own order (v2: R1 R2, not v3's R2 R1), and the products their columns in
+    the result's (v6: Y1 Y2, not v5's Y2 Y1). The 12 x 12 3-state grid's values had
+    taken a copied operand's order of five axes, against the one its other values lie in,
+    and its sums read them gathered. Only the copies the operands need: none out."""
+    fused = copied_operand_plan()
+    groups = partial(gemm_groups, fused=fused, dtype="float64", options=OPTIONS)
+    layouts = choose_layouts(fused, None, groups)
+    B, X, R1, R2 = fused.specs[2].keys
+    _, _, Y1, Y2 = fused.specs[6].keys
+    assert layouts[2].keys == (B, X, R1, R2)
+    assert layouts[6].keys == (B, X, Y1, Y2)
+    for seg, factor in zip(fused.segments[1:], (3, 5)):
+        shape = gemm_shape(seg, fused, layouts, "float64", OPTIONS)
+        assert shape is not None and shape.copy_out is None
+        assert shape.copied_elements == int(np.prod(fused.specs[factor].shape))

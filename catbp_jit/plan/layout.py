@@ -44,12 +44,14 @@ def choose_layouts(
     prefers an order for is then stored, in program order (a value's leaves are settled
     before it):
     - written by a GEMM step: as its products come out (batch axes outermost, then its
-      rows and columns as its leaves hold them), so that it copies no output, in the
+      rows and columns as its leaves hold them; as the value's own order where a leaf is
+      no matrix as it lies, which the step copies into one), so that it copies no output, in the
       order that most of the GEMM steps reading it can read without a copy either; of
       those, the one its other readers' loops cost least in (read_cost: the loop-order
       cost model, plan/schedule.read_cost), else its spec's order first, where that is one;
     - read by a GEMM step: as the reader's matrix (the reader with the most work), its
-      summed axes in the order of the reader's other leaf if that one is settled;
+      summed axes in the order of the reader's other leaf if that one is settled and a
+      matrix as it lies (else their own order: the step copies the other leaf);
     - else as its producer reads its largest leaf of the same axes (a product then walks
       both in memory order); a result in its spec's order.
     A GEMM step copies whatever is not so into its workspace (plan/gemm.py). Results too
@@ -168,7 +170,9 @@ def _written_orders(keys: list, g: GemmGroups, keys0: tuple, keys1: tuple) -> li
     stored as keys0 and keys1: (axes of size 1,) batch axes in any order, then rows and
     columns each in the order of the leaf that has them, either first. `keys` first if it
     is one, then those with the batch axes as they are in `keys`."""
-    rows, cols = [k for k in keys0 if k in g.only0], [k for k in keys1 if k in g.only1]
+    # (a leaf that is no matrix as it lies is copied into one, in any order: it sets none)
+    rows = [k for k in (keys0 if _fits(keys0, g, 0, None) else keys) if k in g.only0]
+    cols = [k for k in (keys1 if _fits(keys1, g, 1, None) else keys) if k in g.only1]
     ones = [k for k in keys if k not in g.shared and k not in g.only0 and k not in g.only1]
     batch = [k for k in keys if k in g.shared]
     orders = [tuple(batch)]
@@ -197,11 +201,14 @@ def _fits(keys: list | tuple, g: GemmGroups, leaf: int, other: tuple | None) -> 
 def _read_order(keys: list, g: GemmGroups, leaf: int, other: tuple | None) -> list:
     """`keys` made a matrix for a GEMM step of groups g that reads it as leaf `leaf`:
     (axes of size 1,) batch axes, then its own and the summed group, each in the order it
-    has in `keys` (the summed one in `other`'s, where settled), the group of the innermost
+    has in `keys` (the summed one in `other`'s, where settled and a matrix), the group of the innermost
     of them last (a product that writes it then reads its leaves in much the same order)."""
     mine = g.only0 if leaf == 0 else g.only1
     own = [k for k in keys if k in mine]
-    red = [k for k in (other if other is not None else keys) if k in g.red]
+    # (the other leaf's summed order where it is a matrix as it lies: else it is copied
+    # into one, in any order)
+    order = other if other is not None and _fits(other, g, 1 - leaf, None) else keys
+    red = [k for k in order if k in g.red]
     ones = [k for k in keys if k not in g.shared and k not in mine and k not in g.red]
     batch = [k for k in keys if k in g.shared]
     inner = [k for k in keys if k in mine or k in g.red]
