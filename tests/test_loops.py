@@ -521,3 +521,29 @@ def test_many_small_reductions_take_the_kernel_across_outputs_of_their_own():
 
     assert vectors(MANY_SMALL_REDUCTIONS) == {ACROSS_OUTPUTS}
     assert vectors(MANY_SMALL_REDUCTIONS - 1) == {ACROSS_REDUCED}
+
+
+def test_a_big_leaf_is_read_once_where_it_lacks_an_output_axis():
+    """out[a, r, m, c] = Σ_b x[b, r, m, c] w[a, m, b], x beyond the caches (531441 float64)
+    and without a, the output's outermost axis: in the output's order the kernel reads all
+    of x once per position of a, from memory. With a moved in, just outside the vector (c),
+    each of x's lines serves every a from L1 (lines_per_term counts them so), and float sums
+    take that order (the 12 x 12 3-state grid's such sum of 531441 outputs: 1.1-1.2 ms ->
+    0.97-1.03). LOGPROB's (no lanes) keep the output's."""
+    sizes, groups = [3, 729, 3, 81, 3], [0, 0, 0, 0, 1]
+    operands = [[177147, 243, 81, 1, 0], [0, 243, 81, 1, 177147], [9, 0, 3, 0, 1]]
+
+    def nest(lanes):
+        copies = [list(op) for op in operands]
+        return loop_nest(list(sizes), list(groups), copies, True, 1, 256, True, None, False, lanes)
+
+    def a_axis(n):
+        (d,) = [d for d in range(len(n.sizes)) if n.operands[1][d] == 0 and n.groups[d] == 0]
+        return d
+
+    lanes, logs = nest(True), nest(False)
+    assert lanes.across == logs.across == ACROSS_OUTPUTS
+    assert a_axis(lanes) == lanes.vector_positions()[0] - 1 and a_axis(logs) == 0
+    assert lines_per_term(lanes, 1) < lines_per_term(logs, 1) / 2
+    want = terms_by_output(sizes, groups, operands)
+    assert terms_by_output(lanes.sizes, lanes.groups, lanes.operands) == want

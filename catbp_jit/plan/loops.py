@@ -80,6 +80,7 @@ SWEEP_CACHE_BYTES = 1 << 19
 # Twice the ways cost little (two leaves of 16 lines a set: 154 us across outputs against
 # 245 us across reduced axes), so only sets of more lines than that count
 L1_SETS, L1_WAYS = 64, 8
+L1_ELEMENTS = L1_SETS * L1_WAYS * 8  # (float64)
 CONFLICT_COST = 4.0
 PARALLEL_ROWS = 8  # a parallel step keeps at least this many rows outside its vector
 # Below this many terms a reduction keeps its vector across reduced axes whatever the
@@ -180,7 +181,13 @@ def loop_nest(
         if across_both is not None:
             return across_both
     candidates = []
-    for head in output_orders(sizes[:out_rank], [op[:out_rank] for op in operands], limit):
+    # (the orders that read main again from L1 for float sums (lanes) only: grid6_d2's
+    # exact LOGPROB plan took them, where each term's exp is the cost, and ran 3.90-3.92 ->
+    # 4.03-4.05 ms; its PROB one 1.60-1.63 -> 1.59-1.60 ms, grid5_d3's exact PROB within
+    # noise; the 12 x 12 3-state grid's reassociating sum of 531441 outputs from a leaf
+    # without its outermost axis 1.1-1.2 -> 0.97-1.03 ms)
+    reuse = main if lanes else None
+    for head in output_orders(sizes[:out_rank], [op[:out_rank] for op in operands], limit, reuse):
         order = head + list(range(out_rank, len(sizes)))
         s2, g2, o2 = canonical_loops(*_permute(order, sizes, groups, operands))
         if 0 in g2:
@@ -279,6 +286,12 @@ def lines_per_term(nest: LoopNest, main: int) -> float:
         d = outside[-1]
         steps = min(nest.sizes[d], max(2, (1 << 16) // len(offsets)))
         offsets = [o + i * nest.operands[main][d] for i in range(steps) for o in offsets]
+        # and the axes main lacks just outside that one, while what they read again
+        # stays in L1: at each of their positions main's lines come from L1
+        for d in reversed(outside[:-1]) if steps == nest.sizes[outside[-1]] else ():
+            if nest.operands[main][d] or len(offsets) * nest.sizes[d] > L1_ELEMENTS:
+                break
+            offsets = offsets * nest.sizes[d]
     return len({o // 8 for o in offsets}) / len(offsets)
 
 
@@ -441,7 +454,9 @@ def vector_cost(sizes: Sequence[int], operands: Sequence[Sequence[int]], overhea
     return cost + (VECTOR_COST * len(operands) / prod(sizes) if overhead else 0.0)
 
 
-def output_orders(sizes: Sequence[int], operands: Sequence[Sequence[int]], limit: int) -> list[list[int]]:
+def output_orders(
+    sizes: Sequence[int], operands: Sequence[Sequence[int]], limit: int, main: int | None = None
+) -> list[list[int]]:
     """The loop orders worth costing for axes whose order does not change results:
     vector_order's, and the output's own memory order (its innermost axes the vector,
     written contiguous). vector_order picks whole axes, so an axis too long for the vector
@@ -453,7 +468,21 @@ def output_orders(sizes: Sequence[int], operands: Sequence[Sequence[int]], limit
     (and 2 us to repack a leaf that is now gathered)."""
     greedy = vector_order(sizes, operands, limit)
     by_output = sorted(range(len(sizes)), key=lambda d: (-operands[0][d], d))
-    return [greedy] if by_output == greedy else [greedy, by_output]
+    orders = [greedy] if by_output == greedy else [greedy, by_output]
+    if main is None:
+        return orders
+    # With `main` (a leaf): each order again with the axes main lacks moved in, just outside
+    # its innermost axis, so that main's lines the vector reads serve every position of
+    # those axes while they are in L1 (lines_per_term counts them so); a leaf beyond the
+    # caches is otherwise read from memory once per position of such an axis outside
+    lacks = [d for d in range(len(sizes)) if operands[main][d] == 0 and sizes[d] > 1]
+    for order in list(orders):
+        rest = [d for d in order if d not in lacks]
+        if lacks and rest:
+            moved = rest[:-1] + [d for d in order if d in lacks] + rest[-1:]
+            if moved not in orders:
+                orders.append(moved)
+    return orders
 
 
 def filled_cost(nest: LoopNest) -> float:
