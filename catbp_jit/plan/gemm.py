@@ -80,11 +80,16 @@ MIN_REUSE = 4
 # Numba's wrappers: codegen/intrinsics.blas_dot): a longer side stays with the loop kernels
 BLAS_MAX_SIDE = 2**31 - 1
 # a step of at least this many batch positions, each a product of at most this many
-# multiply-adds (256^3), runs on all threads, and BLAS then on one (blas_threads.py):
+# multiply-adds (161^3), runs on all threads, and BLAS then on one (blas_threads.py):
 # ObjectDetection_11's solve went from 105 to 91 ms when its steps of 11 products of
-# 1.8 M multiply-adds joined those of 1,331 small ones (2 cores)
+# 1.8 M multiply-adds joined those of 1,331 small ones (2 cores). Larger products go to
+# BLAS's own threads, which share the packing of each: 3 products of 729 x 243 x 81
+# (14.3 M) took 0.93-0.98 ms so against 1.24-1.26 ms shared by batch position (the third
+# product on one thread alone), 11 of 160^3 (4.1 M) 1.33-1.48 against 1.03-1.07 (2 cores,
+# Numba's np.dot in a loop, medians). (2^24 before: the 12 x 12 3-state grid's steps of
+# 3 products of 14.3 M shared their batch positions, 1.8-2.0 ms each with the NORMALIZE)
 PARALLEL_BATCH = 2
-SMALL_PRODUCT = 1 << 24
+SMALL_PRODUCT = 1 << 22
 # A parallel LOGPROB step cuts its batch positions into this many parts, each with a
 # workspace of exponentials of its own (a constant, not the thread count: the plan and so
 # the bits never depend on the machine), where the parts' workspaces stay under 32 MiB
