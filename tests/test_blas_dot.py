@@ -15,8 +15,8 @@ from catbp_jit.codegen.intrinsics import blas_dot
 
 
 @njit(cache=False)
-def by_blas_dot(mem, ao, a_t, bo, b_t, oo, M, N, K):
-    blas_dot(mem, ao, a_t, bo, b_t, oo, M, N, K)
+def by_blas_dot(mem, ao, a_t, bo, b_t, oo, M, N, K, alpha=1.0):
+    blas_dot(mem, ao, a_t, bo, b_t, oo, M, N, K, alpha)
 
 
 @njit(cache=False)
@@ -48,6 +48,26 @@ def test_the_bits_of_np_dot_for_every_layout_and_shape(dtype):
         by_blas_dot(got, ao, a_t, bo, b_t, oo, M, N, K)
         case = f"M={M} N={N} K={K} a_t={a_t} b_t={b_t}"
         assert got.tobytes() == want.tobytes(), case
+        assert (got[:oo] == mem[:oo]).all() and (got[oo + M * N :] == mem[oo + M * N :]).all(), case
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_alpha_scales_every_product_by_blas_itself(dtype):
+    """alpha (a PROB GEMM step's reciprocal total) scales each element of the product in
+    the BLAS call, for every layout and shape class: within an ulp or two of np.dot's
+    product times alpha, and nothing written outside the product."""
+    rng = np.random.default_rng(5)
+    alpha = 0.37
+    for M, N, K, a_t, b_t in itertools.product((1, 2, 33), (1, 7), (1, 33), (0, 1), (0, 1)):
+        ao, bo = 3, 3 + M * K + 5
+        oo = bo + K * N + 5
+        mem = rng.random(oo + M * N + 5).astype(dtype)  # (positive: no cancellation)
+        want, got = mem.copy(), mem.copy()
+        by_np_dot(want, ao, a_t, bo, b_t, oo, M, N, K)
+        by_blas_dot(got, ao, a_t, bo, b_t, oo, M, N, K, alpha)
+        case = f"M={M} N={N} K={K} a_t={a_t} b_t={b_t}"
+        scaled = want[oo : oo + M * N] * np.asarray(alpha, dtype)
+        np.testing.assert_allclose(got[oo : oo + M * N], scaled, rtol=4 * np.finfo(dtype).eps, err_msg=case)
         assert (got[:oo] == mem[:oo]).all() and (got[oo + M * N :] == mem[oo + M * N :]).all(), case
 
 

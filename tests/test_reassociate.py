@@ -51,11 +51,14 @@ from random_programs import (
     AI,
     AJ,
     AK,
+    Case,
+    Inputs,
     cases,
     contract,
     elim,
     gemm_case,
     load,
+    normalize,
     random_values,
     store,
 )
@@ -335,6 +338,69 @@ def test_gemm_prob(a_axes, b_axes, keep):
 
 def test_gemm_prob_float32_normalized():
     run_gemm_case(gemm_case("PROB", "float32", (AI, AK), (AK, AJ), (AI, AJ), norm=True))
+
+
+# products that outnumber their operands' elements (64 x 64 of k = 8): a normalized GEMM
+# step's total then comes from the operands and scales the products in the BLAS call
+FI, FJ, FK = Axis(30, G, 64), Axis(31, G, 64), Axis(32, G, 8)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_a_normalized_gemm_step_scales_its_products_by_its_operands_total(dtype):
+    """Σ_k a ⊗ b normalized, its total as Σ_k (Σ_i a[i][k]) (Σ_j b[k][j]) and each product
+    times its reciprocal in the BLAS call (codegen/cpu_gemm.py): the reference's answer
+    within this mode's tolerance, and numpy's (a @ b) / total within a few ulps."""
+    case = gemm_case("PROB", dtype, (FI, FK), (FK, FJ), (FI, FJ), norm=True)
+    exe = run_gemm_case(case)
+    got = session_results(exe.bind(), case.inputs[0])[("out",)][0]
+    a, b = (case.inputs[0].factors[f].astype(np.float64) for f in (0, 1))
+    want = (a @ b) / (a @ b).sum()
+    np.testing.assert_allclose(got, want, rtol=8 * np.finfo(dtype).eps)
+
+
+def test_a_normalized_gemm_steps_kept_total_is_its_operands_total():
+    """The front end's scaled tensor (t = Σ_k a ⊗ b, its total stored, t normalized): the
+    stored total is the operands' (within rounding of the products' sum), and t is each
+    product times its reciprocal, bit for bit (BLAS's alpha), not the product divided by
+    it: the products come from the same step without the NORMALIZE."""
+    a_spec, b_spec = TensorSpec((FI, FK)), TensorSpec((FK, FJ))
+    prog = [
+        load(0, 0),
+        load(1, 1),
+        contract(2, (0, 1), TensorSpec((FI, FK, FJ))),
+        elim(3, 2, [FI.key, FJ.key]),
+        elim(4, 3, []),
+        store(("scale",), 4),
+        normalize(3),
+        store(("t",), 3),
+    ]
+    rng = np.random.default_rng(3)
+    factors = {0: rng.uniform(0.1, 2.0, a_spec.shape), 1: rng.uniform(0.1, 2.0, b_spec.shape)}
+    inputs = [Inputs(factors, {}, {})]
+    specs = {0: a_spec, 1: b_spec}
+    case = Case("PROB", np.dtype("float64"), [Program(tuple(prog), "up")], specs, {}, {}, inputs)
+    got = session_results(run_gemm_case(case).bind(), inputs[0])
+    total, t = float(got[("scale",)][0]), got[("t",)][0]
+    same = iter((factors[0], factors[1]))
+    plain = gemm_case("PROB", "float64", (FI, FK), (FK, FJ), (FI, FJ), values=lambda shape: next(same))
+    products = session_results(run_gemm_case(plain).bind(), plain.inputs[0])[("out",)][0]
+    assert abs(total / products.sum() - 1.0) < 1e-13
+    assert np.array_equal(t, products * (1.0 / total))
+    assert not np.array_equal(t, products / total)
+
+
+@pytest.mark.parametrize("poison", ["zeros", "inf", "nan"])
+def test_a_normalized_gemm_step_whose_operands_total_is_no_safe_number_divides_as_before(poison):
+    """A total of 0, inf or NaN from the operands scales nothing: the products' own total
+    and division stand, as the reference's NORMALIZE gives them (zeros stay zeros; inf and
+    NaN where the reference has them)."""
+    case = gemm_case("PROB", "float64", (FI, FK), (FK, FJ), (FI, FJ), norm=True)
+    a = case.inputs[0].factors[0]
+    if poison == "zeros":
+        a[:] = 0.0
+    else:
+        a[5, 3] = np.inf if poison == "inf" else np.nan
+    run_gemm_case(case)
 
 
 def logprob_values(rng):

@@ -78,9 +78,10 @@ from catbp_jit.codegen.intrinsics import {pointers}{libm}
 DOT = '''
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def dot(mem, ao, a_t, bo, b_t, oo, M, N, K):
-    """out = a · b at these offsets, each leaf C-order or transposed (np.dot's BLAS calls)."""
-    blas_dot(mem, ao, a_t, bo, b_t, oo, M, N, K)
+def dot(mem, ao, a_t, bo, b_t, oo, M, N, K, scale):
+    """out = scale · (a · b) at these offsets, each leaf C-order or transposed (np.dot's
+    BLAS calls where scale is 1)."""
+    blas_dot(mem, ao, a_t, bo, b_t, oo, M, N, K, scale)
 '''
 
 # a's element (i, k) sits at ao + i * ai + k * ak; b's (k, j) at bo + k * bk + j * bj
@@ -110,7 +111,7 @@ def log_dot(mem, ao, a_t, bo, b_t, oo, M, N, K, w):
         for k in range(K):
             at = k * bk + j * bj
             mem[eb + at] = libm.exp(mem[bo + at] - mem[mb + j])
-    dot(mem, ea, a_t, eb, b_t, oo, M, N, K)
+    dot(mem, ea, a_t, eb, b_t, oo, M, N, K, 1.0)
     for i in range(M):
         for j in range(N):
             s = mem[oo + i * N + j]
@@ -405,6 +406,82 @@ _BATCH_OFFSETS = """        oo, ao, bo = P[p + GEMM_C], P[p + GEMM_A], P[p + GEM
             ao += i * P[f + 2]
             bo += i * P[f + 3]
 """
+# PROB's NORMALIZE of a whole output (one group) whose products outnumber their operands'
+# elements: its total from the operands (Σ_k of a's column sums times b's row sums, each
+# operand read once), then each product scaled by its reciprocal in the BLAS call itself
+# (alpha): no pass over the products for the total, none for the division. The 12 x 12
+# 3-state grid's step of 3 products of 729 x 243 (k = 81) 1.72-1.84 -> 1.17-1.31 ms (where
+# the operands outnumber the products, as in its steps of 243 x 81 products with k = 729,
+# the passes over the products read less; such a step measured within noise either way). A
+# total that is not a safe normal number (0, inf, NaN, or so large or small that its
+# reciprocal is not) leaves the products unscaled, and the passes below take the total
+# from the products as before
+_FOLDED_HEAD = """    G = p + GEMM_HEADER + GEMM_BATCH_FIELDS * nb  # the NORMALIZE groups
+    folded, scale, total = False, 1.0, 0.0
+    if P[G] == 1 and P[G + 2] == 1 and M * K + K * N < M * N:
+        total = operands_total(mem, P, p, nb, n_batch, M, N, K)
+        folded = FOLD_MIN < total < FOLD_MAX
+        scale = 1.0 / total if folded else 1.0
+"""
+_FOLDED_TAIL = """    if folded:
+        if P[G + 3] >= 0:  # the total kept as a value of its own (plan/totals.py)
+            mem[P[G + 3]] = total
+        for _ in range(n_after):  # the scaled products into the output
+            q = strided_copy(mem, P, q)
+        return
+"""
+OPERANDS_TOTAL = '''
+
+@njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc"})
+def operands_total(mem, P, p, nb, n_batch, M, N, K):
+    """Σ of the elements of every product a · b of the step: per batch position, Σ_k of
+    (Σ_i a[i][k]) (Σ_j b[k][j]), k in blocks of HALF, a's and b's sums in the two halves of
+    the stack's buffer. Sums of reals in any order (fastmath reassoc: vectorized), as this
+    mode's totals are (docs/architecture.md §12)."""
+    sums = carray(stack_buffer_float64(), BUFFER)  # (float32 operands summed in float64)
+    a_t, b_t = P[p + GEMM_A_T], P[p + GEMM_B_T]
+    total = 0.0
+    for t in range(n_batch):
+        ao, bo = P[p + GEMM_A], P[p + GEMM_B]
+        rem = t * 1
+        for d in range(nb - 1, -1, -1):
+            f = p + GEMM_HEADER + GEMM_BATCH_FIELDS * d
+            i = rem % P[f]
+            rem //= P[f]
+            ao += i * P[f + 2]
+            bo += i * P[f + 3]
+        for k0 in range(0, K, HALF):
+            n = min(HALF, K - k0)
+            for k in range(n):
+                sums[k] = 0.0
+                sums[HALF + k] = 0.0
+            if a_t:  # a stored [K][M]: a's column k is a row there
+                for k in range(n):
+                    s = 0.0
+                    for i in range(M):
+                        s += mem[u(ao + (k0 + k) * M + i)]
+                    sums[k] = s
+            else:
+                for i in range(M):
+                    for k in range(n):
+                        sums[k] += mem[u(ao + i * K + k0 + k)]
+            if b_t:  # b stored [N][K]
+                for j in range(N):
+                    for k in range(n):
+                        sums[HALF + k] += mem[u(bo + j * K + k0 + k)]
+            else:
+                for k in range(n):
+                    s = 0.0
+                    for j in range(N):
+                        s += mem[u(bo + (k0 + k) * N + j)]
+                    sums[HALF + k] = s
+            for k in range(n):
+                total += sums[k] * sums[HALF + k]
+    return total
+'''
+# the totals whose reciprocal scales the products (a safe normal number, and its reciprocal)
+FOLD_RANGE = {"float64": ("1e-300", "1e300"), "float32": ("1e-30", "1e30")}
+
 _ENTRY_TAIL = """    for _ in range(n_after):  # the products into the output
         q = strided_copy(mem, P, q)
 """
@@ -412,8 +489,7 @@ _ENTRY_TAIL = """    for _ in range(n_after):  # the products into the output
 # total from the products there (dense, C order), then each element divided by it as the
 # copy writes it, instead of a pass for the total and a pass for the division over the
 # output after the copy (ObjectDetection_11's steps of 1.77 M elements: ~1.2 ms of 3.5)
-_DIVIDED_TAIL = """    G = p + GEMM_HEADER + GEMM_BATCH_FIELDS * nb  # the NORMALIZE groups
-    groups, es, totals = P[G], P[G + 2], P[G + 3]
+_DIVIDED_TAIL = """    groups, es, totals = P[G], P[G + 2], P[G + 3]
     if n_after == 1 and groups == 1 and es == 1:
         total = parts_total(mem, P[p + GEMM_C], np.int64(1), M * N * n_batch)
         if totals >= 0:  # the total kept as a value of its own (plan/totals.py)
@@ -517,17 +593,23 @@ def kernel_source(pattern: KernelPattern) -> str:
     call = (
         "log_dot(mem, ao, P[p + GEMM_A_T], bo, P[p + GEMM_B_T], oo, M, N, K, P[p + GEMM_WORK])"
         if log
-        else "dot(mem, ao, P[p + GEMM_A_T], bo, P[p + GEMM_B_T], oo, M, N, K)"
+        else f"dot(mem, ao, P[p + GEMM_A_T], bo, P[p + GEMM_B_T], oo, M, N, K, {'scale' if lanes else '1.0'})"
     )
     if log and pattern.parallel:
         lines += f"LOG_PARTS = {LOG_PARTS}  # parts of the batch, a workspace each\n"
+    if lanes:
+        low, high = FOLD_RANGE[pattern.dtype]
+        lines += f"FOLD_MIN, FOLD_MAX = {low}, {high}  # totals that scale the products\n"
+        lines += "HALF = BUFFER // 2  # a block of k's sums of a, and of b\n"
+        lines += OPERANDS_TOTAL
     lines += _ENTRY_HEAD.format(dtype=pattern.dtype, parallel=parallel)
+    lines += _FOLDED_HEAD if lanes else ""
     lines += _batches(pattern.parallel, log, call)
-    lines += (_DIVIDED_TAIL if lanes else "") + _ENTRY_TAIL
+    lines += (_FOLDED_TAIL + _DIVIDED_TAIL if lanes else "") + _ENTRY_TAIL
     if pattern.normalize:
         body = _normalize(sr, pattern.dtype, pattern.parallel, lanes=lanes)
         body[0] = "    G = p + GEMM_HEADER + GEMM_BATCH_FIELDS * nb  # the NORMALIZE groups"
-        body = body[1:] if lanes else body  # (_DIVIDED_TAIL has placed G)
+        body = body[1:] if lanes else body  # (_FOLDED_HEAD has placed G)
         lines += "\n".join(["    out = P[p + OUT]", "    n_out = M * N * n_batch"] + body) + "\n"
     return lines
 

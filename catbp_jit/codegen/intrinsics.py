@@ -259,9 +259,11 @@ def prefetch_for_write(typingctx, arr, i):
 
 
 @intrinsic
-def blas_dot(typingctx, mem, ao, a_t, bo, b_t, oo, M, N, K):
-    """mem[oo:] = a · b, an M x N C-order matrix, through BLAS: a at mem[ao:] is M x K in C
-    order, or its transpose (K x M) stored when a_t; b at mem[bo:] is K x N, or N x K when b_t.
+def blas_dot(typingctx, mem, ao, a_t, bo, b_t, oo, M, N, K, alpha):
+    """mem[oo:] = alpha · (a · b), an M x N C-order matrix, through BLAS: a at mem[ao:] is
+    M x K in C order, or its transpose (K x M) stored when a_t; b at mem[bo:] is K x N, or
+    N x K when b_t. (alpha = 1: np.dot's bits; a PROB GEMM step's NORMALIZE passes its
+    reciprocal total, codegen/cpu_gemm.py.)
 
     What Numba's np.dot(a, b, out) does for those layouts, with the layouts known only when
     it runs: the same BLAS functions (Numba's numba_xxgemm, numba_xxgemv and numba_xxdot,
@@ -273,7 +275,9 @@ def blas_dot(typingctx, mem, ao, a_t, bo, b_t, oo, M, N, K):
         return None
     if not all(isinstance(t, types.Integer) for t in (ao, a_t, bo, b_t, oo, M, N, K)):
         return None
-    sig = types.void(mem, ao, a_t, bo, b_t, oo, M, N, K)
+    if not isinstance(alpha, types.Float):
+        return None
+    sig = types.void(mem, ao, a_t, bo, b_t, oo, M, N, K, alpha)
 
     def codegen(context, builder, signature, args):
         from numba.core import cgutils
@@ -283,8 +287,9 @@ def blas_dot(typingctx, mem, ao, a_t, bo, b_t, oo, M, N, K):
         dtype = signature.args[0].dtype
         array = context.make_array(signature.args[0])(context, builder, args[0])
         ao, a_t, bo, b_t, oo, m, n, k = (
-            context.cast(builder, v, t, types.int64) for v, t in zip(args[1:], signature.args[1:])
+            context.cast(builder, v, t, types.int64) for v, t in zip(args[1:9], signature.args[1:9])
         )
+        scale = context.cast(builder, args[9], signature.args[9], dtype)
         i64, char, void_p = ir.IntType(64), ir.IntType(8), ir.IntType(8).as_pointer()
 
         def at(offset):
@@ -303,7 +308,7 @@ def blas_dot(typingctx, mem, ao, a_t, bo, b_t, oo, M, N, K):
 
         kind = ir.Constant(char, ord("d" if dtype == types.float64 else "s"))
         trans, no_trans = ir.Constant(char, ord("t")), ir.Constant(char, ord("n"))
-        alpha = builder.bitcast(cgutils.alloca_once_value(builder, context.get_constant(dtype, 1.0)), void_p)
+        alpha = builder.bitcast(cgutils.alloca_once_value(builder, scale), void_p)
         beta = builder.bitcast(cgutils.alloca_once_value(builder, context.get_constant(dtype, 0.0)), void_p)
 
         def gemv(matrix, c_order, rows, cols, vector):
@@ -339,8 +344,10 @@ def blas_dot(typingctx, mem, ao, a_t, bo, b_t, oo, M, N, K):
                 cgutils.memset(builder, at(oo), size, 0)
             with terms, builder.if_else(builder.icmp_signed("==", n, const(1))) as (column, matrix):
                 with column, builder.if_else(builder.icmp_signed("==", m, const(1))) as (vector, rows):
-                    with vector:  # (1 x K) · (K x 1)
+                    with vector:  # (1 x K) · (K x 1), then alpha (x 1: the same bits)
                         blas("numba_xxdot", [kind, ir.Constant(char, 0), k, at(ao), at(bo), at(oo)])
+                        out = builder.gep(array.data, [oo])
+                        builder.store(builder.fmul(builder.load(out), scale), out)
                     with rows:  # (M x K) · (K x 1)
                         gemv(at(ao), builder.not_(a_transposed), m, k, at(bo))
                 with matrix, builder.if_else(builder.icmp_signed("==", m, const(1))) as (row, product):
