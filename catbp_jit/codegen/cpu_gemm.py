@@ -430,7 +430,8 @@ _FOLDED_TAIL = """    if folded:
             q = strided_copy(mem, P, q)
         return
 """
-OPERANDS_TOTAL = '''
+OPERANDS_TOTAL = (
+    '''
 
 @njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc"})
 def operands_total(mem, P, p, nb, n_batch, M, N, K):
@@ -442,15 +443,9 @@ def operands_total(mem, P, p, nb, n_batch, M, N, K):
     a_t, b_t = P[p + GEMM_A_T], P[p + GEMM_B_T]
     total = 0.0
     for t in range(n_batch):
-        ao, bo = P[p + GEMM_A], P[p + GEMM_B]
-        rem = t * 1
-        for d in range(nb - 1, -1, -1):
-            f = p + GEMM_HEADER + GEMM_BATCH_FIELDS * d
-            i = rem % P[f]
-            rem //= P[f]
-            ao += i * P[f + 2]
-            bo += i * P[f + 3]
-        for k0 in range(0, K, HALF):
+'''
+    + _BATCH_OFFSETS.format(rem="rem = t * 1")
+    + """        for k0 in range(0, K, HALF):
             n = min(HALF, K - k0)
             for k in range(n):
                 sums[k] = 0.0
@@ -478,7 +473,8 @@ def operands_total(mem, P, p, nb, n_batch, M, N, K):
             for k in range(n):
                 total += sums[k] * sums[HALF + k]
     return total
-'''
+"""
+)
 # the totals whose reciprocal scales the products (a safe normal number, and its reciprocal)
 FOLD_RANGE = {"float64": ("1e-300", "1e300"), "float32": ("1e-30", "1e30")}
 
