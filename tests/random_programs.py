@@ -607,9 +607,11 @@ def gemm_case(semiring, dtype, a_axes, b_axes, keep, norm=False, values=None, se
     )
 
 
-def scale_case(semiring, dtype="float64", seed=0):
+def scale_case(semiring, dtype="float64", seed=0, axes=(AI, AK, AJ)):
     """The front end's scaled tensor (frontend/emit_tree.py): t = Σ_k a ⊗ b, its total
-    stored as ("scale",), t normalized and stored as ("t",), then read again (Σ t ⊗ c)."""
+    stored as ("scale",), t normalized and stored as ("t",), then read again (Σ t ⊗ c);
+    axes: i, k and j."""
+    AI, AK, AJ = axes
     a_spec, b_spec, c_spec = TensorSpec((AI, AK)), TensorSpec((AK, AJ)), TensorSpec((AJ, AI))
     t_spec = TensorSpec((AI, AJ))
     prog = [

@@ -51,15 +51,13 @@ from random_programs import (
     AI,
     AJ,
     AK,
-    Case,
-    Inputs,
     cases,
     contract,
     elim,
     gemm_case,
     load,
-    normalize,
     random_values,
+    scale_case,
     store,
 )
 
@@ -363,24 +361,10 @@ def test_a_normalized_gemm_steps_kept_total_is_its_operands_total():
     stored total is the operands' (within rounding of the products' sum), and t is each
     product times its reciprocal, bit for bit (BLAS's alpha), not the product divided by
     it: the products come from the same step without the NORMALIZE."""
-    a_spec, b_spec = TensorSpec((FI, FK)), TensorSpec((FK, FJ))
-    prog = [
-        load(0, 0),
-        load(1, 1),
-        contract(2, (0, 1), TensorSpec((FI, FK, FJ))),
-        elim(3, 2, [FI.key, FJ.key]),
-        elim(4, 3, []),
-        store(("scale",), 4),
-        normalize(3),
-        store(("t",), 3),
-    ]
-    rng = np.random.default_rng(3)
-    factors = {0: rng.uniform(0.1, 2.0, a_spec.shape), 1: rng.uniform(0.1, 2.0, b_spec.shape)}
-    inputs = [Inputs(factors, {}, {})]
-    specs = {0: a_spec, 1: b_spec}
-    case = Case("PROB", np.dtype("float64"), [Program(tuple(prog), "up")], specs, {}, {}, inputs)
-    got = session_results(run_gemm_case(case).bind(), inputs[0])
+    case = scale_case("PROB", seed=3, axes=(FI, FK, FJ))
+    got = session_results(run_gemm_case(case).bind(), case.inputs[0])
     total, t = float(got[("scale",)][0]), got[("t",)][0]
+    factors = case.inputs[0].factors
     same = iter((factors[0], factors[1]))
     plain = gemm_case("PROB", "float64", (FI, FK), (FK, FJ), (FI, FJ), values=lambda shape: next(same))
     products = session_results(run_gemm_case(plain).bind(), plain.inputs[0])[("out",)][0]
