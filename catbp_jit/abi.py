@@ -115,6 +115,9 @@ LINE_SUMS_MAX = BUFFER - 2 * 8
 # cpu.py: _lanes_reduction), each its own chain of additions in its own order, a
 # BUFFER // LANES piece of the buffer each
 LANES = 4
+# ... and the lanes of one float64 output's sum in the reassociating mode (and of a
+# NORMALIZE's total: codegen/totals.py), a line's elements
+SUM_LANES = 8
 
 # an operand's access along the vector: [kind, step, table]
 ACCESS_FIELDS = 3

@@ -382,6 +382,8 @@ def plan_options(
         options = options.with_(line_products=False)
     if not the_target.lane_totals and options.lane_totals:
         options = options.with_(lane_totals=False)
+    if not the_target.lane_sums and options.lane_sums:
+        options = options.with_(lane_sums=False)
     if options.tracks > 1 and not the_target.tracks:
         options = options.with_(tracks=1)
     if max_bytes != DEFAULT_MAX_BYTES:

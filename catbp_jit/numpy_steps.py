@@ -11,6 +11,8 @@ of by a compiled kernel. Every operation is the kernel's (codegen/cpu.py):
   is pairwise: other bits), so it is `np.add.accumulate`, never `np.sum`;
 - PROB's NORMALIZE total in the reassociating mode is summed in the kernels' ranges of
   lanes (`lane_totals`, codegen/totals.py), each lane, range and the ranges' sums in order;
+  and a float64 PROB sum across reduced axes in that mode adds each output's terms in the
+  kernels' lanes (`lane_sums`, KernelPattern.terms_in_lanes), each lane in order;
 - LOGPROB's logsumexp is the kernels' two passes, the largest term then the sum of
   exp(x - top), in float64 with the C library's exp and log (what a compiled kernel
   calls; numpy's own take other code paths on some CPUs), so the same bits there too;
@@ -99,6 +101,21 @@ def lane_totals(terms: np.ndarray) -> np.ndarray:
     return total
 
 
+def lane_sums(terms: np.ndarray, V: int) -> np.ndarray:
+    """Row sums of a 2-D array as a reassociating kernel adds each output's terms in lanes
+    (KernelPattern.terms_in_lanes): the terms in runs of V (the kernel's vector), term v
+    of each run into lane v % LANES, each lane in order from 0.0, then the lanes added
+    pairwise (codegen/totals.py). A run's last V % LANES terms fill a part of a line whose
+    other lanes add 0.0, which leaves a sum that started at 0.0 as it was: zeros here."""
+    rows, n = terms.shape
+    width = -(-V // LANES) * LANES
+    runs = np.zeros((rows, n // V, width), np.float64)
+    runs[:, :, :V] = terms.reshape(rows, n // V, V)
+    by_lane = runs.reshape(rows, -1, LANES).transpose(0, 2, 1).reshape(rows * LANES, -1)
+    s = in_order_sum(by_lane).reshape(rows, LANES)
+    return ((s[:, 0] + s[:, 1]) + (s[:, 2] + s[:, 3])) + ((s[:, 4] + s[:, 5]) + (s[:, 6] + s[:, 7]))
+
+
 def numpy_steps(plan: Plan, mem: np.ndarray, table: np.ndarray) -> list[Callable[[], None]]:
     """One function per step of the plan's schedule, computing it over `mem` as laid
     out by `table` (a session's buffer and its copy of the schedule table)."""
@@ -166,6 +183,8 @@ def _step(pattern, params: abi.StepParams, mem: np.ndarray) -> Callable[[], None
             return np.max(terms, axis=1)
         if dtype.kind in "iu":
             return np.add.reduce(terms, axis=1, dtype=dtype)  # wraps, in any order
+        if pattern.terms_in_lanes:
+            return lane_sums(terms, params.block_size)
         return in_order_sum(terms)
 
     def normalize() -> None:

@@ -645,3 +645,32 @@ def scale_case(semiring, dtype="float64", seed=0, axes=(AI, AK, AJ)):
         {},
         [Inputs(factors, {}, {})],
     )
+
+
+# Sums into outputs i (3: fewer than a kernel's side-by-side outputs) and d over r (40)
+# and s (21: not a whole number of lines): the reassociating mode's sums in lanes
+# (tests/test_lane_sums.py, and on the GPU test_cuda_kernels.py)
+LI, LD, LR, LS = Axis(20, G, 3), Axis(21, G, 5), Axis(22, G, 40), Axis(23, G, 21)
+LANE_SUM_CASES = {
+    # one leaf whose terms lie in a row in memory: the kernel adds them where they lie
+    "one leaf": ((LI, LS), None, [LI]),
+    # one leaf, 840 terms an output: vectors of 210 (a long axis is cut), each through buf
+    "one leaf, vectors": ((LI, LR, LS), None, [LI]),
+    # two leaves, 840 terms; in pieces of buf, the last a part of a line
+    "two leaves": ((LI, LR, LS), (LD, LR, LS), [LI, LD]),
+    # a leaf without r, repacked (plan/repack.py)
+    "a leaf without r": ((LI, LR, LS), (LD, LS), [LI, LD]),
+}
+
+
+def lane_sum_case(name, semiring="PROB", dtype="float64", values=None):
+    """LANE_SUM_CASES[name] as a Case: Σ a ⊗ b kept over its outputs, or Σ a alone."""
+    a_axes, b_axes, keep = LANE_SUM_CASES[name]
+    case = gemm_case(semiring, dtype, a_axes, b_axes or a_axes, keep, values=values)
+    if b_axes is not None:
+        return case
+    prog = (load(0, 0), elim(1, 0, [x.key for x in keep]), store(("out",), 1))
+    case.programs = [Program(prog, "upward")]
+    case.factor_specs = {0: case.factor_specs[0]}
+    case.inputs = [Inputs({0: case.inputs[0].factors[0]}, {}, {})]
+    return case

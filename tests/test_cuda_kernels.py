@@ -50,7 +50,7 @@ from catbp_jit.plan.schedule import KernelPattern
 from catbp_jit.semiring import SEMIRINGS
 from conftest import CORPUS, REPO
 from jit_helpers import assert_close, bit_identical, compile_case, inputs
-from random_programs import cases, scale_case
+from random_programs import cases, lane_sum_case, scale_case
 
 # The simulator runs each GPU thread as Python: the default selection checks the smallest
 # model in every semiring and dtype (z4_cycle) and one grid; the sweep over the whole
@@ -271,6 +271,19 @@ def test_normalize_totals_match_cpu(semiring, module_dir):
     case = scale_case(semiring)
     exe = compile_case(case, "loop", options=PlanOptions(exact=False, gemm=False))
     assert any(seg.total is not None for seg in exe.plan.fused.segments)
+    run = Run.bind(exe, exe)
+    values = case.inputs[0]
+    run.run(factors=values.factors, selectors=values.selectors, slots=values.slots)
+    check_against_cpu(run, case.semiring, module_dir)
+
+
+@pytest.mark.parametrize("name", ["two leaves", "one leaf, vectors"])
+def test_sums_in_lanes_match_cpu(name, module_dir):
+    """A CPU reassociating plan's sums in lanes (KernelPattern.terms_in_lanes: vectors of
+    210 terms, each ending in a part of a line), in both device kernels: the CPU's bits."""
+    case = lane_sum_case(name)
+    exe = compile_case(case, "loop", options=PlanOptions(exact=False, gemm=False, split_reductions=False))
+    assert any(st.pattern.terms_in_lanes for st in exe.schedule.steps)
     run = Run.bind(exe, exe)
     values = case.inputs[0]
     run.run(factors=values.factors, selectors=values.selectors, slots=values.slots)

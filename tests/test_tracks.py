@@ -450,12 +450,12 @@ def test_a_long_sum_into_few_outputs_costs_its_chain():
     CHAIN_NS a term (its outputs side by side where it sums in lanes); cut in chunks, or
     under the bar, its work's estimate."""
 
-    def loops(chunks: int = 1, outputs: int = 1, lanes: bool = False):
+    def loops(chunks: int = 1, outputs: int = 1, lanes: bool = False, terms_in_lanes: bool = False):
         return SimpleNamespace(
             work=1 << 22,
             workspace=0,
             chunks=chunks,
-            pattern=SimpleNamespace(reduce=True, sums_in_lanes=lanes),
+            pattern=SimpleNamespace(reduce=True, sums_in_lanes=lanes, terms_in_lanes=terms_in_lanes),
             nest=SimpleNamespace(sizes=[outputs, (1 << 22) // outputs], out_rank=1, across=ACROSS_REDUCED),
         )
 
@@ -464,6 +464,11 @@ def test_a_long_sum_into_few_outputs_costs_its_chain():
     assert tracks.segment_cost(loops(), chain_min_terms=terms) == pytest.approx(tracks.CHAIN_NS * terms)
     assert tracks.segment_cost(loops(outputs=2, lanes=True), chain_min_terms=1) == pytest.approx(
         tracks.CHAIN_NS * terms / 2
+    )
+    # (each output's terms in abi.SUM_LANES chains too: KernelPattern.terms_in_lanes)
+    in_lanes = loops(lanes=True, terms_in_lanes=True)
+    assert tracks.segment_cost(in_lanes, chain_min_terms=1) == pytest.approx(
+        tracks.CHAIN_NS * terms / abi.SUM_LANES
     )
     assert tracks.segment_cost(loops(), chain_min_terms=terms + 1) == pytest.approx(plain)
     assert tracks.segment_cost(loops(), chain_min_terms=None) == pytest.approx(plain)

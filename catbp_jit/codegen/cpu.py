@@ -42,7 +42,7 @@ from ..plan.steps import KernelPattern
 from ..semiring import SEMIRINGS, Semiring
 from .intrinsics import LINE_BYTES
 from .reduction import reduced_value, subtract_largest
-from .totals import parts_total_source
+from .totals import LANES, LANES_ADDED, parts_total_source
 
 ENTRY = "kernel"
 
@@ -154,7 +154,7 @@ def _reduced_value(sr: Semiring, dtype: str) -> list[str]:
     return reduced_value(0, sr, ["buf[v]"], _sweep, sr.accumulator(dtype), "buf[v]", math="libm")
 
 
-def _lanes_reduction(ind: str) -> list[str]:
+def _lanes_reduction(ind: str, in_lanes: bool = False) -> list[str]:
     """⊕ across reduced axes for output elements lo..hi-1, LANES of them side by side: the
     lanes' leaf offsets are taken from the output odometer one element after another,
     then one sweep of the reduced axes computes each lane's products into its piece of
@@ -163,6 +163,7 @@ def _lanes_reduction(ind: str) -> list[str]:
     instead of waiting for each other (grid6_d2: 8 outputs of 16,384 terms each)."""
     pad = ind + "    "
     sums = [f"s{g}" for g in range(abi.LANES)]
+    lined = [f"a{g}" for g in range(abi.LANES)]
     lines = [
         f"{ind}o = lo",
         f"{ind}while o < hi:",
@@ -173,15 +174,21 @@ def _lanes_reduction(ind: str) -> list[str]:
         f"{pad}        lane_base[g * MAX_LEAVES + l] = opaque(base[l])",
     ]
     lines += _advance(pad + "    ", "0", "R - 1", "base", out=True)
-    lines += [f"{pad}{s} = 0.0" for s in sums]
+    if in_lanes:  # each output's terms in the W lanes of a line (codegen/totals.py)
+        lines += [f"{pad}{a} = line_zero(buf)" for a in lined]
+    else:
+        lines += [f"{pad}{s} = 0.0" for s in sums]
     lines += [
         f"{pad}if whole:  # each lane's terms in a row in memory: added where they lie",
         f"{pad}    for g in range(m, LANES):",
         f"{pad}        lane_base[g * MAX_LEAVES] = lane_base[0]  # (not stored)",
     ]
     lines += [f"{pad}    b{g} = lane_base[{f'{g} * MAX_LEAVES' if g else 0}]" for g in range(abi.LANES)]
-    lines += [f"{pad}    for v in range(V):"]
-    lines += [f"{pad}        {s} += mem[u(b{g} + v)]" for g, s in enumerate(sums)]
+    if in_lanes:
+        lines += _lines_added(pad + "    ", "mem", [f"b{g} + " for g in range(abi.LANES)], "V", lined)
+    else:
+        lines += [f"{pad}    for v in range(V):"]
+        lines += [f"{pad}        {s} += mem[u(b{g} + v)]" for g, s in enumerate(sums)]
     lines += [f"{pad}else:"]
     sweep = [
         f"{pad}for g in range(m, LANES):  # lanes without an output add zeros",
@@ -201,15 +208,61 @@ def _lanes_reduction(ind: str) -> list[str]:
     ]
     sweep += _product(pad + "            ", "cur", "lane")
     piece = ["v"] + [f"{g} * PIECE + v" if g > 1 else "PIECE + v" for g in range(1, abi.LANES)]
-    sweep += [f"{pad}        for v in range(n):"]
-    sweep += [f"{pad}            {s} += buf[{at}]" for s, at in zip(sums, piece)]
+    if in_lanes:
+        starts = [""] + [f"{g} * PIECE + " if g > 1 else "PIECE + " for g in range(1, abi.LANES)]
+        sweep += _lines_added(pad + "        ", "buf", starts, "n", lined)
+    else:
+        sweep += [f"{pad}        for v in range(n):"]
+        sweep += [f"{pad}            {s} += buf[{at}]" for s, at in zip(sums, piece)]
     sweep += _advance(pad + "    ", "R", "top - 1", "red", out=False)
     sweep += [f"{pad}    if d < R:", f"{pad}        break"]
     lines += ["    " + line for line in sweep]
+    if in_lanes:
+        lines += [f"{pad}{s} = lanes_added({a})" for s, a in zip(sums, lined)]
     lines += [f"{pad}mem[outs[0]] = s0"]
     for g, s in enumerate(sums[1:], 1):
         lines += [f"{pad}if m > {g}:", f"{pad}    mem[outs[{g}]] = {s}"]
     return lines + [f"{pad}o += m"]
+
+
+# a reassociating sum's lanes (KernelPattern.terms_in_lanes): each output's terms summed
+# in the LANES lanes of a line (float64: W == LANES), added pairwise at the end
+LANES_ADDED_SOURCE = """
+
+from catbp_jit.codegen.lines import line_lane, line_load, line_load_part, line_zero
+
+W = {lanes}  # elements to a line of float64 (codegen/lines.py): a sum's lanes (codegen/totals.py)
+
+
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def lanes_added(x):
+    \"\"\"The lanes of line x added pairwise, as codegen/totals.py adds a total's lanes.\"\"\"
+{extract}
+    return {added}
+""".format(
+    lanes=LANES,
+    extract="\n".join(f"    s{k} = line_lane(x, {k})" for k in range(LANES)),
+    added=LANES_ADDED,
+)
+assert LINE_BYTES // 8 == LANES  # (a line of float64 holds a sum's lanes)
+
+
+def _lines_added(ind: str, array: str, starts: list[str], count: str, lined: list[str]) -> list[str]:
+    """Each output's terms array[start + v], v < count, added to its line of sums `lined`
+    a line at a time: term v into lane v % W, the last count % W terms a part line (0.0 in
+    its other lanes, which leaves a sum that started at 0.0 as it was)."""
+    pad = ind + "    "
+    return [
+        f"{ind}v = ZERO",
+        f"{ind}while v + W <= {count}:",
+        *[f"{pad}{a} = {a} + line_load({array}, {at}v)" for a, at in zip(lined, starts)],
+        f"{pad}v += W",
+        f"{ind}if v < {count}:",
+        *[
+            f"{pad}{a} = {a} + line_load_part({array}, {at}v, ZERO, {count} - v)"
+            for a, at in zip(lined, starts)
+        ],
+    ]
 
 
 def _across_sweep(ind: str, body: list[str], end: str = "D", fused: bool = False) -> list[str]:
@@ -752,7 +805,7 @@ def kernel_source(pattern: KernelPattern) -> str:
                 if pattern.reduce and pattern.vector == ACROSS_BOTH
                 else "innermost output axes"
             ),
-            walkers=_walkers(sr, pattern.dtype),
+            walkers=_walkers(sr, pattern.dtype) + (LANES_ADDED_SOURCE if pattern.terms_in_lanes else ""),
             pointers=", ".join(
                 sorted(
                     {
@@ -854,7 +907,7 @@ def kernel_source(pattern: KernelPattern) -> str:
         lines += FENCE
     elif lanes:
         lines += _place("    ", "R - 1", "lo")
-        lines += _lanes_reduction("    ")
+        lines += _lanes_reduction("    ", pattern.terms_in_lanes)
     elif pattern.reduce:
         lines += _place("    ", "R - 1", "lo")
         lines += ["    for o in range(lo, hi):"]

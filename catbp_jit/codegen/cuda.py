@@ -47,7 +47,7 @@ from .. import abi
 from ..plan.loops import ACROSS_REDUCED
 from ..plan.steps import KernelPattern
 from ..semiring import SEMIRINGS, Semiring
-from .reduction import reduced_value, subtract_largest
+from .reduction import Lanes, reduced_value, subtract_largest
 from .totals import LANES, LANES_ADDED, TOTAL_PARTS
 
 ENTRY = "kernel"
@@ -146,13 +146,17 @@ def _sweep(
     return lines
 
 
-def _reduced_value(sr: Semiring, dtype: str) -> list[str]:
-    """Lines leaving ⊕ over the reduced axes of the current output element in `v`."""
+def _reduced_value(sr: Semiring, dtype: str, lanes: bool = False) -> list[str]:
+    """Lines leaving ⊕ over the reduced axes of the current output element in `v`; lanes:
+    in the CPU's lanes (a plan made for its reassociating mode, KernelPattern.terms_in_lanes)."""
 
     def sweep(ind, k, body, stop):
         return _sweep(ind, k, body, stop, sr, dtype, summed=True)
 
-    return reduced_value(0, sr, ["x"], sweep, _accumulator(sr, dtype), "x", lambda x: f"np.float64({x})")
+    in_lanes = Lanes("lanes", f"v % {LANES}") if lanes else None  # (v: the sweep's place in its vector)
+    return reduced_value(
+        0, sr, ["x"], sweep, _accumulator(sr, dtype), "x", lambda x: f"np.float64({x})", lanes=in_lanes
+    )
 
 
 def _lane_total(i: str, x: str) -> list[str]:
@@ -332,6 +336,8 @@ def contract_fn(name: str, pattern: KernelPattern) -> list[str]:
         "    A = L + K * LS + GROUP_FIELDS  # leaf l's access at A + l * ACCESS_FIELDS",
     ]
     lines += _n_out()
+    if pattern.terms_in_lanes:
+        lines += [f"    lanes = cuda.local.array({LANES}, np.float64)  # a sum's lanes (codegen/totals.py)"]
     if pattern.reduce and pattern.vector == ACROSS_REDUCED:
         lines += [
             "    top = D - P[p + BLOCK_AXES]  # odometer axes R..top-1; the vector top..D-1",
@@ -350,7 +356,7 @@ def contract_fn(name: str, pattern: KernelPattern) -> list[str]:
     ]
     lines += _offsets("        ", "0", "R - 1", "o", True, "b")
     if pattern.reduce:
-        lines += _reduced_value(sr, pattern.dtype)
+        lines += _reduced_value(sr, pattern.dtype, pattern.terms_in_lanes)
         lines += ["        mem[o_off] = v"]
     else:
         lines += _product_lines("        ", sr, pattern.dtype, "b", False, lambda _leaf, at: f"mem[{at}]")
@@ -417,6 +423,11 @@ def shaped_contract_fn(name: str, pattern: KernelPattern, shape: Shape) -> list[
         lines += [f"    a{leaf} = P[p + {row[leaf]}]"]
         lines += [f"    s{leaf}_{d} = P[p + {row[leaf] + 1 + d}]" for d in range(d_all)]
     lines += ["    n_out = " + (" * ".join(f"n{d}" for d in range(r)) or "1")]
+    if pattern.terms_in_lanes:
+        lines += [
+            "    V = P[p + BLOCK_SIZE]  # a vector's terms: its term v goes to lane v % LANES",
+            f"    lanes = cuda.local.array({LANES}, np.float64)  # a sum's lanes (codegen/totals.py)",
+        ]
     lines += ["    o = first", "    while o < n_out:", "        rem = o"]
     for d in range(r - 1, -1, -1):  # the output element's index on each axis, C order
         lines += [f"        i{d} = rem % n{d}", f"        rem //= n{d}"] if d else ["        i0 = rem"]
@@ -438,7 +449,10 @@ def shaped_contract_fn(name: str, pattern: KernelPattern, shape: Shape) -> list[
             return _shaped_sweep(ind, k, r, q, body, stop, product)
 
         acc = _accumulator(sr, pattern.dtype)
-        lines += reduced_value(0, sr, ["x"], sweep, acc, "x", lambda x: f"np.float64({x})")
+        # in lanes: the term's place in its vector (the last BLOCK_SIZE terms' run) counted
+        step = ("u += 1", "if u == V:", "    u = 0")
+        lanes = Lanes("lanes", f"u % {LANES}", ("u = 0",), step) if pattern.terms_in_lanes else None
+        lines += reduced_value(0, sr, ["x"], sweep, acc, "x", lambda x: f"np.float64({x})", lanes=lanes)
         lines += ["        mem[o_off] = v"]
     else:
         lines += [f"        {line.format(*[f'b{leaf}' for leaf in range(k)])}" for line in product]

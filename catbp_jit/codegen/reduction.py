@@ -9,10 +9,25 @@ that feeds a sum is written (CUDA rounds it alone, see codegen/cuda.py).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from ..semiring import Semiring
+from .totals import LANES, LANES_ADDED
 
 Sweep = Callable[[str, int, list[str], bool], list[str]]
+
+
+@dataclass(frozen=True)
+class Lanes:
+    """A float sum in LANES lanes (KernelPattern.terms_in_lanes): term v of each vector
+    into lane v % LANES of `array`, the lanes added pairwise at the end. lane: the current
+    term's lane as the sweep knows it; start, step: lines before the sweep and after each
+    term that keep what `lane` reads."""
+
+    array: str
+    lane: str
+    start: tuple[str, ...] = ()
+    step: tuple[str, ...] = ()
 
 
 def reduced_value(
@@ -24,11 +39,12 @@ def reduced_value(
     summed: str,
     literal: Callable[[str], str] = lambda x: x,
     math: str = "math",
+    lanes: Lanes | None = None,
 ) -> list[str]:
     """Lines leaving ⊕ over the reduced axes of the current output element in `v`.
     terms: the k leaves' current elements; acc: ⊕'s starting value; summed: the product
     of the terms as a term of a sum; math: the module whose exp and log the kernel calls
-    (the CPU's: codegen/libm.py)."""
+    (the CPU's: codegen/libm.py); lanes: a sum in lanes (KernelPattern.terms_in_lanes)."""
     i = "        "
     if sr.reduction == "logsumexp":  # max-shifted, two passes; -inf for an all -inf sum
         x = sr.product(terms)
@@ -61,6 +77,14 @@ def reduced_value(
         lines = [f"{i}acc = {acc}"]
         lines += sweep(i, k, [f"if {sr.product(terms)}:", "    acc = True", "    break"], True)
         return lines + [f"{i}v = acc"]
+    if lanes is not None:  # the lanes added pairwise at the end (codegen/totals.py)
+        lines = [f"{i}for w in range({LANES}):", f"{i}    {lanes.array}[w] = {acc}"]
+        lines += [i + line for line in lanes.start]
+        lines += sweep(i, k, [f"{lanes.array}[{lanes.lane}] += {summed}", *lanes.step], False)
+        added = LANES_ADDED
+        for w in range(LANES):
+            added = added.replace(f"s{w}", f"{lanes.array}[{w}]")
+        return lines + [f"{i}v = {added}"]
     lines = [f"{i}acc = {acc}"]  # float32 sums in float64
     lines += sweep(i, k, [f"acc += {summed}"], False)
     return lines + [f"{i}v = acc"]

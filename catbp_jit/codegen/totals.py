@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from .. import abi
 
-LANES = 8
+LANES = abi.SUM_LANES
 # how the lanes' sums s0..s7 are added (a fixed order: the bits depend on the sizes alone);
 # the CUDA normalize writes the same expression (codegen/cuda.py)
 LANES_ADDED = "((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))"

@@ -138,6 +138,9 @@ class PlanOptions:
     # 4.4 ms, 2.9 ms in lanes; Grids_16 normalizes 41 M elements a solve). Off: in order,
     # as exact mode (the CUDA target)
     lane_totals: bool = True
+    # reassociating mode: a float64 PROB sum across reduced axes adds each output's terms
+    # in lanes (KernelPattern.terms_in_lanes), not in order. Off: in order, as exact mode
+    lane_sums: bool = True
     # a step cut in chunks whose PROB NORMALIZE divides at least this many elements (one
     # group: not a batch's rows) does it in chunks too (abi.SPLIT_FINISH): its total's
     # ranges (in lanes) and its division shared by the threads, where one thread did

@@ -169,6 +169,8 @@ def segment_loops(
         nest.across if reduce else ACROSS_OUTPUTS,
         total_in_lanes=seg.normalize and lane_total,
     )
+    if pattern.sums_in_lanes and dtype == "float64" and not options.exact and options.lane_sums:
+        pattern = replace(pattern, terms_in_lanes=True)
     accesses = tuple(nest.access(i) for i in range(1, len(nest.operands))) + (nest.access(0),)
     one_at_a_time = reduce and nest.across == ACROSS_REDUCED
     if streams(options, accesses[-1], n_out * np.dtype(dtype).itemsize, one_at_a_time):

@@ -32,6 +32,11 @@ class KernelPattern:
     # a PROB NORMALIZE's total summed in lanes and ranges, not in the elements' order
     # (reassociating mode: codegen/totals.py's parts_total; PlanOptions.lane_totals)
     total_in_lanes: bool = False
+    # each output's terms summed in the lanes of a line (term v of each vector into lane
+    # v % LANES, the lanes added pairwise at the end), not one after another: a float64
+    # PROB sum across reduced axes in the reassociating mode (codegen/totals.py's LANES;
+    # PlanOptions.lane_sums)
+    terms_in_lanes: bool = False
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -71,6 +76,7 @@ class KernelPattern:
             + across
             + ("_norm" if self.normalize else "")
             + ("_lanetotal" if self.total_in_lanes else "")
+            + ("_laneterms" if self.terms_in_lanes else "")
             + ("_par" if self.parallel else "")
         )
         return f"{self.template}_{self.semiring.lower()}_{self.dtype}{flags}"

@@ -123,6 +123,8 @@ def segment_cost(loops: SegmentLoops, exp_sums: bool = False, chain_min_terms: i
         one_thread = loops.chunks == 1 and loops.nest.across == ACROSS_REDUCED
         if one_thread and outputs < abi.LANES:
             side = outputs if loops.pattern.sums_in_lanes else 1
+            if loops.pattern.terms_in_lanes:  # (and each output's terms in LANES chains)
+                side *= abi.SUM_LANES
             cost = max(cost, CHAIN_NS * terms / max(1, side))
     return cost
 

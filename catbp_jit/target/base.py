@@ -62,6 +62,8 @@ class Target:
     line_products: bool = False
     # its loop kernels sum a reassociating NORMALIZE's total in lanes (PlanOptions.lane_totals)
     lane_totals: bool = False
+    # ... and each output's terms of a reassociating float64 PROB sum (PlanOptions.lane_sums)
+    lane_sums: bool = False
     # the front end's mode here when a model does not say (compile_model(exact=None))
     model_exact: bool = True
     # a model's plan (frontend/build.py) takes reassociating_defaults' split_reductions

@@ -94,6 +94,7 @@ CPU = CpuTarget(
     streaming_stores=True,
     line_products=True,
     lane_totals=True,
+    lane_sums=True,
     model_exact=False,
     # a model's reassociating answers stay within 1e-12 of exact mode's (docs/frontend.md),
     # which a split sum can exceed (Grids_11's 2^24-term total: log Z 4.1e-12 away)
