@@ -21,10 +21,13 @@ from catbp_jit import Axis, AxisType, Instruction, OpCode, Program, TensorSpec, 
 from catbp_jit.plan.fusion import Fused, Segment
 from catbp_jit.plan.layout import choose_layouts
 from catbp_jit.plan.loops import (
+    ACCESS_COST,
     ACROSS_BOTH,
     ACROSS_OUTPUTS,
     ACROSS_REDUCED,
     MANY_SMALL_REDUCTIONS,
+    WINDOW_COST,
+    access_cost,
     access_kind,
     access_of,
     canonical_loops,
@@ -60,6 +63,26 @@ def test_a_gathered_access_carries_its_offsets_in_c_order():
     acc = access_of([2, 3], [1, 2])
     assert acc.kind == abi.GATHERED and acc.offsets == (0, 2, 4, 1, 3, 5)
     assert access_of([2, 3], [3, 1]).offsets == ()  # others need no table
+
+
+@pytest.mark.parametrize(
+    "sizes, strides, cost",
+    [
+        ((4, 8), (1, 0), WINDOW_COST),  # each line one element, broadcast: a window of 1
+        ((8, 2, 4), (2, 0, 1), WINDOW_COST),  # lines of (0 1 2 3 0 1 2 3): within 8
+        ((2, 4, 2), (8, 0, 1), WINDOW_COST),  # (0 1 0 1 0 1 0 1), then (8 9 8 9 ...)
+        ((4, 2, 4), (1, 8, 2), ACCESS_COST[abi.GATHERED]),  # a line reaches 14 elements on
+        ((2, 3), (1, 2), WINDOW_COST),  # (0 2 4 1 3 5): in any order, within 8
+        ((4, 3), (1, 2), ACCESS_COST[abi.GATHERED]),  # a line (6 3 5 7): 3 before its first
+        ((2, 3), (3, 1), ACCESS_COST[abi.CONTIGUOUS]),  # not gathered: its kind's cost
+        ((5,), (7,), ACCESS_COST[abi.STRIDED]),
+    ],
+)
+def test_a_gather_within_windows_costs_less(sizes, strides, cost):
+    """A gathered line whose elements lie within 8 of its first is a load and a permute
+    (codegen/lines.py): WINDOW_COST; any other gathered one ACCESS_COST's."""
+    assert access_kind(sizes, strides)[0] == abi.GATHERED or cost != WINDOW_COST
+    assert access_cost(sizes, strides) == cost
 
 
 # --------------------------------------------------------------------- loop nests

@@ -42,12 +42,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from math import prod
 
 from .. import abi
 from ..abi import BUFFER
 
 ACCESS_COST = {abi.CONSTANT: 0.05, abi.CONTIGUOUS: 0.15, abi.STRIDED: 0.6, abi.GATHERED: 0.8}
+# A GATHERED access whose every line (8 elements from the vector's start) lies within 8
+# elements of the line's first: one load and a permute where the machine has AVX-512
+# (codegen/lines.py), lane by lane elsewhere as any gather. The plan is the same on every
+# machine. grid4x8_d2's reassociating run 82.7-85.1 -> 76.5-81.0 us (five rounds), its
+# sums of 16 terms into 16 outputs across outputs now; grid6_d2's exact run 1379-1441 ->
+# 1342-1368 us, its reassociating one 417-433 -> 430-455 us (its products' longer vectors
+# repack more); grid5_d3 and the 12 x 12 3-state grid within their noise
+WINDOW_COST = 0.5
+WINDOW = 8
 # a scattered store into a large output touches a cache line per element (measured: ~30x
 # a contiguous one)
 STORE_COST = {abi.CONSTANT: 0.2, abi.CONTIGUOUS: 0.2, abi.STRIDED: 6.0, abi.GATHERED: 6.0}
@@ -406,6 +416,20 @@ def access_kind(sizes: Sequence[int], strides: Sequence[int]) -> tuple[int, int]
     return (abi.CONTIGUOUS, 1) if step == 1 else (abi.STRIDED, step)
 
 
+@lru_cache(maxsize=1 << 16)
+def access_cost(sizes: tuple[int, ...], strides: tuple[int, ...]) -> float:
+    """ACCESS_COST of an operand with these strides over vector axes of these sizes, a
+    GATHERED one within windows WINDOW_COST (the planner asks again for the same vectors)."""
+    kind = access_kind(sizes, strides)[0]
+    if kind != abi.GATHERED:
+        return ACCESS_COST[kind]
+    offsets = access_of(sizes, strides).offsets
+    for j in range(0, len(offsets), WINDOW):
+        if any(not 0 <= o - offsets[j] < WINDOW for o in offsets[j : j + WINDOW]):
+            return ACCESS_COST[kind]
+    return WINDOW_COST
+
+
 def access_of(sizes: Sequence[int], strides: Sequence[int]) -> abi.Access:
     """The operand's access along the vector; a GATHERED one carries its offsets."""
     kind, step = access_kind(sizes, strides)
@@ -450,7 +474,7 @@ def vector_cost(sizes: Sequence[int], operands: Sequence[Sequence[int]], overhea
     its strides over the vector axes, then the leaves'. overhead: count the per-vector
     cost too (spread over V)."""
     cost = STORE_COST[access_kind(sizes, operands[0])[0]]
-    cost += sum(ACCESS_COST[access_kind(sizes, op)[0]] for op in operands[1:])
+    cost += sum(access_cost(tuple(sizes), tuple(op)) for op in operands[1:])
     return cost + (VECTOR_COST * len(operands) / prod(sizes) if overhead else 0.0)
 
 
