@@ -344,13 +344,15 @@ def static_inputs(factors: Any | None, selectors: Any | None) -> StaticInputs:
 
 def model_options(target: str, exact: bool | None) -> PlanOptions:
     """The plan options of the front end's models (frontend/build.py, `catbp-jit aot
-    MODEL`): compile()'s for the target and mode, without split reductions where the
-    target's models take none (Target.model_splits: the CPU's, whose reassociating answers
-    stay within 1e-12 of exact mode's; a split sum is more accurate, so further from
-    exact mode's order)."""
+    MODEL`): compile()'s for the target and mode, without split reductions or sums in
+    lanes where the target's models take none (Target.model_splits, model_lane_sums: the
+    CPU's, whose reassociating answers stay within 1e-12 of exact mode's; such sums are
+    more accurate, so further from exact mode's order)."""
     options = plan_options(target, None, exact=exact)
     if not get_target(target).model_splits and options.split_reductions:
         options = options.with_(split_reductions=False)
+    if not get_target(target).model_lane_sums and options.lane_sums:
+        options = options.with_(lane_sums=False)
     return options
 
 

@@ -33,7 +33,7 @@ def machine_code(pattern) -> str:
 
 def patterns() -> dict:
     """The example's kernels in the reassociating mode (products and sums in lines, a sum
-    across reduced axes, a repack). The two sums are checked (each compile costs ~5 s):
+    across reduced axes, in lanes, a repack). The two sums are checked (each compile costs ~5 s):
     they made the calls."""
     b = load_bundle(EXAMPLE)
     specs = {"factor_specs": b.factor_specs(), "selector_specs": b.selector_specs()}
@@ -48,7 +48,7 @@ def patterns() -> dict:
         ("contract_lines_prob_float64_reduce", ("memset", "memcpy", "memmove")),
         # (its first leaf's piece copied into the buffer, up to BUFFER elements, is a memcpy
         # where that leaf is contiguous: a real copy, left to the C library)
-        ("contract_reduce_prob_float64_reduce", ("memset",)),
+        ("contract_reduce_prob_float64_reduce_laneterms", ("memset",)),
     ],
 )
 def test_kernels_clear_and_copy_their_few_bytes_without_calls(name, calls):
