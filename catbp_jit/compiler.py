@@ -44,6 +44,7 @@ def load(
         split_reductions=saved.split_reductions,
         split_min_terms=saved.split_min_terms,
         split_outputs_below=saved.split_outputs_below,
+        lane_sums=saved.lane_sums,
     )
     try:  # programs that do not check (a register read before it is written...): edited
         adapted = adapt_inputs(

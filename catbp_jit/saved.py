@@ -49,6 +49,7 @@ class Saved:
     split_reductions: bool
     split_min_terms: int
     split_outputs_below: int
+    lane_sums: bool
     static: StaticInputs
     batched: dict[str, Any]  # a batched executable's ids and buckets, else empty
     kernel_identities: list[str] | None  # None in files saved before they were recorded
@@ -86,6 +87,8 @@ def saved_document(
         "split_reductions": options.split_reductions,
         "split_min_terms": options.split_min_terms,
         "split_outputs_below": options.split_outputs_below,
+        # (a front end model's plan sums in order where compile()'s sums in lanes)
+        "lane_sums": options.lane_sums,
     }
 
 
@@ -174,6 +177,7 @@ def read_saved(path: str | os.PathLike, targets: Sequence[str], modes: Sequence[
             "split_outputs_below",
             lambda x: PlanOptions(split_outputs_below=strict_int(x)).split_outputs_below,
         )
+    lanes = field("lane_sums", _as_bool) if "lane_sums" in doc else False  # (older files: in order)
     static = StaticInputs(
         frozenset(field("static_factors", ids) if "static_factors" in doc else ()),
         frozenset(field("static_selectors", ids) if "static_selectors" in doc else ()),
@@ -191,6 +195,7 @@ def read_saved(path: str | os.PathLike, targets: Sequence[str], modes: Sequence[
         split,
         min_terms,
         outputs_below,
+        lanes,
         static,
         batched,
         saved,

@@ -110,3 +110,35 @@ def test_the_cpu_sums_in_lanes_and_cuda_and_the_front_ends_models_in_order():
     assert plan_options("cpu", None, exact=False).lane_sums
     assert not plan_options("cuda", None, exact=False).lane_sums
     assert not model_options("cpu", False).lane_sums
+
+
+@pytest.mark.parametrize("lanes", [True, False])
+def test_save_and_load_keep_the_sums_in_lanes_or_in_order(tmp_path, lanes):
+    """load() plans again with the saved choice, not the target's default: a front end
+    model's plan sums in order (model_options), compile()'s in lanes. A file saved before
+    sums in lanes (no field) loads summing in order, as it was planned."""
+    import json
+
+    import catbp_jit
+    from catbp_jit.executable import SavedExecutableError
+
+    case = lane_sum_case("two leaves")
+    options = OPTIONS.with_(lane_sums=lanes)
+    exe = compile_case(case, "compiled", options=options)
+    exe.save(tmp_path / "exe.json")
+    loaded = catbp_jit.load(tmp_path / "exe.json")
+    assert loaded.plan.options.lane_sums is lanes
+    assert [st.pattern for st in loaded.schedule.steps] == [st.pattern for st in exe.schedule.steps]
+    assert any(st.pattern.terms_in_lanes for st in loaded.schedule.steps) is lanes
+    assert_same_bits(
+        bits(session_results(loaded.bind(), case.inputs[0])),
+        bits(session_results(exe.bind(), case.inputs[0])),
+    )
+    doc = json.loads((tmp_path / "exe.json").read_text())
+    del doc["lane_sums"]
+    (tmp_path / "old.json").write_text(json.dumps(doc))
+    if lanes:  # (planned in lanes, saved without the field: its kernels are not the plan's)
+        with pytest.raises(SavedExecutableError, match="its kernels are not the ones"):
+            catbp_jit.load(tmp_path / "old.json")
+    else:
+        assert not catbp_jit.load(tmp_path / "old.json").plan.options.lane_sums

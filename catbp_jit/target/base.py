@@ -69,7 +69,7 @@ class Target:
     # a model's plan (frontend/build.py) takes reassociating_defaults' split_reductions
     # (executable.model_options)
     model_splits: bool = True
-    # ... and reassociating_defaults' lane_sums (executable.model_options)
+    # ... and sums in lanes (PlanOptions.lane_sums; executable.model_options)
     model_lane_sums: bool = True
     # a compiled dispatcher calls the kernels (else they are launched from Python)
     dispatcher: bool = False
