@@ -94,10 +94,7 @@ def lane_totals(terms: np.ndarray) -> np.ndarray:
     for c in range(TOTAL_PARTS):
         lo, hi = n * c // TOTAL_PARTS, n * (c + 1) // TOTAL_PARTS
         full = lo + (hi - lo) // LANES * LANES
-        block = terms[:, lo:full].reshape(rows, -1, LANES).transpose(0, 2, 1).reshape(rows * LANES, -1)
-        s = in_order_sum(block).reshape(rows, LANES)
-        lanes = ((s[:, 0] + s[:, 1]) + (s[:, 2] + s[:, 3])) + ((s[:, 4] + s[:, 5]) + (s[:, 6] + s[:, 7]))
-        total += lanes + in_order_sum(terms[:, full:hi])
+        total += _in_lanes(terms[:, lo:full]) + in_order_sum(terms[:, full:hi])
     return total
 
 
@@ -111,8 +108,15 @@ def lane_sums(terms: np.ndarray, V: int) -> np.ndarray:
     width = -(-V // LANES) * LANES
     runs = np.zeros((rows, n // V, width), np.float64)
     runs[:, :, :V] = terms.reshape(rows, n // V, V)
-    by_lane = runs.reshape(rows, -1, LANES).transpose(0, 2, 1).reshape(rows * LANES, -1)
-    s = in_order_sum(by_lane).reshape(rows, LANES)
+    return _in_lanes(runs.reshape(rows, -1))
+
+
+def _in_lanes(terms: np.ndarray) -> np.ndarray:
+    """Row sums of a 2-D array of whole lines: element o into lane o % LANES, each lane in
+    order from 0.0, the lanes added pairwise as codegen/totals.py's LANES_ADDED."""
+    rows = terms.shape[0]
+    s = in_order_sum(terms.reshape(rows, -1, LANES).transpose(0, 2, 1).reshape(rows * LANES, -1))
+    s = s.reshape(rows, LANES)
     return ((s[:, 0] + s[:, 1]) + (s[:, 2] + s[:, 3])) + ((s[:, 4] + s[:, 5]) + (s[:, 6] + s[:, 7]))
 
 

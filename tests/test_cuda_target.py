@@ -207,7 +207,7 @@ def test_front_end_solve_and_solve_batch_on_cuda():
     graph = read_bif(ASIA)
     for semiring in ("prob", "logprob", "sat", "count"):
         # (in the GPU's models' mode, exact: Target.model_exact; the CPU's default regroups
-        # sums, in lanes, so its bits are its own)
+        # sums, so its bits are its own)
         cpu = compile_model(graph, semiring, evidence_vars=["dysp", "xray"], exact=True)
         gpu = compile_model(graph, semiring, evidence_vars=["dysp", "xray"], target="cuda")
         for ev in ({}, {"dysp": "yes"}, {"dysp": "no", "xray": "yes"}):
