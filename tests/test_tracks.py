@@ -33,7 +33,7 @@ from catbp_jit.plan import early, tracks
 from catbp_jit.plan.arena import SideBySide, track_fit
 from catbp_jit.plan.fusion import Fused, Segment
 from catbp_jit.plan.liveness import Interval
-from catbp_jit.plan.loops import ACROSS_REDUCED
+from catbp_jit.plan.loops import ACROSS_BOTH, ACROSS_OUTPUTS, ACROSS_REDUCED
 from catbp_jit.plan.options import PlanOptions
 from jit_helpers import (
     assert_same_bits,
@@ -436,13 +436,40 @@ def test_a_logprob_sum_costs_an_exp_per_term():
             work=3 * 64,
             workspace=0,
             pattern=SimpleNamespace(reduce=reduce),
-            nest=SimpleNamespace(sizes=[4, 16]),
+            nest=SimpleNamespace(sizes=[4, 16], across=ACROSS_OUTPUTS),
         )
 
-    plain = tracks.CALL_NS + tracks.NS_PER_WORK * 3 * 64
-    assert tracks.segment_cost(loops(True)) == pytest.approx(plain)
-    assert tracks.segment_cost(loops(True), exp_sums=True) == pytest.approx(plain + tracks.EXP_NS * 64)
-    assert tracks.segment_cost(loops(False), exp_sums=True) == pytest.approx(plain)
+    def plain(kind: str) -> float:
+        return tracks.CALL_NS[kind] + tracks.NS_PER_WORK[kind] * 3 * 64
+
+    assert tracks.segment_cost(loops(True)) == pytest.approx(plain(ACROSS_OUTPUTS))
+    assert tracks.segment_cost(loops(True), exp_sums=True) == pytest.approx(
+        plain(ACROSS_OUTPUTS) + tracks.EXP_NS * 64
+    )
+    assert tracks.segment_cost(loops(False), exp_sums=True) == pytest.approx(plain(tracks.PRODUCT))
+
+
+def test_sums_cost_more_than_products_of_the_same_work():
+    """The estimate by kernel kind: a sum's call and work cost more than a product's, a
+    sum across reduced axes (a chain per output) more than one across outputs."""
+
+    def cost(reduce: bool, across: str) -> float:
+        return tracks.segment_cost(
+            SimpleNamespace(
+                work=1024,
+                workspace=0,
+                pattern=SimpleNamespace(reduce=reduce),
+                nest=SimpleNamespace(sizes=[16, 64], across=across),
+            )
+        )
+
+    product, outputs, reduced = (
+        cost(False, ACROSS_REDUCED),
+        cost(True, ACROSS_OUTPUTS),
+        cost(True, ACROSS_REDUCED),
+    )
+    assert product < outputs < reduced
+    assert cost(True, ACROSS_BOTH) == outputs
 
 
 def test_a_long_sum_into_few_outputs_costs_its_chain():
@@ -450,9 +477,15 @@ def test_a_long_sum_into_few_outputs_costs_its_chain():
     CHAIN_NS a term (its outputs side by side where it sums in lanes); cut in chunks, or
     under the bar, its work's estimate."""
 
-    def loops(chunks: int = 1, outputs: int = 1, lanes: bool = False, terms_in_lanes: bool = False):
+    def loops(
+        chunks: int = 1,
+        outputs: int = 1,
+        lanes: bool = False,
+        terms_in_lanes: bool = False,
+        work: int = 1 << 22,
+    ):
         return SimpleNamespace(
-            work=1 << 22,
+            work=work,
             workspace=0,
             chunks=chunks,
             pattern=SimpleNamespace(reduce=True, sums_in_lanes=lanes, terms_in_lanes=terms_in_lanes),
@@ -460,13 +493,14 @@ def test_a_long_sum_into_few_outputs_costs_its_chain():
         )
 
     terms = 1 << 22
-    plain = tracks.CALL_NS + tracks.NS_PER_WORK * terms
+    plain = tracks.CALL_NS[ACROSS_REDUCED] + tracks.NS_PER_WORK[ACROSS_REDUCED] * terms
     assert tracks.segment_cost(loops(), chain_min_terms=terms) == pytest.approx(tracks.CHAIN_NS * terms)
     assert tracks.segment_cost(loops(outputs=2, lanes=True), chain_min_terms=1) == pytest.approx(
         tracks.CHAIN_NS * terms / 2
     )
     # (each output's terms in abi.SUM_LANES chains too: KernelPattern.terms_in_lanes)
-    in_lanes = loops(lanes=True, terms_in_lanes=True)
+    # (a work estimate below that: the chain's price is the higher)
+    in_lanes = loops(lanes=True, terms_in_lanes=True, work=1 << 20)
     assert tracks.segment_cost(in_lanes, chain_min_terms=1) == pytest.approx(
         tracks.CHAIN_NS * terms / abi.SUM_LANES
     )
@@ -474,6 +508,31 @@ def test_a_long_sum_into_few_outputs_costs_its_chain():
     assert tracks.segment_cost(loops(), chain_min_terms=None) == pytest.approx(plain)
     assert tracks.segment_cost(loops(chunks=2), chain_min_terms=1) == pytest.approx(plain)
     assert tracks.segment_cost(loops(outputs=abi.LANES), chain_min_terms=1) == pytest.approx(plain)
+
+
+def test_tracks_are_chosen_at_several_crossing_prices():
+    """S0 and S3 read a factor, S1 and S2 read S0's value. Greedy at the base price, S2
+    (cheap) crosses to the idle track 1 after waiting for S0's value, and S3 (long, needing
+    nothing) waits behind it there: 3003 ns. At a higher price S2 stays after S1 in
+    track 0, S3 starts at once in track 1: 1800 ns, timed at the base price; kept."""
+    G = AxisType.GEOMETRIC
+    one, wide = TensorSpec(()), TensorSpec((Axis(2, G, 512),))
+    specs = {0: TensorSpec((Axis(1, G, 8),)), 1: one, 2: wide, 3: one, 4: wide}
+    segments = [
+        Segment(1, one, (), (0,), False, False, (1,)),
+        Segment(2, wide, (), (1,), False, False, (2,)),
+        Segment(3, one, (), (1,), False, False, (3,)),
+        Segment(4, wide, (), (0,), False, False, (4,)),
+    ]
+    kinds = {0: "factor"} | {v: "computed" for v in range(1, 5)}
+    fused = Fused(segments, specs, kinds, {}, {}, "PROB")
+    costs = [800.0, 800.0, 200.0, 1600.0]
+    greedy = tracks.simulate(fused, costs, 0, 2, 8)
+    assert greedy.track == (0, 0, 1, 1)
+    assert greedy.makespan == pytest.approx(800 + 400 + 8 * tracks.CROSS_NS_PER_BYTE + 200 + 1600)
+    chosen = tracks.shortest(fused, costs, 0, 2, 8)
+    assert chosen.track == (0, 0, 0, 1) and chosen.makespan == pytest.approx(1800.0)
+    assert tracks.simulate(fused, costs, 0, 2, 8, given=chosen.track) == chosen
 
 
 def test_a_long_sum_starts_right_after_its_inputs():
@@ -530,14 +589,14 @@ def test_random_programs_with_their_sums_early(case):
 
 
 def test_tracks_are_used_where_they_gain_more_than_starting_them_costs():
-    """The 4x4 grid's estimate (its default plan runs in turn: a run in tracks was slower)
-    and a 6x6 grid's (faster in tracks), in ns."""
+    """Estimates of grids of the bench family, exact mode, in ns: 7x7 of 2 states (slower
+    in tracks), 6x6 of 3 states (faster in tracks)."""
 
     def times(makespan: float, serial: float) -> tracks.TrackTimes:
         return tracks.TrackTimes(2, (), (), (), makespan, serial)
 
-    assert not times(3020.0, 4220.0).gains()
-    assert times(7020.0, 11710.0).gains()
+    assert not times(27728.0, 46194.0).gains()
+    assert times(41730.0, 69987.0).gains()
     assert not times(90.0, 100.0).gains()  # (the share alone: TRACKS_GAIN)
 
 

@@ -39,17 +39,20 @@ from ..ir.schema import element_count
 from ..semiring import semiring
 from .arena import MemoryPlan, SideBySide
 from .fusion import Fused
-from .loops import ACROSS_REDUCED
+from .loops import ACROSS_BOTH, ACROSS_OUTPUTS, ACROSS_REDUCED
 from .options import PlanOptions
 from .schedule import Schedule, SegmentLoops
 from .steps import Step
 
-# Estimated cost of a segment, in ns: a call, and its work (output elements x reduced
-# elements x leaves; a repacked leaf's copies weigh REPACK_NS_PER_ELEMENT each). Measured
-# in the dispatcher on grid4x8_d2 and grid6_d2: 0.07-0.24 ns per work unit in L2, ~50 ns
-# for a step of a few elements.
-CALL_NS = 50.0
-NS_PER_WORK = 0.15
+# Estimated cost of a segment, in ns, by its kernel's kind: a call, and its work (output
+# elements x reduced elements x leaves; a repacked leaf's copies weigh
+# REPACK_NS_PER_ELEMENT each). Fitted (relative least squares) to grid4x8_d2's steps each
+# walked alone by the dispatcher (perf/roofline.py), both modes: products 80-96 ns + 0.19-0.21
+# a unit, sums across outputs 131-158 + 0.25-0.42, sums across reduced axes 201-225 +
+# 0.27-0.32 (one price for all, 50 + 0.15, had the sums at a third of their time)
+PRODUCT = "product"
+CALL_NS = {PRODUCT: 85.0, ACROSS_OUTPUTS: 140.0, ACROSS_BOTH: 140.0, ACROSS_REDUCED: 210.0}
+NS_PER_WORK = {PRODUCT: 0.19, ACROSS_OUTPUTS: 0.30, ACROSS_BOTH: 0.30, ACROSS_REDUCED: 0.27}
 REPACK_NS_PER_ELEMENT = 0.25
 # A sum into fewer outputs than abi.LANES, on one thread (plan/early.py), is a chain of
 # dependent additions: the 12 x 12 3-state grid's total of 129 M terms took 230 ms (an
@@ -67,6 +70,15 @@ EXP_NS = 4.0
 # against 131 us in turn
 CROSS_NS = 400.0
 CROSS_NS_PER_BYTE = 0.33
+# List scheduling is greedy: a segment takes the track where it starts first, and where
+# crossing looks cheap that spreads chains over both tracks and moves their values between
+# cores. So tracks are also chosen with crossings priced these times higher, and each
+# choice timed at the price above; the shortest makespan is kept. Measured with the costs
+# by kind (alternating processes, medians): grid4x8_d2 PROB 95.7-101.7 -> 93.7-94.2 us
+# reassociating, 219-224 -> 205-212 exact (by kind alone: 91.4-95.9 and 216-224, its exact
+# tracks crossing twice the bytes); grid6_d2 the same; grid4x8_d2 LOGPROB reassociating
+# 172-178 -> 167-169 us
+CROSS_PRICES = (1.0, 1.5, 2.0, 3.0)
 # Memory that segments of other tracks used is taken again only once they finished, by the
 # estimate, this share of the makespan before: the first of these whose memory plan is
 # affordable (below). grid6_d2 ran 1.88 ms at 0.25 (arena 13.3 MiB), 1.99 ms at 0.1 (11.6
@@ -76,11 +88,18 @@ REUSE_SLACKS = (0.25, 0.1)
 # Tracks are used when their estimated makespan, plus what starting the second thread
 # costs a run, is below this share of the segments' time in turn ...
 TRACKS_GAIN = 0.8
-# (in the estimate's ns, which run below a run's on small programs. A 4x4 grid of two
-# states: 3.0 against 4.2 us estimated, 11.8 us a run in turn and 14.8 in tracks; a 6x6
-# grid: 7.0 against 11.7, 46.1 and 40.7 us; a 6-variable chain in LOGPROB: 0.7 against
-# 1.0, 2.8 and 5.7 us)
-TRACKS_START_NS = 1000.0
+# (in the estimate's ns, which run above a run's in turn on small programs: their steps
+# are walked with warm caches. Measured, grids of perf/grid_family.py, PROB, exact /
+# reassociating, estimated makespan and time in turn, then a run in turn and in tracks:
+#   5x5 of 2 states:  11.0 / 20.1 us est.,  9.4 /  14.2 us;  9.2 / 16.1,  9.7 / 16.9
+#   6x6 of 2 states:  17.6 / 31.3,         16.5 /  22.3;    14.8 / 25.2, 16.6 / 24.9
+#   7x7 of 2 states:  27.7 / 46.2,         30.9 /  34.3;    23.4 / 37.9, 30.0 / 33.2
+#   8x8 of 2 states:  42.5 / 72.7,         55.6 /  53.5;    36.5 / 59.6, 51.5 / 55.8
+#   6x6 of 3 states:  41.7 / 70.0,         90.0 /  70.7;    40.1 / 60.1, 78.1 / 74.3
+#   10x10 of 2 states: 131 / 205,           215 /   181;     116 /  180,  186 /  162
+# and grid4x8_d2 ~80 / 150 us est., ~150 / ~95 us; a 6-variable chain in LOGPROB: 0.7
+# against 1.0 est. under the last model, 2.8 and 5.7 us)
+TRACKS_START_NS = 12000.0
 # ... and their memory plan grows the arenas by at most this share, or these bytes
 MEMORY_GROWTH = 0.25
 MEMORY_GROWTH_BYTES = 64 << 20
@@ -114,7 +133,8 @@ def segment_cost(loops: SegmentLoops, exp_sums: bool = False, chain_min_terms: i
     semiring's sums take an exp per term (LOGPROB); chain_min_terms: a sum into fewer
     outputs than abi.LANES of at least this many terms, on one thread, takes CHAIN_NS a
     term (its outputs' chains side by side where it sums in lanes)."""
-    cost = CALL_NS + NS_PER_WORK * loops.work + REPACK_NS_PER_ELEMENT * loops.workspace
+    kind = loops.nest.across if loops.pattern.reduce else PRODUCT
+    cost = CALL_NS[kind] + NS_PER_WORK[kind] * loops.work + REPACK_NS_PER_ELEMENT * loops.workspace
     terms = prod(loops.nest.sizes)
     if exp_sums and loops.pattern.reduce:
         cost += EXP_NS * terms
@@ -139,8 +159,16 @@ def choose_tracks(
         return None
     exp_sums = semiring(fused.semiring).is_log  # (⊕ takes an exp per term)
     costs = [segment_cost(loops[i], exp_sums, options.chain_min_terms) for i in range(n)]
-    times = simulate(fused, costs, n_static, options.tracks, itemsize)
+    times = shortest(fused, costs, n_static, options.tracks, itemsize)
     return times if times.gains() or options.tracks_always else None
+
+
+def shortest(fused: Fused, costs: list[float], n_static: int, tracks: int, itemsize: int) -> TrackTimes:
+    """The tracks list scheduling chooses at each of CROSS_PRICES, timed at the first: the
+    one of shortest makespan."""
+    choices = {simulate(fused, costs, n_static, tracks, itemsize, price).track for price in CROSS_PRICES}
+    timed = [simulate(fused, costs, n_static, tracks, itemsize, given=track) for track in choices]
+    return min(timed, key=lambda t: (t.makespan, t.track))
 
 
 def memory_plans(options: PlanOptions) -> list[tuple[bool, float]]:
@@ -174,12 +202,20 @@ def producers(fused: Fused) -> dict[int, int]:
     return {v: i for i, seg in enumerate(fused.segments) for v in seg.writes}
 
 
-def simulate(fused: Fused, costs: list[float], n_static: int, tracks: int, itemsize: int) -> TrackTimes:
+def simulate(
+    fused: Fused,
+    costs: list[float],
+    n_static: int,
+    tracks: int,
+    itemsize: int,
+    price: float = 1.0,
+    given: tuple[int, ...] | None = None,
+) -> TrackTimes:
     """Tracks by list scheduling in schedule order: each dynamic segment goes where it would
     start first, after the segments whose values it reads (and a price for those another
-    track wrote). costs: each segment's estimate (ns). (A step cut in chunks counts whole:
-    it shares them with the other tracks only when they have nothing ready, a joint step,
-    codegen/dispatch.py.)"""
+    track wrote, times `price`). costs: each segment's estimate (ns). given: the tracks
+    already chosen, to be timed. (A step cut in chunks counts whole: it shares them with the
+    other tracks only when they have nothing ready, a joint step, codegen/dispatch.py.)"""
     n = len(fused.segments)
     writer = producers(fused)
     track = [0] * n
@@ -195,12 +231,11 @@ def simulate(fused: Fused, costs: list[float], n_static: int, tracks: int, items
         dynamic = [v for v in seg.leaves if writer.get(v, -1) >= n_static]
         reads = [(writer[v], element_count(fused.specs[v]) * itemsize) for v in dynamic]
         best = (float("inf"), 0)
-        for k in range(tracks):
+        for k in range(tracks) if given is None else (given[j],):
             begin = free[k]
             for i, size in reads:
-                begin = max(
-                    begin, finish[i] + (CROSS_NS + size * CROSS_NS_PER_BYTE if track[i] != k else 0.0)
-                )
+                crossing = price * (CROSS_NS + size * CROSS_NS_PER_BYTE) if track[i] != k else 0.0
+                begin = max(begin, finish[i] + crossing)
             best = min(best, (begin, k))
         start[j], track[j] = best
         finish[j] = start[j] + costs[j]
