@@ -67,9 +67,15 @@ EXP_NS = 4.0
 # from that core's cache (on the 2-core machine of the notes, a few GB/s). Lower prices
 # spread chains across the tracks: grid4x8_d2 ran 280-305 us at 0.1 ns/byte, 242-248 at
 # 0.33; without CROSS_NS chain200_d2's 1197 segments of ~0.1 us took 248 us in tracks
-# against 131 us in turn
-CROSS_NS = 400.0
-CROSS_NS_PER_BYTE = 0.33
+# against 131 us in turn. Priced anew with the costs by kind (below): a run's kernels take
+# longer in tracks than the plan's time in turn splits (grid4x8_d2 reassociating: 128-131 us
+# walked by one thread, 86-91 on two with every wait between tracks dropped, a test run
+# of wrong results; two processes running it in turn side by side lose 3%), most of it
+# lines crossing cores. 800 ns and 1 ns/byte against 400 and 0.33, alternating processes:
+# grid4x8_d2 PROB reassociating 94.3-96.9 -> 88.9-91.1 us, exact 209-212 -> 204-209,
+# LOGPROB reassociating 177-179 -> 171; grid6_d2 within its noise (+0-2% exact)
+CROSS_NS = 800.0
+CROSS_NS_PER_BYTE = 1.0
 # List scheduling is greedy: a segment takes the track where it starts first, and where
 # crossing looks cheap that spreads chains over both tracks and moves their values between
 # cores. So tracks are also chosen with crossings priced these times higher, and each
@@ -91,15 +97,16 @@ TRACKS_GAIN = 0.8
 # (in the estimate's ns, which run above a run's in turn on small programs: their steps
 # are walked with warm caches. Measured, grids of perf/grid_family.py, PROB, exact /
 # reassociating, estimated makespan and time in turn, then a run in turn and in tracks:
-#   5x5 of 2 states:  11.0 / 20.1 us est.,  9.4 /  14.2 us;  9.2 / 16.1,  9.7 / 16.9
-#   6x6 of 2 states:  17.6 / 31.3,         16.5 /  22.3;    14.8 / 25.2, 16.6 / 24.9
-#   7x7 of 2 states:  27.7 / 46.2,         30.9 /  34.3;    23.4 / 37.9, 30.0 / 33.2
-#   8x8 of 2 states:  42.5 / 72.7,         55.6 /  53.5;    36.5 / 59.6, 51.5 / 55.8
-#   6x6 of 3 states:  41.7 / 70.0,         90.0 /  70.7;    40.1 / 60.1, 78.1 / 74.3
-#   10x10 of 2 states: 131 / 205,           215 /   181;     116 /  180,  186 /  162
-# and grid4x8_d2 ~80 / 150 us est., ~150 / ~95 us; a 6-variable chain in LOGPROB: 0.7
-# against 1.0 est. under the last model, 2.8 and 5.7 us)
-TRACKS_START_NS = 12000.0
+#   5x5 of 2 states:  11.1 / 20.1 us est.,  9.4 /  14.2 us;  10.3 / 16.1,  9.7 / 16.9
+#   6x6 of 2 states:  17.8 / 31.3,         16.5 /  22.3;    14.7 / 25.2, 16.6 / 24.9
+#   7x7 of 2 states:  28.1 / 46.2,         30.9 /  34.3;    26.2 / 37.9, 30.0 / 33.2
+#   8x8 of 2 states:  43.9 / 72.7,         55.6 /  53.5;    39.9 / 59.6, 51.5 / 55.8
+#   6x6 of 3 states:  46.2 / 70.0,         90.0 /  70.7;    40.6 / 60.1, 78.1 / 74.3
+#   10x10 of 2 states: 123 / 205,           215 /   181;     125 /  180,  186 /  162
+# 8 us keeps 6x6 of 3 states in tracks and puts 7x7 of 2 states (exact) there too; the
+# others as they ran best. grid4x8_d2 is ~80 / 150 us est., ~150 / ~95 us; a 6-variable
+# chain in LOGPROB: 0.7 against 1.0 est. under the last model, 2.8 and 5.7 us)
+TRACKS_START_NS = 8000.0
 # ... and their memory plan grows the arenas by at most this share, or these bytes
 MEMORY_GROWTH = 0.25
 MEMORY_GROWTH_BYTES = 64 << 20
