@@ -33,6 +33,7 @@ from catbp_jit.plan.loops import (
     canonical_loops,
     lines_per_term,
     loop_nest,
+    output_orders,
     set_conflicts,
     whole_lanes,
 )
@@ -63,6 +64,23 @@ def test_a_gathered_access_carries_its_offsets_in_c_order():
     acc = access_of([2, 3], [1, 2])
     assert acc.kind == abi.GATHERED and acc.offsets == (0, 2, 4, 1, 3, 5)
     assert access_of([2, 3], [3, 1]).offsets == ()  # others need no table
+
+
+def test_a_big_leaf_lacking_an_axis_keeps_a_vector_it_fills():
+    """The 12 x 12 3-state grid's sum of 531441 outputs (3 terms each) in lanes, main the
+    leaf of 1.6 M elements that lacks output axis 4 (size 3, the output's outermost): the
+    orders with axis 4 just outside the innermost axis (rows of 81) and, the leaf beyond
+    the caches, just outside the innermost axes a vector holds (axes 2 and 3: rows of 243,
+    the small leaf windowed along them); the latter is the cheaper. A leaf that fits in
+    the caches gets the first only."""
+    sizes = [243, 3, 3, 81, 3]
+    operands = [[729, 243, 81, 1, 177147], [0, 27, 1, 0, 9], [729, 243, 81, 1, 0]]
+    filled = output_orders(sizes, operands, 256, main=2, fill=True)
+    assert [0, 1, 2, 4, 3] in filled and [0, 1, 4, 2, 3] in filled
+    assert [0, 1, 4, 2, 3] not in output_orders(sizes, operands, 256, main=2, fill=False)
+    reduced = [op + [st] for op, st in zip(operands, (0, 3, 177147))]
+    nest = loop_nest(sizes + [3], [0] * 5 + [1], reduced, True, 2, 256, True, None, lanes=True)
+    assert nest.across == ACROSS_OUTPUTS and nest.vector_sizes() == [3, 81]
 
 
 @pytest.mark.parametrize(

@@ -197,7 +197,8 @@ def loop_nest(
     # noise; the 12 x 12 3-state grid's reassociating sum of 531441 outputs from a leaf
     # without its outermost axis 1.1-1.2 -> 0.97-1.03 ms)
     reuse = main if lanes else None
-    for head in output_orders(sizes[:out_rank], [op[:out_rank] for op in operands], limit, reuse):
+    fill = _elements(sizes, operands[main]) > CACHED_ELEMENTS
+    for head in output_orders(sizes[:out_rank], [op[:out_rank] for op in operands], limit, reuse, fill):
         order = head + list(range(out_rank, len(sizes)))
         s2, g2, o2 = canonical_loops(*_permute(order, sizes, groups, operands))
         if 0 in g2:
@@ -479,7 +480,11 @@ def vector_cost(sizes: Sequence[int], operands: Sequence[Sequence[int]], overhea
 
 
 def output_orders(
-    sizes: Sequence[int], operands: Sequence[Sequence[int]], limit: int, main: int | None = None
+    sizes: Sequence[int],
+    operands: Sequence[Sequence[int]],
+    limit: int,
+    main: int | None = None,
+    fill: bool = False,
 ) -> list[list[int]]:
     """The loop orders worth costing for axes whose order does not change results:
     vector_order's, and the output's own memory order (its innermost axes the vector,
@@ -502,8 +507,16 @@ def output_orders(
     lacks = [d for d in range(len(sizes)) if operands[main][d] == 0 and sizes[d] > 1]
     for order in list(orders):
         rest = [d for d in order if d not in lacks]
-        if lacks and rest:
-            moved = rest[:-1] + [d for d in order if d in lacks] + rest[-1:]
+        if not (lacks and rest):
+            continue
+        # ... and where asked (fill: main beyond the caches), just outside the most
+        # innermost axes a vector holds (the 12 x 12 3-state grid's sum of 531441
+        # outputs: rows of 243 instead of 81)
+        inner = 1
+        while fill and inner < len(rest) and prod(sizes[d] for d in rest[-inner - 1 :]) <= limit:
+            inner += 1
+        for k in sorted({1, inner}):
+            moved = rest[:-k] + [d for d in order if d in lacks] + rest[-k:]
             if moved not in orders:
                 orders.append(moved)
     return orders
