@@ -509,8 +509,8 @@ def output_orders(
         rest = [d for d in order if d not in lacks]
         if not (lacks and rest):
             continue
-        # ... and where asked (fill: main beyond the caches), just outside the most
-        # innermost axes a vector holds (the 12 x 12 3-state grid's sum of 531441
+        # ... and where asked (fill: main beyond the caches), just outside as many of the
+        # innermost axes as a vector holds (the 12 x 12 3-state grid's sum of 531441
         # outputs: rows of 243 instead of 81)
         inner = 1
         while fill and inner < len(rest) and prod(sizes[d] for d in rest[-inner - 1 :]) <= limit:

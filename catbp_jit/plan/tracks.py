@@ -171,8 +171,9 @@ def choose_tracks(
 
 
 def shortest(fused: Fused, costs: list[float], n_static: int, tracks: int, itemsize: int) -> TrackTimes:
-    """The tracks list scheduling chooses at each of CROSS_PRICES, timed at the first: the
-    one of shortest makespan."""
+    """Of the tracks list scheduling chooses with crossings priced at each of CROSS_PRICES
+    times CROSS_NS (and CROSS_NS_PER_BYTE), each timed at 1 time that price, those of the
+    shortest makespan."""
     choices = {simulate(fused, costs, n_static, tracks, itemsize, price).track for price in CROSS_PRICES}
     timed = [simulate(fused, costs, n_static, tracks, itemsize, given=track) for track in choices]
     return min(timed, key=lambda t: (t.makespan, t.track))
