@@ -51,7 +51,11 @@ offset its odometer axes give it:
     CONSTANT     the same element for every v (step 0: all its block strides are 0)
     CONTIGUOUS   + v (step 1)
     STRIDED      + v * step
-    GATHERED     + P[table + v]: an offset table of V entries, made at plan time
+    GATHERED     + P[table + v]: an offset table of V entries, made at plan time. Its step
+                 is WINDOWED where the entry of each multiple v of W_WINDOW is instead
+                 the window word of the line from v (window_words, below): a line
+                 kernel's leaf (codegen/cpu_lines.py) whose lines each lie in a window, in
+                 a step whose every row starts on a cache line; else its step is 0
     STREAMED     an output's CONTIGUOUS access whose whole cache lines are written with
                  non-temporal stores (codegen/intrinsics.py): outputs larger than the
                  last-level cache (PlanOptions.streaming_store_bytes), on the CPU only
@@ -125,6 +129,52 @@ CONSTANT, CONTIGUOUS, STRIDED, GATHERED, STREAMED = 0, 1, 2, 3, 4
 ACCESS_KINDS = ("constant", "contiguous", "strided", "gathered", "streamed")
 
 
+# A GATHERED table's lines in windows (its step WINDOWED): W_WINDOW elements from a
+# multiple of W_WINDOW along the vector that lie within W_WINDOW consecutive elements of
+# the leaf (most of a grid's gathered leaves: a leaf that lacks an axis of the vector
+# repeats its elements). Such a line is the load of those W_WINDOW elements and a permute
+# of them, whose lane indices a word packs: (the line's lowest offset << WINDOW_SHIFT) |
+# lane w's offset from it at bits WINDOW_LANE_BITS * w (a last line that is a part: its
+# other lanes 0). For lines of 8 elements (8-byte ones) only: their 8 indices of 3 bits
+# leave the rest of the word to the offset. Without its word, a line is a load of its 8
+# offsets, a check that they lie in a window, then the same load and permute
+WINDOWED = 1
+W_WINDOW = 8
+WINDOW_ITEMSIZE = 8  # (bytes: W_WINDOW of them to a 64-byte cache line)
+WINDOW_LANE_BITS = 3
+WINDOW_SHIFT = W_WINDOW * WINDOW_LANE_BITS
+
+
+def window_words(offsets: Sequence[int]) -> tuple[int, ...] | None:
+    """The window words of the lines of a GATHERED access's offsets (W_WINDOW of them from
+    each multiple of W_WINDOW), or None if a line lies in no window."""
+    words = []
+    for j in range(0, len(offsets), W_WINDOW):
+        line = offsets[j : j + W_WINDOW]
+        start = min(line)
+        if start < 0 or max(line) - start >= W_WINDOW or start >= 1 << (63 - WINDOW_SHIFT):
+            return None
+        lanes = sum((o - start) << (WINDOW_LANE_BITS * w) for w, o in enumerate(line))
+        words.append((start << WINDOW_SHIFT) | lanes)
+    return tuple(words) or None
+
+
+def windowed_table(offsets: Sequence[int], words: Sequence[int]) -> tuple[int, ...]:
+    """A WINDOWED table: the offsets, the entry of each multiple of W_WINDOW its word."""
+    table = list(offsets)
+    table[::W_WINDOW] = words
+    return tuple(table)
+
+
+def table_offsets(table: Sequence[int], step: int) -> tuple[int, ...]:
+    """The offsets of a GATHERED table of this step (windowed_table's inverse)."""
+    offsets = list(table)
+    if step == WINDOWED:
+        mask = (1 << WINDOW_LANE_BITS) - 1
+        offsets[::W_WINDOW] = [(word >> WINDOW_SHIFT) + (word & mask) for word in table[::W_WINDOW]]
+    return tuple(offsets)
+
+
 def out_strides(D: int) -> int:
     """Offset (from p) of the output strides."""
     return SIZES + D
@@ -153,7 +203,8 @@ def param_count(D: int, R: int, k: int) -> int:
 @dataclass(frozen=True)
 class Access:
     """How an operand moves along a step's vector (see the module docstring). table: the
-    offsets of a GATHERED access (V of them), placed in P once every step is laid out."""
+    offsets of a GATHERED access (V of them), placed in P once every step is laid out (in
+    a windowed_table where its step is WINDOWED)."""
 
     kind: int
     step: int = 0
@@ -240,7 +291,7 @@ def unpack(P: Table, p: int) -> StepParams:
 
 def _access(P: Table, at: int, V: int) -> Access:
     kind, step, table = (int(x) for x in P[at : at + ACCESS_FIELDS])
-    offsets = tuple(int(x) for x in P[table : table + V]) if kind == GATHERED else ()
+    offsets = table_offsets([int(x) for x in P[table : table + V]], step) if kind == GATHERED else ()
     return Access(kind, step, offsets, table)
 
 
@@ -257,6 +308,7 @@ def source_constants() -> str:
         f"GROUP_FIELDS, ACCESS_FIELDS = {GROUP_FIELDS}, {ACCESS_FIELDS}\n"
         f"CONSTANT, CONTIGUOUS, STRIDED, GATHERED, STREAMED = {CONSTANT}, {CONTIGUOUS}, "
         f"{STRIDED}, {GATHERED}, {STREAMED}  # access kinds\n"
+        f"WINDOWED = {WINDOWED}  # a GATHERED table's step: window words at its lines' starts\n"
         f"STEP_ROW, STEP_KERNEL, STEP_PARAMS, STEP_CHUNKS, STEP_FINISH = {STEP_ROW}, {STEP_KERNEL}, "
         f"{STEP_PARAMS}, {STEP_CHUNKS}, {STEP_FINISH}\n"
         f"ONE_FINISH, SPLIT_FINISH = {ONE_FINISH}, {SPLIT_FINISH}  # a step's finish\n"
@@ -484,7 +536,8 @@ def gemm_source_constants() -> str:
 #                          copies' positions taken in order, with its own loop counters
 #     p + REPACK_COUNT     how many copies; then each: COPY_SRC, COPY_DST, COPY_RANK (m),
 #                          COPY_TABLE (the leaf's offsets along the vector, V of them),
-#                          COPY_LEAF (which leaf of the next step reads it), and per axis d
+#                          COPY_LEAF (which leaf of the next step reads it), COPY_STEP (the
+#                          table's: WINDOWED or 0, as a GATHERED access's), and per axis d
 #                          at repack_axis(d): size, source stride, destination stride
 #                          (StridedCopy's fields)
 #
@@ -493,8 +546,9 @@ def gemm_source_constants() -> str:
 
 REPACK_V, REPACK_SCRATCH, REPACK_COUNT, REPACK_CHUNKS = 0, 1, 2, 3
 REPACK_HEADER = 4
-COPY_TABLE, COPY_LEAF = COPY_HEADER, COPY_HEADER + 1  # (after COPY_SRC, COPY_DST, COPY_RANK)
-GATHERED_COPY_HEADER = COPY_HEADER + 2
+# (after COPY_SRC, COPY_DST, COPY_RANK)
+COPY_TABLE, COPY_LEAF, COPY_STEP = COPY_HEADER, COPY_HEADER + 1, COPY_HEADER + 2
+GATHERED_COPY_HEADER = COPY_HEADER + 3
 
 
 def repack_axis(d: int) -> int:
@@ -506,16 +560,18 @@ def repack_axis(d: int) -> int:
 class GatheredCopy:
     """A StridedCopy of vectors: at each of its positions, V elements gathered from the
     source through `offsets` (placed in P at `table`), written contiguous. leaf: which
-    leaf of the step after it reads the copy."""
+    leaf of the step after it reads the copy. step: the table's, WINDOWED where it is a
+    windowed_table, else 0."""
 
     positions: StridedCopy
     offsets: tuple[int, ...]
     leaf: int
     table: int = -1
+    step: int = 0
 
     def pack(self) -> list[int]:
         row = self.positions.pack()
-        return row[:COPY_HEADER] + [self.table, self.leaf] + row[COPY_HEADER:]
+        return row[:COPY_HEADER] + [self.table, self.leaf, self.step] + row[COPY_HEADER:]
 
     def size(self) -> int:
         return repack_axis(len(self.positions.sizes))
@@ -555,10 +611,11 @@ def unpack_repack(P: Table, p: int) -> RepackParams:
     """The parameters of the repack step at offset p of table P (numpy_steps.py, tests)."""
     V, copies, r = int(P[p + REPACK_V]), [], p + REPACK_HEADER
     for _ in range(int(P[p + REPACK_COUNT])):
-        src, dst, m, table, leaf = (int(x) for x in P[r : r + GATHERED_COPY_HEADER])
+        src, dst, m, table, leaf, step = (int(x) for x in P[r : r + GATHERED_COPY_HEADER])
         fields = [int(x) for x in P[r + GATHERED_COPY_HEADER : r + repack_axis(m)]]
         positions = StridedCopy(src, dst, tuple(fields[0::3]), tuple(fields[1::3]), tuple(fields[2::3]))
-        copies.append(GatheredCopy(positions, tuple(int(x) for x in P[table : table + V]), leaf, table))
+        offsets = table_offsets([int(x) for x in P[table : table + V]], step)
+        copies.append(GatheredCopy(positions, offsets, leaf, table, step))
         r += repack_axis(m)
     return RepackParams(V, tuple(copies), int(P[p + REPACK_SCRATCH]), chunks=int(P[p + REPACK_CHUNKS]))
 
@@ -570,6 +627,7 @@ def repack_source_constants() -> str:
         f"REPACK_V, REPACK_SCRATCH, REPACK_COUNT, REPACK_HEADER = {REPACK_V}, {REPACK_SCRATCH}, "
         f"{REPACK_COUNT}, {REPACK_HEADER}\n"
         f"COPY_SRC, COPY_DST, COPY_RANK, COPY_TABLE = {COPY_SRC}, {COPY_DST}, {COPY_RANK}, {COPY_TABLE}\n"
+        f"COPY_STEP, WINDOWED = {COPY_STEP}, {WINDOWED}  # its table's step: window words\n"
         f"GATHERED_COPY_HEADER, COPY_AXIS_FIELDS = {GATHERED_COPY_HEADER}, {COPY_AXIS_FIELDS}\n"
     )
 

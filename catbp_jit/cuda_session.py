@@ -66,6 +66,8 @@ class _HostSlots(Mapping[tuple, tuple[np.ndarray, TensorSpec]]):
 
 
 class CudaSession(Session):
+    cpu_kernels = False  # (its host buffer stages values; the kernels run on the device's)
+
     def __init__(
         self,
         exe: Executable,

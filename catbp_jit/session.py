@@ -45,6 +45,9 @@ def aligned_empty(n: int, dtype: np.dtype) -> np.ndarray:
 
 
 class Session:
+    # CPU kernels run on its buffer (a CUDA session's host buffer only stages values)
+    cpu_kernels = True
+
     def __init__(
         self,
         exe: Executable,
@@ -59,6 +62,9 @@ class Session:
         calls fill_constants() whenever another session wrote over it. numpy_only: stay in
         the numpy tier for good (a check of the kernels against it, tiers.py)."""
         self.exe = exe
+        if self.cpu_kernels and mem is not None and mem.ctypes.data % ALIGN_BYTES:
+            # (the plan counts rows that start on a cache line: abi.WINDOWED tables)
+            raise ValueError(f"a session's buffer must start on a {ALIGN_BYTES}-byte boundary")
         self.mem = aligned_empty(exe.memory.total, exe.dtype) if mem is None else mem
         # kernels keep loop counters in its tail, a line per step (tracks: steps run side
         # by side write their own lines); the tracks' state words a line each

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from numba import njit
 
+from catbp_jit import abi
 from catbp_jit.codegen.intrinsics import HARDWARE_GATHERS, LINE_BYTES
 from catbp_jit.codegen.lines import (
     line_gather,
@@ -45,7 +46,7 @@ def loads(out, arr, i, step, table, t):
     store_line_part(out, 0, line_splat(arr, i), 0, w)
     store_line_part(out, w, line_load(arr, i), 0, w)
     store_line_part(out, 2 * w, line_strided(arr, i, step), 0, w)
-    store_line_part(out, 3 * w, line_gather(arr, i, table, t), 0, w)
+    store_line_part(out, 3 * w, line_gather(arr, i, table, t, 0), 0, w)
 
 
 @njit(cache=False)
@@ -55,7 +56,7 @@ def part_loads(out, arr, i, step, table, t, lo, hi):
     store_line_part(out, 0, line_splat_part(arr, i, lo, hi), 0, w)
     store_line_part(out, w, line_load_part(arr, i, lo, hi), 0, w)
     store_line_part(out, 2 * w, line_strided_part(arr, i, step, lo, hi), 0, w)
-    store_line_part(out, 3 * w, line_gather_part(arr, i, table, t, lo, hi), 0, w)
+    store_line_part(out, 3 * w, line_gather_part(arr, i, table, t, 0, lo, hi), 0, w)
 
 
 def values(dtype, n: int, rng) -> np.ndarray:
@@ -234,6 +235,65 @@ def test_a_gathered_line_within_a_window_reads_the_same_elements(dtype):
         out = np.zeros(4 * w, dtype)
         loads(out, arr[w:], -w, 1, table, w)  # (the same elements from another base)
         assert np.array_equal(out[3 * w :], arr[line]), name
+
+
+@njit(cache=False)
+def windowed_loads(out, arr, i, table, lo, hi):
+    """A WINDOWED table's lines through line_gather, whole, then lanes lo..hi-1 of each."""
+    w = 8
+    n = table.size // w
+    for k in range(n):
+        store_line_part(out, k * w, line_gather(arr, i, table, k * w, abi.WINDOWED), 0, w)
+        x = line_gather_part(arr, i, table, k * w, abi.WINDOWED, lo, hi)
+        store_line_part(out, (n + k) * w, x, 0, w)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.int64])
+def test_a_windowed_tables_lines_are_its_offsets_elements(dtype):
+    """A GATHERED table of step WINDOWED (abi.windowed_table: a window word at each line's
+    start) gives the lines its offsets name, whole and in part (the other lanes 0), with a
+    load of each window and a permute (a scalar load a lane without AVX-512). A window
+    ends where the array does: nothing past it is read (the plan keeps every window in the
+    buffer)."""
+    rng = np.random.default_rng(6)
+    w = 8
+    arr = before_a_guard_page(values(dtype, 20 * w, rng))
+    lines = [
+        rng.permutation(w),  # a permute
+        np.zeros(w, np.int64) + 5,  # one element: a broadcast
+        np.repeat(np.arange(4), 2),  # each element twice
+        np.tile(np.arange(4), 2),  # a half line twice
+        np.array([7, 0, 7, 0, 3, 3, 1, 6]),  # lane 0 not the least
+    ]
+    offsets = np.concatenate([3 * w * k + line for k, line in enumerate(lines)])
+    # a window that ends the array: the plan's highest element of a windowed leaf
+    offsets = np.concatenate([offsets, np.full(w, arr.size - w)])
+    words = abi.window_words([int(x) for x in offsets])
+    assert words is not None and len(words) == offsets.size // w
+    table = np.array(abi.windowed_table([int(x) for x in offsets], words), np.int64)
+    assert abi.table_offsets([int(x) for x in table], abi.WINDOWED) == tuple(int(x) for x in offsets)
+    for lo, hi in ((0, w), (0, 3), (2, 7), (5, 5)):
+        out = np.full(2 * offsets.size, 7, dtype)
+        windowed_loads(out, arr, 0, table, lo, hi)
+        part = np.zeros((offsets.size // w, w), dtype)
+        part[:, lo:hi] = arr[offsets].reshape(-1, w)[:, lo:hi]
+        assert np.array_equal(out, np.concatenate([arr[offsets], part.ravel()])), (lo, hi)
+
+
+def test_window_words_only_where_every_line_lies_in_a_window():
+    """abi.window_words: a line's lowest offset and each lane's place from it (3 bits), a
+    word a line of 8 (the last one may be a part); None where a line spans 8 elements or
+    more, or holds a negative offset."""
+    w = abi.W_WINDOW
+    words = abi.window_words([3, 4, 3, 4, 10, 9, 8, 8, 40, 41])
+    assert words is not None
+    lanes = [0, 1, 0, 1, 7, 6, 5, 5]
+    first = (3 << abi.WINDOW_SHIFT) | sum(x << (3 * k) for k, x in enumerate(lanes))
+    assert words == (first, (40 << abi.WINDOW_SHIFT) | (1 << 3))
+    offsets = (3, 4, 3, 4, 10, 9, 8, 8, 40, 41)
+    assert abi.table_offsets(abi.windowed_table(offsets, words), abi.WINDOWED) == offsets
+    assert abi.window_words([0] * (w - 1) + [w]) is None  # (9 elements apart: no window)
+    assert abi.window_words([1, -1] + [0] * (w - 2)) is None
 
 
 def test_a_window_is_a_permute_where_the_machine_has_gathers():

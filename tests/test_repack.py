@@ -225,21 +225,22 @@ def test_a_plan_over_the_memory_limit_drops_its_copies_first(grid):
 
 def test_equal_offset_tables_are_placed_once(grid):
     """A grid's steps repeat a few shapes: every GATHERED access and repack copy with the
-    same offsets reads one table in P (grid4x8: 916 tables, 157 distinct), which holds
-    those offsets."""
+    same offsets (and windows or not, abi.windowed_table) reads one table in P (grid4x8:
+    916 tables, 157 distinct), which holds those offsets."""
     schedule = compile_bundle(grid, "compiled").schedule
     placed: dict[tuple, set] = {}
     every = 0  # entries, had each table its own place
     for step in schedule.steps:
-        tables = [(a.offsets, a.table) for a in step.params.accesses if a.kind == abi.GATHERED]
+        tables = [(a.offsets, a.step, a.table) for a in step.params.accesses if a.kind == abi.GATHERED]
         if isinstance(step.params, abi.RepackParams):
-            tables += [(c.offsets, c.table) for c in step.params.copies]
-        for offsets, at in tables:
+            tables += [(c.offsets, c.step, c.table) for c in step.params.copies]
+        for offsets, windows, at in tables:
             every += len(offsets)
-            placed.setdefault(offsets, set()).add(at)
-            assert list(schedule.table[at : at + len(offsets)]) == list(offsets)
+            placed.setdefault((offsets, windows), set()).add(at)
+            table = [int(x) for x in schedule.table[at : at + len(offsets)]]
+            assert abi.table_offsets(table, windows) == offsets
     assert sum(len(at) for at in placed.values()) == len(placed) < 300, len(placed)
-    assert sum(len(o) for o in placed) < every / 2
+    assert sum(len(o) for o, _ in placed) < every / 2
 
 
 # A copy moves a line at a time (codegen/cpu_repack.py: a gather and a store per line) in

@@ -64,7 +64,7 @@ def {entry}(mem_address, mem_length, P_address, P_length, p, chunk, chunks):
     idx = P[p + REPACK_SCRATCH] + chunk * most
     first, r = ZERO, p + REPACK_HEADER  # first: the current copy's first position
     for _ in range(P[p + REPACK_COUNT]):
-        m, table = P[r + COPY_RANK], P[r + COPY_TABLE]
+        m, table, step = P[r + COPY_RANK], P[r + COPY_TABLE], P[r + COPY_STEP]
         axes = r + GATHERED_COPY_HEADER
         n = ONE
         for k in range(m):
@@ -106,10 +106,10 @@ IN_LINES = ("float64", "float32", "int64")
 COPY_IN_LINES = """\
                 v = ZERO
                 while v + W <= V:  # whole lines (a line's store need not start one)
-                    store_line_part(mem, dst + v, line_gather(mem, src, P, table + v), ZERO, W)
+                    store_line_part(mem, dst + v, line_gather(mem, src, P, table + v, step), ZERO, W)
                     v += W
                 if v < V:  # the part of a line left
-                    x = line_gather_part(mem, src, P, table + v, ZERO, V - v)
+                    x = line_gather_part(mem, src, P, table + v, step, ZERO, V - v)
                     store_line_part(mem, dst + v, x, ZERO, V - v)
 """
 

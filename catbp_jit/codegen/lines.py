@@ -12,7 +12,8 @@ on one x86-64 machine, two threads: 115 MB of products written from a stack buff
 line_splat, line_load, line_strided and line_gather (the four access kinds of abi.py;
 the last two one gather instruction where the machine has them, intrinsics.
 HARDWARE_GATHERS, else a scalar load a lane; there a GATHERED line whose elements lie
-within a line's width from its first lane's is one load and a permute), combine them
+within a line's width from its first lane's is one load and a permute, and a line of a
+WINDOWED table, abi.window_words, the same from the word the plan packed for it), combine them
 with the operators of their semiring's ⊗ (`*`, `+` or `&`, elementwise: the same IEEE
 operations, so the same bits, as the scalar code), and store them with stream_line,
 put_line or (a part of a line) store_line_part.
@@ -27,6 +28,7 @@ from numba import types
 from numba.core.datamodel import models, register_default
 from numba.core.extending import intrinsic, overload
 
+from .. import abi
 from .intrinsics import HARDWARE_GATHERS, IS_X86, LINE_BYTES
 
 
@@ -156,7 +158,27 @@ def _strided(context, builder, signature, args, vector, data, mask):
 
 
 def _gather(context, builder, signature, args, vector, data, mask):
+    """args: the array, the leaf's offset, the table, the line's entry in it, the table's
+    step (abi.py: WINDOWED, the entry is the line's window word), then a part's lanes."""
     entries = builder.gep(_data(context, builder, signature.args[2], args[2]), [args[3]])
+    if vector.count != abi.W_WINDOW:  # (no window words: the plan makes none for these)
+        return _by_offsets(context, builder, signature, args, vector, data, mask, entries)
+    windowed = builder.icmp_signed("==", args[4], I64(abi.WINDOWED))
+    with builder.if_else(windowed) as (by_word, by_offsets):
+        with by_word:
+            from_word = _window(builder, data, vector, args[1], builder.load(entries), mask)
+            word_block = builder.block
+        with by_offsets:
+            from_offsets = _by_offsets(context, builder, signature, args, vector, data, mask, entries)
+            offsets_block = builder.block
+    line = builder.phi(vector)
+    line.add_incoming(from_word, word_block)
+    line.add_incoming(from_offsets, offsets_block)
+    return line
+
+
+def _by_offsets(context, builder, signature, args, vector, data, mask, entries):
+    """The line through W offsets of the table from `entries`."""
     if not HARDWARE_GATHERS:
 
         def entry(w):  # the table's entry for lane w
@@ -302,15 +324,41 @@ def line_strided_part(typingctx, arr, i, step, lo, hi):
 
 
 @intrinsic
-def line_gather(typingctx, arr, i, table, t):
+def line_gather(typingctx, arr, i, table, t, step):
     """arr[i + table[t + w]] for w < W: a GATHERED access (abi.py) through W entries of
-    its offset table from t."""
-    return Line(arr.dtype)(arr, types.int64, table, types.int64), _codegen(_gather, False)
+    its offset table from t, or where the table's step is WINDOWED and t a line's start,
+    from the line's window word there."""
+    return Line(arr.dtype)(arr, types.int64, table, types.int64, types.int64), _codegen(_gather, False)
 
 
 @intrinsic
-def line_gather_part(typingctx, arr, i, table, t, lo, hi):
-    return Line(arr.dtype)(arr, types.int64, table, *[types.int64] * 3), _codegen(_gather, True)
+def line_gather_part(typingctx, arr, i, table, t, step, lo, hi):
+    return Line(arr.dtype)(arr, types.int64, table, *[types.int64] * 4), _codegen(_gather, True)
+
+
+def _window(builder, data, vector: ir.VectorType, i, word, mask):
+    """The line of a window word (abi.window_words) from data[i]: one load of its window
+    and a permute (a scalar load a lane where there is no permute instruction); a part's
+    other lanes 0. The load reads the whole window: W elements that the plan keeps in the
+    buffer (plan/schedule.py)."""
+    start = builder.add(i, builder.ashr(word, I64(abi.WINDOW_SHIFT)))
+    within = I64(abi.W_WINDOW - 1)
+    permute = _PERMUTES.get((vector.count, str(vector.element)))
+    if not HARDWARE_GATHERS or permute is None:
+
+        def lane(w):  # lane w's place in the window
+            return builder.and_(builder.lshr(word, I64(abi.WINDOW_LANE_BITS * w)), within)
+
+        line = _lanes_loaded(builder, data, vector, start, lambda x: x, lane)
+    else:
+        wide = ir.VectorType(I64, vector.count)
+        shifts = wide([abi.WINDOW_LANE_BITS * w for w in range(vector.count)])
+        lanes = builder.and_(builder.lshr(_splat(builder, wide, word), shifts), _splat(builder, wide, within))
+        loaded = _load(builder, builder.gep(data, [start]), vector, None)
+        name, index = permute
+        fn = builder.module.declare_intrinsic(name, fnty=ir.FunctionType(vector, [vector, wide]))
+        line = builder.call(fn, [loaded, lanes])
+    return line if mask is None else builder.select(mask, line, vector(None))
 
 
 def _store(builder, context, signature, args, mask, streamed: bool = False):

@@ -70,6 +70,11 @@ class PlanOptions:
     # repack steps (steps under 256 terms) gained nothing compiled and cost its loop mode
     # ~100 us a run; grid4x8 ran 4% slower with this bar at 4096 than at 256
     repack_min_terms: int = 1 << 8
+    # a line kernel's GATHERED leaf (and a repack step's copy) whose whole lines each lie
+    # in a window of 8 elements reads each line with one load and a permute, from a word
+    # the plan packs per line (abi.window_words), instead of its V offsets; bit-identical
+    # either way. Lines of 8-byte elements only
+    window_words: bool = True
     # multiply a product's first leaves apart when they hold few of its axes
     # (plan/hoist.py); bit-identical either way
     hoist: bool = True

@@ -460,6 +460,41 @@ def splits_finish(st: Step, semiring_name: str, options: PlanOptions) -> bool:
     return SEMIRINGS[semiring_name].normalization == "divide_by_total" and p.groups[0] == 1 and n_out >= bar
 
 
+def windowed(offsets: tuple[int, ...], highest: int, total: int) -> tuple[int, ...] | None:
+    """The windowed table of a GATHERED access's offsets (abi.windowed_table) whose leaf's
+    highest element is `highest`, if its lines each lie in a window and a window's load
+    from that element stays in the buffer's `total` elements: a window holds elements past
+    those it reads (a window starts at its lowest element, so none ends further)."""
+    words = abi.window_words(offsets)
+    if words is None or highest + abi.W_WINDOW > total:
+        return None
+    return abi.windowed_table(offsets, words)
+
+
+def rows_start_lines(params: abi.StepParams) -> bool:
+    """Whether every row of a line kernel's step starts its vector on a cache line (its
+    lines are then at multiples of abi.W_WINDOW along the vector, codegen/cpu_lines.py):
+    its output written in lines from a line's start, rows a whole number of lines apart
+    (a scattered output's rows always start at lane 0)."""
+    if params.accesses[-1].kind not in (abi.CONTIGUOUS, abi.STREAMED):
+        return True
+    rows = params.out_rank - params.block_axes  # the row axes: the output's outer ones
+    return all(x % abi.W_WINDOW == 0 for x in (params.out, *params.out_strides[:rows]))
+
+
+def leaf_highest(params: abi.StepParams, j: int) -> int:
+    """The highest element of the buffer that leaf j of a step holds."""
+    offset, strides = params.leaves[j]
+    return offset + sum(max(0, (n - 1) * s) for n, s in zip(params.sizes, strides))
+
+
+def copy_highest(copy: abi.GatheredCopy) -> int:
+    """The highest element of the buffer that a repack copy reads."""
+    at = copy.positions
+    moved = sum(max(0, (n - 1) * s) for n, s in zip(at.sizes, at.src_strides))
+    return at.src + moved + max(copy.offsets, default=0)
+
+
 def build_schedule(
     fused: Fused,
     memory: MemoryPlan,
@@ -497,16 +532,38 @@ def build_schedule(
             tables.extend(offsets)
         return placed[offsets]
 
+    # (lines of W_WINDOW elements: 8-byte ones)
+    windows = options.window_words and np.dtype(dtype).itemsize == abi.WINDOW_ITEMSIZE
     for st in steps:
         step_params = st.params
-        if any(acc.kind == abi.GATHERED for acc in step_params.accesses):
-            accesses = [
-                replace(acc, table=place(acc.offsets)) if acc.kind == abi.GATHERED else acc
-                for acc in step_params.accesses
-            ]
+        if isinstance(step_params, abi.StepParams) and any(
+            acc.kind == abi.GATHERED for acc in step_params.accesses
+        ):
+            lined = windows and st.pattern.template == "contract_lines" and rows_start_lines(step_params)
+            accesses = list(step_params.accesses)
+            for j, acc in enumerate(accesses):
+                if acc.kind != abi.GATHERED:
+                    continue
+                leaf = j < len(accesses) - 1  # (an output is never read in lines)
+                words = (
+                    windowed(acc.offsets, leaf_highest(step_params, j), memory.total)
+                    if lined and leaf
+                    else None
+                )
+                if words:
+                    accesses[j] = replace(acc, step=abi.WINDOWED, table=place(words))
+                else:
+                    accesses[j] = replace(acc, table=place(acc.offsets))
             step_params = replace(step_params, accesses=tuple(accesses))
         if isinstance(step_params, abi.RepackParams):  # a copy reads its leaf by the table
-            copies = [replace(copy, table=place(copy.offsets)) for copy in step_params.copies]
+            copies = []
+            for copy in step_params.copies:
+                words = windowed(copy.offsets, copy_highest(copy), memory.total) if windows else None
+                copies.append(
+                    replace(copy, table=place(words), step=abi.WINDOWED)
+                    if words
+                    else replace(copy, table=place(copy.offsets))
+                )
             step_params = replace(step_params, copies=tuple(copies))
         with_tables.append(step_params)
     laid = []
