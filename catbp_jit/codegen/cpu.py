@@ -55,19 +55,19 @@ def _advance(ind: str, first: str, last: str, leaves: str, out: bool) -> list[st
     """Odometer step over axes last..first (last fastest) of o_off (out) and every leaf's
     offset in `leaves`; leaves `d < first` after a wrap."""
     pad = ind + "    "
-    lines = [f"{ind}d = {last}", f"{ind}while d >= {first}:", f"{pad}P[idx + d] += 1"]
-    lines += [f"{pad}o_off += P[SO + d]"] if out else []
+    lines = [f"{ind}d = {last}", f"{ind}while d >= {first}:", f"{pad}P[u(idx + d)] += 1"]
+    lines += [f"{pad}o_off += P[u(SO + d)]"] if out else []
     lines += [
         f"{pad}for l in range(K):",
-        f"{pad}    {leaves}[l] += P[{LEAF} + 1 + d]",
-        f"{pad}if P[idx + d] < P[N + d]:",
+        f"{pad}    {leaves}[l] += P[u({LEAF} + 1 + d)]",
+        f"{pad}if P[u(idx + d)] < P[u(N + d)]:",
         f"{pad}    break",
     ]
-    lines += [f"{pad}o_off -= P[SO + d] * P[N + d]"] if out else []
+    lines += [f"{pad}o_off -= P[u(SO + d)] * P[u(N + d)]"] if out else []
     lines += [
         f"{pad}for l in range(K):",
-        f"{pad}    {leaves}[l] -= P[{LEAF} + 1 + d] * P[N + d]",
-        f"{pad}P[idx + d] = 0",
+        f"{pad}    {leaves}[l] -= P[u({LEAF} + 1 + d)] * P[u(N + d)]",
+        f"{pad}P[u(idx + d)] = 0",
         f"{pad}d -= 1",
     ]
     return lines
@@ -79,12 +79,12 @@ def _place(ind: str, last: str, start: str) -> list[str]:
     return [
         f"{ind}rem = {start}",
         f"{ind}for d in range({last}, -1, -1):",
-        f"{ind}    i = rem % P[N + d]",
-        f"{ind}    rem //= P[N + d]",
-        f"{ind}    P[idx + d] = i",
-        f"{ind}    o_off += i * P[SO + d]",
+        f"{ind}    i = rem % P[u(N + d)]",
+        f"{ind}    rem //= P[u(N + d)]",
+        f"{ind}    P[u(idx + d)] = i",
+        f"{ind}    o_off += i * P[u(SO + d)]",
         f"{ind}    for l in range(K):",
-        f"{ind}        base[l] += i * P[{LEAF} + 1 + d]",
+        f"{ind}        base[l] += i * P[u({LEAF} + 1 + d)]",
     ]
 
 

@@ -189,7 +189,7 @@ def _part_product(sr: Semiring) -> str:
         "    x = line_splat_part(mem, base[0], lo, hi)  # (typed here; leaf 0 sets it)",
         "    for l in range(K):",
         "        a = A + l * ACCESS_FIELDS",
-        "        kind, step, table, b = P[a], P[a + 1], P[a + 2], base[l]",
+        "        kind, step, table, b = P[u(a)], P[u(a + 1)], P[u(a + 2)], base[l]",
     ]
     for i, (kind, load) in enumerate(loads.items()):
         test = "else:  # STRIDED" if i == 3 else f"{'elif' if i else 'if'} kind == {kind}:"
