@@ -324,6 +324,17 @@ def assert_same_bits(a: dict, b: dict, what: str = "") -> None:
         assert np.array_equal(x.view(np.uint8), y.view(np.uint8)), (what, k, x, y)
 
 
+def assert_runs_give(plain: dict, exe, factors, selectors, what: str) -> None:
+    """exe's runs give the slots `plain`: a run, a run again without inputs (kept), and
+    the numpy tier's run."""
+    sess = exe.bind()
+    assert_same_bits(plain, slot_copies(sess.run(factors=factors, selectors=selectors)), what)
+    assert_same_bits(plain, slot_copies(sess.run()), f"{what}, run again")
+    numpy = exe.bind(numpy_only=True)
+    ran = numpy.run(factors=factors, selectors=selectors)
+    assert_same_bits(plain, slot_copies(ran), f"{what}, numpy tier")
+
+
 def bit_identical(semiring: str) -> bool:
     """Whether a GPU must give the CPU's bits: yes unless exp and log are involved, whose
     libdevice and libm versions differ in the last bits."""

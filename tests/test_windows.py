@@ -14,7 +14,7 @@ from catbp_jit.bundle import load_bundle
 from catbp_jit.plan.schedule import copy_highest, leaf_highest, rows_start_lines, windowed
 from catbp_jit.session import Session, aligned_empty
 from conftest import DATA
-from jit_helpers import assert_same_bits, compile_bundle, inputs, slot_copies
+from jit_helpers import assert_runs_give, assert_same_bits, compile_bundle, inputs, slot_copies
 
 
 @pytest.fixture(scope="module")
@@ -61,11 +61,7 @@ def test_a_grid_reads_windows_and_keeps_its_bits(grid, mode):
     for i, copy in copies:
         assert copy_highest(copy) + abi.W_WINDOW <= total
         assert copy in abi.unpack_repack(schedule.table, schedule.param_offset(i)).copies
-    sess = exe.bind()
-    assert_same_bits(plain, slot_copies(sess.run(factors=factors, selectors=selectors)), "windows")
-    assert_same_bits(plain, slot_copies(sess.run()), "windows, run again")
-    numpy = exe.bind(numpy_only=True)
-    assert_same_bits(plain, slot_copies(numpy.run(factors=factors, selectors=selectors)), "numpy tier")
+    assert_runs_give(plain, exe, factors, selectors, "windows")
 
 
 def test_a_grids_exact_plan_keeps_its_bits_too(grid):
