@@ -365,8 +365,8 @@ def plan_options(
 ) -> PlanOptions:
     """`options` (else the target's defaults, and in the reassociating mode its defaults
     for that mode) with the byte limits and mode given as arguments. GEMM kernels, kernels
-    that repack leaves, streaming stores, line products, lane totals and tracks exist on the
-    CPU only."""
+    that repack leaves, streaming stores, line products, window words, lane totals and
+    tracks exist on the CPU only."""
     the_target = get_target(target)
     defaults = options is None
     options = options or the_target.plan_options()
@@ -382,6 +382,8 @@ def plan_options(
         options = options.with_(streaming_store_bytes=None)
     if not the_target.line_products and options.line_products:
         options = options.with_(line_products=False)
+    if not the_target.window_words and options.window_words:
+        options = options.with_(window_words=False)
     if not the_target.lane_totals and options.lane_totals:
         options = options.with_(lane_totals=False)
     if not the_target.lane_sums and options.lane_sums:

@@ -174,9 +174,10 @@ def check_against_cpu(run: Run, semiring: str, directory, options=PER_STEP, walk
 # -------------------------------------------------------------------------- the corpus
 
 
-# the CPU plans whose tables the device kernels run: without repacked leaves, as the CUDA
-# target plans (its kernels read every leaf where it is)
-CPU_PLAN = PlanOptions(repack=False)
+# the CPU plans whose tables the device kernels run: without repacked leaves or window
+# words, as the CUDA target plans (its kernels read every leaf where it is, every gathered
+# element through its offset)
+CPU_PLAN = PlanOptions(repack=False, window_words=False)
 
 
 def run_bundle(path):
@@ -251,7 +252,9 @@ def test_random_programs_match_cpu(case, module_dir):
 
 # Split reductions (plan/split.py): a split plan's steps are ordinary steps, so the device
 # gives the CPU's bits for them too (GEMM steps are the CPU's alone: off)
-SPLIT = PlanOptions(exact=False, split_reductions=True, split_min_terms=2, gemm=False, repack=False)
+SPLIT = PlanOptions(
+    exact=False, split_reductions=True, split_min_terms=2, gemm=False, repack=False, window_words=False
+)
 
 
 @_settings(30)
@@ -269,7 +272,7 @@ def test_split_reductions_match_cpu(case, module_dir):
 def test_normalize_totals_match_cpu(semiring, module_dir):
     """plan/totals.py: a normalize pass that also writes its total, as the CPU's does."""
     case = scale_case(semiring)
-    exe = compile_case(case, "loop", options=PlanOptions(exact=False, gemm=False))
+    exe = compile_case(case, "loop", options=PlanOptions(exact=False, gemm=False, window_words=False))
     assert any(seg.total is not None for seg in exe.plan.fused.segments)
     run = Run.bind(exe, exe)
     values = case.inputs[0]
@@ -282,7 +285,9 @@ def test_sums_in_lanes_match_cpu(name, module_dir):
     """A CPU reassociating plan's sums in lanes (KernelPattern.terms_in_lanes: vectors of
     210 terms, each ending in a part of a line), in both device kernels: the CPU's bits."""
     case = lane_sum_case(name)
-    exe = compile_case(case, "loop", options=PlanOptions(exact=False, gemm=False, split_reductions=False))
+    exe = compile_case(
+        case, "loop", options=PlanOptions(exact=False, gemm=False, split_reductions=False, window_words=False)
+    )
     assert any(st.pattern.terms_in_lanes for st in exe.schedule.steps)
     run = Run.bind(exe, exe)
     values = case.inputs[0]
@@ -438,7 +443,11 @@ def test_reduction_past_the_vector_matches_cpu(semiring, across, module_dir):
     program, specs = many_reduced_axes_program()
     sr = catbp_jit.make_semiring(semiring)
     compiled = catbp_jit.compile(
-        program, sr, factor_specs=specs, mode="loop", options=PlanOptions(across=across, repack=False)
+        program,
+        sr,
+        factor_specs=specs,
+        mode="loop",
+        options=PlanOptions(across=across, repack=False, window_words=False),
     )
     run = Run.bind(compiled, compiled)
     (step,) = [st_ for st_ in compiled.schedule.steps if st_.pattern.reduce]

@@ -11,6 +11,8 @@ import pytest
 
 from catbp_jit import abi
 from catbp_jit.bundle import load_bundle
+from catbp_jit.executable import plan_options
+from catbp_jit.plan.options import PlanOptions
 from catbp_jit.plan.schedule import copy_highest, leaf_highest, rows_start_lines, windowed
 from catbp_jit.session import Session, aligned_empty
 from conftest import DATA
@@ -110,3 +112,11 @@ def test_a_session_buffer_must_start_on_a_line(grid):
         Session(exe, mem=space[1:])
     Session(exe, mem=space[:-1])
     assert np.asarray(space).ctypes.data % 64 == 0
+
+
+def test_only_the_cpu_target_plans_words():
+    """The CUDA target's kernels read a gathered element through its offset: its plans
+    have no window words, whatever the options ask."""
+    assert plan_options("cpu", None).window_words
+    assert not plan_options("cuda", None).window_words
+    assert not plan_options("cuda", PlanOptions(window_words=True)).window_words

@@ -60,6 +60,9 @@ class Target:
     # it has the contract_lines kernels: products (and sums across outputs) a cache line
     # at a time in registers
     line_products: bool = False
+    # its line kernels and repack steps read a gathered line from its window word
+    # (abi.window_words; other kernels would read the word as an offset)
+    window_words: bool = False
     # its loop kernels sum a reassociating NORMALIZE's total in lanes (PlanOptions.lane_totals)
     lane_totals: bool = False
     # ... and each output's terms of a reassociating float64 PROB sum (PlanOptions.lane_sums)

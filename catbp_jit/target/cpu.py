@@ -93,6 +93,7 @@ CPU = CpuTarget(
     repack=True,
     streaming_stores=True,
     line_products=True,
+    window_words=True,
     lane_totals=True,
     lane_sums=True,
     model_exact=False,
