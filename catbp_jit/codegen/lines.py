@@ -12,8 +12,9 @@ on one x86-64 machine, two threads: 115 MB of products written from a stack buff
 line_splat, line_load, line_strided and line_gather (the four access kinds of abi.py;
 the last two one gather instruction where the machine has them, intrinsics.
 HARDWARE_GATHERS, else a scalar load a lane; there a GATHERED line whose elements lie
-within a line's width from its first lane's is one load and a permute, and a line of a
-WINDOWED table, abi.window_words, the same from the word the plan packed for it), combine them
+within a line's width from its first lane's is one load and a permute; a line of a table
+whose step is WINDOWED, the same from the word the plan packed for it, abi.window_words),
+combine them
 with the operators of their semiring's ⊗ (`*`, `+` or `&`, elementwise: the same IEEE
 operations, so the same bits, as the scalar code), and store them with stream_line,
 put_line or (a part of a line) store_line_part.
