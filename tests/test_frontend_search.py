@@ -119,6 +119,26 @@ def test_a_search_runs_the_same_trials_every_time():
         PlanSearch(trials=0)
 
 
+def test_a_search_runs_its_least_trials_past_its_budget():
+    """A budget too short for one trial still gets min_trials of them (within overrun
+    times the budget): the same trials a longer search runs first, so slow trials do not
+    leave the plan to the machine's load (search.MIN_TRIALS). Without the overrun the
+    budget stops it after the trial it is in."""
+    sizes, scopes = scopes_of(ring_graph(40, seed=3))
+    least = search_mod.searched_order(sizes, scopes, 1e-6, min_trials=5, overrun=1e9)
+    counted = search_mod.searched_order(sizes, scopes, 60.0, trials=5)
+    assert len(least.scores) == 5 and least.scores == counted.scores
+    assert (least.order, least.path) == (counted.order, counted.path)
+    assert len(search_mod.searched_order(sizes, scopes, 1e-6, min_trials=5, overrun=1.0).scores) == 1
+    # `trials` caps it: the least is the smaller of the two
+    assert (
+        len(search_mod.searched_order(sizes, scopes, 1e-6, trials=2, min_trials=5, overrun=1e9).scores) == 2
+    )
+    for bad in (dict(min_trials=-1), dict(min_trials=2.0), dict(overrun=0.5), dict(overrun=math.inf)):
+        with pytest.raises(ValueError, match="min_trials|overrun"):
+            PlanSearch(**bad)
+
+
 def ring_graph(n, seed, chords=None):
     """Binary variables on a ring with random chords: treewidth to search over."""
     rng = np.random.default_rng(seed)

@@ -30,7 +30,7 @@ from ..target import MODEL_NAMES, get_for_model
 from .graph import FactorGraph, FactorGraphError
 from .model import CompiledModel, Solution, map_query
 from .model_source import DEFAULT_BUCKETS
-from .search import DEFAULT_PLAN_TIME
+from .search import DEFAULT_PLAN_TIME, MIN_TRIALS, OVERRUN
 
 # our own readers; then the formats read through pyAgrum when it is installed
 SUFFIXES = (".uai", ".uai.gz", ".bif", ".bif.gz", *PYAGRUM_SUFFIXES)
@@ -669,7 +669,8 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
             type=_seconds,
             default=DEFAULT_PLAN_TIME,
             help=f"seconds to search for a faster plan (default {DEFAULT_PLAN_TIME:g}; "
-            "0: greedy only; a searched plan is cached by the model's structure)",
+            f"0: greedy only; at least {MIN_TRIALS} trials run, within {OVERRUN:g}x this; "
+            "a searched plan is cached by the model's structure)",
         )
 
     p = sub.add_parser(

@@ -24,11 +24,12 @@ from ..atomic import atomic_write
 from ..cache import default_cache_dir
 from .plan import PlanLimits
 
-FORMAT = 4  # bump when the file layout or what an order means changes (2: scored by
+FORMAT = 5  # bump when the file layout or what an order means changes (2: scored by
 # the cheaper of its junction and contraction trees), or when the search improves so much
 # that plans filed before should be searched again (3: trees ranked by flops plus kept
 # states, and a refused greedy order finished without the limits competes: search.py; 4:
-# seeded trials, so that a structure gets the same plan from every search)
+# seeded trials, so that a structure gets the same plan from every search; 5: at least
+# search.MIN_TRIALS trials, past the budget if need be)
 
 
 class PlanCacheWarning(UserWarning):

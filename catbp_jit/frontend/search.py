@@ -73,6 +73,14 @@ RECONFIGURED = 2
 # 2^27 and 2^24 (100 and 5.6 ms).
 SEARCH_SEED = 2014
 SEEDED_GREEDY = "catbp-seeded-greedy"
+# A search runs at least MIN_TRIALS trials, past its budget if need be (up to OVERRUN
+# times it). Trials take 6 ms to 12 s each, and where each one is slow the day's load
+# decided whether the good ones ran at all: Grids_16's second trial takes 5-12 s and its
+# fifth finds a tree of 2^29.7 where the first had 2^32.1 (a 4x slower solve), so its
+# plan changed with the machine's load. Eight trials fit in 3x the default budget on
+# every UAI 2014 model here (linkage_24, the slowest: 6 trials in 16 s).
+MIN_TRIALS = 8
+OVERRUN = 3.0
 # a kernel dispatch, in element operations: a contraction tree runs about three kernels
 # per table where a junction tree runs a few per clique (counts only between close plans)
 STEP_OPERATIONS = 256
@@ -84,21 +92,29 @@ class PlanSearch:
     min_flops: search only when the greedy plan's estimated cost reaches this; cache:
     keep searched plans on disk (plan_cache.py); searcher: the search itself, called as
     searched_order is (None: searched_order, cotengra's trials); trials: at most this many
-    of cotengra's trials (None: as many as the budget allows). The trials are seeded
-    (SEARCH_SEED), so a search that runs as many trials finds the same plan on any
-    machine; a count that fits in the budget makes that certain."""
+    of cotengra's trials (None: as many as the budget allows); min_trials: at least this
+    many (or `trials`, if fewer), past the budget if need be but within `overrun` times
+    it. The trials are seeded (SEARCH_SEED), so a search that runs as many trials finds
+    the same plan on any machine; a count that fits in the budget, or in the overrun when
+    it is min_trials, makes that certain."""
 
     time_s: float = DEFAULT_PLAN_TIME
     min_flops: float = SEARCH_ABOVE_FLOPS
     cache: bool = True
     searcher: Callable[..., Searched | None] | None = None
     trials: int | None = None
+    min_trials: int = MIN_TRIALS
+    overrun: float = OVERRUN
 
     def __post_init__(self) -> None:
         if not (isinstance(self.time_s, (int, float)) and math.isfinite(self.time_s) and self.time_s >= 0):
             raise ValueError(f"plan_time must be a number of seconds >= 0, got {self.time_s!r}")
         if self.trials is not None and not (type(self.trials) is int and self.trials >= 1):
             raise ValueError(f"plan search trials must be an int >= 1 or None, got {self.trials!r}")
+        if not (type(self.min_trials) is int and self.min_trials >= 0):
+            raise ValueError(f"plan search min_trials must be an int >= 0, got {self.min_trials!r}")
+        if not (isinstance(self.overrun, (int, float)) and math.isfinite(self.overrun) and self.overrun >= 1):
+            raise ValueError(f"plan search overrun must be a number >= 1, got {self.overrun!r}")
 
 
 @dataclass(frozen=True)
@@ -261,6 +277,8 @@ def choose_order(
         score=lambda order: _score(plan_cost(junction_tree(sizes, scopes, order)), limits),
         seed=seed,
         trials=search.trials,
+        min_trials=search.min_trials,
+        overrun=search.overrun,
     )
     search_s = time.perf_counter() - t0
     best = greedy
@@ -415,9 +433,12 @@ def searched_order(
     score: Callable[[tuple[int, ...]], float] | None = None,
     seed: Sequence[int] | None = None,
     trials: int | None = None,
+    min_trials: int = 0,
+    overrun: float = 1.0,
 ) -> Searched | None:
     """The best order and tree cotengra's trials give in `time_s`, `trials` of them at most
-    (None: as many as fit), drawn from SEARCH_SEED (None when the network
+    (None: as many as fit) and `min_trials` at least (or `trials` if fewer: in up to
+    `overrun` times `time_s`), drawn from SEARCH_SEED (None when the network
     has fewer than two tensors: nothing to search). Trials, reconfigurations and the path
     are ranked by flops plus KEPT_STATE_FLOPS per kept element (cotengra's "combo"). The
     SCORED best trials are turned into orders and judged by `score` (lower is better;
@@ -458,7 +479,8 @@ def searched_order(
     state = random.getstate()
     random.seed(SEARCH_SEED)  # (before the optimizer is made: it may draw its first points)
     try:
-        tree = _search(Kept, methods, time_s, trials, inputs, symbol, sizes, trees)
+        least = min(min_trials, trials or min_trials)
+        tree = _search(Kept, methods, time_s, trials, least, overrun, inputs, symbol, sizes, trees)
         best = sorted(trees, key=lambda t: (-t[0], t[1]))
         candidates = [t for _, _, t in best] or ([tree] if tree is not None else [])
         seeded = _seed_tree(ctg, sizes, scopes, inputs, symbol, seed) if seed is not None else None
@@ -488,14 +510,18 @@ def _search(
     methods: list[str],
     time_s: float,
     trials: int | None,
+    least: int,
+    overrun: float,
     inputs: Sequence[tuple[int, ...]],
     symbol: Mapping[int, str],
     sizes: Sequence[int],
     trees: list,
 ) -> Any:
-    """cotengra's best tree of the trials that fit in the budget, `trials` at most (each
-    finished trial also kept in `trees` by `kept`, a HyperOptimizer), or None when a trial
-    failed so that the search stopped (the trials kept before it stand)."""
+    """cotengra's best tree of the trials that fit in the budget, `trials` at most and
+    `least` at least while within `overrun` times the budget (each finished trial also
+    kept in `trees` by `kept`, a HyperOptimizer), or None when a trial failed so that the
+    search stopped (the trials kept before it stand)."""
+    t0 = time.perf_counter()
     opt = kept(
         methods=methods,
         minimize=COMBO,
@@ -506,12 +532,17 @@ def _search(
         on_trial_error="ignore",
         reconf_opts=None,
     )
+    network = ([tuple(symbol[v] for v in s) for s in inputs], (), {symbol[v]: sizes[v] for v in symbol})
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            tree = opt.search(
-                [tuple(symbol[v] for v in s) for s in inputs], (), {symbol[v]: sizes[v] for v in symbol}
-            )
+            tree = opt.search(*network)
+            left = TRIAL_SHARE * time_s * overrun - (time.perf_counter() - t0)
+            if len(opt.scores) < least and left > 0:
+                # on past the budget: a second search of the same optimizer runs the
+                # trials one longer search would have (same settings, same seeds)
+                opt.max_repeats, opt.max_time = least - len(opt.scores), left
+                tree = opt.search(*network)
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as e:  # noqa: B036  a Rust path finder's panic is no Exception
