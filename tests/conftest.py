@@ -45,6 +45,20 @@ CORPUS = bundle_dirs("corpus")
 BENCH = bundle_dirs("bench")
 
 
+def corpus_sample():
+    """The corpus bundles a per-bundle test runs by default: the first of each structure
+    (chain8, grid3_d2...) and of each semiring and dtype (prob_float32...), so that every
+    structure and every kind runs; the others run with the slow tests (pytest.params,
+    their ids the bundles' names)."""
+    seen, chosen = set(), set()
+    for p in CORPUS:
+        structure, kind = p.name.split("__", 1)
+        if structure not in seen or kind not in seen:
+            chosen.add(p.name)
+        seen.update((structure, kind))
+    return [pytest.param(p, id=p.name, marks=() if p.name in chosen else pytest.mark.slow) for p in CORPUS]
+
+
 @pytest.fixture(scope="session")
 def corpus_dirs():
     if not CORPUS:

@@ -8,8 +8,13 @@ import pytest
 from hypothesis import strategies as st
 
 from catbp_jit.frontend import factor_graph
+from catbp_jit.frontend.search import PlanSearch
 
 SEMIRINGS = ("prob", "logprob", "sat", "count")
+# for the tests of real instances, whose answers do not depend on the plan: two seeded
+# trials, the same plan on any machine (they fit the budget), where the default search
+# spends its 10 s on each instance
+SHORT_SEARCH = PlanSearch(trials=2)
 
 
 @st.composite

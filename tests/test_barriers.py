@@ -17,7 +17,7 @@ import catbp_jit
 from catbp_jit.bundle import load_bundle
 from catbp_jit.plan.barriers import MAX_OPEN_SPANS, barriers
 from catbp_jit.session import aligned_empty
-from conftest import CORPUS
+from conftest import corpus_sample
 from jit_helpers import compile_case, inputs, settings
 from random_programs import cases
 
@@ -87,7 +87,7 @@ def test_random_programs_run_alike_in_any_order_between_barriers(case):
     event(f"{'some steps overlap' if placed < len(exe.schedule.steps) - 1 else 'a barrier before each step'}")
 
 
-@pytest.mark.parametrize("path", CORPUS, ids=[p.name for p in CORPUS])
+@pytest.mark.parametrize("path", corpus_sample())
 def test_corpus_bundles_run_alike_in_any_order_between_barriers(path):
     bundle = load_bundle(path)
     exe = catbp_jit.compile(
