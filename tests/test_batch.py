@@ -32,7 +32,7 @@ G = AxisType.GEOMETRIC
 
 
 @settings(
-    max_examples=150,
+    max_examples=80,
     deadline=None,
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],

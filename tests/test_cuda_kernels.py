@@ -257,7 +257,7 @@ SPLIT = PlanOptions(
 )
 
 
-@_settings(30)
+@_settings(15)  # (the simulator: 14 s of the default suite at 30)
 @given(case=cases())
 def test_split_reductions_match_cpu(case, module_dir):
     note(case.listing())

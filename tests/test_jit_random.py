@@ -83,7 +83,7 @@ def check_dropin(case: Case, mode: str) -> None:
 # --------------------------------------------------------------------- random programs
 
 
-@settings(500)  # (1,500 more under -m slow: below)
+@settings(250)  # (1,750 more under -m slow: below)
 @given(cases())
 def test_random_programs_loop_mode(case):
     note(case.listing())
@@ -92,7 +92,7 @@ def test_random_programs_loop_mode(case):
 
 
 @pytest.mark.slow
-@settings(1500)
+@settings(1750)
 @given(cases())
 def test_many_random_programs_loop_mode(case):
     note(case.listing())

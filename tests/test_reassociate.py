@@ -715,7 +715,7 @@ def logprob_values_small(rng):
     return make
 
 
-@settings(150)
+@settings(80)
 @given(matrix_products())
 def test_random_matrix_products_with_gemm_at_every_size(case):
     """GEMM steps at any size (plan/gemm.MIN_WORK lifted): transposed operands, batch

@@ -301,7 +301,7 @@ def reductions(draw):
     return normalized(draw, list(program.instructions), kind), specs, kind, parallel, block, repack
 
 
-@settings(30)
+@settings(20)
 @given(reductions(), st.integers(0, 2**32 - 1))
 def test_line_sums_keep_the_bits_of_buffered_ones(reduction, seed):
     """contract_lines's reductions across outputs (sums of lines of products, whole and in

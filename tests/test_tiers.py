@@ -56,7 +56,7 @@ def test_numpy_tier_gives_the_kernels_bits_on_the_corpus(path):
     assert_same_bits(kernels, copies(sess.run()), f"{b.name}, run again")
 
 
-@settings(max_examples=250, **SETTINGS)
+@settings(max_examples=150, **SETTINGS)
 @given(cases())
 def test_numpy_tier_gives_the_kernels_bits_on_random_programs(case):
     note(case.listing())
