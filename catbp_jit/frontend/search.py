@@ -76,9 +76,9 @@ SEEDED_GREEDY = "catbp-seeded-greedy"
 # A search runs at least MIN_TRIALS trials, past its budget if need be (up to OVERRUN
 # times it). Trials take 6 ms to 12 s each, and where each one is slow the day's load
 # decided whether the good ones ran at all: Grids_16's second trial takes 5-12 s and its
-# fifth finds a tree of 2^29.7 where the first had 2^32.1 (a 4x slower solve), so its
-# plan changed with the machine's load. Eight trials fit in 3x the default budget on
-# every UAI 2014 model here (linkage_24, the slowest: 6 trials in 16 s).
+# fifth finds the tree of 2^27-state loops (80 ms a solve) where the first has 2^29
+# (280 ms), so its plan changed with the machine's load. Eight trials fit in 3x the
+# default budget on every UAI 2014 model here (linkage_24, the slowest: 6 trials in 16 s).
 MIN_TRIALS = 8
 OVERRUN = 3.0
 # a kernel dispatch, in element operations: a contraction tree runs about three kernels
