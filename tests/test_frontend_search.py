@@ -119,6 +119,16 @@ def test_a_search_runs_the_same_trials_every_time():
         PlanSearch(trials=0)
 
 
+def test_a_search_says_what_it_will_take_before_it_starts():
+    heard = []
+    graph = ring_graph(24, seed=4)
+    sizes, scopes = scopes_of(graph)
+    search = PlanSearch(time_s=0.5, min_flops=0, cache=False, searcher=lambda *a, **k: heard.append("ran"))
+    search_mod.choose_order(sizes, scopes, search=search, progress=heard.append)
+    said = "searching for a faster plan: 0.5 s, at least 8 trials (within 1.5 s)"
+    assert said in heard and heard[heard.index(said) + 1] == "ran"  # (after the greedy plan's lines)
+
+
 def test_a_search_runs_its_least_trials_past_its_budget():
     """A budget too short for one trial still gets min_trials of them (within overrun
     times the budget): the same trials a longer search runs first, so slow trials do not

@@ -263,6 +263,12 @@ def choose_order(
             assert refused is not None
             raise refused
         return PlanChoice(greedy.order, "greedy", greedy.cost, greedy_cost=greedy.cost)
+    # (said before, not only after: a search runs for seconds, past its budget at times)
+    least = min(search.min_trials, search.trials or search.min_trials)
+    say(
+        f"searching for a faster plan: {search.time_s:g} s"
+        + (f", at least {least} trials (within {search.time_s * search.overrun:g} s)" if least else "")
+    )
     t0 = time.perf_counter()
     # every greedy junction tree refused: the greedy order finished without the limits
     # seeds the search's trees and competes as a plan of its own (_rescued)
