@@ -264,7 +264,7 @@ def choose_order(
             raise refused
         return PlanChoice(greedy.order, "greedy", greedy.cost, greedy_cost=greedy.cost)
     # (said before, not only after: a search runs for seconds, past its budget at times)
-    least = min(search.min_trials, search.trials or search.min_trials)
+    least = least_trials(search.min_trials, search.trials)
     say(
         f"searching for a faster plan: {search.time_s:g} s"
         + (f", at least {least} trials (within {search.time_s * search.overrun:g} s)" if least else "")
@@ -485,7 +485,7 @@ def searched_order(
     state = random.getstate()
     random.seed(SEARCH_SEED)  # (before the optimizer is made: it may draw its first points)
     try:
-        least = min(min_trials, trials or min_trials)
+        least = least_trials(min_trials, trials)
         tree = _search(Kept, methods, time_s, trials, least, overrun, inputs, symbol, sizes, trees)
         best = sorted(trees, key=lambda t: (-t[0], t[1]))
         candidates = [t for _, _, t in best] or ([tree] if tree is not None else [])
@@ -509,6 +509,11 @@ def searched_order(
     order = orders[0] if score is None else min(orders, key=score)
     fewest = min(candidates, key=lambda t: t.combo_cost(factor=KEPT_STATE_FLOPS))
     return Searched(order, tuple((int(i), int(j)) for i, j in fewest.get_ssa_path()), tuple(scores))
+
+
+def least_trials(min_trials: int, trials: int | None) -> int:
+    """How many trials a search runs at the least: min_trials, or the cap if fewer."""
+    return min_trials if trials is None else min(min_trials, trials)
 
 
 def _search(
