@@ -9,8 +9,11 @@ threads that spend their time in compiled code without the GIL:
   - while a run holds the pool, a thread spins a little for the next job (a step a few
     microseconds after the last), then naps (usleep) between looks, so a serial stretch
     of the schedule costs the machine little;
-  - when no run holds it, it returns to Python and waits on its Event, which each run
-    that has parallel steps or tracks sets (Session.run: a few hundred nanoseconds).
+  - when no run holds it, it returns to Python and waits on its Event, which a run that
+    has parallel steps or tracks sets if the thread waits there (Session.run). A run
+    finds the thread still in compiled code unless the last ended a while ago, and then
+    sets nothing: setting an Event, and numba.get_num_threads() (two locks, one of them a
+    multiprocessing lock), took 5-6 us of each of grid4x8_d2's 80 us runs.
 
 The dispatcher never waits for a thread to arrive, only for chunks a thread took to be
 done: on a busy machine, where a thread may wait milliseconds for a time slice, the run
@@ -34,6 +37,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numba
+import numba.np.ufunc.parallel
 import numpy as np
 
 from . import abi
@@ -72,6 +76,9 @@ class Pool:
         self.address = self.control.ctypes.data
         self._threads: list[threading.Thread] = []
         self._wake: list[threading.Event] = []
+        # thread i waits on its Event in Python (not spinning or napping in compiled code)
+        self._waiting: list[bool] = []
+        self._count_threads: Callable[[], int] | None = None  # (_thread_counter)
         self._lock = threading.Lock()
 
     def start(self, dispatcher: Callable[..., Any]) -> None:
@@ -88,23 +95,32 @@ class Pool:
                     target=self._serve, args=(dispatcher, i, wake), name=f"catbp_jit-pool-{i}", daemon=True
                 )
                 self._wake.append(wake)
+                self._waiting.append(True)
                 self._threads.append(thread)
                 thread.start()
 
     def _serve(self, dispatcher: Callable[..., Any], i: int, wake: threading.Event) -> None:
         control = self.control
         while True:
+            # (a run that looks while this thread returns from serving sets nothing, and
+            # runs without it: the next run wakes it)
+            self._waiting[i] = True
             wake.wait()
+            self._waiting[i] = False
             wake.clear()  # (before serving: a wake that comes while it serves is kept)
             if control[abi.POOL_STOP]:
                 return
             dispatcher(0, 0, 0, 0, 0, 0, 0, 0, self.address, 0, i, -1)
 
     def helpers(self) -> int:
-        """Pool threads that may help a run started now in this thread, woken."""
-        n = min(numba.get_num_threads() - 1, len(self._threads))
-        for wake in self._wake[:n]:
-            wake.set()
+        """Pool threads that may help a run started now in this thread, woken where they
+        wait in Python."""
+        if self._count_threads is None:
+            self._count_threads = _thread_counter()
+        n = min(self._count_threads() - 1, len(self._threads))
+        for i in range(n):
+            if self._waiting[i]:
+                self._wake[i].set()
         return max(0, n)
 
     def stop(self) -> None:
@@ -114,6 +130,17 @@ class Pool:
             wake.set()
         for thread in self._threads:
             thread.join(timeout=1.0)
+
+
+def _thread_counter() -> Callable[[], int]:
+    """numba.get_num_threads, or where it can be the threading layer's own count, which it
+    returns once it has launched the layer: the public call takes two locks each time
+    (one a multiprocessing lock), ~3 us."""
+    count = numba.get_num_threads()  # (launches the threading layer)
+    layer = getattr(numba.np.ufunc.parallel, "_get_num_threads", None)
+    if callable(layer) and layer() == count:
+        return layer
+    return numba.get_num_threads
 
 
 _pool: Pool | None = None

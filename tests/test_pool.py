@@ -6,6 +6,7 @@ the pool after a run."""
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import numba
@@ -102,6 +103,44 @@ def test_runs_in_several_threads_at_once_keep_their_bits(example, serial_bits):
         t.join()
     assert not bad
     assert the_pool().control[abi.POOL_OWNER] == 0
+
+
+def test_a_run_wakes_the_pool_threads_that_wait_in_python_only(example, serial_bits):
+    """A pool thread returns to Python once no run has held the pool for a while; the next
+    run's helpers() sets its Event, and it comes back (it clears the Event). A thread that
+    still serves in compiled code gets no wake (setting an Event costs every run
+    microseconds). Runs after the threads went back to Python keep their bits."""
+    if numba.get_num_threads() < 2:
+        pytest.skip("this process has fewer than 2 Numba threads")
+    exe = compile_bundle(example, "compiled", **CHUNKED)
+    factors, selectors = inputs(example)
+    sess = exe.bind()
+    pool = the_pool()
+    for _ in range(3):
+        sess.run(factors=factors, selectors=selectors)  # (the pool started)
+        deadline = time.monotonic() + 10
+        while not all(pool._waiting) and time.monotonic() < deadline:
+            time.sleep(0.001)  # (a thread serves until it has spun SPIN_PAUSES with no job)
+        assert all(pool._waiting), "the pool's threads did not go back to Python"
+        assert pool.helpers() >= 1
+        assert pool._wake[0].is_set() or not pool._waiting[0]
+        while pool._wake[0].is_set() and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert not pool._wake[0].is_set(), "a woken pool thread did not take its wake"
+        got = slot_copies(sess.run(factors=factors, selectors=selectors))
+        assert_same_bits(got, serial_bits, "a run after the pool's threads went back to Python")
+    # a thread that serves gets no wake: shown on one that waits (it stays there until
+    # woken), marked as serving
+    deadline = time.monotonic() + 10
+    while not (all(pool._waiting) and not pool._wake[0].is_set()) and time.monotonic() < deadline:
+        time.sleep(0.001)  # (the last run's wake taken, and the thread back in Python)
+    assert all(pool._waiting) and not pool._wake[0].is_set()
+    pool._waiting[0] = False
+    try:
+        pool.helpers()
+        assert not pool._wake[0].is_set()
+    finally:
+        pool._waiting[0] = True
 
 
 def test_step_call_runs_one_step_as_a_run_does(example, serial_bits):
