@@ -20,7 +20,7 @@ kernel launch computing one segment, this measures:
   the step's workspace) has no row: it is walked and timed with the step after it, whose
   leaves it copies. Per mode, `run` is the whole schedule run as a run runs it (its tracks
   side by side where it has them, plan/tracks.py) without binding inputs, the median of
-  single runs; in turn, the
+  0.3 s of single runs (20 at least); in turn, the
   step times add up to it (they are measured with their data in cache, the run's steps
   find some of it evicted by the steps between), in tracks it may take less.
 * bound: max(bytes / bandwidth, ops / arithmetic peak), with both peaks measured by a
@@ -109,10 +109,20 @@ class Budget:
     calibration_runs: int = 5
     step_seconds: float = 0.01  # per batch of calls of one step
     step_batches: int = 3
+    # a whole run's single calls, timed this long: the machine has slow stretches of tens
+    # of milliseconds (another tenant, a thread moved), and 0.03 s of grid4x8_d2's runs
+    # (~400) fell in one in about one process in six (a median of 91-116 us where 0.3 s
+    # of runs in the same process gave 72-76)
+    run_seconds: float = 0.3
 
 
 QUICK = Budget(
-    triad_elements=2**18, arith_seconds=0.02, calibration_runs=2, step_seconds=0.001, step_batches=2
+    triad_elements=2**18,
+    arith_seconds=0.02,
+    calibration_runs=2,
+    step_seconds=0.001,
+    step_batches=2,
+    run_seconds=0.01,
 )
 
 
@@ -250,13 +260,13 @@ def time_step(call, budget: Budget) -> float:
 
 def time_run(call, budget: Budget, at_least: int = 20) -> float:
     """Seconds per call, the median of single calls (at least `at_least` of them, and as
-    many as the step batches' time allows): a run is long enough to time alone, and a
+    many as budget.run_seconds allows): a run is long enough to time alone, and a
     median leaves out the runs a pool thread's wake-up or another process slowed (the
     best of --quick's batches of ~10 runs still counted such a run: grid4x8_d2 LOGPROB
     exact once 7.98 ms against 0.46)."""
     call()
     times: list[float] = []
-    end = time.perf_counter() + budget.step_seconds * budget.step_batches
+    end = time.perf_counter() + budget.run_seconds
     while len(times) < at_least or time.perf_counter() < end:
         t0 = time.perf_counter()
         call()
@@ -561,7 +571,7 @@ def header_lines(peaks: dict, empty_s: float, quick: bool) -> list:
         "with the step after it), less an empty walk's time (a call of the dispatcher from "
         f"Python, about {fmt_seconds(empty_s)}); run: the whole schedule run as a run runs it "
         "(tracks side by side, where it has them), without binding inputs: the median of "
-        "single runs",
+        f"single runs ({(QUICK if quick else Budget()).run_seconds:g} s of them, 20 at least)",
         "- bytes: output + distinct leaves, once; ops: output x reduced elements x leaves; "
         "bound: max(bytes / bandwidth, ops / multiply-add peak, or for LOGPROB reductions "
         "terms / exp peak); x bound: time / bound",
