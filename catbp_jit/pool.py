@@ -78,7 +78,8 @@ class Pool:
         self._wake: list[threading.Event] = []
         # thread i waits on its Event in Python (not spinning or napping in compiled code)
         self._waiting: list[bool] = []
-        self._count_threads: Callable[[], int] | None = None  # (_thread_counter)
+        # the calling thread's Numba thread count (_thread_counter, once the threads start)
+        self._count_threads: Callable[[], int] = numba.get_num_threads
         self._lock = threading.Lock()
 
     def start(self, dispatcher: Callable[..., Any]) -> None:
@@ -98,6 +99,7 @@ class Pool:
                 self._waiting.append(True)
                 self._threads.append(thread)
                 thread.start()
+            self._count_threads = _thread_counter()
 
     def _serve(self, dispatcher: Callable[..., Any], i: int, wake: threading.Event) -> None:
         control = self.control
@@ -115,8 +117,6 @@ class Pool:
     def helpers(self) -> int:
         """Pool threads that may help a run started now in this thread, woken where they
         wait in Python."""
-        if self._count_threads is None:
-            self._count_threads = _thread_counter()
         n = min(self._count_threads() - 1, len(self._threads))
         for i in range(n):
             if self._waiting[i]:
